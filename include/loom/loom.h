@@ -1,0 +1,15 @@
+/* loom/loom.h — umbrella header: includes every public loom header. */
+#ifndef LOOM_LOOM_H
+#define LOOM_LOOM_H
+
+#include "loom/base.h"
+#include "loom/runtime.h"
+#include "loom/tensor.h"
+#include "loom/ops.h"
+
+#define LOOM_VERSION_MAJOR 0
+#define LOOM_VERSION_MINOR 1
+#define LOOM_VERSION_PATCH 0
+#define LOOM_VERSION_STRING "0.1.0"
+
+#endif

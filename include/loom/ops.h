@@ -1,0 +1,125 @@
+/* loom/ops.h — the one public operator API.
+ *
+ * Every operator has a caller-owned `_out` form taking views, and (where the output
+ * shape follows from the inputs) an allocating form returning a new lm_tensor the
+ * caller owns. Inputs may be any strided views (stride 0 = broadcast); outputs must
+ * not overlap themselves and are written completely. Floating operands of one call
+ * share one dtype (f32, bf16 or f16) unless stated; index tensors are i32 or i64.
+ * All operands must be on the context's device. The context's lm_impl picks the
+ * implementation level (ref = readable CPU truth source, tuned CPU, CUDA).
+ * Unsupported dtype/device/layout combinations fail with LM_UNSUPPORTED; nothing is
+ * converted behind the caller's back.
+ */
+#ifndef LOOM_OPS_H
+#define LOOM_OPS_H
+
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise (numpy broadcasting of a and b to out's shape) ------------------ */
+lm_status lm_add_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+lm_status lm_add(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+lm_status lm_mul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+/* out = x * s */
+lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out);
+lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **out);
+/* Converts to out's dtype: float<->float (round to nearest even), int->int and
+ * int->float; float->int is LM_UNSUPPORTED. Integer narrowing that does not fit is
+ * LM_OUT_OF_RANGE. */
+lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tensor **out);
+
+/* ---- activations ------------------------------------------------------------------ */
+/* silu(x) = x * sigmoid(x) */
+lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out);
+/* out = silu(gate) * up (same shapes) */
+lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out);
+lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, lm_tensor **out);
+
+/* ---- normalization ------------------------------------------------------------------ */
+/* out = x / sqrt(mean(x^2 over last dim) + eps) * weight; x [..., D], weight [D]. */
+lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+                         const lm_tensor_view *out);
+lm_status lm_rmsnorm(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps, lm_tensor **out);
+/* sum = x + residual; out = rmsnorm(sum) * weight. sum_out may be the same view as
+ * residual (in-place residual stream update) but must not partially overlap inputs. */
+lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *residual,
+                             const lm_tensor_view *weight, float eps, const lm_tensor_view *sum_out,
+                             const lm_tensor_view *out);
+
+/* ---- rotary position embedding -------------------------------------------------------- */
+typedef enum lm_rope_style {
+    LM_ROPE_SPLIT_HALF = 0, /* pairs (i, i + D/2): Llama/Qwen in Hugging Face layout */
+    LM_ROPE_INTERLEAVED = 1 /* pairs (2i, 2i + 1): GPT-J / original Meta layout */
+} lm_rope_style;
+
+typedef struct lm_rope_params {
+    lm_rope_style style;
+    const lm_tensor_view *inv_freq;  /* [D/2] f32: angle(pos, i) = pos * inv_freq[i] */
+    float attn_factor;               /* cos and sin are multiplied by this (yarn); 1 = none */
+    const lm_tensor_view *positions; /* NULL, or i32/i64 [T] or [B, T]: position of each token */
+    int64_t pos_offset;              /* position = pos_offset + t when positions is NULL */
+    const lm_tensor_view *bias;      /* NULL, or [H, D] added to x before rotating (qkv bias) */
+} lm_rope_params;
+
+/* x, out: [B, T, H, D] (D even). out may be the same view as x (in place). */
+lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out);
+/* inv_freq[i] = theta^(-2i/D) for i < D/2, written to a [D/2] f32 view. */
+lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, const lm_tensor_view *out);
+
+/* ---- embedding ---------------------------------------------------------------------- */
+/* out[..., :] = table[ids[...], :]; table [V, D], ids i32/i64 [...], out [..., D].
+ * An id outside [0, V) is LM_OUT_OF_RANGE naming the position and value. */
+lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids,
+                           const lm_tensor_view *out);
+lm_status lm_embedding(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids, lm_tensor **out);
+
+/* ---- softmax and attention --------------------------------------------------------------- */
+/* Softmax over the last dim of x*scale. causal: x is [..., Tq, Tk] and row i may see
+ * columns j <= i + (Tk - Tq) (queries are the last Tq positions); needs Tk >= Tq. */
+lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out);
+lm_status lm_softmax(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, lm_tensor **out);
+/* out = softmax(q k^T * scale [causal]) v per head, with grouped KV heads:
+ * q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv];
+ * Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (no K/V copies).
+ * Causal uses the same alignment as lm_softmax_out. Any strides (e.g. a permuted
+ * [B, T, H, D] buffer) are accepted. */
+lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                           float scale, int causal, const lm_tensor_view *out);
+
+/* ---- matmul ------------------------------------------------------------------------------ */
+/* out[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims broadcast. A transposed
+ * operand is passed as a transposed view (e.g. a Linear weight [N, K] viewed [K, N]).
+ * a and out share one float dtype; b has a's dtype, or is bf16/f16 when a is f32
+ * (low-precision weights widened on the fly). Accumulation is at least f32. */
+lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+
+/* ---- losses and selections ----------------------------------------------------------------- */
+/* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping
+ * targets equal to ignore_index; out is an f32 scalar. If every target is ignored
+ * the mean is NaN (0/0), as in PyTorch. */
+lm_status lm_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
+                               int64_t ignore_index, const lm_tensor_view *out);
+/* Index of the largest element over the last dim (first on ties; NaN counts as
+ * largest); x [..., N] with N > 0, out i64/i32 [...]. */
+lm_status lm_argmax_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+/* The k largest values over the last dim, sorted descending (ties: lower index first);
+ * values [..., k] in x's dtype, indices i64/i32 [..., k]; 0 <= k <= N. */
+lm_status lm_topk_out(lm_ctx *ctx, const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
+                      const lm_tensor_view *indices);
+/* Reductions over one dim; out has x's shape without that dim. */
+lm_status lm_sum_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
+lm_status lm_max_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
+/* Joins n inputs along dim; all other dims equal. */
+lm_status lm_concat_out(lm_ctx *ctx, int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

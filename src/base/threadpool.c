@@ -1,0 +1,132 @@
+/* base/threadpool.c — a fixed pool of pthreads running one parallel-for at a time.
+ *
+ * Tasks are claimed with an atomic counter (dynamic scheduling: uneven task costs
+ * balance themselves). The caller is worker 0 and works too; run() returns after
+ * every worker has finished the generation it joined, so arg may live on the
+ * caller's stack. Workers sleep on a condition variable between runs.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct lm_threadpool {
+    int nthreads;
+    pthread_t *threads; /* [nthreads-1] */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    uint64_t generation; /* bumped per run; workers wait for a new value */
+    int busy;            /* workers still inside the current run */
+    int stop;
+    lm_task_fn fn;
+    void *arg;
+    int64_t ntasks;
+    atomic_llong next;
+};
+
+typedef struct {
+    lm_threadpool *pool;
+    int worker;
+} worker_start;
+
+static void drain(lm_threadpool *p, int worker) {
+    for (;;) {
+        int64_t t = atomic_fetch_add(&p->next, 1);
+        if (t >= p->ntasks) break;
+        p->fn(p->arg, t, worker);
+    }
+}
+
+static void *worker_main(void *raw) {
+    worker_start ws = *(worker_start *)raw;
+    lm__free(raw);
+    lm_threadpool *p = ws.pool;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        drain(p, ws.worker);
+        pthread_mutex_lock(&p->mu);
+        if (--p->busy == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void stop_workers(lm_threadpool *p, int started) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < started; i++) pthread_join(p->threads[i], NULL);
+}
+
+lm_status lm_threadpool_create(int nthreads, lm_threadpool **out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_threadpool_create: out is NULL");
+    *out = NULL;
+    if (nthreads <= 0) nthreads = lm_cpu_get_features()->logical_cpus;
+    if (nthreads > 1024) return lm__error(LM_INVALID_ARGUMENT, "thread count %d exceeds 1024", nthreads);
+    lm_threadpool *p = lm__calloc(1, sizeof *p);
+    if (!p) return LM_OUT_OF_MEMORY;
+    p->nthreads = nthreads;
+    if (nthreads > 1 && !(p->threads = lm__calloc((size_t)nthreads - 1, sizeof(pthread_t)))) {
+        lm__free(p);
+        return LM_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (int i = 0; i < nthreads - 1; i++) {
+        worker_start *ws = lm__alloc(sizeof *ws, 16);
+        int rc = -1;
+        if (ws) {
+            *ws = (worker_start){p, i + 1};
+            rc = pthread_create(&p->threads[i], NULL, worker_main, ws);
+            if (rc != 0) lm__free(ws);
+        }
+        if (rc != 0) {
+            stop_workers(p, i);
+            p->nthreads = i + 1; /* only i workers exist */
+            lm_threadpool_destroy(p);
+            return ws ? lm__error(LM_INTERNAL, "pthread_create failed (%d)", rc) : LM_OUT_OF_MEMORY;
+        }
+    }
+    *out = p;
+    return LM_OK;
+}
+
+void lm_threadpool_destroy(lm_threadpool *p) {
+    if (!p) return;
+    if (!p->stop) stop_workers(p, p->nthreads - 1);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    lm__free(p->threads);
+    lm__free(p);
+}
+
+int lm_threadpool_size(const lm_threadpool *p) { return p ? p->nthreads : 1; }
+
+void lm_threadpool_run(lm_threadpool *p, int64_t ntasks, lm_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    if (!p || p->nthreads == 1 || ntasks == 1) {
+        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->ntasks = ntasks;
+    atomic_store(&p->next, 0);
+    p->busy = p->nthreads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    drain(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,124 @@
+/* ops/elementwise.c — public add, mul, scale, cast, silu and swiglu: validation,
+ * broadcasting and dispatch. Only the reference level exists on the CPU so far. */
+#include "ops/internal.h"
+#include "ops/ref/elementwise.h"
+
+static lm_status binary_out(lm_ctx *ctx, const char *op, lm__binary_op kind, const lm_tensor_view *a,
+                            const lm_tensor_view *b, const lm_tensor_view *out) {
+    const lm_tensor_view *vs[] = {a, b, out};
+    static const char *const names[] = {"a", "b", "out"};
+    LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
+    LM_TRY(lm__op_check_float(op, "a", a));
+    LM_TRY(lm__op_check_dtype(op, "b", b, a->dtype));
+    LM_TRY(lm__op_check_dtype(op, "out", out, a->dtype));
+    int nd;
+    int64_t shape[LM_MAX_DIMS];
+    LM_TRY(lm__op_broadcast_shape(op, a, b, &nd, shape));
+    LM_TRY(lm__op_check_shape(op, "out", out, nd, shape));
+    LM_TRY(lm__op_check_out(op, "out", out));
+    lm_tensor_view ea, eb;
+    LM_TRY(lm_tensor_view_expand(a, nd, shape, &ea));
+    LM_TRY(lm_tensor_view_expand(b, nd, shape, &eb));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    lm__ref_binary(kind, &ea, &eb, out);
+    return LM_OK;
+}
+
+static lm_status binary_alloc(lm_ctx *ctx, const char *op, lm__binary_op kind, const lm_tensor_view *a,
+                              const lm_tensor_view *b, lm_tensor **out) {
+    if (!a || !b) return lm__error(LM_INVALID_ARGUMENT, "%s: NULL input", op);
+    int nd;
+    int64_t shape[LM_MAX_DIMS];
+    LM_TRY(lm__op_broadcast_shape(op, a, b, &nd, shape));
+    LM_TRY(lm__op_alloc(ctx, a->dtype, nd, shape, out));
+    return lm__op_finish(binary_out(ctx, op, kind, a, b, lm_tensor_as_view(*out)), out);
+}
+
+lm_status lm_add_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out) {
+    return binary_out(ctx, "add", LM__BIN_ADD, a, b, out);
+}
+lm_status lm_add(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out) {
+    return binary_alloc(ctx, "add", LM__BIN_ADD, a, b, out);
+}
+lm_status lm_mul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out) {
+    return binary_out(ctx, "mul", LM__BIN_MUL, a, b, out);
+}
+lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out) {
+    return binary_alloc(ctx, "mul", LM__BIN_MUL, a, b, out);
+}
+
+/* Shared checks for one-input operators whose output has the input's shape. */
+static lm_status unary_check(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_tensor_view *out,
+                             int same_dtype) {
+    const lm_tensor_view *vs[] = {x, out};
+    static const char *const names[] = {"x", "out"};
+    LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
+    if (same_dtype) {
+        LM_TRY(lm__op_check_float(op, "x", x));
+        LM_TRY(lm__op_check_dtype(op, "out", out, x->dtype));
+    }
+    LM_TRY(lm__op_check_same_shape(op, "out", out, x));
+    LM_TRY(lm__op_check_out(op, "out", out));
+    lm__level level;
+    return lm__op_level(ctx, op, 0, 0, &level);
+}
+
+lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out) {
+    LM_TRY(unary_check(ctx, "scale", x, out, 1));
+    lm__ref_unary(LM__UN_SCALE, x, s, out);
+    return LM_OK;
+}
+
+lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **out) {
+    if (!x) return lm__error(LM_INVALID_ARGUMENT, "scale: NULL input");
+    LM_TRY(lm__op_alloc(ctx, x->dtype, x->ndim, x->shape, out));
+    return lm__op_finish(lm_scale_out(ctx, x, s, lm_tensor_as_view(*out)), out);
+}
+
+lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
+    LM_TRY(unary_check(ctx, "silu", x, out, 1));
+    lm__ref_unary(LM__UN_SILU, x, 0, out);
+    return LM_OK;
+}
+
+lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out) {
+    if (!x) return lm__error(LM_INVALID_ARGUMENT, "silu: NULL input");
+    LM_TRY(lm__op_alloc(ctx, x->dtype, x->ndim, x->shape, out));
+    return lm__op_finish(lm_silu_out(ctx, x, lm_tensor_as_view(*out)), out);
+}
+
+lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
+    LM_TRY(unary_check(ctx, "cast", x, out, 0));
+    int fin = lm_dtype_is_float(x->dtype), fout = lm_dtype_is_float(out->dtype);
+    if (fin && !fout)
+        return lm__error(LM_UNSUPPORTED, "cast: %s -> %s is not supported (float to integer)", lm_dtype_name(x->dtype),
+                         lm_dtype_name(out->dtype));
+    if (!fin && !fout) return lm__ref_cast_int(x, out);
+    lm__ref_unary(LM__UN_CAST, x, 0, out);
+    return LM_OK;
+}
+
+lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tensor **out) {
+    if (!x) return lm__error(LM_INVALID_ARGUMENT, "cast: NULL input");
+    LM_TRY(lm__op_alloc(ctx, dtype, x->ndim, x->shape, out));
+    return lm__op_finish(lm_cast_out(ctx, x, lm_tensor_as_view(*out)), out);
+}
+
+lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out) {
+    const char *op = "swiglu";
+    LM_TRY(unary_check(ctx, op, gate, out, 1));
+    const lm_tensor_view *vs[] = {up};
+    static const char *const names[] = {"up"};
+    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
+    LM_TRY(lm__op_check_dtype(op, "up", up, gate->dtype));
+    LM_TRY(lm__op_check_same_shape(op, "up", up, gate));
+    lm__ref_swiglu(gate, up, out);
+    return LM_OK;
+}
+
+lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, lm_tensor **out) {
+    if (!gate) return lm__error(LM_INVALID_ARGUMENT, "swiglu: NULL input");
+    LM_TRY(lm__op_alloc(ctx, gate->dtype, gate->ndim, gate->shape, out));
+    return lm__op_finish(lm_swiglu_out(ctx, gate, up, lm_tensor_as_view(*out)), out);
+}

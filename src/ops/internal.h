@@ -1,0 +1,108 @@
+/* ops/internal.h — shared validation, element access and dispatch helpers for the
+ * operator implementations (never installed).
+ *
+ * Public operators live in src/ops/<family>.c: they validate every argument (device,
+ * dtype, shape, output overlap) with the lm__op_* checks, then route to one level:
+ * ops/ref (readable CPU truth source), ops/cpu (tuned), or a CUDA launcher. The ref
+ * level reads and writes elements through lm__ld/lm__st (double precision), so it
+ * handles every float dtype and any strides with one code path.
+ */
+#ifndef LOOM_OPS_INTERNAL_H
+#define LOOM_OPS_INTERNAL_H
+
+#include "base/internal.h"
+#include "loom/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- element access (offsets in elements) ---------------------------------------- */
+static inline double lm__ld(lm_dtype dt, const void *base, int64_t off) {
+    switch (dt) {
+    case LM_F32: return ((const float *)base)[off];
+    case LM_BF16: return lm_bf16_to_f32(((const uint16_t *)base)[off]);
+    case LM_F16: return lm_f16_to_f32(((const uint16_t *)base)[off]);
+    case LM_I32: return ((const int32_t *)base)[off];
+    case LM_I64: return (double)((const int64_t *)base)[off];
+    case LM_U8: return ((const uint8_t *)base)[off];
+    }
+    return NAN;
+}
+
+/* Stores v rounded to dt (float dtypes round to nearest even via f32). */
+static inline void lm__st(lm_dtype dt, void *base, int64_t off, double v) {
+    switch (dt) {
+    case LM_F32: ((float *)base)[off] = (float)v; break;
+    case LM_BF16: ((uint16_t *)base)[off] = lm_f32_to_bf16((float)v); break;
+    case LM_F16: ((uint16_t *)base)[off] = lm_f32_to_f16((float)v); break;
+    case LM_I32: ((int32_t *)base)[off] = (int32_t)v; break;
+    case LM_I64: ((int64_t *)base)[off] = (int64_t)v; break;
+    case LM_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+    }
+}
+
+/* Reads an integer index element exactly (i32/i64/u8). */
+static inline int64_t lm__ld_index(lm_dtype dt, const void *base, int64_t off) {
+    switch (dt) {
+    case LM_I32: return ((const int32_t *)base)[off];
+    case LM_I64: return ((const int64_t *)base)[off];
+    case LM_U8: return ((const uint8_t *)base)[off];
+    default: return 0;
+    }
+}
+
+static inline void lm__st_index(lm_dtype dt, void *base, int64_t off, int64_t v) {
+    if (dt == LM_I32) ((int32_t *)base)[off] = (int32_t)v;
+    else ((int64_t *)base)[off] = v;
+}
+
+/* ---- N-d iteration -------------------------------------------------------------------
+ * lm__nd_next advances a row-major index over shape; returns 0 after the last one.
+ * lm__offset maps an index (of the view's own rank) to an element offset. */
+static inline int lm__nd_next(int ndim, const int64_t *shape, int64_t *idx) {
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d]) return 1;
+        idx[d] = 0;
+    }
+    return 0;
+}
+
+static inline int64_t lm__offset(const lm_tensor_view *v, const int64_t *idx) {
+    int64_t off = 0;
+    for (int d = 0; d < v->ndim; d++) off += idx[d] * v->stride[d];
+    return off;
+}
+
+/* ---- validation (each names the operator and the operand in its message) --------------- */
+/* All views non-NULL and on the context's device. */
+lm_status lm__op_check_devices(lm_ctx *ctx, const char *op, int n, const lm_tensor_view *const *views,
+                               const char *const *names);
+lm_status lm__op_check_float(const char *op, const char *name, const lm_tensor_view *v);
+lm_status lm__op_check_index(const char *op, const char *name, const lm_tensor_view *v); /* i32 or i64 */
+lm_status lm__op_check_dtype(const char *op, const char *name, const lm_tensor_view *v, lm_dtype want);
+/* v->ndim == ndim and every shape entry equals (or shape[i] < 0 = any). */
+lm_status lm__op_check_shape(const char *op, const char *name, const lm_tensor_view *v, int ndim,
+                             const int64_t *shape);
+lm_status lm__op_check_same_shape(const char *op, const char *name, const lm_tensor_view *v,
+                                  const lm_tensor_view *like);
+/* Outputs may not overlap themselves. */
+lm_status lm__op_check_out(const char *op, const char *name, const lm_tensor_view *out);
+/* Broadcast shape of a and b (numpy rules) into shape/ndim. */
+lm_status lm__op_broadcast_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
+                                 int64_t *shape);
+/* Writes "[2, 3, 4]" into buf. */
+const char *lm__shape_str(const lm_tensor_view *v, char *buf, size_t size);
+
+/* ---- dispatch ------------------------------------------------------------------------------ */
+typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 2 } lm__level;
+/* Picks the implementation level for an operator on ctx's device given which levels
+ * exist (has_cpu: a tuned CPU version, has_cuda: a CUDA version). Fails with
+ * LM_UNSUPPORTED naming the operator when the request cannot be met. */
+lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, lm__level *out);
+
+/* Allocating-form helper: a new tensor on ctx's device. */
+lm_status lm__op_alloc(lm_ctx *ctx, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out);
+/* Destroys *t and clears it when st != LM_OK; returns st. */
+lm_status lm__op_finish(lm_status st, lm_tensor **t);
+
+#endif

@@ -1,0 +1,181 @@
+/* tests/harness.c — implementation of the test harness (see harness.h). */
+#include "harness.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int lt_failures_in_test;
+static int g_passed, g_failed;
+
+void lt_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    lt_failures_in_test++;
+}
+
+void lt_run(const char *name, void (*fn)(void)) {
+    lt_failures_in_test = 0;
+    lm_clear_error();
+    fn();
+    if (lt_failures_in_test) {
+        g_failed++;
+        printf("FAIL %s (%d failed checks)\n", name, lt_failures_in_test);
+    } else {
+        g_passed++;
+        printf("ok   %s\n", name);
+    }
+    fflush(stdout);
+}
+
+int lt_finish(void) {
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
+
+void lt_skip(const char *why) {
+    printf("skipped: %s\n", why);
+    exit(77);
+}
+
+lt_rng lt_rng_seed(uint64_t seed) { return (lt_rng){seed * 0x9E3779B97F4A7C15ull + 1}; }
+
+uint64_t lt_rng_u64(lt_rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double lt_rng_uniform(lt_rng *r) { return (double)(lt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+double lt_rng_normal(lt_rng *r) {
+    double u1 = lt_rng_uniform(r), u2 = lt_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t lt_rng_int(lt_rng *r, int64_t lo, int64_t hi) {
+    return lo + (int64_t)(lt_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+
+lt_metrics lt_measure(const double *got, const double *want, int64_t n) {
+    lt_metrics m = {0, 0, 0};
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) {
+            m.nonfinite++;
+            continue;
+        }
+        double d = got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+        if (fabs(d) > m.max_abs) m.max_abs = fabs(d);
+    }
+    m.nmse = den > 0 ? num / den : num;
+    return m;
+}
+
+int lt_check_close(const char *what, const double *got, const double *want, int64_t n, double nmse_tol,
+                   double abs_tol) {
+    lt_metrics m = lt_measure(got, want, n);
+    int ok = m.nonfinite == 0 && m.nmse <= nmse_tol && m.max_abs <= abs_tol;
+    if (!ok)
+        lt_fail(__FILE__, __LINE__, "%s: nmse %.3g (tol %.3g), max_abs %.3g (tol %.3g), %lld non-finite of %lld",
+                what, m.nmse, nmse_tol, m.max_abs, abs_tol, (long long)m.nonfinite, (long long)n);
+    return ok;
+}
+
+static double load_f64(lm_dtype dt, const void *p) {
+    switch (dt) {
+    case LM_F32: return *(const float *)p;
+    case LM_BF16: return lm_bf16_to_f32(*(const uint16_t *)p);
+    case LM_F16: return lm_f16_to_f32(*(const uint16_t *)p);
+    case LM_I32: return *(const int32_t *)p;
+    case LM_I64: return (double)*(const int64_t *)p;
+    case LM_U8: return *(const uint8_t *)p;
+    }
+    return NAN;
+}
+
+double *lt_view_to_f64(const lm_tensor_view *v) {
+    int64_t n = lm_tensor_view_numel(v);
+    double *out = malloc((size_t)(n ? n : 1) * sizeof(double));
+    size_t es = lm_dtype_size(v->dtype);
+    int64_t idx[LM_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0;
+        for (int d = 0; d < v->ndim; d++) off += idx[d] * v->stride[d];
+        out[i] = load_f64(v->dtype, (const char *)v->data + off * (int64_t)es);
+        for (int d = v->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < v->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
+lm_tensor *lt_random_tensor(lt_rng *r, lm_dtype dt, int ndim, const int64_t *shape, double scale) {
+    lm_tensor *t = NULL;
+    if (lm_tensor_create(lm_device_cpu(), dt, ndim, shape, &t) != LM_OK) return NULL;
+    int64_t n = lm_tensor_numel(t);
+    void *p = lm_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) {
+        double x = lt_rng_normal(r) * scale;
+        switch (dt) {
+        case LM_F32: ((float *)p)[i] = (float)x; break;
+        case LM_BF16: ((uint16_t *)p)[i] = lm_f32_to_bf16((float)x); break;
+        case LM_F16: ((uint16_t *)p)[i] = lm_f32_to_f16((float)x); break;
+        case LM_I32: ((int32_t *)p)[i] = (int32_t)(x * 100); break;
+        case LM_I64: ((int64_t *)p)[i] = (int64_t)(x * 100); break;
+        case LM_U8: ((uint8_t *)p)[i] = (uint8_t)lt_rng_u64(r); break;
+        }
+    }
+    return t;
+}
+
+lm_tensor *lt_poisoned_tensor(lm_dtype dt, int ndim, const int64_t *shape) {
+    lm_tensor *t = NULL;
+    if (lm_tensor_create(lm_device_cpu(), dt, ndim, shape, &t) != LM_OK) return NULL;
+    if (lm_tensor_view_poison(NULL, lm_tensor_as_view(t)) != LM_OK) {
+        lm_tensor_destroy(t);
+        return NULL;
+    }
+    return t;
+}
+
+static int64_t g_live, g_count, g_fail_at;
+
+static void *track_alloc(void *user, size_t nbytes, size_t align) {
+    (void)user;
+    g_count++;
+    if (g_fail_at && g_count == g_fail_at) return NULL;
+    size_t rounded = (nbytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, rounded ? rounded : align);
+    if (p) g_live++;
+    return p;
+}
+
+static void track_free(void *user, void *p) {
+    (void)user;
+    if (p) {
+        g_live--;
+        free(p);
+    }
+}
+
+void lt_alloc_track(int64_t fail_at) {
+    g_live = g_count = 0;
+    g_fail_at = fail_at;
+    lm_alloc_hooks h = {track_alloc, track_free, NULL};
+    lm_set_alloc_hooks(&h);
+}
+
+void lt_alloc_untrack(void) { lm_set_alloc_hooks(NULL); }
+int64_t lt_alloc_live(void) { return g_live; }
+int64_t lt_alloc_count(void) { return g_count; }

@@ -1,0 +1,45 @@
+/* tools/loom/main.c — the loom command-line interface: dispatches subcommands.
+ * Errors go to stderr with a non-zero exit status; results go to stdout. */
+#include "loom/loom.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: loom <command> [options]\n"
+            "commands:\n"
+            "  version        print the loom version and build features\n"
+            "  cpu            print the CPU features loom detected\n");
+}
+
+static int cmd_version(void) {
+    printf("loom %s (cuda %s)\n", LOOM_VERSION_STRING, lm_cuda_compiled() ? "on" : "off");
+    return 0;
+}
+
+static int cmd_cpu(void) {
+    const lm_cpu_features *f = lm_cpu_get_features();
+    printf("{\"logical_cpus\":%d,\"avx2\":%d,\"fma\":%d,\"f16c\":%d,\"avx512f\":%d,\"avx512bw\":%d,"
+           "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"amx_tile\":%d,\"amx_bf16\":%d}\n",
+           f->logical_cpus, f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16,
+           f->avx512_fp16, f->amx_tile, f->amx_bf16);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
+    if (!strcmp(cmd, "cpu")) return cmd_cpu();
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "loom: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
