@@ -179,3 +179,86 @@ void lt_alloc_track(int64_t fail_at) {
 void lt_alloc_untrack(void) { lm_set_alloc_hooks(NULL); }
 int64_t lt_alloc_live(void) { return g_live; }
 int64_t lt_alloc_count(void) { return g_count; }
+
+int lt_fixture_load(const char *path, lt_fixture *fx) {
+    char full[1024];
+    if (path[0] == '/') snprintf(full, sizeof full, "%s", path);
+    else snprintf(full, sizeof full, "%s/%s", LOOM_SOURCE_DIR, path);
+    memset(fx, 0, sizeof *fx);
+    FILE *f = fopen(full, "rb");
+    if (!f) {
+        lt_fail(__FILE__, __LINE__, "cannot open fixture %s", full);
+        return 0;
+    }
+    char line[512];
+    int ok = fgets(line, sizeof line, f) && strcmp(line, "LMFX1\n") == 0;
+    while (ok && fgets(line, sizeof line, f)) {
+        lt_fixture_tensor t;
+        memset(&t, 0, sizeof t);
+        char dt[8];
+        int used = 0;
+        if (sscanf(line, "%63s %7s %d%n", t.name, dt, &t.ndim, &used) != 3 || t.ndim < 0 || t.ndim > LM_MAX_DIMS) {
+            ok = 0;
+            break;
+        }
+        t.is_int = strcmp(dt, "i64") == 0;
+        t.numel = 1;
+        char *p = line + used;
+        for (int d = 0; d < t.ndim; d++) {
+            t.shape[d] = strtoll(p, &p, 10);
+            t.numel *= t.shape[d];
+        }
+        size_t n = (size_t)t.numel;
+        void *buf = malloc(n ? n * 8 : 8);
+        if (fread(buf, 8, n, f) != n) {
+            free(buf);
+            ok = 0;
+            break;
+        }
+        if (t.is_int) t.i64 = buf;
+        else t.f64 = buf;
+        lt_fixture_tensor *grown = realloc(fx->tensors, sizeof *grown * (size_t)(fx->count + 1));
+        grown[fx->count++] = t;
+        fx->tensors = grown;
+    }
+    fclose(f);
+    if (!ok) {
+        lt_fail(__FILE__, __LINE__, "fixture %s is malformed", full);
+        lt_fixture_free(fx);
+    }
+    return ok;
+}
+
+void lt_fixture_free(lt_fixture *fx) {
+    for (int i = 0; i < fx->count; i++) {
+        free(fx->tensors[i].f64);
+        free(fx->tensors[i].i64);
+    }
+    free(fx->tensors);
+    memset(fx, 0, sizeof *fx);
+}
+
+const lt_fixture_tensor *lt_fixture_get(const lt_fixture *fx, const char *name) {
+    for (int i = 0; i < fx->count; i++)
+        if (strcmp(fx->tensors[i].name, name) == 0) return &fx->tensors[i];
+    lt_fail(__FILE__, __LINE__, "fixture has no tensor '%s'", name);
+    return NULL;
+}
+
+lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt) {
+    lm_tensor *out = NULL;
+    if (lm_tensor_create(lm_device_cpu(), dt, t->ndim, t->shape, &out) != LM_OK) return NULL;
+    void *p = lm_tensor_data(out);
+    for (int64_t i = 0; i < t->numel; i++) {
+        double v = t->is_int ? (double)t->i64[i] : t->f64[i];
+        switch (dt) {
+        case LM_F32: ((float *)p)[i] = (float)v; break;
+        case LM_BF16: ((uint16_t *)p)[i] = lm_f32_to_bf16((float)v); break;
+        case LM_F16: ((uint16_t *)p)[i] = lm_f32_to_f16((float)v); break;
+        case LM_I32: ((int32_t *)p)[i] = (int32_t)(t->is_int ? t->i64[i] : (int64_t)v); break;
+        case LM_I64: ((int64_t *)p)[i] = t->is_int ? t->i64[i] : (int64_t)v; break;
+        case LM_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+        }
+    }
+    return out;
+}

@@ -87,3 +87,26 @@ int64_t lt_alloc_live(void); /* allocations not yet freed since lt_alloc_track *
 int64_t lt_alloc_count(void); /* allocations attempted since lt_alloc_track */
 
 #endif
+
+/* ---- reference fixtures (scripts/lmfx.py writes them) ---------------------------------------- */
+typedef struct lt_fixture_tensor {
+    char name[64];
+    int is_int;      /* 1: i64 data, 0: f64 data */
+    int ndim;
+    int64_t shape[LM_MAX_DIMS];
+    int64_t numel;
+    double *f64;     /* [numel] when !is_int */
+    int64_t *i64;    /* [numel] when is_int */
+} lt_fixture_tensor;
+typedef struct lt_fixture {
+    int count;
+    lt_fixture_tensor *tensors; /* [count] */
+} lt_fixture;
+/* Loads path (relative paths are taken from the source tree). Returns 0 on failure
+ * after recording a test failure that names the file. */
+int lt_fixture_load(const char *path, lt_fixture *fx);
+void lt_fixture_free(lt_fixture *fx);
+/* The tensor called name, or NULL (and a recorded failure) when missing. */
+const lt_fixture_tensor *lt_fixture_get(const lt_fixture *fx, const char *name);
+/* A new contiguous CPU tensor of dtype holding the fixture's values (rounded to dtype). */
+lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt);
