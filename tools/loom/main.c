@@ -1,5 +1,6 @@
 /* tools/loom/main.c — the loom command-line interface: dispatches subcommands.
  * Errors go to stderr with a non-zero exit status; results go to stdout. */
+#include "commands.h"
 #include "loom/loom.h"
 
 #include <stdio.h>
@@ -10,7 +11,8 @@ static void usage(FILE *f) {
             "usage: loom <command> [options]\n"
             "commands:\n"
             "  version        print the loom version and build features\n"
-            "  cpu            print the CPU features loom detected\n");
+            "  cpu            print the CPU features loom detected\n"
+            "  logits         run one forward pass and print logits per position (JSON lines)\n");
 }
 
 static int cmd_version(void) {
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
     if (!strcmp(cmd, "cpu")) return cmd_cpu();
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,62 @@
+/* loom/model.h — decoder-only transformer models loaded from Hugging Face
+ * directories (llama, mistral, qwen2, qwen3), a KV cache, and the forward pass.
+ *
+ * Weights: large matrices (embeddings, projections, lm_head) stay in their stored
+ * dtype (f32, bf16 or f16) inside the memory-mapped safetensors files and are widened
+ * to f32 on the fly by the matmul; norm weights and biases (small) are converted to
+ * f32 at load. All activations, the KV cache and accumulation are f32 on the CPU.
+ *
+ * A forward step appends T tokens to each of B cache slots: batched prefill (equal
+ * lengths per call) and one-token decode (T = 1) where every slot may sit at a
+ * different position. A model is immutable after load and may be shared by threads;
+ * a KV cache and an lm_ctx belong to one thread at a time.
+ */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+
+#include "loom/config.h"
+#include "loom/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lm_model lm_model;
+
+/* Loads dir/config.json (+ generation_config.json) and the checkpoint, checks every
+ * tensor's presence, dtype and shape against the config (errors name the tensor),
+ * and maps the weights. Only device cpu is supported by this build of the forward
+ * pass; another device is LM_UNSUPPORTED. The caller owns *out: lm_model_destroy. */
+lm_status lm_model_load(const char *dir, lm_device device, lm_model **out);
+void lm_model_destroy(lm_model *m); /* accepts NULL */
+const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
+/* Bytes of weights the forward pass reads per token (for roofline estimates). */
+int64_t lm_model_weight_bytes(const lm_model *m);
+
+typedef struct lm_kv_cache lm_kv_cache;
+
+/* A cache of `slots` independent sequences of up to max_tokens positions each:
+ * K and V f32 [layers, slots, kv_heads, max_tokens, head_dim]. Caller owns *out. */
+lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out);
+void lm_kv_cache_destroy(lm_kv_cache *c); /* accepts NULL */
+int lm_kv_cache_slots(const lm_kv_cache *c);
+int64_t lm_kv_cache_capacity(const lm_kv_cache *c);
+/* Tokens already stored in slot (its next position); -1 for an invalid slot. */
+int64_t lm_kv_cache_length(const lm_kv_cache *c, int slot);
+/* Forgets a slot's contents (length 0). */
+lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
+
+/* Runs T new tokens for each of B slots and appends them to the cache.
+ * slots [B]: distinct slot indices; ids [B, T] row-major token ids.
+ * logits: f32 written as [B, T, vocab] when all_positions, else [B, vocab] for the
+ * last position of each row; NULL skips the output projection entirely.
+ * Errors: LM_OUT_OF_RANGE for an id outside the vocabulary or a slot that would
+ * exceed the cache capacity or max_position_embeddings (nothing is appended then);
+ * LM_UNSUPPORTED when a sequence would pass the model's sliding window. */
+lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                           const int32_t *ids, int64_t T, float *logits, int all_positions);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

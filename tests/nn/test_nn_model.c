@@ -1,0 +1,191 @@
+/* The forward pass against Hugging Face transformers: for every reference checkpoint
+ * in tests/data/models (scripts/make_reference_models.sh) the logits of three prompts
+ * at every position, the greedy continuations and the KV-cache decode logits must
+ * match refs.lmfx (scripts/gen_model_refs.py, transformers in float32).
+ * Gate: max |dlogit| <= 1e-4 * max |logit| (f32 compute on both sides; the
+ * differences come from summation order and RoPE angles computed in double here and
+ * float32 there, both ~1e-6 relative). Greedy tokens must be identical.
+ * Also: batched prefill and batched decode at different positions equal single-row
+ * runs, and bad requests fail without touching the cache.
+ * LM_TEST_LABELS: unit model
+ */
+#include "harness.h"
+#include "loom/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *k_models[] = {"llama_gqa2_f32",  "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
+                                 "qwen2_bias_sharded", "qwen2_mqa_yarn",  "qwen3_headdim"};
+#define NMODELS (int)(sizeof k_models / sizeof k_models[0])
+
+static lm_ctx *g_ctx;
+
+static lm_model *load(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, name);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &m));
+    return m;
+}
+
+/* max |got - want| over n, relative to max |want| */
+static double rel_maxdiff(const float *got, const double *want, int64_t n) {
+    double md = 0, mw = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= md)) md = d; /* NaN propagates */
+        if (fabs(want[i]) > mw) mw = fabs(want[i]);
+    }
+    return md / (mw > 0 ? mw : 1);
+}
+
+static int32_t argmax(const float *row, int64_t V) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (row[i] > row[best]) best = i;
+    return (int32_t)best;
+}
+
+static void check_model(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "tests/data/models/%s/refs.lmfx", name);
+    lt_fixture fx;
+    if (!lt_fixture_load(path, &fx)) return;
+    lm_model *m = load(name);
+    if (!m) {
+        lt_fixture_free(&fx);
+        return;
+    }
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    for (int p = 0; p < 3; p++) {
+        char key[64];
+        snprintf(key, sizeof key, "prompt%d_ids", p);
+        const lt_fixture_tensor *ids = lt_fixture_get(&fx, key);
+        snprintf(key, sizeof key, "prompt%d_logits", p);
+        const lt_fixture_tensor *want = lt_fixture_get(&fx, key);
+        snprintf(key, sizeof key, "prompt%d_greedy", p);
+        const lt_fixture_tensor *greedy = lt_fixture_get(&fx, key);
+        if (!ids || !want || !greedy) break;
+        int64_t T = ids->numel, S = greedy->numel;
+        int32_t *seq = malloc(sizeof(int32_t) * (size_t)(T + S));
+        for (int64_t i = 0; i < T; i++) seq[i] = (int32_t)ids->i64[i];
+        lm_kv_cache *cache = NULL;
+        LT_CHECK_OK(lm_kv_cache_create(m, 1, T + S, &cache));
+        float *logits = malloc(sizeof(float) * (size_t)(T * V));
+        for (int64_t i = 0; i < T * V; i++) logits[i] = NAN;
+        int slot = 0;
+        LT_CHECK_OK(lm_model_forward(m, g_ctx, cache, &slot, 1, seq, T, logits, 1));
+        double d = rel_maxdiff(logits, want->f64, T * V);
+        LT_CHECK_MSG(d <= 1e-4, "%s prompt %d: logits max rel diff %.3g", name, p, d);
+        /* greedy decode through the cache, one token at a time */
+        const lt_fixture_tensor *step_logits = NULL;
+        if (p == 0) step_logits = lt_fixture_get(&fx, "prompt0_greedy_logits");
+        int32_t next = argmax(logits + (T - 1) * V, V);
+        for (int64_t s = 0; s < S; s++) {
+            seq[T + s] = next;
+            LT_CHECK_MSG(next == greedy->i64[s], "%s prompt %d: greedy token %lld is %d, transformers %lld", name, p,
+                         (long long)s, next, (long long)greedy->i64[s]);
+            if (next != greedy->i64[s]) break;
+            if (s + 1 == S) break;
+            LT_CHECK_OK(lm_model_forward(m, g_ctx, cache, &slot, 1, &seq[T + s], 1, logits, 0));
+            if (step_logits) {
+                double ds = rel_maxdiff(logits, step_logits->f64 + (s + 1) * V, V);
+                LT_CHECK_MSG(ds <= 1e-4, "%s decode step %lld: logits max rel diff %.3g", name, (long long)s + 1, ds);
+            }
+            next = argmax(logits, V);
+        }
+        free(logits);
+        free(seq);
+        lm_kv_cache_destroy(cache);
+    }
+    lm_model_destroy(m);
+    lt_fixture_free(&fx);
+}
+
+static void test_logits_and_greedy_match_transformers(void) {
+    for (int i = 0; i < NMODELS; i++) check_model(k_models[i]);
+}
+
+/* Two rows prefilled together, then decoded together at different lengths, must give
+ * the same logits as each row alone. */
+static void test_batched_rows_equal_single_rows(void) {
+    lm_model *m = load("qwen3_headdim");
+    if (!m) return;
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    int32_t a[6] = {5, 17, 33, 2, 9, 41}, b[6] = {7, 7, 100, 3, 60, 1};
+    lm_kv_cache *batch = NULL, *solo = NULL;
+    LT_CHECK_OK(lm_kv_cache_create(m, 3, 16, &batch));
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, 16, &solo));
+    float *lb = malloc(sizeof(float) * 2 * (size_t)V), *ls = malloc(sizeof(float) * (size_t)V);
+    int slots[2] = {2, 0}, s0 = 0;
+    int32_t ids[8] = {a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]};
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, batch, slots, 2, ids, 4, lb, 0));
+    /* row b gets one extra token alone, so the decode below runs at positions 4 and 5 */
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, batch, &slots[1], 1, &b[4], 1, NULL, 0));
+    int32_t step[2] = {a[4], b[5]};
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, batch, slots, 2, step, 1, lb, 0));
+    LT_CHECK(lm_kv_cache_length(batch, 2) == 5 && lm_kv_cache_length(batch, 0) == 6);
+    for (int row = 0; row < 2; row++) {
+        const int32_t *seq = row ? b : a;
+        int64_t n = row ? 6 : 5;
+        LT_CHECK_OK(lm_kv_cache_reset(solo, 0));
+        LT_CHECK_OK(lm_model_forward(m, g_ctx, solo, &s0, 1, seq, n, ls, 0));
+        double md = 0;
+        for (int64_t i = 0; i < V; i++) md = fmax(md, fabs(lb[row * V + i] - ls[i]));
+        LT_CHECK_MSG(md < 1e-4, "row %d: batched vs single max diff %g", row, md);
+    }
+    free(lb), free(ls);
+    lm_kv_cache_destroy(batch);
+    lm_kv_cache_destroy(solo);
+    lm_model_destroy(m);
+}
+
+static void test_bad_requests_leave_the_cache_untouched(void) {
+    lm_model *m = load("llama_gqa2_f32");
+    if (!m) return;
+    lm_kv_cache *c = NULL;
+    LT_CHECK_OK(lm_kv_cache_create(m, 2, 4, &c));
+    int slot = 0, bad_slot = 5, dup[2] = {1, 1};
+    int32_t ids[5] = {1, 2, 3, 4, 5}, bad_id = 1 << 20;
+    LT_CHECK_STATUS(lm_model_forward(m, g_ctx, c, &slot, 1, ids, 5, NULL, 0), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "capacity") != NULL);
+    LT_CHECK_STATUS(lm_model_forward(m, g_ctx, c, &slot, 1, &bad_id, 1, NULL, 0), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "vocabulary") != NULL);
+    LT_CHECK_STATUS(lm_model_forward(m, g_ctx, c, &bad_slot, 1, ids, 1, NULL, 0), LM_OUT_OF_RANGE);
+    LT_CHECK_STATUS(lm_model_forward(m, g_ctx, c, dup, 2, ids, 1, NULL, 0), LM_INVALID_ARGUMENT);
+    LT_CHECK(lm_kv_cache_length(c, 0) == 0 && lm_kv_cache_length(c, 1) == 0);
+    LT_CHECK_STATUS(lm_kv_cache_create(m, 1, 1 << 30, &c), LM_INVALID_ARGUMENT);
+    lm_kv_cache_destroy(c);
+    lm_model_destroy(m);
+}
+
+static void test_load_errors_name_the_problem(void) {
+    lm_model *m = NULL;
+    LT_CHECK_STATUS(lm_model_load("/nonexistent/model", lm_device_cpu(), &m), LM_IO_ERROR);
+    LT_CHECK(strstr(lm_last_error(), "/nonexistent/model") != NULL);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/models/llama_gqa2_f32", LOOM_SOURCE_DIR);
+    LT_CHECK_STATUS(lm_model_load(dir, lm_device_cuda(0), &m), LM_UNSUPPORTED);
+    LT_CHECK(m == NULL);
+    for (int k = 1; k < 400; k += 7) { /* allocation failure anywhere in loading leaks nothing */
+        lt_alloc_track(k);
+        lm_status st = lm_model_load(dir, lm_device_cpu(), &m);
+        if (st == LM_OK) lm_model_destroy(m);
+        else LT_CHECK_STATUS(st, LM_OUT_OF_MEMORY);
+        m = NULL;
+        LT_CHECK_MSG(lt_alloc_live() == 0, "fail_at %d: %lld allocations leaked", k, (long long)lt_alloc_live());
+        lt_alloc_untrack();
+    }
+}
+
+int main(void) {
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
+    LT_RUN(test_logits_and_greedy_match_transformers);
+    LT_RUN(test_batched_rows_equal_single_rows);
+    LT_RUN(test_bad_requests_leave_the_cache_untouched);
+    LT_RUN(test_load_errors_name_the_problem);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}

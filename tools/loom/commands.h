@@ -1,0 +1,9 @@
+/* tools/loom/commands.h — entry points of the loom subcommands. Each takes the
+ * arguments after its name and returns the process exit status (0 ok, 1 failure,
+ * 2 usage error). */
+#ifndef LOOM_CLI_COMMANDS_H
+#define LOOM_CLI_COMMANDS_H
+
+int cmd_logits(int argc, char **argv);
+
+#endif

@@ -1,0 +1,55 @@
+/* tools/loom/common.c — shared CLI helpers (see common.h). */
+#include "common.h"
+
+#include <string.h>
+
+int cli_fail(const char *cmd, const char *what, lm_status st) {
+    const char *detail = lm_last_error();
+    fprintf(stderr, "loom %s: %s: %s%s%s\n", cmd, what, lm_status_str(st), detail[0] ? ": " : "", detail);
+    return 1;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+            else fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void log_stderr(void *user, lm_log_level level, const char *msg) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    (void)user;
+    fprintf(stderr, "loom [%s] %s\n", names[level], msg);
+}
+
+void cli_enable_logging(int verbose) {
+    lm_set_log_fn(log_stderr, NULL, verbose > 1 ? LM_LOG_DEBUG : verbose ? LM_LOG_INFO : LM_LOG_WARN);
+}
+
+lm_model *cli_load_model(const char *cmd, const char *dir) {
+    lm_model *m = NULL;
+    lm_status st = lm_model_load(dir, lm_device_cpu(), &m);
+    if (st != LM_OK) {
+        char what[1200];
+        snprintf(what, sizeof what, "cannot load model '%s'", dir);
+        cli_fail(cmd, what, st);
+        return NULL;
+    }
+    return m;
+}
+
+const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size) {
+    snprintf(buf, size, "%s/tokenizer.json", dir);
+    return buf;
+}

@@ -1,0 +1,22 @@
+/* tools/loom/common.h — helpers shared by the loom subcommands: error reporting,
+ * model/context setup and JSON string output. */
+#ifndef LOOM_CLI_COMMON_H
+#define LOOM_CLI_COMMON_H
+
+#include "loom/loom.h"
+#include "loom/model.h"
+
+#include <stdio.h>
+
+/* Prints "loom CMD: WHAT: <status message>: <detail>" to stderr; returns 1. */
+int cli_fail(const char *cmd, const char *what, lm_status st);
+/* Writes s[0..n) as a JSON string literal (UTF-8 passed through, controls escaped). */
+void cli_json_string(FILE *f, const char *s, size_t n);
+/* Installs a stderr logger for the library at the given verbosity. */
+void cli_enable_logging(int verbose);
+/* Loads a model (reporting errors); returns NULL on failure. */
+lm_model *cli_load_model(const char *cmd, const char *dir);
+/* Finds the tokenizer.json beside a model: dir/tokenizer.json. Returns buf. */
+const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size);
+
+#endif
