@@ -86,7 +86,6 @@ void lt_alloc_untrack(void); /* restores default hooks */
 int64_t lt_alloc_live(void); /* allocations not yet freed since lt_alloc_track */
 int64_t lt_alloc_count(void); /* allocations attempted since lt_alloc_track */
 
-#endif
 
 /* ---- reference fixtures (scripts/lmfx.py writes them) ---------------------------------------- */
 typedef struct lt_fixture_tensor {
@@ -110,3 +109,5 @@ void lt_fixture_free(lt_fixture *fx);
 const lt_fixture_tensor *lt_fixture_get(const lt_fixture *fx, const char *name);
 /* A new contiguous CPU tensor of dtype holding the fixture's values (rounded to dtype). */
 lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt);
+
+#endif

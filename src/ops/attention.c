@@ -1,0 +1,54 @@
+/* ops/attention.c — public grouped-query attention: validation and dispatch.
+ * out = softmax(q k^T * scale [causal]) v per head with q [B, Hq, Tq, D],
+ * k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv]; Hq % Hkv == 0 and query
+ * head h reads kv head h / (Hq / Hkv). Causal alignment is lm_softmax_out's (needs
+ * Tk >= Tq). All four share one float dtype; any strides are accepted (e.g. permuted
+ * [B, T, H, D] buffers). out must not overlap itself or share memory with q, k or v.
+ * Only the reference level exists on the CPU so far.
+ */
+#include "ops/alias.h"
+#include "ops/internal.h"
+#include "ops/ref/attention.h"
+
+static lm_status check_attention_shapes(const char *op, const lm_tensor_view *q, const lm_tensor_view *k,
+                                        const lm_tensor_view *v, int causal, const lm_tensor_view *out) {
+    char sq[128], sk[128];
+    int64_t any = -1;
+    int64_t qshape[4] = {any, any, any, any};
+    LM_TRY(lm__op_check_shape(op, "q [B, Hq, Tq, D]", q, 4, qshape));
+    int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], D = q->shape[3];
+    int64_t kshape[4] = {B, any, any, D};
+    LM_TRY(lm__op_check_shape(op, "k [B, Hkv, Tk, D]", k, 4, kshape));
+    int64_t Hkv = k->shape[1], Tk = k->shape[2];
+    int64_t vshape[4] = {B, Hkv, Tk, any};
+    LM_TRY(lm__op_check_shape(op, "v [B, Hkv, Tk, Dv]", v, 4, vshape));
+    int64_t oshape[4] = {B, Hq, Tq, v->shape[3]};
+    LM_TRY(lm__op_check_shape(op, "out [B, Hq, Tq, Dv]", out, 4, oshape));
+    if (Hkv == 0 ? Hq != 0 : Hq % Hkv != 0)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: q %s has Hq = %lld heads, not a multiple of Hkv = %lld in k %s", op,
+                         lm__shape_str(q, sq, sizeof sq), (long long)Hq, (long long)Hkv, lm__shape_str(k, sk, sizeof sk));
+    if (causal && Tk < Tq)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: causal attention needs Tk >= Tq, but q %s has Tq = %lld and k %s has Tk = %lld",
+                         op, lm__shape_str(q, sq, sizeof sq), (long long)Tq, lm__shape_str(k, sk, sizeof sk), (long long)Tk);
+    return LM_OK;
+}
+
+lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                           float scale, int causal, const lm_tensor_view *out) {
+    const char *op = "attention";
+    const lm_tensor_view *vs[] = {q, k, v, out};
+    static const char *const names[] = {"q", "k", "v", "out"};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, vs, names));
+    LM_TRY(lm__op_check_float(op, "q", q));
+    LM_TRY(lm__op_check_dtype(op, "k", k, q->dtype));
+    LM_TRY(lm__op_check_dtype(op, "v", v, q->dtype));
+    LM_TRY(lm__op_check_dtype(op, "out", out, q->dtype));
+    LM_TRY(check_attention_shapes(op, q, k, v, causal, out));
+    LM_TRY(lm__op_check_out(op, "out", out));
+    LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
+    LM_TRY(lm__op_check_alias(op, "out", out, "k", k, 0));
+    LM_TRY(lm__op_check_alias(op, "out", out, "v", v, 0));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    return lm__ref_attention(q, k, v, scale, causal, out);
+}

@@ -1,0 +1,218 @@
+/* ops/cpu/matmul.c — driver of the tuned CPU linear layer (see matmul.h): picks the
+ * kernel set for the active ISA, splits the work into thread-pool tasks and owns the
+ * packing scratch.
+ *
+ * gemv (M <= gemv_max_m): tasks are contiguous ranges of W rows, so every weight is
+ * read from memory once per call. GEMM: tasks are (N block of <= nc columns, M block)
+ * pairs; each task packs its W block one K block (<= kc) at a time into its worker's
+ * scratch (kc * nc floats, sized for L2) and sweeps all its x rows over it. Every y
+ * element is computed by one task in one fixed order, so the result is the same
+ * for any thread count.
+ */
+#include "ops/cpu/matmul.h"
+
+#include "ops/cpu/matmul_kernels.h"
+
+/* Below this many multiply-adds a call runs as one task: waking the pool costs more. */
+#define SERIAL_MACS ((int64_t)1 << 16)
+
+typedef struct linear_job {
+    const lm__linear_kernels *kern;
+    const float *x; /* [M, K] rows ldx apart */
+    const void *w;  /* [N, K] rows ldw apart, dtype wdt */
+    float *y;       /* [M, N] rows ldy apart */
+    lm_dtype wdt;
+    int64_t ldx, ldw, ldy, M, N, K;
+    int64_t rows_per_task;  /* gemv: W rows per task, a multiple of gemv_nr */
+    int64_t kc, nc, mc;     /* GEMM: K block, N block (multiple of nr), M block (multiple of mr) */
+    int64_t tasks_n;        /* GEMM: N blocks; task t covers N block t % tasks_n, M block t / tasks_n */
+    float *scratch;         /* GEMM: [workers][kc * nc] packed W, one slice per pool worker */
+} linear_job;
+
+static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
+#ifdef LM__HAVE_X86_KERNELS
+    if (isa == LM__CPU_ISA_AVX512) return &lm__linear_kernels_avx512;
+    if (isa == LM__CPU_ISA_AVX2) return &lm__linear_kernels_avx2;
+#else
+    (void)isa;
+#endif
+    return &lm__linear_kernels_scalar;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+static void gemv_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const linear_job *j = arg;
+    const lm__linear_kernels *kn = j->kern;
+    int64_t n0 = task * j->rows_per_task, n1 = LM_MIN(j->N, n0 + j->rows_per_task);
+    for (int64_t n = n0; n < n1; n += kn->gemv_nr) {
+        int nrows = (int)LM_MIN(kn->gemv_nr, n1 - n);
+        const void *wn = lm__w_at(j->w, j->wdt, j->ldw, n, 0);
+        for (int64_t m = 0; m < j->M; m += kn->gemv_mr)
+            kn->gemv(j->x + m * j->ldx, j->ldx, (int)LM_MIN(kn->gemv_mr, j->M - m), wn, j->wdt, j->ldw, nrows, j->K,
+                     j->y + m * j->ldy + n, j->ldy);
+    }
+}
+
+static void gemm_task(void *arg, int64_t task, int worker) {
+    const linear_job *j = arg;
+    const lm__linear_kernels *kn = j->kern;
+    int64_t nr = kn->nr, mr = kn->mr;
+    int64_t n0 = task % j->tasks_n * j->nc, n1 = LM_MIN(j->N, n0 + j->nc);
+    int64_t m0 = task / j->tasks_n * j->mc, m1 = LM_MIN(j->M, m0 + j->mc);
+    float *bp = j->scratch + (size_t)worker * (size_t)(j->kc * j->nc);
+    for (int64_t k0 = 0; k0 < j->K; k0 += j->kc) {
+        int64_t kl = LM_MIN(j->kc, j->K - k0);
+        /* Panel p holds columns n0 + p * nr ..: kl rows of nr floats. */
+        for (int64_t n = n0; n < n1; n += nr)
+            kn->pack(lm__w_at(j->w, j->wdt, j->ldw, n, k0), j->wdt, j->ldw, (int)LM_MIN(nr, n1 - n), kl,
+                     bp + (n - n0) * kl);
+        /* x strip (mr x kl, ~6 KB) stays in L1 while it sweeps the L2-resident block. */
+        for (int64_t m = m0; m < m1; m += mr)
+            for (int64_t n = n0; n < n1; n += nr)
+                kn->micro(kl, j->x + m * j->ldx + k0, j->ldx, (int)LM_MIN(mr, m1 - m), bp + (n - n0) * kl,
+                          j->y + m * j->ldy + n, j->ldy, (int)LM_MIN(nr, n1 - n), k0 > 0);
+    }
+}
+
+static void run_gemv(lm_threadpool *pool, linear_job *j) {
+    int64_t threads = lm_threadpool_size(pool), gnr = j->kern->gemv_nr;
+    /* About 4 tasks per thread balances uneven progress; fewer when the call is small. */
+    int64_t tasks = LM_MIN(4 * threads, LM_MAX(1, j->M * j->N * j->K / SERIAL_MACS));
+    if (threads == 1) tasks = 1;
+    j->rows_per_task = round_up(ceil_div(j->N, tasks), gnr);
+    lm_threadpool_run(pool, ceil_div(j->N, j->rows_per_task), gemv_task, j);
+}
+
+/* Chooses kc, nc, mc so blocks fit in cache and there are enough tasks for the pool. */
+static void plan_gemm(linear_job *j, int64_t threads) {
+    const lm__linear_kernels *kn = j->kern;
+    j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), 16));
+    if (j->M * j->N * j->K < SERIAL_MACS) threads = 1;
+    int64_t panels = ceil_div(j->N, kn->nr), max_panels = kn->nc / kn->nr;
+    int64_t blocks_n = ceil_div(panels, max_panels);
+    if (blocks_n < threads) blocks_n = LM_MIN(threads, panels);
+    else blocks_n = LM_MIN(round_up(blocks_n, threads), panels); /* whole rounds of tasks */
+    j->nc = ceil_div(panels, blocks_n) * kn->nr;
+    j->tasks_n = ceil_div(j->N, j->nc);
+    /* Too few N blocks for the pool (narrow W): split M as well. */
+    int64_t blocks_m = LM_MIN(ceil_div(threads, j->tasks_n), ceil_div(j->M, kn->mr));
+    j->mc = round_up(ceil_div(j->M, blocks_m), kn->mr);
+}
+
+static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
+    int64_t threads = lm_threadpool_size(pool);
+    plan_gemm(j, threads);
+    int64_t tasks = j->tasks_n * ceil_div(j->M, j->mc);
+    int64_t workers = tasks > 1 ? threads : 1;
+    size_t floats = (size_t)workers * (size_t)(j->kc * j->nc);
+    j->scratch = lm__alloc(floats * sizeof(float), 64);
+    if (!j->scratch)
+        return lm__error(LM_OUT_OF_MEMORY, "cpu linear: packing scratch of %zu bytes for %lld workers failed",
+                         floats * sizeof(float), (long long)workers);
+    lm_threadpool_run(pool, tasks, gemm_task, j);
+    lm__free(j->scratch);
+    j->scratch = NULL;
+    return LM_OK;
+}
+
+static lm_status check_args(const float *x, int64_t ldx, const void *w, lm_dtype wdtype, int64_t ldw,
+                            const float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    const char *op = "cpu linear";
+    if (wdtype != LM_F32 && wdtype != LM_BF16 && wdtype != LM_F16)
+        return lm__error(LM_UNSUPPORTED, "%s: weight dtype %s; expected f32, bf16 or f16", op, lm_dtype_name(wdtype));
+    if (M < 0 || N < 0 || K < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: negative size M=%lld N=%lld K=%lld", op, (long long)M,
+                         (long long)N, (long long)K);
+    if (ldx < 0 || ldw < 0 || (M > 1 && ldy < N))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: row strides ldx=%lld ldw=%lld ldy=%lld invalid for N=%lld", op,
+                         (long long)ldx, (long long)ldw, (long long)ldy, (long long)N);
+    if (M > 0 && N > 0 && (!y || (K > 0 && (!x || !w))))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: NULL %s", op, !y ? "y" : !x ? "x" : "w");
+    return LM_OK;
+}
+
+lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
+                         int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    LM_TRY(check_args(x, ldx, w, wdtype, ldw, y, ldy, M, N, K));
+    if (M == 0 || N == 0) return LM_OK;
+    if (K == 0) { /* the empty sum */
+        for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, (size_t)N * sizeof(float));
+        return LM_OK;
+    }
+    linear_job j = {.kern = kernels_for(lm__cpu_isa_active()), .x = x, .w = w, .y = y, .wdt = wdtype,
+                    .ldx = ldx, .ldw = ldw, .ldy = ldy, .M = M, .N = N, .K = K};
+    if (M <= j.kern->gemv_max_m) {
+        run_gemv(pool, &j);
+        return LM_OK;
+    }
+    return run_gemm(pool, &j);
+}
+
+/* ---- mapping lm_matmul_out views onto lm__cpu_linear ------------------------------------ */
+typedef struct linear_args {
+    int64_t M, N, K, ldx, ldw, ldy;
+} linear_args;
+
+/* Merges the batch dims and M (all dims but the last) of v into one row dimension:
+ * *rows rows, *ld elements apart. 0 when the strides do not nest. */
+static int merge_rows(const lm_tensor_view *v, int64_t *rows, int64_t *ld) {
+    int64_t n = 1, next = 0;
+    *ld = 0;
+    for (int d = v->ndim - 2; d >= 0; d--) {
+        if (v->shape[d] == 0) {
+            *rows = 0;
+            return 1;
+        }
+        if (v->shape[d] == 1) continue;
+        if (n == 1) *ld = v->stride[d];
+        else if (v->stride[d] != next) return 0;
+        next = v->stride[d] * v->shape[d];
+        n *= v->shape[d];
+    }
+    *rows = n;
+    return 1;
+}
+
+static int describe(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, linear_args *la) {
+    if (!a || !b || !out) return 0;
+    if (a->dtype != LM_F32 || out->dtype != LM_F32) return 0;
+    if (b->dtype != LM_F32 && b->dtype != LM_BF16 && b->dtype != LM_F16) return 0;
+    if (a->device.type != LM_DEVICE_CPU || b->device.type != LM_DEVICE_CPU || out->device.type != LM_DEVICE_CPU)
+        return 0;
+    int nd = out->ndim, bn = b->ndim;
+    if (nd < 2 || a->ndim != nd || bn < 2 || bn > nd) return 0;
+    for (int d = 0; d < nd - 1; d++)
+        if (a->shape[d] != out->shape[d]) return 0; /* same batch dims and M */
+    for (int d = 0; d < bn - 2; d++)
+        if (b->shape[d] != 1 && b->stride[d] != 0) return 0; /* one weight for every batch */
+    la->K = a->shape[nd - 1];
+    la->N = out->shape[nd - 1];
+    if (b->shape[bn - 2] != la->K || b->shape[bn - 1] != la->N) return 0;
+    if ((la->K > 1 && (a->stride[nd - 1] != 1 || b->stride[bn - 2] != 1)) || (la->N > 1 && out->stride[nd - 1] != 1))
+        return 0;
+    la->ldw = la->N > 1 ? b->stride[bn - 1] : 0;
+    if (!merge_rows(a, &la->M, &la->ldx)) return 0;
+    int64_t rows_out;
+    if (!merge_rows(out, &rows_out, &la->ldy) || rows_out != la->M) return 0;
+    if (la->M > 1 && la->ldy < la->N) return 0;
+    return 1;
+}
+
+int lm__cpu_linear_supported(const lm_tensor_view *a, const lm_tensor_view *b_transposed_weight,
+                             const lm_tensor_view *out) {
+    linear_args la;
+    return describe(a, b_transposed_weight, out, &la);
+}
+
+lm_status lm__cpu_linear_views(lm_threadpool *pool, const lm_tensor_view *a, const lm_tensor_view *b_transposed_weight,
+                               const lm_tensor_view *out) {
+    linear_args la;
+    if (!describe(a, b_transposed_weight, out, &la))
+        return lm__error(LM_UNSUPPORTED, "cpu linear: views do not map onto x [M, K] @ W[N, K]^T with unit inner "
+                                         "strides and mergeable rows");
+    return lm__cpu_linear(pool, a->data, la.ldx, b_transposed_weight->data, b_transposed_weight->dtype, la.ldw,
+                          out->data, la.ldy, la.M, la.N, la.K);
+}

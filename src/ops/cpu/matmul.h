@@ -1,0 +1,38 @@
+/* ops/cpu/matmul.h — the tuned CPU linear layer: y = x @ W^T with f32 activations and
+ * f32, bf16 or f16 weights in Hugging Face Linear layout (W [N, K] row-major).
+ *
+ * Accumulation is f32, x is never rounded, weights are widened exactly. The vector
+ * path is chosen per call from ops/cpu/isa.h (AVX-512, AVX2+FMA+F16C, or portable
+ * scalar). M <= a few rows streams W once split over threads by N (decode); larger
+ * M packs W blocks into per-thread panels and runs a register-blocked microkernel.
+ * y must not overlap x or W. Results do not depend on the thread count.
+ */
+#ifndef LOOM_OPS_CPU_MATMUL_H
+#define LOOM_OPS_CPU_MATMUL_H
+
+#include "ops/internal.h"
+
+/* y[m * ldy + n] = sum_k x[m * ldx + k] * W[n * ldw + k] for m < M, n < N, k < K.
+ * wdtype: LM_F32, LM_BF16 or LM_F16 (else LM_UNSUPPORTED). K == 0 writes zeros.
+ * Needs M, N, K >= 0, ldx, ldw >= 0, ldy >= N when M > 1 (rows of y never overlap),
+ * and non-NULL pointers for whatever is read or written (LM_INVALID_ARGUMENT).
+ * pool == NULL runs on the calling thread. Scratch comes from lm__alloc
+ * (LM_OUT_OF_MEMORY; nothing leaks). */
+lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
+                         int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
+
+/* 1 if lm_matmul_out(a, b, out) maps onto lm__cpu_linear: a f32 [..., M, K], out f32
+ * [..., M, N] with the same batch dims, both with unit inner stride and batch + M dims
+ * that merge into one row dimension (any row stride); b bf16/f16/f32 [K, N] with
+ * stride 1 along K (the transposed view of a row-major [N, K] weight), or
+ * [..., K, N] whose batch dims are size 1 or stride 0 (one shared weight). All on
+ * the CPU. Views may be the batch-expanded ones lm_matmul_out builds. */
+int lm__cpu_linear_supported(const lm_tensor_view *a, const lm_tensor_view *b_transposed_weight,
+                             const lm_tensor_view *out);
+
+/* Runs lm__cpu_linear on views accepted by lm__cpu_linear_supported (LM_UNSUPPORTED
+ * otherwise). Shapes must already be validated by the caller. */
+lm_status lm__cpu_linear_views(lm_threadpool *pool, const lm_tensor_view *a, const lm_tensor_view *b_transposed_weight,
+                               const lm_tensor_view *out);
+
+#endif

@@ -1,0 +1,199 @@
+/* ops/cpu/matmul_avx2.c — AVX2 + FMA + F16C kernels for lm__cpu_linear (ymm = 8 f32
+ * lanes, 16 registers).
+ *
+ * bf16 widens by zero-extension and a 16-bit shift, f16 with vcvtph2ps; both exact.
+ * AVX2 has no 16-bit masked loads, so K tails go through a zero-padded 8-lane
+ * buffer (once per row, outside the main loop).
+ *  gemv:  4 W rows x up to 2 x rows per call (8 accumulators + 4 weights + x).
+ *  GEMM:  6 x 16 tile = 12 ymm accumulators; per k: 2 panel loads, 6 broadcasts,
+ *         12 FMAs. Panels are packed with 8 x 8 in-register transposes.
+ * Compiled with generic flags: each function carries LM__TARGET_AVX2.
+ */
+#include "ops/cpu/matmul_kernels.h"
+
+#ifdef LM__HAVE_X86_KERNELS
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline)) LM__TARGET_AVX2
+
+enum { GEMV_MR = 2, GEMV_NR = 4, MR = 6, NR = 16 };
+
+/* 8 weights at element k of row p, widened to f32. */
+INLINE __m256 load_w8(const void *p, int64_t k, lm_dtype dt) {
+    if (dt == LM_F32) return _mm256_loadu_ps((const float *)p + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
+    if (dt == LM_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* n < 8 weights at element k of row p, zero-padded to 8 lanes. */
+INLINE __m256 load_w8_tail(const void *p, int64_t k, int64_t n, lm_dtype dt) {
+    float buf[8] = {0};
+    for (int64_t i = 0; i < n; i++) buf[i] = lm__widen1(p, dt, k + i);
+    return _mm256_loadu_ps(buf);
+}
+
+INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* One gemv tile with compile-time MRX x rows and dtype DT (constants after inlining). */
+INLINE void gemv_tile(const float *x, int64_t ldx, const int MRX, const void *w, const lm_dtype DT, int64_t ldw,
+                      int nrows, int64_t K, float *y, int64_t ldy) {
+    const void *wr[GEMV_NR];
+    __m256 acc[GEMV_MR][GEMV_NR];
+    /* Rows past nrows repeat the last row: loads stay in bounds, results are dropped. */
+#pragma GCC unroll 4
+    for (int r = 0; r < GEMV_NR; r++) {
+        wr[r] = lm__w_at(w, DT, ldw, r < nrows ? r : nrows - 1, 0);
+#pragma GCC unroll 2
+        for (int m = 0; m < GEMV_MR; m++) acc[m][r] = _mm256_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv[GEMV_NR];
+#pragma GCC unroll 4
+        for (int r = 0; r < GEMV_NR; r++) wv[r] = load_w8(wr[r], k, DT);
+#pragma GCC unroll 2
+        for (int m = 0; m < MRX; m++) {
+            __m256 xv = _mm256_loadu_ps(x + m * ldx + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
+        }
+    }
+    if (k < K) {
+        __m256 wv[GEMV_NR];
+#pragma GCC unroll 4
+        for (int r = 0; r < GEMV_NR; r++) wv[r] = load_w8_tail(wr[r], k, K - k, DT);
+#pragma GCC unroll 2
+        for (int m = 0; m < MRX; m++) {
+            __m256 xv = load_w8_tail(x + m * ldx, k, K - k, LM_F32);
+#pragma GCC unroll 4
+            for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int m = 0; m < MRX; m++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < GEMV_NR; r++)
+            if (r < nrows) y[m * ldy + r] = hsum8(acc[m][r]);
+    }
+}
+
+#define GEMV_CASE(DT)                                                                  \
+    do {                                                                               \
+        if (mrows == 1) gemv_tile(x, ldx, 1, w, DT, ldw, nrows, K, y, ldy);            \
+        else gemv_tile(x, ldx, 2, w, DT, ldw, nrows, K, y, ldy);                       \
+        return;                                                                        \
+    } while (0)
+
+LM__TARGET_AVX2 static void gemv_avx2(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt,
+                                      int64_t ldw, int nrows, int64_t K, float *y, int64_t ldy) {
+    if (wdt == LM_F32) GEMV_CASE(LM_F32);
+    if (wdt == LM_BF16) GEMV_CASE(LM_BF16);
+    GEMV_CASE(LM_F16);
+}
+
+/* In-place transpose of an 8 x 8 f32 block held in 8 registers: r[i][j] -> r[j][i]. */
+INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) { /* s[4g + i] lane L = rows 4g..4g+3, column 4L + i */
+        s[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(s[i], s[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(s[i], s[4 + i], 0x31);
+    }
+}
+
+/* 8 rows x kn (<= 8) k of W (rows >= ncols read as 0) transposed into kn panel rows. */
+INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t k, int64_t kn, float *dst) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        if (j >= ncols) {
+            r[j] = _mm256_setzero_ps();
+            continue;
+        }
+        const void *row = lm__w_at(w, DT, ldw, j, 0);
+        r[j] = kn == 8 ? load_w8(row, k, DT) : load_w8_tail(row, k, kn, DT);
+    }
+    transpose8(r);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        if (i < kn) _mm256_storeu_ps(dst + (k + i) * NR, r[i]);
+}
+
+INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t kc, float *dst) {
+    for (int64_t k = 0; k < kc; k += 8) {
+        int64_t kn = kc - k < 8 ? kc - k : 8;
+        for (int j = 0; j < NR; j += 8) /* row j exists only when j < ncols */
+            pack_block(j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w, DT, ldw, ncols - j, k, kn, dst + j);
+    }
+}
+
+LM__TARGET_AVX2 static void pack_avx2(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc, float *dst) {
+    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, ncols, kc, dst);
+    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, ncols, kc, dst);
+    else pack_panel(w, LM_F16, ldw, ncols, kc, dst);
+}
+
+/* Lane i of the result is all-ones when i < n: the mask for vmaskmovps. */
+INLINE __m256i lane_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+LM__TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp,
+                                       float *c, int64_t ldc, int ncols, int accumulate) {
+    const float *ar[MR];
+    __m256 acc[MR][2];
+    /* Rows past mrows repeat the last row: in-bounds reads, results never stored. */
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        ar[r] = a + (r < mrows ? r : mrows - 1) * lda;
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(bp + k * NR), b1 = _mm256_loadu_ps(bp + k * NR + 8);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m256 av = _mm256_broadcast_ss(ar[r] + k);
+            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+    __m256i m0 = lane_mask(ncols), m1 = lane_mask(ncols - 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= mrows) break;
+        float *cp = c + r * ldc;
+        __m256 v0 = acc[r][0], v1 = acc[r][1];
+        if (accumulate) {
+            v0 = _mm256_add_ps(v0, _mm256_maskload_ps(cp, m0));
+            v1 = _mm256_add_ps(v1, _mm256_maskload_ps(cp + 8, m1));
+        }
+        _mm256_maskstore_ps(cp, m0, v0);
+        _mm256_maskstore_ps(cp + 8, m1, v1);
+    }
+}
+
+const lm__linear_kernels lm__linear_kernels_avx2 = {
+    .mr = MR, .nr = NR, .kc = 256, .nc = 512,
+    .gemv_mr = GEMV_MR, .gemv_nr = GEMV_NR, .gemv_max_m = GEMV_MR,
+    .gemv = gemv_avx2, .pack = pack_avx2, .micro = micro_avx2,
+};
+
+#endif

@@ -1,0 +1,188 @@
+/* ops/cpu/matmul_avx512.c — AVX-512 kernels for lm__cpu_linear (zmm = 16 f32 lanes).
+ *
+ * Weights are widened in registers: bf16 by zero-extending to 32 bits and shifting
+ * left 16 (bf16 is the top half of an f32), f16 with vcvtph2ps; both exact. K tails
+ * use masked loads, which never touch (or fault on) masked-out elements.
+ *  gemv:  gemv_nr W rows x up to 4 x rows per call, 16 k per step, one zmm
+ *         accumulator per (x row, W row) pair, reduced horizontally at the end.
+ *  GEMM:  6 x 64 tile = 24 zmm accumulators; per k: 4 panel loads, 6 broadcasts,
+ *         24 FMAs. Panels are packed with 16 x 16 in-register transposes.
+ * Compiled with generic flags: each function carries LM__TARGET_AVX512.
+ */
+#include "ops/cpu/matmul_kernels.h"
+
+#ifdef LM__HAVE_X86_KERNELS
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline)) LM__TARGET_AVX512
+
+enum { GEMV_MR = 4, GEMV_NR = 4, MR = 6, NR = 64 };
+
+/* 16 weights at element k of row p, widened to f32; lanes outside mask read as 0. */
+INLINE __m512 load_w16(const void *p, int64_t k, lm_dtype dt, __mmask16 mask) {
+    if (dt == LM_F32) return _mm512_maskz_loadu_ps(mask, (const float *)p + k);
+    __m256i h = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)p + k);
+    if (dt == LM_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+INLINE __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
+/* acc[m][r] += x row m (16 values at k) * W row r (16 values at k), lanes in mask. */
+INLINE void gemv_step(const float *const *xr, const int MRX, const void *const *wr, const lm_dtype DT, int64_t k,
+                      __mmask16 mask, __m512 acc[GEMV_MR][GEMV_NR]) {
+    __m512 wv[GEMV_NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < GEMV_NR; r++) wv[r] = load_w16(wr[r], k, DT, mask);
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        __m512 xv = _mm512_maskz_loadu_ps(mask, xr[m] + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
+    }
+}
+
+/* One gemv tile with compile-time MRX x rows and dtype DT (constants after inlining). */
+INLINE void gemv_tile(const float *x, int64_t ldx, const int MRX, const void *w, const lm_dtype DT, int64_t ldw,
+                      int nrows, int64_t K, float *y, int64_t ldy) {
+    const void *wr[GEMV_NR];
+    const float *xr[GEMV_MR];
+    __m512 acc[GEMV_MR][GEMV_NR];
+    /* Rows past nrows repeat the last row: loads stay in bounds, results are dropped. */
+#pragma GCC unroll 8
+    for (int r = 0; r < GEMV_NR; r++) wr[r] = lm__w_at(w, DT, ldw, r < nrows ? r : nrows - 1, 0);
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        xr[m] = x + m * ldx;
+#pragma GCC unroll 8
+        for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) gemv_step(xr, MRX, wr, DT, k, (__mmask16)0xffff, acc);
+    if (k < K) gemv_step(xr, MRX, wr, DT, k, tail_mask(K - k), acc);
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < GEMV_NR; r++)
+            if (r < nrows) y[m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
+    }
+}
+
+#define GEMV_CASE(DT)                                                                  \
+    switch (mrows) {                                                                   \
+    case 1: gemv_tile(x, ldx, 1, w, DT, ldw, nrows, K, y, ldy); return;               \
+    case 2: gemv_tile(x, ldx, 2, w, DT, ldw, nrows, K, y, ldy); return;               \
+    case 3: gemv_tile(x, ldx, 3, w, DT, ldw, nrows, K, y, ldy); return;               \
+    default: gemv_tile(x, ldx, 4, w, DT, ldw, nrows, K, y, ldy); return;              \
+    }
+
+LM__TARGET_AVX512 static void gemv_avx512(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt,
+                                          int64_t ldw, int nrows, int64_t K, float *y, int64_t ldy) {
+    if (wdt == LM_F32) GEMV_CASE(LM_F32)
+    if (wdt == LM_BF16) GEMV_CASE(LM_BF16)
+    GEMV_CASE(LM_F16)
+}
+
+/* In-place transpose of a 16 x 16 f32 block held in 16 registers: r[i][j] -> r[j][i]. */
+INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) { /* pairs of rows: 2 x 2 blocks inside each 128-bit lane */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) { /* groups of 4 rows: u[4g + i] lane L = rows 4g..4g+3, column 4L + i */
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* gather lane L of the four groups: column 4L + i */
+        __m512 lo01 = _mm512_shuffle_f32x4(u[i], u[4 + i], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 hi01 = _mm512_shuffle_f32x4(u[i], u[4 + i], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 lo23 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 hi23 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
+        r[4 + i] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
+        r[8 + i] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
+        r[12 + i] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* 16 rows x 16 k of W (rows >= ncols read as 0) transposed into 16 panel rows. */
+INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t k, int64_t kn, float *dst) {
+    __m512 r[16];
+    __mmask16 mask = tail_mask(kn);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        r[j] = j < ncols ? load_w16(lm__w_at(w, DT, ldw, j, 0), k, DT, mask) : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        if (i < kn) _mm512_storeu_ps(dst + (k + i) * NR, r[i]);
+}
+
+INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t kc, float *dst) {
+    for (int64_t k = 0; k < kc; k += 16) {
+        int64_t kn = kc - k < 16 ? kc - k : 16;
+        for (int j = 0; j < NR; j += 16) /* row j exists only when j < ncols */
+            pack_block(j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w, DT, ldw, ncols - j, k, kn, dst + j);
+    }
+}
+
+LM__TARGET_AVX512 static void pack_avx512(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc,
+                                          float *dst) {
+    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, ncols, kc, dst);
+    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, ncols, kc, dst);
+    else pack_panel(w, LM_F16, ldw, ncols, kc, dst);
+}
+
+LM__TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp,
+                                           float *c, int64_t ldc, int ncols, int accumulate) {
+    const float *ar[MR];
+    __m512 acc[MR][NR / 16];
+    /* Rows past mrows repeat the last row: in-bounds reads, results never stored. */
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        ar[r] = a + (r < mrows ? r : mrows - 1) * lda;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) acc[r][j] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b[NR / 16];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) b[j] = _mm512_loadu_ps(bp + k * NR + 16 * j);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(ar[r][k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR / 16; j++) acc[r][j] = _mm512_fmadd_ps(av, b[j], acc[r][j]);
+        }
+    }
+    __mmask16 mask[NR / 16];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR / 16; j++) mask[j] = ncols > 16 * j ? tail_mask(ncols - 16 * j) : 0;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= mrows) break;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) {
+            float *cp = c + r * ldc + 16 * j;
+            __m512 v = acc[r][j];
+            if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[j], cp));
+            _mm512_mask_storeu_ps(cp, mask[j], v);
+        }
+    }
+}
+
+const lm__linear_kernels lm__linear_kernels_avx512 = {
+    .mr = MR, .nr = NR, .kc = 256, .nc = 512,
+    .gemv_mr = GEMV_MR, .gemv_nr = GEMV_NR, .gemv_max_m = GEMV_MR,
+    .gemv = gemv_avx512, .pack = pack_avx512, .micro = micro_avx512,
+};
+
+#endif

@@ -1,0 +1,63 @@
+/* ops/cpu/matmul_kernels.h — the per-instruction-set kernels behind lm__cpu_linear.
+ *
+ * y[m, n] = sum_k x[m, k] * W[n, k] with x, y f32 and W f32/bf16/f16 rows of K
+ * contiguous elements (Hugging Face Linear layout). Two shapes of work:
+ *  - gemv: a few x rows against a few W rows read straight from memory (decode, M
+ *    small: W is streamed once and never copied);
+ *  - GEMM: W blocks are widened to f32 and packed as panels of nr columns,
+ *    dst[k * nr + j] = W[n0 + j, k0 + k], then a register-blocked microkernel
+ *    computes mr x nr tiles of y, broadcasting x values against panel rows.
+ * Every kernel accumulates in f32; x is never rounded. Sizes are in elements.
+ */
+#ifndef LOOM_OPS_CPU_MATMUL_KERNELS_H
+#define LOOM_OPS_CPU_MATMUL_KERNELS_H
+
+#include "ops/cpu/isa.h"
+#include "loom/tensor.h"
+
+#include <string.h>
+
+typedef struct lm__linear_kernels {
+    int mr, nr;      /* microkernel tile: mr rows of x/y by nr columns of y (nr = panel width) */
+    int64_t kc;      /* largest K block per packed panel, a multiple of 16 */
+    int64_t nc;      /* largest N block one task packs; kc * nc * 4 bytes fits in half an L2 */
+    int gemv_mr;     /* most x rows one gemv call handles */
+    int gemv_nr;     /* most W rows one gemv call handles */
+    int gemv_max_m;  /* M up to this uses gemv, larger M the packed GEMM */
+    /* y[m * ldy + r] = dot(x[m * ldx + 0 .. K), W row r) for m < mrows, r < nrows;
+     * w points at W row 0 (dtype wdt, rows ldw elements apart). */
+    void (*gemv)(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt, int64_t ldw, int nrows,
+                 int64_t K, float *y, int64_t ldy);
+    /* Packs one panel: dst[k * nr + j] = f32(W row j, element k) for k < kc and
+     * j < ncols (<= nr), 0 for ncols <= j < nr. w points at (row 0, element 0). */
+    void (*pack)(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc, float *dst);
+    /* c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0) + sum_{k < kc} a[r * lda + k] * bp[k * nr + j]
+     * for r < mrows (<= mr) and j < ncols (<= nr); nothing else in c is touched. */
+    void (*micro)(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp, float *c, int64_t ldc,
+                  int ncols, int accumulate);
+} lm__linear_kernels;
+
+extern const lm__linear_kernels lm__linear_kernels_scalar;
+#ifdef LM__HAVE_X86_KERNELS
+extern const lm__linear_kernels lm__linear_kernels_avx2;
+extern const lm__linear_kernels lm__linear_kernels_avx512;
+#endif
+
+/* One weight element widened to f32 (exact for every dtype). bf16 is the top half
+ * of an f32, so widening is a 16-bit shift. */
+static inline float lm__widen1(const void *w, lm_dtype dt, int64_t k) {
+    if (dt == LM_F32) return ((const float *)w)[k];
+    uint16_t h = ((const uint16_t *)w)[k];
+    if (dt == LM_F16) return lm_f16_to_f32(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Address of element k of W row n (4-byte f32 or 2-byte bf16/f16 elements). */
+static inline const void *lm__w_at(const void *w, lm_dtype dt, int64_t ldw, int64_t n, int64_t k) {
+    return (const char *)w + (size_t)(n * ldw + k) * (dt == LM_F32 ? 4u : 2u);
+}
+
+#endif

@@ -1,0 +1,50 @@
+/* ops/embedding.c — public embedding lookup: validation and dispatch. table [V, D]
+ * float, ids i32/i64 of any rank below LM_MAX_DIMS, out [..., D] = ids' shape + [D]
+ * in table's dtype. out may share memory with neither table nor ids (detectable
+ * overlaps are rejected, ops/alias.h). Only the reference level exists so far. */
+#include "ops/alias.h"
+#include "ops/ref/embedding.h"
+
+/* out's shape: ids' shape followed by D. */
+static lm_status out_shape(const char *op, const lm_tensor_view *table, const lm_tensor_view *ids, int *ndim,
+                           int64_t *shape) {
+    if (ids->ndim >= LM_MAX_DIMS)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: ids has %d dims; at most %d are supported", op, ids->ndim,
+                         LM_MAX_DIMS - 1);
+    int64_t any2[2] = {-1, -1};
+    LM_TRY(lm__op_check_shape(op, "table", table, 2, any2));
+    for (int i = 0; i < ids->ndim; i++) shape[i] = ids->shape[i];
+    shape[ids->ndim] = table->shape[1];
+    *ndim = ids->ndim + 1;
+    return LM_OK;
+}
+
+lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids,
+                           const lm_tensor_view *out) {
+    const char *op = "embedding";
+    const lm_tensor_view *vs[] = {table, ids, out};
+    static const char *const names[] = {"table", "ids", "out"};
+    LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
+    LM_TRY(lm__op_check_float(op, "table", table));
+    LM_TRY(lm__op_check_index(op, "ids", ids));
+    LM_TRY(lm__op_check_dtype(op, "out", out, table->dtype));
+    int nd;
+    int64_t shape[LM_MAX_DIMS];
+    LM_TRY(out_shape(op, table, ids, &nd, shape));
+    LM_TRY(lm__op_check_shape(op, "out", out, nd, shape));
+    LM_TRY(lm__op_check_out(op, "out", out));
+    LM_TRY(lm__op_check_alias(op, "out", out, "table", table, 0));
+    LM_TRY(lm__op_check_alias(op, "out", out, "ids", ids, 0));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    return lm__ref_embedding(table, ids, out);
+}
+
+lm_status lm_embedding(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids, lm_tensor **out) {
+    if (!table || !ids) return lm__error(LM_INVALID_ARGUMENT, "embedding: %s is NULL", table ? "ids" : "table");
+    int nd;
+    int64_t shape[LM_MAX_DIMS];
+    LM_TRY(out_shape("embedding", table, ids, &nd, shape));
+    LM_TRY(lm__op_alloc(ctx, table->dtype, nd, shape, out));
+    return lm__op_finish(lm_embedding_out(ctx, table, ids, lm_tensor_as_view(*out)), out);
+}
