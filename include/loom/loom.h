@@ -6,6 +6,12 @@
 #include "loom/runtime.h"
 #include "loom/tensor.h"
 #include "loom/ops.h"
+#include "loom/safetensors.h"
+#include "loom/config.h"
+#include "loom/tokenizer.h"
+#include "loom/model.h"
+#include "loom/sampler.h"
+#include "loom/generate.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1
