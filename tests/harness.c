@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,12 +150,14 @@ lm_tensor *lt_poisoned_tensor(lm_dtype dt, int ndim, const int64_t *shape) {
     return t;
 }
 
-static int64_t g_live, g_count, g_fail_at;
+/* atomic: the library may free from other threads (e.g. storage released by a worker) */
+static atomic_llong g_live, g_count;
+static int64_t g_fail_at;
 
 static void *track_alloc(void *user, size_t nbytes, size_t align) {
     (void)user;
-    g_count++;
-    if (g_fail_at && g_count == g_fail_at) return NULL;
+    long long n = atomic_fetch_add(&g_count, 1) + 1;
+    if (g_fail_at && n == g_fail_at) return NULL;
     size_t rounded = (nbytes + align - 1) / align * align;
     void *p = aligned_alloc(align, rounded ? rounded : align);
     if (p) g_live++;
@@ -170,7 +173,8 @@ static void track_free(void *user, void *p) {
 }
 
 void lt_alloc_track(int64_t fail_at) {
-    g_live = g_count = 0;
+    atomic_store(&g_live, 0);
+    atomic_store(&g_count, 0);
     g_fail_at = fail_at;
     lm_alloc_hooks h = {track_alloc, track_free, NULL};
     lm_set_alloc_hooks(&h);

@@ -66,11 +66,12 @@ typedef struct lm_tensor_view {
     int64_t stride[LM_MAX_DIMS];   /* elements, >= 0 */
 } lm_tensor_view;
 
-/* strides == NULL means contiguous row-major. Validates ndim, dims and strides. */
+/* strides == NULL means contiguous row-major. Validates ndim, dims and strides:
+ * LM_INVALID_ARGUMENT for bad values, LM_OUT_OF_RANGE when the extent overflows int64. */
 lm_status lm_tensor_view_init(lm_tensor_view *v, void *data, lm_dtype dtype, lm_device device, int ndim,
                               const int64_t *shape, const int64_t *strides);
 int64_t lm_tensor_view_numel(const lm_tensor_view *v);
-int lm_tensor_view_is_contiguous(const lm_tensor_view *v);
+int lm_tensor_view_is_contiguous(const lm_tensor_view *v); /* 1 for any empty view */
 /* Span in elements from element 0 to the last element, plus one (0 if empty). */
 int64_t lm_tensor_view_extent(const lm_tensor_view *v);
 /* 1 if two distinct index tuples can reach the same element (a 0 stride on a
@@ -139,7 +140,8 @@ lm_status lm_tensor_contiguous(lm_ctx *ctx, const lm_tensor *t, lm_tensor **out)
 /* A contiguous copy of t on device (any pair of devices). Caller owns *out. */
 lm_status lm_tensor_to_device(lm_ctx *ctx, const lm_tensor *t, lm_device device, lm_tensor **out);
 /* Copies src into dst element by element (same dtype and shape, any strides, same
- * device, or both contiguous across devices). dst must not overlap itself. */
+ * device, or both contiguous across devices). dst must not overlap itself, and dst
+ * and src must be the same view or not overlap at all. */
 lm_status lm_tensor_view_copy(lm_ctx *ctx, const lm_tensor_view *dst, const lm_tensor_view *src);
 /* Copies to/from contiguous host memory of numel elements. */
 lm_status lm_tensor_view_read(lm_ctx *ctx, const lm_tensor_view *src, void *host_dst);

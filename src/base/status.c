@@ -37,10 +37,13 @@ const char *lm_last_error(void) { return lm__errbuf; }
 void lm_clear_error(void) { lm__errbuf[0] = '\0'; }
 
 lm_status lm__error(lm_status status, const char *fmt, ...) {
+    /* format off to the side: the arguments may quote lm_last_error() itself */
+    char msg[LM__ERRBUF];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(lm__errbuf, sizeof lm__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(lm__errbuf, msg, sizeof msg);
     lm__log(LM_LOG_DEBUG, "%s: %s", lm_status_name(status), lm__errbuf);
     return status;
 }

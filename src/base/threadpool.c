@@ -10,9 +10,16 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+typedef struct worker_start {
+    struct lm_threadpool *pool;
+    int worker;
+} worker_start;
+
 struct lm_threadpool {
     int nthreads;
-    pthread_t *threads; /* [nthreads-1] */
+    pthread_t *threads;   /* [nthreads-1] */
+    worker_start *starts; /* [nthreads-1]: owned by the pool so workers never call the
+                             allocation hooks (which need not be thread-safe) */
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     uint64_t generation; /* bumped per run; workers wait for a new value */
@@ -24,11 +31,6 @@ struct lm_threadpool {
     atomic_llong next;
 };
 
-typedef struct {
-    lm_threadpool *pool;
-    int worker;
-} worker_start;
-
 static void drain(lm_threadpool *p, int worker) {
     for (;;) {
         int64_t t = atomic_fetch_add(&p->next, 1);
@@ -39,7 +41,6 @@ static void drain(lm_threadpool *p, int worker) {
 
 static void *worker_main(void *raw) {
     worker_start ws = *(worker_start *)raw;
-    lm__free(raw);
     lm_threadpool *p = ws.pool;
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
@@ -72,26 +73,25 @@ lm_status lm_threadpool_create(int nthreads, lm_threadpool **out) {
     lm_threadpool *p = lm__calloc(1, sizeof *p);
     if (!p) return LM_OUT_OF_MEMORY;
     p->nthreads = nthreads;
-    if (nthreads > 1 && !(p->threads = lm__calloc((size_t)nthreads - 1, sizeof(pthread_t)))) {
-        lm__free(p);
-        return LM_OUT_OF_MEMORY;
+    if (nthreads > 1) {
+        p->threads = lm__calloc((size_t)nthreads - 1, sizeof(pthread_t));
+        p->starts = p->threads ? lm__calloc((size_t)nthreads - 1, sizeof(worker_start)) : NULL;
+        if (!p->starts) {
+            lm__free(p->threads);
+            lm__free(p);
+            return LM_OUT_OF_MEMORY;
+        }
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     for (int i = 0; i < nthreads - 1; i++) {
-        worker_start *ws = lm__alloc(sizeof *ws, 16);
-        int rc = -1;
-        if (ws) {
-            *ws = (worker_start){p, i + 1};
-            rc = pthread_create(&p->threads[i], NULL, worker_main, ws);
-            if (rc != 0) lm__free(ws);
-        }
+        p->starts[i] = (worker_start){p, i + 1};
+        int rc = pthread_create(&p->threads[i], NULL, worker_main, &p->starts[i]);
         if (rc != 0) {
-            stop_workers(p, i);
-            p->nthreads = i + 1; /* only i workers exist */
+            stop_workers(p, i); /* sets stop: destroy below joins nobody twice */
             lm_threadpool_destroy(p);
-            return ws ? lm__error(LM_INTERNAL, "pthread_create failed (%d)", rc) : LM_OUT_OF_MEMORY;
+            return lm__error(LM_INTERNAL, "pthread_create failed (%d)", rc);
         }
     }
     *out = p;
@@ -105,6 +105,7 @@ void lm_threadpool_destroy(lm_threadpool *p) {
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     lm__free(p->threads);
+    lm__free(p->starts);
     lm__free(p);
 }
 

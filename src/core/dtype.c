@@ -24,6 +24,7 @@ const char *lm_dtype_name(lm_dtype dt) { return lm_dtype_valid(dt) ? k_dtypes[dt
 int lm_dtype_is_float(lm_dtype dt) { return lm_dtype_valid(dt) && k_dtypes[dt].is_float; }
 
 lm_status lm_dtype_parse(const char *name, lm_dtype *out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_dtype_parse: out is NULL");
     for (int i = 0; i < LM_DTYPE_COUNT; i++)
         if (name && strcmp(name, k_dtypes[i].name) == 0) {
             *out = (lm_dtype)i;

@@ -22,7 +22,8 @@ static lm_status check_inside(const lm_storage *s, lm_dtype dt, const lm_tensor_
     int64_t extent = lm_tensor_view_extent(v);
     size_t es = lm_dtype_size(dt);
     if (offset < 0) return lm__error(LM_OUT_OF_RANGE, "negative storage offset %lld", (long long)offset);
-    if (extent == 0) return LM_OK;
+    /* an empty view touches nothing, but its data pointer must still lie within (or
+     * one past) the storage */
     uint64_t last = (uint64_t)offset + (uint64_t)extent; /* one past, in elements */
     if (last > lm_storage_nbytes(s) / es)
         return lm__error(LM_OUT_OF_RANGE, "view reaches element %llu but storage holds %zu elements of %s",

@@ -3,7 +3,8 @@
  * Every function here is metadata-only: it validates arguments, fills *out and
  * touches no element. A transform of a view that lies inside its storage yields a
  * view that lies inside it too, so bounds are only checked where a view is built
- * from raw numbers (lm_tensor_from_storage / lm_tensor_from_view).
+ * from raw numbers (lm_tensor_from_storage / lm_tensor_from_view). view_init rejects
+ * layouts whose extent does not fit in int64, so index arithmetic cannot overflow.
  * out may alias the input: results are built in a local copy first.
  */
 #include "base/internal.h"
@@ -34,12 +35,29 @@ static lm_status checked_numel(int ndim, const int64_t *shape, int64_t *out) {
     return LM_OK;
 }
 
+/* 1 if a * b fits in int64 (a, b >= 0). */
+static int mul_fits(int64_t a, int64_t b) { return b == 0 || a <= INT64_MAX / b; }
+
+/* 1 if the view's extent, sum((shape-1)*stride) + 1 elements, fits in int64, so
+ * index arithmetic on any view built here cannot overflow. */
+static int span_fits(const lm_tensor_view *r) {
+    int64_t limit = INT64_MAX - 1, span = 0;
+    for (int i = 0; i < r->ndim; i++)
+        if (r->shape[i] == 0) return 1;
+    for (int i = 0; i < r->ndim; i++) {
+        int64_t n = r->shape[i] - 1;
+        if (n && r->stride[i] > (limit - span) / n) return 0;
+        span += n * r->stride[i];
+    }
+    return 1;
+}
+
 lm_status lm_tensor_view_init(lm_tensor_view *v, void *data, lm_dtype dtype, lm_device device, int ndim,
                               const int64_t *shape, const int64_t *strides) {
     if (!v || (ndim > 0 && !shape)) return lm__error(LM_INVALID_ARGUMENT, "lm_tensor_view_init: NULL argument");
     if (!lm_dtype_valid(dtype)) return lm__error(LM_INVALID_ARGUMENT, "invalid dtype %d", (int)dtype);
     LM_TRY(check_dims(ndim, shape, strides));
-    int64_t n;
+    int64_t n = 0;
     LM_TRY(checked_numel(ndim, shape, &n));
     lm_tensor_view r;
     memset(&r, 0, sizeof r);
@@ -51,8 +69,13 @@ lm_status lm_tensor_view_init(lm_tensor_view *v, void *data, lm_dtype dtype, lm_
     for (int i = ndim - 1; i >= 0; i--) {
         r.shape[i] = shape[i];
         r.stride[i] = strides ? strides[i] : st;
-        st *= shape[i] ? shape[i] : 1;
+        int64_t dim = shape[i] ? shape[i] : 1; /* an empty view still gets distinct strides */
+        if (i > 0 && !strides && !mul_fits(st, dim))
+            return lm__error(LM_INVALID_ARGUMENT, "contiguous strides of a %d-d shape overflow int64", ndim);
+        st *= dim;
     }
+    if (!span_fits(&r))
+        return lm__error(LM_OUT_OF_RANGE, "view spans more than 2^63 elements (stride too large for its shape)");
     if (n > 0 && !data) return lm__error(LM_INVALID_ARGUMENT, "NULL data for a view of %lld elements", (long long)n);
     *v = r;
     return LM_OK;
@@ -65,9 +88,10 @@ int64_t lm_tensor_view_numel(const lm_tensor_view *v) {
 }
 
 int lm_tensor_view_is_contiguous(const lm_tensor_view *v) {
+    for (int i = 0; i < v->ndim; i++)
+        if (v->shape[i] == 0) return 1; /* no elements: any strides will do */
     int64_t st = 1;
     for (int i = v->ndim - 1; i >= 0; i--) {
-        if (v->shape[i] == 0) return 1;
         if (v->shape[i] != 1 && v->stride[i] != st) return 0;
         st *= v->shape[i];
     }
@@ -177,10 +201,11 @@ lm_status lm_tensor_view_slice(const lm_tensor_view *v, int dim, int64_t start, 
         return lm__error(LM_OUT_OF_RANGE, "slice [%lld:%lld] outside axis %d of size %lld", (long long)start,
                          (long long)stop, dim, (long long)v->shape[dim]);
     lm_tensor_view r = *v;
-    int64_t len = (stop - start + step - 1) / step;
+    int64_t len = stop == start ? 0 : 1 + (stop - start - 1) / step; /* no overflow for huge steps */
     if (len > 0) r.data = (char *)v->data + start * v->stride[dim] * (int64_t)lm_dtype_size(v->dtype);
     r.shape[dim] = len;
-    r.stride[dim] = v->stride[dim] * step;
+    /* with two or more picks, step < shape and the new stride stays inside the span */
+    r.stride[dim] = len > 1 ? v->stride[dim] * step : v->stride[dim];
     *out = r;
     return LM_OK;
 }
@@ -213,6 +238,7 @@ lm_status lm_tensor_view_split_axis(const lm_tensor_view *v, int dim, int nfacto
         f[i] = factors[i];
         if (f[i] == -1 && infer < 0) infer = i;
         else if (f[i] < 0) return lm__error(LM_INVALID_ARGUMENT, "split_axis: bad factor %lld", (long long)f[i]);
+        else if (!mul_fits(known, f[i])) return lm__error(LM_SHAPE_MISMATCH, "split_axis: factors overflow int64");
         else known *= f[i];
     }
     if (infer >= 0) {
@@ -228,6 +254,8 @@ lm_status lm_tensor_view_split_axis(const lm_tensor_view *v, int dim, int nfacto
     for (int i = nfactors - 1; i >= 0; i--) {
         r.shape[dim + i] = f[i];
         r.stride[dim + i] = st;
+        if (i > 0 && !mul_fits(st, f[i])) /* absurd layouts only: strides near 2^63 */
+            return lm__error(LM_SHAPE_MISMATCH, "split_axis: factor strides overflow int64");
         st *= f[i];
     }
     for (int i = dim + 1; i < v->ndim; i++) {

@@ -99,7 +99,7 @@ static lm_status build_sharded(lm_checkpoint *ck, const char *index_path, json_t
         if (!json_is_string(val))
             return lm__error(LM_PARSE_ERROR, "index '%s': weight_map value for tensor '%s' is not a file name string",
                              index_path, name);
-        int f;
+        int f = 0;
         LM_TRY(shard_for(ck, index_path, name, json_string_value(val), &f));
         int64_t i = lm__safetensors_lookup(ck->files[f], name);
         if (i < 0)

@@ -270,7 +270,7 @@ static lm_status parse_heads(const jctx *c, const json_t *root, lm_model_config 
 }
 
 static lm_status parse_attention_options(const jctx *c, const json_t *root, lm_model_config *cfg) {
-    int attn_bias, mlp_bias, use_sw = 1;
+    int attn_bias = 0, mlp_bias = 0, use_sw = 1;
     int64_t window = 0, first = 0;
     LM_TRY(get_bool(c, root, "attention_bias", 0, &attn_bias));
     LM_TRY(get_bool(c, root, "mlp_bias", 0, &mlp_bias));

@@ -142,7 +142,7 @@ static lm_status parse_entry(const lm_safetensors *st, const char *name, const j
         return lm__error(LM_PARSE_ERROR, "safetensors '%s': tensor '%s': \"dtype\" is not a string", st->path, name);
     e->name = name;
     e->dtype_name = json_string_value(dt);
-    uint64_t numel;
+    uint64_t numel = 0;
     LM_TRY(parse_shape(st, name, json_object_get(v, "shape"), e, &numel));
     LM_TRY(parse_offsets(st, name, json_object_get(v, "data_offsets"), e));
     int bits = 0;

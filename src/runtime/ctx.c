@@ -45,7 +45,9 @@ void lm_ctx_destroy(lm_ctx *c) {
 lm_device lm_ctx_device(const lm_ctx *c) { return c ? c->device : lm_device_cpu(); }
 lm_threadpool *lm_ctx_threadpool(const lm_ctx *c) { return c ? c->pool : NULL; }
 void *lm_ctx_stream(const lm_ctx *c) { return c ? c->stream : NULL; }
-void lm_ctx_set_impl(lm_ctx *c, lm_impl impl) { c->impl = impl; }
+void lm_ctx_set_impl(lm_ctx *c, lm_impl impl) {
+    if (c) c->impl = impl;
+}
 lm_impl lm_ctx_impl(const lm_ctx *c) { return c ? c->impl : LM_IMPL_AUTO; }
 
 lm_status lm_ctx_synchronize(lm_ctx *c) {

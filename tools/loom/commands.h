@@ -5,5 +5,9 @@
 #define LOOM_CLI_COMMANDS_H
 
 int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

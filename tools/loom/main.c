@@ -11,8 +11,13 @@ static void usage(FILE *f) {
             "usage: loom <command> [options]\n"
             "commands:\n"
             "  version        print the loom version and build features\n"
+            "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
-            "  logits         run one forward pass and print logits per position (JSON lines)\n");
+            "  generate       continue a prompt with a model (streams text)\n"
+            "  info           describe a model directory (JSON)\n"
+            "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
+            "  logits         run one forward pass and print logits per position (JSON lines)\n"
+            "run 'loom <command> --help' for a command's options\n");
 }
 
 static int cmd_version(void) {
@@ -38,6 +43,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
     if (!strcmp(cmd, "cpu")) return cmd_cpu();
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

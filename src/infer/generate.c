@@ -1,0 +1,197 @@
+/* infer/generate.c — prefill + sampled decode with streaming text and stop strings.
+ *
+ * Text path: ids -> tokenizer stream decoder (complete UTF-8 only) -> stop filter.
+ * The stop filter holds back the last (longest stop string - 1) bytes, rounded back
+ * to a character boundary, because they could still begin a stop string; everything
+ * before that is final and goes to the callback. Memory: one KV cache of
+ * prompt + max_new_tokens positions and one logits row.
+ */
+#include "base/internal.h"
+#include "loom/generate.h"
+
+#include <string.h>
+#include <time.h>
+
+typedef struct stop_filter {
+    const char *const *stop;
+    int n_stop;
+    size_t longest;
+    char *held; /* [cap] text not yet delivered */
+    size_t len, cap;
+} stop_filter;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static lm_status held_append(stop_filter *f, const char *text, size_t n) {
+    if (f->len + n + 1 > f->cap) {
+        size_t cap = (f->len + n + 1) * 2;
+        char *grown = lm__alloc(cap, 16);
+        if (!grown) return LM_OUT_OF_MEMORY;
+        if (f->len) memcpy(grown, f->held, f->len);
+        lm__free(f->held);
+        f->held = grown;
+        f->cap = cap;
+    }
+    memcpy(f->held + f->len, text, n);
+    f->len += n;
+    return LM_OK;
+}
+
+/* Position of the earliest stop string in held, or -1. */
+static int64_t find_stop(const stop_filter *f) {
+    int64_t best = -1;
+    for (int i = 0; i < f->n_stop; i++) {
+        size_t sl = strlen(f->stop[i]);
+        for (size_t p = 0; sl && p + sl <= f->len; p++)
+            if (memcmp(f->held + p, f->stop[i], sl) == 0) {
+                if (best < 0 || (int64_t)p < best) best = (int64_t)p;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Bytes of held that are final: all but the last longest-1, backed up to a UTF-8
+ * character start. */
+static size_t final_prefix(const stop_filter *f, int at_end) {
+    if (at_end || f->longest <= 1) return f->len;
+    size_t keep = f->longest - 1;
+    if (f->len <= keep) return 0;
+    size_t n = f->len - keep;
+    while (n > 0 && ((unsigned char)f->held[n] & 0xC0) == 0x80) n--;
+    return n;
+}
+
+typedef struct run {
+    const lm_model *m;
+    lm_ctx *ctx;
+    lm_kv_cache *cache;
+    lm_sampler *sampler;
+    lm_tokenizer_stream *stream;
+    stop_filter filter;
+    float *logits;    /* [vocab] */
+    int32_t *history; /* [n_prompt + max_new] */
+    size_t n_history;
+    lm_token_fn cb;
+    void *user;
+} run;
+
+/* Feeds new text through the stop filter and delivers what is final. Sets *stopped
+ * to the reason when a stop string or the callback ends generation. */
+static lm_status deliver(run *r, int32_t id, const char *text, size_t n, int at_end, int *stopped) {
+    stop_filter *f = &r->filter;
+    LM_TRY(held_append(f, text, n));
+    int64_t hit = find_stop(f);
+    size_t give = hit >= 0 ? (size_t)hit : final_prefix(f, at_end);
+    int want_stop = r->cb ? r->cb(r->user, id, f->held, give) : 0;
+    memmove(f->held, f->held + give, f->len - give);
+    f->len -= give;
+    if (hit >= 0) {
+        f->len = 0; /* the stop string and anything after it are dropped */
+        *stopped = LM_STOP_STRING + 1;
+    } else if (want_stop) {
+        *stopped = LM_STOP_CALLBACK + 1;
+    }
+    return LM_OK;
+}
+
+static int is_eos(const lm_model_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == id) return 1;
+    return 0;
+}
+
+static lm_status token_text(run *r, int32_t id, const char **text, size_t *n) {
+    *text = "";
+    *n = 0;
+    return r->stream ? lm_tokenizer_stream_push(r->stream, id, text, n) : LM_OK;
+}
+
+static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_generate_params *p,
+                      lm_generate_result *res) {
+    const lm_model_config *c = lm_model_get_config(r->m);
+    int slot = 0, stopped = 0;
+    double t0 = now_seconds();
+    LM_TRY(lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, prompt, (int64_t)n_prompt, r->logits, 0));
+    double t1 = now_seconds();
+    res->prefill_seconds = t1 - t0;
+    res->reason = LM_STOP_LENGTH;
+    while (res->new_tokens < p->max_new_tokens && !stopped) {
+        int32_t id;
+        LM_TRY(lm_sampler_sample(r->sampler, r->logits, r->history, r->n_history, &id));
+        r->history[r->n_history++] = id;
+        res->new_tokens++;
+        const char *text;
+        size_t n;
+        LM_TRY(token_text(r, id, &text, &n));
+        if (!p->ignore_eos && is_eos(c, id)) {
+            res->reason = LM_STOP_EOS;
+            LM_TRY(deliver(r, id, "", 0, 0, &stopped)); /* the eos itself adds no text */
+            break;
+        }
+        LM_TRY(deliver(r, id, text, n, 0, &stopped));
+        if (stopped || res->new_tokens == p->max_new_tokens) break;
+        LM_TRY(lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, &id, 1, r->logits, 0));
+    }
+    if (stopped) res->reason = (lm_stop_reason)(stopped - 1);
+    const char *rest = "";
+    size_t nrest = 0;
+    if (r->stream && res->reason != LM_STOP_STRING) LM_TRY(lm_tokenizer_stream_flush(r->stream, &rest, &nrest));
+    int at_end = 0; /* the final call always happens, with id -1 */
+    LM_TRY(deliver(r, -1, rest, nrest, 1, &at_end));
+    if (at_end == LM_STOP_STRING + 1) res->reason = LM_STOP_STRING;
+    res->decode_seconds = now_seconds() - t1;
+    return LM_OK;
+}
+
+static lm_status check_params(const lm_model_config *c, const lm_tokenizer *tok, size_t n_prompt,
+                              const lm_generate_params *p) {
+    if (n_prompt == 0) return lm__error(LM_INVALID_ARGUMENT, "generate: the prompt is empty");
+    if (p->max_new_tokens < 1)
+        return lm__error(LM_INVALID_ARGUMENT, "generate: max_new_tokens %lld must be >= 1", (long long)p->max_new_tokens);
+    if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
+        return lm__error(LM_INVALID_ARGUMENT, "generate: bad stop string list");
+    if (p->n_stop > 0 && !tok) return lm__error(LM_INVALID_ARGUMENT, "generate: stop strings need a tokenizer");
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0]) return lm__error(LM_INVALID_ARGUMENT, "generate: stop string %d is empty", i);
+    if ((int64_t)n_prompt + p->max_new_tokens > c->max_position_embeddings)
+        return lm__error(LM_OUT_OF_RANGE, "generate: %zu prompt tokens + %lld new exceed max_position_embeddings %lld",
+                         n_prompt, (long long)p->max_new_tokens, (long long)c->max_position_embeddings);
+    return LM_OK;
+}
+
+lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, const int32_t *prompt, size_t n_prompt,
+                      const lm_generate_params *p, lm_token_fn on_token, void *user, lm_generate_result *res) {
+    if (!m || !ctx || !p || (n_prompt && !prompt)) return lm__error(LM_INVALID_ARGUMENT, "lm_generate: NULL argument");
+    const lm_model_config *c = lm_model_get_config(m);
+    LM_TRY(check_params(c, tok, n_prompt, p));
+    lm_generate_result local = {0};
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    res->prompt_tokens = (int64_t)n_prompt;
+    run r = {m, ctx, NULL, NULL, NULL, {p->stop, p->n_stop, 0, NULL, 0, 0}, NULL, NULL, 0, on_token, user};
+    for (int i = 0; i < p->n_stop; i++) r.filter.longest = LM_MAX(r.filter.longest, strlen(p->stop[i]));
+    size_t cap = n_prompt + (size_t)p->max_new_tokens;
+    lm_status st = lm_kv_cache_create(m, 1, (int64_t)cap, &r.cache);
+    if (st == LM_OK) st = lm_sampler_create(&p->sampler, c->vocab_size, &r.sampler);
+    if (st == LM_OK && tok) st = lm_tokenizer_stream_create(tok, p->decode_flags, &r.stream);
+    if (st == LM_OK && (!(r.logits = lm__calloc((size_t)c->vocab_size, sizeof(float))) ||
+                        !(r.history = lm__calloc(cap, sizeof(int32_t)))))
+        st = LM_OUT_OF_MEMORY;
+    if (st == LM_OK) {
+        memcpy(r.history, prompt, n_prompt * sizeof *prompt);
+        r.n_history = n_prompt;
+        st = loop(&r, prompt, n_prompt, p, res);
+    }
+    lm__free(r.filter.held);
+    lm__free(r.logits);
+    lm__free(r.history);
+    lm_tokenizer_stream_destroy(r.stream);
+    lm_sampler_destroy(r.sampler);
+    lm_kv_cache_destroy(r.cache);
+    return st;
+}
