@@ -1,0 +1,171 @@
+/* The loom CLI's machine-readable contracts, run as a user would run them:
+ * `loom logits` JSON lines (keys, sorted top list, probes, values equal to the library's
+ * forward pass), `loom generate --print-ids` (equal to transformers' greedy ids from
+ * tests/data/models), `loom tokenize` both ways on a real tokenizer (skipped if the
+ * npm tokenizers are absent), and the exit codes and messages of bad invocations.
+ * LM_TEST_LABELS: unit model
+ */
+#include "harness.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LOOM LOOM_BINARY_DIR "/loom"
+#define MODELS LOOM_SOURCE_DIR "/tests/data/models/"
+
+typedef struct run_result {
+    int status;
+    char *out; /* stdout, NUL-terminated */
+    char *err; /* stderr */
+} run_result;
+
+static char *slurp(const char *path) {
+    char *buf = NULL;
+    size_t n = 0;
+    if (lm_file_read_all(path, &buf, &n) != LM_OK) return NULL;
+    return buf;
+}
+
+/* Runs a shell command with stdout/stderr captured in temp files. */
+static run_result run(const char *cmd) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s >/tmp/loom_cli_out.$PPID 2>/tmp/loom_cli_err.$PPID", cmd);
+    run_result r = {0, NULL, NULL};
+    int st = system(full);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char p[64];
+    snprintf(p, sizeof p, "/tmp/loom_cli_out.%d", (int)getpid());
+    r.out = slurp(p);
+    remove(p);
+    snprintf(p, sizeof p, "/tmp/loom_cli_err.%d", (int)getpid());
+    r.err = slurp(p);
+    remove(p);
+    return r;
+}
+
+static void run_free(run_result *r) {
+    lm_free(r->out);
+    lm_free(r->err);
+}
+
+static void test_logits_lines_match_the_library(void) {
+    run_result r = run(LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 3,1,4,1,5 --top 3 --probe 7,9 --threads 1");
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(MODELS "llama_gqa2_f32", lm_device_cpu(), &m));
+    lm_ctx *ctx = NULL;
+    lm_kv_cache *c = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &ctx));
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, 5, &c));
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *want = malloc(sizeof(float) * 5 * (size_t)V);
+    int32_t ids[5] = {3, 1, 4, 1, 5};
+    int slot = 0;
+    LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids, 5, want, 1));
+    char *line = r.out, *save = NULL;
+    int lines = 0;
+    for (char *l = r.out ? strtok_r(line, "\n", &save) : NULL; l; l = strtok_r(NULL, "\n", &save), lines++) {
+        json_error_t e;
+        json_t *o = json_loads(l, 0, &e);
+        LT_CHECK_MSG(o && json_is_object(o), "line %d is not a JSON object: %s", lines, l);
+        if (!o) continue;
+        LT_CHECK(json_integer_value(json_object_get(o, "pos")) == lines);
+        json_t *top = json_object_get(o, "top"), *probe = json_object_get(o, "probe");
+        LT_CHECK(json_array_size(top) == 3 && json_array_size(probe) == 2);
+        const float *row = want + lines * V;
+        double prev = INFINITY;
+        for (size_t k = 0; k < json_array_size(top); k++) {
+            json_t *pair = json_array_get(top, k);
+            int64_t id = json_integer_value(json_array_get(pair, 0));
+            double logit = json_number_value(json_array_get(pair, 1));
+            LT_CHECK(id >= 0 && id < V && logit <= prev);
+            if (id >= 0 && id < V) LT_CHECK_MSG(fabs(logit - row[id]) < 1e-5, "pos %d top %zu: %g vs %g", lines, k, logit, row[id]);
+            prev = logit;
+        }
+        LT_CHECK(fabs(json_number_value(json_array_get(probe, 0)) - row[7]) < 1e-5);
+        LT_CHECK(fabs(json_number_value(json_array_get(probe, 1)) - row[9]) < 1e-5);
+        LT_CHECK(json_number_value(json_object_get(o, "logsumexp")) >= prev);
+        json_decref(o);
+    }
+    LT_CHECK(lines == 5);
+    free(want);
+    lm_kv_cache_destroy(c);
+    lm_ctx_destroy(ctx);
+    lm_model_destroy(m);
+    run_free(&r);
+}
+
+static void test_generate_print_ids_equals_transformers_greedy(void) {
+    lt_fixture fx;
+    if (!lt_fixture_load("tests/data/models/qwen3_headdim/refs.lmfx", &fx)) return;
+    const lt_fixture_tensor *ids = lt_fixture_get(&fx, "prompt0_ids"), *greedy = lt_fixture_get(&fx, "prompt0_greedy");
+    char cmd[2048], *p = cmd;
+    p += snprintf(p, sizeof cmd, LOOM " generate --model " MODELS "qwen3_headdim --greedy --print-ids --ignore-eos --max-new %lld --ids ",
+                  (long long)greedy->numel);
+    for (int64_t i = 0; i < ids->numel; i++) p += snprintf(p, (size_t)(cmd + sizeof cmd - p), i ? ",%lld" : "%lld", (long long)ids->i64[i]);
+    run_result r = run(cmd);
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *arr = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    LT_CHECK(arr && json_array_size(arr) == (size_t)greedy->numel);
+    for (size_t i = 0; arr && i < json_array_size(arr) && i < (size_t)greedy->numel; i++)
+        LT_CHECK_MSG(json_integer_value(json_array_get(arr, i)) == greedy->i64[i], "token %zu differs", i);
+    json_decref(arr);
+    run_free(&r);
+    lt_fixture_free(&fx);
+}
+
+static void test_tokenize_round_trip_on_a_real_tokenizer(void) {
+    const char *tok = LOOM_SOURCE_DIR "/third_party/tokenizers/qwen3/tokenizer.json";
+    FILE *f = fopen(tok, "rb");
+    if (!f) {
+        printf("  (qwen3 tokenizer.json absent: run scripts/fetch_tokenizers.sh; part skipped)\n");
+        return;
+    }
+    fclose(f);
+    run_result r = run("printf '%s\\n' '\"Hello world\"' '\"\"' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR
+                       "/third_party/tokenizers/qwen3/tokenizer.json");
+    LT_CHECK_MSG(r.status == 0 && r.out && strcmp(r.out, "[9707,1879]\n[]\n") == 0, "tokenize gave '%s' / %s",
+                 r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+    r = run("printf '%s\\n' '[9707,1879]' | " LOOM " tokenize --decode --tokenizer " LOOM_SOURCE_DIR
+            "/third_party/tokenizers/qwen3/tokenizer.json");
+    LT_CHECK_MSG(r.status == 0 && r.out && strcmp(r.out, "\"Hello world\"\n") == 0, "decode gave '%s'", r.out ? r.out : "");
+    run_free(&r);
+    r = run("printf '%s\\n' 'not json' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR "/third_party/tokenizers/qwen3/tokenizer.json");
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "line 1") && strstr(r.err, "invalid JSON"));
+    run_free(&r);
+}
+
+static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
+    struct {
+        const char *cmd;
+        int status;
+        const char *needle;
+    } cases[] = {
+        {LOOM " logits --model /nonexistent/dir --ids 1", 1, "/nonexistent/dir"},
+        {LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 1,x", 2, "invalid token id list"},
+        {LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 1 --frobnicate", 2, "unknown option '--frobnicate'"},
+        {LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 99999", 1, "outside the vocabulary"},
+        {LOOM " generate --model " MODELS "llama_gqa2_f32 --ids 1 --max-new 0", 2, "--max-new"},
+        {LOOM " generate --model " MODELS "llama_gqa2_f32 --ids 1 --print-ids --temperature nan", 2, "--temperature"},
+        {LOOM " frobnicate", 2, "unknown command"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result r = run(cases[i].cmd);
+        LT_CHECK_MSG(r.status == cases[i].status && r.err && strstr(r.err, cases[i].needle),
+                     "'%s': exit %d, stderr '%s'", cases[i].cmd, r.status, r.err ? r.err : "");
+        run_free(&r);
+    }
+}
+
+int main(void) {
+    LT_RUN(test_logits_lines_match_the_library);
+    LT_RUN(test_generate_print_ids_equals_transformers_greedy);
+    LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
+    LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
+    return lt_finish();
+}
