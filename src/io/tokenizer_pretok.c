@@ -1,0 +1,380 @@
+/* io/tokenizer_pretok.c — normalizer (NFC) and pre-tokenizers (Split, ByteLevel,
+ * Digits, Sequence) of tokenizer.json.
+ *
+ * A pre-tokenizer Sequence is flattened into steps that each map a list of pieces to
+ * a new list, exactly as Hugging Face applies them piece by piece: a regex sees one
+ * piece as its whole subject (so lookarounds stop at piece edges). Hugging Face's
+ * patterns are Oniguruma-flavoured; PCRE2 (UTF + UCP) agrees except for `\s`, which
+ * PCRE2 extends by U+180E, so `\s`/`\S` are rewritten to Oniguruma's exact set
+ * (\t-\r, U+0085 and \p{Z}). ByteLevel must be the last step: its byte-to-char
+ * mapping is applied by the BPE stage (tok->byte_level), not materialized here.
+ * Cost: one PCRE2 (JIT) scan per step over the text, O(pieces) bookkeeping.
+ */
+#include "io/tokenizer_internal.h"
+
+#include <string.h>
+#include <utf8proc.h>
+
+#define ONIG_SPACE "\\t-\\r\\x{85}\\p{Z}"
+static const char k_gpt2_pattern[] = /* GPT-2's split, used by ByteLevel with use_regex */
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* ---- normalizer ----------------------------------------------------------------------- */
+lm_status lm__tok_parse_normalizer(lm_tokenizer *tok, json_t *j) {
+    if (!j || json_is_null(j)) return LM_OK;
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type) return lm__error(LM_PARSE_ERROR, "tokenizer.json: normalizer has no \"type\"");
+    if (strcmp(type, "NFC") == 0) {
+        tok->nfc = 1;
+        return LM_OK;
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(j, "normalizers");
+        if (!json_is_array(list)) return lm__error(LM_PARSE_ERROR, "tokenizer.json: normalizer Sequence has no list");
+        for (size_t i = 0; i < json_array_size(list); i++)
+            LM_TRY(lm__tok_parse_normalizer(tok, json_array_get(list, i)));
+        return LM_OK;
+    }
+    return lm__error(LM_UNSUPPORTED, "tokenizer.json: normalizer type '%s' is not supported (supported: NFC, Sequence)",
+                     type);
+}
+
+/* Code point ranges whose characters are NFC_Quick_Check=Yes, combining class 0 and
+ * never the second character of a canonical composition (checked against the
+ * Unicode 14 data): a text made only of them is already NFC, whatever their order. */
+static const uint32_t k_nfc_inert[][2] = {
+    {0x0000, 0x02FF},   {0x0370, 0x0373},   {0x0375, 0x0377}, {0x037A, 0x037D}, {0x0384, 0x0386}, {0x0388, 0x038A},
+    {0x038C, 0x038C},   {0x038E, 0x03A1},   {0x03A3, 0x0482}, {0x2002, 0x2064}, {0x2066, 0x206F}, {0x2190, 0x2328},
+    {0x232B, 0x2426},   {0x2460, 0x2ADB},   {0x3000, 0x3029}, {0x3030, 0x303F}, {0x3041, 0x3096}, {0x309B, 0x30FF},
+    {0x3105, 0x312F},   {0x3131, 0x318E},   {0x3190, 0x31E3}, {0x31F0, 0x321E}, {0x3220, 0xA48C}, {0xAC00, 0xD7A3},
+    {0xFE00, 0xFE19},   {0xFE30, 0xFE52},   {0xFE54, 0xFE66}, {0xFE68, 0xFE6B}, {0xFE70, 0xFE74}, {0xFE76, 0xFEFC},
+    {0xFEFF, 0xFEFF},   {0xFF01, 0xFFBE},   {0x1F1E6, 0x1F202}, {0x1F300, 0x1F6D7}, {0x1F900, 0x1FA53},
+    {0x20000, 0x2A6DF},
+};
+
+static int nfc_inert(uint32_t cp) {
+    size_t lo = 0, hi = sizeof k_nfc_inert / sizeof k_nfc_inert[0];
+    while (lo < hi) { /* first range whose end >= cp */
+        size_t mid = (lo + hi) / 2;
+        if (k_nfc_inert[mid][1] < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < sizeof k_nfc_inert / sizeof k_nfc_inert[0] && k_nfc_inert[lo][0] <= cp;
+}
+
+lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, size_t *ucs_cap, const uint8_t **out, size_t *out_n) {
+    *out = s, *out_n = n;
+    size_t i = 0, clen;
+    while (i < n && (s[i] < 0x80 || nfc_inert(lm__utf8_decode(s + i, &clen)))) i += s[i] < 0x80 ? 1 : clen;
+    if (i == n) return LM_OK; /* quick check: already NFC */
+    const utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+    for (;;) {
+        utf8proc_ssize_t k = utf8proc_decompose(s, (utf8proc_ssize_t)n, *ucs, (utf8proc_ssize_t)*ucs_cap, opt);
+        if (k < 0) return lm__error(LM_INTERNAL, "tokenizer: NFC failed: %s", utf8proc_errmsg(k));
+        if ((size_t)k < *ucs_cap) { /* +1: reencode writes a terminating NUL */
+            utf8proc_ssize_t len = utf8proc_reencode(*ucs, k, opt);
+            if (len < 0) return lm__error(LM_INTERNAL, "tokenizer: NFC failed: %s", utf8proc_errmsg(len));
+            *out = (const uint8_t *)*ucs, *out_n = (size_t)len;
+            return LM_OK;
+        }
+        size_t cap = 0;
+        lm__free(*ucs), *ucs = NULL, *ucs_cap = 0;
+        LM_TRY(lm__tok_grow((void **)ucs, &cap, (size_t)k + 1, sizeof(int32_t)));
+        *ucs_cap = cap;
+    }
+}
+
+/* ---- regex compilation ------------------------------------------------------------------- */
+static void *pcre_alloc(PCRE2_SIZE n, void *user) {
+    (void)user;
+    return lm__alloc(n, 16);
+}
+
+static void pcre_free(void *p, void *user) {
+    (void)user;
+    lm__free(p);
+}
+
+/* Rewrites Oniguruma's `\s` / `\S` into PCRE2 classes with the same members. Other
+ * escapes are copied unchanged. *out (lm__alloc) is NUL-terminated. */
+static lm_status translate_pattern(const char *pat, size_t n, char **out) {
+    size_t cap = n * 24 + 1, o = 0;
+    char *d = lm__alloc(cap, 1);
+    if (!d) return LM_OUT_OF_MEMORY;
+    int depth = 0; /* character-class nesting */
+    for (size_t i = 0; i < n; i++) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = pat[++i];
+            const char *rep = NULL;
+            if (e == 's') rep = depth ? ONIG_SPACE : "[" ONIG_SPACE "]";
+            else if (e == 'S' && !depth) rep = "[^" ONIG_SPACE "]";
+            if (rep) {
+                memcpy(d + o, rep, strlen(rep));
+                o += strlen(rep);
+            } else {
+                d[o++] = c, d[o++] = e;
+            }
+            continue;
+        }
+        if (c == '[') {
+            if (depth && i + 1 < n && pat[i + 1] == ':') { /* POSIX class [:name:] */
+                const char *end = strstr(pat + i, ":]");
+                size_t k = end && (size_t)(end - pat) < n ? (size_t)(end - pat) + 2 - i : 1;
+                memcpy(d + o, pat + i, k);
+                o += k, i += k - 1;
+                continue;
+            }
+            depth++;
+            d[o++] = c;
+            if (i + 1 < n && pat[i + 1] == '^') d[o++] = pat[++i];
+            if (i + 1 < n && pat[i + 1] == ']') d[o++] = pat[++i]; /* a leading ']' is literal */
+            continue;
+        }
+        if (c == ']' && depth) depth--;
+        d[o++] = c;
+    }
+    d[o] = '\0';
+    *out = d;
+    return LM_OK;
+}
+
+/* Compiles a split pattern (literal when is_literal) into a new step. */
+static lm_status add_split(lm_tokenizer *tok, const char *pat, size_t n, int is_literal, lm__tok_behavior behavior,
+                           int invert) {
+    lm__tok_step *steps = lm__alloc(((size_t)tok->n_steps + 1) * sizeof *steps, 16);
+    if (!steps) return LM_OUT_OF_MEMORY;
+    if (tok->n_steps) memcpy(steps, tok->steps, (size_t)tok->n_steps * sizeof *steps);
+    lm__free(tok->steps);
+    tok->steps = steps;
+    lm__tok_step *st = &tok->steps[tok->n_steps];
+    *st = (lm__tok_step){.kind = LM__STEP_SPLIT, .behavior = behavior, .invert = invert};
+    char *src = NULL;
+    if (!is_literal) LM_TRY(translate_pattern(pat, n, &src));
+    pcre2_compile_context *cc = pcre2_compile_context_create(tok->pcre_gctx);
+    if (!cc) {
+        lm__free(src);
+        return lm__error(LM_OUT_OF_MEMORY, "tokenizer: cannot allocate a regex compile context");
+    }
+    pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
+    int err;
+    PCRE2_SIZE at;
+    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (is_literal ? PCRE2_LITERAL : PCRE2_UCP);
+    st->re = pcre2_compile((PCRE2_SPTR)(src ? src : pat), src ? PCRE2_ZERO_TERMINATED : n, opts, &err, &at, cc);
+    pcre2_compile_context_free(cc);
+    lm__free(src);
+    if (!st->re) {
+        if (err == PCRE2_ERROR_HEAP_FAILED)
+            return lm__error(LM_OUT_OF_MEMORY, "tokenizer: out of memory compiling a regex");
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return lm__error(LM_PARSE_ERROR, "tokenizer.json: pre_tokenizer Split pattern '%.*s' does not compile: %s",
+                         (int)n, pat, (const char *)msg);
+    }
+    tok->n_steps++;
+    /* JIT is an accelerator only: on failure (no JIT, no memory) the interpreter runs. */
+    st->jit = pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE) == 0;
+    return LM_OK;
+}
+
+static lm_status add_prefix_space_step(lm_tokenizer *tok) {
+    lm__tok_step *steps = lm__alloc(((size_t)tok->n_steps + 1) * sizeof *steps, 16);
+    if (!steps) return LM_OUT_OF_MEMORY;
+    if (tok->n_steps) memcpy(steps, tok->steps, (size_t)tok->n_steps * sizeof *steps);
+    lm__free(tok->steps);
+    tok->steps = steps;
+    tok->steps[tok->n_steps++] = (lm__tok_step){.kind = LM__STEP_PREFIX_SPACE};
+    return LM_OK;
+}
+
+void lm__tok_steps_free(lm_tokenizer *tok) {
+    for (int i = 0; i < tok->n_steps; i++) pcre2_code_free(tok->steps[i].re);
+    lm__free(tok->steps);
+    tok->steps = NULL;
+    tok->n_steps = 0;
+    pcre2_general_context_free(tok->pcre_gctx);
+    tok->pcre_gctx = NULL;
+}
+
+/* ---- pre-tokenizer JSON --------------------------------------------------------------------- */
+static int json_flag(json_t *obj, const char *key, int dflt) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+static lm_status parse_behavior(json_t *j, lm__tok_behavior *out) {
+    static const char *names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    const char *s = json_string_value(j);
+    for (int i = 0; s && i < 5; i++)
+        if (strcmp(s, names[i]) == 0) return *out = (lm__tok_behavior)i, LM_OK;
+    return lm__error(LM_PARSE_ERROR, "tokenizer.json: Split behavior '%s' is unknown", s ? s : "(missing)");
+}
+
+static lm_status parse_split(lm_tokenizer *tok, json_t *j) {
+    json_t *pattern = json_object_get(j, "pattern");
+    json_t *rx = json_object_get(pattern, "Regex"), *str = json_object_get(pattern, "String");
+    json_t *p = json_is_string(rx) ? rx : str;
+    if (!json_is_string(p))
+        return lm__error(LM_PARSE_ERROR,
+                         "tokenizer.json: Split needs \"pattern\": {\"Regex\": ...} or {\"String\": ...}");
+    lm__tok_behavior behavior = LM__SPLIT_ISOLATED;
+    LM_TRY(parse_behavior(json_object_get(j, "behavior"), &behavior));
+    return add_split(tok, json_string_value(p), json_string_length(p), p == str, behavior, json_flag(j, "invert", 0));
+}
+
+static lm_status parse_one(lm_tokenizer *tok, json_t *j) {
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type) return lm__error(LM_PARSE_ERROR, "tokenizer.json: pre_tokenizer has no \"type\"");
+    if (tok->byte_level)
+        return lm__error(LM_UNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' after ByteLevel is not supported "
+                                         "(ByteLevel must come last)", type);
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *list = json_object_get(j, "pretokenizers");
+        if (!json_is_array(list))
+            return lm__error(LM_PARSE_ERROR, "tokenizer.json: pre_tokenizer Sequence has no list");
+        for (size_t i = 0; i < json_array_size(list); i++) LM_TRY(parse_one(tok, json_array_get(list, i)));
+        return LM_OK;
+    }
+    if (strcmp(type, "Split") == 0) return parse_split(tok, j);
+    if (strcmp(type, "Digits") == 0)
+        return add_split(tok, "\\p{N}", 5, 0,
+                         json_flag(j, "individual_digits", 0) ? LM__SPLIT_ISOLATED : LM__SPLIT_CONTIGUOUS, 0);
+    if (strcmp(type, "ByteLevel") == 0) {
+        if (json_flag(j, "add_prefix_space", 1)) LM_TRY(add_prefix_space_step(tok));
+        if (json_flag(j, "use_regex", 1))
+            LM_TRY(add_split(tok, k_gpt2_pattern, sizeof k_gpt2_pattern - 1, 0, LM__SPLIT_ISOLATED, 0));
+        tok->byte_level = 1;
+        return LM_OK;
+    }
+    return lm__error(LM_UNSUPPORTED,
+                     "tokenizer.json: pre_tokenizer type '%s' is not supported (supported: Split, ByteLevel, Digits, "
+                     "Sequence)", type);
+}
+
+lm_status lm__tok_parse_pretokenizer(lm_tokenizer *tok, json_t *j) {
+    tok->pcre_gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
+    if (!tok->pcre_gctx) return lm__error(LM_OUT_OF_MEMORY, "tokenizer: cannot allocate the regex context");
+    if (!j || json_is_null(j)) return LM_OK;
+    if (!json_is_object(j)) return lm__error(LM_PARSE_ERROR, "tokenizer.json: pre_tokenizer is not an object");
+    return parse_one(tok, j);
+}
+
+/* ---- running the steps ------------------------------------------------------------------------ */
+static lm_status push_piece(lm__tok_piece **list, size_t *cap, size_t *n, size_t off, size_t len) {
+    if (!len) return LM_OK; /* Hugging Face drops empty splits */
+    if (*n == *cap) LM_TRY(lm__tok_grow((void **)list, cap, *n + 1, sizeof **list));
+    (*list)[(*n)++] = (lm__tok_piece){off, len};
+    return LM_OK;
+}
+
+/* All non-empty matches of step->re in the subject s[0..n), as events covering it. */
+static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, const uint8_t *s, size_t n, size_t *count) {
+    size_t k = 0, prev = 0, at = 0;
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
+    while (at < n) {
+        int rc = step->jit ? pcre2_jit_match(step->re, s, n, at, 0, st->md, NULL)
+                           : pcre2_match(step->re, s, n, at, PCRE2_NO_UTF_CHECK, st->md, NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep backtracking: the interpreter keeps its stack on the heap */
+            rc = pcre2_match(step->re, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, st->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAP_FAILED)
+                return lm__error(LM_OUT_OF_MEMORY, "tokenizer: out of memory in a regex match");
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return lm__error(LM_INTERNAL, "tokenizer: regex match failed: %s", (const char *)msg);
+        }
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* an empty match splits nothing: step over one character */
+            size_t clen;
+            lm__utf8_decode(s + at, &clen);
+            at += clen;
+            continue;
+        }
+        LM_TRY(lm__tok_grow((void **)&st->ev, &st->ev_cap, k + 2, sizeof *st->ev));
+        if (ms > prev) st->ev[k++] = (lm__tok_event){prev, ms, 0};
+        st->ev[k++] = (lm__tok_event){ms, me, 1};
+        prev = at = me;
+    }
+    LM_TRY(lm__tok_grow((void **)&st->ev, &st->ev_cap, k + 1, sizeof *st->ev));
+    if (prev < n) st->ev[k++] = (lm__tok_event){prev, n, 0};
+    *count = k;
+    return LM_OK;
+}
+
+/* Applies the split behavior to the events (Hugging Face's NormalizedString::split
+ * folds) and appends the resulting pieces, offset by base_off, to the list. */
+static lm_status apply_behavior(const lm__tok_step *step, lm__tok_event *ev, size_t k, size_t base_off,
+                                lm__tok_piece **list, size_t *cap, size_t *n) {
+    if (step->invert)
+        for (size_t i = 0; i < k; i++) ev[i].match = !ev[i].match;
+    size_t m = 0; /* folded events are compacted into ev[0..m); .match now means "removed" */
+    int prev_match = 0;
+    if (step->behavior == LM__SPLIT_MERGED_WITH_NEXT) {
+        for (size_t i = k; i-- > 0;) { /* fold from the right, then restore order */
+            lm__tok_event e = ev[i];
+            if (e.match && !prev_match && m) ev[k - m].start = e.start;
+            else ev[k - ++m] = (lm__tok_event){e.start, e.end, 0};
+            prev_match = e.match;
+        }
+        memmove(ev, ev + k - m, m * sizeof *ev);
+    } else {
+        for (size_t i = 0; i < k; i++) {
+            lm__tok_event e = ev[i];
+            int merge = (step->behavior == LM__SPLIT_CONTIGUOUS && e.match == prev_match) ||
+                        (step->behavior == LM__SPLIT_MERGED_WITH_PREVIOUS && e.match && !prev_match);
+            if (merge && m) ev[m - 1].end = e.end;
+            else ev[m++] = (lm__tok_event){e.start, e.end, step->behavior == LM__SPLIT_REMOVED && e.match};
+            prev_match = e.match;
+        }
+    }
+    for (size_t i = 0; i < m; i++)
+        if (!ev[i].match) LM_TRY(push_piece(list, cap, n, base_off + ev[i].start, ev[i].end - ev[i].start));
+    return LM_OK;
+}
+
+/* ByteLevel add_prefix_space: every piece not starting with ' ' gets one prepended. */
+static lm_status prefix_space(lm__tok_state *st, const uint8_t **base, size_t count) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) total += st->pa[i].len + 1;
+    LM_ASSERT(*base != st->text2);
+    LM_TRY(lm__tok_grow((void **)&st->text2, &st->text2_cap, total, 1));
+    size_t o = 0;
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *p = *base + st->pa[i].off;
+        size_t start = o;
+        if (p[0] != ' ') st->text2[o++] = ' ';
+        memcpy(st->text2 + o, p, st->pa[i].len);
+        o += st->pa[i].len;
+        st->pa[i] = (lm__tok_piece){start, o - start};
+    }
+    *base = st->text2;
+    return LM_OK;
+}
+
+lm_status lm__tok_pretokenize(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,
+                              const uint8_t **base, size_t *count) {
+    *base = s;
+    size_t na = 0;
+    LM_TRY(push_piece(&st->pa, &st->pa_cap, &na, 0, n));
+    for (int i = 0; i < tok->n_steps; i++) {
+        const lm__tok_step *step = &tok->steps[i];
+        if (step->kind == LM__STEP_PREFIX_SPACE) {
+            LM_TRY(prefix_space(st, base, na));
+            continue;
+        }
+        size_t nb = 0;
+        for (size_t p = 0; p < na; p++) {
+            size_t k = 0;
+            LM_TRY(find_events(step, st, *base + st->pa[p].off, st->pa[p].len, &k));
+            LM_TRY(apply_behavior(step, st->ev, k, st->pa[p].off, &st->pb, &st->pb_cap, &nb));
+        }
+        lm__tok_piece *t = st->pa;
+        size_t tc = st->pa_cap;
+        st->pa = st->pb, st->pa_cap = st->pb_cap;
+        st->pb = t, st->pb_cap = tc;
+        na = nb;
+    }
+    *count = na;
+    return LM_OK;
+}
