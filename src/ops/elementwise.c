@@ -1,5 +1,8 @@
 /* ops/elementwise.c — public add, mul, scale, cast, silu and swiglu: validation,
- * broadcasting and dispatch. Only the reference level exists on the CPU so far. */
+ * broadcasting and dispatch. On the CPU the tuned level (ops/cpu/pointwise.h) takes
+ * f32 operands with unit-stride last dims (cast: bf16/f16/f32 -> f32); other views,
+ * and every view under LM_IMPL_REF, run the reference. */
+#include "ops/cpu/pointwise.h"
 #include "ops/internal.h"
 #include "ops/ref/elementwise.h"
 
@@ -20,7 +23,14 @@ static lm_status binary_out(lm_ctx *ctx, const char *op, lm__binary_op kind, con
     LM_TRY(lm_tensor_view_expand(a, nd, shape, &ea));
     LM_TRY(lm_tensor_view_expand(b, nd, shape, &eb));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_binary_supported(&ea, &eb, out)) {
+            lm__cpu_binary(lm_ctx_threadpool(ctx), kind == LM__BIN_MUL, &ea, &eb, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, "f32 a, b and out with unit-stride last dims (a or b may broadcast)"));
+    }
     lm__ref_binary(kind, &ea, &eb, out);
     return LM_OK;
 }
@@ -50,7 +60,7 @@ lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, 
 
 /* Shared checks for one-input operators whose output has the input's shape. */
 static lm_status unary_check(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_tensor_view *out,
-                             int same_dtype) {
+                             int same_dtype, lm__level *level) {
     const lm_tensor_view *vs[] = {x, out};
     static const char *const names[] = {"x", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
@@ -60,12 +70,22 @@ static lm_status unary_check(lm_ctx *ctx, const char *op, const lm_tensor_view *
     }
     LM_TRY(lm__op_check_same_shape(op, "out", out, x));
     LM_TRY(lm__op_check_out(op, "out", out));
-    lm__level level;
-    return lm__op_level(ctx, op, 0, 0, &level);
+    return lm__op_level(ctx, op, 1, 0, level);
 }
 
+/* f32 views with unit-stride last dims, as the tuned unary paths need. */
+static const char *const k_needs_f32 = "f32 x and out with unit-stride last dims";
+
 lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out) {
-    LM_TRY(unary_check(ctx, "scale", x, out, 1));
+    lm__level level;
+    LM_TRY(unary_check(ctx, "scale", x, out, 1, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_unary_supported(x, out)) {
+            lm__cpu_scale(lm_ctx_threadpool(ctx), x, s, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, "scale", k_needs_f32));
+    }
     lm__ref_unary(LM__UN_SCALE, x, s, out);
     return LM_OK;
 }
@@ -77,7 +97,15 @@ lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **ou
 }
 
 lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
-    LM_TRY(unary_check(ctx, "silu", x, out, 1));
+    lm__level level;
+    LM_TRY(unary_check(ctx, "silu", x, out, 1, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_unary_supported(x, out)) {
+            lm__cpu_silu(lm_ctx_threadpool(ctx), x, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, "silu", k_needs_f32));
+    }
     lm__ref_unary(LM__UN_SILU, x, 0, out);
     return LM_OK;
 }
@@ -89,11 +117,19 @@ lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out) {
 }
 
 lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
-    LM_TRY(unary_check(ctx, "cast", x, out, 0));
+    lm__level level;
+    LM_TRY(unary_check(ctx, "cast", x, out, 0, &level));
     int fin = lm_dtype_is_float(x->dtype), fout = lm_dtype_is_float(out->dtype);
     if (fin && !fout)
         return lm__error(LM_UNSUPPORTED, "cast: %s -> %s is not supported (float to integer)", lm_dtype_name(x->dtype),
                          lm_dtype_name(out->dtype));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_cast_supported(x, out)) {
+            lm__cpu_cast(lm_ctx_threadpool(ctx), x, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, "cast", "f32, bf16 or f16 x, f32 out, unit-stride last dims"));
+    }
     if (!fin && !fout) return lm__ref_cast_int(x, out);
     lm__ref_unary(LM__UN_CAST, x, 0, out);
     return LM_OK;
@@ -107,12 +143,20 @@ lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tenso
 
 lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out) {
     const char *op = "swiglu";
-    LM_TRY(unary_check(ctx, op, gate, out, 1));
+    lm__level level;
+    LM_TRY(unary_check(ctx, op, gate, out, 1, &level));
     const lm_tensor_view *vs[] = {up};
     static const char *const names[] = {"up"};
     LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
     LM_TRY(lm__op_check_dtype(op, "up", up, gate->dtype));
     LM_TRY(lm__op_check_same_shape(op, "up", up, gate));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_swiglu_supported(gate, up, out)) {
+            lm__cpu_swiglu(lm_ctx_threadpool(ctx), gate, up, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, "f32 gate, up and out with unit-stride last dims"));
+    }
     lm__ref_swiglu(gate, up, out);
     return LM_OK;
 }

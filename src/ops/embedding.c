@@ -1,8 +1,11 @@
 /* ops/embedding.c — public embedding lookup: validation and dispatch. table [V, D]
  * float, ids i32/i64 of any rank below LM_MAX_DIMS, out [..., D] = ids' shape + [D]
  * in table's dtype. out may share memory with neither table nor ids (detectable
- * overlaps are rejected, ops/alias.h). Only the reference level exists so far. */
+ * overlaps are rejected, ops/alias.h). On the CPU the tuned level (ops/cpu/pointwise.c)
+ * copies whole rows when table and out rows have unit stride; other views run the
+ * reference, which also reports an out-of-range id (the tuned path then writes nothing). */
 #include "ops/alias.h"
+#include "ops/cpu/pointwise.h"
 #include "ops/ref/embedding.h"
 
 /* out's shape: ids' shape followed by D. */
@@ -28,7 +31,7 @@ lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_te
     LM_TRY(lm__op_check_float(op, "table", table));
     LM_TRY(lm__op_check_index(op, "ids", ids));
     LM_TRY(lm__op_check_dtype(op, "out", out, table->dtype));
-    int nd;
+    int nd = 0;
     int64_t shape[LM_MAX_DIMS];
     LM_TRY(out_shape(op, table, ids, &nd, shape));
     LM_TRY(lm__op_check_shape(op, "out", out, nd, shape));
@@ -36,13 +39,20 @@ lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_te
     LM_TRY(lm__op_check_alias(op, "out", out, "table", table, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "ids", ids, 0));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_embedding_supported(table, ids, out)) {
+            if (lm__cpu_embedding(lm_ctx_threadpool(ctx), table, ids, out)) return LM_OK;
+            return lm__ref_embedding(table, ids, out); /* names the bad id; writes nothing */
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, "table and out rows with unit stride"));
+    }
     return lm__ref_embedding(table, ids, out);
 }
 
 lm_status lm_embedding(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids, lm_tensor **out) {
     if (!table || !ids) return lm__error(LM_INVALID_ARGUMENT, "embedding: %s is NULL", table ? "ids" : "table");
-    int nd;
+    int nd = 0;
     int64_t shape[LM_MAX_DIMS];
     LM_TRY(out_shape("embedding", table, ids, &nd, shape));
     LM_TRY(lm__op_alloc(ctx, table->dtype, nd, shape, out));

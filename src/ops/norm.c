@@ -3,9 +3,13 @@
  * finite and >= 0. Aliasing: rmsnorm's out may be x's very view (in place);
  * add_rmsnorm's sum_out may be residual's (or x's) very view, the in-place residual
  * stream update, while out may share memory with no operand. Detectable partial
- * overlaps are rejected (ops/alias.h). Only the reference level exists so far. */
+ * overlaps are rejected (ops/alias.h). On the CPU the tuned level (ops/cpu/norm.c)
+ * takes f32 operands with unit-stride rows and weight; other views run the reference. */
 #include "ops/alias.h"
+#include "ops/cpu/pointwise.h"
 #include "ops/ref/norm.h"
+
+static const char *const k_needs = "f32 operands whose last dims (and weight) have unit stride";
 
 /* Checks shared by both operators for x, weight, eps and the output out. */
 static lm_status norm_check(const char *op, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
@@ -31,7 +35,14 @@ lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_v
     LM_TRY(norm_check(op, x, weight, eps, out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_rmsnorm_supported(x, weight, out)) {
+            lm__cpu_rmsnorm(lm_ctx_threadpool(ctx), x, weight, eps, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, k_needs));
+    }
     lm__ref_rmsnorm(x, weight, eps, out);
     return LM_OK;
 }
@@ -63,7 +74,14 @@ lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tens
     LM_TRY(lm__op_check_alias(op, "out", out, "residual", residual, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "sum_out", sum_out, 0));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_add_rmsnorm_supported(x, residual, weight, sum_out, out)) {
+            lm__cpu_add_rmsnorm(lm_ctx_threadpool(ctx), x, residual, weight, eps, sum_out, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, k_needs));
+    }
     lm__ref_add_rmsnorm(x, residual, weight, eps, sum_out, out);
     return LM_OK;
 }

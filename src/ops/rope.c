@@ -2,9 +2,11 @@
  * validation and dispatch. x, out [B, T, H, D] in one float dtype, D even; out may be
  * x's very view (in place) but must share memory with no other operand (detectable
  * overlaps are rejected, ops/alias.h). Positions may be any integers, negative ones
- * included: the rotation is defined for all of them. Only the reference level exists
- * so far. */
+ * included: the rotation is defined for all of them. On the CPU the tuned level
+ * (ops/cpu/rope.c) takes f32 views with unit-stride head dims; other views run the
+ * reference. The inverse-frequency table is reference-only (computed once). */
 #include "ops/alias.h"
+#include "ops/cpu/pointwise.h"
 #include "ops/ref/rope.h"
 
 /* The optional operands of p: devices, dtypes and shapes against x [B, T, H, D]. */
@@ -59,7 +61,15 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
     if (p->positions) LM_TRY(lm__op_check_alias(op, "out", out, "positions", p->positions, 0));
     if (p->bias) LM_TRY(lm__op_check_alias(op, "out", out, "bias", p->bias, 0));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_rope_supported(x, p, out)) {
+            lm__cpu_rope(lm_ctx_threadpool(ctx), x, p, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op,
+                              "f32 x and out with unit-stride head dims, unit-stride inv_freq and bias rows"));
+    }
     lm__ref_rope(x, p, out);
     return LM_OK;
 }

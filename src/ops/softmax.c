@@ -2,9 +2,11 @@
  * x is then [..., Tq, Tk] and row i sees columns j <= i + (Tk - Tq) (the queries are
  * the last Tq of Tk positions), so Tk >= Tq is required. out has x's dtype and shape,
  * must not overlap itself, and may be x itself (in place) but not partially overlap it.
- * Only the reference level exists on the CPU so far.
+ * On the CPU the tuned level (ops/cpu/softmax.c) takes f32 views with unit-stride
+ * rows; other views run the reference.
  */
 #include "ops/alias.h"
+#include "ops/cpu/pointwise.h"
 #include "ops/internal.h"
 #include "ops/ref/softmax.h"
 
@@ -34,7 +36,14 @@ lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int 
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_softmax_supported(x, out)) {
+            lm__cpu_softmax(lm_ctx_threadpool(ctx), x, scale, causal, out);
+            return LM_OK;
+        }
+        LM_TRY(lm__cpu_reject(ctx, op, "f32 x and out with unit-stride last dims"));
+    }
     lm__ref_softmax(x, scale, causal, out);
     return LM_OK;
 }

@@ -159,8 +159,11 @@ static void test_embedding_errors_name_the_problem(void) {
     lm_tensor_view dev = *vi;
     dev.device = lm_device_cuda(0);
     LT_CHECK_STATUS(lm_embedding_out(g_ctx, vt, &dev, vo), LM_INVALID_ARGUMENT);
+    lm_tensor_view t_half, o_half; /* every second column: rows of stride 2, which the tuned level rejects */
+    LT_CHECK_OK(lm_tensor_view_slice(vt, 1, 0, 4, 2, &t_half));
+    LT_CHECK_OK(lm_tensor_view_slice(vo, 1, 0, 4, 2, &o_half));
     lm_ctx_set_impl(g_ctx, LM_IMPL_TUNED);
-    LT_CHECK_STATUS(lm_embedding_out(g_ctx, vt, vi, vo), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm_embedding_out(g_ctx, &t_half, vi, &o_half), LM_UNSUPPORTED);
     lm_ctx_set_impl(g_ctx, LM_IMPL_AUTO);
     lm_tensor *a = NULL;
     LT_CHECK_STATUS(lm_embedding(g_ctx, vt, NULL, &a), LM_INVALID_ARGUMENT);

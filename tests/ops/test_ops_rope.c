@@ -325,8 +325,8 @@ static void test_rope_errors_name_the_problem(void) {
     dev.device = lm_device_cuda(0);
     p = good;
     LT_CHECK_STATUS(lm_rope_out(g_ctx, &dev, &p, vo), LM_INVALID_ARGUMENT);
-    lm_ctx_set_impl(g_ctx, LM_IMPL_TUNED);
-    LT_CHECK_STATUS(lm_rope_out(g_ctx, vx, &p, vo), LM_UNSUPPORTED);
+    lm_ctx_set_impl(g_ctx, LM_IMPL_TUNED); /* the tuned level takes f32 only */
+    LT_CHECK_STATUS(lm_rope_out(g_ctx, lm_tensor_as_view(oh), &p, lm_tensor_as_view(oh)), LM_UNSUPPORTED);
     lm_ctx_set_impl(g_ctx, LM_IMPL_AUTO);
     /* inv_freq table */
     const lm_tensor_view *vi = lm_tensor_as_view(inv);
