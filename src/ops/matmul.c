@@ -7,6 +7,7 @@
  */
 #include "ops/alias.h"
 #include "ops/internal.h"
+#include "ops/cpu/matmul.h"
 #include "ops/ref/matmul.h"
 
 static lm_status check_b_dtype(const char *op, const lm_tensor_view *a, const lm_tensor_view *b) {
@@ -66,7 +67,13 @@ lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_vi
     LM_TRY(lm_tensor_view_expand(a, nd, sa, &ea));
     LM_TRY(lm_tensor_view_expand(b, nd, sb, &eb));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (lm__cpu_linear_supported(&ea, &eb, out)) return lm__cpu_linear_views(lm_ctx_threadpool(ctx), &ea, &eb, out);
+        if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)
+            return lm__error(LM_UNSUPPORTED, "matmul: the tuned CPU path needs f32 a/out with unit inner stride and a "
+                                             "weight with unit stride along K (a transposed [N, K] row-major matrix)");
+    }
     lm__ref_matmul(&ea, &eb, out);
     return LM_OK;
 }

@@ -2,19 +2,20 @@
  * kernel set for the active ISA, splits the work into thread-pool tasks and owns the
  * packing scratch.
  *
- * gemv (M <= gemv_max_m): tasks are contiguous ranges of W rows, so every weight is
- * read from memory once per call. GEMM: tasks are (N block of <= nc columns, M block)
- * pairs; each task packs its W block one K block (<= kc) at a time into its worker's
- * scratch (kc * nc floats, sized for L2) and sweeps all its x rows over it. Every y
- * element is computed by one task in one fixed order, so the result is the same
- * for any thread count.
+ * gemv (M up to 4-8, see the kernel tables): tasks are contiguous ranges of W rows,
+ * so every weight is read from memory once per call. GEMM: tasks are (N block of <= nc
+ * columns, M block) pairs; each task packs its W block one K block (<= kc) at a time
+ * into its worker's scratch (kc * nc floats, sized for L2) and sweeps all its x rows
+ * over it. Every y element is computed by one task in one fixed order, so the result
+ * is the same for any thread count.
  */
 #include "ops/cpu/matmul.h"
 
 #include "ops/cpu/matmul_kernels.h"
 
-/* Below this many multiply-adds a call runs as one task: waking the pool costs more. */
-#define SERIAL_MACS ((int64_t)1 << 16)
+/* Below this many multiply-adds (a few microseconds on one core) a call runs on the
+ * calling thread alone: waking the pool would cost about as much as it saves. */
+#define SERIAL_MACS 65536.0
 
 typedef struct linear_job {
     const lm__linear_kernels *kern;
@@ -23,7 +24,7 @@ typedef struct linear_job {
     float *y;       /* [M, N] rows ldy apart */
     lm_dtype wdt;
     int64_t ldx, ldw, ldy, M, N, K;
-    int64_t rows_per_task;  /* gemv: W rows per task, a multiple of gemv_nr */
+    int64_t rows_per_task;  /* gemv: W rows per task */
     int64_t kc, nc, mc;     /* GEMM: K block, N block (multiple of nr), M block (multiple of mr) */
     int64_t tasks_n;        /* GEMM: N blocks; task t covers N block t % tasks_n, M block t / tasks_n */
     float *scratch;         /* GEMM: [workers][kc * nc] packed W, one slice per pool worker */
@@ -39,21 +40,17 @@ static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
     return &lm__linear_kernels_scalar;
 }
 
+static int is_small(const linear_job *j) { return (double)j->M * (double)j->N * (double)j->K < SERIAL_MACS; }
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 static void gemv_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const linear_job *j = arg;
-    const lm__linear_kernels *kn = j->kern;
     int64_t n0 = task * j->rows_per_task, n1 = LM_MIN(j->N, n0 + j->rows_per_task);
-    for (int64_t n = n0; n < n1; n += kn->gemv_nr) {
-        int nrows = (int)LM_MIN(kn->gemv_nr, n1 - n);
-        const void *wn = lm__w_at(j->w, j->wdt, j->ldw, n, 0);
-        for (int64_t m = 0; m < j->M; m += kn->gemv_mr)
-            kn->gemv(j->x + m * j->ldx, j->ldx, (int)LM_MIN(kn->gemv_mr, j->M - m), wn, j->wdt, j->ldw, nrows, j->K,
-                     j->y + m * j->ldy + n, j->ldy);
-    }
+    j->kern->gemv(j->x, j->ldx, j->M, lm__w_at(j->w, j->wdt, j->ldw, n0, 0), j->wdt, j->ldw, n1 - n0, j->K, j->y + n0,
+                  j->ldy);
 }
 
 static void gemm_task(void *arg, int64_t task, int worker) {
@@ -78,11 +75,12 @@ static void gemm_task(void *arg, int64_t task, int worker) {
 }
 
 static void run_gemv(lm_threadpool *pool, linear_job *j) {
-    int64_t threads = lm_threadpool_size(pool), gnr = j->kern->gemv_nr;
-    /* About 4 tasks per thread balances uneven progress; fewer when the call is small. */
-    int64_t tasks = LM_MIN(4 * threads, LM_MAX(1, j->M * j->N * j->K / SERIAL_MACS));
-    if (threads == 1) tasks = 1;
-    j->rows_per_task = round_up(ceil_div(j->N, tasks), gnr);
+    if (is_small(j)) pool = NULL;
+    int64_t threads = lm_threadpool_size(pool);
+    /* About 4 tasks per thread balance uneven progress; at least SERIAL_MACS each. */
+    double macs = (double)j->M * (double)j->N * (double)j->K;
+    int64_t tasks = threads == 1 ? 1 : (int64_t)LM_MIN(4.0 * (double)threads, LM_MAX(1.0, macs / SERIAL_MACS));
+    j->rows_per_task = round_up(ceil_div(j->N, tasks), 16);
     lm_threadpool_run(pool, ceil_div(j->N, j->rows_per_task), gemv_task, j);
 }
 
@@ -90,7 +88,6 @@ static void run_gemv(lm_threadpool *pool, linear_job *j) {
 static void plan_gemm(linear_job *j, int64_t threads) {
     const lm__linear_kernels *kn = j->kern;
     j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), 16));
-    if (j->M * j->N * j->K < SERIAL_MACS) threads = 1;
     int64_t panels = ceil_div(j->N, kn->nr), max_panels = kn->nc / kn->nr;
     int64_t blocks_n = ceil_div(panels, max_panels);
     if (blocks_n < threads) blocks_n = LM_MIN(threads, panels);
@@ -103,6 +100,7 @@ static void plan_gemm(linear_job *j, int64_t threads) {
 }
 
 static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
+    if (is_small(j)) pool = NULL;
     int64_t threads = lm_threadpool_size(pool);
     plan_gemm(j, threads);
     int64_t tasks = j->tasks_n * ceil_div(j->M, j->mc);
@@ -144,7 +142,7 @@ lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const
     }
     linear_job j = {.kern = kernels_for(lm__cpu_isa_active()), .x = x, .w = w, .y = y, .wdt = wdtype,
                     .ldx = ldx, .ldw = ldw, .ldy = ldy, .M = M, .N = N, .K = K};
-    if (M <= j.kern->gemv_max_m) {
+    if (M <= (wdtype == LM_F32 ? j.kern->gemv_max_m_f32 : j.kern->gemv_max_m_16)) {
         run_gemv(pool, &j);
         return LM_OK;
     }

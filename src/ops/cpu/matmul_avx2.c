@@ -4,7 +4,7 @@
  * bf16 widens by zero-extension and a 16-bit shift, f16 with vcvtph2ps; both exact.
  * AVX2 has no 16-bit masked loads, so K tails go through a zero-padded 8-lane
  * buffer (once per row, outside the main loop).
- *  gemv:  4 W rows x up to 2 x rows per call (8 accumulators + 4 weights + x).
+ *  gemv:  one W row at a time against up to 4 x rows, 2-4 accumulators per x row.
  *  GEMM:  6 x 16 tile = 12 ymm accumulators; per k: 2 panel loads, 6 broadcasts,
  *         12 FMAs. Panels are packed with 8 x 8 in-register transposes.
  * Compiled with generic flags: each function carries LM__TARGET_AVX2.
@@ -16,7 +16,7 @@
 
 #define INLINE static inline __attribute__((always_inline)) LM__TARGET_AVX2
 
-enum { GEMV_MR = 2, GEMV_NR = 4, MR = 6, NR = 16 };
+enum { GEMV_MR = 4, MR = 6, NR = 16 };
 
 /* 8 weights at element k of row p, widened to f32. */
 INLINE __m256 load_w8(const void *p, int64_t k, lm_dtype dt) {
@@ -40,61 +40,74 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* One gemv tile with compile-time MRX x rows and dtype DT (constants after inlining). */
-INLINE void gemv_tile(const float *x, int64_t ldx, const int MRX, const void *w, const lm_dtype DT, int64_t ldw,
-                      int nrows, int64_t K, float *y, int64_t ldy) {
-    const void *wr[GEMV_NR];
-    __m256 acc[GEMV_MR][GEMV_NR];
-    /* Rows past nrows repeat the last row: loads stay in bounds, results are dropped. */
+/* y[m * ldy] = dot(x row m, W row wr) for m < MRX (a compile-time constant after
+ * inlining, as is DT). The W row is streamed front to back and prefetched ahead (see
+ * matmul_avx512.c); KU accumulators per x row cover the FMA latency; the K tail (< 8)
+ * is one padded step. */
+INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr, const lm_dtype DT, int64_t K,
+                     float *y, int64_t ldy) {
+    const int KU = MRX == 1 ? 4 : 2;
+    __m256 acc[GEMV_MR][4];
 #pragma GCC unroll 4
-    for (int r = 0; r < GEMV_NR; r++) {
-        wr[r] = lm__w_at(w, DT, ldw, r < nrows ? r : nrows - 1, 0);
-#pragma GCC unroll 2
-        for (int m = 0; m < GEMV_MR; m++) acc[m][r] = _mm256_setzero_ps();
-    }
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 wv[GEMV_NR];
-#pragma GCC unroll 4
-        for (int r = 0; r < GEMV_NR; r++) wv[r] = load_w8(wr[r], k, DT);
-#pragma GCC unroll 2
-        for (int m = 0; m < MRX; m++) {
-            __m256 xv = _mm256_loadu_ps(x + m * ldx + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
-        }
-    }
-    if (k < K) {
-        __m256 wv[GEMV_NR];
-#pragma GCC unroll 4
-        for (int r = 0; r < GEMV_NR; r++) wv[r] = load_w8_tail(wr[r], k, K - k, DT);
-#pragma GCC unroll 2
-        for (int m = 0; m < MRX; m++) {
-            __m256 xv = load_w8_tail(x + m * ldx, k, K - k, LM_F32);
-#pragma GCC unroll 4
-            for (int r = 0; r < GEMV_NR; r++) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
-        }
-    }
-#pragma GCC unroll 2
     for (int m = 0; m < MRX; m++) {
 #pragma GCC unroll 4
-        for (int r = 0; r < GEMV_NR; r++)
-            if (r < nrows) y[m * ldy + r] = hsum8(acc[m][r]);
+        for (int u = 0; u < KU; u++) acc[m][u] = _mm256_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 8 * KU <= K; k += 8 * KU) {
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            const int es = DT == LM_F32 ? 4 : 2;
+            if (u * 8 * es % 64 == 0) lm__prefetch_bytes(wr, (k + 8 * u) * es); /* once per cache line */
+            __m256 wv = load_w8(wr, k + 8 * u, DT);
+#pragma GCC unroll 4
+            for (int m = 0; m < MRX; m++)
+                acc[m][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k + 8 * u), wv, acc[m][u]);
+        }
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv = load_w8(wr, k, DT);
+#pragma GCC unroll 4
+        for (int m = 0; m < MRX; m++) acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k), wv, acc[m][0]);
+    }
+    if (k < K) {
+        __m256 wv = load_w8_tail(wr, k, K - k, DT);
+#pragma GCC unroll 4
+        for (int m = 0; m < MRX; m++)
+            acc[m][0] = _mm256_fmadd_ps(load_w8_tail(x + m * ldx, k, K - k, LM_F32), wv, acc[m][0]);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        __m256 sum = acc[m][0];
+#pragma GCC unroll 4
+        for (int u = 1; u < KU; u++) sum = _mm256_add_ps(sum, acc[m][u]);
+        y[m * ldy] = hsum8(sum);
     }
 }
 
-#define GEMV_CASE(DT)                                                                  \
-    do {                                                                               \
-        if (mrows == 1) gemv_tile(x, ldx, 1, w, DT, ldw, nrows, K, y, ldy);            \
-        else gemv_tile(x, ldx, 2, w, DT, ldw, nrows, K, y, ldy);                       \
-        return;                                                                        \
-    } while (0)
+INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, const lm_dtype DT, int64_t ldw,
+                      int64_t nrows, int64_t K, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++) {
+        const void *wr = lm__w_at(w, DT, ldw, r, 0);
+        /* x rows in groups of GEMV_MR; the W row stays in L1/L2 between groups. */
+        for (int64_t m = 0; m < M; m += GEMV_MR) {
+            const float *xm = x + m * ldx;
+            float *ym = y + m * ldy + r;
+            switch (M - m) {
+            case 1: gemv_row(xm, ldx, 1, wr, DT, K, ym, ldy); break;
+            case 2: gemv_row(xm, ldx, 2, wr, DT, K, ym, ldy); break;
+            case 3: gemv_row(xm, ldx, 3, wr, DT, K, ym, ldy); break;
+            default: gemv_row(xm, ldx, 4, wr, DT, K, ym, ldy); break;
+            }
+        }
+    }
+}
 
-LM__TARGET_AVX2 static void gemv_avx2(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt,
-                                      int64_t ldw, int nrows, int64_t K, float *y, int64_t ldy) {
-    if (wdt == LM_F32) GEMV_CASE(LM_F32);
-    if (wdt == LM_BF16) GEMV_CASE(LM_BF16);
-    GEMV_CASE(LM_F16);
+LM__TARGET_AVX2 static void gemv_avx2(const float *x, int64_t ldx, int64_t M, const void *w, lm_dtype wdt,
+                                      int64_t ldw, int64_t nrows, int64_t K, float *y, int64_t ldy) {
+    if (wdt == LM_F32) gemv_rows(x, ldx, M, w, LM_F32, ldw, nrows, K, y, ldy);
+    else if (wdt == LM_BF16) gemv_rows(x, ldx, M, w, LM_BF16, ldw, nrows, K, y, ldy);
+    else gemv_rows(x, ldx, M, w, LM_F16, ldw, nrows, K, y, ldy);
 }
 
 /* In-place transpose of an 8 x 8 f32 block held in 8 registers: r[i][j] -> r[j][i]. */
@@ -119,7 +132,8 @@ INLINE void transpose8(__m256 r[8]) {
     }
 }
 
-/* 8 rows x kn (<= 8) k of W (rows >= ncols read as 0) transposed into kn panel rows. */
+/* 8 rows x kn (<= 8) k of W (rows >= ncols read as 0) transposed into kn panel rows;
+ * rows are prefetched ahead as in matmul_avx512.c. */
 INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t k, int64_t kn, float *dst) {
     __m256 r[8];
 #pragma GCC unroll 8
@@ -129,6 +143,7 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
             continue;
         }
         const void *row = lm__w_at(w, DT, ldw, j, 0);
+        lm__prefetch_ahead(row, DT, k);
         r[j] = kn == 8 ? load_w8(row, k, DT) : load_w8_tail(row, k, kn, DT);
     }
     transpose8(r);
@@ -138,10 +153,9 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
 }
 
 INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t kc, float *dst) {
-    for (int64_t k = 0; k < kc; k += 8) {
-        int64_t kn = kc - k < 8 ? kc - k : 8;
-        for (int j = 0; j < NR; j += 8) /* row j exists only when j < ncols */
-            pack_block(j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w, DT, ldw, ncols - j, k, kn, dst + j);
+    for (int j = 0; j < NR; j += 8) { /* row j exists only when j < ncols */
+        const void *wj = j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w;
+        for (int64_t k = 0; k < kc; k += 8) pack_block(wj, DT, ldw, ncols - j, k, kc - k < 8 ? kc - k : 8, dst + j);
     }
 }
 
@@ -181,18 +195,17 @@ LM__TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, int64_t lda, 
         if (r >= mrows) break;
         float *cp = c + r * ldc;
         __m256 v0 = acc[r][0], v1 = acc[r][1];
-        if (accumulate) {
-            v0 = _mm256_add_ps(v0, _mm256_maskload_ps(cp, m0));
-            v1 = _mm256_add_ps(v1, _mm256_maskload_ps(cp + 8, m1));
-        }
+        if (accumulate) v0 = _mm256_add_ps(v0, _mm256_maskload_ps(cp, m0));
         _mm256_maskstore_ps(cp, m0, v0);
+        if (ncols <= 8) continue; /* columns 8.. are past ncols: not even addressed */
+        if (accumulate) v1 = _mm256_add_ps(v1, _mm256_maskload_ps(cp + 8, m1));
         _mm256_maskstore_ps(cp + 8, m1, v1);
     }
 }
 
 const lm__linear_kernels lm__linear_kernels_avx2 = {
     .mr = MR, .nr = NR, .kc = 256, .nc = 512,
-    .gemv_mr = GEMV_MR, .gemv_nr = GEMV_NR, .gemv_max_m = GEMV_MR,
+    .gemv_max_m_f32 = 6, .gemv_max_m_16 = 6,
     .gemv = gemv_avx2, .pack = pack_avx2, .micro = micro_avx2,
 };
 

@@ -2,8 +2,8 @@
  *
  * y[m, n] = sum_k x[m, k] * W[n, k] with x, y f32 and W f32/bf16/f16 rows of K
  * contiguous elements (Hugging Face Linear layout). Two shapes of work:
- *  - gemv: a few x rows against a few W rows read straight from memory (decode, M
- *    small: W is streamed once and never copied);
+ *  - gemv: a few x rows against W rows streamed one at a time straight from memory
+ *    (decode, M small: W is read once and never copied);
  *  - GEMM: W blocks are widened to f32 and packed as panels of nr columns,
  *    dst[k * nr + j] = W[n0 + j, k0 + k], then a register-blocked microkernel
  *    computes mr x nr tiles of y, broadcasting x values against panel rows.
@@ -21,12 +21,12 @@ typedef struct lm__linear_kernels {
     int mr, nr;      /* microkernel tile: mr rows of x/y by nr columns of y (nr = panel width) */
     int64_t kc;      /* largest K block per packed panel, a multiple of 16 */
     int64_t nc;      /* largest N block one task packs; kc * nc * 4 bytes fits in half an L2 */
-    int gemv_mr;     /* most x rows one gemv call handles */
-    int gemv_nr;     /* most W rows one gemv call handles */
-    int gemv_max_m;  /* M up to this uses gemv, larger M the packed GEMM */
-    /* y[m * ldy + r] = dot(x[m * ldx + 0 .. K), W row r) for m < mrows, r < nrows;
-     * w points at W row 0 (dtype wdt, rows ldw elements apart). */
-    void (*gemv)(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt, int64_t ldw, int nrows,
+    /* M up to these (f32 / bf16 and f16 weights) uses gemv, larger M the packed GEMM:
+     * the measured crossover where packing W costs less than re-reading it per 4 x rows. */
+    int gemv_max_m_f32, gemv_max_m_16;
+    /* y[m * ldy + r] = dot(x[m * ldx + 0 .. K), W row r) for m < M, r < nrows; w points
+     * at W row 0 (dtype wdt, rows ldw elements apart). Each W row is read once. */
+    void (*gemv)(const float *x, int64_t ldx, int64_t M, const void *w, lm_dtype wdt, int64_t ldw, int64_t nrows,
                  int64_t K, float *y, int64_t ldy);
     /* Packs one panel: dst[k * nr + j] = f32(W row j, element k) for k < kc and
      * j < ncols (<= nr), 0 for ncols <= j < nr. w points at (row 0, element 0). */
@@ -58,6 +58,27 @@ static inline float lm__widen1(const void *w, lm_dtype dt, int64_t k) {
 /* Address of element k of W row n (4-byte f32 or 2-byte bf16/f16 elements). */
 static inline const void *lm__w_at(const void *w, lm_dtype dt, int64_t ldw, int64_t n, int64_t k) {
     return (const char *)w + (size_t)(n * ldw + k) * (dt == LM_F32 ? 4u : 2u);
+}
+
+/* Prefetches the cache line LM__GEMV_PREFETCH bytes past byte offset off of a streamed
+ * W row, or LM__PACK_PREFETCH elements past element k of a row being packed. Addresses
+ * are formed as integers: they may lie past the row, and prefetches never fault.
+ * 4 KB ahead is about bandwidth x latency for one core (~35 GB/s x ~100 ns); it
+ * measured ~5% more decode bandwidth for bf16/f16 weights than hardware prefetch alone. */
+#define LM__GEMV_PREFETCH 4096
+#define LM__PACK_PREFETCH 64
+static inline void lm__prefetch_addr(uintptr_t p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch((const void *)p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+static inline void lm__prefetch_bytes(const void *row, int64_t off) {
+    lm__prefetch_addr((uintptr_t)row + (uintptr_t)off + LM__GEMV_PREFETCH);
+}
+static inline void lm__prefetch_ahead(const void *row, lm_dtype dt, int64_t k) {
+    lm__prefetch_addr((uintptr_t)row + (uintptr_t)(k + LM__PACK_PREFETCH) * (dt == LM_F32 ? 4u : 2u));
 }
 
 #endif

@@ -1,25 +1,28 @@
 /* ops/cpu/matmul_scalar.c — portable C kernels for lm__cpu_linear: the fallback on
  * CPUs without AVX2/FMA/F16C and on non-x86 builds. Same structure as the vector
- * paths (gemv over W rows, packed panels + a 4 x 16 register tile for GEMM) so the
+ * paths (gemv over W rows, packed panels + an 8 x 8 register tile for GEMM) so the
  * driver is shared; every dot product is a sequential f32 sum over k.
  */
 #include "ops/cpu/matmul_kernels.h"
 
-enum { GEMV_MR = 4, GEMV_NR = 4, MR = 4, NR = 16 };
+enum { GEMV_MR = 4, MR = 8, NR = 8 };
 
-static void gemv_scalar(const float *x, int64_t ldx, int mrows, const void *w, lm_dtype wdt, int64_t ldw,
-                        int nrows, int64_t K, float *y, int64_t ldy) {
-    float acc[GEMV_MR][GEMV_NR] = {{0}};
-    for (int64_t k = 0; k < K; k++) {
-        float wv[GEMV_NR];
-        for (int r = 0; r < nrows; r++) wv[r] = lm__widen1(lm__w_at(w, wdt, ldw, r, 0), wdt, k);
-        for (int m = 0; m < mrows; m++) {
-            float xv = x[m * ldx + k];
-            for (int r = 0; r < nrows; r++) acc[m][r] += xv * wv[r];
+/* One W row at a time against up to GEMV_MR x rows: the row is widened once per k. */
+static void gemv_scalar(const float *x, int64_t ldx, int64_t M, const void *w, lm_dtype wdt, int64_t ldw,
+                        int64_t nrows, int64_t K, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++) {
+        const void *wr = lm__w_at(w, wdt, ldw, r, 0);
+        for (int64_t m0 = 0; m0 < M; m0 += GEMV_MR) {
+            int mr = (int)(M - m0 < GEMV_MR ? M - m0 : GEMV_MR);
+            const float *xm = x + m0 * ldx;
+            float acc[GEMV_MR] = {0};
+            for (int64_t k = 0; k < K; k++) {
+                float wv = lm__widen1(wr, wdt, k);
+                for (int m = 0; m < mr; m++) acc[m] += xm[m * ldx + k] * wv;
+            }
+            for (int m = 0; m < mr; m++) y[(m0 + m) * ldy + r] = acc[m];
         }
     }
-    for (int m = 0; m < mrows; m++)
-        for (int r = 0; r < nrows; r++) y[m * ldy + r] = acc[m][r];
 }
 
 static void pack_scalar(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc, float *dst) {
@@ -33,13 +36,18 @@ static void pack_scalar(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int
     }
 }
 
+/* Fixed MR x NR loops (rows past mrows repeat the last row and are dropped) so the
+ * compiler can keep the tile in registers and vectorize across j with whatever the
+ * generic target offers; each element is still a sequential sum over k. */
 static void micro_scalar(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp, float *c,
                          int64_t ldc, int ncols, int accumulate) {
+    const float *ar[MR];
     float acc[MR][NR] = {{0}};
+    for (int r = 0; r < MR; r++) ar[r] = a + (r < mrows ? r : mrows - 1) * lda;
     for (int64_t k = 0; k < kc; k++) {
         const float *b = bp + k * NR;
-        for (int r = 0; r < mrows; r++) {
-            float av = a[r * lda + k];
+        for (int r = 0; r < MR; r++) {
+            float av = ar[r][k];
             for (int j = 0; j < NR; j++) acc[r][j] += av * b[j];
         }
     }
@@ -49,6 +57,6 @@ static void micro_scalar(int64_t kc, const float *a, int64_t lda, int mrows, con
 
 const lm__linear_kernels lm__linear_kernels_scalar = {
     .mr = MR, .nr = NR, .kc = 256, .nc = 512,
-    .gemv_mr = GEMV_MR, .gemv_nr = GEMV_NR, .gemv_max_m = GEMV_MR,
+    .gemv_max_m_f32 = GEMV_MR, .gemv_max_m_16 = GEMV_MR,
     .gemv = gemv_scalar, .pack = pack_scalar, .micro = micro_scalar,
 };
