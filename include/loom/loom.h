@@ -12,6 +12,11 @@
 #include "loom/model.h"
 #include "loom/sampler.h"
 #include "loom/generate.h"
+#include "loom/ops_backward.h"
+#include "loom/autograd.h"
+#include "loom/data.h"
+#include "loom/io_write.h"
+#include "loom/train.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

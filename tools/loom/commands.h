@@ -9,5 +9,8 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

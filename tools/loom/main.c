@@ -11,6 +11,9 @@ static void usage(FILE *f) {
             "usage: loom <command> [options]\n"
             "commands:\n"
             "  version        print the loom version and build features\n"
+            "  train          train or fine-tune a model on token shards\n"
+            "  data           'data prepare': tokenize text files into a token shard\n"
+            "  plot-loss      draw a training log's loss curve as SVG\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  generate       continue a prompt with a model (streams text)\n"
@@ -47,6 +50,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot-loss")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

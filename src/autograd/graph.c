@@ -1,0 +1,209 @@
+/* autograd/graph.c — the tape: variable arena, node recording, leaves, bound gradient
+ * buffers and hooks (see autograd/internal.h for the records and their invariants).
+ * Variables and nodes keep their capacity across lm_ag_reset, so a training loop
+ * that records the same graph every step stops allocating records after the first.
+ */
+#include "autograd/internal.h"
+
+#include <string.h>
+
+lm_status lm_ag_create(lm_ctx *ctx, lm_ag **out) {
+    if (!ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_ag_create: NULL argument");
+    lm_ag *ag = lm__calloc(1, sizeof *ag);
+    if (!ag) return LM_OUT_OF_MEMORY;
+    ag->ctx = ctx;
+    ag->grad_enabled = 1;
+    *out = ag;
+    return LM_OK;
+}
+
+static lm_ag_var *var_at(const lm_ag *ag, int64_t i) { return &ag->blocks[i / LM__AG_BLOCK][i % LM__AG_BLOCK]; }
+
+void lm_ag_reset(lm_ag *ag) {
+    if (!ag) return;
+    for (int64_t i = 0; i < ag->nnodes; i++)
+        for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(ag->nodes[i].saved[s]);
+    for (int64_t i = 0; i < ag->nvars; i++) {
+        lm_ag_var *v = var_at(ag, i);
+        lm_tensor_destroy(v->value);
+        lm_tensor_destroy(v->grad);
+        memset(v, 0, sizeof *v);
+    }
+    ag->nnodes = ag->nvars = 0;
+    ag->backward_done = 0;
+    memset(&ag->stats, 0, sizeof ag->stats);
+}
+
+void lm_ag_destroy(lm_ag *ag) {
+    if (!ag) return;
+    lm_ag_reset(ag);
+    for (int64_t b = 0; b < ag->nblocks; b++) lm__free(ag->blocks[b]);
+    lm__free(ag->blocks);
+    lm__free(ag->nodes);
+    lm__free(ag);
+}
+
+void lm_ag_set_grad_enabled(lm_ag *ag, int enabled) { ag->grad_enabled = enabled != 0; }
+int lm_ag_grad_enabled(const lm_ag *ag) { return ag->grad_enabled; }
+
+lm_ag_stats lm_ag_get_stats(const lm_ag *ag) {
+    lm_ag_stats s = ag->stats;
+    s.nodes = ag->nnodes;
+    s.vars = ag->nvars;
+    return s;
+}
+
+/* Room for one more variable: a new block when the arena is full. */
+static lm_status grow_vars(lm_ag *ag) {
+    if (ag->nvars < ag->nblocks * LM__AG_BLOCK) return LM_OK;
+    lm_ag_var **blocks = lm__calloc((size_t)ag->nblocks + 1, sizeof *blocks);
+    lm_ag_var *block = lm__calloc(LM__AG_BLOCK, sizeof *block);
+    if (!blocks || !block) {
+        lm__free(blocks);
+        lm__free(block);
+        return LM_OUT_OF_MEMORY;
+    }
+    if (ag->nblocks) memcpy(blocks, ag->blocks, (size_t)ag->nblocks * sizeof *blocks);
+    blocks[ag->nblocks] = block;
+    lm__free(ag->blocks);
+    ag->blocks = blocks;
+    ag->nblocks++;
+    return LM_OK;
+}
+
+lm_status lm__ag_var_new(lm_ag *ag, lm_tensor *value, int requires_grad, lm_ag_var **out) {
+    lm_status st = grow_vars(ag);
+    if (st != LM_OK) {
+        lm_tensor_destroy(value);
+        return st;
+    }
+    lm_ag_var *v = var_at(ag, ag->nvars++);
+    memset(v, 0, sizeof *v);
+    v->ag = ag;
+    v->value = value;
+    v->requires_grad = requires_grad;
+    *out = v;
+    return LM_OK;
+}
+
+lm_status lm__ag_alias(const lm_tensor *t, lm_tensor **out) { return lm_tensor_from_view(t, lm_tensor_as_view(t), out); }
+
+lm_status lm_ag_leaf(lm_ag *ag, const lm_tensor *value, int requires_grad, lm_ag_var **out) {
+    if (!ag || !value || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_ag_leaf: NULL argument");
+    if (requires_grad && !lm_dtype_is_float(lm_tensor_dtype(value)))
+        return lm__error(LM_INVALID_ARGUMENT, "lm_ag_leaf: a %s tensor cannot require gradients",
+                         lm_dtype_name(lm_tensor_dtype(value)));
+    lm_tensor *ref = NULL;
+    LM_TRY(lm__ag_alias(value, &ref));
+    LM_TRY(lm__ag_var_new(ag, ref, requires_grad != 0, out));
+    (*out)->is_leaf = 1;
+    return LM_OK;
+}
+
+lm_status lm_ag_bind_grad(lm_ag_var *leaf, const lm_tensor_view *buffer, int accumulate) {
+    if (!leaf || !buffer) return lm__error(LM_INVALID_ARGUMENT, "lm_ag_bind_grad: NULL argument");
+    if (!leaf->is_leaf || !leaf->requires_grad)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_ag_bind_grad: the variable is not a leaf that requires gradients");
+    const lm_tensor_view *v = lm_tensor_as_view(leaf->value);
+    int same = buffer->ndim == v->ndim;
+    for (int i = 0; same && i < v->ndim; i++) same = buffer->shape[i] == v->shape[i];
+    if (!same) return lm__error(LM_SHAPE_MISMATCH, "lm_ag_bind_grad: the buffer's shape differs from the leaf's");
+    if (buffer->dtype != v->dtype && buffer->dtype != LM_F32)
+        return lm__error(LM_DTYPE_MISMATCH, "lm_ag_bind_grad: buffer dtype %s; expected %s or f32",
+                         lm_dtype_name(buffer->dtype), lm_dtype_name(v->dtype));
+    if (!lm_device_equal(buffer->device, v->device) || lm_tensor_view_overlaps_self(buffer))
+        return lm__error(LM_INVALID_ARGUMENT, "lm_ag_bind_grad: the buffer is on another device or overlaps itself");
+    leaf->bound = *buffer;
+    leaf->has_bound = 1;
+    leaf->bound_accumulate = accumulate != 0;
+    return LM_OK;
+}
+
+lm_status lm_ag_set_hook(lm_ag_var *leaf, lm_ag_hook_fn fn, void *user) {
+    if (!leaf || !leaf->is_leaf || !leaf->requires_grad)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_ag_set_hook: the variable is not a leaf that requires gradients");
+    leaf->hook = fn;
+    leaf->hook_user = user;
+    return LM_OK;
+}
+
+const lm_tensor *lm_ag_value(const lm_ag_var *v) { return v->value; }
+int lm_ag_requires_grad(const lm_ag_var *v) { return v->requires_grad; }
+const lm_tensor *lm_ag_grad(const lm_ag_var *v) { return v->is_leaf ? v->grad : NULL; }
+
+lm__ag_node lm__ag_node_make(const char *name, lm__ag_backward_fn fn, int nin, int nout, lm_ag_var *a, lm_ag_var *b,
+                             lm_ag_var *c) {
+    lm__ag_node n;
+    memset(&n, 0, sizeof n);
+    n.name = name;
+    n.backward = fn;
+    n.nin = nin;
+    n.nout = nout;
+    n.in[0] = a;
+    n.in[1] = b;
+    n.in[2] = c;
+    return n;
+}
+
+int lm__ag_recording(const lm_ag *ag, int n, lm_ag_var *const *in) {
+    if (!ag->grad_enabled) return 0;
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->requires_grad) return 1;
+    return 0;
+}
+
+lm_status lm__ag_check_inputs(const lm_ag *ag, const char *op, int n, lm_ag_var *const *in) {
+    if (!ag) return lm__error(LM_INVALID_ARGUMENT, "%s: the tape is NULL", op);
+    if (ag->backward_done) return lm__error(LM_INVALID_ARGUMENT, "%s: backward already ran; reset the tape first", op);
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) return lm__error(LM_INVALID_ARGUMENT, "%s: input %d is NULL", op, i);
+        if (in[i]->ag != ag) return lm__error(LM_INVALID_ARGUMENT, "%s: input %d belongs to another tape", op, i);
+    }
+    return LM_OK;
+}
+
+lm_status lm__ag_push(lm_ag *ag, const lm__ag_node *node) {
+    if (ag->nnodes == ag->cap_nodes) {
+        int64_t cap = ag->cap_nodes ? 2 * ag->cap_nodes : 64;
+        lm__ag_node *grown = lm__calloc((size_t)cap, sizeof *grown);
+        if (!grown) {
+            for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(node->saved[s]);
+            return LM_OUT_OF_MEMORY;
+        }
+        if (ag->nnodes) memcpy(grown, ag->nodes, (size_t)ag->nnodes * sizeof *grown);
+        lm__free(ag->nodes);
+        ag->nodes = grown;
+        ag->cap_nodes = cap;
+    }
+    ag->nodes[ag->nnodes++] = *node;
+    return LM_OK;
+}
+
+lm_status lm__ag_tensor(lm_ag *ag, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out) {
+    return lm_tensor_create(lm_ctx_device(ag->ctx), dt, ndim, shape, out);
+}
+
+lm_status lm__ag_copy(lm_ag *ag, const lm_tensor_view *v, lm_tensor **out) {
+    LM_TRY(lm__ag_tensor(ag, v->dtype, v->ndim, v->shape, out));
+    lm_status st = lm_tensor_view_copy(ag->ctx, lm_tensor_as_view(*out), v);
+    if (st != LM_OK) {
+        lm_tensor_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tensor **values, lm_ag_var **outs) {
+    lm_status st = LM_OK;
+    for (int j = 0; j < tmpl->nout; j++) {
+        if (st == LM_OK) st = lm__ag_var_new(ag, values[j], record, &outs[j]);
+        else lm_tensor_destroy(values[j]);
+    }
+    if (st != LM_OK || !record) {
+        for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(tmpl->saved[s]);
+        return st;
+    }
+    lm__ag_node node = *tmpl;
+    for (int j = 0; j < tmpl->nout; j++) node.out[j] = outs[j];
+    return lm__ag_push(ag, &node);
+}

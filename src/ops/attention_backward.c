@@ -1,0 +1,51 @@
+/* ops/attention_backward.c — public attention backward: validation and dispatch
+ * (reference level only on the CPU). Shapes follow lm_attention_out: q [B, Hq, Tq, D],
+ * k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], dout [B, Hq, Tq, Dv], Hq % Hkv == 0, causal
+ * needs Tk >= Tq; q, k, v, dout share one float dtype, any strides.
+ */
+#include "ops/backward_common.h"
+#include "ops/ref/attention_backward.h"
+
+static lm_status check_shapes(const char *op, const lm_tensor_view *q, const lm_tensor_view *k,
+                              const lm_tensor_view *v, const lm_tensor_view *dout, int causal) {
+    int64_t any4[4] = {-1, -1, -1, -1};
+    LM_TRY(lm__op_check_shape(op, "q [B, Hq, Tq, D]", q, 4, any4));
+    int64_t kshape[4] = {q->shape[0], -1, -1, q->shape[3]};
+    LM_TRY(lm__op_check_shape(op, "k [B, Hkv, Tk, D]", k, 4, kshape));
+    int64_t vshape[4] = {q->shape[0], k->shape[1], k->shape[2], -1};
+    LM_TRY(lm__op_check_shape(op, "v [B, Hkv, Tk, Dv]", v, 4, vshape));
+    int64_t oshape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+    LM_TRY(lm__op_check_shape(op, "dout [B, Hq, Tq, Dv]", dout, 4, oshape));
+    if (k->shape[1] == 0 ? q->shape[1] != 0 : q->shape[1] % k->shape[1] != 0)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: Hq = %lld is not a multiple of Hkv = %lld", op, (long long)q->shape[1],
+                         (long long)k->shape[1]);
+    if (causal && k->shape[2] < q->shape[2])
+        return lm__error(LM_SHAPE_MISMATCH, "%s: causal attention needs Tk >= Tq, got Tq = %lld and Tk = %lld", op,
+                         (long long)q->shape[2], (long long)k->shape[2]);
+    return LM_OK;
+}
+
+lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                    const lm_tensor_view *v, const lm_tensor_view *dout, float scale, int causal,
+                                    const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv) {
+    const char *op = "attention_backward";
+    const lm_tensor_view *vs[] = {q, k, v, dout};
+    static const char *const names[] = {"q", "k", "v", "dout"};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, vs, names));
+    LM_TRY(lm__op_check_float(op, "q", q));
+    for (int i = 1; i < 4; i++) LM_TRY(lm__op_check_dtype(op, names[i], vs[i], q->dtype));
+    LM_TRY(check_shapes(op, q, k, v, dout, causal));
+    LM_TRY(lm__op_check_grad(ctx, op, "dq", dq, q));
+    LM_TRY(lm__op_check_grad(ctx, op, "dk", dk, k));
+    LM_TRY(lm__op_check_grad(ctx, op, "dv", dv, v));
+    const lm_tensor_view *ins[] = {q, k, v, dout, dq, dk, dv};
+    static const char *const in_names[] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
+    LM_TRY(lm__op_check_grad_alias(op, "dq", dq, 4, ins, in_names));
+    const lm_tensor_view *ins_k[] = {q, k, v, dout, dq};
+    LM_TRY(lm__op_check_grad_alias(op, "dk", dk, 5, ins_k, in_names));
+    const lm_tensor_view *ins_v[] = {q, k, v, dout, dq, dk};
+    LM_TRY(lm__op_check_grad_alias(op, "dv", dv, 6, ins_v, in_names));
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
+}

@@ -1,0 +1,62 @@
+/* ops/matmul_backward.c — public matmul backward: validation and dispatch.
+ * For out = a @ b (lm_matmul_out): da = dout @ b^T, db = a^T @ dout, summed over the
+ * batch dims along which the operand was broadcast. Operand rules are the forward's
+ * (a and dout share one float dtype; b is a's dtype or bf16/f16 under an f32 a).
+ * Levels: the composed path (ops/composed.h) for f32 Linear-shaped calls, otherwise
+ * the reference (ops/ref/matmul_backward.c).
+ */
+#include "ops/backward_common.h"
+#include "ops/composed.h"
+#include "ops/ref/matmul_backward.h"
+
+/* dout's expected shape: broadcast batch dims of a and b, then [M, N]. */
+static lm_status dout_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
+                            int64_t *shape) {
+    char sa[128], sb[128];
+    if (a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
+        return lm__error(LM_SHAPE_MISMATCH, "%s: a %s and b %s are not [..., M, K] and [..., K, N]", op,
+                         lm__shape_str(a, sa, sizeof sa), lm__shape_str(b, sb, sizeof sb));
+    int na = a->ndim - 2, nb = b->ndim - 2, n = LM_MAX(na, nb);
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return lm__error(LM_SHAPE_MISMATCH, "%s: batch dims of a %s and b %s do not broadcast", op,
+                             lm__shape_str(a, sa, sizeof sa), lm__shape_str(b, sb, sizeof sb));
+        shape[i] = da == 1 ? db : da;
+    }
+    shape[n] = a->shape[a->ndim - 2];
+    shape[n + 1] = b->shape[b->ndim - 1];
+    *ndim = n + 2;
+    return LM_OK;
+}
+
+lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+    const char *op = "matmul_backward";
+    const lm_tensor_view *vs[] = {a, b, dout};
+    static const char *const names[] = {"a", "b", "dout"};
+    LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
+    LM_TRY(lm__op_check_float(op, "a", a));
+    LM_TRY(lm__op_check_float(op, "b", b));
+    if (b->dtype != a->dtype && a->dtype != LM_F32)
+        return lm__error(LM_DTYPE_MISMATCH, "%s: b has dtype %s but a is %s", op, lm_dtype_name(b->dtype),
+                         lm_dtype_name(a->dtype));
+    LM_TRY(lm__op_check_dtype(op, "dout", dout, a->dtype));
+    int nd = 0;
+    int64_t shape[LM_MAX_DIMS];
+    LM_TRY(dout_shape(op, a, b, &nd, shape));
+    LM_TRY(lm__op_check_shape(op, "dout", dout, nd, shape));
+    LM_TRY(lm__op_check_grad(ctx, op, "da", da, a));
+    LM_TRY(lm__op_check_grad(ctx, op, "db", db, b));
+    const lm_tensor_view *ins[] = {a, b, dout, db};
+    static const char *const in_names[] = {"a", "b", "dout", "db"};
+    LM_TRY(lm__op_check_grad_alias(op, "da", da, 4, ins, in_names));
+    LM_TRY(lm__op_check_grad_alias(op, "db", db, 3, ins, in_names));
+    if (!da && !db) return LM_OK;
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 1, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
+                                 "f32 operands, a 2-d b and an a that is not broadcast", &level));
+    if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
+    return lm__ref_matmul_backward(a, b, dout, da, db);
+}

@@ -1,0 +1,77 @@
+/* ops/optim.c — public optimizer operators: one multi-tensor AdamW update and the sum
+ * of squares over a list of tensors. Validation and dispatch (reference level on the
+ * CPU). Every tensor of the list is checked before any is touched, so a bad entry
+ * leaves all parameters and moments unchanged.
+ */
+#include "ops/backward_common.h"
+#include "ops/ref/optim.h"
+
+#include <stdio.h>
+
+static lm_status check_hparams(const char *op, const lm_adamw_hparams *hp) {
+    if (!hp) return lm__error(LM_INVALID_ARGUMENT, "%s: hparams is NULL", op);
+    if (!(hp->lr >= 0) || !isfinite(hp->lr)) return lm__error(LM_INVALID_ARGUMENT, "%s: lr %g must be finite and >= 0", op, hp->lr);
+    if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: betas (%g, %g) must lie in [0, 1)", op, hp->beta1, hp->beta2);
+    if (!(hp->eps > 0) || !isfinite(hp->eps)) return lm__error(LM_INVALID_ARGUMENT, "%s: eps %g must be finite and > 0", op, hp->eps);
+    if (hp->step < 1) return lm__error(LM_INVALID_ARGUMENT, "%s: step %lld must be >= 1", op, (long long)hp->step);
+    if (!isfinite(hp->grad_scale)) return lm__error(LM_INVALID_ARGUMENT, "%s: grad_scale %g is not finite", op, hp->grad_scale);
+    return LM_OK;
+}
+
+/* Tensor i of the list: params/m/v f32 of one shape, grads float of that shape. */
+static lm_status check_entry(lm_ctx *ctx, const char *op, int i, const lm_tensor_view *p, const lm_tensor_view *g,
+                             const lm_tensor_view *m, const lm_tensor_view *v, float wd) {
+    char names[4][32];
+    snprintf(names[0], sizeof names[0], "params[%d]", i);
+    snprintf(names[1], sizeof names[1], "grads[%d]", i);
+    snprintf(names[2], sizeof names[2], "m[%d]", i);
+    snprintf(names[3], sizeof names[3], "v[%d]", i);
+    const lm_tensor_view *vs[] = {p, g, m, v};
+    const char *const nm[] = {names[0], names[1], names[2], names[3]};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, vs, nm));
+    for (int k = 0; k < 4; k++) {
+        if (k == 1) LM_TRY(lm__op_check_float(op, nm[k], vs[k]));
+        else LM_TRY(lm__op_check_dtype(op, nm[k], vs[k], LM_F32));
+        LM_TRY(lm__op_check_same_shape(op, nm[k], vs[k], p));
+        if (k != 1) LM_TRY(lm__op_check_out(op, nm[k], vs[k]));
+    }
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++) LM_TRY(lm__op_check_alias(op, nm[a], vs[a], nm[b], vs[b], 0));
+    if (!isfinite(wd) || wd < 0) return lm__error(LM_INVALID_ARGUMENT, "%s: weight_decay[%d] = %g must be finite and >= 0", op, i, wd);
+    return LM_OK;
+}
+
+lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                          const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                          const lm_adamw_hparams *hp) {
+    const char *op = "adamw_update";
+    LM_TRY(check_hparams(op, hp));
+    if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
+    for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
+    return LM_OK;
+}
+
+lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const lm_tensor_view *out) {
+    const char *op = "sum_squares";
+    if (n < 0 || (n > 0 && !xs)) return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "%s: out is NULL", op);
+    LM_TRY(lm__op_check_f32_scalar(ctx, op, "out", out));
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "xs[%d]", i);
+        const lm_tensor_view *vs[] = {&xs[i]};
+        const char *const nm[] = {name};
+        LM_TRY(lm__op_check_devices(ctx, op, 1, vs, nm));
+        LM_TRY(lm__op_check_float(op, name, &xs[i]));
+        LM_TRY(lm__op_check_alias(op, "out", out, name, &xs[i], 0));
+    }
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    *(float *)out->data = (float)lm__ref_sum_squares(n, xs);
+    return LM_OK;
+}

@@ -1,0 +1,227 @@
+/* tools/loom/cmd_train.c — `loom train`: trains or fine-tunes a model on token shards
+ * (from `loom data prepare`) with AdamW, writing Hugging Face checkpoints.
+ *
+ * Output: a live progress line on stderr (step, loss, learning rate, tokens/s, ETA;
+ * redrawn in place on a terminal, one line per ~5% otherwise), a JSON line per step
+ * and per validation in OUT/log.jsonl (appended to when resuming), checkpoints in
+ * OUT/checkpoint-NNNNNN every --save-every steps and the last one in OUT/final. Each
+ * checkpoint is a Hugging Face directory plus train_state.bin; --resume CHECKPOINT
+ * continues from it and replays the remaining steps bit for bit.
+ */
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+#include "loom/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+
+typedef struct train_args {
+    const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device;
+    int batch, grad_accum, threads;
+    int steps, seq, warmup, val_every, val_batches, save_every;
+    float lr, min_lr, clip, weight_decay, beta1, beta2;
+    uint64_t seed;
+} train_args;
+
+typedef struct session {
+    train_args a;
+    lm_train_options o;
+    lm_ctx *ctx;
+    lm_train_model *model;
+    lm_data_loader *data, *val;
+    lm_trainer *trainer;
+    FILE *log;
+    double t0;
+    int64_t first_step; /* steps already done when this process started */
+} session;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *k_synopsis = "(--model DIR | --config FILE) --data TRAIN.bin --out DIR [options]";
+
+static int parse(int argc, char **argv, train_args *a) {
+    *a = (train_args){.schedule = "cosine", .device = "cpu", .batch = 8, .grad_accum = 1, .steps = 100, .seq = 256,
+                      .warmup = 10, .val_batches = 4, .lr = 3e-4f, .min_lr = -1, .clip = 1.0f, .weight_decay = 0.1f,
+                      .beta1 = 0.9f, .beta2 = 0.95f, .seed = 1};
+    const cli_opt opts[] = {
+        {"model", CLI_STRING, &a->model, "DIR: Hugging Face model to fine-tune"},
+        {"config", CLI_STRING, &a->config, "FILE: config.json of a model to train from scratch (seeded init)"},
+        {"data", CLI_STRING, &a->data, "A.bin[,B.bin...]: training token shards (required)"},
+        {"val-data", CLI_STRING, &a->val_data, "FILE: held-out token shard for the validation loss"},
+        {"out", CLI_STRING, &a->out, "DIR: output directory for log.jsonl and checkpoints (required)"},
+        {"resume", CLI_STRING, &a->resume, "DIR: a checkpoint to continue from (same --batch/--seq/--grad-accum)"},
+        {"steps", CLI_INT, &a->steps, "N: optimizer steps of the whole run (default 100)"},
+        {"batch", CLI_INT, &a->batch, "B: sequences per micro-batch (default 8)"},
+        {"seq", CLI_INT, &a->seq, "T: tokens per sequence (default 256)"},
+        {"grad-accum", CLI_INT, &a->grad_accum, "N: micro-batches per step (default 1)"},
+        {"lr", CLI_FLOAT, &a->lr, "X: peak learning rate (default 3e-4)"},
+        {"min-lr", CLI_FLOAT, &a->min_lr, "X: final learning rate (default lr / 10)"},
+        {"warmup", CLI_INT, &a->warmup, "N: linear warmup steps (default 10)"},
+        {"schedule", CLI_STRING, &a->schedule, "NAME: cosine, linear or constant (default cosine)"},
+        {"clip", CLI_FLOAT, &a->clip, "X: global gradient-norm limit, 0 = off (default 1.0)"},
+        {"weight-decay", CLI_FLOAT, &a->weight_decay, "X: AdamW decoupled weight decay of matrices (default 0.1)"},
+        {"beta1", CLI_FLOAT, &a->beta1, "X: AdamW beta1 (default 0.9)"},
+        {"beta2", CLI_FLOAT, &a->beta2, "X: AdamW beta2 (default 0.95)"},
+        {"seed", CLI_U64, &a->seed, "N: seed of the initialisation and the data order (default 1)"},
+        {"val-every", CLI_INT, &a->val_every, "N: validate every N steps (default: only at the end)"},
+        {"val-batches", CLI_INT, &a->val_batches, "N: batches per validation (default 4)"},
+        {"save-every", CLI_INT, &a->save_every, "N: checkpoint every N steps (default: only at the end)"},
+        {"tokenizer", CLI_STRING, &a->tokenizer, "FILE: tokenizer.json copied into checkpoints"},
+        {"device", CLI_STRING, &a->device, "cpu|cuda[:N]: where to train (default cpu)"},
+        {"threads", CLI_INT, &a->threads, "N: CPU threads (default: all)"},
+        {NULL, 0, NULL, NULL}};
+    const char *pos[1];
+    int npos;
+    int rc = cli_parse("train", k_synopsis, opts, argc, argv, pos, 0, &npos);
+    if (rc) return rc;
+    if ((!a->model == !a->config && !a->resume) || !a->data || !a->out) {
+        fprintf(stderr, "loom train: give --data, --out and exactly one of --model / --config (or --resume)\n");
+        return 2;
+    }
+    if (a->min_lr < 0) a->min_lr = a->lr / 10;
+    return 0;
+}
+
+static int fail(const char *what, lm_status st) { return cli_fail("train", what, st); }
+
+/* Splits "a,b,c" into up to 64 paths inside buf. */
+static int split_paths(const char *list, char *buf, size_t size, const char **paths) {
+    snprintf(buf, size, "%s", list);
+    int n = 0;
+    for (char *p = buf; p && *p && n < 64; n++) {
+        paths[n] = p;
+        p = strchr(p, ',');
+        if (p) *p++ = '\0';
+    }
+    return n;
+}
+
+static int open_all(session *s) {
+    const train_args *a = &s->a;
+    lm_device dev;
+    lm_status st = lm_device_parse(a->device, &dev);
+    if (st != LM_OK) return fail("bad --device", st);
+    if ((st = lm_ctx_create(dev, a->threads, &s->ctx)) != LM_OK) return fail("cannot create a context", st);
+    if (a->resume) st = lm_train_model_load(a->resume, dev, &s->model);
+    else if (a->model) st = lm_train_model_load(a->model, dev, &s->model);
+    else st = lm_train_model_init(a->config, a->seed, dev, &s->model);
+    if (st != LM_OK) return fail("cannot set up the model", st);
+    char buf[8192];
+    const char *paths[64];
+    int n = split_paths(a->data, buf, sizeof buf, paths);
+    if ((st = lm_data_loader_create(n, paths, a->seq, a->seed, 1, &s->data)) != LM_OK) return fail("cannot open --data", st);
+    if (a->val_data && (st = lm_data_loader_create(1, &a->val_data, a->seq, 0, 0, &s->val)) != LM_OK)
+        return fail("cannot open --val-data", st);
+    lm_train_options_default(&s->o);
+    s->o.steps = a->steps, s->o.batch = a->batch, s->o.seq = a->seq, s->o.grad_accum = a->grad_accum;
+    s->o.lr = a->lr, s->o.min_lr = a->min_lr, s->o.warmup = a->warmup, s->o.clip = a->clip;
+    s->o.adamw = (lm_adamw_config){a->beta1, a->beta2, 1e-8, a->weight_decay};
+    if ((st = lm_lr_schedule_parse(a->schedule, &s->o.schedule)) != LM_OK) return fail("bad --schedule", st);
+    if ((st = lm_trainer_create(s->model, s->data, &s->o, &s->trainer)) != LM_OK) return fail("bad options", st);
+    if (a->resume && (st = lm_trainer_resume(s->trainer, s->ctx, a->resume)) != LM_OK) return fail("cannot resume", st);
+    if (mkdir(a->out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "loom train: cannot create '%s': %s\n", a->out, strerror(errno));
+        return 1;
+    }
+    snprintf(buf, sizeof buf, "%s/log.jsonl", a->out);
+    if (!(s->log = fopen(buf, a->resume ? "a" : "w"))) {
+        fprintf(stderr, "loom train: cannot write '%s': %s\n", buf, strerror(errno));
+        return 1;
+    }
+    s->first_step = lm_trainer_step_count(s->trainer);
+    return 0;
+}
+
+static void close_all(session *s) {
+    if (s->log) fclose(s->log);
+    lm_trainer_destroy(s->trainer);
+    lm_data_loader_destroy(s->val);
+    lm_data_loader_destroy(s->data);
+    lm_train_model_destroy(s->model);
+    lm_ctx_destroy(s->ctx);
+}
+
+static void progress(const session *s, const lm_train_step_info *in, double tok_s, int last) {
+    static int tty = -1;
+    if (tty < 0) tty = isatty(2);
+    int64_t every = s->a.steps / 20 > 0 ? s->a.steps / 20 : 1;
+    if (!tty && !last && in->step % every != 0) return;
+    double eta = tok_s > 0 ? (double)(s->a.steps - in->step) * (double)in->tokens / tok_s : 0;
+    fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  ETA %dm%02ds%s", tty ? "\r" : "",
+            (long long)in->step, s->a.steps, in->loss, in->lr, in->grad_norm, tok_s, (int)(eta / 60), (int)fmod(eta, 60),
+            tty && !last ? "   " : "\n");
+    fflush(stderr);
+}
+
+static int validate(session *s, int64_t step) {
+    double loss = 0;
+    lm_status st = lm_trainer_evaluate(s->trainer, s->ctx, s->val, s->a.val_batches, &loss);
+    if (st != LM_OK) return fail("validation failed", st);
+    fprintf(s->log, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, loss);
+    fflush(s->log);
+    fprintf(stderr, "%sstep %lld  validation loss %.4f\n", isatty(2) ? "\n" : "", (long long)step, loss);
+    return 0;
+}
+
+static int save(session *s, const char *name) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", s->a.out, name);
+    lm_status st = lm_trainer_save(s->trainer, s->ctx, dir, s->a.tokenizer);
+    if (st != LM_OK) return fail("cannot save a checkpoint", st);
+    fprintf(stderr, "%scheckpoint %s\n", isatty(2) ? "\n" : "", dir);
+    return 0;
+}
+
+static int loop(session *s) {
+    double tokens = 0;
+    s->t0 = now();
+    for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
+        lm_train_step_info in;
+        lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
+        if (st != LM_OK) return fail("training step failed", st);
+        if (!isfinite(in.loss)) {
+            fprintf(stderr, "\nloom train: the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
+            return 1;
+        }
+        tokens += (double)in.tokens;
+        double elapsed = now() - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
+        fprintf(s->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f}\n",
+                (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s);
+        fflush(s->log);
+        progress(s, &in, tok_s, step == s->a.steps);
+        if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%06lld", (long long)step);
+        if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
+    }
+    if (s->val && validate(s, s->a.steps)) return 1;
+    return save(s, "final");
+}
+
+int cmd_train(int argc, char **argv) {
+    session s;
+    memset(&s, 0, sizeof s);
+    int rc = parse(argc, argv, &s.a);
+    if (rc) return rc == 1 ? 0 : rc;
+    cli_enable_logging(0);
+    rc = open_all(&s);
+    if (!rc) {
+        const lm_model_config *c = lm_train_model_config(s.model);
+        fprintf(stderr, "loom train: %s, %lld parameters, %d steps of %d x %d x %d tokens, starting at step %lld\n",
+                lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model), s.a.steps, s.a.grad_accum, s.a.batch,
+                s.a.seq, (long long)s.first_step);
+        rc = loop(&s);
+    }
+    close_all(&s);
+    return rc;
+}
