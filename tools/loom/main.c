@@ -10,16 +10,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: loom <command> [options]\n"
             "commands:\n"
-            "  version        print the loom version and build features\n"
+            "  generate       continue a prompt with a model (streams text)\n"
+            "  info           describe a model directory (JSON)\n"
+            "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
+            "  logits         run one forward pass and print logits per position (JSON lines)\n"
             "  train          train or fine-tune a model on token shards\n"
             "  data           'data prepare': tokenize text files into a token shard\n"
             "  plot-loss      draw a training log's loss curve as SVG\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
-            "  generate       continue a prompt with a model (streams text)\n"
-            "  info           describe a model directory (JSON)\n"
-            "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
-            "  logits         run one forward pass and print logits per position (JSON lines)\n"
+            "  version        print the loom version and build features\n"
             "run 'loom <command> --help' for a command's options\n");
 }
 
