@@ -4,9 +4,12 @@
  * head h reads kv head h / (Hq / Hkv). Causal alignment is lm_softmax_out's (needs
  * Tk >= Tq). All four share one float dtype; any strides are accepted (e.g. permuted
  * [B, T, H, D] buffers). out must not overlap itself or share memory with q, k or v.
- * Only the reference level exists on the CPU so far.
+ * On the CPU, views the tuned kernel accepts (f32, unit last-dim stride) run there
+ * unless the context asks for the reference; others fall back to the reference, or
+ * fail with LM_UNSUPPORTED when the context forces the tuned level.
  */
 #include "ops/alias.h"
+#include "ops/cpu/attention.h"
 #include "ops/internal.h"
 #include "ops/ref/attention.h"
 
@@ -49,6 +52,12 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     LM_TRY(lm__op_check_alias(op, "out", out, "k", k, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "v", v, 0));
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        char why[256];
+        if (lm__cpu_attention_supported(q, k, v, out, why, sizeof why))
+            return lm__cpu_attention(lm_ctx_threadpool(ctx), q, k, v, scale, causal, out);
+        if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
+    }
     return lm__ref_attention(q, k, v, scale, causal, out);
 }
