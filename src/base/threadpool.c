@@ -3,12 +3,18 @@
  * Tasks are claimed with an atomic counter (dynamic scheduling: uneven task costs
  * balance themselves). The caller is worker 0 and works too; run() returns after
  * every worker has finished the generation it joined, so arg may live on the
- * caller's stack. Workers sleep on a condition variable between runs.
+ * caller's stack. Between runs, workers first spin for up to LM__SPIN_NS watching
+ * the generation counter (a decode step issues hundreds of short parallel-fors, and a
+ * condition-variable wake costs tens of microseconds), then sleep on a condition
+ * variable; the caller waits for stragglers the same way.
  */
 #include "internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
+
+#define LM__SPIN_NS 50000 /* spin budget before sleeping, nanoseconds */
 
 typedef struct worker_start {
     struct lm_threadpool *pool;
@@ -22,9 +28,9 @@ struct lm_threadpool {
                              allocation hooks (which need not be thread-safe) */
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation; /* bumped per run; workers wait for a new value */
-    int busy;            /* workers still inside the current run */
-    int stop;
+    atomic_ullong generation; /* bumped per run; workers wait for a new value */
+    atomic_int busy;          /* workers still inside the current run */
+    atomic_int stop;
     lm_task_fn fn;
     void *arg;
     int64_t ntasks;
@@ -39,27 +45,52 @@ static void drain(lm_threadpool *p, int worker) {
     }
 }
 
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until a new generation (or stop) appears or the budget runs out. */
+static void spin_for_work(lm_threadpool *p, unsigned long long seen) {
+    int64_t deadline = now_ns() + LM__SPIN_NS;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load(&p->generation) != seen || atomic_load(&p->stop)) return;
+        cpu_relax();
+        if ((i & 63) == 0 && now_ns() > deadline) return;
+    }
+}
+
 static void *worker_main(void *raw) {
     worker_start ws = *(worker_start *)raw;
     lm_threadpool *p = ws.pool;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    unsigned long long seen = 0;
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
-        drain(p, ws.worker);
+        spin_for_work(p, seen);
         pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load(&p->generation);
+        drain(p, ws.worker);
+        if (atomic_fetch_sub(&p->busy, 1) == 1) { /* last one out wakes the caller */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
 static void stop_workers(lm_threadpool *p, int started) {
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < started; i++) pthread_join(p->threads[i], NULL);
@@ -117,17 +148,22 @@ void lm_threadpool_run(lm_threadpool *p, int64_t ntasks, lm_task_fn fn, void *ar
         for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
     p->ntasks = ntasks;
     atomic_store(&p->next, 0);
-    p->busy = p->nthreads - 1;
-    p->generation++;
+    atomic_store(&p->busy, p->nthreads - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->generation, 1); /* publishes fn/arg/ntasks (seq_cst) */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     drain(p, 0);
+    int64_t deadline = now_ns() + LM__SPIN_NS;
+    for (unsigned i = 1; atomic_load(&p->busy) > 0; i++) {
+        cpu_relax();
+        if ((i & 63) == 0 && now_ns() > deadline) break;
+    }
     pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
+    while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
