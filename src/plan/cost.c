@@ -1,0 +1,89 @@
+/* plan/cost.c — the cost model: cycles of kernels and exchange phases on one tile
+ * from the machine description.
+ *
+ * Matmul: a call costs mm_call_cycles plus, per k_grain x n_grain weight pass,
+ * mm_pass_cycles and rows x (k_grain*n_grain*2 / FLOP rate) cycles: shapes are padded
+ * to the matrix unit's grain. Either operand may be loaded as the weights (C^T =
+ * B^T A^T streams the other one as rows); the cheaper orientation is taken.
+ * Vector kernels: vec_call_cycles + bytes streamed / data path + FLOPs / vector
+ * rate + transcendentals. Exchange: sync + the busiest
+ * tile's max(send, receive) bytes / exchange rate + messages x msg_cycles. All costs
+ * are per phase on the busiest tile (bulk-synchronous: the slowest tile decides).
+ */
+#include "plan/planner.h"
+
+double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k) {
+    if (batch <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
+    int f16 = dt == LM_F16;
+    int64_t kg = f16 ? m->mm_k_grain_f16 : m->mm_k_grain_f32, ng = f16 ? m->mm_n_grain_f16 : m->mm_n_grain_f32;
+    double rate = f16 ? m->mm_flops_f16 : m->mm_flops_f32;
+    double row_cycles = (double)(kg * ng * 2) / rate;
+    /* either operand can hold the weights: stream the longer side as rows */
+    double normal = (double)lm__plan_ceil_div(k, kg) * (double)lm__plan_ceil_div(n, ng) *
+                    ((double)m->mm_pass_cycles + (double)rows * row_cycles);
+    double swapped = (double)lm__plan_ceil_div(k, kg) * (double)lm__plan_ceil_div(rows, ng) *
+                     ((double)m->mm_pass_cycles + (double)n * row_cycles);
+    return (double)m->mm_call_cycles + (double)batch * (normal < swapped ? normal : swapped);
+}
+
+double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc) {
+    double rate = dt == LM_F16 ? m->vec_flops_f16 : m->vec_flops_f32;
+    return (double)m->vec_call_cycles + bytes / m->vec_bytes_per_cycle + flops / rate +
+           transc * m->transc_cycles_per_elem;
+}
+
+double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t elems) {
+    double e = (double)elems, s = (double)lm_dtype_size(dt);
+    switch (k) {
+    case LM__PLAN_OP_BIAS_ADD: return lm__plan_cost_vector(m, dt, 2 * e * s, e, 0);
+    case LM__PLAN_OP_GELU: return lm__plan_cost_vector(m, dt, 2 * e * s, 8 * e, e); /* tanh form: 8 FLOPs + tanh */
+    case LM__PLAN_OP_SILU: return lm__plan_cost_vector(m, dt, 2 * e * s, 3 * e, e); /* x / (1 + exp(-x)) */
+    case LM__PLAN_OP_ADD:
+    case LM__PLAN_OP_MUL: return lm__plan_cost_vector(m, dt, 3 * e * s, e, 0);
+    default: return 0;
+    }
+}
+
+double lm__plan_cost_rows(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t rows, int64_t n) {
+    double e = (double)rows * (double)n, s = (double)lm_dtype_size(dt);
+    switch (k) {
+    case LM__PLAN_OP_SOFTMAX: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, e); /* max, exp+sum, scale */
+    case LM__PLAN_OP_LAYERNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 7 * e, (double)rows);
+    case LM__PLAN_OP_RMSNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, (double)rows);
+    default: return 0;
+    }
+}
+
+double lm__plan_cost_copy(const lm_plan_machine *m, int64_t bytes) {
+    if (bytes <= 0) return 0;
+    return (double)m->vec_call_cycles + (double)bytes / m->copy_bytes_per_cycle;
+}
+
+double lm__plan_cost_reduce(const lm_plan_machine *m, lm_dtype in_dt, lm_dtype out_dt, int64_t out_elems,
+                            int64_t add_elems) {
+    if (out_elems <= 0) return 0;
+    double bytes = (double)(add_elems + out_elems) * (double)lm_dtype_size(in_dt) +
+                   (double)out_elems * (double)lm_dtype_size(out_dt);
+    return lm__plan_cost_vector(m, LM_F32, bytes, (double)add_elems, 0);
+}
+
+double lm__plan_cost_exchange(const lm_plan_machine *m, const lm__plan_xcost *x) {
+    if (!x->max_recv && !x->max_send) return 0;
+    return (double)m->sync_cycles + (double)LM_MAX(x->max_recv, x->max_send) / m->exch_bytes_per_cycle +
+           (double)x->max_msgs * (double)m->msg_cycles;
+}
+
+double lm__plan_cost_redist(const lm_plan_machine *m, const lm__plan_layout *s, const lm__plan_layout *d,
+                            lm__plan_ws *w, lm__plan_xcost *x_out) {
+    lm__plan_xcost x;
+    lm__plan_redist_stats(s, d, w, &x);
+    if (x_out) *x_out = x;
+    double c = lm__plan_cost_exchange(m, &x);
+    if (s->partial) {
+        int64_t elems = lm__plan_layout_shard_elems(d);
+        c += lm__plan_cost_reduce(m, s->dtype, d->dtype, elems, x.max_add);
+    } else if (x.max_local) {
+        c += lm__plan_cost_copy(m, x.max_local);
+    }
+    return c;
+}

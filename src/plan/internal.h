@@ -1,0 +1,264 @@
+/* plan/internal.h — shared types of the tile compiler: machine, graph IR, layouts,
+ * redistribution pieces and the small growable-array helper.
+ *
+ * Invariants: a layout maps every (shard, replica) to a distinct tile in [0, tiles);
+ * shards are padded to the full block in storage; views keep each shard on its tile,
+ * so a view never moves data. All sizes are int64 elements or bytes as named.
+ */
+#ifndef LOOM_PLAN_INTERNAL_H
+#define LOOM_PLAN_INTERNAL_H
+
+#include "base/internal.h"
+#include "loom/plan.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define LM__PLAN_MAX_DIMS 4
+#define LM__PLAN_MAX_REP 4
+#define LM__PLAN_NAME 48
+#define LM__PLAN_MAX_CARRY 4
+
+/* ---- growable arrays ------------------------------------------------------------------- */
+/* Ensures *buf holds at least need elements of size elem (doubling); keeps contents. */
+lm_status lm__plan_reserve(void **buf, int64_t *cap, int64_t need, size_t elem);
+#define LM__PLAN_PUSH(arr, n, cap, val)                                                                                \
+    (lm__plan_reserve((void **)&(arr), &(cap), (n) + 1, sizeof *(arr)) == LM_OK ? ((arr)[(n)++] = (val), LM_OK)        \
+                                                                                : LM_OUT_OF_MEMORY)
+
+/* A growing text buffer for reports; on allocation failure it records the error
+ * once and further appends are ignored (check .failed at the end). */
+typedef struct lm__plan_sbuf {
+    char *p; /* [cap] NUL-terminated text */
+    int64_t len, cap;
+    int failed;
+} lm__plan_sbuf;
+void lm__plan_sbuf_printf(lm__plan_sbuf *b, const char *fmt, ...) LM__PRINTF(2, 3);
+/* Hands the text to the caller (*out, free with lm_free) or frees it on failure. */
+lm_status lm__plan_sbuf_finish(lm__plan_sbuf *b, char **out);
+
+static inline int64_t lm__plan_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t lm__plan_round_up(int64_t a, int64_t b) { return lm__plan_ceil_div(a, b) * b; }
+
+/* ---- machine ------------------------------------------------------------------------------- */
+struct lm_plan_machine {
+    char name[LM__PLAN_NAME];
+    int64_t tiles;      /* tiles (cores with private SRAM) */
+    int64_t sram_bytes; /* SRAM per tile available to data */
+    int64_t align;      /* allocation alignment in bytes (power of two) */
+    double clock_hz;
+    int64_t workers;                        /* hardware worker threads per tile */
+    double mm_flops_f16;                    /* matrix unit FLOP/cycle/tile, f16 operands, f32 accumulation */
+    double mm_flops_f32;                    /* the same for f32 operands */
+    int64_t mm_k_grain_f16, mm_n_grain_f16; /* one matrix-unit pass: k x n weights */
+    int64_t mm_k_grain_f32, mm_n_grain_f32;
+    int64_t mm_call_cycles;        /* fixed cost of one matmul kernel call */
+    int64_t mm_pass_cycles;        /* fixed cost of each k x n weight pass (load + worker restart) */
+    double vec_bytes_per_cycle;    /* bytes per cycle of one load or store stream (data path) */
+    double vec_flops_f16;          /* elementwise FLOP/cycle/tile on f16 (vector lanes) */
+    double vec_flops_f32;          /* the same on f32 */
+    double transc_cycles_per_elem; /* exp / tanh / rsqrt per element */
+    int64_t vec_call_cycles;       /* fixed cost of one vector kernel call */
+    double exch_bytes_per_cycle;   /* per tile, each direction */
+    int64_t sync_cycles;           /* barrier before each exchange phase */
+    int64_t msg_cycles;            /* per transfer (message) in an exchange slot */
+    double copy_bytes_per_cycle;   /* on-tile memcpy */
+};
+
+/* ---- graph IR ------------------------------------------------------------------------------- */
+typedef enum lm__plan_opk {
+    LM__PLAN_OP_INPUT,
+    LM__PLAN_OP_PARAM,
+    LM__PLAN_OP_MATMUL,
+    LM__PLAN_OP_BIAS_ADD,
+    LM__PLAN_OP_GELU,
+    LM__PLAN_OP_SILU,
+    LM__PLAN_OP_ADD,
+    LM__PLAN_OP_MUL,
+    LM__PLAN_OP_SOFTMAX,
+    LM__PLAN_OP_LAYERNORM,
+    LM__PLAN_OP_RMSNORM,
+    LM__PLAN_OP_RESHAPE,
+    LM__PLAN_OP_PERMUTE,
+    LM__PLAN_OP_REPEAT_IN, /* the carried value inside the body: in[0] = outer value */
+    LM__PLAN_OP_REPEAT_OUT /* outer result: in[0] = body output, region = repeat */
+} lm__plan_opk;
+
+typedef struct lm__plan_value {
+    char name[LM__PLAN_NAME];
+    int ndim;
+    int64_t dims[LM__PLAN_MAX_DIMS];
+    lm_dtype dtype;
+    int op;     /* producing op */
+    int root;   /* value whose storage this one views (itself when not a view) */
+    int region; /* repeat region defining it, -1 at top level */
+    int nuses;  /* ops reading it */
+    int output; /* 1: program output */
+} lm__plan_value;
+
+typedef struct lm__plan_op {
+    lm__plan_opk kind;
+    char name[LM__PLAN_NAME];
+    int in[3];
+    int nin;
+    int out;
+    int region;  /* repeat region the op belongs to, -1 at top level */
+    double a, b; /* softmax scale / norm eps; param mean, std (a = mean, b = std) */
+    int perm[LM__PLAN_MAX_DIMS];
+} lm__plan_op;
+
+typedef struct lm__plan_region {
+    int64_t count;
+    int begin, end; /* ops [begin, end) form the body (REPEAT_IN first) */
+    int ncarry;
+    int outer_in[LM__PLAN_MAX_CARRY], body_in[LM__PLAN_MAX_CARRY], body_out[LM__PLAN_MAX_CARRY],
+        outer_out[LM__PLAN_MAX_CARRY];
+} lm__plan_region;
+
+typedef struct lm__plan_checkpoint {
+    int value;
+    char name[64];
+} lm__plan_checkpoint;
+
+struct lm_plan_graph {
+    lm__plan_value *values; /* [nvalues] */
+    int64_t nvalues, cap_values;
+    lm__plan_op *ops; /* [nops] in program order */
+    int64_t nops, cap_ops;
+    lm__plan_region regions[8];
+    int nregions;
+    int open_region;             /* -1 when no repeat is open */
+    lm__plan_checkpoint *checks; /* [nchecks] */
+    int64_t nchecks, cap_checks;
+};
+
+/* Consumers of value v in op order (array owned by the caller: lm__free). */
+lm_status lm__plan_graph_uses(const lm_plan_graph *g, int v, int **uses, int *n);
+int lm__plan_op_is_view(lm__plan_opk k);
+int lm__plan_op_is_elementwise(lm__plan_opk k); /* output follows the layout of in[0] */
+int lm__plan_op_is_rows(lm__plan_opk k);        /* needs whole rows (last axis unsplit) */
+const char *lm__plan_op_kind_name(lm__plan_opk k);
+int64_t lm__plan_value_numel(const lm__plan_value *v);
+double lm__plan_graph_matmul_flops(const lm_plan_graph *g); /* repeats counted count times */
+
+/* ---- layouts ---------------------------------------------------------------------------------- */
+typedef struct lm__plan_layout {
+    int8_t ndim;
+    int8_t nrep;                     /* replica axes in use */
+    int8_t partial;                  /* 1: replica axis 0 holds partial sums to be added */
+    int8_t order[LM__PLAN_MAX_DIMS]; /* storage order within a shard, outermost first */
+    lm_dtype dtype;
+    int64_t dims[LM__PLAN_MAX_DIMS];  /* logical shape */
+    int64_t block[LM__PLAN_MAX_DIMS]; /* shard extent per dim (padded); grid = ceil(dims/block) */
+    int64_t grid[LM__PLAN_MAX_DIMS];
+    int64_t tstride[LM__PLAN_MAX_DIMS]; /* tile step per shard coordinate */
+    int64_t rcount[LM__PLAN_MAX_REP];   /* replica axis sizes */
+    int64_t rstride[LM__PLAN_MAX_REP];  /* tile step per replica coordinate */
+    int64_t tile0;
+} lm__plan_layout;
+
+/* One shard on tile0 (grid all 1), row-major storage. */
+void lm__plan_layout_init(lm__plan_layout *l, int ndim, const int64_t *dims, lm_dtype dt);
+/* Canonical form (call after editing fields directly): grid-1 dims get stride 0,
+ * unit replica axes are dropped, unit-block dims move innermost in storage order. */
+void lm__plan_layout_canon(lm__plan_layout *l);
+/* Sets block[d] (clamped to [1, dims[d]]) and recomputes grid[d]. */
+void lm__plan_layout_set_block(lm__plan_layout *l, int d, int64_t block);
+/* Appends a replica axis; returns 0 when LM__PLAN_MAX_REP axes are in use. */
+int lm__plan_layout_add_rep(lm__plan_layout *l, int64_t count, int64_t stride);
+int64_t lm__plan_layout_shards(const lm__plan_layout *l);
+int64_t lm__plan_layout_reps(const lm__plan_layout *l);
+int64_t lm__plan_layout_shard_elems(const lm__plan_layout *l); /* padded */
+int64_t lm__plan_layout_shard_bytes(const lm__plan_layout *l);
+/* Element strides of the padded shard storage (dense in 'order'). */
+void lm__plan_layout_strides(const lm__plan_layout *l, int64_t *strides);
+/* Linear shard index <-> coordinates (row-major over grid). */
+void lm__plan_layout_coord(const lm__plan_layout *l, int64_t shard, int64_t *coord);
+int64_t lm__plan_layout_tile(const lm__plan_layout *l, int64_t shard, int64_t rep);
+/* Logical box [lo, hi) of a shard; returns 0 when the shard is empty. */
+int lm__plan_layout_box(const lm__plan_layout *l, int64_t shard, int64_t *lo, int64_t *hi);
+/* 1 when every (shard, replica) lies on a distinct tile in [0, tiles). */
+int lm__plan_layout_valid(const lm__plan_layout *l, int64_t tiles);
+/* Fills shard_of[t] / rep_of[t] (-1 when tile t holds no shard). Arrays of [tiles]. */
+void lm__plan_layout_tilemap(const lm__plan_layout *l, int64_t tiles, int32_t *shard_of, int32_t *rep_of);
+int lm__plan_layout_equal(const lm__plan_layout *a, const lm__plan_layout *b);
+uint64_t lm__plan_layout_hash(const lm__plan_layout *l);
+/* The same placement with replicas removed (replica 0 kept) and partial cleared. */
+void lm__plan_layout_strip_reps(const lm__plan_layout *in, lm__plan_layout *out);
+/* Short human description: "[729x1152] blk 32x1152 grid 23x1 ts 64,0 rep 4:16 @0". */
+void lm__plan_layout_format(const lm__plan_layout *l, char *buf, size_t n);
+
+/* Maps a layout of a view op's input to its output (and back). 0 when the storage of
+ * a shard cannot be described by the other side (the consumer must then convert). */
+int lm__plan_view_map(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *in, lm__plan_layout *out);
+int lm__plan_view_unmap(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *out, lm__plan_layout *in);
+/* Through the whole view chain from v's root to v (and back). */
+int lm__plan_view_chain_map(const lm_plan_graph *g, int v, const lm__plan_layout *root_layout, lm__plan_layout *out);
+int lm__plan_view_chain_unmap(const lm_plan_graph *g, int v, const lm__plan_layout *view_layout,
+                              lm__plan_layout *root_layout);
+
+/* A box of view value v in its root's coordinates (and back); 0 when the box is not
+ * a box on the other side. */
+int lm__plan_view_chain_box_unmap(const lm_plan_graph *g, int v, const int64_t *lo, const int64_t *hi, int64_t *rlo,
+                                  int64_t *rhi);
+int lm__plan_view_chain_box_map(const lm_plan_graph *g, int v, const int64_t *rlo, const int64_t *rhi, int64_t *lo,
+                                int64_t *hi);
+
+/* Root coordinates = A x view coordinates for view value v; 0 when the chain merges
+ * dims (not affine). */
+int lm__plan_view_chain_affine(const lm_plan_graph *g, int v, int64_t A[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS]);
+
+/* ---- redistribution ------------------------------------------------------------------------- */
+/* One piece of a conversion: box [lo, hi) (root coordinates) moves from a source
+ * (shard, replica) to a destination (shard, replica). Pieces with equal source and
+ * equal box but different destinations form one multicast. */
+typedef struct lm__plan_piece {
+    int32_t src_tile, dst_tile;
+    int32_t src_shard, dst_shard;
+    int32_t src_rep, dst_rep;
+    int64_t lo[LM__PLAN_MAX_DIMS], hi[LM__PLAN_MAX_DIMS];
+} lm__plan_piece;
+
+/* Per-tile scratch for redistribution (sized for one machine). */
+typedef struct lm__plan_ws {
+    int64_t tiles;
+    int32_t *shard_of, *rep_of; /* [tiles] tile map of the source layout */
+    int64_t *acc;               /* [5 * tiles] recv, send, msgs, local, add */
+} lm__plan_ws;
+lm_status lm__plan_ws_init(lm__plan_ws *w, int64_t tiles);
+void lm__plan_ws_free(lm__plan_ws *w);
+
+/* Destination shards restricted to coordinates [lo, hi) of dim (dim -1: all). A
+ * windowed destination layout only needs valid tiles inside the window (streamed
+ * operands shift tile0 so each step's window lands on the compute grid). */
+typedef struct lm__plan_window {
+    int dim;
+    int64_t lo, hi;
+} lm__plan_window;
+
+/* Pieces converting layout s into layout d (same shape). For a partial s (one
+ * replica axis: the contributors) every contributor sends; otherwise the source
+ * replica is a local one when the destination tile holds one, else replica
+ * (destination shard mod replicas). Caller frees *out with lm__free. */
+lm_status lm__plan_redist_pieces(const lm__plan_layout *s, const lm__plan_layout *d, lm__plan_ws *w,
+                                 lm__plan_piece **out, int64_t *n);
+
+typedef struct lm__plan_xcost {
+    int64_t max_recv, max_send; /* bytes on the busiest tile (a multicast counts once for its sender) */
+    int64_t max_msgs;           /* messages received by the busiest tile */
+    int64_t max_local;          /* bytes copied on-tile by the busiest tile */
+    int64_t max_add;            /* partial elements accumulated by the busiest tile */
+    int64_t total_recv;         /* bytes received over all tiles */
+} lm__plan_xcost;
+
+/* Exchange statistics of s -> d without storing pieces. */
+void lm__plan_redist_stats(const lm__plan_layout *s, const lm__plan_layout *d, lm__plan_ws *w, lm__plan_xcost *out);
+/* The same in parts: clear, accumulate several conversions sharing one phase, summarize. */
+lm_status lm__plan_redist_pieces_w(const lm__plan_layout *s, const lm__plan_layout *d, const lm__plan_window *win,
+                                   lm__plan_ws *w, lm__plan_piece **out, int64_t *n);
+void lm__plan_redist_clear(lm__plan_ws *w);
+void lm__plan_redist_accumulate(const lm__plan_layout *s, const lm__plan_layout *d, const lm__plan_window *win,
+                                lm__plan_ws *w);
+void lm__plan_redist_summary(const lm__plan_ws *w, int partial, int64_t shard_elems, lm__plan_xcost *out);
+
+#endif

@@ -1,0 +1,170 @@
+/* plan/plan.c — lm_plan_compile: search, mid program, low program and SRAM
+ * allocation, trying the search's next-best final states when the best one
+ * overflows a tile; plus the plan summary and the public checker entry.
+ *
+ * The plan owns a copy of the graph and the machine, so callers may free theirs.
+ */
+#include "plan/low.h"
+
+#include <stdio.h>
+#include <time.h>
+
+void lm_plan_options_default(lm_plan_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->beam_width = 8;
+    o->attention = LM_PLAN_ATTN_AUTO;
+    o->partials = LM_F32;
+    o->gemm_candidates = 48;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+lm_status lm__plan_graph_clone(const lm_plan_graph *g, lm_plan_graph **out) {
+    lm_plan_graph *c;
+    LM_TRY(lm_plan_graph_create(&c));
+    lm_status st = lm__plan_reserve((void **)&c->values, &c->cap_values, g->nvalues, sizeof *c->values);
+    if (st == LM_OK) st = lm__plan_reserve((void **)&c->ops, &c->cap_ops, g->nops, sizeof *c->ops);
+    if (st == LM_OK && g->nchecks)
+        st = lm__plan_reserve((void **)&c->checks, &c->cap_checks, g->nchecks, sizeof *c->checks);
+    if (st != LM_OK) {
+        lm_plan_graph_destroy(c);
+        return st;
+    }
+    if (g->nvalues) memcpy(c->values, g->values, sizeof *g->values * (size_t)g->nvalues);
+    if (g->nops) memcpy(c->ops, g->ops, sizeof *g->ops * (size_t)g->nops);
+    if (g->nchecks) memcpy(c->checks, g->checks, sizeof *g->checks * (size_t)g->nchecks);
+    c->nvalues = g->nvalues;
+    c->nops = g->nops;
+    c->nchecks = g->nchecks;
+    memcpy(c->regions, g->regions, sizeof g->regions);
+    c->nregions = g->nregions;
+    c->open_region = g->open_region;
+    *out = c;
+    return LM_OK;
+}
+
+static lm_status validate(const lm_plan_graph *g, const lm_plan_options *o) {
+    if (g->open_region >= 0) return lm__error(LM_INVALID_ARGUMENT, "plan: a repeat is still open (repeat_end missing)");
+    int outputs = 0;
+    for (int64_t v = 0; v < g->nvalues; v++) outputs += g->values[v].output;
+    if (!outputs) return lm__error(LM_INVALID_ARGUMENT, "plan: the graph has no outputs");
+    if (o->beam_width < 0 || o->gemm_candidates < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "plan: negative beam width or candidate count");
+    if (o->partials != LM_F32 && o->partials != LM_F16)
+        return lm__error(LM_INVALID_ARGUMENT, "plan: partials must be f32 or f16");
+    if ((unsigned)o->attention > LM_PLAN_ATTN_MATERIALIZED)
+        return lm__error(LM_INVALID_ARGUMENT, "plan: unknown attention strategy %d", (int)o->attention);
+    for (int i = 0; i < 3; i++)
+        if (o->gemm_grid[i] < 0) return lm__error(LM_INVALID_ARGUMENT, "plan: negative forced gemm grid");
+    return LM_OK;
+}
+
+static void summarize(lm_plan *p, const lm__plan_planner *P, double seconds) {
+    lm_plan_summary *s = &p->summary;
+    const lm__plan_low *low = &p->low;
+    memset(s, 0, sizeof *s);
+    s->predicted_cycles = p->mid.cost;
+    s->matmul_flops = lm__plan_graph_matmul_flops(p->g);
+    lm_dtype dt = LM_F16;
+    for (int64_t i = 0; i < p->g->nops; i++)
+        if (p->g->ops[i].kind == LM__PLAN_OP_MATMUL) {
+            dt = p->g->values[p->g->ops[i].in[0]].dtype;
+            break;
+        }
+    s->lower_bound_cycles = s->matmul_flops / ((double)p->m.tiles * lm_plan_machine_matmul_flops(&p->m, dt));
+    for (int64_t t = 0; t < low->tiles; t++) {
+        s->sram_peak_bytes = LM_MAX(s->sram_peak_bytes, low->peak[t]);
+        s->sram_live_bound = LM_MAX(s->sram_live_bound, low->live_bound[t]);
+        if (low->live_bound[t] > 0) {
+            double r = (double)low->peak[t] / (double)low->live_bound[t];
+            if (r > s->sram_alloc_ratio) s->sram_alloc_ratio = r;
+        }
+    }
+    for (int64_t i = 0; i < low->nsteps; i++) {
+        const lm__plan_step *st = &low->steps[i];
+        if (st->kind == LM__PLAN_S_COMPUTE) s->compute_steps++;
+        if (st->kind == LM__PLAN_S_EXCHANGE) {
+            s->exchange_steps++;
+            for (int64_t x = st->x0; x < st->x1; x++) s->exchange_bytes += low->xfers[x].bytes * low->xfers[x].ndst;
+        }
+    }
+    s->kernel_calls = low->ncalls;
+    s->transfers = low->nxfers;
+    s->plan_seconds = seconds;
+    s->candidates_costed = P->costed;
+    s->planner_peak_bytes = lm__plan_planner_bytes(P);
+}
+
+lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out) {
+    if (!g || !m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_compile: NULL argument");
+    *out = NULL;
+    lm_plan_options opt;
+    if (o)
+        opt = *o;
+    else
+        lm_plan_options_default(&opt);
+    LM_TRY(validate(g, &opt));
+    double t0 = now_seconds();
+    lm_plan *p = lm__calloc(1, sizeof *p);
+    if (!p) return LM_OUT_OF_MEMORY;
+    p->m = *m;
+    p->opt = opt;
+    lm_status st = lm__plan_graph_clone(g, &p->g);
+    lm__plan_planner P;
+    memset(&P, 0, sizeof P);
+    int finals[4], nfinals = 0, best = -1;
+    if (st == LM_OK) st = lm__plan_planner_init(&P, p->g, &p->m, &opt);
+    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 4);
+    lm_status first_fail = LM_OK;
+    char why[512] = "";
+    int built = 0;
+    for (int k = 0; st == LM_OK && k < nfinals && !built; k++) {
+        st = lm__plan_mid_build(&P, finals[k], &p->mid);
+        if (st == LM_OK) st = lm__plan_low_build(&P, &p->mid, &p->low);
+        if (st == LM_OK) st = lm__plan_sram_allocate(&p->m, &p->mid, p->g, &p->low);
+        if (st == LM_UNSUPPORTED) { /* this plan overflows a tile: try the next one */
+            if (first_fail == LM_OK) {
+                first_fail = st;
+                snprintf(why, sizeof why, "%s", lm_last_error());
+            }
+            lm__plan_low_free(&p->low);
+            lm__plan_mid_free(&p->mid);
+            st = LM_OK;
+            continue;
+        }
+        if (st == LM_OK) built = 1;
+    }
+    if (st == LM_OK && !built) st = lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why);
+    if (st == LM_OK) summarize(p, &P, now_seconds() - t0);
+    lm__plan_planner_free(&P);
+    if (st != LM_OK) {
+        lm_plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return LM_OK;
+}
+
+void lm_plan_destroy(lm_plan *p) {
+    if (!p) return;
+    lm__plan_low_free(&p->low);
+    lm__plan_mid_free(&p->mid);
+    lm_plan_graph_destroy(p->g);
+    lm__free(p);
+}
+
+lm_status lm_plan_get_summary(const lm_plan *p, lm_plan_summary *out) {
+    if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_get_summary: NULL argument");
+    *out = p->summary;
+    return LM_OK;
+}
+
+lm_status lm_plan_check(const lm_plan *p) {
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_check: NULL plan");
+    return lm__plan_check_low(&p->m, &p->mid, &p->low);
+}
