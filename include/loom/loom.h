@@ -17,6 +17,7 @@
 #include "loom/data.h"
 #include "loom/io_write.h"
 #include "loom/train.h"
+#include "loom/plan.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

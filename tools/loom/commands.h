@@ -12,5 +12,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
             "  train          train or fine-tune a model on token shards\n"
             "  data           'data prepare': tokenize text files into a token shard\n"
             "  plot-loss      draw a training log's loss curve as SVG\n"
+            "  plan           compile a workload for a tile machine and simulate it\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  version        print the loom version and build features\n"
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot-loss")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
