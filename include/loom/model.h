@@ -5,6 +5,9 @@
  * dtype (f32, bf16 or f16) inside the memory-mapped safetensors files and are widened
  * to f32 on the fly by the matmul; norm weights and biases (small) are converted to
  * f32 at load. All activations, the KV cache and accumulation are f32 on the CPU.
+ * On a CUDA device the matrices are uploaded as bf16 (whatever their stored dtype),
+ * the KV cache is bf16, the residual stream and every accumulation are f32, and a
+ * one-token decode step is captured once per batch size as a CUDA graph and replayed.
  *
  * A forward step appends T tokens to each of B cache slots: batched prefill (equal
  * lengths per call) and one-token decode (T = 1) where every slot may sit at a
@@ -16,6 +19,7 @@
 
 #include "loom/config.h"
 #include "loom/ops.h"
+#include "loom/sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,18 +29,21 @@ typedef struct lm_model lm_model;
 
 /* Loads dir/config.json (+ generation_config.json) and the checkpoint, checks every
  * tensor's presence, dtype and shape against the config (errors name the tensor),
- * and maps the weights. Only device cpu is supported by this build of the forward
- * pass; another device is LM_UNSUPPORTED. The caller owns *out: lm_model_destroy. */
+ * and maps the weights; for a CUDA device it also uploads them (LM_UNSUPPORTED in a
+ * build without CUDA, LM_DEVICE_ERROR for a missing GPU). The caller owns *out:
+ * lm_model_destroy. */
 lm_status lm_model_load(const char *dir, lm_device device, lm_model **out);
 void lm_model_destroy(lm_model *m); /* accepts NULL */
 const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
+lm_device lm_model_device(const lm_model *m);                  /* where the weights and forward pass live */
 /* Bytes of weights the forward pass reads per token (for roofline estimates). */
 int64_t lm_model_weight_bytes(const lm_model *m);
 
 typedef struct lm_kv_cache lm_kv_cache;
 
 /* A cache of `slots` independent sequences of up to max_tokens positions each:
- * K and V f32 [layers, slots, kv_heads, max_tokens, head_dim]. Caller owns *out. */
+ * K and V [layers, slots, kv_heads, max_tokens, head_dim] on the model's device, f32
+ * on the CPU and bf16 on CUDA. Caller owns *out. */
 lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out);
 void lm_kv_cache_destroy(lm_kv_cache *c); /* accepts NULL */
 int lm_kv_cache_slots(const lm_kv_cache *c);
@@ -55,6 +62,18 @@ lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
  * LM_UNSUPPORTED when a sequence would pass the model's sliding window. */
 lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                            const int32_t *ids, int64_t T, float *logits, int all_positions);
+
+/* Like lm_model_forward, but instead of returning logits it picks the next token of
+ * each row from its last position's logits on the model's device, so no logits row
+ * crosses to the host: next_ids[B]. params: greedy (exact argmax, lowest id on ties),
+ * or temperature, top-k, top-p and min-p with lm_sampler's rules and order;
+ * repetition_penalty must be 1 (LM_UNSUPPORTED otherwise: use lm_model_forward and
+ * lm_sampler). The draw for row b uses a counter-based generator keyed by
+ * (params->seed, draw, b): reproducible, but not the CPU sampler's stream. CUDA
+ * models only (LM_UNSUPPORTED on the CPU). */
+lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                  const int32_t *ids, int64_t T, const lm_sampler_params *params, uint64_t draw,
+                                  int32_t *next_ids);
 
 #ifdef __cplusplus
 }

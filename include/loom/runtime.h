@@ -37,7 +37,8 @@ int lm_cuda_compiled(void);
  * same device. A zero-byte request succeeds with *out possibly NULL. */
 lm_status lm_device_alloc(lm_device d, size_t nbytes, void **out);
 void lm_device_free(lm_device d, void *ptr); /* accepts NULL */
-/* Synchronous byte copy between any two devices (host<->device, device<->device). */
+/* Synchronous byte copy between any two devices (host<->device, device<->device).
+ * A copy touching a CUDA device first waits for all work queued on that device. */
 lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const void *src, size_t nbytes);
 /* Fills nbytes with a repeated 1-, 2- or 4-byte pattern (used to poison outputs). */
 lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *pattern, size_t pattern_size);
@@ -62,6 +63,58 @@ void lm_ctx_set_impl(lm_ctx *ctx, lm_impl impl);
 lm_impl lm_ctx_impl(const lm_ctx *ctx);
 /* Waits until all work queued on the context has finished. */
 lm_status lm_ctx_synchronize(lm_ctx *ctx);
+
+/* ---- device memory statistics (CUDA caching allocator) -------------------------
+ * CUDA allocations are served from a per-device cache: freed blocks are kept and
+ * handed out again for requests of a similar size, so steady-state work does not
+ * call cudaMalloc/cudaFree. Sizes are rounded up (512 B below 1 MiB, 2 MiB above).
+ * A CPU device, or a build without CUDA, answers LM_UNSUPPORTED. */
+typedef struct lm_device_memory_stats {
+    int64_t current_bytes;       /* bytes in blocks handed out and not yet freed */
+    int64_t peak_bytes;          /* largest current_bytes since the last reset */
+    int64_t reserved_bytes;      /* bytes held from the backend: in use + cached */
+    int64_t peak_reserved_bytes; /* largest reserved_bytes since the last reset */
+    int64_t backend_allocs;      /* cudaMalloc calls so far */
+    int64_t backend_frees;       /* cudaFree calls so far */
+    int64_t cache_hits;          /* allocations served from the cache */
+} lm_device_memory_stats;
+
+lm_status lm_device_memory_stats_get(lm_device d, lm_device_memory_stats *out);
+/* Peaks restart from the current values. */
+lm_status lm_device_memory_reset_peak(lm_device d);
+/* Returns every cached (free) block to the backend. */
+lm_status lm_device_empty_cache(lm_device d);
+
+/* ---- events: points in a context's queue of work -------------------------------
+ * On CUDA an event is a cudaEvent recorded on the context's stream; on the CPU, where
+ * work is synchronous, it is the host clock at record time. */
+typedef struct lm_event lm_event;
+
+lm_status lm_event_create(lm_ctx *ctx, lm_event **out); /* caller owns *out */
+void lm_event_destroy(lm_event *e);                     /* accepts NULL */
+/* Marks the current end of ctx's queue (ctx must be on the event's device). */
+lm_status lm_event_record(lm_event *e, lm_ctx *ctx);
+/* Waits on the host until the recorded work is done. */
+lm_status lm_event_synchronize(lm_event *e);
+/* Milliseconds between two recorded events (both done). */
+lm_status lm_event_elapsed_ms(const lm_event *start, const lm_event *end, double *ms);
+/* Work queued on ctx after this call waits for e on the device (host does not block). */
+lm_status lm_ctx_wait_event(lm_ctx *ctx, const lm_event *e);
+
+/* ---- graphs: capture a caller-owned region of work once, replay it many times ----
+ * Between lm_ctx_capture_begin and lm_ctx_capture_end every operation queued on ctx
+ * is recorded instead of run (CUDA stream capture, thread-local mode); replaying
+ * runs the same kernels on the same buffers, so the caller keeps every buffer the
+ * region touches alive and at the same address while the graph exists. Memory must
+ * not be allocated or freed inside the region. CUDA contexts only. */
+typedef struct lm_graph lm_graph;
+
+lm_status lm_ctx_capture_begin(lm_ctx *ctx);
+/* Ends the capture and instantiates it; on failure the capture is discarded. */
+lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_graph **out);
+/* Queues one replay on ctx (asynchronous, like any other work on the context). */
+lm_status lm_graph_launch(const lm_graph *g, lm_ctx *ctx);
+void lm_graph_destroy(lm_graph *g); /* accepts NULL */
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,9 @@
  * The stop filter holds back the last (longest stop string - 1) bytes, rounded back
  * to a character boundary, because they could still begin a stop string; everything
  * before that is final and goes to the callback. Memory: one KV cache of
- * prompt + max_new_tokens positions and one logits row.
+ * prompt + max_new_tokens positions and one logits row. A model on a CUDA device
+ * picks its tokens on the device (lm_model_forward_sample: no logits row crosses to
+ * the host) unless a repetition penalty needs the host sampler.
  */
 #include "base/internal.h"
 #include "loom/generate.h"
@@ -78,7 +80,17 @@ typedef struct run {
     size_t n_history;
     lm_token_fn cb;
     void *user;
+    const lm_sampler_params *device_sampler; /* non-NULL: tokens are picked on the model's device */
 } run;
+
+/* Runs n ids through the model; the next token comes back in *next (device
+ * sampling, draw counter `draw`) or as logits in r->logits (host sampling). */
+static lm_status forward(run *r, const int32_t *ids, int64_t n, uint64_t draw, int32_t *next) {
+    int slot = 0;
+    if (r->device_sampler)
+        return lm_model_forward_sample(r->m, r->ctx, r->cache, &slot, 1, ids, n, r->device_sampler, draw, next);
+    return lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, ids, n, r->logits, 0);
+}
 
 /* Feeds new text through the stop filter and delivers what is final. Sets *stopped
  * to the reason when a stop string or the callback ends generation. */
@@ -114,15 +126,16 @@ static lm_status token_text(run *r, int32_t id, const char **text, size_t *n) {
 static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_generate_params *p,
                       lm_generate_result *res) {
     const lm_model_config *c = lm_model_get_config(r->m);
-    int slot = 0, stopped = 0;
+    int stopped = 0;
+    int32_t next = -1;
     double t0 = now_seconds();
-    LM_TRY(lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, prompt, (int64_t)n_prompt, r->logits, 0));
+    LM_TRY(forward(r, prompt, (int64_t)n_prompt, 0, &next));
     double t1 = now_seconds();
     res->prefill_seconds = t1 - t0;
     res->reason = LM_STOP_LENGTH;
     while (res->new_tokens < p->max_new_tokens && !stopped) {
-        int32_t id;
-        LM_TRY(lm_sampler_sample(r->sampler, r->logits, r->history, r->n_history, &id));
+        int32_t id = next;
+        if (!r->device_sampler) LM_TRY(lm_sampler_sample(r->sampler, r->logits, r->history, r->n_history, &id));
         r->history[r->n_history++] = id;
         res->new_tokens++;
         const char *text;
@@ -135,7 +148,7 @@ static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_g
         }
         LM_TRY(deliver(r, id, text, n, 0, &stopped));
         if (stopped || res->new_tokens == p->max_new_tokens) break;
-        LM_TRY(lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, &id, 1, r->logits, 0));
+        LM_TRY(forward(r, &id, 1, (uint64_t)res->new_tokens, &next));
     }
     if (stopped) res->reason = (lm_stop_reason)(stopped - 1);
     const char *rest = "";
@@ -173,7 +186,8 @@ lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, c
     if (!res) res = &local;
     memset(res, 0, sizeof *res);
     res->prompt_tokens = (int64_t)n_prompt;
-    run r = {m, ctx, NULL, NULL, NULL, {p->stop, p->n_stop, 0, NULL, 0, 0}, NULL, NULL, 0, on_token, user};
+    run r = {m, ctx, NULL, NULL, NULL, {p->stop, p->n_stop, 0, NULL, 0, 0}, NULL, NULL, 0, on_token, user, NULL};
+    if (lm_model_device(m).type == LM_DEVICE_CUDA && p->sampler.repetition_penalty == 1.0f) r.device_sampler = &p->sampler;
     for (int i = 0; i < p->n_stop; i++) r.filter.longest = LM_MAX(r.filter.longest, strlen(p->stop[i]));
     size_t cap = n_prompt + (size_t)p->max_new_tokens;
     lm_status st = lm_kv_cache_create(m, 1, (int64_t)cap, &r.cache);

@@ -7,6 +7,7 @@
  *   x += (silu(xn Wg^T) * xn Wu^T) Wd^T.
  * Residual adds are fused with the following norm (lm_add_rmsnorm_out, in place on x).
  * Scratch activations are allocated per call: O(BT * (H + I + heads * hd)) floats.
+ * A model on a CUDA device takes nn/forward_cuda.c instead (same checks, same contract).
  */
 #include "nn/internal.h"
 
@@ -222,11 +223,52 @@ static lm_status run_layers(step *st, const int32_t *ids, float *logits, int all
     return logits ? output(st, logits, all_positions) : LM_OK;
 }
 
+/* The context must run on the model's device. */
+static lm_status check_device(const char *fn, const lm_model *m, lm_ctx *ctx) {
+    if (lm_device_equal(lm_ctx_device(ctx), m->device)) return LM_OK;
+    char a[32], b[32];
+    return lm__error(LM_INVALID_ARGUMENT, "%s: the model is on %s but the context runs on %s", fn,
+                     lm_device_format(m->device, a, sizeof a), lm_device_format(lm_ctx_device(ctx), b, sizeof b));
+}
+
+lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                  const int32_t *ids, int64_t T, const lm_sampler_params *params, uint64_t draw,
+                                  int32_t *next_ids) {
+    if (!m || !ctx || !cache || !params || !next_ids)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: NULL argument");
+    LM_TRY(check_device("lm_model_forward_sample", m, ctx));
+    if (m->device.type != LM_DEVICE_CUDA)
+        return lm__error(LM_UNSUPPORTED, "lm_model_forward_sample: device-side sampling needs a CUDA model");
+    if (params->repetition_penalty != 1.0f)
+        return lm__error(LM_UNSUPPORTED, "lm_model_forward_sample: repetition_penalty %g needs the host sampler",
+                         params->repetition_penalty);
+    if (!(params->temperature >= 0) || !(params->top_p > 0 && params->top_p <= 1) ||
+        !(params->min_p >= 0 && params->min_p < 1) || params->top_k < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: temperature %g, top_k %d, top_p %g, min_p %g",
+                         params->temperature, params->top_k, params->top_p, params->min_p);
+    LM_TRY(check_request(m, cache, slots, B, ids, T));
+#ifdef LOOM_HAVE_CUDA
+    LM_TRY(lm__cuda_forward(m, ctx, cache, slots, B, ids, T, NULL, 0, params, draw, next_ids));
+    for (int b = 0; b < B; b++) cache->length[slots[b]] += T;
+    return LM_OK;
+#else
+    (void)draw;
+    return LM_UNSUPPORTED;
+#endif
+}
+
 lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                            const int32_t *ids, int64_t T, float *logits, int all_positions) {
     if (!m || !ctx || !cache) return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward: NULL argument");
-    if (lm_ctx_device(ctx).type != LM_DEVICE_CPU) return lm__error(LM_UNSUPPORTED, "lm_model_forward: CPU contexts only");
+    LM_TRY(check_device("lm_model_forward", m, ctx));
     LM_TRY(check_request(m, cache, slots, B, ids, T));
+#ifdef LOOM_HAVE_CUDA
+    if (m->device.type == LM_DEVICE_CUDA) {
+        LM_TRY(lm__cuda_forward(m, ctx, cache, slots, B, ids, T, logits, all_positions, NULL, 0, NULL));
+        for (int b = 0; b < B; b++) cache->length[slots[b]] += T;
+        return LM_OK;
+    }
+#endif
     step st = {m, ctx, cache, slots, B, T, {0}};
     lm_dtype emb_dt = lm_tensor_dtype(m->embed);
     lm_status status = scratch_alloc(&m->cfg, (int64_t)B * T, emb_dt, &st.s);

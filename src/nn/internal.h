@@ -1,4 +1,7 @@
-/* nn/internal.h — the model and KV-cache records shared by the nn sources (never installed). */
+/* nn/internal.h — the model and KV-cache records shared by the nn sources (never
+ * installed). A model on a CUDA device also carries its device weights (gpu), and a
+ * KV cache for it a runner with the device activations and captured decode graphs;
+ * both are defined in nn/model_cuda.c and nn/forward_cuda.c (CUDA builds only). */
 #ifndef LOOM_NN_INTERNAL_H
 #define LOOM_NN_INTERNAL_H
 
@@ -26,13 +29,31 @@ struct lm_model {
     lm_tensor *inv_freq;   /* [hd/2] f32 RoPE inverse frequencies */
     float rope_attn_factor;
     lm__layer *layers;     /* [num_hidden_layers] */
+    struct lm__cuda_model *gpu; /* device copy of the weights when device is CUDA, else NULL */
 };
 
 struct lm_kv_cache {
     int layers, slots;
     int64_t kv_heads, max_tokens, head_dim;
-    lm_tensor *k, *v; /* f32 [layers, slots, kv_heads, max_tokens, head_dim] */
+    lm_tensor *k, *v; /* [layers, slots, kv_heads, max_tokens, head_dim]: f32 on the CPU, bf16 on CUDA */
     int64_t *length;  /* [slots] tokens stored per slot */
+    struct lm__cuda_runner *gpu; /* CUDA caches: activations and decode graphs, made on first use */
 };
+
+#ifdef LOOM_HAVE_CUDA
+/* nn/model_cuda.c: uploads m's weights (bf16 matrices, f32 vectors) to m->device. */
+lm_status lm__cuda_model_upload(lm_model *m);
+void lm__cuda_model_free(struct lm__cuda_model *g); /* accepts NULL */
+int64_t lm__cuda_model_weight_bytes(const struct lm__cuda_model *g);
+
+/* nn/forward_cuda.c: one forward step of a CUDA model, arguments already checked by
+ * lm_model_forward. Writes host logits (as lm_model_forward) when logits != NULL,
+ * and/or, when sp != NULL, picks next_ids[B] on the device with draw counter `draw`.
+ * Does not advance the cache lengths (the caller does on success). */
+lm_status lm__cuda_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                           const int32_t *ids, int64_t T, float *logits, int all_positions, const lm_sampler_params *sp,
+                           uint64_t draw, int32_t *next_ids);
+void lm__cuda_runner_destroy(struct lm__cuda_runner *r); /* accepts NULL */
+#endif
 
 #endif

@@ -1,9 +1,10 @@
 /* nn/kv_cache.c — per-slot K/V storage for incremental decoding.
  *
- * Layout f32 [layers, slots, kv_heads, max_tokens, head_dim]: one slot's keys for one
+ * Layout [layers, slots, kv_heads, max_tokens, head_dim]: one slot's keys for one
  * head are contiguous over positions, so attention reads a [kv_heads, t, head_dim]
- * view without gathering. Memory: 2 * layers * slots * kv_heads * max_tokens *
- * head_dim * 4 bytes, allocated once.
+ * view without gathering. f32 on the CPU, bf16 (zero-filled) on a CUDA device. Memory:
+ * 2 * layers * slots * kv_heads * max_tokens * head_dim * (4 or 2) bytes, allocated
+ * once. A CUDA cache also owns the forward pass's device state (made on first use).
  */
 #include "nn/internal.h"
 
@@ -25,8 +26,14 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
     kv->max_tokens = max_tokens;
     kv->head_dim = c->head_dim;
     int64_t shape[5] = {kv->layers, slots, kv->kv_heads, max_tokens, kv->head_dim};
-    lm_status st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->k);
-    if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->v);
+    lm_status st;
+    if (m->device.type == LM_DEVICE_CUDA) {
+        st = lm_tensor_zeros(m->device, LM_BF16, 5, shape, &kv->k);
+        if (st == LM_OK) st = lm_tensor_zeros(m->device, LM_BF16, 5, shape, &kv->v);
+    } else {
+        st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->k);
+        if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->v);
+    }
     if (st == LM_OK && !(kv->length = lm__calloc((size_t)slots, sizeof *kv->length))) st = LM_OUT_OF_MEMORY;
     if (st != LM_OK) {
         lm_kv_cache_destroy(kv);
@@ -38,6 +45,9 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
 
 void lm_kv_cache_destroy(lm_kv_cache *c) {
     if (!c) return;
+#ifdef LOOM_HAVE_CUDA
+    lm__cuda_runner_destroy(c->gpu);
+#endif
     lm_tensor_destroy(c->k);
     lm_tensor_destroy(c->v);
     lm__free(c->length);

@@ -3,7 +3,9 @@
  * The checkpoint is validated against config.json first (names, dtypes, shapes), so
  * every lookup below succeeds for a valid directory. Matrices are zero-copy views of
  * the mapped safetensors data; 1-d tensors (norms, biases) are cast to f32 copies
- * because the normalization and bias ops take one dtype per call.
+ * because the normalization and bias ops take one dtype per call. A model for a CUDA
+ * device is loaded the same way and then uploaded (nn/model_cuda.c); the mapped host
+ * tensors stay for the CPU-side bookkeeping.
  */
 #include "nn/internal.h"
 
@@ -96,13 +98,21 @@ static lm_status load_all(lm_model *m, const char *dir) {
 lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     if (!dir || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load: NULL argument");
     *out = NULL;
-    if (device.type != LM_DEVICE_CPU)
-        return lm__error(LM_UNSUPPORTED, "lm_model_load: the forward pass of this build runs on the CPU only");
+    if (device.type != LM_DEVICE_CPU) {
+        if (device.type != LM_DEVICE_CUDA || !lm_cuda_compiled())
+            return lm__error(LM_UNSUPPORTED, "lm_model_load: this build runs the forward pass on the CPU only");
+        if (device.index < 0 || device.index >= lm_cuda_device_count())
+            return lm__error(LM_DEVICE_ERROR, "lm_model_load: cuda:%d requested but %d CUDA device(s) are available",
+                             device.index, lm_cuda_device_count());
+    }
     lm_model *m = lm__calloc(1, sizeof *m);
     if (!m) return LM_OUT_OF_MEMORY;
     m->device = device;
     lm_status st = lm_model_config_load(dir, &m->cfg);
     if (st == LM_OK) st = load_all(m, dir);
+#ifdef LOOM_HAVE_CUDA
+    if (st == LM_OK && device.type == LM_DEVICE_CUDA) st = lm__cuda_model_upload(m);
+#endif
     if (st != LM_OK) {
         lm_model_destroy(m);
         return st;
@@ -119,6 +129,9 @@ static void destroy_layer(lm__layer *ly) {
 
 void lm_model_destroy(lm_model *m) {
     if (!m) return;
+#ifdef LOOM_HAVE_CUDA
+    lm__cuda_model_free(m->gpu);
+#endif
     if (m->layers)
         for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) destroy_layer(&m->layers[i]);
     lm__free(m->layers);
@@ -130,10 +143,14 @@ void lm_model_destroy(lm_model *m) {
 }
 
 const lm_model_config *lm_model_get_config(const lm_model *m) { return &m->cfg; }
+lm_device lm_model_device(const lm_model *m) { return m->device; }
 
 static int64_t nbytes(const lm_tensor *t) { return t ? lm_tensor_numel(t) * (int64_t)lm_dtype_size(lm_tensor_dtype(t)) : 0; }
 
 int64_t lm_model_weight_bytes(const lm_model *m) {
+#ifdef LOOM_HAVE_CUDA
+    if (m->gpu) return lm__cuda_model_weight_bytes(m->gpu); /* what the device reads: bf16 */
+#endif
     /* per token: every layer matrix, the norms, the lm_head, one embedding row */
     int64_t total = nbytes(m->lm_head ? m->lm_head : m->embed) + nbytes(m->final_norm);
     total += nbytes(m->embed) / (m->cfg.vocab_size ? m->cfg.vocab_size : 1);

@@ -1,15 +1,25 @@
-/* runtime/device_cuda.c — the CUDA memory back end (built only with CUDA).
+/* runtime/device_cuda.c — the CUDA device back end: error mapping, synchronous
+ * copies and fills, streams (built only with CUDA).
  *
- * Plain cudaMalloc/cudaMemcpy for now; the caching allocator, pinned staging and
- * graphs belong to the CUDA back end proper. CUDA errors become LM_DEVICE_ERROR (or
- * LM_OUT_OF_MEMORY) with the CUDA message in lm_last_error().
+ * Copies and fills are synchronous with respect to everything on the device: they
+ * first wait for all queued work (contexts use non-blocking streams, which the legacy
+ * default stream does not order against), then complete before returning. Host
+ * transfers of at least LM__STAGE_MIN bytes go through two pinned staging buffers per
+ * device so the host-side memcpy of one chunk overlaps the DMA of the other; smaller
+ * ones use cudaMemcpy directly. CUDA errors become LM_DEVICE_ERROR (LM_OUT_OF_MEMORY
+ * for allocation failures) with the CUDA message in lm_last_error().
  */
 #include "runtime/internal.h"
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <string.h>
 
-static lm_status cuda_status(cudaError_t e, const char *what) {
+#define LM__STAGE_CHUNK ((size_t)8 << 20) /* bytes per pinned staging buffer */
+#define LM__STAGE_MIN ((size_t)1 << 20)   /* smaller host copies skip staging */
+
+lm_status lm__cuda_check(int err, const char *what) {
+    cudaError_t e = (cudaError_t)err;
     if (e == cudaSuccess) return LM_OK;
     lm_status st = e == cudaErrorMemoryAllocation ? LM_OUT_OF_MEMORY : LM_DEVICE_ERROR;
     return lm__error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -24,30 +34,103 @@ int lm__cuda_count(void) {
     return n;
 }
 
-lm_status lm__cuda_alloc(int index, size_t nbytes, void **out) {
-    *out = NULL;
-    if (nbytes == 0) return LM_OK;
-    LM_TRY(cuda_status(cudaSetDevice(index), "cudaSetDevice"));
-    return cuda_status(cudaMalloc(out, nbytes), "cudaMalloc");
+/* Per-device pinned staging: two buffers, a private copy stream and one event per
+ * buffer saying when its last DMA finished. Guarded by mu (one staged copy at a time). */
+typedef struct stage {
+    pthread_mutex_t mu;
+    int ready;            /* 1 once buffers, stream and events exist */
+    void *host[2];        /* [LM__STAGE_CHUNK] pinned bytes each */
+    cudaStream_t stream;
+    cudaEvent_t done[2];
+} stage;
+
+static stage g_stage[LM__CUDA_MAX_DEVICES];
+static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
+
+static void stage_init_all(void) {
+    for (int i = 0; i < LM__CUDA_MAX_DEVICES; i++) pthread_mutex_init(&g_stage[i].mu, NULL);
 }
 
-void lm__cuda_free(int index, void *ptr) {
-    if (cudaSetDevice(index) == cudaSuccess) cudaFree(ptr);
+/* Creates the device's staging resources on first use (called with mu held). */
+static lm_status stage_ready(stage *s) {
+    if (s->ready) return LM_OK;
+    for (int i = 0; i < 2; i++) {
+        if (!s->host[i]) LM_TRY(lm__cuda_check(cudaHostAlloc(&s->host[i], LM__STAGE_CHUNK, cudaHostAllocDefault),
+                                               "cudaHostAlloc (pinned staging)"));
+        if (!s->done[i]) LM_TRY(lm__cuda_check(cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming),
+                                               "cudaEventCreate (staging)"));
+    }
+    if (!s->stream) LM_TRY(lm__cuda_check(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
+                                          "cudaStreamCreate (staging)"));
+    s->ready = 1;
+    return LM_OK;
+}
+
+/* Host -> device through the pinned buffers: chunk i is packed into buffer i % 2
+ * once that buffer's previous DMA is done, then queued. */
+static lm_status staged_h2d(stage *s, uint8_t *dst, const uint8_t *src, size_t nbytes) {
+    for (size_t off = 0, i = 0; off < nbytes; off += LM__STAGE_CHUNK, i++) {
+        size_t n = LM_MIN(LM__STAGE_CHUNK, nbytes - off);
+        int b = (int)(i & 1);
+        LM_TRY(lm__cuda_check(cudaEventSynchronize(s->done[b]), "cudaEventSynchronize (staging)"));
+        memcpy(s->host[b], src + off, n);
+        LM_TRY(lm__cuda_check(cudaMemcpyAsync(dst + off, s->host[b], n, cudaMemcpyHostToDevice, s->stream),
+                              "cudaMemcpyAsync (host to device)"));
+        LM_TRY(lm__cuda_check(cudaEventRecord(s->done[b], s->stream), "cudaEventRecord (staging)"));
+    }
+    return lm__cuda_check(cudaStreamSynchronize(s->stream), "cudaStreamSynchronize (staging)");
+}
+
+/* Device -> host: the DMA of chunk i+1 is queued before chunk i is unpacked. */
+static lm_status staged_d2h(stage *s, uint8_t *dst, const uint8_t *src, size_t nbytes) {
+    size_t nchunks = (nbytes + LM__STAGE_CHUNK - 1) / LM__STAGE_CHUNK;
+    for (size_t i = 0; i <= nchunks; i++) {
+        if (i < nchunks) {
+            size_t off = i * LM__STAGE_CHUNK, n = LM_MIN(LM__STAGE_CHUNK, nbytes - off);
+            int b = (int)(i & 1);
+            LM_TRY(lm__cuda_check(cudaMemcpyAsync(s->host[b], src + off, n, cudaMemcpyDeviceToHost, s->stream),
+                                  "cudaMemcpyAsync (device to host)"));
+            LM_TRY(lm__cuda_check(cudaEventRecord(s->done[b], s->stream), "cudaEventRecord (staging)"));
+        }
+        if (i > 0) { /* unpack the previous chunk */
+            size_t off = (i - 1) * LM__STAGE_CHUNK, n = LM_MIN(LM__STAGE_CHUNK, nbytes - off);
+            int b = (int)((i - 1) & 1);
+            LM_TRY(lm__cuda_check(cudaEventSynchronize(s->done[b]), "cudaEventSynchronize (staging)"));
+            memcpy(dst + off, s->host[b], n);
+        }
+    }
+    return LM_OK;
 }
 
 lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t nbytes) {
     static const enum cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                  cudaMemcpyDeviceToDevice};
-    LM_TRY(cuda_status(cudaSetDevice(index), "cudaSetDevice"));
-    return cuda_status(cudaMemcpy(dst, src, nbytes, kinds[kind]), "cudaMemcpy");
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    LM_TRY(lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a copy)"));
+    if (kind == 2 || nbytes < LM__STAGE_MIN || index >= LM__CUDA_MAX_DEVICES) {
+        /* a pageable host -> device cudaMemcpy may return before the DMA lands */
+        LM_TRY(lm__cuda_check(cudaMemcpy(dst, src, nbytes, kinds[kind]), "cudaMemcpy"));
+        return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a copy)");
+    }
+    pthread_once(&g_stage_once, stage_init_all);
+    stage *s = &g_stage[index];
+    pthread_mutex_lock(&s->mu);
+    lm_status st = stage_ready(s);
+    if (st == LM_OK) st = kind == 0 ? staged_h2d(s, dst, src, nbytes) : staged_d2h(s, dst, src, nbytes);
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }
 
 lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern, size_t psize) {
-    LM_TRY(cuda_status(cudaSetDevice(index), "cudaSetDevice"));
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    LM_TRY(lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a fill)"));
     const uint8_t *p = pattern;
     int uniform = 1;
     for (size_t i = 1; i < psize; i++) uniform &= p[i] == p[0];
-    if (uniform) return cuda_status(cudaMemset(dst, p[0], nbytes), "cudaMemset");
+    if (uniform) {
+        LM_TRY(lm__cuda_check(cudaMemset(dst, p[0], nbytes), "cudaMemset"));
+        return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a fill)");
+    }
     /* multi-byte pattern: stage one host buffer of the pattern and copy it over */
     size_t chunk = nbytes < (1u << 20) ? nbytes : (1u << 20);
     uint8_t *host = lm__alloc(chunk, 64);
@@ -56,16 +139,17 @@ lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern
     lm_status st = LM_OK;
     for (size_t off = 0; off < nbytes && st == LM_OK; off += chunk) {
         size_t n = nbytes - off < chunk ? nbytes - off : chunk;
-        st = cuda_status(cudaMemcpy((uint8_t *)dst + off, host, n, cudaMemcpyHostToDevice), "cudaMemcpy");
+        st = lm__cuda_check(cudaMemcpy((uint8_t *)dst + off, host, n, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
     lm__free(host);
-    return st;
+    LM_TRY(st);
+    return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a fill)");
 }
 
 lm_status lm__cuda_stream_create(int index, void **stream) {
-    LM_TRY(cuda_status(cudaSetDevice(index), "cudaSetDevice"));
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
     cudaStream_t s;
-    LM_TRY(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+    LM_TRY(lm__cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
     *stream = s;
     return LM_OK;
 }
@@ -73,5 +157,5 @@ lm_status lm__cuda_stream_create(int index, void **stream) {
 void lm__cuda_stream_destroy(void *stream) { cudaStreamDestroy((cudaStream_t)stream); }
 
 lm_status lm__cuda_stream_sync(void *stream) {
-    return cuda_status(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+    return lm__cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }

@@ -1,4 +1,7 @@
-/* runtime/internal.h — device back ends behind lm_device_* (never installed). */
+/* runtime/internal.h — device back ends behind lm_device_* and lm_ctx (never
+ * installed). The CUDA functions exist only in builds with CUDA (files *_cuda.c);
+ * every one of them maps a CUDA error to LM_DEVICE_ERROR (LM_OUT_OF_MEMORY for
+ * allocation failures) with the CUDA message in lm_last_error(). */
 #ifndef LOOM_RUNTIME_INTERNAL_H
 #define LOOM_RUNTIME_INTERNAL_H
 
@@ -6,16 +9,56 @@
 #include "loom/runtime.h"
 
 #ifdef LOOM_HAVE_CUDA
-/* runtime/device_cuda.c */
-lm_status lm__cuda_alloc(int index, size_t nbytes, void **out);
-void lm__cuda_free(int index, void *ptr);
-/* kind: 0 h2d, 1 d2h, 2 d2d; synchronous */
+/* Largest CUDA ordinal the caching allocator keeps state for, plus one. */
+#define LM__CUDA_MAX_DEVICES 64
+
+/* runtime/device_cuda.c: error mapping, copies, fills, streams */
+/* Maps a cudaError_t (passed as int so C callers need no CUDA header) to a status;
+ * what names the failing call. */
+lm_status lm__cuda_check(int cuda_error, const char *what);
+int lm__cuda_count(void);
+/* kind: 0 h2d, 1 d2h, 2 d2d. Waits for all work on the device first, then copies;
+ * large host transfers go through pinned double-buffered staging. */
 lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t nbytes);
 lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern, size_t psize);
-int lm__cuda_count(void);
 lm_status lm__cuda_stream_create(int index, void **stream);
 void lm__cuda_stream_destroy(void *stream);
 lm_status lm__cuda_stream_sync(void *stream);
+
+/* runtime/pool_cuda.c: the caching allocator */
+lm_status lm__cuda_alloc(int index, size_t nbytes, void **out);
+void lm__cuda_free(int index, void *ptr);
+lm_status lm__cuda_memory_stats(int index, lm_device_memory_stats *out);
+lm_status lm__cuda_memory_reset_peak(int index);
+lm_status lm__cuda_empty_cache(int index);
+
+/* runtime/graph_cuda.c: events and graphs on a stream */
+lm_status lm__cuda_event_create(int index, void **event);
+void lm__cuda_event_destroy(void *event);
+lm_status lm__cuda_event_record(void *event, void *stream);
+lm_status lm__cuda_event_sync(void *event);
+lm_status lm__cuda_event_elapsed(void *start, void *end, double *ms);
+lm_status lm__cuda_stream_wait(void *stream, void *event);
+lm_status lm__cuda_capture_begin(void *stream);
+/* *exec receives a cudaGraphExec_t. */
+lm_status lm__cuda_capture_end(void *stream, void **exec);
+lm_status lm__cuda_graph_launch(void *exec, void *stream);
+void lm__cuda_graph_destroy(void *exec);
+
+/* runtime/blas_cuda.c: one cuBLASLt handle and workspace per context */
+typedef struct lm__cuda_blas {
+    void *handle;           /* cublasLtHandle_t */
+    void *workspace;        /* [workspace_bytes] device scratch for cublasLtMatmul */
+    size_t workspace_bytes;
+} lm__cuda_blas;
+lm_status lm__cuda_blas_create(int index, lm__cuda_blas *out);
+void lm__cuda_blas_destroy(int index, lm__cuda_blas *b);
+#endif
+
+#ifdef LOOM_HAVE_CUDA
+/* runtime/ctx.c: the context's lazily created cuBLASLt handle and workspace (NULL
+ * *out with LM_UNSUPPORTED for a CPU context). Borrowed; lives as long as ctx. */
+lm_status lm__ctx_cuda_blas(lm_ctx *ctx, const lm__cuda_blas **out);
 #endif
 
 #endif

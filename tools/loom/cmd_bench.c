@@ -8,8 +8,10 @@
  *   bench tokenize --tokenizer FILE encode throughput (MB/s) over a text corpus
  * Timings use the monotonic clock; each result reports the best of --repeat runs and
  * their median, so a noisy neighbour shows up as a gap between the two.
+ * --device cuda measures on a GPU instead (bench_device.c).
  */
 #include "args.h"
+#include "bench_device.h"
 #include "commands.h"
 #include "common.h"
 
@@ -72,7 +74,7 @@ static double measure_bandwidth(lm_ctx *ctx) {
 }
 
 typedef struct bench_opts {
-    const char *model, *tokenizer, *corpus;
+    const char *model, *tokenizer, *corpus, *device;
     int threads, repeat, tokens, prompt, batch;
 } bench_opts;
 
@@ -186,7 +188,7 @@ static int bench_tokenize(const bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = {NULL, NULL, NULL, 0, 3, 64, 512, 1};
+    bench_opts o = {NULL, NULL, NULL, NULL, 0, 3, 64, 512, 1};
     int prompt = -1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &o.model, "DIR: model directory (decode, prefill)"},
@@ -197,6 +199,7 @@ int cmd_bench(int argc, char **argv) {
         {"tokens", CLI_INT, &o.tokens, "N: decode steps per run (default 64)"},
         {"prompt", CLI_INT, &prompt, "T: prompt tokens (default 512 for prefill, 16 for decode)"},
         {"batch", CLI_INT, &o.batch, "B: sequences per step (default 1)"},
+        {"device", CLI_STRING, &o.device, "DEV: cpu (default), cuda or cuda:N (bandwidth, decode, prefill)"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -223,6 +226,12 @@ int cmd_bench(int argc, char **argv) {
     if ((decode || prefill) && !o.model) {
         fprintf(stderr, "loom bench %s: --model DIR is required\n", what);
         return 2;
+    }
+    lm_device dev;
+    if (!cli_parse_device("bench", o.device, &dev)) return 2;
+    if (dev.type == LM_DEVICE_CUDA) {
+        bench_device_opts d = {o.model, o.repeat, o.batch, o.prompt, o.tokens};
+        return decode || prefill ? bench_device_model(&d, dev, decode) : bench_device_bandwidth(dev, o.repeat);
     }
     lm_ctx *ctx = NULL;
     lm_status st = lm_ctx_create(lm_device_cpu(), o.threads, &ctx);

@@ -1,6 +1,7 @@
 /* tools/loom/cmd_generate.c — `loom generate`: sample a continuation of a text prompt
  * (streamed to stdout as it is produced) or of token ids (--print-ids prints the new
- * ids as one JSON array: a contract other tools parse). */
+ * ids as one JSON array: a contract other tools parse). --device cuda runs the model
+ * on a GPU, where tokens are picked on the device unless a repetition penalty is set. */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
@@ -29,7 +30,7 @@ static int on_token(void *user, int32_t id, const char *text, size_t len) {
 static const char *k_reasons[] = {"length", "eos", "stop string", "callback"};
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL, *stop = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL, *stop = NULL, *device_text = NULL;
     int max_new = 64, greedy = 0, print_ids = 0, ignore_eos = 0, threads = 0, stats = 0, bos = 0, top_k = -1;
     float temperature = -1, top_p = -1, min_p = 0, rep = 1;
     uint64_t seed = 0;
@@ -52,6 +53,7 @@ int cmd_generate(int argc, char **argv) {
         {"print-ids", CLI_FLAG, &print_ids, "print the generated ids as one JSON array instead of text"},
         {"threads", CLI_INT, &threads, "N: CPU threads (default: all)"},
         {"stats", CLI_FLAG, &stats, "print timing to stderr at the end"},
+        {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -65,6 +67,8 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "loom generate: --max-new must be >= 1\n");
         return 2;
     }
+    lm_device device;
+    if (!cli_parse_device("generate", device_text, &device)) return 2;
     lm_model *m = NULL;
     lm_tokenizer *tok = NULL;
     lm_ctx *ctx = NULL;
@@ -75,7 +79,7 @@ int cmd_generate(int argc, char **argv) {
     char tpath[1200];
     if (!tok_path && (prompt || !print_ids)) tok_path = cli_model_tokenizer_path(model_dir, tpath, sizeof tpath);
     if (ids_text && !cli_parse_ids(ids_text, &ids, &n)) return 2;
-    if (!(m = cli_load_model("generate", model_dir))) goto done;
+    if (!(m = cli_load_model_on("generate", model_dir, device))) goto done;
     const lm_model_config *cfg = lm_model_get_config(m);
     lm_status st;
     if (tok_path && (st = lm_tokenizer_load(tok_path, &tok)) != LM_OK) {
@@ -133,7 +137,7 @@ int cmd_generate(int argc, char **argv) {
     p.decode_flags = LM_TOKENIZER_SKIP_SPECIAL;
     if (print_ids && !(out.ids = malloc(sizeof(int32_t) * (size_t)max_new))) goto done;
     out.cap = (size_t)max_new;
-    if ((st = lm_ctx_create(lm_device_cpu(), threads, &ctx)) != LM_OK) {
+    if ((st = lm_ctx_create(device, threads, &ctx)) != LM_OK) {
         rc = cli_fail("generate", "cannot create a context", st);
         goto done;
     }

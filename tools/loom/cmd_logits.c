@@ -1,6 +1,7 @@
 /* tools/loom/cmd_logits.c — `loom logits`: one forward pass over given ids, printing
  * per position {"pos","logsumexp","top":[[id,logit],...],"probe":[logit,...]} as
- * JSON lines (a diagnostic contract other tools parse: keep the format). */
+ * JSON lines (a diagnostic contract other tools parse: keep the format). --device
+ * runs the forward pass on a GPU (bf16 weights there); the output is the same. */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
@@ -32,7 +33,7 @@ static void print_position(int64_t pos, const float *row, int64_t V, int top, co
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model_dir = NULL, *ids_text = NULL, *probe_text = NULL;
+    const char *model_dir = NULL, *ids_text = NULL, *probe_text = NULL, *device_text = NULL;
     int top = 5, threads = 0;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (required)"},
@@ -40,6 +41,7 @@ int cmd_logits(int argc, char **argv) {
         {"top", CLI_INT, &top, "K: how many of the largest logits to print per position (default 5)"},
         {"probe", CLI_STRING, &probe_text, "a,b,c: token ids whose logits to print at every position"},
         {"threads", CLI_INT, &threads, "N: CPU threads (default: all)"},
+        {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -53,6 +55,8 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "loom logits: --top must be >= 0\n");
         return 2;
     }
+    lm_device device;
+    if (!cli_parse_device("logits", device_text, &device)) return 2;
     int32_t *ids = NULL, *probe = NULL;
     size_t n = 0, nprobe = 0;
     if (!cli_parse_ids(ids_text, &ids, &n)) return 2;
@@ -60,7 +64,7 @@ int cmd_logits(int argc, char **argv) {
         free(ids);
         return 2;
     }
-    lm_model *m = cli_load_model("logits", model_dir);
+    lm_model *m = cli_load_model_on("logits", model_dir, device);
     lm_ctx *ctx = NULL;
     lm_kv_cache *cache = NULL;
     float *logits = NULL;
@@ -73,7 +77,7 @@ int cmd_logits(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-    lm_status st = lm_ctx_create(lm_device_cpu(), threads, &ctx);
+    lm_status st = lm_ctx_create(device, threads, &ctx);
     if (st == LM_OK) st = lm_kv_cache_create(m, 1, (int64_t)n, &cache);
     if (st != LM_OK) {
         rc = cli_fail("logits", "setup failed", st);

@@ -37,9 +37,21 @@ void cli_enable_logging(int verbose) {
     lm_set_log_fn(log_stderr, NULL, verbose > 1 ? LM_LOG_DEBUG : verbose ? LM_LOG_INFO : LM_LOG_WARN);
 }
 
-lm_model *cli_load_model(const char *cmd, const char *dir) {
+lm_model *cli_load_model(const char *cmd, const char *dir) { return cli_load_model_on(cmd, dir, lm_device_cpu()); }
+
+int cli_parse_device(const char *cmd, const char *text, lm_device *out) {
+    if (!text) {
+        *out = lm_device_cpu();
+        return 1;
+    }
+    if (lm_device_parse(text, out) == LM_OK) return 1;
+    fprintf(stderr, "loom %s: --device: %s\n", cmd, lm_last_error());
+    return 0;
+}
+
+lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device) {
     lm_model *m = NULL;
-    lm_status st = lm_model_load(dir, lm_device_cpu(), &m);
+    lm_status st = lm_model_load(dir, device, &m);
     if (st != LM_OK) {
         char what[1200];
         snprintf(what, sizeof what, "cannot load model '%s'", dir);

@@ -14,8 +14,13 @@ int cli_fail(const char *cmd, const char *what, lm_status st);
 void cli_json_string(FILE *f, const char *s, size_t n);
 /* Installs a stderr logger for the library at the given verbosity. */
 void cli_enable_logging(int verbose);
-/* Loads a model (reporting errors); returns NULL on failure. */
+/* Loads a model on the CPU (reporting errors); returns NULL on failure. */
 lm_model *cli_load_model(const char *cmd, const char *dir);
+/* Loads a model on device (reporting errors); returns NULL on failure. */
+lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
+/* Parses a --device value ("cpu", "cuda", "cuda:N"; NULL means cpu) into *out.
+ * Prints an error and returns 0 when the text is not a device. */
+int cli_parse_device(const char *cmd, const char *text, lm_device *out);
 /* Finds the tokenizer.json beside a model: dir/tokenizer.json. Returns buf. */
 const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size);
 

@@ -1,0 +1,129 @@
+/* ops/cuda/common.cuh — helpers shared by the CUDA kernels (never installed).
+ *
+ * lm_cuda_nd carries a view's shape and strides (elements) by value into a kernel;
+ * nd_offset maps a row-major linear index to an element offset in O(ndim). Loads
+ * widen f32/bf16/f16 to float and stores round to nearest even, so every readable
+ * kernel is one template over the three float dtypes with f32 arithmetic.
+ * Reductions: warp shuffles, then one shared slot per warp (blocks <= 1024 threads).
+ */
+#ifndef LOOM_OPS_CUDA_COMMON_CUH
+#define LOOM_OPS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_ops.h"
+
+typedef __nv_bfloat16 bf16;
+
+struct lm_cuda_nd {
+    int ndim;
+    int64_t shape[LM_MAX_DIMS];
+    int64_t stride[LM_MAX_DIMS]; /* elements */
+};
+
+static inline lm_cuda_nd lm_cuda_nd_of(const lm_tensor_view *v) {
+    lm_cuda_nd d;
+    memset(&d, 0, sizeof d);
+    d.ndim = v->ndim;
+    for (int i = 0; i < v->ndim; i++) {
+        d.shape[i] = v->shape[i];
+        d.stride[i] = v->stride[i];
+    }
+    return d;
+}
+
+/* Element offset of row-major linear index i (0 <= i < numel). */
+__device__ __forceinline__ int64_t nd_offset(const lm_cuda_nd &v, int64_t i) {
+    int64_t off = 0;
+    for (int d = v.ndim - 1; d >= 0; d--) {
+        int64_t n = v.shape[d];
+        off += (i % n) * v.stride[d];
+        i /= n;
+    }
+    return off;
+}
+
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
+/* v rounded to T and widened back: what a store followed by a load would give. */
+template <typename T> __device__ __forceinline__ float round_to(float v) {
+    T t;
+    st(&t, v);
+    return ld(&t);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum (or max) over the block; every thread gets the result. scratch: >= 32 floats.
+ * Must be reached by all threads of the block. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[w] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : 0.f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[w] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* Programmatic dependent launch (sm_90): a kernel launched with the
+ * programmatic-serialization attribute may start while the previous kernel on the
+ * stream still runs; it must call pdl_wait() before touching anything that kernel
+ * writes (pdl_wait returns once it has completed and its writes are visible). A
+ * kernel calls pdl_trigger() to let such a successor start early. Both are no-ops for
+ * kernels launched (or followed) without the attribute. */
+__device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+/* Grid for a grid-stride loop over n items with `threads` per block. */
+static inline unsigned lm_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535 * 8) b = 65535 * 8;
+    return (unsigned)b;
+}
+
+/* After a launch: the launch error (bad configuration, missing kernel image) as a status. */
+static inline lm_status lm_cuda_launched(const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return LM_OK;
+    return lm__cuda_check((int)e, kernel);
+}
+
+/* Calls F::template run<T>(args...) for the float dtype dt. */
+#define LM_CUDA_FLOAT_SWITCH(dt, T, ...)                            \
+    switch (dt) {                                                   \
+    case LM_F32: { typedef float T; __VA_ARGS__; } break;          \
+    case LM_BF16: { typedef bf16 T; __VA_ARGS__; } break;          \
+    case LM_F16: { typedef __half T; __VA_ARGS__; } break;         \
+    default: return lm__error(LM_UNSUPPORTED, "cuda: dtype %s is not a float dtype", lm_dtype_name(dt)); \
+    }
+
+#endif

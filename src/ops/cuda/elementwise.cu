@@ -1,0 +1,183 @@
+/* ops/cuda/elementwise.cu — readable CUDA kernels for add, mul, scale, silu, swiglu
+ * and cast, plus the fused SwiGLU of the forward pass (v2).
+ *
+ * Readable kernels: one thread per output element in a grid-stride loop; every
+ * operand is addressed through its own shape/strides (broadcast inputs arrive
+ * expanded with stride 0), values are widened to float, computed, and rounded once
+ * on store, matching the reference's single rounding. O(numel) work.
+ * swiglu_v2: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
+ */
+#include "ops/cuda/common.cuh"
+
+enum { OP_ADD, OP_MUL, OP_SCALE, OP_SILU, OP_SWIGLU };
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
+template <typename T>
+__global__ void binary_kernel(int op, const T *a, lm_cuda_nd na, const T *b, lm_cuda_nd nb, T *out, lm_cuda_nd no,
+                              int64_t n, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = ld(a + nd_offset(na, i)), r;
+        switch (op) {
+        case OP_ADD: r = x + ld(b + nd_offset(nb, i)); break;
+        case OP_MUL: r = x * ld(b + nd_offset(nb, i)); break;
+        case OP_SCALE: r = x * scale; break;
+        case OP_SILU: r = silu(x); break;
+        default: r = silu(x) * ld(b + nd_offset(nb, i)); break; /* swiglu: a = gate, b = up */
+        }
+        st(out + nd_offset(no, i), r);
+    }
+}
+
+static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out,
+                            float scale, cudaStream_t s) {
+    int64_t n = lm_tensor_view_numel(out);
+    if (n == 0) return LM_OK;
+    lm_cuda_nd na = lm_cuda_nd_of(a), nb = lm_cuda_nd_of(b ? b : a), no = lm_cuda_nd_of(out);
+    const void *pb = b ? b->data : a->data;
+    LM_CUDA_FLOAT_SWITCH(out->dtype, T,
+                         binary_kernel<T><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(
+                             op, (const T *)a->data, na, (const T *)pb, nb, (T *)out->data, no, n, scale));
+    return lm_cuda_launched("elementwise kernel");
+}
+
+lm_status lm_cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
+    return run_binary(OP_ADD, a, b, out, 0.f, s);
+}
+lm_status lm_cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
+    return run_binary(OP_MUL, a, b, out, 0.f, s);
+}
+lm_status lm_cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s) {
+    return run_binary(OP_SCALE, x, NULL, out, scale, s);
+}
+lm_status lm_cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
+    return run_binary(OP_SILU, x, NULL, out, 0.f, s);
+}
+lm_status lm_cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
+                         cudaStream_t s) {
+    return run_binary(OP_SWIGLU, gate, up, out, 0.f, s);
+}
+
+/* ---- cast ---------------------------------------------------------------------------- */
+__device__ __forceinline__ double ldv(const int32_t *p) { return *p; }
+__device__ __forceinline__ double ldv(const int64_t *p) { return (double)*p; }
+__device__ __forceinline__ double ldv(const uint8_t *p) { return *p; }
+__device__ __forceinline__ double ldv(const float *p) { return *p; }
+__device__ __forceinline__ double ldv(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ double ldv(const __half *p) { return __half2float(*p); }
+/* Float destinations round through float (as the reference's lm__st does). */
+__device__ __forceinline__ void stv(float *p, double v) { *p = (float)v; }
+__device__ __forceinline__ void stv(bf16 *p, double v) { *p = __float2bfloat16_rn((float)v); }
+__device__ __forceinline__ void stv(__half *p, double v) { *p = __float2half_rn((float)v); }
+
+template <typename TI, typename TO>
+__global__ void cast_kernel(const TI *x, lm_cuda_nd nx, TO *out, lm_cuda_nd no, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        stv(out + nd_offset(no, i), ldv(x + nd_offset(nx, i)));
+}
+
+template <typename TI, typename TO>
+__global__ void cast_int_kernel(const TI *x, lm_cuda_nd nx, TO *out, lm_cuda_nd no, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[nd_offset(no, i)] = (TO)x[nd_offset(nx, i)];
+}
+
+/* first[0] = smallest linear index whose value does not fit in [lo, hi]. */
+template <typename TI>
+__global__ void range_check_kernel(const TI *x, lm_cuda_nd nx, int64_t n, long long lo, long long hi,
+                                   unsigned long long *first) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        long long v = (long long)x[nd_offset(nx, i)];
+        if (v < lo || v > hi) atomicMin(first, (unsigned long long)i);
+    }
+}
+
+template <typename TO>
+static lm_status cast_to(const lm_tensor_view *x, const lm_tensor_view *out, int64_t n, cudaStream_t s) {
+    lm_cuda_nd nx = lm_cuda_nd_of(x), no = lm_cuda_nd_of(out);
+    unsigned g = lm_cuda_blocks(n, 256);
+    TO *o = (TO *)out->data;
+    switch (x->dtype) {
+    case LM_F32: cast_kernel<<<g, 256, 0, s>>>((const float *)x->data, nx, o, no, n); break;
+    case LM_BF16: cast_kernel<<<g, 256, 0, s>>>((const bf16 *)x->data, nx, o, no, n); break;
+    case LM_F16: cast_kernel<<<g, 256, 0, s>>>((const __half *)x->data, nx, o, no, n); break;
+    case LM_I32: cast_kernel<<<g, 256, 0, s>>>((const int32_t *)x->data, nx, o, no, n); break;
+    case LM_I64: cast_kernel<<<g, 256, 0, s>>>((const int64_t *)x->data, nx, o, no, n); break;
+    case LM_U8: cast_kernel<<<g, 256, 0, s>>>((const uint8_t *)x->data, nx, o, no, n); break;
+    }
+    return lm_cuda_launched("cast kernel");
+}
+
+template <typename TI>
+static lm_status cast_int(const lm_tensor_view *x, const lm_tensor_view *out, int64_t n, cudaStream_t s) {
+    lm_cuda_nd nx = lm_cuda_nd_of(x), no = lm_cuda_nd_of(out);
+    const TI *in = (const TI *)x->data;
+    long long lo = out->dtype == LM_U8 ? 0 : out->dtype == LM_I32 ? INT32_MIN : INT64_MIN;
+    long long hi = out->dtype == LM_U8 ? 255 : out->dtype == LM_I32 ? INT32_MAX : INT64_MAX;
+    unsigned g = lm_cuda_blocks(n, 256);
+    unsigned long long *first = NULL, bad = ~0ull;
+    LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&first, sizeof bad, s), "cudaMallocAsync (cast check)"));
+    lm_status st = lm__cuda_check(cudaMemcpyAsync(first, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (st == LM_OK) {
+        range_check_kernel<<<g, 256, 0, s>>>(in, nx, n, lo, hi, first);
+        st = lm_cuda_launched("cast range check");
+    }
+    if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, first, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (cast check)");
+    cudaFreeAsync(first, s);
+    LM_TRY(st);
+    if (bad != ~0ull) {
+        TI v;
+        int64_t off = 0, i = (int64_t)bad;
+        for (int d = nx.ndim - 1; d >= 0; d--) {
+            off += (i % nx.shape[d]) * nx.stride[d];
+            i /= nx.shape[d];
+        }
+        LM_TRY(lm__cuda_check(cudaMemcpy(&v, in + off, sizeof v, cudaMemcpyDeviceToHost), "cudaMemcpy"));
+        return lm__error(LM_OUT_OF_RANGE, "cast: element %llu of x (%lld) does not fit in %s", bad, (long long)v,
+                         lm_dtype_name(out->dtype));
+    }
+    switch (out->dtype) {
+    case LM_I32: cast_int_kernel<<<g, 256, 0, s>>>(in, nx, (int32_t *)out->data, no, n); break;
+    case LM_I64: cast_int_kernel<<<g, 256, 0, s>>>(in, nx, (int64_t *)out->data, no, n); break;
+    default: cast_int_kernel<<<g, 256, 0, s>>>(in, nx, (uint8_t *)out->data, no, n); break;
+    }
+    return lm_cuda_launched("cast kernel");
+}
+
+lm_status lm_cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
+    int64_t n = lm_tensor_view_numel(out);
+    if (n == 0) return LM_OK;
+    int fin = lm_dtype_is_float(x->dtype), fout = lm_dtype_is_float(out->dtype);
+    if (fin && !fout)
+        return lm__error(LM_UNSUPPORTED, "cast: %s -> %s is not supported (float to integer)", lm_dtype_name(x->dtype),
+                         lm_dtype_name(out->dtype));
+    if (!fout) {
+        switch (x->dtype) {
+        case LM_I32: return cast_int<int32_t>(x, out, n, s);
+        case LM_I64: return cast_int<int64_t>(x, out, n, s);
+        default: return cast_int<uint8_t>(x, out, n, s);
+        }
+    }
+    switch (out->dtype) {
+    case LM_F32: return cast_to<float>(x, out, n, s);
+    case LM_BF16: return cast_to<bf16>(x, out, n, s);
+    default: return cast_to<__half>(x, out, n, s);
+    }
+}
+
+/* ---- v2: the forward pass's SwiGLU --------------------------------------------------- */
+__global__ void swiglu_v2_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
+    int64_t n = rows * I;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / I, c = i - r * I;
+        const float *row = gu + r * 2 * I;
+        act[i] = __float2bfloat16_rn(silu(row[c]) * row[I + c]);
+    }
+}
+
+lm_status lm_cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
+    if (rows * I == 0) return LM_OK;
+    swiglu_v2_kernel<<<lm_cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
+    return lm_cuda_launched("swiglu_v2");
+}

@@ -1,0 +1,89 @@
+/* ops/cuda/reduce.cu — sum and max over one dim, and concat, on CUDA.
+ *
+ * Reductions: one thread per output element scans its slice of x in order, summing
+ * in double (rounded once, as the reference) or taking the max with NaN sticking once
+ * seen (like torch.amax). O(numel(x)) work, no workspace.
+ * concat: one launch per input copying it into its slice of out as raw elements of
+ * the dtype's size, so it is exact for every dtype. O(numel(out)).
+ */
+#include "ops/cuda/common.cuh"
+
+/* x without dim: offsets of the starts of the reduced slices, indexed like out. */
+static lm_cuda_nd drop_dim(const lm_tensor_view *x, int dim) {
+    lm_cuda_nd r = lm_cuda_nd_of(x);
+    for (int i = dim; i + 1 < x->ndim; i++) {
+        r.shape[i] = x->shape[i + 1];
+        r.stride[i] = x->stride[i + 1];
+    }
+    r.ndim = x->ndim - 1;
+    return r;
+}
+
+template <typename T>
+__global__ void reduce_kernel(int is_max, const T *x, lm_cuda_nd rest, int64_t n, int64_t step, T *out, lm_cuda_nd no,
+                              int64_t count) {
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < count; o += (int64_t)gridDim.x * blockDim.x) {
+        const T *base = x + nd_offset(rest, o);
+        double acc = is_max ? (double)ld(base) : 0.0;
+        for (int64_t i = is_max ? 1 : 0; i < n; i++) {
+            double v = ld(base + i * step);
+            if (!is_max) acc += v;
+            else if (!isnan(acc) && (isnan(v) || v > acc)) acc = v;
+        }
+        st(out + nd_offset(no, o), (float)acc);
+    }
+}
+
+static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
+    int64_t count = lm_tensor_view_numel(out);
+    if (count == 0) return LM_OK;
+    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+                         reduce_kernel<T><<<lm_cuda_blocks(count, 256), 256, 0, s>>>(
+                             is_max, (const T *)x->data, drop_dim(x, dim), x->shape[dim], x->stride[dim],
+                             (T *)out->data, lm_cuda_nd_of(out), count));
+    return lm_cuda_launched(is_max ? "max kernel" : "sum kernel");
+}
+
+lm_status lm_cuda_sum(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
+    return reduce(0, x, dim, out, s);
+}
+lm_status lm_cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
+    return reduce(1, x, dim, out, s);
+}
+
+/* Raw element of E bytes. */
+template <int E> struct raw { unsigned char b[E]; };
+
+template <typename R>
+__global__ void copy_kernel(const R *src, lm_cuda_nd ns, R *dst, lm_cuda_nd nd, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[nd_offset(nd, i)] = src[nd_offset(ns, i)];
+}
+
+template <typename R>
+static lm_status copy_into(const lm_tensor_view *src, const lm_tensor_view *dst, cudaStream_t s) {
+    int64_t n = lm_tensor_view_numel(src);
+    if (n == 0) return LM_OK;
+    copy_kernel<R><<<lm_cuda_blocks(n, 256), 256, 0, s>>>((const R *)src->data, lm_cuda_nd_of(src), (R *)dst->data,
+                                                          lm_cuda_nd_of(dst), n);
+    return lm_cuda_launched("concat copy kernel");
+}
+
+lm_status lm_cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
+                         cudaStream_t s) {
+    size_t es = lm_dtype_size(out->dtype);
+    int64_t start = 0; /* first index along dim of the current input's slice of out */
+    for (int k = 0; k < n; k++) {
+        lm_tensor_view slice = *out;
+        slice.shape[dim] = inputs[k]->shape[dim];
+        slice.data = (char *)out->data + start * out->stride[dim] * (int64_t)es;
+        start += inputs[k]->shape[dim];
+        switch (es) {
+        case 1: LM_TRY(copy_into<raw<1>>(inputs[k], &slice, s)); break;
+        case 2: LM_TRY(copy_into<uint16_t>(inputs[k], &slice, s)); break;
+        case 4: LM_TRY(copy_into<uint32_t>(inputs[k], &slice, s)); break;
+        default: LM_TRY(copy_into<uint64_t>(inputs[k], &slice, s)); break;
+        }
+    }
+    return LM_OK;
+}

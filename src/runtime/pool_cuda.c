@@ -1,0 +1,234 @@
+/* runtime/pool_cuda.c — the caching CUDA allocator behind lm_device_alloc/free.
+ *
+ * Per device: a list of cached (free) blocks and a hash table of live blocks
+ * (pointer -> rounded size), both under one mutex. Requests are rounded up (512 B
+ * below 1 MiB, 2 MiB above) and served by the smallest cached block of at most 1.25x
+ * the rounded size; otherwise cudaMalloc, and if that fails every cached block is
+ * released and cudaMalloc is tried once more. Freeing waits for the device to finish
+ * its queued work (as cudaFree itself does) before the block joins the cache: the
+ * allocator cannot see which stream last used a block, so a block handed out again
+ * must already be idle. The cost is one device synchronization per free; the forward
+ * pass allocates its buffers once, so steady-state decoding frees nothing.
+ * Statistics count rounded bytes. Blocks are only returned to the driver by
+ * lm_device_empty_cache (or a failed cudaMalloc).
+ */
+#include "runtime/internal.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define LM__EMPTY ((uintptr_t)0)
+#define LM__TOMB ((uintptr_t)1)
+
+typedef struct blk {
+    uintptr_t ptr; /* device address; LM__EMPTY/LM__TOMB mark free hash slots */
+    size_t size;   /* rounded bytes */
+} blk;
+
+typedef struct pool {
+    pthread_mutex_t mu;
+    blk *cached;        /* [ncached] free blocks, unordered */
+    size_t ncached, cached_cap;
+    blk *live;          /* [live_cap] open-addressing hash of blocks in use (power-of-two size) */
+    size_t live_cap, live_used; /* live_used counts occupied + tombstone slots */
+    lm_device_memory_stats st;
+} pool;
+
+static pool g_pools[LM__CUDA_MAX_DEVICES];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_all(void) {
+    for (int i = 0; i < LM__CUDA_MAX_DEVICES; i++) pthread_mutex_init(&g_pools[i].mu, NULL);
+}
+
+static pool *get_pool(int index) {
+    if (index < 0 || index >= LM__CUDA_MAX_DEVICES) return NULL;
+    pthread_once(&g_once, init_all);
+    return &g_pools[index];
+}
+
+static size_t round_size(size_t n) {
+    const size_t small = 512, large = (size_t)2 << 20;
+    return n < ((size_t)1 << 20) ? (n + small - 1) / small * small : (n + large - 1) / large * large;
+}
+
+static size_t hash_slot(uintptr_t p, size_t cap) {
+    uint64_t h = (uint64_t)(p >> 9) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+static void live_put(blk *table, size_t cap, blk b) {
+    size_t i = hash_slot(b.ptr, cap);
+    while (table[i].ptr != LM__EMPTY && table[i].ptr != LM__TOMB) i = (i + 1) & (cap - 1);
+    table[i] = b;
+}
+
+/* Makes room for one more live block: rehash into a table twice as large (or the
+ * same size when tombstones fill it) once the load passes one half. */
+static lm_status live_reserve(pool *p) {
+    if (p->live_cap && (p->live_used + 1) * 2 <= p->live_cap) return LM_OK;
+    size_t live = 0;
+    for (size_t i = 0; i < p->live_cap; i++) live += p->live[i].ptr > LM__TOMB;
+    size_t cap = p->live_cap ? p->live_cap : 256;
+    while ((live + 1) * 2 > cap / 2) cap *= 2;
+    blk *t = lm__calloc(cap, sizeof *t);
+    if (!t) return LM_OUT_OF_MEMORY;
+    for (size_t i = 0; i < p->live_cap; i++)
+        if (p->live[i].ptr > LM__TOMB) live_put(t, cap, p->live[i]);
+    lm__free(p->live);
+    p->live = t;
+    p->live_cap = cap;
+    p->live_used = live;
+    return LM_OK;
+}
+
+/* Removes ptr from the live table; returns its rounded size, 0 if it is not there. */
+static size_t live_take(pool *p, uintptr_t ptr) {
+    if (!p->live_cap) return 0;
+    for (size_t i = hash_slot(ptr, p->live_cap);; i = (i + 1) & (p->live_cap - 1)) {
+        if (p->live[i].ptr == LM__EMPTY) return 0;
+        if (p->live[i].ptr == ptr) {
+            size_t n = p->live[i].size;
+            p->live[i].ptr = LM__TOMB;
+            return n;
+        }
+    }
+}
+
+static lm_status cached_push(pool *p, blk b) {
+    if (p->ncached == p->cached_cap) {
+        size_t cap = p->cached_cap ? p->cached_cap * 2 : 64;
+        blk *t = lm__calloc(cap, sizeof *t);
+        if (!t) return LM_OUT_OF_MEMORY;
+        for (size_t i = 0; i < p->ncached; i++) t[i] = p->cached[i];
+        lm__free(p->cached);
+        p->cached = t;
+        p->cached_cap = cap;
+    }
+    p->cached[p->ncached++] = b;
+    return LM_OK;
+}
+
+/* Index of the smallest cached block fitting size within 1.25x, or -1. */
+static int64_t cached_find(const pool *p, size_t size) {
+    int64_t best = -1;
+    for (size_t i = 0; i < p->ncached; i++) {
+        size_t s = p->cached[i].size;
+        if (s >= size && s <= size + size / 4 && (best < 0 || s < p->cached[best].size)) best = (int64_t)i;
+    }
+    return best;
+}
+
+static void release_cached(pool *p) {
+    for (size_t i = 0; i < p->ncached; i++) {
+        cudaFree((void *)p->cached[i].ptr);
+        p->st.backend_frees++;
+        p->st.reserved_bytes -= (int64_t)p->cached[i].size;
+    }
+    p->ncached = 0;
+}
+
+static void note_use(pool *p, size_t size) {
+    p->st.current_bytes += (int64_t)size;
+    if (p->st.current_bytes > p->st.peak_bytes) p->st.peak_bytes = p->st.current_bytes;
+    if (p->st.reserved_bytes > p->st.peak_reserved_bytes) p->st.peak_reserved_bytes = p->st.reserved_bytes;
+}
+
+/* Called with p->mu held. */
+static lm_status pool_alloc(pool *p, size_t nbytes, void **out) {
+    size_t size = round_size(nbytes);
+    LM_TRY(live_reserve(p));
+    int64_t hit = cached_find(p, size);
+    blk b;
+    if (hit >= 0) {
+        b = p->cached[hit];
+        p->cached[hit] = p->cached[--p->ncached];
+        p->st.cache_hits++;
+    } else {
+        void *ptr = NULL;
+        cudaError_t e = cudaMalloc(&ptr, size);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            release_cached(p);
+            e = cudaMalloc(&ptr, size);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return lm__cuda_check(e, "cudaMalloc");
+        }
+        b = (blk){(uintptr_t)ptr, size};
+        p->st.backend_allocs++;
+        p->st.reserved_bytes += (int64_t)size;
+    }
+    live_put(p->live, p->live_cap, b);
+    p->live_used++;
+    note_use(p, b.size);
+    *out = (void *)b.ptr;
+    return LM_OK;
+}
+
+lm_status lm__cuda_alloc(int index, size_t nbytes, void **out) {
+    *out = NULL;
+    if (nbytes == 0) return LM_OK;
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    pool *p = get_pool(index);
+    if (!p) return lm__cuda_check(cudaMalloc(out, nbytes), "cudaMalloc");
+    pthread_mutex_lock(&p->mu);
+    lm_status st = pool_alloc(p, nbytes, out);
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
+void lm__cuda_free(int index, void *ptr) {
+    if (!ptr || cudaSetDevice(index) != cudaSuccess) return;
+    pool *p = get_pool(index);
+    if (!p) {
+        cudaFree(ptr);
+        return;
+    }
+    cudaDeviceSynchronize(); /* the block may still be read or written by queued work */
+    pthread_mutex_lock(&p->mu);
+    size_t size = live_take(p, (uintptr_t)ptr);
+    if (size == 0) { /* not ours: hand it straight back to the driver */
+        pthread_mutex_unlock(&p->mu);
+        cudaFree(ptr);
+        return;
+    }
+    p->st.current_bytes -= (int64_t)size;
+    if (cached_push(p, (blk){(uintptr_t)ptr, size}) != LM_OK) { /* no room to remember it: release it */
+        cudaFree(ptr);
+        p->st.backend_frees++;
+        p->st.reserved_bytes -= (int64_t)size;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+lm_status lm__cuda_memory_stats(int index, lm_device_memory_stats *out) {
+    pool *p = get_pool(index);
+    if (!p) return lm__error(LM_OUT_OF_RANGE, "cuda:%d is beyond the allocator's %d devices", index, LM__CUDA_MAX_DEVICES);
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+    return LM_OK;
+}
+
+lm_status lm__cuda_memory_reset_peak(int index) {
+    pool *p = get_pool(index);
+    if (!p) return lm__error(LM_OUT_OF_RANGE, "cuda:%d is beyond the allocator's %d devices", index, LM__CUDA_MAX_DEVICES);
+    pthread_mutex_lock(&p->mu);
+    p->st.peak_bytes = p->st.current_bytes;
+    p->st.peak_reserved_bytes = p->st.reserved_bytes;
+    pthread_mutex_unlock(&p->mu);
+    return LM_OK;
+}
+
+lm_status lm__cuda_empty_cache(int index) {
+    pool *p = get_pool(index);
+    if (!p) return lm__error(LM_OUT_OF_RANGE, "cuda:%d is beyond the allocator's %d devices", index, LM__CUDA_MAX_DEVICES);
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    pthread_mutex_lock(&p->mu);
+    release_cached(p);
+    pthread_mutex_unlock(&p->mu);
+    return LM_OK;
+}

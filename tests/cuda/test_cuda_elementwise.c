@@ -1,0 +1,165 @@
+/* CUDA elementwise kernels against the CPU reference operators, per float dtype:
+ * add and mul with a broadcast operand and a permuted (non-row-major) operand into a
+ * strided poisoned output; scale, silu and swiglu on permuted inputs; casts between
+ * every float pair, int -> float, int -> int with the range check (the first value
+ * that does not fit is reported and nothing is written); and the forward pass's
+ * swiglu_v2 (f32 [gate | up] rows -> bf16) against reference swiglu + cast.
+ * Skipped (77) without a GPU or without CUDA in the build.
+ * LM_TEST_LABELS: cuda
+ */
+#include "cuda_test.h"
+
+#ifndef LOOM_HAVE_CUDA
+int main(void) { lt_skip("built without CUDA"); }
+#else
+
+static lm_ctx *g_ctx, *g_ref;
+
+typedef lm_status (*binary_fn)(const lm_tensor_view *, const lm_tensor_view *, const lm_tensor_view *, cudaStream_t);
+typedef lm_status (*binary_ref)(lm_ctx *, const lm_tensor_view *, const lm_tensor_view *, const lm_tensor_view *);
+
+static void check_binary(const char *name, binary_fn gpu, binary_ref ref, lm_dtype dt) {
+    lt_rng r = lt_rng_seed(11);
+    int64_t shape[3] = {3, 37, 29}, bshape[2] = {37, 1};
+    lm_tensor_view ah, ad, bh, bd, oh, od, eb;
+    ct_pair a = ct_random_reversed(&r, dt, 3, shape, 1.0, &ah, &ad);
+    ct_pair b = ct_random(&r, dt, 2, bshape, 1.0);
+    bh = *lm_tensor_as_view(b.h);
+    bd = *lm_tensor_as_view(b.d);
+    ct_pair o = ct_poisoned_strided(dt, 3, shape, &oh, &od);
+    lm_tensor *want = lt_poisoned_tensor(dt, 3, shape);
+    LT_CHECK_OK(ref(g_ref, &ah, &bh, lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_tensor_view_expand(&bd, 3, shape, &eb));
+    LT_CHECK_OK(gpu(&ad, &eb, &od, ct_stream(g_ctx)));
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", name, lm_dtype_name(dt));
+    ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 16.0));
+    ct_pair_free(&a), ct_pair_free(&b), ct_pair_free(&o);
+    lm_tensor_destroy(want);
+}
+
+static void test_add_mul_broadcast_strided(void) {
+    for (int k = 0; k < 3; k++) {
+        check_binary("add", lm_cuda_add, lm_add_out, ct_floats[k]);
+        check_binary("mul", lm_cuda_mul, lm_mul_out, ct_floats[k]);
+    }
+}
+
+static void test_scale_silu_swiglu(void) {
+    for (int k = 0; k < 3; k++) {
+        lm_dtype dt = ct_floats[k];
+        lt_rng r = lt_rng_seed(12 + (uint64_t)k);
+        int64_t shape[2] = {33, 70};
+        lm_tensor_view xh, xd, uh, ud, oh, od;
+        ct_pair x = ct_random_reversed(&r, dt, 2, shape, 3.0, &xh, &xd);
+        ct_pair u = ct_random_reversed(&r, dt, 2, shape, 1.0, &uh, &ud);
+        ct_pair o = ct_poisoned_strided(dt, 2, shape, &oh, &od);
+        lm_tensor *want = lt_poisoned_tensor(dt, 2, shape);
+        char what[64];
+        LT_CHECK_OK(lm_scale_out(g_ref, &xh, -0.37f, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_scale(&xd, -0.37f, &od, ct_stream(g_ctx)));
+        snprintf(what, sizeof what, "scale %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
+        LT_CHECK_OK(lm_silu_out(g_ref, &xh, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_silu(&xd, &od, ct_stream(g_ctx)));
+        snprintf(what, sizeof what, "silu %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        LT_CHECK_OK(lm_swiglu_out(g_ref, &xh, &uh, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_swiglu(&xd, &ud, &od, ct_stream(g_ctx)));
+        snprintf(what, sizeof what, "swiglu %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 30.0));
+        ct_pair_free(&x), ct_pair_free(&u), ct_pair_free(&o);
+        lm_tensor_destroy(want);
+    }
+}
+
+static void check_cast(lm_dtype from, lm_dtype to) {
+    lt_rng r = lt_rng_seed(13);
+    int64_t shape[2] = {17, 23};
+    lm_tensor *h = NULL;
+    if (lm_dtype_is_float(from)) h = lt_random_tensor(&r, from, 2, shape, 100.0);
+    else {
+        LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), from, 2, shape, &h));
+        for (int64_t i = 0; i < 17 * 23; i++) {
+            int64_t v = (int64_t)lt_rng_int(&r, 0, 250);
+            if (from == LM_I32) ((int32_t *)lm_tensor_data(h))[i] = (int32_t)v;
+            else if (from == LM_I64) ((int64_t *)lm_tensor_data(h))[i] = v;
+            else ((uint8_t *)lm_tensor_data(h))[i] = (uint8_t)v;
+        }
+    }
+    ct_pair x = ct_pair_of(h);
+    lm_tensor_view xh, xd;
+    LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(x.h), 0, 1, &xh));
+    xd = ct_mirror(x.h, &xh, x.d);
+    int64_t tshape[2] = {23, 17};
+    ct_pair o = ct_poisoned(to, 2, tshape);
+    lm_tensor *want = lt_poisoned_tensor(to, 2, tshape);
+    LT_CHECK_OK(lm_cast_out(g_ref, &xh, lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_cuda_cast(&xd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    char what[64];
+    snprintf(what, sizeof what, "cast %s -> %s", lm_dtype_name(from), lm_dtype_name(to));
+    ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 0.0, 0.0); /* exact */
+    ct_pair_free(&x), ct_pair_free(&o);
+    lm_tensor_destroy(want);
+}
+
+static void test_cast_every_pair(void) {
+    const lm_dtype all[] = {LM_F32, LM_BF16, LM_F16};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) check_cast(all[i], all[j]);
+    check_cast(LM_I32, LM_F32);
+    check_cast(LM_I64, LM_BF16);
+    check_cast(LM_U8, LM_F16);
+    check_cast(LM_I64, LM_I32);
+    check_cast(LM_I32, LM_U8);
+    check_cast(LM_U8, LM_I64);
+}
+
+static void test_cast_int_range_is_checked_first(void) {
+    int64_t n = 1000;
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_I64, 1, &n, &h));
+    int64_t *v = lm_tensor_data(h);
+    for (int64_t i = 0; i < n; i++) v[i] = i % 200;
+    v[700] = 300, v[900] = -5; /* 700 is the first that does not fit in u8 */
+    ct_pair x = ct_pair_of(h);
+    ct_pair o = ct_poisoned(LM_U8, 1, &n);
+    LT_CHECK_STATUS(lm_cuda_cast(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)), LM_OUT_OF_RANGE);
+    LT_CHECK_MSG(strstr(lm_last_error(), "300") != NULL, "message: %s", lm_last_error());
+    double *got = ct_read(g_ctx, &o, lm_tensor_as_view(o.d));
+    LT_CHECK(got[0] == 0xA5 && got[999] == 0xA5); /* untouched */
+    free(got);
+    ct_pair_free(&x), ct_pair_free(&o);
+}
+
+static void test_swiglu_v2_matches_reference(void) {
+    lt_rng r = lt_rng_seed(14);
+    int64_t rows = 7, I = 200, shape[2] = {rows, 2 * I}, oshape[2] = {rows, I};
+    ct_pair gu = ct_random(&r, LM_F32, 2, shape, 2.0);
+    lm_tensor_view g, u;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(gu.h), 1, 0, I, 1, &g));
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(gu.h), 1, I, 2 * I, 1, &u));
+    lm_tensor *act32 = lt_poisoned_tensor(LM_F32, 2, oshape), *want = lt_poisoned_tensor(LM_BF16, 2, oshape);
+    LT_CHECK_OK(lm_swiglu_out(g_ref, &g, &u, lm_tensor_as_view(act32)));
+    LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(act32), lm_tensor_as_view(want)));
+    ct_pair o = ct_poisoned(LM_BF16, 2, oshape);
+    LT_CHECK_OK(lm_cuda_swiglu_v2(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
+    ct_check(g_ctx, "swiglu_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+             ct_abs(LM_BF16, 20.0));
+    ct_pair_free(&gu), ct_pair_free(&o);
+    lm_tensor_destroy(act32), lm_tensor_destroy(want);
+}
+
+int main(void) {
+    g_ctx = ct_start();
+    g_ref = ct_ref_ctx();
+    LT_RUN(test_add_mul_broadcast_strided);
+    LT_RUN(test_scale_silu_swiglu);
+    LT_RUN(test_cast_every_pair);
+    LT_RUN(test_cast_int_range_is_checked_first);
+    LT_RUN(test_swiglu_v2_matches_reference);
+    lm_ctx_destroy(g_ref);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
+#endif

@@ -1,0 +1,110 @@
+/* CUDA RMSNorm kernels against the CPU reference, per float dtype: rmsnorm on a
+ * permuted input into a strided output and in place; add_rmsnorm with sum_out in
+ * place over the residual (the rounded sum and the normalized output both checked);
+ * and the forward pass's v2 kernels (f32 residual stream -> bf16 rows, with and
+ * without the fused residual add) against reference f32 norm + cast.
+ * Skipped (77) without a GPU or without CUDA in the build.
+ * LM_TEST_LABELS: cuda
+ */
+#include "cuda_test.h"
+
+#ifndef LOOM_HAVE_CUDA
+int main(void) { lt_skip("built without CUDA"); }
+#else
+
+static lm_ctx *g_ctx, *g_ref;
+
+static void test_rmsnorm_strided_and_in_place(void) {
+    for (int k = 0; k < 3; k++) {
+        lm_dtype dt = ct_floats[k];
+        lt_rng r = lt_rng_seed(21 + (uint64_t)k);
+        int64_t shape[3] = {4, 7, 96}, d = 96;
+        lm_tensor_view xh, xd, oh, od;
+        ct_pair x = ct_random_reversed(&r, dt, 3, shape, 2.0, &xh, &xd);
+        ct_pair w = ct_random(&r, dt, 1, &d, 1.0);
+        ct_pair o = ct_poisoned_strided(dt, 3, shape, &oh, &od);
+        lm_tensor *want = lt_poisoned_tensor(dt, 3, shape);
+        LT_CHECK_OK(lm_rmsnorm_out(g_ref, &xh, lm_tensor_as_view(w.h), 1e-5f, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_rmsnorm(&xd, lm_tensor_as_view(w.d), 1e-5f, &od, ct_stream(g_ctx)));
+        char what[64];
+        snprintf(what, sizeof what, "rmsnorm %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        /* in place on a contiguous copy */
+        ct_pair c = ct_random(&r, dt, 3, shape, 2.0);
+        LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(c.h), lm_tensor_as_view(w.h), 1e-5f, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_rmsnorm(lm_tensor_as_view(c.d), lm_tensor_as_view(w.d), 1e-5f, lm_tensor_as_view(c.d),
+                                    ct_stream(g_ctx)));
+        snprintf(what, sizeof what, "rmsnorm in place %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &c, lm_tensor_as_view(c.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o), ct_pair_free(&c);
+        lm_tensor_destroy(want);
+    }
+}
+
+static void test_add_rmsnorm_in_place_residual(void) {
+    for (int k = 0; k < 3; k++) {
+        lm_dtype dt = ct_floats[k];
+        lt_rng r = lt_rng_seed(31 + (uint64_t)k);
+        int64_t shape[2] = {9, 200}, d = 200;
+        lm_tensor_view xh, xd;
+        ct_pair x = ct_random_reversed(&r, dt, 2, shape, 1.0, &xh, &xd);
+        ct_pair res = ct_random(&r, dt, 2, shape, 3.0);
+        ct_pair w = ct_random(&r, dt, 1, &d, 1.0);
+        ct_pair o = ct_poisoned(dt, 2, shape);
+        lm_tensor *want = lt_poisoned_tensor(dt, 2, shape), *want_sum = lt_poisoned_tensor(dt, 2, shape);
+        LT_CHECK_OK(lm_tensor_view_copy(NULL, lm_tensor_as_view(want_sum), lm_tensor_as_view(res.h)));
+        /* reference: sum_out in place over its copy of the residual */
+        LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, &xh, lm_tensor_as_view(want_sum), lm_tensor_as_view(w.h), 1e-6f,
+                                       lm_tensor_as_view(want_sum), lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_add_rmsnorm(&xd, lm_tensor_as_view(res.d), lm_tensor_as_view(w.d), 1e-6f,
+                                        lm_tensor_as_view(res.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        char what[64];
+        snprintf(what, sizeof what, "add_rmsnorm sum %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &res, lm_tensor_as_view(res.d), lm_tensor_as_view(want_sum), 0.0, 0.0); /* exact */
+        snprintf(what, sizeof what, "add_rmsnorm out %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        ct_pair_free(&x), ct_pair_free(&res), ct_pair_free(&w), ct_pair_free(&o);
+        lm_tensor_destroy(want), lm_tensor_destroy(want_sum);
+    }
+}
+
+static void test_v2_norms_match_reference(void) {
+    lt_rng r = lt_rng_seed(41);
+    int64_t rows = 5, D = 896, shape[2] = {rows, D};
+    ct_pair x = ct_random(&r, LM_F32, 2, shape, 3.0), delta = ct_random(&r, LM_F32, 2, shape, 1.0);
+    ct_pair w = ct_random(&r, LM_F32, 1, &D, 1.0);
+    ct_pair o = ct_poisoned(LM_BF16, 2, shape);
+    lm_tensor *n32 = lt_poisoned_tensor(LM_F32, 2, shape), *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+    lm_tensor *sum = lt_poisoned_tensor(LM_F32, 2, shape);
+    float eps = 1e-6f;
+    /* plain: bf16(rmsnorm(x) * w) */
+    LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps, lm_tensor_as_view(n32)));
+    LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_cuda_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
+                                   ct_stream(g_ctx)));
+    ct_check(g_ctx, "rmsnorm_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+             ct_abs(LM_BF16, 10.0));
+    /* fused add: x += delta, then the same */
+    LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, lm_tensor_as_view(delta.h), lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps,
+                                   lm_tensor_as_view(sum), lm_tensor_as_view(n32)));
+    LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_cuda_add_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
+                                       lm_tensor_data(o.d), ct_stream(g_ctx)));
+    ct_check(g_ctx, "add_rmsnorm_v2 residual", &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
+    ct_check(g_ctx, "add_rmsnorm_v2 out", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+             ct_abs(LM_BF16, 10.0));
+    ct_pair_free(&x), ct_pair_free(&delta), ct_pair_free(&w), ct_pair_free(&o);
+    lm_tensor_destroy(n32), lm_tensor_destroy(want), lm_tensor_destroy(sum);
+}
+
+int main(void) {
+    g_ctx = ct_start();
+    g_ref = ct_ref_ctx();
+    LT_RUN(test_rmsnorm_strided_and_in_place);
+    LT_RUN(test_add_rmsnorm_in_place_residual);
+    LT_RUN(test_v2_norms_match_reference);
+    lm_ctx_destroy(g_ref);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
+#endif

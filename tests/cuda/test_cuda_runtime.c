@@ -1,0 +1,158 @@
+/* CUDA runtime services on cuda:0:
+ *  - the caching allocator: a freed block is handed out again for a similar size
+ *    without a new cudaMalloc (cache_hits grows, backend_allocs does not), current and
+ *    peak bytes follow allocations (sizes rounded to 512 B / 2 MiB), reset_peak and
+ *    empty_cache behave, and the CPU device answers LM_UNSUPPORTED;
+ *  - staged host <-> device copies of 20 MiB + 7 bytes (several pinned chunks, an odd
+ *    tail) round-trip exactly;
+ *  - events: record, synchronize and a positive elapsed time around real work;
+ *    wait_event orders a second context after the first;
+ *  - graphs: a captured region (two kernels on a caller-owned buffer) does nothing
+ *    at capture time and exactly its work at every replay; capture on a CPU context
+ *    is LM_UNSUPPORTED.
+ * Skipped (77) without a GPU or without CUDA in the build.
+ * LM_TEST_LABELS: cuda
+ */
+#include "cuda_test.h"
+
+#ifndef LOOM_HAVE_CUDA
+int main(void) { lt_skip("built without CUDA"); }
+#else
+
+static lm_ctx *g_ctx;
+
+static void test_allocator_reuses_blocks(void) {
+    lm_device_memory_stats a, b, c;
+    LT_CHECK_OK(lm_device_empty_cache(ct_gpu));
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &a));
+    void *p = NULL, *q = NULL;
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, 3 << 20, &p)); /* rounds to 4 MiB */
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &b));
+    LT_CHECK(b.current_bytes - a.current_bytes == 4 << 20);
+    LT_CHECK(b.backend_allocs == a.backend_allocs + 1 && b.peak_bytes >= b.current_bytes);
+    lm_device_free(ct_gpu, p);
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, (3 << 20) + 100, &q)); /* same rounded size: from the cache */
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &c));
+    LT_CHECK(c.backend_allocs == b.backend_allocs && c.cache_hits == b.cache_hits + 1);
+    LT_CHECK(q == p && c.current_bytes == b.current_bytes && c.reserved_bytes == b.reserved_bytes);
+    lm_device_free(ct_gpu, q);
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &c));
+    LT_CHECK(c.current_bytes == a.current_bytes && c.reserved_bytes == a.reserved_bytes + (4 << 20));
+    LT_CHECK_OK(lm_device_memory_reset_peak(ct_gpu));
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &c));
+    LT_CHECK(c.peak_bytes == c.current_bytes);
+    LT_CHECK_OK(lm_device_empty_cache(ct_gpu));
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &c));
+    LT_CHECK(c.reserved_bytes == a.reserved_bytes && c.backend_frees > a.backend_frees);
+    void *small = NULL;
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, 100, &small)); /* 512-byte granule */
+    LT_CHECK_OK(lm_device_memory_stats_get(ct_gpu, &b));
+    LT_CHECK(b.current_bytes - c.current_bytes == 512);
+    lm_device_free(ct_gpu, small);
+    LT_CHECK_STATUS(lm_device_memory_stats_get(lm_device_cpu(), &c), LM_UNSUPPORTED);
+}
+
+static void test_staged_copies_round_trip(void) {
+    size_t n = (20u << 20) + 7;
+    unsigned char *src = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 131 + (i >> 13));
+    void *d = NULL;
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, n, &d));
+    LT_CHECK_OK(lm_device_copy(ct_gpu, d, lm_device_cpu(), src, n));
+    memset(back, 0, n);
+    LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, d, n));
+    LT_CHECK(memcmp(src, back, n) == 0);
+    lm_device_free(ct_gpu, d);
+    free(src);
+    free(back);
+}
+
+/* x = x * 2 + x (as two kernels), n f32 elements. */
+static void queue_work(lm_ctx *ctx, const lm_tensor_view *x) {
+    LT_CHECK_OK(lm_cuda_scale(x, 2.0f, x, ct_stream(ctx)));
+    LT_CHECK_OK(lm_cuda_add(x, x, x, ct_stream(ctx)));
+}
+
+static void test_events_time_and_order(void) {
+    int64_t n = 1 << 22;
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &n, &h));
+    for (int64_t i = 0; i < n; i++) ((float *)lm_tensor_data(h))[i] = 1.0f;
+    lm_tensor *d = ct_upload(h);
+    lm_event *e0 = NULL, *e1 = NULL;
+    LT_CHECK_OK(lm_event_create(g_ctx, &e0));
+    LT_CHECK_OK(lm_event_create(g_ctx, &e1));
+    LT_CHECK_OK(lm_event_record(e0, g_ctx));
+    for (int i = 0; i < 5; i++) queue_work(g_ctx, lm_tensor_as_view(d));
+    LT_CHECK_OK(lm_event_record(e1, g_ctx));
+    LT_CHECK_OK(lm_event_synchronize(e1));
+    double ms = -1;
+    LT_CHECK_OK(lm_event_elapsed_ms(e0, e1, &ms));
+    LT_CHECK_MSG(ms > 0 && ms < 10000, "elapsed %g ms", ms);
+    /* a second context waits for the first's event before reading */
+    lm_ctx *other = NULL;
+    LT_CHECK_OK(lm_ctx_create(ct_gpu, 1, &other));
+    queue_work(g_ctx, lm_tensor_as_view(d));
+    LT_CHECK_OK(lm_event_record(e1, g_ctx));
+    LT_CHECK_OK(lm_ctx_wait_event(other, e1));
+    LT_CHECK_OK(lm_cuda_scale(lm_tensor_as_view(d), 0.5f, lm_tensor_as_view(d), ct_stream(other)));
+    LT_CHECK_OK(lm_ctx_synchronize(other));
+    float v = 0;
+    LT_CHECK_OK(lm_device_copy(lm_device_cpu(), &v, ct_gpu, lm_tensor_data(d), sizeof v));
+    LT_CHECK_MSG(v == 2048.0f, "value after ordered work: %g (want 4^6 / 2 = 2048)", v);
+    lm_ctx *cpu = NULL;
+    lm_event *ce = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
+    LT_CHECK_STATUS(lm_event_record(e0, cpu), LM_INVALID_ARGUMENT);
+    LT_CHECK_OK(lm_event_create(cpu, &ce));
+    LT_CHECK_OK(lm_event_record(ce, cpu));
+    lm_event_destroy(ce);
+    lm_ctx_destroy(cpu);
+    lm_ctx_destroy(other);
+    lm_event_destroy(e0);
+    lm_event_destroy(e1);
+    lm_tensor_destroy(d);
+    lm_tensor_destroy(h);
+}
+
+static void test_graph_capture_and_replay(void) {
+    int64_t n = 1000;
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &n, &h));
+    for (int64_t i = 0; i < n; i++) ((float *)lm_tensor_data(h))[i] = (float)(i % 7) - 3.0f;
+    lm_tensor *d = ct_upload(h);
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_ctx_capture_begin(g_ctx));
+    queue_work(g_ctx, lm_tensor_as_view(d));
+    LT_CHECK_OK(lm_ctx_capture_end(g_ctx, &g));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    float back[1000];
+    LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(d), sizeof back));
+    int untouched = 1;
+    for (int i = 0; i < 1000; i++) untouched &= back[i] == (float)(i % 7) - 3.0f;
+    LT_CHECK_MSG(untouched, "capture must not run the work");
+    for (int rep = 0; rep < 3; rep++) LT_CHECK_OK(lm_graph_launch(g, g_ctx));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(d), sizeof back));
+    int ok = 1;
+    for (int i = 0; i < 1000; i++) ok &= back[i] == ((float)(i % 7) - 3.0f) * 64.0f; /* (x * 2 * 2)^3 replays = 64x */
+    LT_CHECK_MSG(ok, "three replays give x * 64");
+    lm_graph_destroy(g);
+    lm_ctx *cpu = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
+    LT_CHECK_STATUS(lm_ctx_capture_begin(cpu), LM_UNSUPPORTED);
+    lm_ctx_destroy(cpu);
+    lm_tensor_destroy(d);
+    lm_tensor_destroy(h);
+}
+
+int main(void) {
+    g_ctx = ct_start();
+    LT_RUN(test_allocator_reuses_blocks);
+    LT_RUN(test_staged_copies_round_trip);
+    LT_RUN(test_events_time_and_order);
+    LT_RUN(test_graph_capture_and_replay);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
+#endif
