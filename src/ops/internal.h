@@ -93,7 +93,22 @@ lm_status lm__op_broadcast_shape(const char *op, const lm_tensor_view *a, const 
 /* Writes "[2, 3, 4]" into buf. */
 const char *lm__shape_str(const lm_tensor_view *v, char *buf, size_t size);
 
-/* ---- dispatch ------------------------------------------------------------------------------ */
+/* ---- dispatch ------------------------------------------------------------------------------
+ * LM__HAS_CUDA says whether CUDA launchers exist in this build; LM__CUDA(ctx, call)
+ * returns a launcher's status when ctx's level is CUDA (compiled out otherwise). */
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#define LM__HAS_CUDA 1
+#define LM__STREAM(ctx) ((cudaStream_t)lm_ctx_stream(ctx))
+#define LM__CUDA(level, call) \
+    do {                      \
+        if ((level) == LM__LEVEL_CUDA) return (call); \
+    } while (0)
+#else
+#define LM__HAS_CUDA 0
+#define LM__CUDA(level, call) ((void)0)
+#endif
+
 typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 2 } lm__level;
 /* Picks the implementation level for an operator on ctx's device given which levels
  * exist (has_cpu: a tuned CPU version, has_cuda: a CUDA version). Fails with
