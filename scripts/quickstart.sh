@@ -18,5 +18,5 @@ if [ ! -f "$model/config.json" ]; then
     --tokenizer third_party/tokenizers/qwen3/tokenizer.json --out "$model"
 fi
 ./build/release/loom info --model "$model"
-echo "--- loom generate (random weights: the continuation is noise) ---"
+echo "--- loom generate, prompt \"The quick brown fox\" (random weights: the continuation is noise) ---"
 ./build/release/loom generate --model "$model" --prompt "The quick brown fox" --max-new 32 --seed 1 --stats

@@ -155,6 +155,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         printf("\n");
     }
+    fflush(stdout); /* the text first, then the timing line on stderr */
     if (stats)
         fprintf(stderr, "loom generate: %lld prompt tokens in %.3f s (%.1f tok/s), %lld new in %.3f s (%.1f tok/s), stop: %s\n",
                 (long long)res.prompt_tokens, res.prefill_seconds, res.prompt_tokens / (res.prefill_seconds + 1e-12),
