@@ -105,6 +105,20 @@ void lm_file_map_close(lm_file_map *map); /* accepts a zeroed map; zeroes it */
 /* Reads a whole file into a NUL-terminated buffer owned by the caller (lm_free). */
 lm_status lm_file_read_all(const char *path, char **out, size_t *size);
 
+/* ---- random numbers: xoshiro256** seeded through splitmix64 ----------------------
+ * The same seed gives the same stream on every machine; the whole state is four
+ * words, so checkpoints can store and replay it. Used by sampling, data shuffling
+ * and seeded initialisation. */
+typedef struct lm_rng {
+    uint64_t s[4];
+} lm_rng;
+
+void lm_rng_seed(lm_rng *r, uint64_t seed);
+uint64_t lm_rng_next(lm_rng *r);
+double lm_rng_uniform(lm_rng *r);            /* [0, 1), 53 random bits */
+double lm_rng_normal(lm_rng *r);             /* N(0, 1), Box-Muller (one draw per call) */
+uint64_t lm_rng_below(lm_rng *r, uint64_t n); /* uniform in [0, n), n >= 1, unbiased */
+
 /* Memory from the allocation hook, for objects the library hands to callers. */
 void *lm_malloc(size_t nbytes);
 void lm_free(void *ptr);

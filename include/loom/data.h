@@ -26,17 +26,6 @@
 extern "C" {
 #endif
 
-/* ---- RNG: xoshiro256** seeded through splitmix64 ---------------------------------------- */
-typedef struct lm_rng {
-    uint64_t s[4];
-} lm_rng;
-
-void lm_rng_seed(lm_rng *r, uint64_t seed);
-uint64_t lm_rng_next(lm_rng *r);
-double lm_rng_uniform(lm_rng *r);            /* [0, 1), 53 random bits */
-double lm_rng_normal(lm_rng *r);             /* N(0, 1), Box-Muller (one draw per call) */
-uint64_t lm_rng_below(lm_rng *r, uint64_t n); /* uniform in [0, n), n >= 1, unbiased */
-
 /* ---- token shards ---------------------------------------------------------------------------- */
 typedef enum lm_token_dtype { LM_TOKENS_U16 = 1, LM_TOKENS_I32 = 2 } lm_token_dtype;
 

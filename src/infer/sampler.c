@@ -4,7 +4,8 @@
  * Work per call: O(V) to copy and penalize, O(V log k) with top-k (partial selection
  * by a min-heap of size k), O(V log V) when top-p/min-p need the full sorted order.
  * Scratch buffers are allocated once per sampler, so sampling never allocates.
- * Probabilities are computed in double from the max-shifted logits.
+ * Probabilities are computed in double from the max-shifted logits; draws come from
+ * the library's seeded lm_rng stream.
  */
 #include "base/internal.h"
 #include "loom/sampler.h"
@@ -21,7 +22,7 @@ typedef struct cand {
 struct lm_sampler {
     lm_sampler_params p;
     int64_t vocab;
-    uint64_t rng[4];  /* xoshiro256** state */
+    lm_rng rng;
     float *logits;    /* [vocab] penalized copy */
     cand *cands;      /* [vocab] candidate list */
     uint8_t *seen;    /* [vocab] history marks for the repetition penalty */
@@ -31,30 +32,7 @@ lm_sampler_params lm_sampler_params_default(void) {
     return (lm_sampler_params){0, 1.0f, 0, 1.0f, 0.0f, 1.0f, 0};
 }
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
-void lm_sampler_reseed(lm_sampler *s, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
-}
+void lm_sampler_reseed(lm_sampler *s, uint64_t seed) { lm_rng_seed(&s->rng, seed); }
 
 lm_status lm_sampler_create(const lm_sampler_params *p, int64_t vocab, lm_sampler **out) {
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_sampler_create: NULL argument");
@@ -193,7 +171,7 @@ lm_status lm_sampler_sample(lm_sampler *s, const float *logits, const int32_t *h
     }
     total = 0;
     for (int64_t i = 0; i < n; i++) total += exp((double)s->cands[i].logit - maxl);
-    double u = (double)(next_u64(s->rng) >> 11) * (1.0 / 9007199254740992.0) * total, acc = 0;
+    double u = lm_rng_uniform(&s->rng) * total, acc = 0;
     for (int64_t i = 0; i < n; i++) {
         acc += exp((double)s->cands[i].logit - maxl);
         if (u < acc) {

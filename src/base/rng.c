@@ -1,7 +1,7 @@
-/* io/rng.c — xoshiro256** (Blackman & Vigna) seeded by splitmix64: the generator
- * behind data shuffling and seeded weight initialisation. Its whole state is four
+/* base/rng.c — xoshiro256** (Blackman & Vigna) seeded by splitmix64: the generator
+ * behind sampling, data shuffling and seeded weight initialisation. Its whole state is four
  * words, so checkpoints store it and replay the same stream. */
-#include "loom/data.h"
+#include "loom/base.h"
 
 #include <math.h>
 
