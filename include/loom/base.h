@@ -24,7 +24,7 @@ extern "C" {
     X(OUT_OF_MEMORY, 2, "out of memory")                                           \
     X(SHAPE_MISMATCH, 3, "shape mismatch")                                         \
     X(DTYPE_MISMATCH, 4, "dtype mismatch")                                         \
-    X(UNSUPPORTED, 5, "unsupported dtype, layout or device for this operation")    \
+    X(UNSUPPORTED, 5, "not supported")                                            \
     X(OUT_OF_RANGE, 6, "index or view out of range")                               \
     X(IO_ERROR, 7, "input/output error")                                           \
     X(PARSE_ERROR, 8, "malformed input data")                                      \
