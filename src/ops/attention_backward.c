@@ -1,10 +1,13 @@
 /* ops/attention_backward.c — public attention backward: validation and dispatch
- * (reference level only on the CPU). Shapes follow lm_attention_out: q [B, Hq, Tq, D],
+ * (reference level only on the CPU; ops/cuda/attention_backward.cu on CUDA). Shapes follow lm_attention_out: q [B, Hq, Tq, D],
  * k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], dout [B, Hq, Tq, Dv], Hq % Hkv == 0, causal
  * needs Tk >= Tq; q, k, v, dout share one float dtype, any strides.
  */
 #include "ops/backward_common.h"
 #include "ops/ref/attention_backward.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 
 static lm_status check_shapes(const char *op, const lm_tensor_view *q, const lm_tensor_view *k,
                               const lm_tensor_view *v, const lm_tensor_view *dout, int causal) {
@@ -46,6 +49,7 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     const lm_tensor_view *ins_v[] = {q, k, v, dout, dq, dk};
     LM_TRY(lm__op_check_grad_alias(op, "dv", dv, 6, ins_v, in_names));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, LM__STREAM(ctx)));
     return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
 }

@@ -1,9 +1,13 @@
 /* ops/embedding_backward.c — public embedding backward: validation and dispatch
- * (reference level only; O(numel(dout) + V * D)). ids i32/i64 of any rank below
+ * (reference level on the CPU, ops/cuda/embedding_backward.cu on CUDA;
+ * O(numel(dout) + V * D)). ids i32/i64 of any rank below
  * LM_MAX_DIMS, dout float [..., D] = ids' shape + [D], dtable [V, D] in dout's dtype
  * or f32, written completely. An out-of-range id is LM_OUT_OF_RANGE (nothing written).
  */
 #include "ops/backward_common.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 #include "ops/ref/embedding_backward.h"
 
 lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
@@ -29,6 +33,7 @@ lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, cons
     const lm_tensor_view *ins[] = {ids, dout};
     LM_TRY(lm__op_check_grad_alias(op, "dtable", dtable, 2, ins, names));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_embedding_backward(ids, dout, dtable, LM__STREAM(ctx)));
     return lm__ref_embedding_backward(ids, dout, dtable);
 }

@@ -1,9 +1,13 @@
 /* ops/loss_backward.c — public cross-entropy backward: validation and dispatch
- * (reference level only; O(N * V)). logits float [N, V], targets i32/i64 [N], dloss
+ * (reference level on the CPU, ops/cuda/loss_backward.cu on CUDA, which checks the
+ * device targets and reads dloss there; O(N * V)). logits float [N, V], targets i32/i64 [N], dloss
  * an f32 scalar, dlogits [N, V] in logits' dtype or f32. Targets are checked before
  * anything is written (LM_OUT_OF_RANGE naming the row).
  */
 #include "ops/backward_common.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 #include "ops/ref/loss_backward.h"
 
 lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
@@ -26,7 +30,8 @@ lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logit
     int64_t counted;
     LM_TRY(lm__op_check_targets(op, targets, logits->shape[1], ignore_index, &counted));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, LM__STREAM(ctx)));
     if (!dlogits) return LM_OK;
     double scale = counted ? (double)*(const float *)dloss->data / (double)counted : 0.0;
     lm__ref_cross_entropy_backward(logits, targets, ignore_index, scale, dlogits);

@@ -3,11 +3,15 @@
  * batch dims along which the operand was broadcast. Operand rules are the forward's
  * (a and dout share one float dtype; b is a's dtype or bf16/f16 under an f32 a).
  * Levels: the composed path (ops/composed.h) for f32 Linear-shaped calls, otherwise
- * the reference (ops/ref/matmul_backward.c).
+ * the reference (ops/ref/matmul_backward.c); on CUDA ops/cuda/matmul_backward.cu
+ * (cuBLASLt where a gradient is one GEMM, else its readable kernel).
  */
 #include "ops/backward_common.h"
 #include "ops/composed.h"
 #include "ops/ref/matmul_backward.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 
 /* dout's expected shape: broadcast batch dims of a and b, then [M, N]. */
 static lm_status dout_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
@@ -55,6 +59,14 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     LM_TRY(lm__op_check_grad_alias(op, "db", db, 3, ins, in_names));
     if (!da && !db) return LM_OK;
     lm__level level;
+    if (lm_ctx_device(ctx).type == LM_DEVICE_CUDA) {
+        LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
+#ifdef LOOM_HAVE_CUDA
+        const lm__cuda_blas *blas;
+        LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
+        return lm_cuda_matmul_backward(blas, a, b, dout, da, db, LM__STREAM(ctx));
+#endif
+    }
     LM_TRY(lm__op_backward_level(ctx, op, 1, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
                                  "f32 operands, a 2-d b and an a that is not broadcast", &level));
     if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);

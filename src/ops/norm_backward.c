@@ -1,14 +1,18 @@
 /* ops/norm_backward.c — public RMSNorm and fused add + RMSNorm backward: validation
- * and dispatch (reference level only; both are O(numel)). x / sum, dout, dsum share
+ * and dispatch (reference level on the CPU, ops/cuda/norm_backward.cu on CUDA; both
+ * are O(numel)). x / sum, dout, dsum share
  * one float dtype and the shape [..., D]; weight [D] has that dtype; eps as in the
  * forward. Gradient outputs follow ops_backward.h (operand dtype or f32, no overlap).
  */
 #include "ops/backward_common.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 #include "ops/ref/norm_backward.h"
 
 static lm_status check(lm_ctx *ctx, const char *op, const char *xname, const lm_tensor_view *x,
                        const lm_tensor_view *weight, float eps, const lm_tensor_view *dout, const lm_tensor_view *dsum,
-                       const lm_tensor_view *dx, const lm_tensor_view *dweight) {
+                       const lm_tensor_view *dx, const lm_tensor_view *dweight, lm__level *level) {
     const lm_tensor_view *vs[] = {x, weight, dout};
     const char *const names[] = {xname, "weight", "dout"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
@@ -32,19 +36,22 @@ static lm_status check(lm_ctx *ctx, const char *op, const char *xname, const lm_
     const char *const in_names[] = {xname, "weight", "dout", "dsum", "dweight"};
     LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "dweight", dweight, 4, ins, in_names));
-    lm__level level;
-    return lm__op_backward_level(ctx, op, 0, 0, "", &level);
+    return lm__op_level(ctx, op, 0, LM__HAS_CUDA, level);
 }
 
 lm_status lm_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                   const lm_tensor_view *dout, const lm_tensor_view *dx, const lm_tensor_view *dweight) {
-    LM_TRY(check(ctx, "rmsnorm_backward", "x", x, weight, eps, dout, NULL, dx, dweight));
+    lm__level level;
+    LM_TRY(check(ctx, "rmsnorm_backward", "x", x, weight, eps, dout, NULL, dx, dweight, &level));
+    LM__CUDA(level, lm_cuda_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight, LM__STREAM(ctx)));
     return lm__ref_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight);
 }
 
 lm_status lm_add_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *sum, const lm_tensor_view *weight, float eps,
                                       const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
                                       const lm_tensor_view *dweight) {
-    LM_TRY(check(ctx, "add_rmsnorm_backward", "sum", sum, weight, eps, dout, dsum, dx, dweight));
+    lm__level level;
+    LM_TRY(check(ctx, "add_rmsnorm_backward", "sum", sum, weight, eps, dout, dsum, dx, dweight, &level));
+    LM__CUDA(level, lm_cuda_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight, LM__STREAM(ctx)));
     return lm__ref_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight);
 }

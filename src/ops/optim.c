@@ -1,9 +1,12 @@
 /* ops/optim.c — public optimizer operators: one multi-tensor AdamW update and the sum
  * of squares over a list of tensors. Validation and dispatch (reference level on the
- * CPU). Every tensor of the list is checked before any is touched, so a bad entry
+ * CPU, ops/cuda/optim.cu on CUDA). Every tensor of the list is checked before any is touched, so a bad entry
  * leaves all parameters and moments unchanged.
  */
 #include "ops/backward_common.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 #include "ops/ref/optim.h"
 
 #include <stdio.h>
@@ -51,7 +54,8 @@ lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, cons
         return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
     for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, LM__STREAM(ctx)));
     lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
     return LM_OK;
 }
@@ -71,7 +75,8 @@ lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const
         LM_TRY(lm__op_check_alias(op, "out", out, name, &xs[i], 0));
     }
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_sum_squares(n, xs, out, LM__STREAM(ctx)));
     *(float *)out->data = (float)lm__ref_sum_squares(n, xs);
     return LM_OK;
 }

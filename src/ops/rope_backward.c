@@ -1,9 +1,12 @@
 /* ops/rope_backward.c — public RoPE backward: validation and dispatch (reference level
- * only; O(numel)). dout [B, T, H, D] float with D even; the params follow lm_rope_out
+ * on the CPU, ops/cuda/rope_backward.cu on CUDA; O(numel)). dout [B, T, H, D] float with D even; the params follow lm_rope_out
  * (inv_freq [D/2] f32, positions i32/i64 [T] or [B, T] or NULL). dx has dout's
  * shape, dbias [H, D] (when given) is the gradient of the forward's p->bias.
  */
 #include "ops/backward_common.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#endif
 #include "ops/ref/rope_backward.h"
 
 static lm_status check_params(lm_ctx *ctx, const char *op, const lm_tensor_view *dout, const lm_rope_params *p) {
@@ -51,6 +54,7 @@ lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm
     LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 4, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "dbias", dbias, 3, ins, in_names));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 0, 0, "", &level));
+    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
+    LM__CUDA(level, lm_cuda_rope_backward(dout, p, dx, dbias, LM__STREAM(ctx)));
     return lm__ref_rope_backward(dout, p, dx, dbias);
 }

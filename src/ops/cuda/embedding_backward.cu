@@ -1,0 +1,135 @@
+/* ops/cuda/embedding_backward.cu — embedding backward on CUDA with duplicate ids,
+ * deterministic (no float atomics):
+ *  1. every id is checked (smallest bad position recorded with an integer atomicMin,
+ *     read back after a stream synchronization): a bad id fails with the reference's
+ *     message before anything is written;
+ *  2. (id, position) pairs are sorted by id with CUB's stable radix sort, so each id's
+ *     positions end up contiguous and in increasing position order;
+ *  3. a pass over the sorted ids marks where each id's run starts and ends;
+ *  4. one block per table row sums its run of dout rows in position order (f32, one
+ *     thread per column) and writes the row once; rows without a position get 0.
+ * O(n log V + n D + V D) work for n positions; 4 n + 2 V ints plus CUB's scratch.
+ */
+#include "ops/cuda/backward.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+__global__ void check_ids_bw_kernel(const void *ids, int is64, lm_cuda_nd nid, int64_t n, int64_t vocab,
+                                    unsigned long long *first) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t id = ld_index_at(ids, is64, nd_offset(nid, i));
+        if (id < 0 || id >= vocab) atomicMin(first, (unsigned long long)i);
+    }
+}
+
+__global__ void pairs_kernel(const void *ids, int is64, lm_cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        keys[i] = (int32_t)ld_index_at(ids, is64, nd_offset(nid, i));
+        vals[i] = (int32_t)i;
+    }
+}
+
+/* start[id] / end[id]: the run of id in the sorted keys (both 0 for absent ids). */
+__global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *start, int32_t *end) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int32_t k = keys[i];
+        if (i == 0 || keys[i - 1] != k) start[k] = (int32_t)i;
+        if (i == n - 1 || keys[i + 1] != k) end[k] = (int32_t)(i + 1);
+    }
+}
+
+/* Row v of dtable = sum of dout rows at positions pos[start[v] .. end[v]). dout's
+ * leading dims are ids' shape (nrow), sd its last stride. */
+template <typename T>
+__global__ void rows_kernel(const T *dout, lm_cuda_nd nrow, int64_t sd, const int32_t *pos, const int32_t *start,
+                            const int32_t *end, int64_t V, int64_t D, void *dt, int dt_dt, int64_t ts0, int64_t ts1) {
+    for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
+        int32_t s0 = start[v], s1 = end[v];
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float acc = 0.f;
+            for (int32_t k = s0; k < s1; k++) acc += ld(dout + nd_offset(nrow, pos[k]) + d * sd);
+            st_dt(dt, dt_dt, v * ts0 + d * ts1, acc);
+        }
+    }
+}
+
+/* LM_OUT_OF_RANGE naming the first bad id (synchronizes s), LM_OK when all are good. */
+static lm_status check_ids(const lm_tensor_view *ids, int64_t V, cudaStream_t s) {
+    int64_t n = lm_tensor_view_numel(ids);
+    int is64 = ids->dtype == LM_I64;
+    lm_cuda_nd nid = lm_cuda_nd_of(ids);
+    unsigned long long *dev = NULL, bad = ~0ull;
+    LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof bad, s), "cudaMallocAsync (embedding_backward check)"));
+    lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (st == LM_OK) {
+        check_ids_bw_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(ids->data, is64, nid, n, V, dev);
+        st = lm_cuda_launched("embedding_backward id check");
+    }
+    if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, dev, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (embedding_backward check)");
+    cudaFreeAsync(dev, s);
+    LM_TRY(st);
+    if (bad == ~0ull) return LM_OK;
+    int64_t off = 0, i = (int64_t)bad, v64 = 0;
+    int32_t v32 = 0;
+    for (int d = nid.ndim - 1; d >= 0; d--) {
+        off += (i % nid.shape[d]) * nid.stride[d];
+        i /= nid.shape[d];
+    }
+    const char *base = (const char *)ids->data + off * (int64_t)lm_dtype_size(ids->dtype);
+    LM_TRY(lm__cuda_check(cudaMemcpy(is64 ? (void *)&v64 : (void *)&v32, base, lm_dtype_size(ids->dtype),
+                                     cudaMemcpyDeviceToHost), "cudaMemcpy"));
+    if (!is64) v64 = v32;
+    return lm__error(LM_OUT_OF_RANGE, "embedding_backward: id %lld at position %lld is outside [0, %lld)",
+                     (long long)v64, (long long)bad, (long long)V);
+}
+
+lm_status lm_cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                     const lm_tensor_view *dtable, cudaStream_t s) {
+    int64_t V = dtable->shape[0], D = dtable->shape[1], n = lm_tensor_view_numel(ids);
+    if (V >= INT32_MAX || n >= INT32_MAX)
+        return lm__error(LM_UNSUPPORTED, "embedding_backward: the CUDA kernel needs fewer than 2^31 ids and rows");
+    if (n > 0) LM_TRY(check_ids(ids, V, s));
+    if (V == 0 || D == 0) return LM_OK;
+    int end_bit = 1;
+    while (end_bit < 31 && (1ll << end_bit) < V) end_bit++;
+    size_t sort_bytes = 0;
+    if (n > 0)
+        LM_TRY(lm__cuda_check(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                                              (const int32_t *)NULL, (int32_t *)NULL, (int)n, 0, end_bit, s),
+                              "cub::DeviceRadixSort (embedding_backward size)"));
+    size_t head = ((size_t)(4 * n + 2 * V) * sizeof(int32_t) + 255) / 256 * 256, bytes = head + sort_bytes;
+    char *work = NULL; /* keys_in, vals_in, keys, pos [n]; start, end [V]; CUB scratch */
+    LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&work, bytes, s), "cudaMallocAsync (embedding_backward)"));
+    int32_t *keys_in = (int32_t *)work, *vals_in = keys_in + n, *keys = vals_in + n, *pos = keys + n;
+    int32_t *start = pos + n, *end = start + V;
+    void *scratch = work + head; /* 256-byte aligned, as CUB expects */
+    lm_status st = lm__cuda_check(cudaMemsetAsync(start, 0, sizeof(int32_t) * 2 * (size_t)V, s), "cudaMemsetAsync");
+    if (st == LM_OK && n > 0) {
+        pairs_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(ids->data, ids->dtype == LM_I64, lm_cuda_nd_of(ids), n,
+                                                            keys_in, vals_in);
+        st = lm_cuda_launched("embedding_backward pairs kernel");
+        if (st == LM_OK)
+            st = lm__cuda_check(cub::DeviceRadixSort::SortPairs(scratch, sort_bytes, keys_in, keys, vals_in, pos, (int)n,
+                                                                0, end_bit, s),
+                                "cub::DeviceRadixSort (embedding_backward)");
+        if (st == LM_OK) {
+            runs_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(keys, n, start, end);
+            st = lm_cuda_launched("embedding_backward runs kernel");
+        }
+    }
+    if (st == LM_OK) {
+        unsigned g = (unsigned)LM_MIN(V, 65535 * 8);
+        int threads = D >= 256 ? 256 : 64;
+        lm_cuda_nd nrow = lm_cuda_nd_of(dout);
+        nrow.ndim = dout->ndim - 1;
+        LM_CUDA_FLOAT_SWITCH(dout->dtype, T,
+                             rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
+                                                                  dout->stride[dout->ndim - 1], pos, start, end, V, D,
+                                                                  dtable->data, dtable->dtype, dtable->stride[0],
+                                                                  dtable->stride[1]));
+        st = lm_cuda_launched("embedding_backward rows kernel");
+    }
+    cudaFreeAsync(work, s);
+    return st;
+}
