@@ -90,6 +90,9 @@ lm_status lm__op_check_out(const char *op, const char *name, const lm_tensor_vie
 /* Broadcast shape of a and b (numpy rules) into shape/ndim. */
 lm_status lm__op_broadcast_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
                                  int64_t *shape);
+/* The output shape of a[..., M, K] @ b[..., K, N] with numpy batch broadcasting
+ * (LM_SHAPE_MISMATCH naming both shapes otherwise); shared by matmul and its backward. */
+lm_status lm__matmul_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim, int64_t *shape);
 /* Writes "[2, 3, 4]" into buf. */
 const char *lm__shape_str(const lm_tensor_view *v, char *buf, size_t size);
 

@@ -18,8 +18,8 @@ static lm_status check_b_dtype(const char *op, const lm_tensor_view *a, const lm
 }
 
 /* Shape of a @ b: broadcast batch dims followed by [M, N]. */
-static lm_status matmul_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
-                              int64_t *shape) {
+lm_status lm__matmul_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
+                          int64_t *shape) {
     char sa[128], sb[128];
     if (a->ndim < 2 || b->ndim < 2)
         return lm__error(LM_SHAPE_MISMATCH, "%s: a %s and b %s both need at least 2 dims ([..., M, K] @ [..., K, N])",
@@ -65,7 +65,7 @@ lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_vi
     LM_TRY(lm__op_check_dtype(op, "out", out, a->dtype));
     int nd;
     int64_t shape[LM_MAX_DIMS];
-    LM_TRY(matmul_shape(op, a, b, &nd, shape));
+    LM_TRY(lm__matmul_shape(op, a, b, &nd, shape));
     LM_TRY(lm__op_check_shape(op, "out", out, nd, shape));
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "a", a, 0));
@@ -97,7 +97,7 @@ lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *
     if (!a || !b) return lm__error(LM_INVALID_ARGUMENT, "matmul: NULL input");
     int nd;
     int64_t shape[LM_MAX_DIMS];
-    LM_TRY(matmul_shape("matmul", a, b, &nd, shape));
+    LM_TRY(lm__matmul_shape("matmul", a, b, &nd, shape));
     LM_TRY(lm__op_alloc(ctx, a->dtype, nd, shape, out));
     return lm__op_finish(lm_matmul_out(ctx, a, b, lm_tensor_as_view(*out)), out);
 }

@@ -13,28 +13,6 @@
 #include "ops/cuda/cuda_backward.h"
 #endif
 
-/* dout's expected shape: broadcast batch dims of a and b, then [M, N]. */
-static lm_status dout_shape(const char *op, const lm_tensor_view *a, const lm_tensor_view *b, int *ndim,
-                            int64_t *shape) {
-    char sa[128], sb[128];
-    if (a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
-        return lm__error(LM_SHAPE_MISMATCH, "%s: a %s and b %s are not [..., M, K] and [..., K, N]", op,
-                         lm__shape_str(a, sa, sizeof sa), lm__shape_str(b, sb, sizeof sb));
-    int na = a->ndim - 2, nb = b->ndim - 2, n = LM_MAX(na, nb);
-    for (int i = 0; i < n; i++) {
-        int ia = i - (n - na), ib = i - (n - nb);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return lm__error(LM_SHAPE_MISMATCH, "%s: batch dims of a %s and b %s do not broadcast", op,
-                             lm__shape_str(a, sa, sizeof sa), lm__shape_str(b, sb, sizeof sb));
-        shape[i] = da == 1 ? db : da;
-    }
-    shape[n] = a->shape[a->ndim - 2];
-    shape[n + 1] = b->shape[b->ndim - 1];
-    *ndim = n + 2;
-    return LM_OK;
-}
-
 lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                  const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
     const char *op = "matmul_backward";
@@ -49,7 +27,7 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     LM_TRY(lm__op_check_dtype(op, "dout", dout, a->dtype));
     int nd = 0;
     int64_t shape[LM_MAX_DIMS];
-    LM_TRY(dout_shape(op, a, b, &nd, shape));
+    LM_TRY(lm__matmul_shape(op, a, b, &nd, shape)); /* dout has the forward output's shape */
     LM_TRY(lm__op_check_shape(op, "dout", dout, nd, shape));
     LM_TRY(lm__op_check_grad(ctx, op, "da", da, a));
     LM_TRY(lm__op_check_grad(ctx, op, "db", db, b));
