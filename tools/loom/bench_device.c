@@ -18,18 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Copy bandwidth in GB/s (read + write bytes), best of `repeat`; 0 on failure. */
 static double copy_bandwidth(lm_device dev, int repeat) {
@@ -39,9 +27,9 @@ static double copy_bandwidth(lm_device dev, int repeat) {
     if (lm_device_alloc(dev, n, &a) == LM_OK && lm_device_alloc(dev, n, &b) == LM_OK) {
         lm_device_fill(dev, a, n, &(uint8_t){1}, 1);
         for (int r = 0; r < repeat + 1; r++) {
-            double t0 = now();
+            double t0 = cli_now();
             if (lm_device_copy(dev, b, dev, a, n) != LM_OK) break;
-            double gbs = 2.0 * (double)n / (now() - t0) / 1e9;
+            double gbs = 2.0 * (double)n / (cli_now() - t0) / 1e9;
             if (r > 0 && gbs > best) best = gbs; /* run 0 warms up */
         }
     }
@@ -79,15 +67,15 @@ typedef struct run_state {
 static lm_status one_run(run_state *s, const bench_device_opts *o, int decode, double *t_prefill, double *t_decode) {
     lm_status st = LM_OK;
     for (int b = 0; b < o->batch && st == LM_OK; b++) st = lm_kv_cache_reset(s->cache, b);
-    double t0 = now();
+    double t0 = cli_now();
     if (st == LM_OK)
         st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->ids, o->prompt, &s->greedy, 0, s->next);
-    double t1 = now();
+    double t1 = cli_now();
     for (int64_t step = 1; decode && step < o->tokens && st == LM_OK; step++)
         st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->next, 1, &s->greedy, (uint64_t)step,
                                      s->next);
     *t_prefill = t1 - t0;
-    *t_decode = now() - t1;
+    *t_decode = cli_now() - t1;
     return st;
 }
 
@@ -147,10 +135,8 @@ int bench_device_model(const bench_device_opts *o, lm_device dev, int decode) {
         cli_fail(cmd, "forward pass failed", st);
         goto done;
     }
-    double best = times[0];
-    for (int r = 1; r < o->repeat; r++) best = times[r] < best ? times[r] : best;
-    qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
-    double med = o->repeat % 2 ? times[o->repeat / 2] : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
+    double best, med;
+    cli_best_median(times, o->repeat, &best, &med);
     print_result(o, &s, decode, best, med);
     rc = 0;
 done:

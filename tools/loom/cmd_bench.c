@@ -17,23 +17,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- bandwidth: every thread XOR-folds its share of a buffer larger than the caches.
  * Eight independent 64-bit integer lanes keep the loop limited by memory, not by an
@@ -63,9 +46,9 @@ static double measure_bandwidth(lm_ctx *ctx) {
     bw_job job = {buf, n, 256, {0}};
     double best = 0;
     for (int r = 0; r < 5; r++) {
-        double t0 = now();
+        double t0 = cli_now();
         lm_threadpool_run(lm_ctx_threadpool(ctx), job.chunks, bw_task, &job);
-        double gbs = (double)n * sizeof(uint64_t) / (now() - t0) / 1e9;
+        double gbs = (double)n * sizeof(uint64_t) / (cli_now() - t0) / 1e9;
         if (gbs > best) best = gbs;
     }
     free(buf);
@@ -113,19 +96,18 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
     random_ids(ids, (int64_t)B * (P + N + 1), V, 12345);
     for (int r = 0; r < o->repeat && st == LM_OK; r++) {
         for (int b = 0; b < B; b++) lm_kv_cache_reset(cache, b);
-        double t0 = now();
+        double t0 = cli_now();
         st = lm_model_forward(m, ctx, cache, slots, B, ids, P, logits, 0);
-        double t1 = now();
+        double t1 = cli_now();
         for (int64_t s = 0; s < N && st == LM_OK; s++) st = lm_model_forward(m, ctx, cache, slots, B, ids + B * (P + s), 1, logits, 0);
-        times[r] = decode ? now() - t1 : t1 - t0;
+        times[r] = decode ? cli_now() - t1 : t1 - t0;
     }
     if (st != LM_OK) {
         cli_fail(cmd, "forward pass failed", st);
         goto done;
     }
-    double best = times[0];
-    for (int r = 1; r < o->repeat; r++) best = times[r] < best ? times[r] : best;
-    double med = median(times, o->repeat);
+    double best, med;
+    cli_best_median(times, o->repeat, &best, &med);
     int64_t toks = decode ? N * B : P * B;
     int threads = lm_threadpool_size(lm_ctx_threadpool(ctx));
     printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"weight_dtype\":\"%s\",\"threads\":%d,\"batch\":%d,"
@@ -166,19 +148,19 @@ static int bench_tokenize(const bench_opts *o) {
     size_t ntok = 0;
     for (int r = 0; r < o->repeat && st == LM_OK; r++) {
         int32_t *ids = NULL;
-        double t0 = now();
+        double t0 = cli_now();
         st = lm_tokenizer_encode(tok, text, len, &ids, &ntok);
-        times[r] = now() - t0;
+        times[r] = cli_now() - t0;
         lm_free(ids);
     }
     int rc = 0;
     if (st != LM_OK) rc = cli_fail("bench tokenize", "encode failed", st);
     else {
-        double best = times[0];
-        for (int r = 1; r < o->repeat; r++) best = times[r] < best ? times[r] : best;
+        double best, med;
+        cli_best_median(times, o->repeat, &best, &med);
         printf("{\"bench\":\"tokenize\",\"tokenizer\":\"%s\",\"bytes\":%zu,\"tokens\":%zu,\"best_s\":%.6f,\"median_s\":%.6f,"
                "\"mb_per_s\":%.3f}\n",
-               o->tokenizer, len, ntok, best, median(times, o->repeat), len / best / 1e6);
+               o->tokenizer, len, ntok, best, med, len / best / 1e6);
     }
     free(times);
     lm_free(text);

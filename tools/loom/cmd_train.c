@@ -17,7 +17,6 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 
@@ -40,12 +39,6 @@ typedef struct session {
     double t0;
     int64_t first_step; /* steps already done when this process started */
 } session;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static const char *k_synopsis = "(--model DIR | --config FILE) --data TRAIN.bin --out DIR [options]";
 
@@ -184,7 +177,7 @@ static int save(session *s, const char *name) {
 
 static int loop(session *s) {
     double tokens = 0;
-    s->t0 = now();
+    s->t0 = cli_now();
     for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
         lm_train_step_info in;
         lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
@@ -194,7 +187,7 @@ static int loop(session *s) {
             return 1;
         }
         tokens += (double)in.tokens;
-        double elapsed = now() - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
+        double elapsed = cli_now() - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
         fprintf(s->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f}\n",
                 (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s);
         fflush(s->log);

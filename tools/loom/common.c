@@ -1,7 +1,26 @@
 /* tools/loom/common.c — shared CLI helpers (see common.h). */
 #include "common.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cli_best_median(double *times, int n, double *best, double *median) {
+    qsort(times, (size_t)n, sizeof *times, cmp_double);
+    *best = times[0];
+    *median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
 
 int cli_fail(const char *cmd, const char *what, lm_status st) {
     const char *detail = lm_last_error();

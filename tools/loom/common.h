@@ -21,6 +21,10 @@ lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
 /* Parses a --device value ("cpu", "cuda", "cuda:N"; NULL means cpu) into *out.
  * Prints an error and returns 0 when the text is not a device. */
 int cli_parse_device(const char *cmd, const char *text, lm_device *out);
+/* Monotonic wall clock in seconds (for timing). */
+double cli_now(void);
+/* Sorts times[0..n) (n >= 1) and returns the fastest in *best and the median in *median. */
+void cli_best_median(double *times, int n, double *best, double *median);
 /* Finds the tokenizer.json beside a model: dir/tokenizer.json. Returns buf. */
 const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size);
 
