@@ -97,12 +97,13 @@ static int split_group(const vdim *v, const int64_t *dims, int q, lm__plan_layou
     return 1;
 }
 
-static int reshape_map(const int64_t *fdims, int fnd, const int64_t *tdims, int tnd, const lm__plan_layout *in,
-                       lm__plan_layout *out) {
-    lm__plan_layout r = *in;
-    r.ndim = (int8_t)tnd;
-    int gi0[LM__PLAN_MAX_DIMS], gi1[LM__PLAN_MAX_DIMS], go0[LM__PLAN_MAX_DIMS], go1[LM__PLAN_MAX_DIMS], ng = 0;
-    int i = 0, o = 0;
+/* Pairs the dims of a reshape from fdims to tdims into groups whose sizes multiply
+ * to the same product (trailing size-1 dims join the group before them): group g
+ * covers input dims [gi0[g], gi1[g]) and output dims [go0[g], go1[g]). Returns the
+ * group count, or -1 when the shapes cannot be grouped. */
+static int reshape_groups(const int64_t *fdims, int fnd, const int64_t *tdims, int tnd, int *gi0, int *gi1, int *go0,
+                          int *go1) {
+    int i = 0, o = 0, ng = 0;
     while (i < fnd || o < tnd) {
         int i0 = i, o0 = o;
         int64_t pi = i < fnd ? fdims[i++] : 1, po = o < tnd ? tdims[o++] : 1;
@@ -112,15 +113,24 @@ static int reshape_map(const int64_t *fdims, int fnd, const int64_t *tdims, int 
             else if (po < pi && o < tnd)
                 po *= tdims[o++];
             else
-                return 0;
+                return -1;
         }
-        /* attach trailing size-1 dims to this group */
         while (i < fnd && fdims[i] == 1 && (o >= tnd || tdims[o] != 1)) i++;
         while (o < tnd && tdims[o] == 1 && (i >= fnd || fdims[i] != 1)) o++;
         gi0[ng] = i0, gi1[ng] = i, go0[ng] = o0, go1[ng] = o;
         ng++;
     }
-    vdim vd[LM__PLAN_MAX_DIMS];
+    return ng;
+}
+
+static int reshape_map(const int64_t *fdims, int fnd, const int64_t *tdims, int tnd, const lm__plan_layout *in,
+                       lm__plan_layout *out) {
+    lm__plan_layout r = *in;
+    r.ndim = (int8_t)tnd;
+    int gi0[2 * LM__PLAN_MAX_DIMS], gi1[2 * LM__PLAN_MAX_DIMS], go0[2 * LM__PLAN_MAX_DIMS], go1[2 * LM__PLAN_MAX_DIMS];
+    int ng = reshape_groups(fdims, fnd, tdims, tnd, gi0, gi1, go0, go1);
+    if (ng < 0) return 0;
+    vdim vd[2 * LM__PLAN_MAX_DIMS];
     for (int g = 0; g < ng; g++) {
         if (gi1[g] == gi0[g])
             vd[g] = (vdim){1, 1, 0, fnd}; /* only size-1 output dims */
@@ -129,7 +139,7 @@ static int reshape_map(const int64_t *fdims, int fnd, const int64_t *tdims, int 
         if (go1[g] > go0[g] && !split_group(&vd[g], tdims + go0[g], go1[g] - go0[g], &r, go0[g])) return 0;
     }
     /* storage order: groups by anchor position, each group's out dims outer to inner */
-    int used[LM__PLAN_MAX_DIMS] = {0}, k = 0;
+    int used[2 * LM__PLAN_MAX_DIMS] = {0}, k = 0;
     for (int step = 0; step < ng; step++) {
         int best = -1;
         for (int g = 0; g < ng; g++)
@@ -245,23 +255,15 @@ static int range_to_box(const int64_t *dims, int q, int64_t a, int64_t b, int64_
 
 static int reshape_box(const int64_t *fdims, int fnd, const int64_t *tdims, int tnd, const int64_t *flo,
                        const int64_t *fhi, int64_t *tlo, int64_t *thi) {
-    int i = 0, o = 0;
-    while (i < fnd || o < tnd) {
-        int i0 = i, o0 = o;
-        int64_t pi = i < fnd ? fdims[i++] : 1, po = o < tnd ? tdims[o++] : 1;
-        while (pi != po) {
-            if (pi < po && i < fnd)
-                pi *= fdims[i++];
-            else if (po < pi && o < tnd)
-                po *= tdims[o++];
-            else
-                return 0;
-        }
-        while (i < fnd && fdims[i] == 1 && (o >= tnd || tdims[o] != 1)) i++;
-        while (o < tnd && tdims[o] == 1 && (i >= fnd || fdims[i] != 1)) o++;
+    int gi0[2 * LM__PLAN_MAX_DIMS], gi1[2 * LM__PLAN_MAX_DIMS], go0[2 * LM__PLAN_MAX_DIMS], go1[2 * LM__PLAN_MAX_DIMS];
+    int ng = reshape_groups(fdims, fnd, tdims, tnd, gi0, gi1, go0, go1);
+    if (ng < 0) return 0;
+    for (int g = 0; g < ng; g++) {
         int64_t a = 0, b = 1;
-        if (i > i0 && !box_to_range(fdims + i0, i - i0, flo + i0, fhi + i0, &a, &b)) return 0;
-        if (o > o0 && !range_to_box(tdims + o0, o - o0, a, b, tlo + o0, thi + o0)) return 0;
+        if (gi1[g] > gi0[g] && !box_to_range(fdims + gi0[g], gi1[g] - gi0[g], flo + gi0[g], fhi + gi0[g], &a, &b))
+            return 0;
+        if (go1[g] > go0[g] && !range_to_box(tdims + go0[g], go1[g] - go0[g], a, b, tlo + go0[g], thi + go0[g]))
+            return 0;
     }
     return 1;
 }
