@@ -46,10 +46,10 @@ lm_status lm__op_check_targets(const char *op, const lm_tensor_view *targets, in
     return LM_OK;
 }
 
-lm_status lm__op_backward_level(lm_ctx *ctx, const char *op, int has_cpu, int accepted, const char *why,
+lm_status lm__op_backward_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, int accepted, const char *why,
                                 lm__level *out) {
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, has_cpu, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, has_cpu, has_cuda, &level));
     if (level != LM__LEVEL_CPU || accepted) {
         *out = level;
         return LM_OK;

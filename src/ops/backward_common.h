@@ -26,11 +26,13 @@ lm_status lm__op_check_f32_scalar(lm_ctx *ctx, const char *op, const char *name,
  * *counted receives the number of rows that are not ignored. */
 lm_status lm__op_check_targets(const char *op, const lm_tensor_view *targets, int64_t V, int64_t ignore_index,
                                int64_t *counted);
-/* The level for an operator with a composed CPU path (has_cpu) when accepted says
- * whether these views suit it: LM__LEVEL_CPU when it does and the policy allows,
- * LM__LEVEL_REF otherwise, LM_UNSUPPORTED when LM_IMPL_TUNED was forced but the views
- * do not suit it (why names what the path needs) or on a device without a level. */
-lm_status lm__op_backward_level(lm_ctx *ctx, const char *op, int has_cpu, int accepted, const char *why,
+/* The level for an operator with a composed CPU path (has_cpu) and possibly a CUDA
+ * implementation (has_cuda) when accepted says whether these views suit the composed
+ * path: LM__LEVEL_CUDA on a cuda context with an implementation, LM__LEVEL_CPU when the
+ * views suit it and the policy allows, LM__LEVEL_REF otherwise, LM_UNSUPPORTED when
+ * LM_IMPL_TUNED was forced but the views do not suit it (why names what the path
+ * needs) or on a device without a level. */
+lm_status lm__op_backward_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, int accepted, const char *why,
                                 lm__level *out);
 
 #endif

@@ -41,7 +41,8 @@ lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, cons
     static const char *const names[] = {"x", "w", "targets"};
     LM_TRY(lm__op_check_grad_alias(op, "loss", loss, 3, ins, names));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, lm__composed_linear_ce_accepts(x, w, NULL, NULL), k_composed_needs, &level));
+    LM_TRY(lm__op_backward_level(ctx, op, 1, 0, lm__composed_linear_ce_accepts(x, w, NULL, NULL), k_composed_needs,
+                                 &level));
     if (level == LM__LEVEL_CPU) return lm__composed_linear_ce(ctx, x, w, targets, ignore_index, counted, loss);
     return lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss);
 }
@@ -62,7 +63,8 @@ lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view
     LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
     if (!dx && !dw) return LM_OK;
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, lm__composed_linear_ce_accepts(x, w, dx, dw), k_composed_needs, &level));
+    LM_TRY(lm__op_backward_level(ctx, op, 1, 0, lm__composed_linear_ce_accepts(x, w, dx, dw), k_composed_needs,
+                                 &level));
     double d = *(const float *)dloss->data;
     if (level == LM__LEVEL_CPU)
         return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw);

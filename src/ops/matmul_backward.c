@@ -37,16 +37,15 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     LM_TRY(lm__op_check_grad_alias(op, "db", db, 3, ins, in_names));
     if (!da && !db) return LM_OK;
     lm__level level;
-    if (lm_ctx_device(ctx).type == LM_DEVICE_CUDA) {
-        LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
+    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
+                                 "f32 operands, a 2-d b and an a that is not broadcast", &level));
 #ifdef LOOM_HAVE_CUDA
+    if (level == LM__LEVEL_CUDA) {
         const lm__cuda_blas *blas;
         LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
         return lm_cuda_matmul_backward(blas, a, b, dout, da, db, LM__STREAM(ctx));
-#endif
     }
-    LM_TRY(lm__op_backward_level(ctx, op, 1, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
-                                 "f32 operands, a 2-d b and an a that is not broadcast", &level));
+#endif
     if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
     return lm__ref_matmul_backward(a, b, dout, da, db);
 }
