@@ -4,6 +4,8 @@
 #   tests  the whole suite, the cuda label's output in full
 #   lab    bench/cuda_kernels.c: per-kernel times at the Qwen2.5-0.5B and Llama-3.2-1B shapes
 #   bench  scripts/bench_gpu.sh (loom vs transformers, the table of bench/NOTES.md)
+#   train  scripts/bench_train_gpu.py (training: loom vs PyTorch eager + torch.compile, loss parity)
+#   train-quick  the same without torch.compile, 8 steps
 # Usage, from the repository root: . scripts/gpu_host_env.sh; sh scripts/gpu_check.sh OUTDIR [STEP...]
 # (no step = tests lab bench). Logs: OUTDIR/build.log, ctest.log, ctest_cuda.log, lab.txt,
 # bench.log, bench/ (bench_table.md, bench_results.json).
@@ -34,6 +36,12 @@ for step in $steps; do
       { echo "# qwen2.5-0.5b"; "$build/cuda_kernels"; echo "# llama-3.2-1b"; "$build/cuda_kernels" 2048 8192 32 8 64 128256 144; } \
         >"$out/lab.txt" 2>&1
     cat "$out/lab.txt"
+    ;;
+  train | train-quick)
+    extra=""
+    [ "$step" = train-quick ] && extra="--skip-compile --steps 8"
+    python3 "$root/scripts/bench_train_gpu.py" --loom "$build/loom" --out "$out/train" $extra >"$out/train.log" 2>&1
+    tail -n 40 "$out/train.log"
     ;;
   bench)
     LOOM_BIN=$build/loom sh "$root/scripts/bench_gpu.sh" "$out/bench" >"$out/bench.log" 2>&1

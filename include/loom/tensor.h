@@ -140,7 +140,8 @@ lm_status lm_tensor_contiguous(lm_ctx *ctx, const lm_tensor *t, lm_tensor **out)
 /* A contiguous copy of t on device (any pair of devices). Caller owns *out. */
 lm_status lm_tensor_to_device(lm_ctx *ctx, const lm_tensor *t, lm_device device, lm_tensor **out);
 /* Copies src into dst element by element (same dtype and shape, any strides, same
- * device, or both contiguous across devices). dst must not overlap itself, and dst
+ * device, or both contiguous across devices). Strided views on a CUDA device need a
+ * CUDA ctx of that device; copies within that device are queued on ctx's stream. dst must not overlap itself, and dst
  * and src must be the same view or not overlap at all. */
 lm_status lm_tensor_view_copy(lm_ctx *ctx, const lm_tensor_view *dst, const lm_tensor_view *src);
 /* Copies to/from contiguous host memory of numel elements. */

@@ -4,9 +4,8 @@
  * Hugging Face directories plus a resumable training state.
  *
  * Precision: master weights, gradients and optimizer moments are f32. The compute
- * dtype (lm_train_model_compute_dtype) is f32 on the CPU; a bf16 compute path (bf16
- * copies of the weights per step, f32 gradients through lm_ag_bind_grad) belongs to
- * the CUDA back end and is LM_UNSUPPORTED in this build.
+ * dtype (lm_train_model_compute_dtype) is f32 by default; on CUDA it may be bf16
+ * (bf16 copies of the weights per step, f32 gradients through lm_ag_bind_grad).
  *
  * Devices: every tensor lives on the model's device and every step runs through the
  * public operators, so the code is the same for any device whose operators exist.
@@ -56,8 +55,16 @@ const lm_model_config *lm_train_model_config(const lm_train_model *m);
 lm_device lm_train_model_device(const lm_train_model *m);
 int64_t lm_train_model_numel(const lm_train_model *m); /* trainable scalars */
 lm_dtype lm_train_model_compute_dtype(const lm_train_model *m);
-/* LM_F32 on any device; LM_BF16 needs the CUDA back end (LM_UNSUPPORTED here). */
+/* LM_F32 on any device; LM_BF16 on a CUDA model (LM_UNSUPPORTED elsewhere): each
+ * forward then refreshes one bf16 copy of the weights from the f32 masters and runs
+ * every operator in bf16 (f32 accumulation inside), with the loss in f32 and the
+ * gradients added into the f32 gradient buffer. */
 lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt);
+/* Training FLOPs per token at sequence length T, the usual model-FLOPs count:
+ * 6 x (weights of every matmul, the output projection included) + 12 x layers x
+ * query heads x head_dim x T (attention scores and mixing, causal mask ignored).
+ * MFU = tokens/s x this / peak FLOP/s. */
+double lm_train_model_flops_per_token(const lm_train_model *m, int64_t T);
 
 /* Parameter i in the Hugging Face order of lm_model_config_tensor (tied models have
  * no lm_head.weight): its name, f32 value and gradient views (borrowed, valid while m

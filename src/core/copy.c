@@ -1,5 +1,11 @@
-/* core/copy.c — element copies between views: strided on the host, contiguous
- * across devices; contiguous() and to_device() are built on them.
+/* core/copy.c — element copies between views: strided on the host and within one
+ * CUDA device, contiguous across devices; contiguous() and to_device() are built on
+ * them.
+ *
+ * Within one CUDA device, when ctx is a CUDA context of that device, the copy is
+ * queued on ctx's stream (ordered with ctx's operators, no waiting): strided views go
+ * through the runtime's strided copy kernel. Without such a context a contiguous
+ * copy is the synchronous lm_device_copy and a strided one is refused.
  *
  * Strided host copies walk the index space with the innermost axis as the fast
  * loop; when both innermost strides are 1 the row moves with one memcpy.
@@ -7,6 +13,7 @@
  */
 #include "base/internal.h"
 #include "loom/tensor.h"
+#include "runtime/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -59,9 +66,20 @@ lm_status lm_tensor_view_copy(lm_ctx *ctx, const lm_tensor_view *dst, const lm_t
         host_strided_copy(dst, src);
         return LM_OK;
     }
-    if (!lm_tensor_view_is_contiguous(dst) || !lm_tensor_view_is_contiguous(src))
-        return lm__error(LM_UNSUPPORTED, "copy: strided views on a non-CPU device are not supported; make them contiguous");
-    (void)ctx;
+    int contiguous = lm_tensor_view_is_contiguous(dst) && lm_tensor_view_is_contiguous(src);
+#ifdef LOOM_HAVE_CUDA
+    lm_device cd = lm_ctx_device(ctx);
+    if (dst->device.type == LM_DEVICE_CUDA && lm_device_equal(dst->device, src->device) && lm_ctx_stream(ctx) &&
+        lm_device_equal(cd, dst->device)) {
+        size_t es = lm_dtype_size(dst->dtype);
+        if (contiguous) return lm__cuda_copy_async(lm_ctx_stream(ctx), dst->data, src->data, (size_t)n * es);
+        return lm__cuda_copy_strided(lm_ctx_stream(ctx), dst->ndim, dst->shape, dst->data, dst->stride, src->data,
+                                     src->stride, es);
+    }
+#endif
+    if (!contiguous)
+        return lm__error(LM_UNSUPPORTED, "copy: strided views on a non-CPU device need a context of that device "
+                                         "(or make them contiguous)");
     return lm_device_copy(dst->device, dst->data, src->device, src->data, (size_t)n * lm_dtype_size(dst->dtype));
 }
 

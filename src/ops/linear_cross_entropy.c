@@ -2,12 +2,18 @@
  * and backward: validation and dispatch. x [N, H] float, w [V, H] in x's dtype (or
  * bf16/f16 under an f32 x, as matmul's b), targets i32/i64 [N], loss and dloss f32
  * scalars; dx, dw shaped like x, w. Targets are checked first (LM_OUT_OF_RANGE naming
- * the row), so nothing is written for a bad one. Levels: the composed, chunked path
+ * the row), so nothing is written for a bad one. Levels: on CUDA the chunked kernels
+ * of ops/cuda/linear_ce.cu (any float dtype; x and w are packed first when strided,
+ * dx goes through a scratch when strided); on the CPU the composed, chunked path
  * (ops/composed_linear_ce.c) for f32 operands, otherwise the per-row reference.
  */
 #include "ops/backward_common.h"
 #include "ops/composed.h"
 #include "ops/ref/loss_backward.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backward.h"
+#include "runtime/internal.h"
+#endif
 
 static const char *const k_composed_needs = "f32 x, w and gradients";
 
@@ -30,6 +36,55 @@ static lm_status check_inputs(lm_ctx *ctx, const char *op, const lm_tensor_view 
     return lm__op_check_targets(op, targets, w->shape[0], ignore_index, counted);
 }
 
+#ifdef LOOM_HAVE_CUDA
+/* Contiguous x and w of one dtype for the CUDA kernels (copies in *xo, *wo when
+ * packed; a bf16/f16 w under an f32 x is widened). */
+static lm_status packed(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, lm_tensor_view *xp,
+                        lm_tensor_view *wp, lm_tensor **xo, lm_tensor **wo) {
+    LM_TRY(lm__composed_rows(ctx, x, x->shape[1], xp, xo));
+    if (w->dtype == x->dtype) return lm__composed_rows(ctx, w, w->shape[1], wp, wo);
+    LM_TRY(lm_cast(ctx, w, x->dtype, wo));
+    *wp = *lm_tensor_as_view(*wo);
+    return LM_OK;
+}
+
+static lm_status cuda_forward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                              const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss) {
+    const lm__cuda_blas *blas;
+    lm_tensor *xo = NULL, *wo = NULL;
+    lm_tensor_view xp, wp;
+    lm_status st = lm__ctx_cuda_blas(ctx, &blas);
+    if (st == LM_OK) st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
+    if (st == LM_OK) st = lm_cuda_linear_cross_entropy(blas, &xp, &wp, targets, ignore_index, loss, LM__STREAM(ctx));
+    lm_tensor_destroy(xo);
+    lm_tensor_destroy(wo);
+    return st;
+}
+
+static lm_status cuda_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                               const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *dloss,
+                               const lm_tensor_view *dx, const lm_tensor_view *dw) {
+    const lm__cuda_blas *blas;
+    lm_tensor *xo = NULL, *wo = NULL, *dxo = NULL;
+    lm_tensor_view xp, wp, dxv;
+    lm_status st = lm__ctx_cuda_blas(ctx, &blas);
+    if (st == LM_OK) st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
+    if (st == LM_OK && dx) {
+        dxv = *dx;
+        if (!lm_tensor_view_is_contiguous(dx) && (st = lm_tensor_create(dx->device, dx->dtype, 2, dx->shape, &dxo)) == LM_OK)
+            dxv = *lm_tensor_as_view(dxo);
+    }
+    if (st == LM_OK)
+        st = lm_cuda_linear_cross_entropy_backward(blas, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw,
+                                                   LM__STREAM(ctx));
+    if (st == LM_OK && dxo) st = lm_tensor_view_copy(ctx, dx, &dxv);
+    lm_tensor_destroy(xo);
+    lm_tensor_destroy(wo);
+    lm_tensor_destroy(dxo);
+    return st;
+}
+#endif
+
 lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                       const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss) {
     const char *op = "linear_cross_entropy";
@@ -41,8 +96,9 @@ lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, cons
     static const char *const names[] = {"x", "w", "targets"};
     LM_TRY(lm__op_check_grad_alias(op, "loss", loss, 3, ins, names));
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, 0, lm__composed_linear_ce_accepts(x, w, NULL, NULL), k_composed_needs,
-                                 &level));
+    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_linear_ce_accepts(x, w, NULL, NULL),
+                                 k_composed_needs, &level));
+    LM__CUDA(level, cuda_forward(ctx, x, w, targets, ignore_index, loss));
     if (level == LM__LEVEL_CPU) return lm__composed_linear_ce(ctx, x, w, targets, ignore_index, counted, loss);
     return lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss);
 }
@@ -63,8 +119,9 @@ lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view
     LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
     if (!dx && !dw) return LM_OK;
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, 0, lm__composed_linear_ce_accepts(x, w, dx, dw), k_composed_needs,
-                                 &level));
+    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_linear_ce_accepts(x, w, dx, dw),
+                                 k_composed_needs, &level));
+    LM__CUDA(level, cuda_backward(ctx, x, w, targets, ignore_index, dloss, dx, dw));
     double d = *(const float *)dloss->data;
     if (level == LM__LEVEL_CPU)
         return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw);

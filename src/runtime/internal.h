@@ -25,6 +25,13 @@ lm_status lm__cuda_stream_create(int index, void **stream);
 void lm__cuda_stream_destroy(void *stream);
 lm_status lm__cuda_stream_sync(void *stream);
 
+/* runtime/copy_cuda.cu: copies within one device, queued on stream (no waiting).
+ * Strided: dst[i] = src[i] over the row-major index space of shape, strides in
+ * elements of elem_size (1, 2, 4 or 8) bytes; the views must not overlap. */
+lm_status lm__cuda_copy_strided(void *stream, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
+                                const void *src, const int64_t *src_stride, size_t elem_size);
+lm_status lm__cuda_copy_async(void *stream, void *dst, const void *src, size_t nbytes);
+
 /* runtime/pool_cuda.c: the caching allocator */
 lm_status lm__cuda_alloc(int index, size_t nbytes, void **out);
 void lm__cuda_free(int index, void *ptr);

@@ -31,10 +31,14 @@ typedef struct fwd {
 
 static lm_ag_var *P(const fwd *f, int index) { return index >= 0 ? f->p[index] : NULL; }
 
+/* Leaves over the compute-dtype weights: the f32 masters, or (bf16 compute) their
+ * bf16 copies, refreshed from the masters first. Gradients always land in the f32
+ * buffer (a bf16 leaf's gradient is widened when it is added there). */
 static lm_status make_leaves(fwd *f, int train) {
     lm_train_model *m = f->m;
+    if (m->flat_low) LM_TRY(lm_cast_out(f->ctx, V(m->flat), V(m->flat_low)));
     for (int i = 0; i < m->nparams; i++) {
-        LM_TRY(lm_ag_leaf(f->ag, m->params[i].value, train, &f->p[i]));
+        LM_TRY(lm_ag_leaf(f->ag, m->flat_low ? m->params[i].low : m->params[i].value, train, &f->p[i]));
         if (train) LM_TRY(lm_ag_bind_grad(f->p[i], V(m->params[i].grad), 1));
     }
     return LM_OK;
@@ -113,7 +117,13 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
     LM_TRY(check_batch(m, ids, B, T));
-    if (m->compute != LM_F32) return lm__error(LM_UNSUPPORTED, "training forward: compute dtype %s", lm_dtype_name(m->compute));
+    if (m->compute != LM_F32 && !m->flat_low)
+        return lm__error(LM_UNSUPPORTED, "training forward: compute dtype %s", lm_dtype_name(m->compute));
+    if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
+        char a[32], b[32];
+        return lm__error(LM_INVALID_ARGUMENT, "training forward: the context is on %s but the model on %s",
+                         lm_device_format(lm_ctx_device(ctx), a, sizeof a), lm_device_format(m->device, b, sizeof b));
+    }
     int64_t BT = (int64_t)B * T;
     int32_t *pos = lm__calloc((size_t)T, sizeof *pos);
     if (!pos) return LM_OUT_OF_MEMORY;
@@ -182,7 +192,10 @@ lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *i
     lm_status st = begin(&f, m, ctx, ids, 1, T, 0);
     if (st == LM_OK) st = trunk(&f, &h);
     if (st == LM_OK) st = lm_ag_linear(f.ag, h, P(&f, m->head), NULL, &z);
-    if (st == LM_OK) st = lm_tensor_view_read(ctx, V(lm_ag_value(z)), logits);
+    lm_tensor *wide = NULL;
+    if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);
+    if (st == LM_OK) st = lm_tensor_view_read(ctx, wide ? V(wide) : V(lm_ag_value(z)), logits);
+    lm_tensor_destroy(wide);
     end(&f);
     return st;
 }

@@ -19,6 +19,7 @@ typedef struct lm__tparam {
     int64_t shape[2];
     int64_t offset; /* elements from the start of the flat buffers */
     lm_tensor *value, *grad; /* views over flat and flat_grad */
+    lm_tensor *low;          /* view over flat_low (bf16 compute), else NULL */
     int decay;
 } lm__tparam;
 
@@ -38,6 +39,7 @@ struct lm_train_model {
     lm__tparam *params; /* [nparams] */
     int64_t numel;
     lm_tensor *flat, *flat_grad; /* [numel] f32 on device */
+    lm_tensor *flat_low;         /* [numel] compute-dtype copy of flat (bf16 compute), else NULL */
     lm__tlayer *layers;          /* [num_hidden_layers] */
     int embed, final_norm, head; /* head == embed when tied */
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */

@@ -213,11 +213,13 @@ void lm_train_model_destroy(lm_train_model *m) {
     for (int i = 0; m->params && i < m->nparams; i++) {
         lm_tensor_destroy(m->params[i].value);
         lm_tensor_destroy(m->params[i].grad);
+        lm_tensor_destroy(m->params[i].low);
     }
     lm__free(m->params);
     lm__free(m->layers);
     lm_tensor_destroy(m->flat);
     lm_tensor_destroy(m->flat_grad);
+    lm_tensor_destroy(m->flat_low);
     lm_tensor_destroy(m->inv_freq);
     lm_free(m->config_json);
     lm__free(m->source_dir);
@@ -229,14 +231,52 @@ lm_device lm_train_model_device(const lm_train_model *m) { return m->device; }
 int64_t lm_train_model_numel(const lm_train_model *m) { return m->numel; }
 lm_dtype lm_train_model_compute_dtype(const lm_train_model *m) { return m->compute; }
 
+/* Drops the low-precision weight copies. */
+static void drop_low(lm_train_model *m) {
+    for (int i = 0; i < m->nparams; i++) {
+        lm_tensor_destroy(m->params[i].low);
+        m->params[i].low = NULL;
+    }
+    lm_tensor_destroy(m->flat_low);
+    m->flat_low = NULL;
+}
+
 lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
+    if (!m) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_set_compute_dtype: NULL model");
     if (dt == LM_F32) {
+        drop_low(m);
         m->compute = dt;
         return LM_OK;
     }
-    return lm__error(LM_UNSUPPORTED, "training compute dtype %s: only f32 is available in this build (bf16 compute with "
-                                     "f32 master weights comes with the CUDA back end)",
-                     lm_dtype_name(dt));
+    if (dt != LM_BF16)
+        return lm__error(LM_UNSUPPORTED, "training compute dtype %s: f32 or bf16 only", lm_dtype_name(dt));
+    if (m->device.type != LM_DEVICE_CUDA)
+        return lm__error(LM_UNSUPPORTED, "training compute dtype bf16 needs a model on a CUDA device; CPU training "
+                                         "computes in f32");
+    if (m->compute == dt) return LM_OK;
+    lm_status st = lm_tensor_create(m->device, dt, 1, &m->numel, &m->flat_low);
+    for (int i = 0; st == LM_OK && i < m->nparams; i++) {
+        lm__tparam *p = &m->params[i];
+        st = lm_tensor_from_storage(lm_tensor_storage(m->flat_low), dt, p->ndim, p->shape, NULL, p->offset, &p->low);
+    }
+    if (st != LM_OK) {
+        drop_low(m);
+        return st;
+    }
+    m->compute = dt;
+    return LM_OK;
+}
+
+double lm_train_model_flops_per_token(const lm_train_model *m, int64_t T) {
+    double matmul = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const lm__tparam *p = &m->params[i];
+        if (p->ndim == 2 && i != m->embed) matmul += (double)p->shape[0] * (double)p->shape[1];
+    }
+    if (m->head == m->embed) matmul += (double)m->cfg.vocab_size * (double)m->cfg.hidden_size; /* tied head */
+    const lm_model_config *c = &m->cfg;
+    return 6.0 * matmul + 12.0 * (double)c->num_hidden_layers * (double)c->num_attention_heads * (double)c->head_dim *
+                              (double)T;
 }
 
 int lm_train_model_param_count(const lm_train_model *m) { return m->nparams; }

@@ -7,9 +7,15 @@
  * chunk), SwiGLU, RoPE (both styles, explicit and implicit positions, dbias),
  * embedding with duplicate ids (i32/i64, unused rows 0, bitwise repeatable, bad id
  * leaves dtable untouched), cross-entropy (ignored rows, none counted, bad target),
+ * fused linear + cross-entropy (loss, dx, dw in chunks of 4 rows and in one chunk;
+ * strided x and dx, ignored rows, none counted, bad target leaves dx untouched),
  * matmul (the Linear case with a transposed weight gradient and the batched case on
  * the GEMM path, a broadcast case whose gradients sum over batches, f32 x bf16),
- * attention (grouped heads, Tk > Tq, causal and not, more keys than one chunk).
+ * attention (grouped heads, Tk > Tq, causal and not, more keys than one chunk), and
+ * the tensor-core flash attention forward and backward (bf16, head dims 64 and 128,
+ * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, gradients in
+ * bf16 and f32; gate NMSE 1e-4: probabilities and dS are rounded to bf16 before their
+ * products, as in every bf16 flash kernel).
  * Gradients are checked in the operand's dtype and in f32.
  * Gates: ct_nmse/ct_abs of the OUTPUT dtype (cuda_test.h: f32 accumulation against the
  * reference's double, one rounding on store); AdamW and sum of squares compute in
@@ -24,6 +30,7 @@
 #ifndef LOOM_HAVE_CUDA
 int main(void) { lt_skip("built without CUDA"); }
 #else
+#include "ops/cuda/cuda_backward.h"
 
 #define HV(p) lm_tensor_as_view((p).h)
 #define DV(p) lm_tensor_as_view((p).d)
@@ -310,6 +317,65 @@ static void test_cross_entropy_backward(void) {
     ct_pair_free(&dloss);
 }
 
+static void test_linear_cross_entropy(void) {
+    int64_t N = 11, H = 24, V = 300, xs[2] = {N, H}, ws[2] = {V, H}, tn[1] = {N};
+    int64_t tgt[11] = {3, -100, 299, 0, 150, -100, 7, 7, 123, 298, 1}, none[11], badt[11] = {3, 1, 2, 300};
+    for (int i = 0; i < 11; i++) none[i] = -100;
+    ct_pair dloss = scalar(1.7f);
+    for (int k = 0; k < 3; k++) {
+        lm_dtype dt = ct_floats[k], gts[2];
+        int ng = grad_dtypes(dt, gts);
+        lt_rng r = lt_rng_seed(611 + (uint64_t)k);
+        lm_tensor_view xh, xd;
+        ct_pair x = ct_random_reversed(&r, dt, 2, xs, 1.0, &xh, &xd), w = ct_random(&r, dt, 2, ws, 1.0);
+        for (int chunked = 0; chunked < 2; chunked++)
+            for (int all_ignored = 0; all_ignored < 2; all_ignored++)
+                for (int j = 0; j < ng; j++) {
+                    lm_cuda_linear_ce_set_chunk_elems(chunked ? 4 * V : 0);
+                    ct_pair t = index_tensor(j ? LM_I64 : LM_I32, 1, tn, all_ignored ? none : tgt);
+                    ct_pair loss = ct_poisoned(LM_F32, 0, NULL);
+                    lm_tensor *want_loss = lt_poisoned_tensor(LM_F32, 0, NULL);
+                    LT_CHECK_OK(lm_linear_cross_entropy_out(g_ref, &xh, HV(w), HV(t), -100, lm_tensor_as_view(want_loss)));
+                    LT_CHECK_OK(lm_linear_cross_entropy_out(g_ctx, &xd, DV(w), DV(t), -100, DV(loss)));
+                    char what[96];
+                    snprintf(what, sizeof what, "linear_cross_entropy loss%s%s %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt));
+                    if (all_ignored) {
+                        double *got = ct_read(g_ctx, &loss, DV(loss));
+                        LT_CHECK_MSG(isnan(got[0]), "%s: %g, expected NaN", what, got[0]);
+                        free(got);
+                    } else {
+                        ct_check(g_ctx, what, &loss, DV(loss), lm_tensor_as_view(want_loss), 1e-10, 1e-5);
+                    }
+                    lm_tensor_view dxh, dxd;
+                    ct_pair dx = ct_poisoned_strided(gts[j], 2, xs, &dxh, &dxd), dw = ct_poisoned(gts[j], 2, ws);
+                    lm_tensor *wdx = lt_poisoned_tensor(gts[j], 2, xs), *wdw = lt_poisoned_tensor(gts[j], 2, ws);
+                    LT_CHECK_OK(lm_linear_cross_entropy_backward_out(g_ref, &xh, HV(w), HV(t), -100, HV(dloss),
+                                                                     lm_tensor_as_view(wdx), lm_tensor_as_view(wdw)));
+                    LT_CHECK_OK(lm_linear_cross_entropy_backward_out(g_ctx, &xd, DV(w), DV(t), -100, DV(dloss), &dxd,
+                                                                     DV(dw)));
+                    /* dlogits are rounded to the operands' dtype before the GEMMs: that dtype's gate */
+                    snprintf(what, sizeof what, "linear_cross_entropy dx%s%s %s -> %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
+                    ct_check(g_ctx, what, &dx, &dxd, lm_tensor_as_view(wdx), ct_nmse(dt), ct_abs(dt, 0.5));
+                    snprintf(what, sizeof what, "linear_cross_entropy dw%s%s %s -> %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
+                    ct_check(g_ctx, what, &dw, DV(dw), lm_tensor_as_view(wdw), ct_nmse(dt), ct_abs(dt, 0.5));
+                    ct_pair_free(&t), ct_pair_free(&loss), ct_pair_free(&dx), ct_pair_free(&dw);
+                    lm_tensor_destroy(want_loss), lm_tensor_destroy(wdx), lm_tensor_destroy(wdw);
+                }
+        lm_cuda_linear_ce_set_chunk_elems(0);
+        ct_pair t = index_tensor(LM_I64, 1, tn, badt);
+        ct_pair dx = ct_poisoned(dt, 2, xs);
+        LT_CHECK_STATUS(lm_linear_cross_entropy_backward_out(g_ctx, &xd, DV(w), DV(t), -100, DV(dloss), DV(dx), NULL),
+                        LM_OUT_OF_RANGE);
+        LT_CHECK_MSG(strstr(lm_last_error(), "targets[3] = 300") != NULL, "message: %s", lm_last_error());
+        LT_CHECK(all_nan(g_ctx, &dx));
+        ct_pair_free(&t), ct_pair_free(&dx), ct_pair_free(&x), ct_pair_free(&w);
+    }
+    ct_pair_free(&dloss);
+}
+
 /* One matmul backward case: a, b, dout host/device views; gradients of dtype gdt
  * (da contiguous or strided, db contiguous or the transposed view of a [N, K] buffer). */
 static void matmul_case(const char *name, const lm_tensor_view *ah, const lm_tensor_view *ad, const lm_tensor_view *bh,
@@ -404,9 +470,70 @@ static void test_attention_backward(void) {
     }
 }
 
+/* [B, T, H, D] random bf16 viewed as [B, H, T, D] (host and device). */
+static ct_pair bthd(lt_rng *r, int64_t B, int64_t T, int64_t H, int64_t D, double scale, lm_tensor_view *hv,
+                    lm_tensor_view *dv) {
+    int64_t s[4] = {B, T, H, D};
+    ct_pair p = scale > 0 ? ct_random(r, LM_BF16, 4, s, scale) : ct_poisoned(LM_BF16, 4, s);
+    LT_CHECK_OK(lm_tensor_view_transpose(HV(p), 1, 2, hv));
+    *dv = ct_mirror(p.h, hv, p.d);
+    return p;
+}
+
+static void test_flash_attention(void) {
+    static const int64_t dims[2] = {64, 128};
+    static const int64_t tqk[3][2] = {{100, 100}, {100, 130}, {64, 64}};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 3; ti++) {
+            int64_t B = 2, Hq = 4, Hkv = 2, D = dims[di], Tq = tqk[ti][0], Tk = tqk[ti][1];
+            lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 3 + ti));
+            lm_tensor_view qh, qd, kh, kd, vh, vd, dyh, dyd;
+            ct_pair q = bthd(&r, B, Tq, Hq, D, 1.0, &qh, &qd), k = bthd(&r, B, Tk, Hkv, D, 1.0, &kh, &kd);
+            ct_pair v = bthd(&r, B, Tk, Hkv, D, 1.0, &vh, &vd), dy = bthd(&r, B, Tq, Hq, D, 1.0, &dyh, &dyd);
+            float scale = 1.0f / sqrtf((float)D);
+            for (int causal = 0; causal < 2; causal++) {
+                LT_CHECK_MSG(lm_cuda_flash_attention_supports(&qd, &kd, &vd, causal, &dyd), "flash path not taken");
+                char what[96];
+                lm_tensor_view oh, od;
+                ct_pair o = bthd(&r, B, Tq, Hq, D, 0, &oh, &od);
+                int64_t os[4] = {B, Hq, Tq, D};
+                lm_tensor *wo = lt_poisoned_tensor(LM_BF16, 4, os);
+                LT_CHECK_OK(lm_attention_out(g_ref, &qh, &kh, &vh, scale, causal, lm_tensor_as_view(wo)));
+                LT_CHECK_OK(lm_attention_out(g_ctx, &qd, &kd, &vd, scale, causal, &od));
+                snprintf(what, sizeof what, "flash attention out D %lld Tq %lld Tk %lld causal %d", (long long)D,
+                         (long long)Tq, (long long)Tk, causal);
+                ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
+                ct_pair_free(&o);
+                lm_tensor_destroy(wo);
+                for (int f32 = 0; f32 < 2; f32++) {
+                    lm_dtype gt = f32 ? LM_F32 : LM_BF16;
+                    int64_t qsh[4] = {B, Hq, Tq, D}, ksh[4] = {B, Hkv, Tk, D};
+                    ct_pair dq = ct_poisoned(gt, 4, qsh), dk = ct_poisoned(gt, 4, ksh), dv = ct_poisoned(gt, 4, ksh);
+                    lm_tensor *wq = lt_poisoned_tensor(gt, 4, qsh), *wk = lt_poisoned_tensor(gt, 4, ksh);
+                    lm_tensor *wv = lt_poisoned_tensor(gt, 4, ksh);
+                    LT_CHECK_OK(lm_attention_backward_out(g_ref, &qh, &kh, &vh, &dyh, scale, causal, lm_tensor_as_view(wq),
+                                                          lm_tensor_as_view(wk), lm_tensor_as_view(wv)));
+                    LT_CHECK_OK(lm_attention_backward_out(g_ctx, &qd, &kd, &vd, &dyd, scale, causal, DV(dq), DV(dk), DV(dv)));
+                    const char *nm[3] = {"dq", "dk", "dv"};
+                    ct_pair *got[3] = {&dq, &dk, &dv};
+                    lm_tensor *want[3] = {wq, wk, wv};
+                    for (int t = 0; t < 3; t++) {
+                        snprintf(what, sizeof what, "flash attention %s D %lld Tq %lld Tk %lld causal %d -> %s", nm[t],
+                                 (long long)D, (long long)Tq, (long long)Tk, causal, lm_dtype_name(gt));
+                        ct_check(g_ctx, what, got[t], DV(*got[t]), lm_tensor_as_view(want[t]), 1e-4, ct_abs(LM_BF16, 4.0));
+                    }
+                    ct_pair_free(&dq), ct_pair_free(&dk), ct_pair_free(&dv);
+                    lm_tensor_destroy(wq), lm_tensor_destroy(wk), lm_tensor_destroy(wv);
+                }
+            }
+            ct_pair_free(&q), ct_pair_free(&k), ct_pair_free(&v), ct_pair_free(&dy);
+        }
+}
+
 int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
+    LT_RUN(test_flash_attention);
     LT_RUN(test_adamw);
     LT_RUN(test_sum_squares);
     LT_RUN(test_rmsnorm_backward);
@@ -414,6 +541,7 @@ int main(void) {
     LT_RUN(test_rope_backward);
     LT_RUN(test_embedding_backward);
     LT_RUN(test_cross_entropy_backward);
+    LT_RUN(test_linear_cross_entropy);
     LT_RUN(test_matmul_backward);
     LT_RUN(test_attention_backward);
     lm_ctx_destroy(g_ref);

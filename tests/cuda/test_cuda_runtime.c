@@ -9,7 +9,12 @@
  *    wait_event orders a second context after the first;
  *  - graphs: a captured region (two kernels on a caller-owned buffer) does nothing
  *    at capture time and exactly its work at every replay; capture on a CPU context
- *    is LM_UNSUPPORTED.
+ *    is LM_UNSUPPORTED;
+ *  - strided copies within the device (transposes, slices, permuted 4-d views, every
+ *    element size) queued on the context's stream equal the host strided copy bit for
+ *    bit, leave the destination's gaps untouched, and without a CUDA context a
+ *    strided device copy is refused with LM_UNSUPPORTED; lm_tensor_contiguous of a
+ *    transposed device view works.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -146,8 +151,80 @@ static void test_graph_capture_and_replay(void) {
     lm_tensor_destroy(h);
 }
 
+/* dst (a view of a poisoned parent, strides dperm) = src (a view with strides sperm)
+ * on the device, compared byte for byte with the same copy on the host parents. */
+static void check_strided_copy(lt_rng *r, lm_dtype dt, int nd, const int64_t *shape, const int *sperm,
+                               const int *dperm) {
+    int64_t ps[LM_MAX_DIMS];
+    for (int i = 0; i < nd; i++) ps[i] = shape[sperm[i]] + (i == nd - 1 ? 1 : 0); /* padded parent */
+    lm_tensor *hs = lt_random_tensor(r, dt, nd, ps, 1.0), *hd = NULL;
+    for (int i = 0; i < nd; i++) ps[i] = shape[dperm[i]] + (i == 0 ? 2 : 0);
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), dt, nd, ps, &hd));
+    memset(lm_tensor_data(hd), 0x5A, (size_t)lm_tensor_numel(hd) * lm_dtype_size(dt));
+    lm_tensor *ds = ct_upload(hs), *dd = ct_upload(hd);
+    /* views: slice the padding off, then permute back to `shape` order */
+    lm_tensor_view sv = *lm_tensor_as_view(hs), dv = *lm_tensor_as_view(hd), t;
+    int64_t sst[LM_MAX_DIMS], dst_[LM_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        sst[sperm[i]] = sv.stride[i];
+        dst_[dperm[i]] = dv.stride[i];
+    }
+    LT_CHECK_OK(lm_tensor_view_init(&t, sv.data, dt, sv.device, nd, shape, sst));
+    sv = t;
+    LT_CHECK_OK(lm_tensor_view_init(&t, dv.data, dt, dv.device, nd, shape, dst_));
+    dv = t;
+    lm_tensor_view gs = ct_mirror(hs, &sv, ds), gd = ct_mirror(hd, &dv, dd);
+    LT_CHECK_OK(lm_tensor_view_copy(NULL, &dv, &sv));
+    LT_CHECK_OK(lm_tensor_view_copy(g_ctx, &gd, &gs));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    size_t nb = (size_t)lm_tensor_numel(hd) * lm_dtype_size(dt);
+    unsigned char *back = malloc(nb);
+    LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(dd), nb));
+    LT_CHECK_MSG(memcmp(back, lm_tensor_data(hd), nb) == 0, "%s %d-d strided device copy differs from the host copy",
+                 lm_dtype_name(dt), nd);
+    LT_CHECK_STATUS(lm_tensor_view_copy(NULL, &gd, &gs), LM_UNSUPPORTED);
+    free(back);
+    lm_tensor_destroy(hs);
+    lm_tensor_destroy(hd);
+    lm_tensor_destroy(ds);
+    lm_tensor_destroy(dd);
+}
+
+static void test_strided_device_copies(void) {
+    lt_rng r = lt_rng_seed(41);
+    static const lm_dtype dts[] = {LM_F32, LM_BF16, LM_I64, LM_U8};
+    int64_t s2[2] = {37, 53}, s4[4] = {3, 17, 5, 12};
+    int id2[2] = {0, 1}, tr2[2] = {1, 0}, id4[4] = {0, 1, 2, 3}, p4[4] = {0, 2, 1, 3}, q4[4] = {3, 1, 0, 2};
+    for (int k = 0; k < 4; k++) {
+        check_strided_copy(&r, dts[k], 2, s2, tr2, id2); /* transpose into a padded row-major */
+        check_strided_copy(&r, dts[k], 2, s2, id2, tr2);
+        check_strided_copy(&r, dts[k], 4, s4, p4, id4); /* [B, T, H, D] <-> [B, H, T, D] */
+        check_strided_copy(&r, dts[k], 4, s4, q4, p4);
+    }
+    /* contiguous() of a transposed device view */
+    int64_t shape[2] = {64, 48};
+    lm_tensor *h = lt_random_tensor(&r, LM_F32, 2, shape, 1.0), *d = ct_upload(h), *c = NULL, *hc = NULL;
+    lm_tensor *dt_ = NULL, *ht = NULL;
+    lm_tensor_view tv;
+    LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(d), 0, 1, &tv));
+    LT_CHECK_OK(lm_tensor_from_view(d, &tv, &dt_));
+    LT_CHECK_OK(lm_tensor_contiguous(g_ctx, dt_, &c));
+    LT_CHECK(lm_tensor_view_is_contiguous(lm_tensor_as_view(c)) && lm_tensor_dim(c, 0) == 48);
+    LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(h), 0, 1, &tv));
+    LT_CHECK_OK(lm_tensor_from_view(h, &tv, &ht));
+    LT_CHECK_OK(lm_tensor_contiguous(NULL, ht, &hc));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    float *back = malloc(64 * 48 * sizeof *back);
+    LT_CHECK_OK(lm_tensor_view_read(g_ctx, lm_tensor_as_view(c), back));
+    LT_CHECK(memcmp(back, lm_tensor_data(hc), 64 * 48 * sizeof *back) == 0);
+    free(back);
+    lm_tensor_destroy(h), lm_tensor_destroy(d), lm_tensor_destroy(c), lm_tensor_destroy(hc);
+    lm_tensor_destroy(dt_), lm_tensor_destroy(ht);
+}
+
 int main(void) {
     g_ctx = ct_start();
+    LT_RUN(test_strided_device_copies);
     LT_RUN(test_allocator_reuses_blocks);
     LT_RUN(test_staged_copies_round_trip);
     LT_RUN(test_events_time_and_order);

@@ -1,7 +1,8 @@
 /* tools/loom/cmd_train.c — `loom train`: trains or fine-tunes a model on token shards
  * (from `loom data prepare`) with AdamW, writing Hugging Face checkpoints.
  *
- * Output: a live progress line on stderr (step, loss, learning rate, tokens/s, ETA;
+ * Output: a live progress line on stderr (step, loss, learning rate, tokens/s, MFU on
+ * CUDA, ETA;
  * redrawn in place on a terminal, one line per ~5% otherwise), a JSON line per step
  * and per validation in OUT/log.jsonl (appended to when resuming), checkpoints in
  * OUT/checkpoint-NNNNNN every --save-every steps and the last one in OUT/final. Each
@@ -21,8 +22,9 @@
 
 
 typedef struct train_args {
-    const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device;
-    int batch, grad_accum, threads;
+    const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype;
+    int batch, grad_accum, threads, no_shuffle;
+    float peak_tflops;
     int steps, seq, warmup, val_every, val_batches, save_every;
     float lr, min_lr, clip, weight_decay, beta1, beta2;
     uint64_t seed;
@@ -38,6 +40,7 @@ typedef struct session {
     FILE *log;
     double t0;
     int64_t first_step; /* steps already done when this process started */
+    double flops_per_token; /* training FLOPs per token (MFU), 0 on the CPU */
 } session;
 
 static const char *k_synopsis = "(--model DIR | --config FILE) --data TRAIN.bin --out DIR [options]";
@@ -45,7 +48,7 @@ static const char *k_synopsis = "(--model DIR | --config FILE) --data TRAIN.bin 
 static int parse(int argc, char **argv, train_args *a) {
     *a = (train_args){.schedule = "cosine", .device = "cpu", .batch = 8, .grad_accum = 1, .steps = 100, .seq = 256,
                       .warmup = 10, .val_batches = 4, .lr = 3e-4f, .min_lr = -1, .clip = 1.0f, .weight_decay = 0.1f,
-                      .beta1 = 0.9f, .beta2 = 0.95f, .seed = 1};
+                      .beta1 = 0.9f, .beta2 = 0.95f, .seed = 1, .peak_tflops = 989.4f};
     const cli_opt opts[] = {
         {"model", CLI_STRING, &a->model, "DIR: Hugging Face model to fine-tune"},
         {"config", CLI_STRING, &a->config, "FILE: config.json of a model to train from scratch (seeded init)"},
@@ -71,6 +74,11 @@ static int parse(int argc, char **argv, train_args *a) {
         {"save-every", CLI_INT, &a->save_every, "N: checkpoint every N steps (default: only at the end)"},
         {"tokenizer", CLI_STRING, &a->tokenizer, "FILE: tokenizer.json copied into checkpoints"},
         {"device", CLI_STRING, &a->device, "cpu|cuda[:N]: where to train (default cpu)"},
+        {"dtype", CLI_STRING, &a->dtype, "f32|bf16: compute dtype (default bf16 on CUDA, f32 on the CPU); master "
+                                         "weights, gradients and optimizer state stay f32"},
+        {"no-shuffle", CLI_FLAG, &a->no_shuffle, "serve the training windows in file order"},
+        {"peak-tflops", CLI_FLOAT, &a->peak_tflops, "X: the GPU's peak dense bf16 TFLOP/s for MFU (default 989.4, "
+                                                    "H100/H200 SXM)"},
         {"threads", CLI_INT, &a->threads, "N: CPU threads (default: all)"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
@@ -109,10 +117,18 @@ static int open_all(session *s) {
     else if (a->model) st = lm_train_model_load(a->model, dev, &s->model);
     else st = lm_train_model_init(a->config, a->seed, dev, &s->model);
     if (st != LM_OK) return fail("cannot set up the model", st);
+    const char *dtype = a->dtype ? a->dtype : dev.type == LM_DEVICE_CUDA ? "bf16" : "f32";
+    if (strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
+        fprintf(stderr, "loom train: --dtype must be f32 or bf16, not '%s'\n", dtype);
+        return 2;
+    }
+    st = lm_train_model_set_compute_dtype(s->model, dtype[0] == 'b' ? LM_BF16 : LM_F32);
+    if (st != LM_OK) return fail("bad --dtype", st);
+    if (dev.type == LM_DEVICE_CUDA) s->flops_per_token = lm_train_model_flops_per_token(s->model, a->seq);
     char buf[8192];
     const char *paths[64];
     int n = split_paths(a->data, buf, sizeof buf, paths);
-    if ((st = lm_data_loader_create(n, paths, a->seq, a->seed, 1, &s->data)) != LM_OK) return fail("cannot open --data", st);
+    if ((st = lm_data_loader_create(n, paths, a->seq, a->seed, !a->no_shuffle, &s->data)) != LM_OK) return fail("cannot open --data", st);
     if (a->val_data && (st = lm_data_loader_create(1, &a->val_data, a->seq, 0, 0, &s->val)) != LM_OK)
         return fail("cannot open --val-data", st);
     lm_train_options_default(&s->o);
@@ -150,9 +166,12 @@ static void progress(const session *s, const lm_train_step_info *in, double tok_
     int64_t every = s->a.steps / 20 > 0 ? s->a.steps / 20 : 1;
     if (!tty && !last && in->step % every != 0) return;
     double eta = tok_s > 0 ? (double)(s->a.steps - in->step) * (double)in->tokens / tok_s : 0;
-    fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  ETA %dm%02ds%s", tty ? "\r" : "",
-            (long long)in->step, s->a.steps, in->loss, in->lr, in->grad_norm, tok_s, (int)(eta / 60), (int)fmod(eta, 60),
-            tty && !last ? "   " : "\n");
+    char mfu[32] = "";
+    if (s->flops_per_token > 0 && s->a.peak_tflops > 0)
+        snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100.0 * tok_s * s->flops_per_token / (s->a.peak_tflops * 1e12));
+    fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s%s  ETA %dm%02ds%s", tty ? "\r" : "",
+            (long long)in->step, s->a.steps, in->loss, in->lr, in->grad_norm, tok_s, mfu, (int)(eta / 60),
+            (int)fmod(eta, 60), tty && !last ? "   " : "\n");
     fflush(stderr);
 }
 
@@ -178,6 +197,7 @@ static int save(session *s, const char *name) {
 static int loop(session *s) {
     double tokens = 0;
     s->t0 = cli_now();
+    double t_prev = s->t0;
     for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
         lm_train_step_info in;
         lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
@@ -186,10 +206,14 @@ static int loop(session *s) {
             fprintf(stderr, "\nloom train: the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
             return 1;
         }
+        double now = cli_now(), step_s = now - t_prev;
+        t_prev = now;
         tokens += (double)in.tokens;
-        double elapsed = cli_now() - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
-        fprintf(s->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f}\n",
-                (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s);
+        double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
+        fprintf(s->log,
+                "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
+                "\"step_s\":%.6f}\n",
+                (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s, step_s);
         fflush(s->log);
         progress(s, &in, tok_s, step == s->a.steps);
         if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
@@ -198,6 +222,13 @@ static int loop(session *s) {
         if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
     }
     if (s->val && validate(s, s->a.steps)) return 1;
+    lm_device_memory_stats ms;
+    if (lm_ctx_device(s->ctx).type == LM_DEVICE_CUDA && lm_device_memory_stats_get(lm_ctx_device(s->ctx), &ms) == LM_OK) {
+        fprintf(s->log, "{\"peak_bytes\":%lld,\"peak_reserved_bytes\":%lld}\n", (long long)ms.peak_bytes,
+                (long long)ms.peak_reserved_bytes);
+        fprintf(stderr, "device memory: peak %.2f GiB in use, %.2f GiB reserved by the caching allocator\n",
+                (double)ms.peak_bytes / (1 << 30), (double)ms.peak_reserved_bytes / (1 << 30));
+    }
     return save(s, "final");
 }
 
@@ -210,8 +241,10 @@ int cmd_train(int argc, char **argv) {
     rc = open_all(&s);
     if (!rc) {
         const lm_model_config *c = lm_train_model_config(s.model);
-        fprintf(stderr, "loom train: %s, %lld parameters, %d steps of %d x %d x %d tokens, starting at step %lld\n",
-                lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model), s.a.steps, s.a.grad_accum, s.a.batch,
+        fprintf(stderr, "loom train: %s, %lld parameters, %s compute on %s, %d steps of %d x %d x %d tokens, starting at "
+                        "step %lld\n",
+                lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model),
+                lm_dtype_name(lm_train_model_compute_dtype(s.model)), s.a.device, s.a.steps, s.a.grad_accum, s.a.batch,
                 s.a.seq, (long long)s.first_step);
         rc = loop(&s);
     }

@@ -7,6 +7,8 @@
  * head h / (Hq / Hkv); K and V are indexed in place through their strides. Causal rows
  * see keys j <= i + (Tk - Tq); a row with no key is 0, as in the reference.
  * O(B * Hq * Tq * Tk * (D + Dv)) work, (CHUNK + Dv) floats of shared memory.
+ * bf16 views with head dim 64 or 128 take the tensor-core flash kernel instead
+ * (attention_train.cu).
  */
 #include "ops/cuda/common.cuh"
 
@@ -63,6 +65,8 @@ __global__ void attention_kernel(const T *q, lm_cuda_nd nq, const T *k, lm_cuda_
 lm_status lm_cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
                             int causal, const lm_tensor_view *out, cudaStream_t s) {
     if (lm_tensor_view_numel(out) == 0) return LM_OK;
+    if (lm_cuda_flash_attention_supports(q, k, v, causal, out))
+        return lm_cuda_flash_attention(q, k, v, scale, causal, out, s);
     int64_t Dv = v->shape[3], rows = q->shape[0] * q->shape[1] * q->shape[2];
     if (Dv > MAX_DV)
         return lm__error(LM_UNSUPPORTED, "attention (cuda): value head dim %lld exceeds %d", (long long)Dv, MAX_DV);

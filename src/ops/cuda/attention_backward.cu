@@ -11,6 +11,8 @@
  * blockDim, their p and ds recomputed from the stored row statistics and staged,
  * then each thread adds them into its own columns of dk and dv in a fixed order.
  * O(B Hq Tq Tk (D + Dv)) per kernel; shared memory (D + Dv + 2 blockDim) floats.
+ * bf16 views with head dim 64 or 128 take the tensor-core flash kernels instead
+ * (attention_train.cu).
  */
 #include "ops/cuda/backward.cuh"
 
@@ -135,6 +137,10 @@ __global__ void dkv_kernel(const T *q, const T *k, const T *v, const T *dout, at
 lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
                                      const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s) {
+    if (lm_cuda_flash_attention_supports(q, k, v, causal, dout) && lm_cuda_flash_attention_supports(q, k, v, causal, dq) &&
+        lm_cuda_flash_attention_supports(q, k, v, causal, dk) && lm_cuda_flash_attention_supports(q, k, v, causal, dv) &&
+        (!dout || dout->dtype == LM_BF16))
+        return lm_cuda_flash_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, s);
     att_bw_args a;
     memset(&a, 0, sizeof a);
     a.q = lm_cuda_nd_of(q), a.k = lm_cuda_nd_of(k), a.v = lm_cuda_nd_of(v), a.o = lm_cuda_nd_of(dout);

@@ -36,10 +36,17 @@ lm_status lm_cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_vie
                                   cudaStream_t s);
 
 /* attention_backward.cu: shapes as lm_attention_backward_out; readable kernels (no
- * atomics, nothing Tq x Tk), head dims D, Dv <= 1024. */
+ * atomics, nothing Tq x Tk), head dims D, Dv <= 1024. Views the flash kernels take
+ * (lm_cuda_flash_attention_supports for q, k, v, dout and each gradient) go to
+ * lm_cuda_flash_attention_backward (attention_train.cu). */
 lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
                                      const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s);
+
+lm_status lm_cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                           const lm_tensor_view *dout, float scale, int causal,
+                                           const lm_tensor_view *dq, const lm_tensor_view *dk,
+                                           const lm_tensor_view *dv, cudaStream_t s);
 
 /* norm_backward.cu: x [..., D] (the forward's input, or its sum for the fused add),
  * dsum NULL for plain RMSNorm. */
@@ -65,6 +72,21 @@ lm_status lm_cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_
 lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,
                                          int64_t ignore_index, const lm_tensor_view *dloss,
                                          const lm_tensor_view *dlogits, cudaStream_t s);
+
+/* linear_ce.cu: the fused output projection + cross-entropy in row chunks (no [N, V]
+ * logits). x [N, H], w [V, H] contiguous, one float dtype; dx, dw contiguous in x's
+ * dtype or f32 (dw may also be strided), either may be NULL; loss and dloss are f32
+ * scalars on the device. Targets are checked and counted first (synchronizes). */
+lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                                       const lm_tensor_view *targets, int64_t ignore_index,
+                                       const lm_tensor_view *loss, cudaStream_t s);
+lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
+                                                const lm_tensor_view *w, const lm_tensor_view *targets,
+                                                int64_t ignore_index, const lm_tensor_view *dloss,
+                                                const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s);
+/* Test hook: logits elements per chunk (default 2^27; <= 0 restores it), so tests
+ * cover many chunks with small shapes. Not thread-safe. */
+void lm_cuda_linear_ce_set_chunk_elems(int64_t elems);
 
 #ifdef __cplusplus
 }

@@ -55,9 +55,18 @@ lm_status lm_cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *i
 /* softmax.cu, attention.cu */
 lm_status lm_cuda_softmax(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out,
                           cudaStream_t s);
-/* Any Tk (keys are taken in chunks with an online softmax); Dv <= 1024. */
+/* Any Tk (keys are taken in chunks with an online softmax); Dv <= 1024. Views that
+ * lm_cuda_flash_attention_supports accepts go to the tensor-core flash kernel. */
 lm_status lm_cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
                             int causal, const lm_tensor_view *out, cudaStream_t s);
+
+/* attention_train.cu: flash attention on tensor cores for bf16 q, k, v with D = Dv
+ * in {64, 128}, unit last stride, 16-byte aligned rows (other strides multiples of 8),
+ * Tk >= Tq when causal; out (or a gradient) bf16 or f32. */
+int lm_cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                     int causal, const lm_tensor_view *out);
+lm_status lm_cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                  float scale, int causal, const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul.cu: a, b expanded to out's batch dims; b may be bf16/f16 with a f32 */
 lm_status lm_cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
@@ -67,6 +76,11 @@ lm_status lm_cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const
  * there is at most one batch dim, and pointers/leading dims are element-aligned. */
 lm_status lm_cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                             const lm_tensor_view *out, cudaStream_t s);
+/* As lm_cuda_matmul_lt, and also: out may be f32 under bf16/f16 a and b (f32
+ * accumulation, one rounding less), and accumulate != 0 adds the product into out
+ * (beta = 1; such calls skip the one-time algorithm timing, which would overwrite out). */
+lm_status lm_cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+                               const lm_tensor_view *out, int accumulate, cudaStream_t s);
 
 /* loss.cu: targets are checked first (synchronizes), as in the reference */
 lm_status lm_cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,

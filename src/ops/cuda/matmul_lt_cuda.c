@@ -21,7 +21,7 @@
 #include <string.h>
 
 typedef struct lt_problem {
-    int device, tab, tc, opa, opb, bias;
+    int device, tab, tc, opa, opb, bias, accumulate;
     int64_t m, n, k, lda, ldb, ldc, batch, sa, sb, sc;
     int align_a, align_b, align_c;
 } lt_problem;
@@ -120,7 +120,8 @@ static void plan_destroy(lt_plan *pl) {
 
 /* Index of the fastest of n candidate algorithms for this problem, timed on stream s
  * with the call's own operands (two runs each, the second timed). 0 when the stream
- * is being captured into a graph (nothing may run then) or timing fails. */
+ * is being captured into a graph (nothing may run then), when the call accumulates
+ * into C (timing runs would overwrite it), or when timing fails. */
 static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulHeuristicResult_t *res, int n,
                    const void *A, const void *B, void *C, cudaStream_t s) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -180,7 +181,7 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
         descs_destroy(&d);
         return st;
     }
-    int best = fastest(blas, &d, res, n, A, B, C, s);
+    int best = p->accumulate ? 0 : fastest(blas, &d, res, n, A, B, C, s);
     lt_plan *pl;
     if (g_nplans < LT_CACHE) {
         pl = &g_plans[g_nplans++];
@@ -200,7 +201,7 @@ static lm_status lt_run(const lm__cuda_blas *blas, lt_problem *p, const void *A,
     p->align_a = alignment(A), p->align_b = alignment(B), p->align_c = alignment(C);
     p->bias = bias != NULL;
     cudaGetDevice(&p->device);
-    const float alpha = 1.f, beta = 0.f;
+    const float alpha = 1.f, beta = p->accumulate ? 1.f : 0.f;
     pthread_mutex_lock(&g_mu);
     lt_plan *pl = NULL;
     lm_status st = plan_get(blas, p, bias, A, B, C, s, &pl);
@@ -236,14 +237,19 @@ static int as_operand(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *o
 
 lm_status lm_cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                             const lm_tensor_view *out, cudaStream_t s) {
+    return lm_cuda_matmul_lt_ex(blas, a, b, out, 0, s);
+}
+
+lm_status lm_cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+                               const lm_tensor_view *out, int accumulate, cudaStream_t s) {
     int nd = out->ndim;
-    if (a->dtype != b->dtype || a->dtype != out->dtype || nd > 3)
+    if (a->dtype != b->dtype || (a->dtype != out->dtype && out->dtype != LM_F32) || nd > 3)
         return lm__error(LM_UNSUPPORTED, "matmul (cuBLASLt): mixed dtypes or more than one batch dim");
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
     if (lm_tensor_view_numel(out) == 0) return LM_OK;
     lt_problem p;
     memset(&p, 0, sizeof p);
-    p.tab = p.tc = cuda_type(a->dtype);
+    p.tab = cuda_type(a->dtype), p.tc = cuda_type(out->dtype), p.accumulate = accumulate != 0;
     p.m = N, p.n = M, p.k = K, p.batch = nd == 3 ? out->shape[0] : 1;
     int ok = K > 0 && out->stride[nd - 1] == 1 && out->stride[nd - 2] >= N;
     ok = ok && as_operand(K, N, b->stride[nd - 2], b->stride[nd - 1], &p.opa, &p.lda); /* b -> A */

@@ -1,0 +1,479 @@
+/* ops/cuda/attention_train.cu — flash attention forward and backward on tensor cores
+ * for bf16 views [B, H, T, D] with any batch/head/token strides (the transposed views
+ * training takes of [B, T, H, D] activations), grouped kv heads read in place,
+ * causal (bottom-right aligned: query i sees keys j <= i + Tk - Tq) or not.
+ *
+ * All products are mma.sync m16n8k16 (bf16 in, f32 accumulate); tiles of 64 rows per
+ * block, 16 per warp, 4 warps. Fragment layouts (PTX ISA; g = lane / 4, c = lane % 4):
+ * A {(g, 2c), (g+8, 2c), (g, 2c+8), (g+8, 2c+8)} pairs, B {(k 2c, n g), (k 2c+8, n g)}
+ * pairs read from shared memory laid out [n][k], C {(g, 2c), (g, 2c+1), (g+8, 2c),
+ * (g+8, 2c+1)}. The C layout of two adjacent n-tiles is the A layout of one k-chunk,
+ * so probabilities computed in registers feed the next product directly.
+ *
+ * forward   grid (query tiles, Hq, B): per key tile S = Q K^T, online softmax in the
+ *           exp2 domain (scale * log2 e folded in), O += P V; writes O and, when asked,
+ *           the row's log2-domain logsumexp L = m + log2(l).
+ * backward  (as FlashAttention-2, without atomics): the forward is recomputed for O and
+ *           L; D_i = dO_i . O_i; then
+ *           dK/dV kernel, grid (key tiles, Hkv, B): each warp keeps 16 keys' K and V
+ *             fragments and dK, dV accumulators in registers and walks every query head
+ *             of the group and every query tile that sees its keys: S^T = K Q^T,
+ *             P^T = exp2(S^T - L), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
+ *             dK += dS^T Q; finally dK *= scale;
+ *           dQ kernel, grid (query tiles, Hq, B): S = Q K^T, P, dP = dO V^T,
+ *             dS = P (dP - D), dQ += dS K over the visible key tiles; dQ *= scale.
+ *           Every gradient element is written once by one thread: run-independent.
+ * Requirements (lm_cuda_flash_attention_supports): bf16 q, k, v, dout; D = Dv in {64,
+ * 128}; unit stride in the last dim and 16-byte aligned rows; Tk >= Tq when causal.
+ * Gradients and the output may be bf16 or f32 (unit last stride).
+ * Work O(B Hq Tq Tk D) on tensor cores; nothing of size Tq x Tk exists.
+ */
+#include "ops/cuda/cuda_backward.h"
+#include "ops/cuda/common.cuh"
+
+#define TILE 64
+#define NWARP 4
+#define PADE 8 /* bf16 of padding per shared row: fragment loads hit 32 distinct banks */
+#define LOG2E 1.4426950408889634f
+
+struct fa_view { /* a [B, H, T, D] view: element strides of b, h, t (d is unit) */
+    void *p;
+    int64_t sb, sh, st;
+};
+
+struct fa_args {
+    fa_view q, k, v, o, dout, dq, dk, dv;
+    int o_f32, dq_f32, dk_f32, dv_f32;
+    int64_t Hq, Hkv, Tq, Tk;
+    float scale_log2, scale;
+    int causal;
+    float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
+    float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
+};
+
+static fa_view fa_of(const lm_tensor_view *v) {
+    fa_view f = {v ? v->data : NULL, 0, 0, 0};
+    if (v) f.sb = v->stride[0], f.sh = v->stride[1], f.st = v->stride[2];
+    return f;
+}
+
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pk(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+__device__ __forceinline__ const bf16 *row_ptr(const fa_view &v, int64_t b, int64_t h, int64_t t) {
+    return (const bf16 *)v.p + b * v.sb + h * v.sh + t * v.st;
+}
+
+/* A fragments of 16 rows [r0, r0 + 16) x HD of a view (rows past n read as 0). */
+template <int HD>
+__device__ __forceinline__ void load_a(uint32_t (*a)[4], const fa_view &v, int64_t b, int64_t h, int64_t r0,
+                                       int64_t n, int g, int c) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int64_t t = r0 + g + (r & 1) * 8;
+            int col = kk * 16 + 2 * c + (r >> 1) * 8;
+            a[kk][r] = t < n ? *(const uint32_t *)(row_ptr(v, b, h, t) + col) : 0u;
+        }
+}
+
+/* Stages TILE rows [t0, t0 + TILE) of a view into shared memory: row-major rm[row][d]
+ * and/or transposed tr[d][row] (either may be NULL); rows past n are zeros. */
+template <int HD>
+__device__ __forceinline__ void stage(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n, bf16 *rm,
+                                      bf16 *tr) {
+    constexpr int CH = TILE * HD / 8; /* 16-byte chunks */
+    for (int i = threadIdx.x; i < CH; i += NWARP * 32) {
+        int row = i / (HD / 8), ch = i % (HD / 8);
+        int64_t t = t0 + row;
+        uint4 x = t < n ? *(const uint4 *)(row_ptr(v, b, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
+        if (rm) *(uint4 *)(rm + row * (HD + PADE) + ch * 8) = x;
+        if (tr) {
+            const bf16 *e = (const bf16 *)&x;
+#pragma unroll
+            for (int j = 0; j < 8; j++) tr[(ch * 8 + j) * (TILE + PADE) + row] = e[j];
+        }
+    }
+}
+
+/* B fragment pair at n-row nrow, k offset k0 of a shared [n][k] array with row pitch ld. */
+__device__ __forceinline__ void frag_b(const bf16 *sm, int ld, int nrow, int k0, int c, uint32_t *b0, uint32_t *b1) {
+    *b0 = *(const uint32_t *)(sm + nrow * ld + k0 + 2 * c);
+    *b1 = *(const uint32_t *)(sm + nrow * ld + k0 + 8 + 2 * c);
+}
+
+__device__ __forceinline__ void store_pair(void *base, int f32, int64_t off, float a, float b) {
+    if (f32) *(float2 *)((float *)base + off) = make_float2(a, b);
+    else *(__nv_bfloat162 *)((bf16 *)base + off) = __floats2bfloat162_rn(a, b);
+}
+
+/* 16 x HD accumulator rows (r0 + g, r0 + g + 8) scaled by mul into a view. */
+template <int HD>
+__device__ __forceinline__ void store_rows(const fa_view &v, int f32, int64_t b, int64_t h, int64_t r0, int64_t n,
+                                           float (*acc)[4], const float *mul, int g, int c) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t t = r0 + g + i * 8;
+        if (t >= n) continue;
+        int64_t off = b * v.sb + h * v.sh + t * v.st;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            store_pair(v.p, f32, off + dt * 8 + 2 * c, acc[dt][2 * i] * mul[i], acc[dt][2 * i + 1] * mul[i]);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
+    __shared__ __align__(16) bf16 ks[TILE * (HD + PADE)];
+    __shared__ __align__(16) bf16 vt[HD * (TILE + PADE)];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    uint32_t qa[HD / 16][4];
+    load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    int64_t last_q = LM_MIN(a.Tq, (int64_t)(blockIdx.x + 1) * TILE) - 1;
+    int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
+    for (int64_t k0 = 0; k0 < kend; k0 += TILE) {
+        __syncthreads();
+        stage<HD>(a.k, b, kvh, k0, a.Tk, ks, NULL);
+        stage<HD>(a.v, b, kvh, k0, a.Tk, NULL, vt);
+        __syncthreads();
+        float s[TILE / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t b0, b1;
+                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(s[nt], qa[kk], b0, b1);
+            }
+        }
+        float mloc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                int masked = kj >= a.Tk || (a.causal && kj > qi + off);
+                s[nt][r] = masked ? -INFINITY : s[nt][r] * a.scale_log2;
+                mloc[r >> 1] = fmaxf(mloc[r >> 1], s[nt][r]);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+            float m_new = fmaxf(m_run[i], mloc[i]);
+            alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
+            m_run[i] = m_new;
+            l_run[i] *= alpha[i];
+        }
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float e = m_run[r >> 1] == -INFINITY ? 0.f : exp2f(s[nt][r] - m_run[r >> 1]);
+                s[nt][r] = e;
+                l_run[r >> 1] += e;
+            }
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
+            o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t pa[4] = {pk(s[2 * kk][0], s[2 * kk][1]), pk(s[2 * kk][2], s[2 * kk][3]),
+                              pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++) {
+                uint32_t b0, b1;
+                frag_b(vt, TILE + PADE, dt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(o[dt], pa, b0, b1);
+            }
+        }
+    }
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
+        int64_t t = q0 + g + i * 8;
+        if (a.lse && c == 0 && t < a.Tq)
+            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? m_run[i] + log2f(l_run[i]) : INFINITY;
+    }
+    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+}
+
+/* ---- backward: D = rowsum(dO * O), O f32 [B, Hq, Tq, HD] contiguous ------------------------ */
+template <int HD>
+__global__ void fa_dot(fa_args a, int64_t rows) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int64_t t = row % a.Tq, h = (row / a.Tq) % a.Hq, b = row / (a.Tq * a.Hq);
+    const bf16 *d = row_ptr(a.dout, b, h, t);
+    const float *o = (const float *)a.o.p + row * HD;
+    float acc = 0.f;
+    for (int e = lane; e < HD; e += 32) acc += __bfloat162float(d[e]) * o[e];
+    acc = warp_sum(acc);
+    if (lane == 0) a.dd[row] = acc;
+}
+
+/* ---- backward: dK, dV ----------------------------------------------------------------------- */
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16 *qs = (bf16 *)fa_smem;               /* [TILE][HD + PADE] Q row-major */
+    bf16 *qt = qs + TILE * (HD + PADE);       /* [HD][TILE + PADE] Q transposed */
+    bf16 *ds = qt + HD * (TILE + PADE);       /* [TILE][HD + PADE] dO row-major */
+    bf16 *dt_ = ds + TILE * (HD + PADE);      /* [HD][TILE + PADE] dO transposed */
+    float *lq = (float *)(dt_ + HD * (TILE + PADE)); /* [TILE] L of the tile's queries */
+    float *dq = lq + TILE;                    /* [TILE] D of the tile's queries */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t kvh = blockIdx.y, b = blockIdx.z, group = a.Hq / a.Hkv, off = a.Tk - a.Tq;
+    const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16; /* block's and warp's first key */
+    uint32_t ka[HD / 16][4], va[HD / 16][4];
+    load_a<HD>(ka, a.k, b, kvh, kw, a.Tk, g, c);
+    load_a<HD>(va, a.v, b, kvh, kw, a.Tk, g, c);
+    float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
+    /* causal: query i sees key j when i >= j - off; the block's first key is k0 */
+    int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
+    for (int64_t hh = 0; hh < group; hh++) {
+        int64_t h = kvh * group + hh;
+        for (int64_t q0 = qstart; q0 < a.Tq; q0 += TILE) {
+            __syncthreads();
+            stage<HD>(a.q, b, h, q0, a.Tq, qs, qt);
+            stage<HD>(a.dout, b, h, q0, a.Tq, ds, dt_);
+            for (int i = threadIdx.x; i < TILE; i += NWARP * 32) {
+                int64_t t = q0 + i;
+                lq[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
+                dq[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+            }
+            __syncthreads();
+            float p[TILE / 8][4], dp[TILE / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < TILE / 8; nt++) {
+                p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
+                dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t b0, b1;
+                    frag_b(qs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(p[nt], ka[kk], b0, b1); /* S^T = K Q^T */
+                    frag_b(ds, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(dp[nt], va[kk], b0, b1); /* dP^T = V dO^T */
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int col = nt * 8 + 2 * c + (r & 1);
+                    int64_t kj = kw + g + (r >> 1) * 8, qi = q0 + col;
+                    int masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                    float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - lq[col]);
+                    p[nt][r] = pv;
+                    dp[nt][r] = pv * (dp[nt][r] - dq[col]); /* dS^T */
+                }
+#pragma unroll
+            for (int kk = 0; kk < TILE / 16; kk++) {
+                uint32_t pa[4] = {pk(p[2 * kk][0], p[2 * kk][1]), pk(p[2 * kk][2], p[2 * kk][3]),
+                                  pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pk(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+                uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
+                                  pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+                for (int d8 = 0; d8 < HD / 8; d8++) {
+                    uint32_t b0, b1;
+                    frag_b(dt_, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(dv[d8], pa, b0, b1); /* dV += P^T dO */
+                    frag_b(qt, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(dk[d8], sa, b0, b1); /* dK += dS^T Q */
+                }
+            }
+        }
+    }
+    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
+    store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
+    store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+}
+
+/* ---- backward: dQ --------------------------------------------------------------------------- */
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16 *ks = (bf16 *)fa_smem;         /* [TILE][HD + PADE] K row-major */
+    bf16 *vs = ks + TILE * (HD + PADE); /* [TILE][HD + PADE] V row-major */
+    bf16 *kt = vs + TILE * (HD + PADE); /* [HD][TILE + PADE] K transposed */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    uint32_t qa[HD / 16][4], oa[HD / 16][4];
+    load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
+    load_a<HD>(oa, a.dout, b, h, q0, a.Tq, g, c);
+    float L[2], Dr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t t = q0 + g + i * 8;
+        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
+        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+    }
+    float dq[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    int64_t last_q = LM_MIN(a.Tq, (int64_t)(blockIdx.x + 1) * TILE) - 1;
+    int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
+    for (int64_t k0 = 0; k0 < kend; k0 += TILE) {
+        __syncthreads();
+        stage<HD>(a.k, b, kvh, k0, a.Tk, ks, kt);
+        stage<HD>(a.v, b, kvh, k0, a.Tk, vs, NULL);
+        __syncthreads();
+        float p[TILE / 8][4], dp[TILE / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++) {
+            p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
+            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t b0, b1;
+                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(p[nt], qa[kk], b0, b1); /* S = Q K^T */
+                frag_b(vs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(dp[nt], oa[kk], b0, b1); /* dP = dO V^T */
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                int masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - L[r >> 1]);
+                dp[nt][r] = pv * (dp[nt][r] - Dr[r >> 1]); /* dS */
+            }
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
+                              pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int d8 = 0; d8 < HD / 8; d8++) {
+                uint32_t b0, b1;
+                frag_b(kt, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(dq[d8], sa, b0, b1); /* dQ += dS K */
+            }
+        }
+    }
+    const float sc[2] = {a.scale, a.scale};
+    store_rows<HD>(a.dq, a.dq_f32, b, h, q0, a.Tq, dq, sc, g, c);
+}
+
+/* ---- host side -------------------------------------------------------------------------------- */
+static int view_ok(const lm_tensor_view *v, int64_t D, int bf16_only) {
+    if (!v) return 1;
+    if (v->ndim != 4 || v->shape[3] != D || v->stride[3] != 1) return 0;
+    if (bf16_only ? v->dtype != LM_BF16 : (v->dtype != LM_BF16 && v->dtype != LM_F32)) return 0;
+    if (((uintptr_t)v->data % 16) != 0) return 0;
+    for (int i = 0; i < 3; i++)
+        if (v->shape[i] > 1 && v->stride[i] % 8 != 0) return 0;
+    return 1;
+}
+
+int lm_cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                     int causal, const lm_tensor_view *out) {
+    int64_t D = q->shape[3];
+    if ((D != 64 && D != 128) || v->shape[3] != D || (causal && k->shape[2] < q->shape[2])) return 0;
+    return view_ok(q, D, 1) && view_ok(k, D, 1) && view_ok(v, D, 1) && view_ok(out, D, 0);
+}
+
+static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+                       int causal) {
+    fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_of(q), a.k = fa_of(k), a.v = fa_of(v);
+    a.Hq = q->shape[1], a.Hkv = k->shape[1], a.Tq = q->shape[2], a.Tk = k->shape[2];
+    a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = causal;
+    return a;
+}
+
+template <int HD>
+static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
+    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+    fa_fwd<HD><<<grid, NWARP * 32, 0, s>>>(a);
+    return lm_cuda_launched("flash attention forward");
+}
+
+lm_status lm_cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                  float scale, int causal, const lm_tensor_view *out, cudaStream_t s) {
+    fa_args a = args_of(q, k, v, scale, causal);
+    a.o = fa_of(out), a.o_f32 = out->dtype == LM_F32;
+    if (lm_tensor_view_numel(out) == 0) return LM_OK;
+    return q->shape[3] == 64 ? forward<64>(a, q->shape[0], s) : forward<128>(a, q->shape[0], s);
+}
+
+template <int HD>
+static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
+    LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
+    int64_t rows = B * a.Hq * a.Tq;
+    fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
+    LM_TRY(lm_cuda_launched("flash attention rowsum(dO * O)"));
+    if (a.dk.p || a.dv.p) {
+        size_t smem = sizeof(bf16) * 2 * (TILE * (HD + PADE) + HD * (TILE + PADE)) + sizeof(float) * 2 * TILE;
+        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                              "cudaFuncSetAttribute (flash dK/dV)"));
+        dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hkv, (unsigned)B);
+        fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        LM_TRY(lm_cuda_launched("flash attention dK/dV"));
+    }
+    if (a.dq.p) {
+        size_t smem = sizeof(bf16) * (2 * TILE * (HD + PADE) + HD * (TILE + PADE));
+        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                              "cudaFuncSetAttribute (flash dQ)"));
+        dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+        fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        LM_TRY(lm_cuda_launched("flash attention dQ"));
+    }
+    return LM_OK;
+}
+
+lm_status lm_cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                           const lm_tensor_view *dout, float scale, int causal,
+                                           const lm_tensor_view *dq, const lm_tensor_view *dk,
+                                           const lm_tensor_view *dv, cudaStream_t s) {
+    int64_t B = q->shape[0], D = q->shape[3], rows = B * q->shape[1] * q->shape[2];
+    if (rows == 0 || (!dq && !dk && !dv)) return LM_OK;
+    fa_args a = args_of(q, k, v, scale, causal);
+    a.dout = fa_of(dout), a.dq = fa_of(dq), a.dk = fa_of(dk), a.dv = fa_of(dv);
+    a.dq_f32 = dq && dq->dtype == LM_F32, a.dk_f32 = dk && dk->dtype == LM_F32, a.dv_f32 = dv && dv->dtype == LM_F32;
+    void *work = NULL; /* O f32 [rows, D], then L and D [rows] */
+    size_t bytes = sizeof(float) * (size_t)rows * (size_t)(D + 2);
+    LM_TRY(lm__cuda_check(cudaMallocAsync(&work, bytes, s), "cudaMallocAsync (flash attention backward)"));
+    float *o = (float *)work;
+    a.o = (fa_view){o, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
+    a.o_f32 = 1;
+    a.lse = o + rows * D;
+    a.dd = a.lse + rows;
+    lm_status st = D == 64 ? backward<64>(a, B, s) : backward<128>(a, B, s);
+    cudaFreeAsync(work, s);
+    return st;
+}

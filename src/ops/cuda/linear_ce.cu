@@ -1,0 +1,235 @@
+/* ops/cuda/linear_ce.cu — the fused output projection + cross-entropy on CUDA, forward
+ * and backward, in row chunks so the [N, V] logits never exist.
+ *
+ * x [N, H] and w [V, H] contiguous, one float dtype. Rows are taken in chunks of
+ * C = max(1, 2^27 / V) (the chunk's f32 logits are <= 512 MiB). Per chunk:
+ *   z [c, V] f32 = x_c @ w^T                     (cuBLASLt, f32 accumulation)
+ *   forward:  one block per row: an online max/sum pass gives lse, and
+ *             loss_r = lse - z[t_r] (double) goes to a per-row buffer
+ *   backward: the same pass, then dz = dloss / counted * (softmax(z) - onehot(t_r))
+ *             in x's dtype (in place over z for f32), 0 on ignored rows;
+ *             dx_c = dz @ w  and  dw (+)= dz^T @ x_c   (cuBLASLt; dw accumulates in
+ *             an f32 buffer, or in dw itself when it is f32 and contiguous)
+ * The forward ends with one block summing the row losses in row order / counted
+ * (NaN when every row is ignored). Targets are validated and counted first (the
+ * stream is synchronized to read the result), so a bad target fails before anything
+ * is written, with the reference's message. dloss is read on the device.
+ * Cost per call: O(N V H) GEMM work (the backward recomputes the forward GEMM) and a
+ * few passes over each chunk's logits.
+ */
+#include "ops/cuda/cuda_backward.h"
+#include "ops/cuda/common.cuh"
+
+#define LCE_THREADS 512
+
+__device__ __forceinline__ int64_t lce_target(const void *t, int is64, int64_t off) {
+    return is64 ? ((const int64_t *)t)[off] : (int64_t)((const int32_t *)t)[off];
+}
+
+__global__ void lce_check_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
+                                 unsigned long long *first, unsigned long long *count) {
+    unsigned long long mine = 0;
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N; r += (int64_t)gridDim.x * blockDim.x) {
+        int64_t v = lce_target(t, is64, r * ts);
+        if (v == ignore) continue;
+        if (v < 0 || v >= V) atomicMin(first, (unsigned long long)r);
+        else mine++;
+    }
+    if (mine) atomicAdd(count, mine); /* integers: order does not matter */
+}
+
+/* (max, sum of exp(z - max)) of one row, combined over the block; every thread gets it. */
+__device__ void row_stats(const float *z, int64_t V, float *red, float *out_m, float *out_s) {
+    float m = -INFINITY, sum = 0.f;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = z[j];
+        if (v > m) {
+            sum = sum * expf(m - v) + 1.f;
+            m = v;
+        } else {
+            sum += expf(v - m);
+        }
+    }
+    float bm = block_max(m, red);
+    float part = m == -INFINITY ? 0.f : sum * expf(m - bm);
+    *out_s = block_sum(part, red);
+    *out_m = bm;
+}
+
+__global__ void lce_loss_rows(const float *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
+                              double *row_loss) {
+    __shared__ float red[32];
+    int64_t r = blockIdx.x;
+    int64_t target = lce_target(t, is64, r * ts);
+    if (target == ignore) {
+        if (threadIdx.x == 0) row_loss[r] = 0.0;
+        return;
+    }
+    const float *row = z + r * V;
+    float m, s;
+    row_stats(row, V, red, &m, &s);
+    if (threadIdx.x == 0) {
+        double lse = isinf(m) ? (double)m : (double)m + log((double)s);
+        row_loss[r] = lse - (double)row[target];
+    }
+}
+
+template <typename T>
+__global__ void lce_grad_rows(float *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
+                              const float *dloss, double inv_counted, T *dz) {
+    __shared__ float red[32];
+    int64_t r = blockIdx.x;
+    int64_t target = lce_target(t, is64, r * ts);
+    float *row = z + r * V;
+    T *drow = dz + r * V;
+    if (target == ignore) {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(drow + j, 0.f);
+        return;
+    }
+    float m, s;
+    row_stats(row, V, red, &m, &s);
+    float scale = (float)((double)*dloss * inv_counted), inv_s = 1.f / s;
+    __syncthreads(); /* every thread has read the row before an in-place f32 dz overwrites it */
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(row[j] - m) * inv_s;
+        st(drow + j, scale * (p - (j == target ? 1.f : 0.f)));
+    }
+}
+
+__global__ void lce_mean_kernel(const double *row_loss, int64_t N, double inv_counted, float *out) {
+    if (threadIdx.x != 0) return;
+    double total = 0.0;
+    for (int64_t r = 0; r < N; r++) total += row_loss[r];
+    *out = inv_counted > 0 ? (float)(total * inv_counted) : NAN;
+}
+
+/* Validates the targets and returns the number of rows not ignored (synchronizes). */
+static lm_status check_and_count(const lm_tensor_view *targets, int64_t V, int64_t ignore, int64_t *counted,
+                                 cudaStream_t s) {
+    int64_t N = targets->shape[0], ts = targets->stride[0];
+    int is64 = targets->dtype == LM_I64;
+    unsigned long long *dev = NULL, host[2] = {~0ull, 0ull};
+    LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof host, s), "cudaMallocAsync (linear_cross_entropy)"));
+    lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (st == LM_OK && N > 0) {
+        lce_check_kernel<<<lm_cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore, dev, dev + 1);
+        st = lm_cuda_launched("linear_cross_entropy target check");
+    }
+    if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (linear_cross_entropy)");
+    cudaFreeAsync(dev, s);
+    if (st == LM_OK && host[0] != ~0ull) {
+        int64_t r = (int64_t)host[0], v = 0;
+        int32_t v32 = 0;
+        const char *p = (const char *)targets->data + r * ts * (int64_t)lm_dtype_size(targets->dtype);
+        st = lm__cuda_check(cudaMemcpy(is64 ? (void *)&v : (void *)&v32, p, lm_dtype_size(targets->dtype),
+                                       cudaMemcpyDeviceToHost), "cudaMemcpy");
+        if (!is64) v = v32;
+        if (st == LM_OK)
+            st = lm__error(LM_OUT_OF_RANGE,
+                           "linear_cross_entropy: targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
+                           (long long)r, (long long)v, (long long)V, (long long)ignore);
+    }
+    *counted = (int64_t)host[1];
+    return st;
+}
+
+static lm_status device_tensor(lm_dtype dt, int64_t rows, int64_t cols, const lm_tensor_view *like,
+                               lm_tensor **out) {
+    int64_t shape[2] = {rows, cols};
+    return lm_tensor_create(like->device, dt, 2, shape, out);
+}
+
+/* z [c, V] f32 = x rows [r0, r0 + c) @ w^T. */
+static lm_status chunk_logits(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                              int64_t r0, int64_t c, const lm_tensor *zt, lm_tensor_view *z, cudaStream_t s) {
+    lm_tensor_view xs, wt;
+    LM_TRY(lm_tensor_view_slice(x, 0, r0, r0 + c, 1, &xs));
+    LM_TRY(lm_tensor_view_slice(lm_tensor_as_view(zt), 0, 0, c, 1, z));
+    LM_TRY(lm_tensor_view_transpose(w, 0, 1, &wt));
+    return lm_cuda_matmul_lt_ex(blas, &xs, &wt, z, 0, s);
+}
+
+static int64_t g_chunk_elems = (int64_t)1 << 27;
+
+extern "C" void lm_cuda_linear_ce_set_chunk_elems(int64_t elems) { g_chunk_elems = elems > 0 ? elems : (int64_t)1 << 27; }
+
+static int64_t chunk_rows(int64_t N, int64_t V) {
+    int64_t c = g_chunk_elems / V;
+    return c < 1 ? 1 : c > N ? N : c;
+}
+
+lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                                       const lm_tensor_view *targets, int64_t ignore_index,
+                                       const lm_tensor_view *loss, cudaStream_t s) {
+    int64_t N = x->shape[0], V = w->shape[0], counted = 0;
+    LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
+    int64_t C = chunk_rows(N, V);
+    lm_tensor *zt = NULL, *lt = NULL;
+    lm_status st = device_tensor(LM_F32, C, V, x, &zt);
+    int64_t n1 = N > 0 ? N : 1;
+    if (st == LM_OK) st = lm_tensor_create(x->device, LM_I64, 1, &n1, &lt); /* 8-byte rows of double */
+    double *row_loss = lt ? (double *)lm_tensor_data(lt) : NULL;
+    int is64 = targets->dtype == LM_I64;
+    for (int64_t r0 = 0; st == LM_OK && r0 < N; r0 += C) {
+        int64_t c = LM_MIN(C, N - r0);
+        lm_tensor_view z;
+        st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
+        if (st == LM_OK) {
+            const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
+            lce_loss_rows<<<(unsigned)c, LCE_THREADS, 0, s>>>((const float *)z.data, V, tp, is64, targets->stride[0],
+                                                               ignore_index, row_loss + r0);
+            st = lm_cuda_launched("linear_cross_entropy loss rows");
+        }
+    }
+    if (st == LM_OK) {
+        lce_mean_kernel<<<1, 32, 0, s>>>(row_loss, N, counted ? 1.0 / (double)counted : 0.0, (float *)loss->data);
+        st = lm_cuda_launched("linear_cross_entropy mean");
+    }
+    lm_tensor_destroy(zt);
+    lm_tensor_destroy(lt);
+    return st;
+}
+
+lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
+                                                const lm_tensor_view *w, const lm_tensor_view *targets,
+                                                int64_t ignore_index, const lm_tensor_view *dloss,
+                                                const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s) {
+    int64_t N = x->shape[0], V = w->shape[0], counted = 0;
+    LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
+    int64_t C = chunk_rows(N, V);
+    lm_tensor *zt = NULL, *dzt = NULL, *acc = NULL;
+    lm_status st = device_tensor(LM_F32, C, V, x, &zt);
+    if (st == LM_OK && x->dtype != LM_F32) st = device_tensor(x->dtype, C, V, x, &dzt);
+    int direct = dw && dw->dtype == LM_F32 && lm_tensor_view_is_contiguous(dw);
+    if (st == LM_OK && dw && !direct) st = device_tensor(LM_F32, V, x->shape[1], x, &acc);
+    lm_tensor_view accv = direct ? *dw : acc ? *lm_tensor_as_view(acc) : *w;
+    int is64 = targets->dtype == LM_I64;
+    double inv = counted ? 1.0 / (double)counted : 0.0;
+    for (int64_t r0 = 0; st == LM_OK && r0 < N; r0 += C) {
+        int64_t c = LM_MIN(C, N - r0);
+        lm_tensor_view z, dz, dzT, xs, dxs;
+        st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
+        if (st == LM_OK) st = dzt ? lm_tensor_view_slice(lm_tensor_as_view(dzt), 0, 0, c, 1, &dz) : LM_OK;
+        if (st == LM_OK && !dzt) dz = z;
+        if (st == LM_OK) {
+            const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
+            LM_CUDA_FLOAT_SWITCH(dz.dtype, T,
+                                 lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
+                                     (float *)z.data, V, tp, is64, targets->stride[0], ignore_index,
+                                     (const float *)dloss->data, inv, (T *)dz.data));
+            st = lm_cuda_launched("linear_cross_entropy gradient rows");
+        }
+        if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
+            st = lm_cuda_matmul_lt_ex(blas, &dz, w, &dxs, 0, s);
+        if (st == LM_OK && dw && (st = lm_tensor_view_transpose(&dz, 0, 1, &dzT)) == LM_OK &&
+            (st = lm_tensor_view_slice(x, 0, r0, r0 + c, 1, &xs)) == LM_OK)
+            st = lm_cuda_matmul_lt_ex(blas, &dzT, &xs, &accv, r0 > 0, s);
+    }
+    if (st == LM_OK && dw && N == 0) st = lm__cuda_check(cudaMemsetAsync(accv.data, 0, (size_t)lm_tensor_view_numel(&accv) * 4, s), "cudaMemsetAsync");
+    if (st == LM_OK && acc) st = lm_cuda_cast(lm_tensor_as_view(acc), dw, s);
+    lm_tensor_destroy(zt);
+    lm_tensor_destroy(dzt);
+    lm_tensor_destroy(acc);
+    return st;
+}
