@@ -53,6 +53,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--skip-compile", action="store_true")
+    p.add_argument("--loom-only", action="store_true", help="just the loom run (no PyTorch, no table)")
     return p.parse_args()
 
 
@@ -161,6 +162,10 @@ def main():
           flush=True)
     results = {"loom": run_loom(args, model, shard)}
     print("loom done", flush=True)
+    if args.loom_only:
+        r = results["loom"]
+        print(f"loom: {r['step_s'] * 1e3:.1f} ms/step, {B * T / r['step_s']:,.0f} tokens/s, losses {r['losses']}")
+        return 0
     results["torch eager"] = run_torch(args, model, tokens, False)
     print("torch eager done", flush=True)
     if not args.skip_compile:

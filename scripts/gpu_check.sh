@@ -4,6 +4,7 @@
 #   tests  the whole suite, the cuda label's output in full
 #   lab    bench/cuda_kernels.c: per-kernel times at the Qwen2.5-0.5B and Llama-3.2-1B shapes
 #   bench  scripts/bench_gpu.sh (loom vs transformers, the table of bench/NOTES.md)
+#   trainlab  bench/cuda_train_ops.c: per-operator times of a bf16 training step (Qwen2.5-0.5B shape)
 #   train  scripts/bench_train_gpu.py (training: loom vs PyTorch eager + torch.compile, loss parity)
 #   train-quick  the same without torch.compile, 8 steps
 # Usage, from the repository root: . scripts/gpu_host_env.sh; sh scripts/gpu_check.sh OUTDIR [STEP...]
@@ -36,6 +37,13 @@ for step in $steps; do
       { echo "# qwen2.5-0.5b"; "$build/cuda_kernels"; echo "# llama-3.2-1b"; "$build/cuda_kernels" 2048 8192 32 8 64 128256 144; } \
         >"$out/lab.txt" 2>&1
     cat "$out/lab.txt"
+    ;;
+  trainlab)
+    cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -DLOOM_HAVE_CUDA=1 -I"$root/include" -I"$root/src" \
+      -I/usr/local/cuda/include "$root/bench/cuda_train_ops.c" "$build/libloom.a" -L/usr/local/cuda/lib64 \
+      -lcublasLt -lcudart -ljansson -lpcre2-8 -lutf8proc -lstdc++ -lm -lpthread -o "$build/cuda_train_ops" &&
+      "$build/cuda_train_ops" >"$out/trainlab.txt" 2>&1
+    cat "$out/trainlab.txt"
     ;;
   train | train-quick)
     extra=""

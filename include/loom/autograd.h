@@ -33,6 +33,8 @@
 
 #include "loom/ops_backward.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,6 +116,16 @@ lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, cons
 lm_status lm_ag_reshape(lm_ag *ag, lm_ag_var *x, int ndim, const int64_t *shape, lm_ag_var **out);
 lm_status lm_ag_transpose(lm_ag *ag, lm_ag_var *x, int d0, int d1, lm_ag_var **out);
 lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, int64_t stop, int64_t step, lm_ag_var **out);
+
+/* ---- profiling --------------------------------------------------------------------------
+ * With LOOM_PROFILE=1 in the environment, each recorded forward operation and each
+ * backward node synchronizes its context and charges the wall time since the previous
+ * mark to its name ("fwd ag_linear", "bwd ag_attention", ...): slower, but a per-
+ * operation breakdown. Other phases mark themselves with lm_ag_profile_mark (name =
+ * prefix + name); lm_ag_profile_report prints the totals, largest first. */
+int lm_ag_profile_enabled(void);
+void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name);
+void lm_ag_profile_report(FILE *f);
 
 #ifdef __cplusplus
 }

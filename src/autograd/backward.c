@@ -119,6 +119,7 @@ static lm_status run_node(lm_ag *ag, const lm__ag_node *n) {
         if (gin[k]) st = accumulate(ag, in, gin[k]);
         if (st == LM_OK && --in->pending == 0 && in->is_leaf) st = finalize_leaf(ag, in);
     }
+    lm_ag_profile_mark(ag->ctx, "bwd ", n->name);
     return st;
 }
 

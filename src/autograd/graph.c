@@ -205,5 +205,6 @@ lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tenso
     }
     lm__ag_node node = *tmpl;
     for (int j = 0; j < tmpl->nout; j++) node.out[j] = outs[j];
+    lm_ag_profile_mark(ag->ctx, "fwd ", tmpl->name);
     return lm__ag_push(ag, &node);
 }

@@ -166,10 +166,14 @@ lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const 
     fwd f;
     lm_ag_var *L = NULL;
     lm_status st = begin(&f, m, ctx, ids, B, T, 1);
+    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
     if (st == LM_OK) st = loss_of(&f, targets, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
+    lm_ag_profile_mark(ctx, "fwd ", "(loss read)");
     if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
+    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
     end(&f);
+    lm_ag_profile_mark(ctx, "step ", "(tape release)");
     return st;
 }
 

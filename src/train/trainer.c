@@ -78,22 +78,28 @@ int64_t lm_trainer_step_count(const lm_trainer *t) { return lm_optimizer_steps(t
 lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) {
     if (!t || !ctx || !info) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_step: NULL argument");
     const lm_train_options *o = &t->o;
+    lm_ag_profile_mark(ctx, "step ", "(between steps)");
     LM_TRY(lm_train_model_zero_grad(t->model, ctx));
+    lm_ag_profile_mark(ctx, "step ", "zero_grad");
     double loss = 0, norm = 0;
     for (int a = 0; a < o->grad_accum; a++) {
         float l = 0;
         LM_TRY(lm_data_loader_next(t->data, o->batch, t->ids, t->targets));
+        lm_ag_profile_mark(ctx, "step ", "data");
         LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
                                                1.0f / (float)o->grad_accum, &l));
+        lm_ag_profile_mark(ctx, "step ", "backward (rest)");
         loss += l;
     }
     LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
+    lm_ag_profile_mark(ctx, "step ", "grad_norm");
     /* torch.nn.utils.clip_grad_norm_: coefficient max / (norm + 1e-6), at most 1 */
     double scale = o->clip > 0 && isfinite(norm) ? LM_MIN(1.0, o->clip / (norm + 1e-6)) : 1.0;
     int64_t step = lm_optimizer_steps(t->opt);
     lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
     double lr = lm_lr_at(&s, step);
     LM_TRY(lm_optimizer_step(t->opt, ctx, lr, scale));
+    lm_ag_profile_mark(ctx, "step ", "adamw");
     *info = (lm_train_step_info){step + 1, loss / o->grad_accum, lr, norm,
                                  (int64_t)o->grad_accum * o->batch * o->seq};
     return LM_OK;

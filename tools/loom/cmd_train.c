@@ -222,6 +222,7 @@ static int loop(session *s) {
         if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
     }
     if (s->val && validate(s, s->a.steps)) return 1;
+    lm_ag_profile_report(stderr);
     lm_device_memory_stats ms;
     if (lm_ctx_device(s->ctx).type == LM_DEVICE_CUDA && lm_device_memory_stats_get(lm_ctx_device(s->ctx), &ms) == LM_OK) {
         fprintf(s->log, "{\"peak_bytes\":%lld,\"peak_reserved_bytes\":%lld}\n", (long long)ms.peak_bytes,

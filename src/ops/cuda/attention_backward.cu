@@ -155,7 +155,7 @@ lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_vi
     float *stats = NULL; /* [B, Hq, Tq, 3]: max, sum of exp, rowdot */
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&stats, sizeof(float) * (size_t)(3 * qrows + 1), s),
                           "cudaMallocAsync (attention_backward)"));
-    lm_cuda_nd none = {0, {0}, {0}};
+    lm_cuda_nd none = {0, {0}, {0}, -1};
     size_t sh1 = sizeof(float) * (size_t)(2 * a.D + a.Dv + ATT_THREADS), sh2 = sizeof(float) * (size_t)(a.D + a.Dv + 2 * ATT_THREADS);
     lm_status st = LM_OK;
     LM_CUDA_FLOAT_SWITCH(q->dtype, T, {

@@ -26,6 +26,7 @@ struct lm_cuda_nd {
     int ndim;
     int64_t shape[LM_MAX_DIMS];
     int64_t stride[LM_MAX_DIMS]; /* elements */
+    int contig_ndim;             /* ndim when the view is row-major contiguous, else -1 */
 };
 
 static inline lm_cuda_nd lm_cuda_nd_of(const lm_tensor_view *v) {
@@ -36,11 +37,15 @@ static inline lm_cuda_nd lm_cuda_nd_of(const lm_tensor_view *v) {
         d.shape[i] = v->shape[i];
         d.stride[i] = v->stride[i];
     }
+    d.contig_ndim = lm_tensor_view_is_contiguous(v) ? v->ndim : -1;
     return d;
 }
 
-/* Element offset of row-major linear index i (0 <= i < numel). */
+/* Element offset of row-major linear index i (0 <= i < numel). A contiguous view
+ * whose descriptor was not narrowed afterwards (ndim still contig_ndim) maps i to
+ * itself without the per-dim divisions. */
 __device__ __forceinline__ int64_t nd_offset(const lm_cuda_nd &v, int64_t i) {
+    if (v.ndim == v.contig_ndim) return i;
     int64_t off = 0;
     for (int d = v.ndim - 1; d >= 0; d--) {
         int64_t n = v.shape[d];

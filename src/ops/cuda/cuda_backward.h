@@ -84,7 +84,7 @@ lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const
                                                 const lm_tensor_view *w, const lm_tensor_view *targets,
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
                                                 const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s);
-/* Test hook: logits elements per chunk (default 2^27; <= 0 restores it), so tests
+/* Test hook: logits elements per chunk (default 2^29; <= 0 restores it), so tests
  * cover many chunks with small shapes. Not thread-safe. */
 void lm_cuda_linear_ce_set_chunk_elems(int64_t elems);
 

@@ -2,7 +2,8 @@
  * and backward, in row chunks so the [N, V] logits never exist.
  *
  * x [N, H] and w [V, H] contiguous, one float dtype. Rows are taken in chunks of
- * C = max(1, 2^27 / V) (the chunk's f32 logits are <= 512 MiB). Per chunk:
+ * C = max(1, 2^29 / V) (the chunk's f32 logits are <= 2 GiB: few chunks, so the f32
+ * dw accumulation is read and written few times). Per chunk:
  *   z [c, V] f32 = x_c @ w^T                     (cuBLASLt, f32 accumulation)
  *   forward:  one block per row: an online max/sum pass gives lse, and
  *             loss_r = lse - z[t_r] (double) goes to a per-row buffer
@@ -150,9 +151,9 @@ static lm_status chunk_logits(const lm__cuda_blas *blas, const lm_tensor_view *x
     return lm_cuda_matmul_lt_ex(blas, &xs, &wt, z, 0, s);
 }
 
-static int64_t g_chunk_elems = (int64_t)1 << 27;
+static int64_t g_chunk_elems = (int64_t)1 << 29;
 
-extern "C" void lm_cuda_linear_ce_set_chunk_elems(int64_t elems) { g_chunk_elems = elems > 0 ? elems : (int64_t)1 << 27; }
+extern "C" void lm_cuda_linear_ce_set_chunk_elems(int64_t elems) { g_chunk_elems = elems > 0 ? elems : (int64_t)1 << 29; }
 
 static int64_t chunk_rows(int64_t N, int64_t V) {
     int64_t c = g_chunk_elems / V;

@@ -85,7 +85,7 @@ lm_status lm_cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&work, sizeof(float) * (size_t)(rows + chunks * D), s),
                               "cudaMallocAsync (rmsnorm_backward)"));
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    lm_cuda_nd none = {0, {0}, {0}};
+    lm_cuda_nd none = {0, {0}, {0}, -1};
     lm_status st = LM_OK;
     LM_CUDA_FLOAT_SWITCH(x->dtype, T, {
         norm_rows_kernel<T><<<g, 256, 0, s>>>(

@@ -22,7 +22,7 @@ lm_status lm_cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_vi
                                   const lm_tensor_view *dgate, const lm_tensor_view *dup, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(gate);
     if (n == 0 || (!dgate && !dup)) return LM_OK;
-    lm_cuda_nd none = {0, {0}, {0}};
+    lm_cuda_nd none = {0, {0}, {0}, -1};
     LM_CUDA_FLOAT_SWITCH(gate->dtype, T,
                          swiglu_backward_kernel<T><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(
                              (const T *)gate->data, flat_nd(gate), (const T *)up->data, flat_nd(up),

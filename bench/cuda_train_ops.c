@@ -1,0 +1,229 @@
+/* bench/cuda_train_ops.c — a timing lab for the public operators one training step
+ * of the Qwen2.5-0.5B shape runs on CUDA in bf16 (B*T = 8192 rows), through the same
+ * calls the autograd tape makes: each operation runs 3 times to warm up, then the
+ * mean of 10 timed with events, printed as one JSON line with achieved TFLOP/s (GEMMs)
+ * or GB/s (memory-bound operators, counting each operand read or written once).
+ * Correctness lives in tests/cuda; this only times.
+ * Built by scripts/gpu_check.sh (step lab) against the library:
+ *   cc -O2 -Iinclude -Isrc bench/cuda_train_ops.c BUILD/libloom.a -lcudart -lcublasLt ...
+ * Usage: cuda_train_ops [rows]
+ */
+#include "loom/ops_backward.h"
+#include "loom/runtime.h"
+#include "loom/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define LM_TRY(e)                    \
+    do {                             \
+        lm_status st_ = (e);         \
+        if (st_ != LM_OK) return st_; \
+    } while (0)
+
+static lm_ctx *g_ctx;
+static const lm_device g_dev = {LM_DEVICE_CUDA, 0};
+
+static lm_tensor *make(lm_dtype dt, int nd, const int64_t *shape) {
+    lm_tensor *t = NULL;
+    if (lm_tensor_zeros(g_dev, dt, nd, shape, &t) != LM_OK) {
+        fprintf(stderr, "alloc: %s\n", lm_last_error());
+        exit(1);
+    }
+    return t;
+}
+#define V(t) lm_tensor_as_view(t)
+#define T2(dt, a, b) make(dt, 2, (int64_t[]){a, b})
+
+typedef lm_status (*op_fn)(void *arg);
+
+static void report(const char *name, op_fn fn, void *arg, double flops, double bytes) {
+    lm_event *a = NULL, *b = NULL;
+    lm_event_create(g_ctx, &a);
+    lm_event_create(g_ctx, &b);
+    for (int i = 0; i < 3; i++)
+        if (fn(arg) != LM_OK) {
+            fprintf(stderr, "%s failed: %s\n", name, lm_last_error());
+            exit(1);
+        }
+    lm_event_record(a, g_ctx);
+    for (int i = 0; i < 10; i++) fn(arg);
+    lm_event_record(b, g_ctx);
+    lm_event_synchronize(b);
+    double ms = 0;
+    lm_event_elapsed_ms(a, b, &ms);
+    ms /= 10;
+    printf("{\"op\":\"%s\",\"us\":%.1f", name, ms * 1e3);
+    if (flops > 0) printf(",\"tflops\":%.1f", flops / (ms * 1e-3) / 1e12);
+    if (bytes > 0) printf(",\"gb_s\":%.0f", bytes / (ms * 1e-3) / 1e9);
+    printf("}\n");
+    fflush(stdout);
+    lm_event_destroy(a);
+    lm_event_destroy(b);
+}
+
+typedef struct lin {
+    lm_tensor *x, *w, *y, *dx, *dw, *bias;
+} lin;
+static lm_status lin_fwd(void *p) {
+    lin *l = p;
+    lm_tensor_view wt;
+    LM_TRY(lm_tensor_view_transpose(V(l->w), 0, 1, &wt));
+    return lm_matmul_out(g_ctx, V(l->x), &wt, V(l->y));
+}
+static lm_status lin_bias(void *p) {
+    lin *l = p;
+    return lm_add_out(g_ctx, V(l->y), V(l->bias), V(l->y));
+}
+static lm_status lin_bwd(void *p) {
+    lin *l = p;
+    lm_tensor_view wt, dwt;
+    LM_TRY(lm_tensor_view_transpose(V(l->w), 0, 1, &wt));
+    LM_TRY(lm_tensor_view_transpose(V(l->dw), 0, 1, &dwt));
+    return lm_matmul_backward_out(g_ctx, V(l->x), &wt, V(l->y), V(l->dx), &dwt);
+}
+static lm_status grad_to_f32(void *p) { /* what a bound f32 gradient buffer costs per bf16 weight gradient */
+    lin *l = p;
+    lm_tensor *tmp = NULL;
+    LM_TRY(lm_cast(g_ctx, V(l->dw), LM_F32, &tmp));
+    lm_status st = lm_add_out(g_ctx, V(l->bias), V(tmp), V(l->bias));
+    lm_tensor_destroy(tmp);
+    return st;
+}
+
+typedef struct ew {
+    lm_tensor *a, *b, *c, *d, *e, *w, *dw;
+} ew;
+static lm_status ew_add(void *p) {
+    ew *e = p;
+    return lm_add_out(g_ctx, V(e->a), V(e->b), V(e->c));
+}
+static lm_status ew_swiglu(void *p) {
+    ew *e = p;
+    return lm_swiglu_out(g_ctx, V(e->a), V(e->b), V(e->c));
+}
+static lm_status ew_swiglu_bwd(void *p) {
+    ew *e = p;
+    return lm_swiglu_backward_out(g_ctx, V(e->a), V(e->b), V(e->c), V(e->d), V(e->e));
+}
+static lm_status ew_addnorm(void *p) {
+    ew *e = p;
+    return lm_add_rmsnorm_out(g_ctx, V(e->a), V(e->b), V(e->w), 1e-6f, V(e->c), V(e->d));
+}
+static lm_status ew_addnorm_bwd(void *p) {
+    ew *e = p;
+    return lm_add_rmsnorm_backward_out(g_ctx, V(e->a), V(e->w), 1e-6f, V(e->b), V(e->c), V(e->d), V(e->dw));
+}
+static lm_status ew_cast(void *p) {
+    ew *e = p;
+    return lm_cast_out(g_ctx, V(e->a), V(e->b));
+}
+
+typedef struct att {
+    lm_tensor *q, *k, *v, *o, *dq, *dk, *dv;
+    lm_tensor_view qv, kv, vv, ov, dqv, dkv, dvv;
+} att;
+static lm_status att_fwd(void *p) {
+    att *a = p;
+    return lm_attention_out(g_ctx, &a->qv, &a->kv, &a->vv, 0.125f, 1, &a->ov);
+}
+static lm_status att_bwd(void *p) {
+    att *a = p;
+    return lm_attention_backward_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, 0.125f, 1, &a->dqv, &a->dkv, &a->dvv);
+}
+
+typedef struct lce {
+    lm_tensor *x, *w, *tg, *loss, *dloss, *dx, *dw;
+} lce;
+static lm_status lce_fwd(void *p) {
+    lce *l = p;
+    return lm_linear_cross_entropy_out(g_ctx, V(l->x), V(l->w), V(l->tg), -100, V(l->loss));
+}
+static lm_status lce_bwd(void *p) {
+    lce *l = p;
+    return lm_linear_cross_entropy_backward_out(g_ctx, V(l->x), V(l->w), V(l->tg), -100, V(l->dloss), V(l->dx), V(l->dw));
+}
+
+typedef struct opt {
+    lm_tensor *p, *g, *m, *v;
+} opt;
+static lm_status adamw(void *arg) {
+    opt *o = arg;
+    float wd = 0.1f;
+    lm_adamw_hparams hp = {3e-4, 0.9, 0.95, 1e-8, 1, 1.0};
+    return lm_adamw_update(g_ctx, 1, V(o->p), V(o->g), V(o->m), V(o->v), &wd, &hp);
+}
+static lm_status sumsq(void *arg) {
+    opt *o = arg;
+    return lm_sum_squares_out(g_ctx, 1, V(o->g), V(o->m));
+}
+
+int main(int argc, char **argv) {
+    int64_t R = argc > 1 ? atoll(argv[1]) : 8192, H = 896, I = 4864, Vv = 151936, B = 8, Tt = R / 8;
+    if (lm_ctx_create(g_dev, 1, &g_ctx) != LM_OK) {
+        fprintf(stderr, "no CUDA context: %s\n", lm_last_error());
+        return 1;
+    }
+    const int64_t shapes[4][2] = {{896, 896}, {128, 896}, {4864, 896}, {896, 4864}}; /* [N, K] */
+    const char *names[4] = {"q/o 896x896", "k/v 128x896", "gate/up 4864x896", "down 896x4864"};
+    for (int i = 0; i < 4; i++) {
+        int64_t N = shapes[i][0], K = shapes[i][1];
+        lin l = {T2(LM_BF16, R, K), T2(LM_BF16, N, K), T2(LM_BF16, R, N), T2(LM_BF16, R, K), T2(LM_BF16, N, K), NULL};
+        char nm[64];
+        double fl = 2.0 * (double)R * (double)N * (double)K;
+        snprintf(nm, sizeof nm, "linear fwd %s", names[i]);
+        report(nm, lin_fwd, &l, fl, 0);
+        snprintf(nm, sizeof nm, "linear bwd (dx+dw) %s", names[i]);
+        report(nm, lin_bwd, &l, 2 * fl, 0);
+        l.bias = make(LM_F32, 2, (int64_t[]){N, K});
+        snprintf(nm, sizeof nm, "weight grad bf16 -> f32 add %s", names[i]);
+        report(nm, grad_to_f32, &l, 0, (double)N * K * (2 + 4 + 4 + 4 + 4 + 4));
+        lm_tensor_destroy(l.bias);
+        l.bias = make(LM_BF16, 1, &N);
+        snprintf(nm, sizeof nm, "bias add %s", names[i]);
+        report(nm, lin_bias, &l, 0, (double)R * N * 4);
+        lm_tensor_destroy(l.x), lm_tensor_destroy(l.w), lm_tensor_destroy(l.y), lm_tensor_destroy(l.dx);
+        lm_tensor_destroy(l.dw), lm_tensor_destroy(l.bias);
+    }
+    ew e = {T2(LM_BF16, R, I), T2(LM_BF16, R, I), T2(LM_BF16, R, I), T2(LM_BF16, R, I), T2(LM_BF16, R, I), NULL, NULL};
+    report("add bf16 [R, I]", ew_add, &e, 0, (double)R * I * 6);
+    report("swiglu fwd [R, I]", ew_swiglu, &e, 0, (double)R * I * 6);
+    report("swiglu bwd [R, I]", ew_swiglu_bwd, &e, 0, (double)R * I * 10);
+    for (int i = 0; i < 5; i++) lm_tensor_destroy(((lm_tensor **)&e)[i]);
+    ew n = {T2(LM_BF16, R, H), T2(LM_BF16, R, H), T2(LM_BF16, R, H), T2(LM_BF16, R, H), NULL,
+            make(LM_BF16, 1, &H), make(LM_BF16, 1, &H)};
+    report("add_rmsnorm fwd [R, H]", ew_addnorm, &n, 0, (double)R * H * 8);
+    report("add_rmsnorm bwd [R, H]", ew_addnorm_bwd, &n, 0, (double)R * H * 8);
+    int64_t P = 494032768;
+    ew c = {make(LM_F32, 1, &P), make(LM_BF16, 1, &P), NULL, NULL, NULL, NULL, NULL};
+    report("cast f32 -> bf16 weights [494M]", ew_cast, &c, 0, (double)P * 6);
+    opt o = {c.a, make(LM_F32, 1, &P), make(LM_F32, 1, &P), make(LM_F32, 1, &P)};
+    report("adamw f32 [494M]", adamw, &o, 0, (double)P * 28);
+    lm_tensor_destroy(o.m);
+    o.m = make(LM_F32, 0, NULL);
+    report("sum of squares f32 [494M]", sumsq, &o, 0, (double)P * 4);
+    lm_tensor_destroy(c.a), lm_tensor_destroy(c.b), lm_tensor_destroy(o.g), lm_tensor_destroy(o.m), lm_tensor_destroy(o.v);
+    for (int i = 0; i < 4; i++) lm_tensor_destroy(((lm_tensor **)&n)[i]);
+    lm_tensor_destroy(n.w), lm_tensor_destroy(n.dw);
+    /* attention: [B, T, H, 64] buffers viewed [B, H, T, 64] */
+    att a;
+    int64_t qs[4] = {B, Tt, 14, 64}, ks[4] = {B, Tt, 2, 64};
+    a.q = make(LM_BF16, 4, qs), a.o = make(LM_BF16, 4, qs), a.dq = make(LM_BF16, 4, qs);
+    a.k = make(LM_BF16, 4, ks), a.v = make(LM_BF16, 4, ks), a.dk = make(LM_BF16, 4, ks), a.dv = make(LM_BF16, 4, ks);
+    lm_tensor *ts[7] = {a.q, a.k, a.v, a.o, a.dq, a.dk, a.dv};
+    lm_tensor_view *vs[7] = {&a.qv, &a.kv, &a.vv, &a.ov, &a.dqv, &a.dkv, &a.dvv};
+    for (int i = 0; i < 7; i++) lm_tensor_view_transpose(V(ts[i]), 1, 2, vs[i]);
+    double afl = 4.0 * B * 14 * (double)Tt * Tt * 64 / 2; /* causal */
+    report("attention fwd (flash)", att_fwd, &a, afl, 0);
+    report("attention bwd (flash, incl. recompute)", att_bwd, &a, 2.5 * afl, 0);
+    for (int i = 0; i < 7; i++) lm_tensor_destroy(ts[i]);
+    lce l = {T2(LM_BF16, R, H), T2(LM_BF16, Vv, H), make(LM_I32, 1, &R), make(LM_F32, 0, NULL),
+             make(LM_F32, 0, NULL), T2(LM_BF16, R, H), T2(LM_BF16, Vv, H)};
+    float one = 1.0f;
+    lm_tensor_view_write(g_ctx, V(l.dloss), &one);
+    double lfl = 2.0 * R * (double)Vv * H;
+    report("linear+CE fwd", lce_fwd, &l, lfl, 0);
+    report("linear+CE bwd", lce_bwd, &l, 3 * lfl, 0);
+    lm_ctx_destroy(g_ctx);
+    return 0;
+}
