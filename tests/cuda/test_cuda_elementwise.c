@@ -38,6 +38,34 @@ static void check_binary(const char *name, binary_fn gpu, binary_ref ref, lm_dty
     lm_tensor_destroy(want);
 }
 
+/* Contiguous, aligned bf16 operands of 8k elements: the 8-wide vector path, in place too. */
+static void test_contiguous_bf16_vector_path(void) {
+    lt_rng r = lt_rng_seed(13);
+    int64_t shape[2] = {24, 96};
+    ct_pair a = ct_random(&r, LM_BF16, 2, shape, 2.0), b = ct_random(&r, LM_BF16, 2, shape, 1.0);
+    static const char *const names[3] = {"add", "mul", "swiglu"};
+    binary_fn gpu[3] = {lm_cuda_add, lm_cuda_mul, lm_cuda_swiglu};
+    binary_ref ref[3] = {lm_add_out, lm_mul_out, lm_swiglu_out};
+    for (int i = 0; i < 3; i++) {
+        ct_pair o = ct_poisoned(LM_BF16, 2, shape);
+        lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+        LT_CHECK_OK(ref[i](g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
+        LT_CHECK_OK(gpu[i](lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        char what[64];
+        snprintf(what, sizeof what, "%s bf16 contiguous (vector path)", names[i]);
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+        ct_pair_free(&o);
+        lm_tensor_destroy(want);
+    }
+    lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+    LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_cuda_add(lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(a.d), ct_stream(g_ctx)));
+    ct_check(g_ctx, "add bf16 in place (vector path)", &a, lm_tensor_as_view(a.d), lm_tensor_as_view(want),
+             ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+    lm_tensor_destroy(want);
+    ct_pair_free(&a), ct_pair_free(&b);
+}
+
 static void test_add_mul_broadcast_strided(void) {
     for (int k = 0; k < 3; k++) {
         check_binary("add", lm_cuda_add, lm_add_out, ct_floats[k]);
@@ -154,6 +182,7 @@ int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_add_mul_broadcast_strided);
+    LT_RUN(test_contiguous_bf16_vector_path);
     LT_RUN(test_scale_silu_swiglu);
     LT_RUN(test_cast_every_pair);
     LT_RUN(test_cast_int_range_is_checked_first);

@@ -8,7 +8,9 @@
  * A {(g, 2c), (g+8, 2c), (g, 2c+8), (g+8, 2c+8)} pairs, B {(k 2c, n g), (k 2c+8, n g)}
  * pairs read from shared memory laid out [n][k], C {(g, 2c), (g, 2c+1), (g+8, 2c),
  * (g+8, 2c+1)}. The C layout of two adjacent n-tiles is the A layout of one k-chunk,
- * so probabilities computed in registers feed the next product directly.
+ * so probabilities computed in registers feed the next product directly. Operands
+ * are staged row-major only; a B operand needed transposed (V, dO, Q, K as the
+ * k-by-n matrix of a product over rows) is read with ldmatrix.trans.
  *
  * forward   grid (query tiles, Hq, B): per key tile S = Q K^T, online softmax in the
  *           exp2 domain (scale * log2 e folded in), O += P V; writes O and, when asked,
@@ -87,23 +89,29 @@ __device__ __forceinline__ void load_a(uint32_t (*a)[4], const fa_view &v, int64
         }
 }
 
-/* Stages TILE rows [t0, t0 + TILE) of a view into shared memory: row-major rm[row][d]
- * and/or transposed tr[d][row] (either may be NULL); rows past n are zeros. */
+/* Stages TILE rows [t0, t0 + TILE) of a view into shared memory, row-major
+ * rm[row][d] with a pitch of HD + PADE; rows past n are zeros. */
 template <int HD>
-__device__ __forceinline__ void stage(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n, bf16 *rm,
-                                      bf16 *tr) {
+__device__ __forceinline__ void stage(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n, bf16 *rm) {
     constexpr int CH = TILE * HD / 8; /* 16-byte chunks */
     for (int i = threadIdx.x; i < CH; i += NWARP * 32) {
         int row = i / (HD / 8), ch = i % (HD / 8);
         int64_t t = t0 + row;
         uint4 x = t < n ? *(const uint4 *)(row_ptr(v, b, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
-        if (rm) *(uint4 *)(rm + row * (HD + PADE) + ch * 8) = x;
-        if (tr) {
-            const bf16 *e = (const bf16 *)&x;
-#pragma unroll
-            for (int j = 0; j < 8; j++) tr[(ch * 8 + j) * (TILE + PADE) + row] = e[j];
-        }
+        *(uint4 *)(rm + row * (HD + PADE) + ch * 8) = x;
     }
+}
+
+/* B fragments of two adjacent n-tiles [n0, n0 + 16) for k rows [k0, k0 + 16) of a
+ * shared row-major [k][n] array (pitch ld): ldmatrix.x4.trans, r[0..1] for n-tile n0,
+ * r[2..3] for n0 + 8. Rows are 16-byte aligned and the pitch spreads 8 rows over all
+ * banks. */
+__device__ __forceinline__ void frag_b_trans(const bf16 *sm, int ld, int k0, int n0, int lane, uint32_t *r) {
+    const bf16 *p = sm + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
 /* B fragment pair at n-row nrow, k offset k0 of a shared [n][k] array with row pitch ld. */
@@ -136,7 +144,7 @@ __device__ __forceinline__ void store_rows(const fa_view &v, int f32, int64_t b,
 template <int HD>
 __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     __shared__ __align__(16) bf16 ks[TILE * (HD + PADE)];
-    __shared__ __align__(16) bf16 vt[HD * (TILE + PADE)];
+    __shared__ __align__(16) bf16 vs[TILE * (HD + PADE)];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
     const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
@@ -150,8 +158,8 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += TILE) {
         __syncthreads();
-        stage<HD>(a.k, b, kvh, k0, a.Tk, ks, NULL);
-        stage<HD>(a.v, b, kvh, k0, a.Tk, NULL, vt);
+        stage<HD>(a.k, b, kvh, k0, a.Tk, ks);
+        stage<HD>(a.v, b, kvh, k0, a.Tk, vs);
         __syncthreads();
         float s[TILE / 8][4];
 #pragma unroll
@@ -202,10 +210,11 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
             uint32_t pa[4] = {pk(s[2 * kk][0], s[2 * kk][1]), pk(s[2 * kk][2], s[2 * kk][3]),
                               pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int dt = 0; dt < HD / 8; dt++) {
-                uint32_t b0, b1;
-                frag_b(vt, TILE + PADE, dt * 8 + g, kk * 16, c, &b0, &b1);
-                mma16816(o[dt], pa, b0, b1);
+            for (int dt = 0; dt < HD / 8; dt += 2) {
+                uint32_t r[4];
+                frag_b_trans(vs, HD + PADE, kk * 16, dt * 8, lane, r);
+                mma16816(o[dt], pa, r[0], r[1]);
+                mma16816(o[dt + 1], pa, r[2], r[3]);
             }
         }
     }
@@ -241,11 +250,9 @@ __global__ void fa_dot(fa_args a, int64_t rows) {
 template <int HD>
 __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    bf16 *qs = (bf16 *)fa_smem;               /* [TILE][HD + PADE] Q row-major */
-    bf16 *qt = qs + TILE * (HD + PADE);       /* [HD][TILE + PADE] Q transposed */
-    bf16 *ds = qt + HD * (TILE + PADE);       /* [TILE][HD + PADE] dO row-major */
-    bf16 *dt_ = ds + TILE * (HD + PADE);      /* [HD][TILE + PADE] dO transposed */
-    float *lq = (float *)(dt_ + HD * (TILE + PADE)); /* [TILE] L of the tile's queries */
+    bf16 *qs = (bf16 *)fa_smem;              /* [TILE][HD + PADE] Q row-major */
+    bf16 *ds = qs + TILE * (HD + PADE);      /* [TILE][HD + PADE] dO row-major */
+    float *lq = (float *)(ds + TILE * (HD + PADE)); /* [TILE] L of the tile's queries */
     float *dq = lq + TILE;                    /* [TILE] D of the tile's queries */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t kvh = blockIdx.y, b = blockIdx.z, group = a.Hq / a.Hkv, off = a.Tk - a.Tq;
@@ -264,8 +271,8 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
         int64_t h = kvh * group + hh;
         for (int64_t q0 = qstart; q0 < a.Tq; q0 += TILE) {
             __syncthreads();
-            stage<HD>(a.q, b, h, q0, a.Tq, qs, qt);
-            stage<HD>(a.dout, b, h, q0, a.Tq, ds, dt_);
+            stage<HD>(a.q, b, h, q0, a.Tq, qs);
+            stage<HD>(a.dout, b, h, q0, a.Tq, ds);
             for (int i = threadIdx.x; i < TILE; i += NWARP * 32) {
                 int64_t t = q0 + i;
                 lq[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
@@ -304,12 +311,14 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
                 uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
                                   pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
 #pragma unroll
-                for (int d8 = 0; d8 < HD / 8; d8++) {
-                    uint32_t b0, b1;
-                    frag_b(dt_, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
-                    mma16816(dv[d8], pa, b0, b1); /* dV += P^T dO */
-                    frag_b(qt, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
-                    mma16816(dk[d8], sa, b0, b1); /* dK += dS^T Q */
+                for (int d8 = 0; d8 < HD / 8; d8 += 2) {
+                    uint32_t r[4];
+                    frag_b_trans(ds, HD + PADE, kk * 16, d8 * 8, lane, r);
+                    mma16816(dv[d8], pa, r[0], r[1]); /* dV += P^T dO */
+                    mma16816(dv[d8 + 1], pa, r[2], r[3]);
+                    frag_b_trans(qs, HD + PADE, kk * 16, d8 * 8, lane, r);
+                    mma16816(dk[d8], sa, r[0], r[1]); /* dK += dS^T Q */
+                    mma16816(dk[d8 + 1], sa, r[2], r[3]);
                 }
             }
         }
@@ -325,7 +334,6 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     bf16 *ks = (bf16 *)fa_smem;         /* [TILE][HD + PADE] K row-major */
     bf16 *vs = ks + TILE * (HD + PADE); /* [TILE][HD + PADE] V row-major */
-    bf16 *kt = vs + TILE * (HD + PADE); /* [HD][TILE + PADE] K transposed */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
     const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
@@ -346,8 +354,8 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
     int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += TILE) {
         __syncthreads();
-        stage<HD>(a.k, b, kvh, k0, a.Tk, ks, kt);
-        stage<HD>(a.v, b, kvh, k0, a.Tk, vs, NULL);
+        stage<HD>(a.k, b, kvh, k0, a.Tk, ks);
+        stage<HD>(a.v, b, kvh, k0, a.Tk, vs);
         __syncthreads();
         float p[TILE / 8][4], dp[TILE / 8][4];
 #pragma unroll
@@ -377,10 +385,11 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
             uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
                               pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
 #pragma unroll
-            for (int d8 = 0; d8 < HD / 8; d8++) {
-                uint32_t b0, b1;
-                frag_b(kt, TILE + PADE, d8 * 8 + g, kk * 16, c, &b0, &b1);
-                mma16816(dq[d8], sa, b0, b1); /* dQ += dS K */
+            for (int d8 = 0; d8 < HD / 8; d8 += 2) {
+                uint32_t r[4];
+                frag_b_trans(ks, HD + PADE, kk * 16, d8 * 8, lane, r);
+                mma16816(dq[d8], sa, r[0], r[1]); /* dQ += dS K */
+                mma16816(dq[d8 + 1], sa, r[2], r[3]);
             }
         }
     }
@@ -438,7 +447,7 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
     fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
     LM_TRY(lm_cuda_launched("flash attention rowsum(dO * O)"));
     if (a.dk.p || a.dv.p) {
-        size_t smem = sizeof(bf16) * 2 * (TILE * (HD + PADE) + HD * (TILE + PADE)) + sizeof(float) * 2 * TILE;
+        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE) + sizeof(float) * 2 * TILE;
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dK/dV)"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hkv, (unsigned)B);
@@ -446,7 +455,7 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
         LM_TRY(lm_cuda_launched("flash attention dK/dV"));
     }
     if (a.dq.p) {
-        size_t smem = sizeof(bf16) * (2 * TILE * (HD + PADE) + HD * (TILE + PADE));
+        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE);
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dQ)"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);

@@ -2,13 +2,14 @@
  * and backward, in row chunks so the [N, V] logits never exist.
  *
  * x [N, H] and w [V, H] contiguous, one float dtype. Rows are taken in chunks of
- * C = max(1, 2^29 / V) (the chunk's f32 logits are <= 2 GiB: few chunks, so the f32
+ * C = max(1, 2^29 / V) (the chunk's logits are <= 2 GiB: few chunks, so the f32
  * dw accumulation is read and written few times). Per chunk:
- *   z [c, V] f32 = x_c @ w^T                     (cuBLASLt, f32 accumulation)
- *   forward:  one block per row: an online max/sum pass gives lse, and
+ *   z [c, V] = x_c @ w^T in x's dtype            (cuBLASLt, f32 accumulation; bf16
+ *             logits under bf16 compute, as autocast training rounds them)
+ *   forward:  one block per row: an online max/sum pass gives lse (f32 math), and
  *             loss_r = lse - z[t_r] (double) goes to a per-row buffer
  *   backward: the same pass, then dz = dloss / counted * (softmax(z) - onehot(t_r))
- *             in x's dtype (in place over z for f32), 0 on ignored rows;
+ *             in place over z, 0 on ignored rows;
  *             dx_c = dz @ w  and  dw (+)= dz^T @ x_c   (cuBLASLt; dw accumulates in
  *             an f32 buffer, or in dw itself when it is f32 and contiguous)
  * The forward ends with one block summing the row losses in row order / counted
@@ -40,10 +41,11 @@ __global__ void lce_check_kernel(const void *t, int is64, int64_t ts, int64_t N,
 }
 
 /* (max, sum of exp(z - max)) of one row, combined over the block; every thread gets it. */
-__device__ void row_stats(const float *z, int64_t V, float *red, float *out_m, float *out_s) {
+template <typename T>
+__device__ void row_stats(const T *z, int64_t V, float *red, float *out_m, float *out_s) {
     float m = -INFINITY, sum = 0.f;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = z[j];
+        float v = ld(z + j);
         if (v > m) {
             sum = sum * expf(m - v) + 1.f;
             m = v;
@@ -57,7 +59,8 @@ __device__ void row_stats(const float *z, int64_t V, float *red, float *out_m, f
     *out_m = bm;
 }
 
-__global__ void lce_loss_rows(const float *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
+template <typename T>
+__global__ void lce_loss_rows(const T *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
                               double *row_loss) {
     __shared__ float red[32];
     int64_t r = blockIdx.x;
@@ -66,23 +69,22 @@ __global__ void lce_loss_rows(const float *z, int64_t V, const void *t, int is64
         if (threadIdx.x == 0) row_loss[r] = 0.0;
         return;
     }
-    const float *row = z + r * V;
+    const T *row = z + r * V;
     float m, s;
     row_stats(row, V, red, &m, &s);
     if (threadIdx.x == 0) {
         double lse = isinf(m) ? (double)m : (double)m + log((double)s);
-        row_loss[r] = lse - (double)row[target];
+        row_loss[r] = lse - (double)ld(row + target);
     }
 }
 
 template <typename T>
-__global__ void lce_grad_rows(float *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
-                              const float *dloss, double inv_counted, T *dz) {
+__global__ void lce_grad_rows(T *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
+                              const float *dloss, double inv_counted) {
     __shared__ float red[32];
     int64_t r = blockIdx.x;
     int64_t target = lce_target(t, is64, r * ts);
-    float *row = z + r * V;
-    T *drow = dz + r * V;
+    T *row = z + r * V, *drow = row; /* in place: each thread rewrites only the elements it read */
     if (target == ignore) {
         for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(drow + j, 0.f);
         return;
@@ -92,7 +94,7 @@ __global__ void lce_grad_rows(float *z, int64_t V, const void *t, int is64, int6
     float scale = (float)((double)*dloss * inv_counted), inv_s = 1.f / s;
     __syncthreads(); /* every thread has read the row before an in-place f32 dz overwrites it */
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(row[j] - m) * inv_s;
+        float p = expf(ld(row + j) - m) * inv_s;
         st(drow + j, scale * (p - (j == target ? 1.f : 0.f)));
     }
 }
@@ -141,7 +143,7 @@ static lm_status device_tensor(lm_dtype dt, int64_t rows, int64_t cols, const lm
     return lm_tensor_create(like->device, dt, 2, shape, out);
 }
 
-/* z [c, V] f32 = x rows [r0, r0 + c) @ w^T. */
+/* z [c, V] (x's dtype) = x rows [r0, r0 + c) @ w^T. */
 static lm_status chunk_logits(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                               int64_t r0, int64_t c, const lm_tensor *zt, lm_tensor_view *z, cudaStream_t s) {
     lm_tensor_view xs, wt;
@@ -167,7 +169,7 @@ lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tenso
     LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
     int64_t C = chunk_rows(N, V);
     lm_tensor *zt = NULL, *lt = NULL;
-    lm_status st = device_tensor(LM_F32, C, V, x, &zt);
+    lm_status st = device_tensor(x->dtype, C, V, x, &zt);
     int64_t n1 = N > 0 ? N : 1;
     if (st == LM_OK) st = lm_tensor_create(x->device, LM_I64, 1, &n1, &lt); /* 8-byte rows of double */
     double *row_loss = lt ? (double *)lm_tensor_data(lt) : NULL;
@@ -178,8 +180,9 @@ lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tenso
         st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
-            lce_loss_rows<<<(unsigned)c, LCE_THREADS, 0, s>>>((const float *)z.data, V, tp, is64, targets->stride[0],
-                                                               ignore_index, row_loss + r0);
+            LM_CUDA_FLOAT_SWITCH(z.dtype, T,
+                                 lce_loss_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
+                                     (const T *)z.data, V, tp, is64, targets->stride[0], ignore_index, row_loss + r0));
             st = lm_cuda_launched("linear_cross_entropy loss rows");
         }
     }
@@ -199,9 +202,8 @@ lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const
     int64_t N = x->shape[0], V = w->shape[0], counted = 0;
     LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
     int64_t C = chunk_rows(N, V);
-    lm_tensor *zt = NULL, *dzt = NULL, *acc = NULL;
-    lm_status st = device_tensor(LM_F32, C, V, x, &zt);
-    if (st == LM_OK && x->dtype != LM_F32) st = device_tensor(x->dtype, C, V, x, &dzt);
+    lm_tensor *zt = NULL, *acc = NULL;
+    lm_status st = device_tensor(x->dtype, C, V, x, &zt);
     int direct = dw && dw->dtype == LM_F32 && lm_tensor_view_is_contiguous(dw);
     if (st == LM_OK && dw && !direct) st = device_tensor(LM_F32, V, x->shape[1], x, &acc);
     lm_tensor_view accv = direct ? *dw : acc ? *lm_tensor_as_view(acc) : *w;
@@ -209,16 +211,15 @@ lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const
     double inv = counted ? 1.0 / (double)counted : 0.0;
     for (int64_t r0 = 0; st == LM_OK && r0 < N; r0 += C) {
         int64_t c = LM_MIN(C, N - r0);
-        lm_tensor_view z, dz, dzT, xs, dxs;
+        lm_tensor_view z, dzT, xs, dxs;
         st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
-        if (st == LM_OK) st = dzt ? lm_tensor_view_slice(lm_tensor_as_view(dzt), 0, 0, c, 1, &dz) : LM_OK;
-        if (st == LM_OK && !dzt) dz = z;
+        const lm_tensor_view dz = z;
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
             LM_CUDA_FLOAT_SWITCH(dz.dtype, T,
                                  lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
-                                     (float *)z.data, V, tp, is64, targets->stride[0], ignore_index,
-                                     (const float *)dloss->data, inv, (T *)dz.data));
+                                     (T *)z.data, V, tp, is64, targets->stride[0], ignore_index,
+                                     (const float *)dloss->data, inv));
             st = lm_cuda_launched("linear_cross_entropy gradient rows");
         }
         if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
@@ -230,7 +231,6 @@ lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const
     if (st == LM_OK && dw && N == 0) st = lm__cuda_check(cudaMemsetAsync(accv.data, 0, (size_t)lm_tensor_view_numel(&accv) * 4, s), "cudaMemsetAsync");
     if (st == LM_OK && acc) st = lm_cuda_cast(lm_tensor_as_view(acc), dw, s);
     lm_tensor_destroy(zt);
-    lm_tensor_destroy(dzt);
     lm_tensor_destroy(acc);
     return st;
 }
