@@ -7,9 +7,10 @@
  *    <= 2e-2 against the f32 CPU gradient (bf16 keeps 8 bits: ~4e-3 relative per
  *    rounding, compounded over the layers of these random models); the measured
  *    values are printed;
- *  - five AdamW steps on the same batch on both devices: f32 losses within 1e-4
- *    relative at every step and the final weights within NMSE 1e-8; bf16 losses
- *    within 3e-2 relative and falling;
+ *  - five AdamW steps on the same batch on both devices (the batch gets memorized:
+ *    29 -> ~4e-4): f32 losses within 1e-4 relative + 1e-6 at every step and the
+ *    final weights within NMSE 1e-8; bf16 losses within 3e-2 relative + 1e-3 and
+ *    falling;
  *  - the logits of lm_train_model_logits under bf16 compute come back as f32;
  *  - a context of the other device is refused by name.
  * Skipped (77) without a GPU or without CUDA in the build.
@@ -157,8 +158,11 @@ static void test_training_steps_match_cpu(void) {
     LT_CHECK_OK(lm_train_model_set_compute_dtype(gpb, LM_BF16));
     run_steps(gpb, g_ctx, &b, lb);
     for (int s = 0; s < 5; s++) {
-        LT_CHECK_MSG(fabs(lg[s] - lc[s]) <= 1e-4 * fabs(lc[s]), "step %d: f32 CUDA loss %.8g vs CPU %.8g", s, lg[s], lc[s]);
-        LT_CHECK_MSG(fabs(lb[s] - lc[s]) <= 3e-2 * fabs(lc[s]), "step %d: bf16 CUDA loss %.8g vs CPU %.8g", s, lb[s], lc[s]);
+        /* relative, with an absolute floor: the batch is memorized, the loss heads for 0 */
+        LT_CHECK_MSG(fabs(lg[s] - lc[s]) <= 1e-4 * fabs(lc[s]) + 1e-6, "step %d: f32 CUDA loss %.8g vs CPU %.8g", s, lg[s],
+                     lc[s]);
+        LT_CHECK_MSG(fabs(lb[s] - lc[s]) <= 3e-2 * fabs(lc[s]) + 1e-3, "step %d: bf16 CUDA loss %.8g vs CPU %.8g", s,
+                     lb[s], lc[s]);
     }
     LT_CHECK_MSG(lb[4] < lb[0] && lg[4] < lg[0], "losses did not fall: f32 %.4f -> %.4f, bf16 %.4f -> %.4f", lg[0], lg[4],
                  lb[0], lb[4]);

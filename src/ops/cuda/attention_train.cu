@@ -17,11 +17,13 @@
  *           the row's log2-domain logsumexp L = m + log2(l).
  * backward  (as FlashAttention-2, without atomics): the forward is recomputed for O and
  *           L; D_i = dO_i . O_i; then
- *           dK/dV kernel, grid (key tiles, Hkv, B): each warp keeps 16 keys' K and V
- *             fragments and dK, dV accumulators in registers and walks every query head
- *             of the group and every query tile that sees its keys: S^T = K Q^T,
+ *           dK/dV kernel, grid (key tiles, Hq, B): each warp keeps 16 keys' K and V
+ *             fragments and dK, dV accumulators in registers and walks every query
+ *             tile of its query head that sees its keys: S^T = K Q^T,
  *             P^T = exp2(S^T - L), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
- *             dK += dS^T Q; finally dK *= scale;
+ *             dK += dS^T Q; finally dK *= scale. With grouped heads each query head
+ *             writes f32 partials and a last kernel adds the group's heads in order
+ *             (one block per kv head would leave most of the GPU idle);
  *           dQ kernel, grid (query tiles, Hq, B): S = Q K^T, P, dP = dO V^T,
  *             dS = P (dP - D), dQ += dS K over the visible key tiles; dQ *= scale.
  *           Every gradient element is written once by one thread: run-independent.
@@ -51,6 +53,7 @@ struct fa_args {
     int causal;
     float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
     float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
+    float *pk, *pv; /* grouped heads: [B, Hq, Tk, D] f32 per-query-head dK, dV partials, else NULL */
 };
 
 static fa_view fa_of(const lm_tensor_view *v) {
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
     float *lq = (float *)(ds + TILE * (HD + PADE)); /* [TILE] L of the tile's queries */
     float *dq = lq + TILE;                    /* [TILE] D of the tile's queries */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int64_t kvh = blockIdx.y, b = blockIdx.z, group = a.Hq / a.Hkv, off = a.Tk - a.Tq;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
     const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16; /* block's and warp's first key */
     uint32_t ka[HD / 16][4], va[HD / 16][4];
     load_a<HD>(ka, a.k, b, kvh, kw, a.Tk, g, c);
@@ -267,8 +270,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
         for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
     /* causal: query i sees key j when i >= j - off; the block's first key is k0 */
     int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
-    for (int64_t hh = 0; hh < group; hh++) {
-        int64_t h = kvh * group + hh;
+    {
         for (int64_t q0 = qstart; q0 < a.Tq; q0 += TILE) {
             __syncthreads();
             stage<HD>(a.q, b, h, q0, a.Tq, qs);
@@ -324,8 +326,33 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
         }
     }
     const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
-    store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
-    store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+    if (a.pk) { /* grouped: this query head's share, summed by fa_group_sum */
+        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
+        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
+        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
+        return;
+    }
+    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
+    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+}
+
+/* dK, dV [b, kvh, j, :] = sum over the group's query heads (in head order) of the
+ * partials; one thread per pair of elements. */
+template <int HD>
+__global__ void fa_group_sum(fa_args a, int64_t B) {
+    int64_t group = a.Hq / a.Hkv, n = B * a.Hkv * a.Tk * (HD / 2);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t d = (i % (HD / 2)) * 2, j = (i / (HD / 2)) % a.Tk, kvh = (i / (HD / 2 * a.Tk)) % a.Hkv;
+        int64_t b = i / (HD / 2 * a.Tk * a.Hkv);
+        float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
+        for (int64_t hh = 0; hh < group; hh++) {
+            int64_t o = ((b * a.Hq + kvh * group + hh) * a.Tk + j) * HD + d;
+            float2 pk = *(const float2 *)(a.pk + o), pv = *(const float2 *)(a.pv + o);
+            k0 += pk.x, k1 += pk.y, v0 += pv.x, v1 += pv.y;
+        }
+        if (a.dk.p) store_pair(a.dk.p, a.dk_f32, b * a.dk.sb + kvh * a.dk.sh + j * a.dk.st + d, k0, k1);
+        if (a.dv.p) store_pair(a.dv.p, a.dv_f32, b * a.dv.sb + kvh * a.dv.sh + j * a.dv.st + d, v0, v1);
+    }
 }
 
 /* ---- backward: dQ --------------------------------------------------------------------------- */
@@ -450,9 +477,14 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
         size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE) + sizeof(float) * 2 * TILE;
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dK/dV)"));
-        dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hkv, (unsigned)B);
+        dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
         fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm_cuda_launched("flash attention dK/dV"));
+        if (a.pk) {
+            int64_t n = B * a.Hkv * a.Tk * (HD / 2);
+            fa_group_sum<HD><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(a, B);
+            LM_TRY(lm_cuda_launched("flash attention dK/dV group sum"));
+        }
     }
     if (a.dq.p) {
         size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE);
@@ -474,14 +506,17 @@ lm_status lm_cuda_flash_attention_backward(const lm_tensor_view *q, const lm_ten
     fa_args a = args_of(q, k, v, scale, causal);
     a.dout = fa_of(dout), a.dq = fa_of(dq), a.dk = fa_of(dk), a.dv = fa_of(dv);
     a.dq_f32 = dq && dq->dtype == LM_F32, a.dk_f32 = dk && dk->dtype == LM_F32, a.dv_f32 = dv && dv->dtype == LM_F32;
-    void *work = NULL; /* O f32 [rows, D], then L and D [rows] */
-    size_t bytes = sizeof(float) * (size_t)rows * (size_t)(D + 2);
+    int grouped = q->shape[1] != k->shape[1] && (dk || dv);
+    int64_t krows = B * q->shape[1] * k->shape[2]; /* per-query-head dK/dV partial rows */
+    void *work = NULL; /* O f32 [rows, D], L and D [rows], then (grouped) dK and dV partials [krows, D] */
+    size_t bytes = sizeof(float) * ((size_t)rows * (size_t)(D + 2) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
     LM_TRY(lm__cuda_check(cudaMallocAsync(&work, bytes, s), "cudaMallocAsync (flash attention backward)"));
     float *o = (float *)work;
     a.o = (fa_view){o, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
     a.o_f32 = 1;
     a.lse = o + rows * D;
     a.dd = a.lse + rows;
+    if (grouped) a.pk = a.dd + rows, a.pv = a.pk + krows * D;
     lm_status st = D == 64 ? backward<64>(a, B, s) : backward<128>(a, B, s);
     cudaFreeAsync(work, s);
     return st;
