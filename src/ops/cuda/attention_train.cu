@@ -176,12 +176,17 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
             }
         }
         float mloc[2] = {-INFINITY, -INFINITY};
+        /* warp-uniform: only tiles crossing the diagonal or the end of the keys need the mask */
+        const bool edge = k0 + TILE > a.Tk || (a.causal && k0 + TILE - 1 > q0 + off);
 #pragma unroll
         for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
-                int masked = kj >= a.Tk || (a.causal && kj > qi + off);
+                int masked = 0;
+                if (edge) {
+                    int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                    masked = kj >= a.Tk || (a.causal && kj > qi + off);
+                }
                 s[nt][r] = masked ? -INFINITY : s[nt][r] * a.scale_log2;
                 mloc[r >> 1] = fmaxf(mloc[r >> 1], s[nt][r]);
             }
@@ -295,13 +300,17 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
                     mma16816(dp[nt], va[kk], b0, b1); /* dP^T = V dO^T */
                 }
             }
+            const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off);
 #pragma unroll
             for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     int col = nt * 8 + 2 * c + (r & 1);
-                    int64_t kj = kw + g + (r >> 1) * 8, qi = q0 + col;
-                    int masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                    int masked = 0;
+                    if (edge) {
+                        int64_t kj = kw + g + (r >> 1) * 8, qi = q0 + col;
+                        masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                    }
                     float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - lq[col]);
                     p[nt][r] = pv;
                     dp[nt][r] = pv * (dp[nt][r] - dq[col]); /* dS^T */
@@ -398,12 +407,16 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
                 mma16816(dp[nt], oa[kk], b0, b1); /* dP = dO V^T */
             }
         }
+        const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off);
 #pragma unroll
         for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
-                int masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                int masked = 0;
+                if (edge) {
+                    int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                    masked = kj >= a.Tk || qi >= a.Tq || (a.causal && kj > qi + off);
+                }
                 float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - L[r >> 1]);
                 dp[nt][r] = pv * (dp[nt][r] - Dr[r >> 1]); /* dS */
             }

@@ -2,7 +2,10 @@
  *
  * Reductions: one thread per output element scans its slice of x in order, summing
  * in double (rounded once, as the reference) or taking the max with NaN sticking once
- * seen (like torch.amax). O(numel(x)) work, no workspace.
+ * seen (like torch.amax). O(numel(x)) work, no workspace. A long sum over few outputs
+ * (a bias gradient: 8192 rows into 896 columns would keep 4 SMs busy) is split:
+ * pass 1 sums chunks of SUM_CHUNK elements per output in double into a workspace
+ * [chunks, count], pass 2 adds each output's chunks in order and rounds once.
  * concat: one launch per input copying it into its slice of out as raw elements of
  * the dtype's size, so it is exact for every dtype. O(numel(out)).
  */
@@ -34,9 +37,52 @@ __global__ void reduce_kernel(int is_max, const T *x, lm_cuda_nd rest, int64_t n
     }
 }
 
+#define SUM_CHUNK 128
+
+template <typename T>
+__global__ void sum_chunks_kernel(const T *x, lm_cuda_nd rest, int64_t n, int64_t step, int64_t count, int64_t chunks,
+                                  double *part) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < count * chunks;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t % count, c = t / count; /* neighbouring threads: neighbouring outputs */
+        const T *base = x + nd_offset(rest, o);
+        double acc = 0.0;
+        for (int64_t i = c * SUM_CHUNK; i < n && i < (c + 1) * SUM_CHUNK; i++) acc += ld(base + i * step);
+        part[c * count + o] = acc;
+    }
+}
+
+template <typename T>
+__global__ void sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm_cuda_nd no) {
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < count; o += (int64_t)gridDim.x * blockDim.x) {
+        double acc = 0.0;
+        for (int64_t c = 0; c < chunks; c++) acc += part[c * count + o];
+        st(out + nd_offset(no, o), (float)acc);
+    }
+}
+
 static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
-    int64_t count = lm_tensor_view_numel(out);
+    int64_t count = lm_tensor_view_numel(out), n = x->shape[dim];
     if (count == 0) return LM_OK;
+    if (!is_max && n >= 4 * SUM_CHUNK && count < 65536) {
+        int64_t chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+        double *part = NULL;
+        LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)(chunks * count), s),
+                              "cudaMallocAsync (sum)"));
+        lm_status st = LM_OK;
+        LM_CUDA_FLOAT_SWITCH(x->dtype, T, {
+            sum_chunks_kernel<T><<<lm_cuda_blocks(count * chunks, 256), 256, 0, s>>>(
+                (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
+            st = lm_cuda_launched("sum kernel (chunks)");
+            if (st == LM_OK) {
+                sum_finish_kernel<T><<<lm_cuda_blocks(count, 256), 256, 0, s>>>(part, count, chunks, (T *)out->data,
+                                                                                 lm_cuda_nd_of(out));
+                st = lm_cuda_launched("sum kernel (finish)");
+            }
+        });
+        cudaFreeAsync(part, s);
+        return st;
+    }
     LM_CUDA_FLOAT_SWITCH(x->dtype, T,
                          reduce_kernel<T><<<lm_cuda_blocks(count, 256), 256, 0, s>>>(
                              is_max, (const T *)x->data, drop_dim(x, dim), x->shape[dim], x->stride[dim],
