@@ -58,7 +58,7 @@ void lm_ctx_destroy(lm_ctx *c) {
 #ifdef LOOM_HAVE_CUDA
     if (c->stream) lm__cuda_stream_sync(c->stream);
     lm__cuda_blas_destroy(c->device.index, &c->blas);
-    if (c->stream) lm__cuda_stream_destroy(c->stream);
+    if (c->stream) lm__cuda_stream_destroy(c->device.index, c->stream);
 #endif
     lm_threadpool_destroy(c->pool);
     lm__free(c);

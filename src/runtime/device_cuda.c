@@ -146,15 +146,46 @@ lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern
     return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a fill)");
 }
 
+/* Context streams alive per device (see lm__cuda_stream_count). */
+static int g_streams[LM__CUDA_MAX_DEVICES];
+static pthread_mutex_t g_streams_mu = PTHREAD_MUTEX_INITIALIZER;
+
 lm_status lm__cuda_stream_create(int index, void **stream) {
     LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
     cudaStream_t s;
-    LM_TRY(lm__cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+    if (index < LM__CUDA_MAX_DEVICES) {
+        pthread_mutex_lock(&g_streams_mu);
+        /* blocks freed while one stream was alive were not waited for: let that work
+         * finish before a second stream can be handed one of them */
+        cudaError_t e = g_streams[index] == 1 ? cudaDeviceSynchronize() : cudaSuccess;
+        if (e == cudaSuccess) g_streams[index]++;
+        pthread_mutex_unlock(&g_streams_mu);
+        LM_TRY(lm__cuda_check(e, "cudaDeviceSynchronize (second stream)"));
+    }
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        lm__cuda_stream_destroy(index, NULL);
+        return lm__cuda_check(e, "cudaStreamCreate");
+    }
     *stream = s;
     return LM_OK;
 }
 
-void lm__cuda_stream_destroy(void *stream) { cudaStreamDestroy((cudaStream_t)stream); }
+void lm__cuda_stream_destroy(int index, void *stream) {
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+    if (index < 0 || index >= LM__CUDA_MAX_DEVICES) return;
+    pthread_mutex_lock(&g_streams_mu);
+    if (g_streams[index] > 0) g_streams[index]--;
+    pthread_mutex_unlock(&g_streams_mu);
+}
+
+int lm__cuda_stream_count(int index) {
+    if (index < 0 || index >= LM__CUDA_MAX_DEVICES) return 0;
+    pthread_mutex_lock(&g_streams_mu);
+    int n = g_streams[index];
+    pthread_mutex_unlock(&g_streams_mu);
+    return n;
+}
 
 lm_status lm__cuda_stream_sync(void *stream) {
     return lm__cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");

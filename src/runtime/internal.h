@@ -21,8 +21,12 @@ int lm__cuda_count(void);
  * large host transfers go through pinned double-buffered staging. */
 lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t nbytes);
 lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern, size_t psize);
+/* Context streams: created and destroyed through these so the allocator knows how
+ * many streams can touch the device's memory (lm__cuda_stream_count). Creating a
+ * device's second stream first waits for the device to be idle. */
 lm_status lm__cuda_stream_create(int index, void **stream);
-void lm__cuda_stream_destroy(void *stream);
+void lm__cuda_stream_destroy(int index, void *stream);
+int lm__cuda_stream_count(int index);
 lm_status lm__cuda_stream_sync(void *stream);
 
 /* runtime/copy_cuda.cu: copies within one device, queued on stream (no waiting).

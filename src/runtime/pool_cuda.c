@@ -4,11 +4,16 @@
  * (pointer -> rounded size), both under one mutex. Requests are rounded up (512 B
  * below 1 MiB, 2 MiB above) and served by the smallest cached block of at most 1.25x
  * the rounded size; otherwise cudaMalloc, and if that fails every cached block is
- * released and cudaMalloc is tried once more. Freeing waits for the device to finish
- * its queued work (as cudaFree itself does) before the block joins the cache: the
- * allocator cannot see which stream last used a block, so a block handed out again
- * must already be idle. The cost is one device synchronization per free; the forward
- * pass allocates its buffers once, so steady-state decoding frees nothing.
+ * released and cudaMalloc is tried once more. When a freed block joins the cache,
+ * queued work may still read or write it. With exactly one context stream alive on
+ * the device (the usual case: one training or inference context) that is harmless:
+ * every later user of the block is queued on that stream, after that work, and host
+ * copies wait for the device first; so nothing waits, and a training step's
+ * thousands of temporaries cost no synchronization. With no or several streams the
+ * allocator cannot tell which stream last used a block, and freeing waits for the
+ * device to finish its queued work (as cudaFree itself does). Creating a second
+ * stream first waits for the device (runtime/device_cuda.c), which covers the blocks
+ * freed without waiting before.
  * Statistics count rounded bytes. Blocks are only returned to the driver by
  * lm_device_empty_cache (or a failed cudaMalloc).
  */
@@ -187,7 +192,7 @@ void lm__cuda_free(int index, void *ptr) {
         cudaFree(ptr);
         return;
     }
-    cudaDeviceSynchronize(); /* the block may still be read or written by queued work */
+    if (lm__cuda_stream_count(index) != 1) cudaDeviceSynchronize(); /* queued work may still use the block */
     pthread_mutex_lock(&p->mu);
     size_t size = live_take(p, (uintptr_t)ptr);
     if (size == 0) { /* not ours: hand it straight back to the driver */

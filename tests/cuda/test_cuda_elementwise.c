@@ -57,6 +57,19 @@ static void test_contiguous_bf16_vector_path(void) {
         ct_pair_free(&o);
         lm_tensor_destroy(want);
     }
+    /* a bias row broadcast over the rows */
+    int64_t n = 96;
+    ct_pair bias = ct_random(&r, LM_BF16, 1, &n, 1.0), o = ct_poisoned(LM_BF16, 2, shape);
+    lm_tensor *wb = lt_poisoned_tensor(LM_BF16, 2, shape);
+    lm_tensor_view eh, ed;
+    LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.h), 2, shape, &eh));
+    LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.d), 2, shape, &ed));
+    LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), &eh, lm_tensor_as_view(wb)));
+    LT_CHECK_OK(lm_cuda_add(lm_tensor_as_view(a.d), &ed, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    ct_check(g_ctx, "add bf16 + broadcast bias row (vector path)", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(wb),
+             ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+    ct_pair_free(&bias), ct_pair_free(&o);
+    lm_tensor_destroy(wb);
     lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_cuda_add(lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(a.d), ct_stream(g_ctx)));

@@ -6,8 +6,9 @@
  * expanded with stride 0), values are widened to float, computed, and rounded once
  * on store, matching the reference's single rounding. O(numel) work.
  * When every operand is a contiguous bf16 view with 16-byte aligned data and numel a
- * multiple of 8, the same arithmetic runs 8 elements per thread with 16-byte loads
- * and stores (vec8_kernel): identical results, several times the bandwidth.
+ * multiple of 8 (b may also be a bias row broadcast over the leading dims), the same
+ * arithmetic runs 8 elements per thread with 16-byte loads and stores (vec8_kernel):
+ * identical results, several times the bandwidth.
  * swiglu_v2: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
  */
 #include "ops/cuda/common.cuh"
@@ -32,9 +33,10 @@ __global__ void binary_kernel(int op, const T *a, lm_cuda_nd na, const T *b, lm_
     }
 }
 
-__global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, uint4 *out, int64_t n8, float scale) {
+/* b8 > 0: b is one row of b8 vectors broadcast over the rows (a bias). */
+__global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 va = a[i], vb = b ? b[i] : va, vo;
+        uint4 va = a[i], vb = b ? b[b8 ? i % b8 : i] : va, vo;
         const bf16 *xa = (const bf16 *)&va, *xb = (const bf16 *)&vb;
         bf16 *xo = (bf16 *)&vo;
 #pragma unroll
@@ -58,15 +60,28 @@ static int vec8_ok(const lm_tensor_view *v) {
     return v->dtype == LM_BF16 && lm_tensor_view_is_contiguous(v) && ((uintptr_t)v->data % 16) == 0;
 }
 
+/* 1 when b is a bf16 row [N] (N % 8 == 0, 16-byte aligned) expanded over leading dims:
+ * every stride 0 except a unit last one. */
+static int bias_row(const lm_tensor_view *b) {
+    int nd = b->ndim;
+    if (nd < 2 || b->dtype != LM_BF16 || b->stride[nd - 1] != 1 || b->shape[nd - 1] % 8 != 0 ||
+        ((uintptr_t)b->data % 16) != 0)
+        return 0;
+    for (int i = 0; i < nd - 1; i++)
+        if (b->stride[i] != 0 && b->shape[i] != 1) return 0;
+    return 1;
+}
+
 static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out,
                             float scale, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out);
     if (n == 0) return LM_OK;
-    if (n % 8 == 0 && vec8_ok(a) && vec8_ok(out) && (!b || vec8_ok(b)) && lm_tensor_view_numel(a) == n &&
-        (!b || lm_tensor_view_numel(b) == n)) {
+    int64_t b8 = b && bias_row(b) ? b->shape[b->ndim - 1] / 8 : 0;
+    if (n % 8 == 0 && vec8_ok(a) && vec8_ok(out) && (!b || b8 || vec8_ok(b)) && lm_tensor_view_numel(a) == n &&
+        (!b || b8 || lm_tensor_view_numel(b) == n)) {
         vec8_kernel<<<lm_cuda_blocks(n / 8, 256), 256, 0, s>>>(op, (const uint4 *)a->data,
-                                                                b ? (const uint4 *)b->data : NULL, (uint4 *)out->data,
-                                                                n / 8, scale);
+                                                                b ? (const uint4 *)b->data : NULL, b8,
+                                                                (uint4 *)out->data, n / 8, scale);
         return lm_cuda_launched("elementwise kernel (vec8)");
     }
     lm_cuda_nd na = lm_cuda_nd_of(a), nb = lm_cuda_nd_of(b ? b : a), no = lm_cuda_nd_of(out);
