@@ -2,7 +2,9 @@
  * `loom logits` JSON lines (keys, sorted top list, probes, values equal to the library's
  * forward pass), `loom generate --print-ids` (equal to transformers' greedy ids from
  * tests/data/models), `loom tokenize` both ways on a real tokenizer (skipped if the
- * npm tokenizers are absent), and the exit codes and messages of bad invocations.
+ * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
+ * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
+ * --dtype errors), and the exit codes and messages of bad invocations.
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -140,6 +142,67 @@ static void test_tokenize_round_trip_on_a_real_tokenizer(void) {
     run_free(&r);
 }
 
+/* The "loss" values of a train log, in order (at most max). */
+static int log_losses(const char *dir, double *out, int max) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    char *text = slurp(path);
+    int n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line && n < max; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *l = j ? json_object_get(j, "loss") : NULL;
+        if (l) {
+            out[n++] = json_number_value(l);
+            LT_CHECK_MSG(json_is_number(json_object_get(j, "step_s")), "no step_s in '%s'", line);
+        }
+        json_decref(j);
+    }
+    lm_free(text);
+    return n;
+}
+
+static void test_train_on_the_cpu(void) {
+    const char *shard = LOOM_BINARY_DIR "/cli_train.bin", *out = LOOM_BINARY_DIR "/cli_train_out";
+    run_result r = run(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
+                            "/tests/data/train/corpus.txt -o " LOOM_BINARY_DIR "/cli_train.bin");
+    LT_CHECK_MSG(r.status == 0, "data prepare: exit %d: %s", r.status, r.err ? r.err : "");
+    run_free(&r);
+    double a[4], b[4], c[4];
+    const char *model = LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint";
+    char cmd[2048];
+    for (int k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s%s train --model %s --data %s --out %s --steps 3 --batch 2 --seq 16 --threads 1 --seed %d %s",
+                 k == 0 ? "LOOM_PROFILE=1 " : "", LOOM, model, shard, out, k == 1 ? 7 : 1, k < 2 ? "--no-shuffle" : "");
+        r = run(cmd);
+        LT_CHECK_MSG(r.status == 0, "train run %d: exit %d: %s", k, r.status, r.err ? r.err : "");
+        LT_CHECK_MSG(r.err && strstr(r.err, "f32 compute on cpu") && !strstr(r.err, "MFU"), "stderr: %s",
+                     r.err ? r.err : "");
+        if (k == 0)
+            LT_CHECK_MSG(r.err && strstr(r.err, "profile (LOOM_PROFILE)") && strstr(r.err, "bwd ag_linear") &&
+                             strstr(r.err, "step adamw"),
+                         "no profile report: %s", r.err ? r.err : "");
+        LT_CHECK(log_losses(out, k == 0 ? a : k == 1 ? b : c, 4) == 3);
+        run_free(&r);
+    }
+    /* file order whatever the seed: the same batches and losses; shuffled: others */
+    for (int i = 0; i < 3; i++) LT_CHECK_MSG(a[i] == b[i], "step %d: %.9g vs %.9g with --no-shuffle", i, a[i], b[i]);
+    LT_CHECK_MSG(a[0] != c[0], "shuffled and file-order first batches gave the same loss %.9g", a[0]);
+    struct {
+        const char *extra;
+        int status;
+        const char *needle;
+    } bad[] = {{"--dtype bf16", 1, "needs a model on a CUDA device"}, {"--dtype f16", 2, "--dtype must be f32 or bf16"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s train --model %s --data %s --out %s --steps 1 --batch 2 --seq 16 %s", LOOM, model,
+                 shard, out, bad[i].extra);
+        r = run(cmd);
+        LT_CHECK_MSG(r.status == bad[i].status && r.err && strstr(r.err, bad[i].needle), "'%s': exit %d, stderr '%s'",
+                     bad[i].extra, r.status, r.err ? r.err : "");
+        run_free(&r);
+    }
+}
+
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
     struct {
         const char *cmd;
@@ -166,6 +229,7 @@ int main(void) {
     LT_RUN(test_logits_lines_match_the_library);
     LT_RUN(test_generate_print_ids_equals_transformers_greedy);
     LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
+    LT_RUN(test_train_on_the_cpu);
     LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
     return lt_finish();
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 
-static const char *k_synopsis = "prepare --tokenizer FILE IN.txt... -o OUT.bin [--separator TOKEN | --separator-id N]";
+static const char *k_synopsis = "--tokenizer FILE IN.txt... -o OUT.bin [--separator TOKEN | --separator-id N]";
 
 int cmd_data(int argc, char **argv) {
     if (argc < 1 || strcmp(argv[0], "prepare") != 0) {
