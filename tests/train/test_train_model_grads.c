@@ -13,6 +13,10 @@
  *    (steps 0.02 and 0.01); the f32 loss limits them to ~1e-5 absolute, so the gate is
  *    |fd - analytic| <= 2e-3 * (|analytic| + 0.01 * |gradient|).
  * 3. Gradient accumulation: two micro-batches at scale 1/2 equal one batch of both.
+ * 4. Compute dtype and model FLOPs on the CPU: bf16 compute is refused (LM_UNSUPPORTED,
+ *    the model keeps f32), a CUDA context is refused for a CPU model, and
+ *    lm_train_model_flops_per_token equals the formula counted by hand for the tiny
+ *    model (tied: the output projection counts the embedding once more).
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -211,11 +215,31 @@ static void test_accumulation_equals_one_large_batch(void) {
     lm_train_model_destroy(m);
 }
 
+static void test_compute_dtype_and_flops(void) {
+    lm_train_model *m = tiny_model(3);
+    if (!m) return;
+    LT_CHECK_STATUS(lm_train_model_set_compute_dtype(m, LM_BF16), LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "CUDA") != NULL, "message: %s", lm_last_error());
+    LT_CHECK_STATUS(lm_train_model_set_compute_dtype(m, LM_F16), LM_UNSUPPORTED);
+    LT_CHECK(lm_train_model_compute_dtype(m) == LM_F32);
+    LT_CHECK_OK(lm_train_model_set_compute_dtype(m, LM_F32));
+    float l = 0;
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 2, 6, &l)); /* still trains in f32 */
+    LT_CHECK(isfinite(l));
+    /* hidden 16, intermediate 24, 2 layers, 4 heads of 4, 2 kv heads, vocab 37, tied */
+    double per_layer = 16.0 * 16 * 2 + 16.0 * 8 * 2 + 3.0 * 16 * 24; /* q, o; k, v; gate, up, down */
+    double want = 6.0 * (2 * per_layer + 37.0 * 16) + 12.0 * 2 * 4 * 4 * 10;
+    double got = lm_train_model_flops_per_token(m, 10);
+    LT_CHECK_MSG(fabs(got - want) < 1e-6, "flops per token %.1f, counted %.1f", got, want);
+    lm_train_model_destroy(m);
+}
+
 int main(void) {
     if (lm_ctx_create(lm_device_cpu(), 0, &g_ctx) != LM_OK) return 1;
     LT_RUN(test_gradients_match_pytorch_float64);
     LT_RUN(test_gradients_match_finite_differences);
     LT_RUN(test_accumulation_equals_one_large_batch);
+    LT_RUN(test_compute_dtype_and_flops);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }
