@@ -12,7 +12,7 @@ void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_opt *op
     if (!opts[0].name) return;
     fprintf(f, "options:\n");
     for (const cli_opt *o = opts; o->name; o++) {
-        const char *colon = strchr(o->help, ':');
+        const char *colon = strstr(o->help, ": "); /* "ARG: text"; ARG may hold a colon (cuda[:N]) */
         if (o->kind != CLI_FLAG && colon) {
             char arg[64];
             size_t n = (size_t)(colon - o->help) < sizeof arg - 1 ? (size_t)(colon - o->help) : sizeof arg - 1;
