@@ -193,6 +193,17 @@ lm_status lm__ag_copy(lm_ag *ag, const lm_tensor_view *v, lm_tensor **out) {
     return st;
 }
 
+lm_status lm__ag_new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out) {
+    const lm_tensor_view *v = lm_tensor_as_view(t);
+    return lm__ag_tensor(ag, v->dtype, v->ndim, v->shape, out);
+}
+
+lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && n->in[i]->requires_grad) LM_TRY(lm__ag_new_like(ag, n->in[i]->value, &gin[i]));
+    return LM_OK;
+}
+
 lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tensor **values, lm_ag_var **outs) {
     lm_status st = LM_OK;
     for (int j = 0; j < tmpl->nout; j++) {

@@ -84,6 +84,12 @@ lm_status lm__ag_push(lm_ag *ag, const lm__ag_node *node);
 lm_status lm__ag_check_inputs(const lm_ag *ag, const char *op, int n, lm_ag_var *const *in);
 /* A new tensor on the tape's device. */
 lm_status lm__ag_tensor(lm_ag *ag, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out);
+/* A new tensor shaped and typed like t. */
+lm_status lm__ag_new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out);
+/* gin[i] = a new tensor like input i, for each input that requires a gradient. */
+lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin);
+/* t's view, or NULL for no tensor (an optional gradient output). */
+static inline const lm_tensor_view *lm__ag_opt(const lm_tensor *t) { return t ? lm_tensor_as_view(t) : NULL; }
 /* A new contiguous tensor holding a copy of view v (for saved index operands). */
 lm_status lm__ag_copy(lm_ag *ag, const lm_tensor_view *v, lm_tensor **out);
 /* A new tensor sharing t's storage and view (a reference, no copy). */

@@ -7,24 +7,12 @@
 
 #define V LM__AG_V
 
-static lm_status new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out) {
-    const lm_tensor_view *v = V(t);
-    return lm__ag_tensor(ag, v->dtype, v->ndim, v->shape, out);
-}
-
-static lm_status grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
-    for (int i = 0; i < n->nin; i++)
-        if (n->in[i]->requires_grad) LM_TRY(new_like(ag, n->in[i]->value, &gin[i]));
-    return LM_OK;
-}
-
-static const lm_tensor_view *opt(const lm_tensor *t) { return t ? V(t) : NULL; }
 
 /* ---- RMSNorm ------------------------------------------------------------------------------ */
 static lm_status rmsnorm_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(grads_like(ag, n, gin));
-    return lm_rmsnorm_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), n->p.f, V(gout[0]), opt(gin[0]),
-                                   opt(gin[1]));
+    LM_TRY(lm__ag_grads_like(ag, n, gin));
+    return lm_rmsnorm_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), n->p.f, V(gout[0]), lm__ag_opt(gin[0]),
+                                   lm__ag_opt(gin[1]));
 }
 
 lm_status lm_ag_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *weight, float eps, lm_ag_var **out) {
@@ -45,16 +33,16 @@ static lm_status add_rmsnorm_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor
     if (!gout[1]) { /* only the sum is read downstream: it passes straight through */
         if (x->requires_grad || r->requires_grad) LM_TRY(lm__ag_alias(gout[0], &dx));
     } else {
-        if (x->requires_grad || r->requires_grad) LM_TRY(new_like(ag, x->value, &dx));
+        if (x->requires_grad || r->requires_grad) LM_TRY(lm__ag_new_like(ag, x->value, &dx));
         if (w->requires_grad) {
-            lm_status st = new_like(ag, w->value, &gin[2]);
+            lm_status st = lm__ag_new_like(ag, w->value, &gin[2]);
             if (st != LM_OK) {
                 lm_tensor_destroy(dx);
                 return st;
             }
         }
         lm_status st = lm_add_rmsnorm_backward_out(ag->ctx, V(n->out[0]->value), V(w->value), n->p.f, V(gout[1]),
-                                                   opt(gout[0]), opt(dx), opt(gin[2]));
+                                                   lm__ag_opt(gout[0]), lm__ag_opt(dx), lm__ag_opt(gin[2]));
         if (st != LM_OK) {
             lm_tensor_destroy(dx);
             return st;
@@ -74,8 +62,8 @@ lm_status lm_ag_add_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *residual, lm_ag_
     LM_TRY(lm__ag_check_inputs(ag, "ag_add_rmsnorm", 3, in));
     if (!sum || !out) return lm__error(LM_INVALID_ARGUMENT, "ag_add_rmsnorm: sum or out is NULL");
     lm_tensor *y[2] = {NULL, NULL};
-    lm_status st = new_like(ag, x->value, &y[0]);
-    if (st == LM_OK) st = new_like(ag, x->value, &y[1]);
+    lm_status st = lm__ag_new_like(ag, x->value, &y[0]);
+    if (st == LM_OK) st = lm__ag_new_like(ag, x->value, &y[1]);
     if (st == LM_OK)
         st = lm_add_rmsnorm_out(ag->ctx, V(x->value), V(residual->value), V(weight->value), eps, V(y[0]), V(y[1]));
     if (st != LM_OK) {
@@ -94,8 +82,8 @@ lm_status lm_ag_add_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *residual, lm_ag_
 
 /* ---- SwiGLU ------------------------------------------------------------------------------------ */
 static lm_status swiglu_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(grads_like(ag, n, gin));
-    return lm_swiglu_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(gout[0]), opt(gin[0]), opt(gin[1]));
+    LM_TRY(lm__ag_grads_like(ag, n, gin));
+    return lm_swiglu_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(gout[0]), lm__ag_opt(gin[0]), lm__ag_opt(gin[1]));
 }
 
 lm_status lm_ag_swiglu(lm_ag *ag, lm_ag_var *gate, lm_ag_var *up, lm_ag_var **out) {
@@ -110,9 +98,9 @@ lm_status lm_ag_swiglu(lm_ag *ag, lm_ag_var *gate, lm_ag_var *up, lm_ag_var **ou
 
 /* ---- RoPE: saved[0] = inv_freq copy, saved[1] = positions copy (or NULL) -------------------------- */
 static lm_status rope_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    lm_rope_params p = {(lm_rope_style)n->p.flag, V(n->saved[0]), n->p.attn_factor, opt(n->saved[1]), n->p.pos_offset,
+    lm_rope_params p = {(lm_rope_style)n->p.flag, V(n->saved[0]), n->p.attn_factor, lm__ag_opt(n->saved[1]), n->p.pos_offset,
                         NULL};
-    LM_TRY(new_like(ag, n->in[0]->value, &gin[0]));
+    LM_TRY(lm__ag_new_like(ag, n->in[0]->value, &gin[0]));
     return lm_rope_backward_out(ag->ctx, V(gout[0]), &p, V(gin[0]), NULL);
 }
 
@@ -121,7 +109,7 @@ lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "ag_rope: params or out is NULL");
     if (p->bias) return lm__error(LM_INVALID_ARGUMENT, "ag_rope: params.bias must be NULL (add biases with lm_ag_add)");
     lm_tensor *y = NULL;
-    LM_TRY(new_like(ag, x->value, &y));
+    LM_TRY(lm__ag_new_like(ag, x->value, &y));
     lm__ag_node n = lm__ag_node_make("ag_rope", rope_backward, 1, 1, x, NULL, NULL);
     n.p.flag = (int)p->style;
     n.p.attn_factor = p->attn_factor;
@@ -140,9 +128,9 @@ lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var
 
 /* ---- attention ------------------------------------------------------------------------------------- */
 static lm_status attention_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(grads_like(ag, n, gin));
+    LM_TRY(lm__ag_grads_like(ag, n, gin));
     return lm_attention_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->in[2]->value), V(gout[0]),
-                                     n->p.f, n->p.flag, opt(gin[0]), opt(gin[1]), opt(gin[2]));
+                                     n->p.f, n->p.flag, lm__ag_opt(gin[0]), lm__ag_opt(gin[1]), lm__ag_opt(gin[2]));
 }
 
 lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,

@@ -7,24 +7,11 @@
 
 #define V LM__AG_V
 
-static lm_status new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out) {
-    const lm_tensor_view *v = V(t);
-    return lm__ag_tensor(ag, v->dtype, v->ndim, v->shape, out);
-}
-
-/* New gradient tensors shaped like the inputs that require them. */
-static lm_status grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
-    for (int i = 0; i < n->nin; i++)
-        if (n->in[i] && n->in[i]->requires_grad) LM_TRY(new_like(ag, n->in[i]->value, &gin[i]));
-    return LM_OK;
-}
-
-static const lm_tensor_view *opt(const lm_tensor *t) { return t ? V(t) : NULL; }
 
 /* ---- matmul ----------------------------------------------------------------------------- */
 static lm_status matmul_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(grads_like(ag, n, gin));
-    return lm_matmul_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(gout[0]), opt(gin[0]), opt(gin[1]));
+    LM_TRY(lm__ag_grads_like(ag, n, gin));
+    return lm_matmul_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(gout[0]), lm__ag_opt(gin[0]), lm__ag_opt(gin[1]));
 }
 
 lm_status lm_ag_matmul(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out) {
@@ -53,13 +40,13 @@ static lm_status bias_grad(lm_ag *ag, const lm_tensor *g, lm_tensor **out) {
 
 static lm_status linear_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     lm_ag_var *x = n->in[0], *w = n->in[1], *b = n->in[2];
-    if (x->requires_grad) LM_TRY(new_like(ag, x->value, &gin[0]));
-    if (w->requires_grad) LM_TRY(new_like(ag, w->value, &gin[1]));
+    if (x->requires_grad) LM_TRY(lm__ag_new_like(ag, x->value, &gin[0]));
+    if (w->requires_grad) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
     if (b && b->requires_grad) LM_TRY(bias_grad(ag, gout[0], &gin[2]));
     lm_tensor_view wt, dwt;
     LM_TRY(lm_tensor_view_transpose(V(w->value), 0, 1, &wt));
     if (gin[1]) LM_TRY(lm_tensor_view_transpose(V(gin[1]), 0, 1, &dwt));
-    return lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), opt(gin[0]), gin[1] ? &dwt : NULL);
+    return lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), lm__ag_opt(gin[0]), gin[1] ? &dwt : NULL);
 }
 
 lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, lm_ag_var **out) {
@@ -89,7 +76,7 @@ lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, l
 
 /* ---- embedding -------------------------------------------------------------------------- */
 static lm_status embedding_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(new_like(ag, n->in[0]->value, &gin[0]));
+    LM_TRY(lm__ag_new_like(ag, n->in[0]->value, &gin[0]));
     return lm_embedding_backward_out(ag->ctx, V(n->saved[0]), V(gout[0]), V(gin[0]));
 }
 
@@ -110,7 +97,7 @@ lm_status lm_ag_embedding(lm_ag *ag, lm_ag_var *table, const lm_tensor_view *ids
 
 /* ---- losses ------------------------------------------------------------------------------ */
 static lm_status ce_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(new_like(ag, n->in[0]->value, &gin[0]));
+    LM_TRY(lm__ag_new_like(ag, n->in[0]->value, &gin[0]));
     return lm_cross_entropy_backward_out(ag->ctx, V(n->in[0]->value), V(n->saved[0]), n->p.i0, V(gout[0]), V(gin[0]));
 }
 
@@ -135,9 +122,9 @@ lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view
 }
 
 static lm_status lce_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(grads_like(ag, n, gin));
+    LM_TRY(lm__ag_grads_like(ag, n, gin));
     return lm_linear_cross_entropy_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->saved[0]), n->p.i0,
-                                                V(gout[0]), opt(gin[0]), opt(gin[1]));
+                                                V(gout[0]), lm__ag_opt(gin[0]), lm__ag_opt(gin[1]));
 }
 
 lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, const lm_tensor_view *targets,
