@@ -126,6 +126,9 @@ lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, int64_t s
 int lm_ag_profile_enabled(void);
 void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name);
 void lm_ag_profile_report(FILE *f);
+/* Forgets the totals (e.g. after a first step that builds plans and caches); the next
+ * mark starts a new interval. */
+void lm_ag_profile_reset(void);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,14 @@ void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name) {
     pthread_mutex_unlock(&g_mu);
 }
 
+void lm_ag_profile_reset(void) {
+    pthread_mutex_lock(&g_mu);
+    memset(g_prof, 0, sizeof g_prof);
+    g_nprof = 0;
+    g_last = 0;
+    pthread_mutex_unlock(&g_mu);
+}
+
 static int by_time(const void *a, const void *b) {
     double x = ((const prof_entry *)a)->seconds, y = ((const prof_entry *)b)->seconds;
     return x < y ? 1 : x > y ? -1 : 0;

@@ -216,12 +216,16 @@ static int loop(session *s) {
                 (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s, step_s);
         fflush(s->log);
         progress(s, &in, tok_s, step == s->a.steps);
+        if (step == s->first_step + 1 && step < s->a.steps) lm_ag_profile_reset(); /* steady state: skip warm-up */
         if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%06lld", (long long)step);
         if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
     }
     if (s->val && validate(s, s->a.steps)) return 1;
+    if (lm_ag_profile_enabled())
+        fprintf(stderr, "steps %lld-%d:\n", (long long)(s->first_step + (s->a.steps > s->first_step + 1 ? 2 : 1)),
+                s->a.steps);
     lm_ag_profile_report(stderr);
     lm_device_memory_stats ms;
     if (lm_ctx_device(s->ctx).type == LM_DEVICE_CUDA && lm_device_memory_stats_get(lm_ctx_device(s->ctx), &ms) == LM_OK) {
