@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define LM__PROF_MAX 96
 
@@ -28,12 +27,6 @@ static double g_last;
 static int g_enabled = -1;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int lm_ag_profile_enabled(void) {
     if (g_enabled < 0) {
         const char *e = getenv("LOOM_PROFILE");
@@ -45,7 +38,7 @@ int lm_ag_profile_enabled(void) {
 void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name) {
     if (!lm_ag_profile_enabled()) return;
     lm_ctx_synchronize(ctx);
-    double t = now_s();
+    double t = lm__now_seconds();
     char key[48];
     snprintf(key, sizeof key, "%s%s", prefix ? prefix : "", name ? name : "?");
     pthread_mutex_lock(&g_mu);

@@ -30,6 +30,9 @@ void *lm__calloc(size_t count, size_t size); /* 64-byte aligned, zeroed, overflo
 void lm__free(void *ptr);
 char *lm__strdup(const char *s);
 
+/* Seconds on the monotonic clock (base/clock.c): differences time intervals. */
+double lm__now_seconds(void);
+
 void lm__assert_fail(const char *expr, const char *file, int line);
 #define LM_ASSERT(e) ((e) ? (void)0 : lm__assert_fail(#e, __FILE__, __LINE__))
 

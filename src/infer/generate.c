@@ -12,7 +12,6 @@
 #include "loom/generate.h"
 
 #include <string.h>
-#include <time.h>
 
 typedef struct stop_filter {
     const char *const *stop;
@@ -21,12 +20,6 @@ typedef struct stop_filter {
     char *held; /* [cap] text not yet delivered */
     size_t len, cap;
 } stop_filter;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static lm_status held_append(stop_filter *f, const char *text, size_t n) {
     if (f->len + n + 1 > f->cap) {
@@ -128,9 +121,9 @@ static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_g
     const lm_model_config *c = lm_model_get_config(r->m);
     int stopped = 0;
     int32_t next = -1;
-    double t0 = now_seconds();
+    double t0 = lm__now_seconds();
     LM_TRY(forward(r, prompt, (int64_t)n_prompt, 0, &next));
-    double t1 = now_seconds();
+    double t1 = lm__now_seconds();
     res->prefill_seconds = t1 - t0;
     res->reason = LM_STOP_LENGTH;
     while (res->new_tokens < p->max_new_tokens && !stopped) {
@@ -157,7 +150,7 @@ static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_g
     int at_end = 0; /* the final call always happens, with id -1 */
     LM_TRY(deliver(r, -1, rest, nrest, 1, &at_end));
     if (at_end == LM_STOP_STRING + 1) res->reason = LM_STOP_STRING;
-    res->decode_seconds = now_seconds() - t1;
+    res->decode_seconds = lm__now_seconds() - t1;
     return LM_OK;
 }
 

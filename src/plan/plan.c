@@ -7,7 +7,6 @@
 #include "plan/low.h"
 
 #include <stdio.h>
-#include <time.h>
 
 void lm_plan_options_default(lm_plan_options *o) {
     if (!o) return;
@@ -16,12 +15,6 @@ void lm_plan_options_default(lm_plan_options *o) {
     o->attention = LM_PLAN_ATTN_AUTO;
     o->partials = LM_F32;
     o->gemm_candidates = 48;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 lm_status lm__plan_graph_clone(const lm_plan_graph *g, lm_plan_graph **out) {
@@ -109,7 +102,7 @@ lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, cons
     else
         lm_plan_options_default(&opt);
     LM_TRY(validate(g, &opt));
-    double t0 = now_seconds();
+    double t0 = lm__now_seconds();
     lm_plan *p = lm__calloc(1, sizeof *p);
     if (!p) return LM_OUT_OF_MEMORY;
     p->m = *m;
@@ -140,7 +133,7 @@ lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, cons
         if (st == LM_OK) built = 1;
     }
     if (st == LM_OK && !built) st = lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why);
-    if (st == LM_OK) summarize(p, &P, now_seconds() - t0);
+    if (st == LM_OK) summarize(p, &P, lm__now_seconds() - t0);
     lm__plan_planner_free(&P);
     if (st != LM_OK) {
         lm_plan_destroy(p);

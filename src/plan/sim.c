@@ -12,7 +12,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <time.h>
 
 typedef struct phase {
     int kind;     /* 0 compute, 1 exchange */
@@ -54,12 +53,6 @@ void lm_plan_sim_options_default(lm_plan_sim_options *o) {
     o->seed = 1;
     o->nmse_tol = 1e-5;
     o->abs_tol = 2e-2;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static lm_status add_phase(simctx *c, int kind, int32_t step, double cycles, double sync, int64_t bytes) {
@@ -326,9 +319,9 @@ lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_pl
     c.s = s;
     lm_threadpool *pool = NULL;
     lm_status st = lm_threadpool_create(c.opt.threads, &pool);
-    double t0 = now_seconds();
+    double t0 = lm__now_seconds();
     if (st == LM_OK) st = lm__plan_ref_run(p->g, c.opt.seed, pool, &c.ref);
-    double t1 = now_seconds();
+    double t1 = lm__now_seconds();
     c.mem = lm__calloc((size_t)T, sizeof *c.mem);
     c.tstart = lm__alloc(sizeof(int64_t) * (size_t)(T + 1), 16);
     c.tile_cycles = lm__calloc((size_t)T, sizeof(double));
@@ -342,7 +335,7 @@ lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_pl
     for (int64_t v = 0; v < p->mid.nvals && st == LM_OK; v++)
         if (p->mid.vals[v].placed && p->mid.vals[v].view_of < 0) st = place_value(&c, (int)v);
     if (st == LM_OK) st = execute(&c, pool);
-    double t2 = now_seconds();
+    double t2 = lm__now_seconds();
     s->sum.cycles = c.clock;
     s->sum.ref_seconds = t1 - t0;
     s->sum.sim_seconds = t2 - t1;

@@ -5,7 +5,6 @@
  * host clock at record time and waiting on one is a no-op. */
 #include "runtime/internal.h"
 
-#include <time.h>
 
 struct lm_ctx {
     lm_device device;
@@ -125,12 +124,6 @@ lm_status lm_device_empty_cache(lm_device d) {
 }
 
 /* ---- events -------------------------------------------------------------------------- */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 lm_status lm_event_create(lm_ctx *ctx, lm_event **out) {
     if (!ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_event_create: NULL argument");
     *out = NULL;
@@ -174,7 +167,7 @@ lm_status lm_event_record(lm_event *e, lm_ctx *ctx) {
 #ifdef LOOM_HAVE_CUDA
     if (e->cuda) return lm__cuda_event_record(e->cuda, ctx->stream);
 #endif
-    e->host_s = now_s();
+    e->host_s = lm__now_seconds();
     return LM_OK;
 }
 
