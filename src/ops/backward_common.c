@@ -36,7 +36,7 @@ lm_status lm__op_check_targets(const char *op, const lm_tensor_view *targets, in
     *counted = 0;
     if (targets->device.type != LM_DEVICE_CPU) return LM_OK; /* device kernels check their own */
     for (int64_t r = 0; r < targets->shape[0]; r++) {
-        int64_t t = lm__ld_index(targets->dtype, targets->data, r * targets->stride[0]);
+        int64_t t = lm__index_at(targets, r);
         if (t == ignore_index) continue;
         if (t < 0 || t >= V)
             return lm__error(LM_OUT_OF_RANGE, "%s: targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",

@@ -118,3 +118,15 @@ lm_status lm__op_finish(lm_status st, lm_tensor **t) {
     }
     return st;
 }
+
+double lm__row_logsumexp(lm_dtype dt, const void *base, int64_t x0, int64_t step, int64_t n) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        double v = lm__ld(dt, base, x0 + j * step);
+        if (v > mx) mx = v;
+    }
+    if (isinf(mx)) return mx;
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j++) sum += exp(lm__ld(dt, base, x0 + j * step) - mx);
+    return mx + log(sum);
+}

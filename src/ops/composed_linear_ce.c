@@ -25,18 +25,6 @@ static int64_t chunk_rows(int64_t N, int64_t V) {
     return c < 1 ? 1 : c > N ? N : c;
 }
 
-static int64_t target_of(const lm_tensor_view *targets, int64_t r) {
-    return lm__ld_index(targets->dtype, targets->data, r * targets->stride[0]);
-}
-
-/* Row r of a contiguous [C, V] f32 scratch: its logsumexp. */
-static double row_lse(const float *z, int64_t V) {
-    double mx = -INFINITY, sum = 0.0;
-    for (int64_t j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
-    if (isinf(mx)) return mx;
-    for (int64_t j = 0; j < V; j++) sum += exp((double)z[j] - mx);
-    return mx + log(sum);
-}
 
 /* z = linear(x rows [r0, r0 + c), w) into the first c rows of the scratch. */
 static lm_status chunk_logits(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, int64_t r0, int64_t c,
@@ -61,10 +49,10 @@ lm_status lm__composed_linear_ce(lm_ctx *ctx, const lm_tensor_view *x, const lm_
         lm_tensor_view z;
         st = chunk_logits(ctx, x, w, r0, c, scratch, &z);
         for (int64_t i = 0; st == LM_OK && i < c; i++) {
-            int64_t t = target_of(targets, r0 + i);
+            int64_t t = lm__index_at(targets, r0 + i);
             if (t == ignore_index) continue;
             const float *row = (const float *)z.data + i * Vn;
-            total += row_lse(row, Vn) - row[t];
+            total += lm__row_logsumexp(LM_F32, row, 0, 1, Vn) - row[t];
         }
     }
     if (st == LM_OK) *(float *)loss->data = counted ? (float)(total / (double)counted) : NAN;
@@ -77,8 +65,8 @@ static void chunk_dlogits(float *z, int64_t c, int64_t Vn, const lm_tensor_view 
                           int64_t ignore_index, double scale) {
     for (int64_t i = 0; i < c; i++) {
         float *row = z + i * Vn;
-        int64_t t = target_of(targets, r0 + i);
-        double lse = t == ignore_index ? 0.0 : row_lse(row, Vn);
+        int64_t t = lm__index_at(targets, r0 + i);
+        double lse = t == ignore_index ? 0.0 : lm__row_logsumexp(LM_F32, row, 0, 1, Vn);
         for (int64_t j = 0; j < Vn; j++)
             row[j] = t == ignore_index ? 0.0f : (float)(scale * (exp((double)row[j] - lse) - (j == t ? 1.0 : 0.0)));
     }

@@ -51,6 +51,16 @@ static inline int64_t lm__ld_index(lm_dtype dt, const void *base, int64_t off) {
     }
 }
 
+/* Element r of a 1-d index view (targets, ids). */
+static inline int64_t lm__index_at(const lm_tensor_view *v, int64_t r) {
+    return lm__ld_index(v->dtype, v->data, r * v->stride[0]);
+}
+
+/* log(sum_j exp(x_j)) over the n elements of dtype dt at base[x0 + j * step], in
+ * double with the max subtracted (no overflow); an infinite max is returned as is
+ * (all -inf gives -inf, any +inf gives +inf). */
+double lm__row_logsumexp(lm_dtype dt, const void *base, int64_t x0, int64_t step, int64_t n);
+
 static inline void lm__st_index(lm_dtype dt, void *base, int64_t off, int64_t v) {
     if (dt == LM_I32) ((int32_t *)base)[off] = (int32_t)v;
     else ((int64_t *)base)[off] = v;
@@ -117,6 +127,12 @@ typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 
  * exist (has_cpu: a tuned CPU version, has_cuda: a CUDA version). Fails with
  * LM_UNSUPPORTED naming the operator when the request cannot be met. */
 lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, lm__level *out);
+
+/* rope.c: the rope parameters against x [B, T, H, D] (NULL checks, style, inv_freq
+ * [D / 2] f32, positions [T] or [B, T], and with with_bias the bias [H, D] in x's
+ * dtype), shared by the forward and the backward. */
+lm_status lm__rope_check_params(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_rope_params *p,
+                                int with_bias);
 
 /* Allocating-form helper: a new tensor on ctx's device. */
 lm_status lm__op_alloc(lm_ctx *ctx, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out);

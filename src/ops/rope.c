@@ -9,8 +9,11 @@
 #include "ops/cpu/pointwise.h"
 #include "ops/ref/rope.h"
 
-/* The optional operands of p: devices, dtypes and shapes against x [B, T, H, D]. */
-static lm_status check_params(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_rope_params *p) {
+lm_status lm__rope_check_params(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_rope_params *p,
+                                int with_bias) {
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "%s: params is NULL", op);
+    if (!p->inv_freq)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: params.inv_freq is NULL (lm_rope_inv_freq_out fills one)", op);
     if (p->style != LM_ROPE_SPLIT_HALF && p->style != LM_ROPE_INTERLEAVED)
         return lm__error(LM_INVALID_ARGUMENT, "%s: unknown rope style %d", op, (int)p->style);
     const lm_tensor_view *vs[] = {p->inv_freq};
@@ -28,7 +31,7 @@ static lm_status check_params(lm_ctx *ctx, const char *op, const lm_tensor_view 
         if (p->positions->ndim == 1) LM_TRY(lm__op_check_shape(op, "positions", p->positions, 1, &bt[1]));
         else LM_TRY(lm__op_check_shape(op, "positions", p->positions, 2, bt));
     }
-    if (p->bias) {
+    if (with_bias && p->bias) {
         const lm_tensor_view *bv[] = {p->bias};
         static const char *const bn[] = {"bias"};
         LM_TRY(lm__op_check_devices(ctx, op, 1, bv, bn));
@@ -44,9 +47,6 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
     const lm_tensor_view *vs[] = {x, out};
     static const char *const names[] = {"x", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
-    if (!p) return lm__error(LM_INVALID_ARGUMENT, "%s: params is NULL", op);
-    if (!p->inv_freq)
-        return lm__error(LM_INVALID_ARGUMENT, "%s: params.inv_freq is NULL (lm_rope_inv_freq_out fills one)", op);
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_dtype(op, "out", out, x->dtype));
     int64_t any4[4] = {-1, -1, -1, -1};
@@ -55,7 +55,7 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
         return lm__error(LM_SHAPE_MISMATCH, "%s: head dim D = %lld of x must be even", op, (long long)x->shape[3]);
     LM_TRY(lm__op_check_same_shape(op, "out", out, x));
     LM_TRY(lm__op_check_out(op, "out", out));
-    LM_TRY(check_params(ctx, op, x, p));
+    LM_TRY(lm__rope_check_params(ctx, op, x, p, 1));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
     LM_TRY(lm__op_check_alias(op, "out", out, "inv_freq", p->inv_freq, 0));
     if (p->positions) LM_TRY(lm__op_check_alias(op, "out", out, "positions", p->positions, 0));

@@ -9,26 +9,6 @@
 #endif
 #include "ops/ref/rope_backward.h"
 
-static lm_status check_params(lm_ctx *ctx, const char *op, const lm_tensor_view *dout, const lm_rope_params *p) {
-    if (!p || !p->inv_freq) return lm__error(LM_INVALID_ARGUMENT, "%s: params or params.inv_freq is NULL", op);
-    if (p->style != LM_ROPE_SPLIT_HALF && p->style != LM_ROPE_INTERLEAVED)
-        return lm__error(LM_INVALID_ARGUMENT, "%s: unknown rope style %d", op, (int)p->style);
-    const lm_tensor_view *vs[] = {p->inv_freq};
-    static const char *const names[] = {"inv_freq"};
-    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
-    LM_TRY(lm__op_check_dtype(op, "inv_freq", p->inv_freq, LM_F32));
-    int64_t half = dout->shape[3] / 2;
-    LM_TRY(lm__op_check_shape(op, "inv_freq", p->inv_freq, 1, &half));
-    if (!p->positions) return LM_OK;
-    const lm_tensor_view *pv[] = {p->positions};
-    static const char *const pn[] = {"positions"};
-    LM_TRY(lm__op_check_devices(ctx, op, 1, pv, pn));
-    LM_TRY(lm__op_check_index(op, "positions", p->positions));
-    int64_t bt[2] = {dout->shape[0], dout->shape[1]};
-    if (p->positions->ndim == 1) return lm__op_check_shape(op, "positions", p->positions, 1, &bt[1]);
-    return lm__op_check_shape(op, "positions", p->positions, 2, bt);
-}
-
 lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm_rope_params *p,
                                const lm_tensor_view *dx, const lm_tensor_view *dbias) {
     const char *op = "rope_backward";
@@ -40,7 +20,7 @@ lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm
     LM_TRY(lm__op_check_shape(op, "dout", dout, 4, any4));
     if (dout->shape[3] % 2 != 0)
         return lm__error(LM_SHAPE_MISMATCH, "%s: head dim D = %lld of dout must be even", op, (long long)dout->shape[3]);
-    LM_TRY(check_params(ctx, op, dout, p));
+    LM_TRY(lm__rope_check_params(ctx, op, dout, p, 0));
     LM_TRY(lm__op_check_grad(ctx, op, "dx", dx, dout));
     if (dbias) {
         lm_tensor_view like = *dout;

@@ -7,33 +7,20 @@
  */
 #include "ops/ref/loss.h"
 
-/* log(sum_j exp(row_j)) of one row of V elements at x0 + j * xs. */
-static double row_logsumexp(const lm_tensor_view *x, int64_t x0, int64_t xs, int64_t V) {
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < V; j++) {
-        double v = lm__ld(x->dtype, x->data, x0 + j * xs);
-        if (v > mx) mx = v;
-    }
-    if (isinf(mx)) return mx; /* all -inf gives -inf; any +inf gives +inf */
-    double sum = 0.0;
-    for (int64_t j = 0; j < V; j++) sum += exp(lm__ld(x->dtype, x->data, x0 + j * xs) - mx);
-    return mx + log(sum);
-}
-
 lm_status lm__ref_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
                                 const lm_tensor_view *out) {
     int64_t N = logits->shape[0], V = logits->shape[1];
     double total = 0.0;
     int64_t counted = 0;
     for (int64_t r = 0; r < N; r++) {
-        int64_t t = lm__ld_index(targets->dtype, targets->data, r * targets->stride[0]);
+        int64_t t = lm__index_at(targets, r);
         if (t == ignore_index) continue;
         if (t < 0 || t >= V)
             return lm__error(LM_OUT_OF_RANGE,
                              "cross_entropy: targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
                              (long long)r, (long long)t, (long long)V, (long long)ignore_index);
         int64_t x0 = r * logits->stride[0], xs = logits->stride[1];
-        total += row_logsumexp(logits, x0, xs, V) - lm__ld(logits->dtype, logits->data, x0 + t * xs);
+        total += lm__row_logsumexp(logits->dtype, logits->data, x0, xs, V) - lm__ld(logits->dtype, logits->data, x0 + t * xs);
         counted++;
     }
     lm__st(LM_F32, out->data, 0, counted ? total / (double)counted : NAN);

@@ -11,10 +11,6 @@
  */
 #include "ops/ref/loss_backward.h"
 
-static int64_t target_of(const lm_tensor_view *targets, int64_t r) {
-    return lm__ld_index(targets->dtype, targets->data, r * targets->stride[0]);
-}
-
 /* logsumexp of n values. */
 static double logsumexp(const double *z, int64_t n) {
     double mx = -INFINITY, sum = 0.0;
@@ -28,18 +24,12 @@ void lm__ref_cross_entropy_backward(const lm_tensor_view *logits, const lm_tenso
                                     double scale, const lm_tensor_view *dlogits) {
     int64_t N = logits->shape[0], V = logits->shape[1];
     for (int64_t r = 0; r < N; r++) {
-        int64_t t = target_of(targets, r), x0 = r * logits->stride[0], o0 = r * dlogits->stride[0];
-        double mx = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; t != ignore_index && j < V; j++) {
-            double v = lm__ld(logits->dtype, logits->data, x0 + j * logits->stride[1]);
-            mx = v > mx ? v : mx;
-        }
-        for (int64_t j = 0; t != ignore_index && j < V; j++)
-            sum += exp(lm__ld(logits->dtype, logits->data, x0 + j * logits->stride[1]) - mx);
+        int64_t t = lm__index_at(targets, r), x0 = r * logits->stride[0], o0 = r * dlogits->stride[0];
+        double lse = t == ignore_index ? 0.0 : lm__row_logsumexp(logits->dtype, logits->data, x0, logits->stride[1], V);
         for (int64_t j = 0; j < V; j++) {
             double g = 0.0;
-            if (t != ignore_index) {
-                double p = exp(lm__ld(logits->dtype, logits->data, x0 + j * logits->stride[1]) - mx) / sum;
+            if (t != ignore_index) { /* an infinite logsumexp makes the row NaN, as softmax does */
+                double p = isinf(lse) ? NAN : exp(lm__ld(logits->dtype, logits->data, x0 + j * logits->stride[1]) - lse);
                 g = scale * (p - (j == t ? 1.0 : 0.0));
             }
             lm__st(dlogits->dtype, dlogits->data, o0 + j * dlogits->stride[1], g);
@@ -65,7 +55,7 @@ lm_status lm__ref_linear_cross_entropy(const lm_tensor_view *x, const lm_tensor_
     double *z = lm__calloc((size_t)V + 1, sizeof *z), total = 0.0;
     if (!z) return lm__error_context(LM_OUT_OF_MEMORY, "linear_cross_entropy row of %lld logits", (long long)V);
     for (int64_t r = 0; r < N; r++) {
-        int64_t t = target_of(targets, r);
+        int64_t t = lm__index_at(targets, r);
         if (t == ignore_index) continue;
         row_logits(x, w, r, z);
         total += logsumexp(z, V) - z[t];
@@ -84,7 +74,7 @@ lm_status lm__ref_linear_cross_entropy_backward(const lm_tensor_view *x, const l
     if (!z) return lm__error_context(LM_OUT_OF_MEMORY, "linear_cross_entropy_backward workspace");
     double *gx = z + V, *gw = dw ? gx + H : NULL; /* gx [H], gw [V, H] */
     for (int64_t r = 0; r < N; r++) {
-        int64_t t = target_of(targets, r);
+        int64_t t = lm__index_at(targets, r);
         for (int64_t h = 0; h < H; h++) gx[h] = 0.0;
         if (t != ignore_index) {
             row_logits(x, w, r, z);
