@@ -182,7 +182,7 @@ def main():
              "| engine | step ms | tokens/s | MFU | peak GiB (allocated) | reserved GiB | loom / this |",
              "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        ratio = r["step_s"] and results["loom"]["tok_s"] / r["tok_s"]
+        ratio = results["loom"]["tok_s"] / r["tok_s"]
         lines.append(f"| {name} | {r['step_s'] * 1e3:.1f} | {r['tok_s']:,.0f} | {r['mfu'] * 100:.1f}% | "
                      f"{r['peak_gib']:.2f} | {r['reserved_gib']:.2f} | {ratio:.2f}x |")
     lines += ["", "step losses (loom | torch eager | rel diff):"]

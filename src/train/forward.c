@@ -117,8 +117,6 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
     LM_TRY(check_batch(m, ids, B, T));
-    if (m->compute != LM_F32 && !m->flat_low)
-        return lm__error(LM_UNSUPPORTED, "training forward: compute dtype %s", lm_dtype_name(m->compute));
     if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
         char a[32], b[32];
         return lm__error(LM_INVALID_ARGUMENT, "training forward: the context is on %s but the model on %s",

@@ -31,7 +31,6 @@ typedef struct lm__tlayer {
 struct lm_train_model {
     lm_model_config cfg;
     lm_device device;
-    lm_dtype compute;
     char *config_json;  /* [config_len] the source config.json text */
     size_t config_len;
     char *source_dir;   /* directory the model was loaded from, or NULL */
@@ -39,7 +38,7 @@ struct lm_train_model {
     lm__tparam *params; /* [nparams] */
     int64_t numel;
     lm_tensor *flat, *flat_grad; /* [numel] f32 on device */
-    lm_tensor *flat_low;         /* [numel] compute-dtype copy of flat (bf16 compute), else NULL */
+    lm_tensor *flat_low;         /* [numel] bf16 copy of flat under bf16 compute; NULL: f32 compute */
     lm__tlayer *layers;          /* [num_hidden_layers] */
     int embed, final_norm, head; /* head == embed when tied */
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */

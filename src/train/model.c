@@ -109,7 +109,6 @@ static lm_status new_model(lm_device device, lm_train_model **out) {
     *out = lm__calloc(1, sizeof **out);
     if (!*out) return LM_OUT_OF_MEMORY;
     (*out)->device = device;
-    (*out)->compute = LM_F32;
     return LM_OK;
 }
 
@@ -229,7 +228,9 @@ void lm_train_model_destroy(lm_train_model *m) {
 const lm_model_config *lm_train_model_config(const lm_train_model *m) { return &m->cfg; }
 lm_device lm_train_model_device(const lm_train_model *m) { return m->device; }
 int64_t lm_train_model_numel(const lm_train_model *m) { return m->numel; }
-lm_dtype lm_train_model_compute_dtype(const lm_train_model *m) { return m->compute; }
+lm_dtype lm_train_model_compute_dtype(const lm_train_model *m) {
+    return m->flat_low ? lm_tensor_dtype(m->flat_low) : LM_F32;
+}
 
 /* Drops the low-precision weight copies. */
 static void drop_low(lm_train_model *m) {
@@ -245,7 +246,6 @@ lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
     if (!m) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_set_compute_dtype: NULL model");
     if (dt == LM_F32) {
         drop_low(m);
-        m->compute = dt;
         return LM_OK;
     }
     if (dt != LM_BF16)
@@ -253,18 +253,14 @@ lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
     if (m->device.type != LM_DEVICE_CUDA)
         return lm__error(LM_UNSUPPORTED, "training compute dtype bf16 needs a model on a CUDA device; CPU training "
                                          "computes in f32");
-    if (m->compute == dt) return LM_OK;
+    if (m->flat_low) return LM_OK; /* already bf16 */
     lm_status st = lm_tensor_create(m->device, dt, 1, &m->numel, &m->flat_low);
     for (int i = 0; st == LM_OK && i < m->nparams; i++) {
         lm__tparam *p = &m->params[i];
         st = lm_tensor_from_storage(lm_tensor_storage(m->flat_low), dt, p->ndim, p->shape, NULL, p->offset, &p->low);
     }
-    if (st != LM_OK) {
-        drop_low(m);
-        return st;
-    }
-    m->compute = dt;
-    return LM_OK;
+    if (st != LM_OK) drop_low(m);
+    return st;
 }
 
 double lm_train_model_flops_per_token(const lm_train_model *m, int64_t T) {

@@ -88,7 +88,6 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
         lm_ag_profile_mark(ctx, "step ", "data");
         LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
                                                1.0f / (float)o->grad_accum, &l));
-        lm_ag_profile_mark(ctx, "step ", "backward (rest)");
         loss += l;
     }
     LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
