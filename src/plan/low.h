@@ -142,6 +142,7 @@ int32_t lm__plan_proj_shard_at(const lm__plan_proj *p, int mv, int64_t t);
 lm_status lm__plan_proj_shard_box(const lm__plan_proj *p, int mv, int64_t t, int64_t *lo, int64_t *hi);
 /* Pads an operand to 3 dims (leading extent 1) or inserts a broadcast batch dim. */
 void lm__plan_proj_to3(lm__plan_opnd *o, int32_t batch);
+/* An empty call of kernel k on tile t: operands unset (buf -1), cycles 0. */
 lm__plan_call lm__plan_proj_call(int64_t t, lm__plan_kk k);
 /* Appends c with its cycles from the cost model. */
 lm_status lm__plan_proj_add_call(lm__plan_proj *p, lm__plan_call *c);

@@ -40,15 +40,6 @@ static lm__plan_opnd opnd(int64_t buf, lm_dtype dt, int64_t off, int nd, const i
     return o;
 }
 
-static lm__plan_call fcall(int64_t t, lm__plan_kk k) {
-    lm__plan_call c;
-    memset(&c, 0, sizeof c);
-    c.tile = (int32_t)t;
-    c.kernel = (int16_t)k;
-    for (int i = 0; i < 4; i++) c.op[i].buf = -1;
-    return c;
-}
-
 static lm_status push(fl *f, lm__plan_call *c) {
     c->cycles = lm__plan_call_cycles(f->P->m, c);
     return lm__plan_low_add_call(f->low, c);
@@ -109,7 +100,7 @@ static void on_piece(void *ctx, const lm__plan_flash_piece *p) {
         if (bufs[t] < 0) continue;
         lm__plan_opnd dst = opnd(bufs[t], sl->dtype, doff, 3, dims, dstr);
         if (t == p->src_tile) { /* already on the tile: a copy in the compute phase */
-            lm__plan_call c = fcall(t, LM__PLAN_K_COPY);
+            lm__plan_call c = lm__plan_proj_call(t, LM__PLAN_K_COPY);
             c.op[0] = src, c.op[1] = dst;
             f->st = push(f, &c);
             continue;
@@ -172,20 +163,20 @@ static lm_status step_compute(fl *f, int64_t s) {
                 int64_t n = kv_extent(f, ikv, s), t = tile_of(f, ih, iq, ikv);
                 if (!n) continue;
                 int64_t lo[3] = {h0, q0, 0}, hi[3] = {h0 + hn, q0 + qn, f->D};
-                lm__plan_call mm = fcall(t, LM__PLAN_K_MATMUL);
+                lm__plan_call mm = lm__plan_proj_call(t, LM__PLAN_K_MATMUL);
                 LM_TRY(lm__plan_low_operand(low, f->mid, f->o->in[0], t, lo, hi, &mm.op[0]));
                 int64_t kd[3] = {hn, f->D, n}, ks[3] = {f->D * f->bs, f->bs, 1};
                 mm.op[1] = opnd(f->kbuf[t], f->dt, 0, 3, kd, ks);
                 int64_t sd[3] = {hn, qn, n}, ss[3] = {f->bq * f->bs, f->bs, 1};
                 mm.op[2] = opnd(f->sbuf[t], LM_F32, 0, 3, sd, ss);
                 LM_TRY(push(f, &mm));
-                lm__plan_call up = fcall(t, LM__PLAN_K_FLASH_UPDATE);
+                lm__plan_call up = lm__plan_proj_call(t, LM__PLAN_K_FLASH_UPDATE);
                 up.op[0] = mm.op[2];
                 up.op[1] = opnd(f->pbuf[t], f->dt, 0, 3, sd, ss);
                 state_opnd(f, t, hn, qn, f->Dv + 2, &up.op[2]);
                 up.f[0] = scale;
                 LM_TRY(push(f, &up));
-                lm__plan_call pv = fcall(t, LM__PLAN_K_MATMUL);
+                lm__plan_call pv = lm__plan_proj_call(t, LM__PLAN_K_MATMUL);
                 pv.op[0] = up.op[1];
                 int64_t vd[3] = {hn, n, f->Dv}, vs[3] = {f->bs * f->Dv, f->Dv, 1};
                 pv.op[1] = opnd(f->vbuf[t], f->dt, 0, 3, vd, vs);
@@ -235,7 +226,7 @@ static lm_status finish(fl *f) {
             if (!hn || !qn) continue;
             int64_t t = tile_of(f, ih, iq, 0);
             if (f->g[2] > 1) {
-                lm__plan_call c = fcall(t, LM__PLAN_K_FLASH_COMBINE);
+                lm__plan_call c = lm__plan_proj_call(t, LM__PLAN_K_FLASH_COMBINE);
                 state_opnd(f, t, hn, qn, cols, &c.op[0]);
                 c.op[1] = c.op[0];
                 c.op[1].buf = (int32_t)f->rbuf[t];
@@ -243,7 +234,7 @@ static lm_status finish(fl *f) {
                 c.i[1] = stride;
                 LM_TRY(push(f, &c));
             }
-            lm__plan_call c = fcall(t, LM__PLAN_K_FLASH_FINAL);
+            lm__plan_call c = lm__plan_proj_call(t, LM__PLAN_K_FLASH_FINAL);
             state_opnd(f, t, hn, qn, cols, &c.op[0]);
             int64_t lo[3] = {h0, q0, 0}, hi[3] = {h0 + hn, q0 + qn, f->Dv};
             LM_TRY(lm__plan_low_operand(low, f->mid, f->o->out, t, lo, hi, &c.op[1]));
@@ -265,7 +256,7 @@ static lm_status run(fl *f, int mop) {
             int64_t ih = t / (f->g[1] * f->g[2]), iq = t / f->g[2] % f->g[1];
             int64_t h0, hn, q0, qn;
             extents(f, ih, iq, &h0, &hn, &q0, &qn);
-            lm__plan_call c = fcall(t, LM__PLAN_K_FLASH_INIT);
+            lm__plan_call c = lm__plan_proj_call(t, LM__PLAN_K_FLASH_INIT);
             state_opnd(f, t, hn, qn, f->Dv + 2, &c.op[0]);
             LM_TRY(push(f, &c));
         }
