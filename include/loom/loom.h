@@ -5,6 +5,7 @@
 #include "loom/base.h"
 #include "loom/runtime.h"
 #include "loom/tensor.h"
+#include "loom/graph.h"
 #include "loom/ops.h"
 #include "loom/safetensors.h"
 #include "loom/config.h"

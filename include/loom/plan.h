@@ -9,13 +9,16 @@
  * place target facts live. A plan is accepted only when its simulated results match
  * a CPU reference of the graph (lm_plan_simulate with check enabled).
  *
- * Values are referred to by lm_plan_value handles returned by the builders; every
- * builder validates shapes/dtypes and names the op in its error detail.
+ * The graph it compiles is loom/graph.h's IR (the one the engine's executors run);
+ * lm_plan_compile rejects, naming the op, what the tile machine cannot run: dtypes
+ * other than f32/f16, the model-step ops (embedding, KV cache, ...) it has no kernel
+ * for, more than 3-d matmuls.
  */
 #ifndef LOOM_PLAN_H
 #define LOOM_PLAN_H
 
 #include "loom/base.h"
+#include "loom/graph.h"
 #include "loom/tensor.h"
 
 #ifdef __cplusplus
@@ -43,67 +46,6 @@ double lm_plan_machine_matmul_flops(const lm_plan_machine *m, lm_dtype dt);
 /* The complete description as a JSON object; caller frees *out with lm_free. */
 lm_status lm_plan_machine_to_json(const lm_plan_machine *m, char **out);
 
-/* ---- graph IR ------------------------------------------------------------------------- */
-typedef struct lm_plan_graph lm_plan_graph;
-typedef int32_t lm_plan_value;
-
-typedef enum lm_plan_unary { LM_PLAN_GELU = 0, LM_PLAN_SILU = 1 } lm_plan_unary;
-typedef enum lm_plan_binary { LM_PLAN_ADD = 0, LM_PLAN_MUL = 1 } lm_plan_binary;
-
-lm_status lm_plan_graph_create(lm_plan_graph **out);
-void lm_plan_graph_destroy(lm_plan_graph *g);
-
-/* Activations fed by the caller; the simulator fills them with N(0, std^2). Shapes
- * have 1..4 dimensions; dtype f32 or f16. */
-lm_status lm_plan_graph_input(lm_plan_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double std, lm_plan_value *out);
-/* Resident parameters (weights, biases, norm scales) filled with mean + N(0, std^2).
- * Inside a Repeat body a parameter has one copy per iteration. */
-lm_status lm_plan_graph_param(lm_plan_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double mean, double std, lm_plan_value *out);
-/* a [..., M, K] x b [..., K, N] -> [..., M, N] in out_dt with f32 accumulation. a and
- * b have the same leading (batch) dims, or b has none (shared weights). */
-lm_status lm_plan_graph_matmul(lm_plan_graph *g, const char *name, lm_plan_value a, lm_plan_value b, lm_dtype out_dt,
-                               lm_plan_value *out);
-/* x [..., N] + bias [N]. */
-lm_status lm_plan_graph_bias_add(lm_plan_graph *g, const char *name, lm_plan_value x, lm_plan_value bias,
-                                 lm_plan_value *out);
-/* GeLU uses the tanh approximation (gelu_pytorch_tanh). */
-lm_status lm_plan_graph_unary(lm_plan_graph *g, const char *name, lm_plan_unary op, lm_plan_value x,
-                              lm_plan_value *out);
-/* Same shapes and dtypes. */
-lm_status lm_plan_graph_binary(lm_plan_graph *g, const char *name, lm_plan_binary op, lm_plan_value a, lm_plan_value b,
-                               lm_plan_value *out);
-/* softmax(scale * x) over the last axis. */
-lm_status lm_plan_graph_softmax(lm_plan_graph *g, const char *name, lm_plan_value x, double scale, lm_plan_value *out);
-/* Over the last axis; gamma/beta [N] (beta may be -1 for none). */
-lm_status lm_plan_graph_layer_norm(lm_plan_graph *g, const char *name, lm_plan_value x, lm_plan_value gamma,
-                                   lm_plan_value beta, double eps, lm_plan_value *out);
-lm_status lm_plan_graph_rms_norm(lm_plan_graph *g, const char *name, lm_plan_value x, lm_plan_value gamma, double eps,
-                                 lm_plan_value *out);
-/* Views (no data movement): reshape keeps the element order; permute reorders axes
- * (out axis i = in axis perm[i]). split_heads [T, H*D] -> [H, T, D] and merge_heads
- * [H, T, D] -> [T, H*D] are reshape+permute compositions. */
-lm_status lm_plan_graph_reshape(lm_plan_graph *g, const char *name, lm_plan_value x, int ndim, const int64_t *shape,
-                                lm_plan_value *out);
-lm_status lm_plan_graph_permute(lm_plan_graph *g, const char *name, lm_plan_value x, const int *perm,
-                                lm_plan_value *out);
-lm_status lm_plan_graph_split_heads(lm_plan_graph *g, const char *name, lm_plan_value x, int64_t heads,
-                                    lm_plan_value *out);
-lm_status lm_plan_graph_merge_heads(lm_plan_graph *g, const char *name, lm_plan_value x, lm_plan_value *out);
-/* Repeat an identical block count times. outer[i] (defined before) seeds the body
- * input inner[i]; after the body, repeat_end(body_out) carries body_out[i] into the
- * next iteration's inner[i] (same shape and dtype) and returns the last iteration's
- * values as outer_out[i]. At most 4 carried values; no nesting. */
-lm_status lm_plan_graph_repeat_begin(lm_plan_graph *g, int64_t count, int n, const lm_plan_value *outer,
-                                     lm_plan_value *inner);
-lm_status lm_plan_graph_repeat_end(lm_plan_graph *g, int n, const lm_plan_value *body_out, lm_plan_value *outer_out);
-/* Marks a value as a program output (compared with the reference). */
-lm_status lm_plan_graph_output(lm_plan_graph *g, lm_plan_value v);
-/* A named value the simulator validates against the reference where it is produced
- * (every iteration inside a Repeat). */
-lm_status lm_plan_graph_checkpoint(lm_plan_graph *g, lm_plan_value v, const char *name);
-
 /* ---- workloads --------------------------------------------------------------------------- */
 typedef enum lm_plan_workload_kind {
     LM_PLAN_WL_GEMM = 0,      /* Y[M,N] = X[M,K] W[K,N] */
@@ -122,7 +64,7 @@ typedef struct lm_plan_workload {
 
 /* SigLIP sizes: 729 tokens, width 1152, hidden 4304, 16 heads; gemm 4096^3; f16. */
 void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w);
-lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_plan_graph **out);
+lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out);
 /* "gemm", "mlp", "attention", "mlp-repeat"; NULL for invalid kinds. */
 const char *lm_plan_workload_name(lm_plan_workload_kind kind);
 
@@ -146,7 +88,7 @@ void lm_plan_options_default(lm_plan_options *o);
 
 typedef struct lm_plan lm_plan;
 /* Plans g for m. LM_UNSUPPORTED (with the op and the reason) when no plan fits. */
-lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out);
+lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out);
 void lm_plan_destroy(lm_plan *p);
 
 typedef struct lm_plan_summary {

@@ -107,14 +107,14 @@ lm_status lm_ctx_wait_event(lm_ctx *ctx, const lm_event *e);
  * runs the same kernels on the same buffers, so the caller keeps every buffer the
  * region touches alive and at the same address while the graph exists. Memory must
  * not be allocated or freed inside the region. CUDA contexts only. */
-typedef struct lm_graph lm_graph;
+typedef struct lm_device_graph lm_device_graph;
 
 lm_status lm_ctx_capture_begin(lm_ctx *ctx);
 /* Ends the capture and instantiates it; on failure the capture is discarded. */
-lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_graph **out);
+lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out);
 /* Queues one replay on ctx (asynchronous, like any other work on the context). */
-lm_status lm_graph_launch(const lm_graph *g, lm_ctx *ctx);
-void lm_graph_destroy(lm_graph *g); /* accepts NULL */
+lm_status lm_device_graph_launch(const lm_device_graph *g, lm_ctx *ctx);
+void lm_device_graph_destroy(lm_device_graph *g); /* accepts NULL */
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,15 @@ void *lm__calloc(size_t count, size_t size); /* 64-byte aligned, zeroed, overflo
 void lm__free(void *ptr);
 char *lm__strdup(const char *s);
 
+/* Growable arrays (base/array.c): ensures *buf holds at least need elements of elem
+ * bytes, doubling the capacity (amortized O(1) appends) and keeping the contents.
+ * LM__PUSH appends val to arr[n] (capacity cap), evaluating to LM_OK or
+ * LM_OUT_OF_MEMORY. Memory comes from lm__alloc, so injected failures reach here. */
+lm_status lm__reserve(void **buf, int64_t *cap, int64_t need, size_t elem);
+#define LM__PUSH(arr, n, cap, val)                                                                              \
+    (lm__reserve((void **)&(arr), &(cap), (int64_t)(n) + 1, sizeof *(arr)) == LM_OK ? ((arr)[(n)++] = (val), LM_OK) \
+                                                                                     : LM_OUT_OF_MEMORY)
+
 /* Seconds on the monotonic clock (base/clock.c): differences time intervals. */
 double lm__now_seconds(void);
 

@@ -56,7 +56,7 @@ struct lm__cuda_runner {
     int nsplit;          /* attention key splits for this cache's capacity */
     bufs dec, pre;       /* decode (rows = slots, fixed) and prefill (grown) */
     int ngraphs;         /* (slots + 1) * 2 */
-    lm_graph **graphs;   /* [ngraphs]: decode of B rows at 2B (logits) and 2B + 1 (sampling) */
+    lm_device_graph **graphs;   /* [ngraphs]: decode of B rows at 2B (logits) and 2B + 1 (sampling) */
     unsigned char *warm; /* [ngraphs]: that shape already ran once eagerly */
     const lm_ctx *graph_ctx; /* the graphs replay this context's cuBLASLt workspace */
     const void *graph_ws;
@@ -117,7 +117,7 @@ static lm_status bufs_alloc(const lm_model *m, int nsplit, int64_t rows, int64_t
 
 void lm__cuda_runner_destroy(struct lm__cuda_runner *r) {
     if (!r) return;
-    for (int i = 0; i < r->ngraphs; i++) lm_graph_destroy(r->graphs[i]);
+    for (int i = 0; i < r->ngraphs; i++) lm_device_graph_destroy(r->graphs[i]);
     lm__free(r->graphs);
     lm__free(r->warm);
     bufs_free(r->device, &r->dec);
@@ -127,7 +127,7 @@ void lm__cuda_runner_destroy(struct lm__cuda_runner *r) {
 
 static void drop_graphs(struct lm__cuda_runner *r) {
     for (int i = 0; i < r->ngraphs; i++) {
-        lm_graph_destroy(r->graphs[i]);
+        lm_device_graph_destroy(r->graphs[i]);
         r->graphs[i] = NULL;
         r->warm[i] = 0;
     }
@@ -276,7 +276,7 @@ static lm_status run_kernels(const step *st) {
 static lm_status run_decode(struct lm__cuda_runner *r, lm_ctx *ctx, const step *st) {
     if (r->graph_ctx && (r->graph_ctx != ctx || r->graph_ws != st->blas->workspace)) drop_graphs(r);
     int key = st->B * 2 + st->sample;
-    if (r->graphs[key]) return lm_graph_launch(r->graphs[key], ctx);
+    if (r->graphs[key]) return lm_device_graph_launch(r->graphs[key], ctx);
     if (!r->warm[key]) {
         LM_TRY(run_kernels(st));
         r->warm[key] = 1;
@@ -284,17 +284,17 @@ static lm_status run_decode(struct lm__cuda_runner *r, lm_ctx *ctx, const step *
     }
     LM_TRY(lm_ctx_capture_begin(ctx));
     lm_status st_run = run_kernels(st);
-    lm_graph *graph = NULL;
+    lm_device_graph *graph = NULL;
     lm_status st_end = lm_ctx_capture_end(ctx, &graph); /* always ends the capture */
     if (st_run != LM_OK) {
-        lm_graph_destroy(graph);
+        lm_device_graph_destroy(graph);
         return lm__error_context(st_run, "capturing the decode step of %d rows", st->B);
     }
     if (st_end != LM_OK) return lm__error_context(st_end, "capturing the decode step of %d rows", st->B);
     r->graphs[key] = graph;
     r->graph_ctx = ctx;
     r->graph_ws = st->blas->workspace;
-    return lm_graph_launch(graph, ctx);
+    return lm_device_graph_launch(graph, ctx);
 }
 
 /* Prefill buffers for ntok tokens and logit_rows logits rows, grown when needed. */

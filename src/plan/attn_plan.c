@@ -14,26 +14,26 @@
 #include <math.h>
 #include <stdlib.h>
 
-static int next_compute(const lm_plan_graph *g, int i) {
+static int next_compute(const lm_graph *g, int i) {
     for (i = i + 1; i < g->nops; i++) {
-        lm__plan_opk k = g->ops[i].kind;
-        if (k != LM__PLAN_OP_PARAM && !lm__plan_op_is_view(k)) return i;
+        lm__gopk k = g->ops[i].kind;
+        if (k != LM__GOP_PARAM && !lm__gop_is_view(k)) return i;
     }
     return -1;
 }
 
-int lm__plan_attention_match(const lm_plan_graph *g, int op, int ops[3]) {
-    const lm__plan_op *s = &g->ops[op];
-    if (s->kind != LM__PLAN_OP_MATMUL || g->values[s->in[0]].ndim != 3 || g->values[s->in[1]].ndim != 3) return 0;
+int lm__plan_attention_match(const lm_graph *g, int op, int ops[3]) {
+    const lm__gop *s = &g->ops[op];
+    if (s->kind != LM__GOP_MATMUL || g->values[s->in[0]].ndim != 3 || g->values[s->in[1]].ndim != 3) return 0;
     int i2 = next_compute(g, op);
     if (i2 < 0) return 0;
-    const lm__plan_op *sm = &g->ops[i2];
-    if (sm->kind != LM__PLAN_OP_SOFTMAX || sm->in[0] != s->out || g->values[s->out].nuses != 1) return 0;
+    const lm__gop *sm = &g->ops[i2];
+    if (sm->kind != LM__GOP_SOFTMAX || sm->in[0] != s->out || g->values[s->out].nuses != 1) return 0;
     int i3 = next_compute(g, i2);
     if (i3 < 0) return 0;
-    const lm__plan_op *pv = &g->ops[i3];
-    if (pv->kind != LM__PLAN_OP_MATMUL || pv->in[0] != sm->out || g->values[sm->out].nuses != 1) return 0;
-    const lm__plan_value *v = &g->values[pv->in[1]];
+    const lm__gop *pv = &g->ops[i3];
+    if (pv->kind != LM__GOP_MATMUL || pv->in[0] != sm->out || g->values[sm->out].nuses != 1) return 0;
+    const lm__gvalue *v = &g->values[pv->in[1]];
     if (v->ndim != 3 || s->region != sm->region || s->region != pv->region) return 0;
     if (g->values[s->in[0]].dtype != LM_F16 && g->values[s->in[0]].dtype != LM_F32) return 0;
     ops[0] = op, ops[1] = i2, ops[2] = i3;
@@ -45,8 +45,8 @@ typedef struct flash_shape {
     lm_dtype dt, out_dt;
 } flash_shape;
 
-static void shape_of(const lm_plan_graph *g, const int ops[3], flash_shape *f) {
-    const lm__plan_value *q = &g->values[g->ops[ops[0]].in[0]], *v = &g->values[g->ops[ops[2]].in[1]];
+static void shape_of(const lm_graph *g, const int ops[3], flash_shape *f) {
+    const lm__gvalue *q = &g->values[g->ops[ops[0]].in[0]], *v = &g->values[g->ops[ops[2]].in[1]];
     f->H = q->dims[0];
     f->Tq = q->dims[1];
     f->D = q->dims[2];
@@ -72,7 +72,7 @@ static double step_compute(const lm_plan_machine *m, const flash_shape *f, int64
 }
 
 lm_status lm__plan_flash_candidates(lm__plan_planner *P, const int ops[3]) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     const lm_plan_machine *m = P->m;
     int op = ops[0];
     lm__free(P->flash[op]);
@@ -85,7 +85,7 @@ lm_status lm__plan_flash_candidates(lm__plan_planner *P, const int ops[3]) {
     lm__plan_cand *c = lm__calloc((size_t)cap, sizeof *c);
     if (!c) return LM_OUT_OF_MEMORY;
     static const int64_t steps[] = {1, 2, 4, 8, 16, 32};
-    const lm__plan_value *vq = &g->values[g->ops[op].in[0]], *vo = &g->values[g->ops[ops[2]].out];
+    const lm__gvalue *vq = &g->values[g->ops[op].in[0]], *vo = &g->values[g->ops[ops[2]].out];
     for (int64_t gh = 1; gh <= f.H && gh <= T; gh++) {
         if (lm__plan_ceil_div(f.H, lm__plan_ceil_div(f.H, gh)) != gh) continue;
         for (int64_t gq = 1; gq <= f.Tq && gh * gq <= T; gq++) {
@@ -187,7 +187,7 @@ static int step_box(const flash_shape *f, const int64_t *grid, int which, int64_
     return 1;
 }
 
-lm_status lm__plan_flash_step_pieces(const lm_plan_graph *g, const int64_t *grid, const int ops[3], int which,
+lm_status lm__plan_flash_step_pieces(const lm_graph *g, const int64_t *grid, const int ops[3], int which,
                                      int64_t s, const lm__plan_layout *src, lm__plan_flash_piece_fn fn, void *ctx) {
     flash_shape f;
     shape_of(g, ops, &f);

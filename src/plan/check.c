@@ -98,7 +98,7 @@ static int cmp_rec(const void *a, const void *b) {
 static lm_status push(recs *r, int32_t tile, uint8_t rw, uint8_t xchg, int64_t iter, int64_t order,
                       const lm__plan_opnd *o) {
     rec x = {tile, rw, xchg, (int32_t)iter, r->seq, order, o};
-    return LM__PLAN_PUSH(r->v, r->n, r->cap, x);
+    return LM__PUSH(r->v, r->n, r->cap, x);
 }
 
 static lm_status check_operands(const lm__plan_mid *mid, const lm__plan_low *low, recs *r) {
@@ -111,7 +111,7 @@ static lm_status check_operands(const lm__plan_mid *mid, const lm__plan_low *low
             if (!lm__plan_layout_box(l, sh, lo, hi)) continue;
             lm__plan_opnd o;
             LM_TRY(lm__plan_low_operand(low, mid, st->mval, lm__plan_layout_tile(l, sh, 0), lo, hi, &o));
-            LM_TRY(LM__PLAN_PUSH(r->checks, r->nchecks, r->cap_checks, o));
+            LM_TRY(LM__PUSH(r->checks, r->nchecks, r->cap_checks, o));
         }
     }
     return LM_OK;

@@ -32,24 +32,24 @@ double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes,
            transc * m->transc_cycles_per_elem;
 }
 
-double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t elems) {
+double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t elems) {
     double e = (double)elems, s = (double)lm_dtype_size(dt);
     switch (k) {
-    case LM__PLAN_OP_BIAS_ADD: return lm__plan_cost_vector(m, dt, 2 * e * s, e, 0);
-    case LM__PLAN_OP_GELU: return lm__plan_cost_vector(m, dt, 2 * e * s, 8 * e, e); /* tanh form: 8 FLOPs + tanh */
-    case LM__PLAN_OP_SILU: return lm__plan_cost_vector(m, dt, 2 * e * s, 3 * e, e); /* x / (1 + exp(-x)) */
-    case LM__PLAN_OP_ADD:
-    case LM__PLAN_OP_MUL: return lm__plan_cost_vector(m, dt, 3 * e * s, e, 0);
+    case LM__GOP_BIAS_ADD: return lm__plan_cost_vector(m, dt, 2 * e * s, e, 0);
+    case LM__GOP_GELU: return lm__plan_cost_vector(m, dt, 2 * e * s, 8 * e, e); /* tanh form: 8 FLOPs + tanh */
+    case LM__GOP_SILU: return lm__plan_cost_vector(m, dt, 2 * e * s, 3 * e, e); /* x / (1 + exp(-x)) */
+    case LM__GOP_ADD:
+    case LM__GOP_MUL: return lm__plan_cost_vector(m, dt, 3 * e * s, e, 0);
     default: return 0;
     }
 }
 
-double lm__plan_cost_rows(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t rows, int64_t n) {
+double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t rows, int64_t n) {
     double e = (double)rows * (double)n, s = (double)lm_dtype_size(dt);
     switch (k) {
-    case LM__PLAN_OP_SOFTMAX: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, e); /* max, exp+sum, scale */
-    case LM__PLAN_OP_LAYERNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 7 * e, (double)rows);
-    case LM__PLAN_OP_RMSNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, (double)rows);
+    case LM__GOP_SOFTMAX: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, e); /* max, exp+sum, scale */
+    case LM__GOP_LAYERNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 7 * e, (double)rows);
+    case LM__GOP_RMSNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, (double)rows);
     default: return 0;
     }
 }

@@ -16,12 +16,12 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-void lm__plan_data_fill(const lm_plan_graph *g, int v, int64_t iter, uint64_t seed, float *out) {
-    const lm__plan_value *val = &g->values[v];
-    const lm__plan_op *op = &g->ops[val->op];
-    double mean = op->kind == LM__PLAN_OP_PARAM ? op->a : 0.0, std = op->b;
+void lm__plan_data_fill(const lm_graph *g, int v, int64_t iter, uint64_t seed, float *out) {
+    const lm__gvalue *val = &g->values[v];
+    const lm__gop *op = &g->ops[val->op];
+    double mean = op->kind == LM__GOP_PARAM ? op->a : 0.0, std = op->b;
     uint64_t s = seed ^ ((uint64_t)(v + 1) * 0xd1b54a32d192ed03ULL) ^ ((uint64_t)(iter + 1) * 0x8cb92ba72f3d8dd7ULL);
-    int64_t n = lm__plan_value_numel(val);
+    int64_t n = lm__gvalue_numel(val);
     for (int64_t i = 0; i < n; i++) {
         double u1 = ((double)(splitmix(&s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
         double u2 = (double)(splitmix(&s) >> 11) * (1.0 / 9007199254740992.0);

@@ -45,7 +45,7 @@ static int split_values(int64_t X, int64_t maxg, int64_t *out, int cap) {
     return n;
 }
 
-void lm__plan_spread_layout(const lm__plan_planner *P, const lm__plan_value *v, lm__plan_layout *l) {
+void lm__plan_spread_layout(const lm__plan_planner *P, const lm__gvalue *v, lm__plan_layout *l) {
     int64_t T = P->m->tiles;
     lm__plan_layout_init(l, v->ndim, v->dims, v->dtype);
     int64_t used = 1, stride[LM__PLAN_MAX_DIMS] = {0};
@@ -122,8 +122,8 @@ static double estimate(const lm__plan_planner *P, const gemm_shape *s, const int
 }
 
 /* Operand and output layouts of grid g (tile0 = 0). */
-static void grid_layouts(const gemm_shape *s, const int64_t *g, const lm__plan_value *va, const lm__plan_value *vb,
-                         const lm__plan_value *vo, lm__plan_layout *A, lm__plan_layout *Bl, lm__plan_layout *C) {
+static void grid_layouts(const gemm_shape *s, const int64_t *g, const lm__gvalue *va, const lm__gvalue *vb,
+                         const lm__gvalue *vo, lm__plan_layout *A, lm__plan_layout *Bl, lm__plan_layout *C) {
     int64_t Sk = 1, Sn = g[3], Sm = g[2] * g[3], Sb = g[1] * g[2] * g[3];
     int64_t bb = lm__plan_ceil_div(s->B, g[0]), bm = lm__plan_ceil_div(s->M, g[1]), bn = lm__plan_ceil_div(s->N, g[2]),
             bk = lm__plan_ceil_div(s->K, g[3]);
@@ -178,9 +178,9 @@ static lm_status add_cand(lm__plan_cand **arr, int *n, int *cap, const lm__plan_
 /* Candidates for one grid: every output option. */
 static lm_status grid_candidates(lm__plan_planner *P, int op, const gemm_shape *s, const grid_est *ge,
                                  lm__plan_cand **arr, int *n, int *cap) {
-    const lm_plan_graph *g = P->g;
-    const lm__plan_op *o = &g->ops[op];
-    const lm__plan_value *va = &g->values[o->in[0]], *vb = &g->values[o->in[1]], *vo = &g->values[o->out];
+    const lm_graph *g = P->g;
+    const lm__gop *o = &g->ops[op];
+    const lm__gvalue *va = &g->values[o->in[0]], *vb = &g->values[o->in[1]], *vo = &g->values[o->out];
     lm__plan_cand c;
     memset(&c, 0, sizeof c);
     c.kind = LM__PLAN_C_GEMM;
@@ -282,9 +282,9 @@ static lm_status grid_candidates(lm__plan_planner *P, int op, const gemm_shape *
 }
 
 lm_status lm__plan_gemm_candidates(lm__plan_planner *P, int op) {
-    const lm_plan_graph *g = P->g;
-    const lm__plan_op *o = &g->ops[op];
-    const lm__plan_value *va = &g->values[o->in[0]], *vb = &g->values[o->in[1]], *vo = &g->values[o->out];
+    const lm_graph *g = P->g;
+    const lm__gop *o = &g->ops[op];
+    const lm__gvalue *va = &g->values[o->in[0]], *vb = &g->values[o->in[1]], *vo = &g->values[o->out];
     lm__free(P->cands[op]);
     P->cands[op] = NULL;
     P->ncands[op] = 0;
@@ -298,8 +298,8 @@ lm_status lm__plan_gemm_candidates(lm__plan_planner *P, int op) {
     s.in_dt = va->dtype;
     s.out_dt = vo->dtype;
     s.part_dt = (P->opt.partials == LM_F16 && vo->dtype == LM_F16) ? LM_F16 : LM_F32;
-    s.a_param = g->ops[g->values[va->root].op].kind == LM__PLAN_OP_PARAM;
-    s.b_param = g->ops[g->values[vb->root].op].kind == LM__PLAN_OP_PARAM;
+    s.a_param = g->ops[g->values[va->root].op].kind == LM__GOP_PARAM;
+    s.b_param = g->ops[g->values[vb->root].op].kind == LM__GOP_PARAM;
     s.stack = o->region >= 0 ? g->regions[o->region].count : 1;
     s.can_stream = va->root == o->in[0] && vb->root == o->in[1];
     int64_t T = P->m->tiles;
@@ -333,7 +333,7 @@ lm_status lm__plan_gemm_candidates(lm__plan_planner *P, int op) {
                             work += e.params;
                             if (work < best_work) best_work = work;
                             if (work > P->m->sram_bytes) continue;
-                            st = LM__PLAN_PUSH(all, nall, capall, e);
+                            st = LM__PUSH(all, nall, capall, e);
                         }
                     }
                 }

@@ -1,5 +1,5 @@
-/* plan/internal.h — shared types of the tile compiler: machine, graph IR, layouts,
- * redistribution pieces and the small growable-array helper.
+/* plan/internal.h — shared types of the tile compiler: machine, layouts and
+ * redistribution pieces (the graph IR it compiles is graph/ir.h).
  *
  * Invariants: a layout maps every (shard, replica) to a distinct tile in [0, tiles);
  * shards are padded to the full block in storage; views keep each shard on its tile,
@@ -9,22 +9,14 @@
 #define LOOM_PLAN_INTERNAL_H
 
 #include "base/internal.h"
+#include "graph/ir.h"
 #include "loom/plan.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#define LM__PLAN_MAX_DIMS 4
+#define LM__PLAN_MAX_DIMS LM__G_MAX_DIMS
 #define LM__PLAN_MAX_REP 4
-#define LM__PLAN_NAME 48
-#define LM__PLAN_MAX_CARRY 4
-
-/* ---- growable arrays ------------------------------------------------------------------- */
-/* Ensures *buf holds at least need elements of size elem (doubling); keeps contents. */
-lm_status lm__plan_reserve(void **buf, int64_t *cap, int64_t need, size_t elem);
-#define LM__PLAN_PUSH(arr, n, cap, val)                                                                                \
-    (lm__plan_reserve((void **)&(arr), &(cap), (n) + 1, sizeof *(arr)) == LM_OK ? ((arr)[(n)++] = (val), LM_OK)        \
-                                                                                : LM_OUT_OF_MEMORY)
 
 /* A growing text buffer for reports; on allocation failure it records the error
  * once and further appends are ignored (check .failed at the end). */
@@ -42,7 +34,7 @@ static inline int64_t lm__plan_round_up(int64_t a, int64_t b) { return lm__plan_
 
 /* ---- machine ------------------------------------------------------------------------------- */
 struct lm_plan_machine {
-    char name[LM__PLAN_NAME];
+    char name[LM__G_NAME];
     int64_t tiles;      /* tiles (cores with private SRAM) */
     int64_t sram_bytes; /* SRAM per tile available to data */
     int64_t align;      /* allocation alignment in bytes (power of two) */
@@ -64,82 +56,6 @@ struct lm_plan_machine {
     int64_t msg_cycles;            /* per transfer (message) in an exchange slot */
     double copy_bytes_per_cycle;   /* on-tile memcpy */
 };
-
-/* ---- graph IR ------------------------------------------------------------------------------- */
-typedef enum lm__plan_opk {
-    LM__PLAN_OP_INPUT,
-    LM__PLAN_OP_PARAM,
-    LM__PLAN_OP_MATMUL,
-    LM__PLAN_OP_BIAS_ADD,
-    LM__PLAN_OP_GELU,
-    LM__PLAN_OP_SILU,
-    LM__PLAN_OP_ADD,
-    LM__PLAN_OP_MUL,
-    LM__PLAN_OP_SOFTMAX,
-    LM__PLAN_OP_LAYERNORM,
-    LM__PLAN_OP_RMSNORM,
-    LM__PLAN_OP_RESHAPE,
-    LM__PLAN_OP_PERMUTE,
-    LM__PLAN_OP_REPEAT_IN, /* the carried value inside the body: in[0] = outer value */
-    LM__PLAN_OP_REPEAT_OUT /* outer result: in[0] = body output, region = repeat */
-} lm__plan_opk;
-
-typedef struct lm__plan_value {
-    char name[LM__PLAN_NAME];
-    int ndim;
-    int64_t dims[LM__PLAN_MAX_DIMS];
-    lm_dtype dtype;
-    int op;     /* producing op */
-    int root;   /* value whose storage this one views (itself when not a view) */
-    int region; /* repeat region defining it, -1 at top level */
-    int nuses;  /* ops reading it */
-    int output; /* 1: program output */
-} lm__plan_value;
-
-typedef struct lm__plan_op {
-    lm__plan_opk kind;
-    char name[LM__PLAN_NAME];
-    int in[3];
-    int nin;
-    int out;
-    int region;  /* repeat region the op belongs to, -1 at top level */
-    double a, b; /* softmax scale / norm eps; param mean, std (a = mean, b = std) */
-    int perm[LM__PLAN_MAX_DIMS];
-} lm__plan_op;
-
-typedef struct lm__plan_region {
-    int64_t count;
-    int begin, end; /* ops [begin, end) form the body (REPEAT_IN first) */
-    int ncarry;
-    int outer_in[LM__PLAN_MAX_CARRY], body_in[LM__PLAN_MAX_CARRY], body_out[LM__PLAN_MAX_CARRY],
-        outer_out[LM__PLAN_MAX_CARRY];
-} lm__plan_region;
-
-typedef struct lm__plan_checkpoint {
-    int value;
-    char name[64];
-} lm__plan_checkpoint;
-
-struct lm_plan_graph {
-    lm__plan_value *values; /* [nvalues] */
-    int64_t nvalues, cap_values;
-    lm__plan_op *ops; /* [nops] in program order */
-    int64_t nops, cap_ops;
-    lm__plan_region regions[8];
-    int nregions;
-    int open_region;             /* -1 when no repeat is open */
-    lm__plan_checkpoint *checks; /* [nchecks] */
-    int64_t nchecks, cap_checks;
-};
-
-/* Consumers of value v in op order (array owned by the caller: lm__free). */
-lm_status lm__plan_graph_uses(const lm_plan_graph *g, int v, int **uses, int *n);
-int lm__plan_op_is_view(lm__plan_opk k);
-int lm__plan_op_is_elementwise(lm__plan_opk k); /* output follows the layout of in[0] */
-int lm__plan_op_is_rows(lm__plan_opk k);        /* needs whole rows (last axis unsplit) */
-const char *lm__plan_op_kind_name(lm__plan_opk k);
-int64_t lm__plan_value_numel(const lm__plan_value *v);
-double lm__plan_graph_matmul_flops(const lm_plan_graph *g); /* repeats counted count times */
 
 /* ---- layouts ---------------------------------------------------------------------------------- */
 typedef struct lm__plan_layout {
@@ -190,23 +106,23 @@ void lm__plan_layout_format(const lm__plan_layout *l, char *buf, size_t n);
 
 /* Maps a layout of a view op's input to its output (and back). 0 when the storage of
  * a shard cannot be described by the other side (the consumer must then convert). */
-int lm__plan_view_map(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *in, lm__plan_layout *out);
-int lm__plan_view_unmap(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *out, lm__plan_layout *in);
+int lm__plan_view_map(const lm__gop *op, const lm_graph *g, const lm__plan_layout *in, lm__plan_layout *out);
+int lm__plan_view_unmap(const lm__gop *op, const lm_graph *g, const lm__plan_layout *out, lm__plan_layout *in);
 /* Through the whole view chain from v's root to v (and back). */
-int lm__plan_view_chain_map(const lm_plan_graph *g, int v, const lm__plan_layout *root_layout, lm__plan_layout *out);
-int lm__plan_view_chain_unmap(const lm_plan_graph *g, int v, const lm__plan_layout *view_layout,
+int lm__plan_view_chain_map(const lm_graph *g, int v, const lm__plan_layout *root_layout, lm__plan_layout *out);
+int lm__plan_view_chain_unmap(const lm_graph *g, int v, const lm__plan_layout *view_layout,
                               lm__plan_layout *root_layout);
 
 /* A box of view value v in its root's coordinates (and back); 0 when the box is not
  * a box on the other side. */
-int lm__plan_view_chain_box_unmap(const lm_plan_graph *g, int v, const int64_t *lo, const int64_t *hi, int64_t *rlo,
+int lm__plan_view_chain_box_unmap(const lm_graph *g, int v, const int64_t *lo, const int64_t *hi, int64_t *rlo,
                                   int64_t *rhi);
-int lm__plan_view_chain_box_map(const lm_plan_graph *g, int v, const int64_t *rlo, const int64_t *rhi, int64_t *lo,
+int lm__plan_view_chain_box_map(const lm_graph *g, int v, const int64_t *rlo, const int64_t *rhi, int64_t *lo,
                                 int64_t *hi);
 
 /* Root coordinates = A x view coordinates for view value v; 0 when the chain merges
  * dims (not affine). */
-int lm__plan_view_chain_affine(const lm_plan_graph *g, int v, int64_t A[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS]);
+int lm__plan_view_chain_affine(const lm_graph *g, int v, int64_t A[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS]);
 
 /* ---- redistribution ------------------------------------------------------------------------- */
 /* One piece of a conversion: box [lo, hi) (root coordinates) moves from a source

@@ -270,17 +270,17 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     switch ((lm__plan_kk)c->kernel) {
     case LM__PLAN_K_MATMUL:
         return lm__plan_cost_matmul(m, o0->dtype, c->op[2].dims[0], c->op[2].dims[1], c->op[2].dims[2], o0->dims[2]);
-    case LM__PLAN_K_BIAS: return lm__plan_cost_elementwise(m, LM__PLAN_OP_BIAS_ADD, o0->dtype, e0);
+    case LM__PLAN_K_BIAS: return lm__plan_cost_elementwise(m, LM__GOP_BIAS_ADD, o0->dtype, e0);
     case LM__PLAN_K_UNARY:
-        return lm__plan_cost_elementwise(m, c->i[0] ? LM__PLAN_OP_SILU : LM__PLAN_OP_GELU, o0->dtype, e0);
-    case LM__PLAN_K_BINARY: return lm__plan_cost_elementwise(m, LM__PLAN_OP_ADD, o0->dtype, e0);
+        return lm__plan_cost_elementwise(m, c->i[0] ? LM__GOP_SILU : LM__GOP_GELU, o0->dtype, e0);
+    case LM__PLAN_K_BINARY: return lm__plan_cost_elementwise(m, LM__GOP_ADD, o0->dtype, e0);
     case LM__PLAN_K_SOFTMAX:
     case LM__PLAN_K_LAYERNORM:
     case LM__PLAN_K_RMSNORM: {
         int64_t n = o0->dims[o0->ndim - 1];
-        lm__plan_opk k = c->kernel == LM__PLAN_K_SOFTMAX     ? LM__PLAN_OP_SOFTMAX
-                         : c->kernel == LM__PLAN_K_LAYERNORM ? LM__PLAN_OP_LAYERNORM
-                                                             : LM__PLAN_OP_RMSNORM;
+        lm__gopk k = c->kernel == LM__PLAN_K_SOFTMAX     ? LM__GOP_SOFTMAX
+                         : c->kernel == LM__PLAN_K_LAYERNORM ? LM__GOP_LAYERNORM
+                                                             : LM__GOP_RMSNORM;
         return lm__plan_cost_rows(m, k, o0->dtype, e0 / n, n);
     }
     case LM__PLAN_K_COPY:

@@ -25,7 +25,7 @@ int64_t lm__plan_opnd_elems(const lm__plan_opnd *o) {
 }
 
 lm_status lm__plan_low_add_call(lm__plan_low *low, const lm__plan_call *c) {
-    return LM__PLAN_PUSH(low->calls, low->ncalls, low->cap_calls, *c);
+    return LM__PUSH(low->calls, low->ncalls, low->cap_calls, *c);
 }
 
 lm_status lm__plan_low_add_buf(lm__plan_low *low, int64_t tile, int mval, int64_t bytes, int64_t *id) {
@@ -38,7 +38,7 @@ lm_status lm__plan_low_add_buf(lm__plan_low *low, int64_t tile, int mval, int64_
     b.bytes = bytes;
     b.copies = 1;
     *id = low->nbufs;
-    return LM__PLAN_PUSH(low->bufs, low->nbufs, low->cap_bufs, b);
+    return LM__PUSH(low->bufs, low->nbufs, low->cap_bufs, b);
 }
 
 lm_status lm__plan_low_add_step(lm__plan_low *low, lm__plan_sk kind, int mop, const char *label, int64_t *id) {
@@ -51,7 +51,7 @@ lm_status lm__plan_low_add_step(lm__plan_low *low, lm__plan_sk kind, int mop, co
     s.match = s.check = s.mval = -1;
     snprintf(s.label, sizeof s.label, "%s", label);
     *id = low->nsteps;
-    return LM__PLAN_PUSH(low->steps, low->nsteps, low->cap_steps, s);
+    return LM__PUSH(low->steps, low->nsteps, low->cap_steps, s);
 }
 
 static int cmp_call(const void *a, const void *b) {
@@ -251,13 +251,13 @@ static int in_place_ok(const lm__plan_proj *p, int mop_index, const lm__plan_mop
 static lm_status compute_op(lm__plan_proj *p, int i) {
     const lm__plan_mid *mid = p->mid;
     const lm__plan_mop *o = &mid->ops[i];
-    const lm__plan_op *gop = &p->P->g->ops[o->gop];
+    const lm__gop *gop = &p->P->g->ops[o->gop];
     const lm__plan_layout *L = &mid->vals[o->out].l;
     lm__plan_low *low = p->low;
-    if (gop->kind == LM__PLAN_OP_MATMUL && o->steps > 1) return lm__plan_low_stream_matmul(p, i);
+    if (gop->kind == LM__GOP_MATMUL && o->steps > 1) return lm__plan_low_stream_matmul(p, i);
     int64_t st;
     LM_TRY(lm__plan_low_add_step(low, LM__PLAN_S_COMPUTE, i, gop->name, &st));
-    if (lm__plan_op_is_elementwise(gop->kind) || lm__plan_op_is_rows(gop->kind)) {
+    if (lm__gop_is_elementwise(gop->kind) || lm__gop_is_rows(gop->kind)) {
         if (in_place_ok(p, i, o)) {
             int in = o->in[0];
             for (int64_t t = 0; t < low->tiles; t++) {
@@ -273,7 +273,7 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
         if (!lm__plan_layout_box(L, s, lo, hi)) continue;
         for (int64_t r = 0; r < R; r++) {
             int64_t t = lm__plan_layout_tile(L, s, r);
-            if (gop->kind == LM__PLAN_OP_MATMUL) {
+            if (gop->kind == LM__GOP_MATMUL) {
                 LM_TRY(compute_matmul(p, o, t, lo, hi));
                 continue;
             }
@@ -285,32 +285,32 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
             int64_t plo[1] = {lo[nd - 1]}, phi[1] = {hi[nd - 1]};
             int64_t flo[1] = {0}, fhi[1] = {L->dims[nd - 1]};
             switch (gop->kind) {
-            case LM__PLAN_OP_BIAS_ADD:
+            case LM__GOP_BIAS_ADD:
                 c.kernel = LM__PLAN_K_BIAS;
                 LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, plo, phi, &c.op[1]));
                 c.op[2] = outo;
                 break;
-            case LM__PLAN_OP_GELU:
-            case LM__PLAN_OP_SILU:
+            case LM__GOP_GELU:
+            case LM__GOP_SILU:
                 c.kernel = LM__PLAN_K_UNARY;
-                c.i[0] = gop->kind == LM__PLAN_OP_SILU;
+                c.i[0] = gop->kind == LM__GOP_SILU;
                 c.op[1] = outo;
                 break;
-            case LM__PLAN_OP_ADD:
-            case LM__PLAN_OP_MUL:
+            case LM__GOP_ADD:
+            case LM__GOP_MUL:
                 c.kernel = LM__PLAN_K_BINARY;
-                c.i[0] = gop->kind == LM__PLAN_OP_MUL;
+                c.i[0] = gop->kind == LM__GOP_MUL;
                 LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, lo, hi, &c.op[1]));
                 c.op[2] = outo;
                 break;
-            case LM__PLAN_OP_SOFTMAX:
+            case LM__GOP_SOFTMAX:
                 c.kernel = LM__PLAN_K_SOFTMAX;
                 c.f[0] = (float)gop->a;
                 c.op[1] = outo;
                 break;
-            case LM__PLAN_OP_LAYERNORM:
-            case LM__PLAN_OP_RMSNORM:
-                c.kernel = gop->kind == LM__PLAN_OP_LAYERNORM ? LM__PLAN_K_LAYERNORM : LM__PLAN_K_RMSNORM;
+            case LM__GOP_LAYERNORM:
+            case LM__GOP_RMSNORM:
+                c.kernel = gop->kind == LM__GOP_LAYERNORM ? LM__PLAN_K_LAYERNORM : LM__PLAN_K_RMSNORM;
                 c.f[0] = (float)gop->a;
                 c.op[1] = outo;
                 LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, flo, fhi, &c.op[2]));

@@ -155,7 +155,7 @@ lm_status lm__plan_low_stream_matmul(lm__plan_proj *p, int i);
 lm_status lm__plan_low_flash(const lm__plan_planner *P, const lm__plan_mid *mid, int mop, lm__plan_low *low);
 
 /* sram_alloc.c: liveness, then per-tile offsets; LM_UNSUPPORTED when a tile overflows. */
-lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *mid, const lm_plan_graph *g,
+lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *mid, const lm_graph *g,
                                  lm__plan_low *low);
 
 /* kernels.c: one call on one tile's memory; scratch holds at least lm__plan_kernel_scratch floats. */
@@ -177,7 +177,7 @@ void lm__plan_sim_phase(const lm_plan_sim *s, int64_t i, int *kind, int32_t *ste
 
 /* ---- the compiled plan (plan.c) ------------------------------------------------------------------ */
 struct lm_plan {
-    lm_plan_graph *g; /* the plan's own copy of the graph */
+    lm_graph *g; /* the plan's own copy of the graph */
     lm_plan_machine m;
     lm_plan_options opt;
     lm__plan_mid mid;
@@ -187,11 +187,11 @@ struct lm_plan {
 };
 
 /* Deep copy of a graph (the plan outlives the caller's graph). */
-lm_status lm__plan_graph_clone(const lm_plan_graph *g, lm_plan_graph **out);
+lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);
 
 /* data.c: deterministic N(mean, std^2) data of an input or parameter value, rounded
  * to its dtype; dense row-major [numel] floats for repeat iteration iter. */
-void lm__plan_data_fill(const lm_plan_graph *g, int v, int64_t iter, uint64_t seed, float *out);
+void lm__plan_data_fill(const lm_graph *g, int v, int64_t iter, uint64_t seed, float *out);
 
 /* ref.c: the CPU reference. expected[k] receives, for check target k (graph
  * checkpoints first, then outputs in value order), count(k) dense arrays (one per
@@ -202,7 +202,7 @@ typedef struct lm__plan_ref {
     int64_t *count; /* [ntargets] iterations recorded */
     float **data;   /* [ntargets] [count * numel] */
 } lm__plan_ref;
-lm_status lm__plan_ref_run(const lm_plan_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref);
+lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref);
 void lm__plan_ref_free(lm__plan_ref *ref);
 
 #endif

@@ -113,10 +113,10 @@ static void on_piece(void *ctx, const lm__plan_flash_piece *p) {
             xf.bytes = lm__plan_opnd_elems(&src) * (int64_t)lm_dtype_size(src.dtype);
             xf.dst0 = low->nxdst;
             x = low->nxfers;
-            f->st = LM__PLAN_PUSH(low->xfers, low->nxfers, low->cap_xfers, xf);
+            f->st = LM__PUSH(low->xfers, low->nxfers, low->cap_xfers, xf);
         }
         lm__plan_xdst d = {(int32_t)t, dst};
-        if (f->st == LM_OK) f->st = LM__PLAN_PUSH(low->xdst, low->nxdst, low->cap_xdst, d);
+        if (f->st == LM_OK) f->st = LM__PUSH(low->xdst, low->nxdst, low->cap_xdst, d);
         if (f->st == LM_OK) low->xfers[x].ndst++;
     }
 }
@@ -211,8 +211,8 @@ static lm_status finish(fl *f) {
                     lm__plan_xdst d = {(int32_t)owner, xf.src};
                     d.dst.buf = (int32_t)f->rbuf[owner];
                     d.dst.off = (ikv - 1) * stride;
-                    LM_TRY(LM__PLAN_PUSH(low->xfers, low->nxfers, low->cap_xfers, xf));
-                    LM_TRY(LM__PLAN_PUSH(low->xdst, low->nxdst, low->cap_xdst, d));
+                    LM_TRY(LM__PUSH(low->xfers, low->nxfers, low->cap_xfers, xf));
+                    LM_TRY(LM__PUSH(low->xdst, low->nxdst, low->cap_xdst, d));
                 }
             }
         low->steps[sid].x1 = low->nxfers;
@@ -247,7 +247,7 @@ static lm_status finish(fl *f) {
 
 static lm_status run(fl *f, int mop) {
     lm__plan_low *low = f->low;
-    const lm_plan_graph *g = f->P->g;
+    const lm_graph *g = f->P->g;
     LM_TRY(buffers(f));
     int64_t sid;
     LM_TRY(lm__plan_low_add_step(low, LM__PLAN_S_COMPUTE, mop, "flash init", &sid));
@@ -289,8 +289,8 @@ lm_status lm__plan_low_flash(const lm__plan_planner *P, const lm__plan_mid *mid,
     memset(&f, 0, sizeof f);
     f.P = P, f.mid = mid, f.low = low, f.o = &mid->ops[mop];
     if (!lm__plan_attention_match(P->g, f.o->gop, f.ops)) return lm__error(LM_INTERNAL, "flash: pattern lost");
-    const lm_plan_graph *g = P->g;
-    const lm__plan_value *q = &g->values[g->ops[f.ops[0]].in[0]], *v = &g->values[g->ops[f.ops[2]].in[1]];
+    const lm_graph *g = P->g;
+    const lm__gvalue *q = &g->values[g->ops[f.ops[0]].in[0]], *v = &g->values[g->ops[f.ops[2]].in[1]];
     f.H = q->dims[0], f.Tq = q->dims[1], f.D = q->dims[2], f.Tk = v->dims[1], f.Dv = v->dims[2];
     f.dt = q->dtype;
     for (int i = 0; i < 4; i++) f.g[i] = f.o->grid[i];

@@ -28,12 +28,12 @@ static lm_status add_xfer(lm__plan_low *low, const lm__plan_opnd *src, int64_t s
     x.bytes = lm__plan_opnd_elems(src) * (int64_t)lm_dtype_size(src->dtype);
     x.dst0 = low->nxdst;
     *xfer = low->nxfers;
-    return LM__PLAN_PUSH(low->xfers, low->nxfers, low->cap_xfers, x);
+    return LM__PUSH(low->xfers, low->nxfers, low->cap_xfers, x);
 }
 
 static lm_status add_dst(lm__plan_low *low, int64_t xfer, int64_t tile, const lm__plan_opnd *dst) {
     lm__plan_xdst d = {(int32_t)tile, *dst};
-    LM_TRY(LM__PLAN_PUSH(low->xdst, low->nxdst, low->cap_xdst, d));
+    LM_TRY(LM__PUSH(low->xdst, low->nxdst, low->cap_xdst, d));
     low->xfers[xfer].ndst++;
     return LM_OK;
 }

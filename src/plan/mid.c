@@ -28,7 +28,7 @@ static int mval_add(mb *b, int value, const lm__plan_layout *l, int view_of, int
     v.view_of = view_of;
     v.region = region;
     v.stacked = 1;
-    if (LM__PLAN_PUSH(b->mid->vals, b->mid->nvals, b->mid->cap_vals, v) != LM_OK) return -1;
+    if (LM__PUSH(b->mid->vals, b->mid->nvals, b->mid->cap_vals, v) != LM_OK) return -1;
     return (int)b->mid->nvals - 1;
 }
 
@@ -41,7 +41,7 @@ static int mval_find(const mb *b, int value, const lm__plan_layout *l) {
 }
 
 static lm_status op_add(mb *b, lm__plan_mop *o) {
-    return LM__PLAN_PUSH(b->mid->ops, b->mid->nops, b->mid->cap_ops, *o);
+    return LM__PUSH(b->mid->ops, b->mid->nops, b->mid->cap_ops, *o);
 }
 
 static lm__plan_mop mop(lm__plan_mk k, int gop, int out) {
@@ -58,7 +58,7 @@ static lm__plan_mop mop(lm__plan_mk k, int gop, int out) {
 
 /* The view value v of root mid value rm (rm itself when v is the root). */
 static lm_status view_of(mb *b, int v, int rm, int *out) {
-    const lm_plan_graph *g = b->P->g;
+    const lm_graph *g = b->P->g;
     if (g->values[v].root == v || rm < 0) {
         *out = rm;
         return LM_OK;
@@ -79,7 +79,7 @@ static lm_status view_of(mb *b, int v, int rm, int *out) {
 static lm_status placed(mb *b, int value, const lm__plan_layout *l, int *out) {
     int i = mval_find(b, value, l);
     if (i < 0) {
-        const lm_plan_graph *g = b->P->g;
+        const lm_graph *g = b->P->g;
         int region = g->values[value].region;
         i = mval_add(b, value, l, -1, region);
         if (i < 0) return LM_OUT_OF_MEMORY;
@@ -96,8 +96,8 @@ static lm_status source(mb *b, int r, int src, int *out) {
     lm__plan_planner *P = b->P;
     *out = src >= 0 ? mval_find(b, r, &P->lay[src]) : -1;
     if (*out >= 0) return LM_OK;
-    lm__plan_opk k = P->g->ops[P->g->values[r].op].kind;
-    if (src >= 0 && (k == LM__PLAN_OP_INPUT || k == LM__PLAN_OP_PARAM)) return placed(b, r, &P->lay[src], out);
+    lm__gopk k = P->g->ops[P->g->values[r].op].kind;
+    if (src >= 0 && (k == LM__GOP_INPUT || k == LM__GOP_PARAM)) return placed(b, r, &P->lay[src], out);
     return lm__error(LM_INTERNAL, "plan: '%s' has no materialization in the recorded source layout",
                      P->g->values[r].name);
 }
@@ -141,7 +141,7 @@ static int cheapest_source(mb *b, int r, int req) {
         double c = lm__plan_conv_cost(P, id, req);
         if (best < 0 || c < bc) best = id, bc = c;
     }
-    if (best < 0 && P->g->ops[P->g->values[r].op].kind == LM__PLAN_OP_INPUT) { /* placed for this consumer */
+    if (best < 0 && P->g->ops[P->g->values[r].op].kind == LM__GOP_INPUT) { /* placed for this consumer */
         lm__plan_layout l;
         lm__plan_layout_strip_reps(&P->lay[req], &l);
         best = lm__plan_layout_id(P, &l);
@@ -150,7 +150,7 @@ static int cheapest_source(mb *b, int r, int req) {
 }
 
 static lm_status checkpoints(mb *b, int value, int m) {
-    const lm_plan_graph *g = b->P->g;
+    const lm_graph *g = b->P->g;
     for (int64_t i = 0; i < g->nchecks; i++) {
         int w = g->checks[i].value;
         if (g->values[w].root != value) continue;
@@ -169,7 +169,7 @@ static lm_status checkpoints(mb *b, int value, int m) {
 }
 
 /* Broadcast parameter layout (bias, norm scale [N]) matching x's layout lx. */
-static int bcast_layout(const lm__plan_layout *lx, const lm__plan_value *p, lm__plan_layout *l) {
+static int bcast_layout(const lm__plan_layout *lx, const lm__gvalue *p, lm__plan_layout *l) {
     int last = lx->ndim - 1;
     lm__plan_layout_init(l, 1, p->dims, p->dtype);
     lm__plan_layout_set_block(l, 0, lx->block[last]);
@@ -187,20 +187,20 @@ static lm_status build_chain(mb *b, int end, int start);
 
 static lm_status decision(mb *b, const lm__plan_trace *t) {
     lm__plan_planner *P = b->P;
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     const lm__plan_unit *u = &P->units[t->unit];
     if (u->kind == LM__PLAN_U_OP) {
-        const lm__plan_op *o = &g->ops[u->op];
+        const lm__gop *o = &g->ops[u->op];
         int region = o->region;
         lm__plan_mop c = mop(LM__PLAN_M_COMPUTE, u->op, -1);
         c.nin = o->nin;
-        const lm__plan_cand *cd = o->kind == LM__PLAN_OP_MATMUL ? &P->cands[u->op][t->choice] : NULL;
+        const lm__plan_cand *cd = o->kind == LM__GOP_MATMUL ? &P->cands[u->op][t->choice] : NULL;
         lm__plan_layout lx = P->lay[t->out];
         for (int i = 0; i < o->nin; i++) {
             int v = o->in[i], r = g->values[v].root, rm;
-            if (cd && cd->steps > 1 && g->ops[g->values[r].op].kind != LM__PLAN_OP_PARAM) { /* streamed from here */
+            if (cd && cd->steps > 1 && g->ops[g->values[r].op].kind != LM__GOP_PARAM) { /* streamed from here */
                 LM_TRY(source(b, r, t->src[i], &rm));
-            } else if (g->ops[g->values[r].op].kind == LM__PLAN_OP_PARAM) {
+            } else if (g->ops[g->values[r].op].kind == LM__GOP_PARAM) {
                 lm__plan_layout pl;
                 if (cd)
                     pl = cd->in_root[i];
@@ -240,7 +240,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
             }
         } else {
             int64_t elems = lm__plan_layout_shard_elems(&lx), n = lx.block[lx.ndim - 1];
-            c.cost = lm__plan_op_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
+            c.cost = lm__gop_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
                                                   : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
         }
         c.out = mval_add(b, o->out, &P->lay[t->out], -1, region);
@@ -251,7 +251,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
     if (u->kind == LM__PLAN_U_ATTN) {
         if (t->choice < 0) return build_chain(b, t->body, t->start);
         const lm__plan_cand *cd = &P->flash[u->attn[0]][t->choice];
-        const lm__plan_op *so = &g->ops[u->attn[0]], *pv = &g->ops[u->attn[2]];
+        const lm__gop *so = &g->ops[u->attn[0]], *pv = &g->ops[u->attn[2]];
         int region = so->region;
         lm__plan_mop f = mop(LM__PLAN_M_FLASH, u->attn[0], -1);
         int qm;
@@ -272,8 +272,8 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
         return checkpoints(b, pv->out, f.out);
     }
     /* REPEAT */
-    const lm__plan_region *rg = &g->regions[u->region];
-    int bin[LM__PLAN_MAX_CARRY];
+    const lm__gregion *rg = &g->regions[u->region];
+    int bin[LM__G_MAX_CARRY];
     for (int c = 0; c < rg->ncarry; c++) {
         lm__plan_layout L = P->lay[t->carry[c]], root;
         bin[c] = mval_add(b, rg->body_in[c], &L, -1, u->region);
@@ -351,14 +351,14 @@ lm_status lm__plan_mid_build(lm__plan_planner *P, int trace_end, lm__plan_mid *m
     memset(mid, 0, sizeof *mid);
     mb b = {P, mid};
     lm_status st = build_chain(&b, trace_end, -1);
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     for (int64_t v = 0; st == LM_OK && v < g->nvalues; v++) {
         if (!g->values[v].output) continue;
         int r = g->values[v].root, m = -1;
         for (int64_t i = mid->nvals - 1; i >= 0 && m < 0; i--)
             if (mid->vals[i].value == r && !mid->vals[i].l.partial) m = (int)i;
-        lm__plan_opk rk = g->ops[g->values[r].op].kind;
-        if (m < 0 && (rk == LM__PLAN_OP_INPUT || rk == LM__PLAN_OP_PARAM)) { /* an output nobody consumed */
+        lm__gopk rk = g->ops[g->values[r].op].kind;
+        if (m < 0 && (rk == LM__GOP_INPUT || rk == LM__GOP_PARAM)) { /* an output nobody consumed */
             lm__plan_layout l;
             lm__plan_spread_layout(P, &g->values[r], &l);
             st = placed(&b, r, &l, &m);

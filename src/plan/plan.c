@@ -17,31 +17,35 @@ void lm_plan_options_default(lm_plan_options *o) {
     o->gemm_candidates = 48;
 }
 
-lm_status lm__plan_graph_clone(const lm_plan_graph *g, lm_plan_graph **out) {
-    lm_plan_graph *c;
-    LM_TRY(lm_plan_graph_create(&c));
-    lm_status st = lm__plan_reserve((void **)&c->values, &c->cap_values, g->nvalues, sizeof *c->values);
-    if (st == LM_OK) st = lm__plan_reserve((void **)&c->ops, &c->cap_ops, g->nops, sizeof *c->ops);
-    if (st == LM_OK && g->nchecks)
-        st = lm__plan_reserve((void **)&c->checks, &c->cap_checks, g->nchecks, sizeof *c->checks);
-    if (st != LM_OK) {
-        lm_plan_graph_destroy(c);
-        return st;
+/* What the tile machine can run: f32/f16 values, the ops it has kernels and cost
+ * models for, matmuls of at most 3 dims with equal batch dims, biases and norm
+ * scales held as parameters. Errors name the op. */
+static lm_status supported(const lm_graph *g) {
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        if (op->kind > LM__GOP_REPEAT_OUT)
+            return lm__error(LM_UNSUPPORTED, "plan: op '%s' (%s) has no tile-machine kernel", op->name,
+                             lm__gop_name(op->kind));
+        const lm__gvalue *v = &g->values[op->out];
+        if (v->dtype != LM_F32 && v->dtype != LM_F16)
+            return lm__error(LM_UNSUPPORTED, "plan: op '%s': dtype %s (the tile compiler supports f32 and f16)", op->name,
+                             lm_dtype_name(v->dtype));
+        if (op->kind == LM__GOP_MATMUL) {
+            const lm__gvalue *a = &g->values[op->in[0]], *b = &g->values[op->in[1]];
+            if (a->ndim > 3 || a->dtype != b->dtype)
+                return lm__error(LM_UNSUPPORTED, "plan: matmul '%s': needs [B?,M,K] x [B?,K,N] operands of one dtype",
+                                 op->name);
+        }
+        if (op->kind == LM__GOP_BIAS_ADD || op->kind == LM__GOP_LAYERNORM || op->kind == LM__GOP_RMSNORM)
+            for (int k = 1; k < op->nin; k++)
+                if (op->in[k] >= 0 && g->ops[g->values[op->in[k]].op].kind != LM__GOP_PARAM)
+                    return lm__error(LM_UNSUPPORTED, "plan: op '%s': its bias/scale must be a parameter", op->name);
     }
-    if (g->nvalues) memcpy(c->values, g->values, sizeof *g->values * (size_t)g->nvalues);
-    if (g->nops) memcpy(c->ops, g->ops, sizeof *g->ops * (size_t)g->nops);
-    if (g->nchecks) memcpy(c->checks, g->checks, sizeof *g->checks * (size_t)g->nchecks);
-    c->nvalues = g->nvalues;
-    c->nops = g->nops;
-    c->nchecks = g->nchecks;
-    memcpy(c->regions, g->regions, sizeof g->regions);
-    c->nregions = g->nregions;
-    c->open_region = g->open_region;
-    *out = c;
     return LM_OK;
 }
 
-static lm_status validate(const lm_plan_graph *g, const lm_plan_options *o) {
+static lm_status validate(const lm_graph *g, const lm_plan_options *o) {
+    LM_TRY(supported(g));
     if (g->open_region >= 0) return lm__error(LM_INVALID_ARGUMENT, "plan: a repeat is still open (repeat_end missing)");
     int outputs = 0;
     for (int64_t v = 0; v < g->nvalues; v++) outputs += g->values[v].output;
@@ -62,10 +66,10 @@ static void summarize(lm_plan *p, const lm__plan_planner *P, double seconds) {
     const lm__plan_low *low = &p->low;
     memset(s, 0, sizeof *s);
     s->predicted_cycles = p->mid.cost;
-    s->matmul_flops = lm__plan_graph_matmul_flops(p->g);
+    s->matmul_flops = lm__graph_matmul_flops(p->g);
     lm_dtype dt = LM_F16;
     for (int64_t i = 0; i < p->g->nops; i++)
-        if (p->g->ops[i].kind == LM__PLAN_OP_MATMUL) {
+        if (p->g->ops[i].kind == LM__GOP_MATMUL) {
             dt = p->g->values[p->g->ops[i].in[0]].dtype;
             break;
         }
@@ -93,7 +97,7 @@ static void summarize(lm_plan *p, const lm__plan_planner *P, double seconds) {
     s->planner_peak_bytes = lm__plan_planner_bytes(P);
 }
 
-lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out) {
+lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out) {
     if (!g || !m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_compile: NULL argument");
     *out = NULL;
     lm_plan_options opt;
@@ -107,7 +111,7 @@ lm_status lm_plan_compile(const lm_plan_graph *g, const lm_plan_machine *m, cons
     if (!p) return LM_OUT_OF_MEMORY;
     p->m = *m;
     p->opt = opt;
-    lm_status st = lm__plan_graph_clone(g, &p->g);
+    lm_status st = lm__graph_clone(g, &p->g);
     lm__plan_planner P;
     memset(&P, 0, sizeof P);
     int finals[4], nfinals = 0, best = -1;
@@ -147,7 +151,7 @@ void lm_plan_destroy(lm_plan *p) {
     if (!p) return;
     lm__plan_low_free(&p->low);
     lm__plan_mid_free(&p->mid);
-    lm_plan_graph_destroy(p->g);
+    lm_graph_destroy(p->g);
     lm__free(p);
 }
 

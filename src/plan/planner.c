@@ -39,7 +39,7 @@ int lm__plan_layout_id(lm__plan_planner *P, const lm__plan_layout *l) {
         }
     }
     if ((P->nlay + 1) * 2 > P->lay_hcap && grow_index(P) != LM_OK) return -1;
-    if (LM__PLAN_PUSH(P->lay, P->nlay, P->cap_lay, *l) != LM_OK) return -1;
+    if (LM__PUSH(P->lay, P->nlay, P->cap_lay, *l) != LM_OK) return -1;
     uint64_t h = lm__plan_layout_hash(l) & (uint64_t)(P->lay_hcap - 1);
     while (P->lay_index[h] >= 0) h = (h + 1) & (uint64_t)(P->lay_hcap - 1);
     P->lay_index[h] = (int32_t)(P->nlay - 1);
@@ -129,7 +129,7 @@ static void forward_requests(lm__plan_planner *P, int from, int to, int need_row
 
 /* Requests of the consumers of op's inputs, from its best few candidates. */
 static void request_inputs(lm__plan_planner *P, int op, const lm__plan_cand *c, int n) {
-    const lm__plan_op *o = &P->g->ops[op];
+    const lm__gop *o = &P->g->ops[op];
     for (int k = 0; k < n && k < 8; k++)
         for (int i = 0; i < c[k].nin && i < o->nin && c[k].steps <= 1; i++)
             if (!c[k].in_param[i])
@@ -137,12 +137,12 @@ static void request_inputs(lm__plan_planner *P, int op, const lm__plan_cand *c, 
 }
 
 static lm_status candidates_pass(lm__plan_planner *P) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     for (int64_t i = g->nops - 1; i >= 0; i--) {
-        const lm__plan_op *op = &g->ops[i];
+        const lm__gop *op = &g->ops[i];
         int ops3[3];
         switch (op->kind) {
-        case LM__PLAN_OP_MATMUL:
+        case LM__GOP_MATMUL:
             if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED && lm__plan_attention_match(g, (int)i, ops3)) {
                 LM_TRY(lm__plan_flash_candidates(P, ops3));
                 if (P->nflash[i]) {
@@ -154,20 +154,20 @@ static lm_status candidates_pass(lm__plan_planner *P) {
             LM_TRY(lm__plan_gemm_candidates(P, (int)i));
             request_inputs(P, (int)i, P->cands[i], P->ncands[i]);
             break;
-        case LM__PLAN_OP_BIAS_ADD:
-        case LM__PLAN_OP_GELU:
-        case LM__PLAN_OP_SILU:
-        case LM__PLAN_OP_ADD:
-        case LM__PLAN_OP_MUL:
+        case LM__GOP_BIAS_ADD:
+        case LM__GOP_GELU:
+        case LM__GOP_SILU:
+        case LM__GOP_ADD:
+        case LM__GOP_MUL:
             forward_requests(P, op->out, op->in[0], 0);
-            if (op->kind == LM__PLAN_OP_ADD || op->kind == LM__PLAN_OP_MUL) forward_requests(P, op->out, op->in[1], 0);
+            if (op->kind == LM__GOP_ADD || op->kind == LM__GOP_MUL) forward_requests(P, op->out, op->in[1], 0);
             break;
-        case LM__PLAN_OP_SOFTMAX:
-        case LM__PLAN_OP_LAYERNORM:
-        case LM__PLAN_OP_RMSNORM: forward_requests(P, op->out, op->in[0], 1); break;
-        case LM__PLAN_OP_REPEAT_OUT: forward_requests(P, op->out, op->in[0], 0); break;
-        case LM__PLAN_OP_REPEAT_IN: {
-            const lm__plan_region *r = &g->regions[op->region];
+        case LM__GOP_SOFTMAX:
+        case LM__GOP_LAYERNORM:
+        case LM__GOP_RMSNORM: forward_requests(P, op->out, op->in[0], 1); break;
+        case LM__GOP_REPEAT_OUT: forward_requests(P, op->out, op->in[0], 0); break;
+        case LM__GOP_REPEAT_IN: {
+            const lm__gregion *r = &g->regions[op->region];
             forward_requests(P, op->out, op->in[0], 0);
             for (int c = 0; c < r->ncarry; c++)
                 if (r->body_in[c] == op->out) forward_requests(P, op->out, r->body_out[c], 0);
@@ -182,15 +182,15 @@ static lm_status candidates_pass(lm__plan_planner *P) {
 /* ---- units ------------------------------------------------------------------------------------------ */
 static lm_status push_unit(lm__plan_planner *P, lm__plan_unit u, int64_t *index) {
     *index = P->nunits;
-    return LM__PLAN_PUSH(P->units, P->nunits, P->cap_units, u);
+    return LM__PUSH(P->units, P->nunits, P->cap_units, u);
 }
 
 static lm_status build_units(lm__plan_planner *P, int begin, int end, int region) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     for (int i = begin; i < end;) {
-        const lm__plan_op *op = &g->ops[i];
+        const lm__gop *op = &g->ops[i];
         if (op->region != region) { /* a nested region starts here */
-            const lm__plan_region *r = &g->regions[op->region];
+            const lm__gregion *r = &g->regions[op->region];
             int64_t u;
             LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_REPEAT, -1, {-1, -1, -1}, op->region, 0, 0}, &u));
             P->units[u].child_begin = (int)P->nunits;
@@ -200,12 +200,12 @@ static lm_status build_units(lm__plan_planner *P, int begin, int end, int region
             continue;
         }
         int ops3[3];
-        if (op->kind == LM__PLAN_OP_PARAM || op->kind == LM__PLAN_OP_INPUT || lm__plan_op_is_view(op->kind) ||
-            op->kind == LM__PLAN_OP_REPEAT_IN || op->kind == LM__PLAN_OP_REPEAT_OUT) {
+        if (op->kind == LM__GOP_PARAM || op->kind == LM__GOP_INPUT || lm__gop_is_view(op->kind) ||
+            op->kind == LM__GOP_REPEAT_IN || op->kind == LM__GOP_REPEAT_OUT) {
             i++;
             continue;
         }
-        if (op->kind == LM__PLAN_OP_MATMUL && P->nflash[i] > 0 && lm__plan_attention_match(g, i, ops3)) {
+        if (op->kind == LM__GOP_MATMUL && P->nflash[i] > 0 && lm__plan_attention_match(g, i, ops3)) {
             int64_t u;
             LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_ATTN, i, {ops3[0], ops3[1], ops3[2]}, -1, 0, 0}, &u));
             P->units[u].child_begin = (int)P->nunits;
@@ -226,7 +226,7 @@ static lm_status build_units(lm__plan_planner *P, int begin, int end, int region
     return LM_OK;
 }
 
-lm_status lm__plan_planner_init(lm__plan_planner *P, const lm_plan_graph *g, const lm_plan_machine *m,
+lm_status lm__plan_planner_init(lm__plan_planner *P, const lm_graph *g, const lm_plan_machine *m,
                                 const lm_plan_options *o) {
     memset(P, 0, sizeof *P);
     P->g = g;

@@ -19,8 +19,8 @@
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc);
-double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t elems);
-double lm__plan_cost_rows(const lm_plan_machine *m, lm__plan_opk k, lm_dtype dt, int64_t rows, int64_t n);
+double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t elems);
+double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t rows, int64_t n);
 double lm__plan_cost_copy(const lm_plan_machine *m, int64_t bytes);
 double lm__plan_cost_reduce(const lm_plan_machine *m, lm_dtype in_dt, lm_dtype out_dt, int64_t out_elems,
                             int64_t add_elems);
@@ -68,7 +68,7 @@ typedef struct lm__plan_trace {
     int choice;                    /* candidate index, -1 for layout-following ops */
     int src[3], req[3];            /* per input: source and required layout ids (root space); -1 none */
     int out;                       /* output layout id (REPEAT: carry layout of carried value 0) */
-    int carry[LM__PLAN_MAX_CARRY]; /* REPEAT: carry layout ids */
+    int carry[LM__G_MAX_CARRY]; /* REPEAT: carry layout ids */
     int body;                      /* nested search's last node (REPEAT, ATTN materialized), else -1 */
     int start;                     /* nested search's start marker node */
     double cost;                   /* cycles this decision adds */
@@ -82,7 +82,7 @@ typedef struct lm__plan_state {
 } lm__plan_state;
 
 typedef struct lm__plan_planner {
-    const lm_plan_graph *g;   /* borrowed (the plan's copy) */
+    const lm_graph *g;   /* borrowed (the plan's copy) */
     const lm_plan_machine *m; /* borrowed */
     lm_plan_options opt;
     lm__plan_ws ws;
@@ -115,7 +115,7 @@ typedef struct lm__plan_planner {
 } lm__plan_planner;
 
 /* planner.c */
-lm_status lm__plan_planner_init(lm__plan_planner *P, const lm_plan_graph *g, const lm_plan_machine *m,
+lm_status lm__plan_planner_init(lm__plan_planner *P, const lm_graph *g, const lm_plan_machine *m,
                                 const lm_plan_options *o);
 void lm__plan_planner_free(lm__plan_planner *P);
 /* Interns l; returns its id (>= 0) or -1 on allocation failure. */
@@ -129,7 +129,7 @@ int64_t lm__plan_planner_bytes(const lm__plan_planner *P);
 /* gemm_plan.c: candidates of a matmul op (uses requests on its output). */
 lm_status lm__plan_gemm_candidates(lm__plan_planner *P, int op);
 /* A layout spreading a value's outermost splittable dim over the tiles. */
-void lm__plan_spread_layout(const lm__plan_planner *P, const lm__plan_value *v, lm__plan_layout *l);
+void lm__plan_spread_layout(const lm__plan_planner *P, const lm__gvalue *v, lm__plan_layout *l);
 /* Cycles of streaming a stepped matmul's operands from layouts a_id / b_id. */
 double lm__plan_gemm_stream_cost(lm__plan_planner *P, int op, const lm__plan_cand *c, int a_id, int b_id);
 /* The step-s layout of a streamed operand and its window (dim, [lo, hi)). */
@@ -139,7 +139,7 @@ void lm__plan_gemm_step_layout(const lm__plan_cand *c, int operand, int64_t s, l
 int lm__plan_memo_get(const lm__plan_planner *P, uint64_t key, double *val);
 void lm__plan_memo_put(lm__plan_planner *P, uint64_t key, double val);
 /* attn_plan.c: fusible score-softmax-value triple starting at op (fills ops[3]). */
-int lm__plan_attention_match(const lm_plan_graph *g, int op, int ops[3]);
+int lm__plan_attention_match(const lm_graph *g, int op, int ops[3]);
 lm_status lm__plan_flash_candidates(lm__plan_planner *P, const int ops[3]);
 /* One piece of a flash step's K^T (which = 0) or V (which = 1) stream. */
 typedef struct lm__plan_flash_piece {
@@ -150,7 +150,7 @@ typedef struct lm__plan_flash_piece {
     int64_t vlo[LM__PLAN_MAX_DIMS], vhi[LM__PLAN_MAX_DIMS]; /* the destination's whole step box (view coordinates) */
 } lm__plan_flash_piece;
 typedef void (*lm__plan_flash_piece_fn)(void *ctx, const lm__plan_flash_piece *p);
-lm_status lm__plan_flash_step_pieces(const lm_plan_graph *g, const int64_t *grid, const int ops[3], int which,
+lm_status lm__plan_flash_step_pieces(const lm_graph *g, const int64_t *grid, const int ops[3], int which,
                                      int64_t s, const lm__plan_layout *src, lm__plan_flash_piece_fn fn, void *ctx);
 /* State-dependent flash cost: K/V streaming exchanges from their current layouts. */
 double lm__plan_flash_stream_cost(lm__plan_planner *P, const lm__plan_cand *c, const int ops[3], int k_layout,

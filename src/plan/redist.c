@@ -163,7 +163,7 @@ typedef struct collect_sink {
 static void collect(piece_sink *k, const lm__plan_piece *p, int first) {
     (void)first;
     collect_sink *c = (collect_sink *)k;
-    if (c->st == LM_OK) c->st = LM__PLAN_PUSH(c->v, c->n, c->cap, *p);
+    if (c->st == LM_OK) c->st = LM__PUSH(c->v, c->n, c->cap, *p);
 }
 
 lm_status lm__plan_redist_pieces_w(const lm__plan_layout *s, const lm__plan_layout *d, const lm__plan_window *win,

@@ -12,7 +12,7 @@
 #include <math.h>
 
 typedef struct rctx {
-    const lm_plan_graph *g; /* borrowed */
+    const lm_graph *g; /* borrowed */
     uint64_t seed;
     lm_threadpool *pool; /* borrowed */
     float **val;         /* [nvalues] dense values in their own shape */
@@ -44,8 +44,8 @@ static void mm_row(void *arg, int64_t task, int worker) {
     for (int64_t n = 0; n < j->N; n++) c[n] = round_to((float)acc[n], j->dt);
 }
 
-static lm_status matmul(rctx *r, const lm__plan_op *op) {
-    const lm__plan_value *va = &r->g->values[op->in[0]], *vb = &r->g->values[op->in[1]], *vo = &r->g->values[op->out];
+static lm_status matmul(rctx *r, const lm__gop *op) {
+    const lm__gvalue *va = &r->g->values[op->in[0]], *vb = &r->g->values[op->in[1]], *vo = &r->g->values[op->out];
     int64_t B = va->ndim == 3 ? va->dims[0] : 1;
     mm_job j = {r->val[op->in[0]],
                 r->val[op->in[1]],
@@ -65,16 +65,16 @@ static lm_status matmul(rctx *r, const lm__plan_op *op) {
     return LM_OK;
 }
 
-static void rows(rctx *r, const lm__plan_op *op) {
-    const lm__plan_value *vx = &r->g->values[op->in[0]];
-    int64_t n = vx->dims[vx->ndim - 1], R = lm__plan_value_numel(vx) / n;
+static void rows(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vx = &r->g->values[op->in[0]];
+    int64_t n = vx->dims[vx->ndim - 1], R = lm__gvalue_numel(vx) / n;
     const float *x = r->val[op->in[0]];
     float *o = r->val[op->out];
     const float *gm = op->nin > 1 ? r->val[op->in[1]] : NULL, *bt = op->nin > 2 ? r->val[op->in[2]] : NULL;
     for (int64_t i = 0; i < R; i++) {
         const float *xr = x + i * n;
         float *orow = o + i * n;
-        if (op->kind == LM__PLAN_OP_SOFTMAX) {
+        if (op->kind == LM__GOP_SOFTMAX) {
             double mx = -INFINITY, sum = 0;
             for (int64_t k = 0; k < n; k++) mx = fmax(mx, op->a * xr[k]);
             for (int64_t k = 0; k < n; k++) sum += exp(op->a * xr[k] - mx);
@@ -84,7 +84,7 @@ static void rows(rctx *r, const lm__plan_op *op) {
         double mean = 0, var = 0;
         for (int64_t k = 0; k < n; k++) mean += xr[k];
         mean /= (double)n;
-        double shift = op->kind == LM__PLAN_OP_LAYERNORM ? mean : 0.0;
+        double shift = op->kind == LM__GOP_LAYERNORM ? mean : 0.0;
         for (int64_t k = 0; k < n; k++) var += (xr[k] - shift) * (xr[k] - shift);
         double inv = 1.0 / sqrt(var / (double)n + op->a);
         for (int64_t k = 0; k < n; k++)
@@ -92,11 +92,11 @@ static void rows(rctx *r, const lm__plan_op *op) {
     }
 }
 
-static void permute(rctx *r, const lm__plan_op *op) {
-    const lm__plan_value *vi = &r->g->values[op->in[0]], *vo = &r->g->values[op->out];
+static void permute(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vi = &r->g->values[op->in[0]], *vo = &r->g->values[op->out];
     int64_t istr[LM__PLAN_MAX_DIMS], s = 1;
     for (int d = vi->ndim - 1; d >= 0; d--) istr[d] = s, s *= vi->dims[d];
-    int64_t n = lm__plan_value_numel(vo);
+    int64_t n = lm__gvalue_numel(vo);
     const float *x = r->val[op->in[0]];
     float *o = r->val[op->out];
     for (int64_t i = 0; i < n; i++) {
@@ -109,47 +109,50 @@ static void permute(rctx *r, const lm__plan_op *op) {
     }
 }
 
-static lm_status run_op(rctx *r, const lm__plan_op *op, int64_t iter) {
-    const lm_plan_graph *g = r->g;
-    const lm__plan_value *vo = &g->values[op->out];
-    int64_t n = lm__plan_value_numel(vo);
+static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
+    const lm_graph *g = r->g;
+    const lm__gvalue *vo = &g->values[op->out];
+    int64_t n = lm__gvalue_numel(vo);
     float *o = r->val[op->out];
     const float *x = op->nin ? r->val[op->in[0]] : NULL;
     switch (op->kind) {
-    case LM__PLAN_OP_INPUT:
-    case LM__PLAN_OP_PARAM: lm__plan_data_fill(g, op->out, op->kind == LM__PLAN_OP_PARAM ? iter : 0, r->seed, o); break;
-    case LM__PLAN_OP_MATMUL: LM_TRY(matmul(r, op)); break;
-    case LM__PLAN_OP_BIAS_ADD: {
+    case LM__GOP_INPUT:
+    case LM__GOP_PARAM: lm__plan_data_fill(g, op->out, op->kind == LM__GOP_PARAM ? iter : 0, r->seed, o); break;
+    case LM__GOP_MATMUL: LM_TRY(matmul(r, op)); break;
+    case LM__GOP_BIAS_ADD: {
         const float *b = r->val[op->in[1]];
         int64_t last = vo->dims[vo->ndim - 1];
         for (int64_t i = 0; i < n; i++) o[i] = round_to((float)((double)x[i] + b[i % last]), vo->dtype);
         break;
     }
-    case LM__PLAN_OP_GELU:
+    case LM__GOP_GELU:
         for (int64_t i = 0; i < n; i++) {
             double v = x[i];
             o[i] =
                 round_to((float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))), vo->dtype);
         }
         break;
-    case LM__PLAN_OP_SILU:
+    case LM__GOP_SILU:
         for (int64_t i = 0; i < n; i++) o[i] = round_to((float)(x[i] / (1.0 + exp(-(double)x[i]))), vo->dtype);
         break;
-    case LM__PLAN_OP_ADD:
-    case LM__PLAN_OP_MUL: {
+    case LM__GOP_ADD:
+    case LM__GOP_MUL: {
         const float *y = r->val[op->in[1]];
         for (int64_t i = 0; i < n; i++)
             o[i] =
-                round_to((float)(op->kind == LM__PLAN_OP_ADD ? (double)x[i] + y[i] : (double)x[i] * y[i]), vo->dtype);
+                round_to((float)(op->kind == LM__GOP_ADD ? (double)x[i] + y[i] : (double)x[i] * y[i]), vo->dtype);
         break;
     }
-    case LM__PLAN_OP_SOFTMAX:
-    case LM__PLAN_OP_LAYERNORM:
-    case LM__PLAN_OP_RMSNORM: rows(r, op); break;
-    case LM__PLAN_OP_RESHAPE:
-    case LM__PLAN_OP_REPEAT_IN:
-    case LM__PLAN_OP_REPEAT_OUT: memcpy(o, x, sizeof(float) * (size_t)n); break;
-    case LM__PLAN_OP_PERMUTE: permute(r, op); break;
+    case LM__GOP_SOFTMAX:
+    case LM__GOP_LAYERNORM:
+    case LM__GOP_RMSNORM: rows(r, op); break;
+    case LM__GOP_RESHAPE:
+    case LM__GOP_REPEAT_IN:
+    case LM__GOP_REPEAT_OUT: memcpy(o, x, sizeof(float) * (size_t)n); break;
+    case LM__GOP_PERMUTE: permute(r, op); break;
+    default: /* lm_plan_compile rejected every other kind before a plan existed */
+        return lm__error(LM_INTERNAL, "plan reference: op '%s' (%s) has no tile-machine kernel", op->name,
+                         lm__gop_name(op->kind));
     }
     return LM_OK;
 }
@@ -157,21 +160,21 @@ static lm_status run_op(rctx *r, const lm__plan_op *op, int64_t iter) {
 static void record(rctx *r, int v, int64_t iter) {
     for (int k = 0; k < r->ref->ntargets; k++) {
         if (r->ref->value[k] != v) continue;
-        int64_t n = lm__plan_value_numel(&r->g->values[v]);
+        int64_t n = lm__gvalue_numel(&r->g->values[v]);
         memcpy(r->ref->data[k] + iter * n, r->val[v], sizeof(float) * (size_t)n);
     }
 }
 
 static lm_status run_range(rctx *r, int begin, int end, int region, int64_t iter) {
-    const lm_plan_graph *g = r->g;
+    const lm_graph *g = r->g;
     for (int i = begin; i < end; i++) {
-        const lm__plan_op *op = &g->ops[i];
+        const lm__gop *op = &g->ops[i];
         if (op->region != region) { /* a repeat region starts here */
-            const lm__plan_region *rg = &g->regions[op->region];
+            const lm__gregion *rg = &g->regions[op->region];
             for (int64_t it = 0; it < rg->count; it++) {
                 for (int c = 0; c < rg->ncarry; c++) {
                     const float *src = r->val[it ? rg->body_out[c] : rg->outer_in[c]];
-                    int64_t n = lm__plan_value_numel(&g->values[rg->body_in[c]]);
+                    int64_t n = lm__gvalue_numel(&g->values[rg->body_in[c]]);
                     if (src != r->val[rg->body_in[c]]) memcpy(r->val[rg->body_in[c]], src, sizeof(float) * (size_t)n);
                     record(r, rg->body_in[c], it);
                 }
@@ -180,7 +183,7 @@ static lm_status run_range(rctx *r, int begin, int end, int region, int64_t iter
             i = rg->end - 1;
             continue;
         }
-        if (op->kind == LM__PLAN_OP_REPEAT_IN) continue; /* filled by the region loop */
+        if (op->kind == LM__GOP_REPEAT_IN) continue; /* filled by the region loop */
         LM_TRY(run_op(r, op, iter));
         record(r, op->out, iter);
     }
@@ -196,7 +199,7 @@ void lm__plan_ref_free(lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
 }
 
-lm_status lm__plan_ref_run(const lm_plan_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref) {
+lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
     int nt = (int)g->nchecks;
     for (int64_t v = 0; v < g->nvalues; v++) nt += g->values[v].output;
@@ -212,14 +215,14 @@ lm_status lm__plan_ref_run(const lm_plan_graph *g, uint64_t seed, lm_threadpool 
         for (int64_t v = 0; v < g->nvalues; v++)
             if (g->values[v].output) ref->value[k++] = (int)v;
         for (k = 0; k < nt && st == LM_OK; k++) {
-            const lm__plan_value *v = &g->values[ref->value[k]];
+            const lm__gvalue *v = &g->values[ref->value[k]];
             ref->count[k] = v->region >= 0 ? g->regions[v->region].count : 1;
-            ref->data[k] = lm__alloc(sizeof(float) * (size_t)(ref->count[k] * lm__plan_value_numel(v)), 64);
+            ref->data[k] = lm__alloc(sizeof(float) * (size_t)(ref->count[k] * lm__gvalue_numel(v)), 64);
             if (!ref->data[k]) st = LM_OUT_OF_MEMORY;
         }
     }
     for (int64_t v = 0; v < g->nvalues && st == LM_OK; v++) {
-        r.val[v] = lm__alloc(sizeof(float) * (size_t)lm__plan_value_numel(&g->values[v]), 64);
+        r.val[v] = lm__alloc(sizeof(float) * (size_t)lm__gvalue_numel(&g->values[v]), 64);
         if (!r.val[v]) st = LM_OUT_OF_MEMORY;
     }
     if (st == LM_OK) st = run_range(&r, 0, (int)g->nops, -1, 0);

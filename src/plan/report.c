@@ -30,8 +30,8 @@ static void describe_ops(const lm_plan *p, lm__plan_sbuf *b) {
         lm__plan_sbuf_printf(b, "%4lld %*s%-10s ", (long long)i, 2 * depth, "", lm__plan_mid_kind_name(o->kind));
         switch (o->kind) {
         case LM__PLAN_M_COMPUTE:
-            lm__plan_sbuf_printf(b, "%s (%s)", mop_name(p, o), lm__plan_op_kind_name(p->g->ops[o->gop].kind));
-            if (p->g->ops[o->gop].kind == LM__PLAN_OP_MATMUL)
+            lm__plan_sbuf_printf(b, "%s (%s)", mop_name(p, o), lm__gop_name(p->g->ops[o->gop].kind));
+            if (p->g->ops[o->gop].kind == LM__GOP_MATMUL)
                 lm__plan_sbuf_printf(b, " grid b%lld m%lld n%lld k%lld", (long long)o->grid[0], (long long)o->grid[1],
                                      (long long)o->grid[2], (long long)o->grid[3]);
             if (o->steps > 1) lm__plan_sbuf_printf(b, " in %lld K steps", (long long)o->steps);

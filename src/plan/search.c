@@ -72,14 +72,14 @@ static void mat_set(int32_t *m, int id) {
     for (int i = 1; i < LM__PLAN_MAX_MAT; i++) m[i] = -1;
 }
 
-static int is_param(const lm_plan_graph *g, int v) {
-    return g->ops[g->values[g->values[v].root].op].kind == LM__PLAN_OP_PARAM;
+static int is_param(const lm_graph *g, int v) {
+    return g->ops[g->values[g->values[v].root].op].kind == LM__GOP_PARAM;
 }
 
 /* An input not placed yet (it is placed where its first consumer wants it). */
 static int unplaced_input(const lm__plan_planner *P, const lm__plan_state *s, int v) {
     int r = P->g->values[v].root;
-    return P->g->ops[P->g->values[r].op].kind == LM__PLAN_OP_INPUT && s->mat[(size_t)r * LM__PLAN_MAX_MAT] < 0;
+    return P->g->ops[P->g->values[r].op].kind == LM__GOP_INPUT && s->mat[(size_t)r * LM__PLAN_MAX_MAT] < 0;
 }
 
 /* Cheapest materialization of v's root to convert into layout id req; an unplaced
@@ -108,7 +108,7 @@ static double best_source(lm__plan_planner *P, const lm__plan_state *s, int v, i
 
 static lm_status trace_push(lm__plan_planner *P, const lm__plan_trace *t, int *id) {
     *id = (int)P->ntrace;
-    return LM__PLAN_PUSH(P->trace, P->ntrace, P->cap_trace, *t);
+    return LM__PUSH(P->trace, P->ntrace, P->cap_trace, *t);
 }
 
 static lm__plan_trace trace_new(int parent, int unit) {
@@ -118,7 +118,7 @@ static lm__plan_trace trace_new(int parent, int unit) {
     t.unit = unit;
     t.choice = t.out = t.body = t.start = -1;
     for (int i = 0; i < 3; i++) t.src[i] = t.req[i] = -1;
-    for (int i = 0; i < LM__PLAN_MAX_CARRY; i++) t.carry[i] = -1;
+    for (int i = 0; i < LM__G_MAX_CARRY; i++) t.carry[i] = -1;
     return t;
 }
 
@@ -131,7 +131,7 @@ static lm_status emit(lm__plan_planner *P, beam *out, const lm__plan_state *s, l
     n.resident = s->resident + added;
     n.mat = m;
     lm_status st = trace_push(P, t, &n.trace);
-    if (st == LM_OK) st = LM__PLAN_PUSH(out->v, out->n, out->cap, n);
+    if (st == LM_OK) st = LM__PUSH(out->v, out->n, out->cap, n);
     if (st != LM_OK) lm__free(m);
     P->states_made++;
     return st;
@@ -146,7 +146,7 @@ static int32_t *mat_dup(const lm__plan_planner *P, const lm__plan_state *s) {
 /* ---- op units ------------------------------------------------------------------------------------ */
 static lm_status expand_gemm(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out) {
     int op = P->units[u].op;
-    const lm__plan_op *o = &P->g->ops[op];
+    const lm__gop *o = &P->g->ops[op];
     for (int k = 0; k < P->ncands[op]; k++) {
         const lm__plan_cand *c = &P->cands[op][k];
         lm__plan_trace t = trace_new(s->trace, u);
@@ -215,12 +215,12 @@ static lm_status expand_gemm(lm__plan_planner *P, int u, const lm__plan_state *s
  * materialization (whole rows for row ops); other activation inputs convert to it. */
 static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s, const lm__plan_layout *lx_in, int src,
                             beam *out) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     int op = P->units[u].op;
-    const lm__plan_op *o = &g->ops[op];
+    const lm__gop *o = &g->ops[op];
     lm__plan_layout lx = *lx_in;
     lm__plan_trace t = trace_new(s->trace, u);
-    int rows = lm__plan_op_is_rows(o->kind);
+    int rows = lm__gop_is_rows(o->kind);
     if (rows && lx.grid[lx.ndim - 1] > 1) {
         lm__plan_layout_set_block(&lx, lx.ndim - 1, lx.dims[lx.ndim - 1]);
         lm__plan_layout_canon(&lx);
@@ -269,8 +269,8 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
 }
 
 static lm_status expand_follow(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out) {
-    const lm_plan_graph *g = P->g;
-    const lm__plan_op *o = &g->ops[P->units[u].op];
+    const lm_graph *g = P->g;
+    const lm__gop *o = &g->ops[P->units[u].op];
     const int32_t *m = mats(P, s, o->in[0]);
     int64_t before = out->n;
     for (int i = 0; i < LM__PLAN_MAX_MAT && m[i] >= 0; i++) {
@@ -285,7 +285,7 @@ static lm_status expand_follow(lm__plan_planner *P, int u, const lm__plan_state 
     }
     if (out->n == before)
         snprintf(P->reason, sizeof P->reason, "%s '%s': no layout of its input can be used",
-                 lm__plan_op_kind_name(o->kind), o->name);
+                 lm__gop_name(o->kind), o->name);
     return LM_OK;
 }
 
@@ -300,7 +300,7 @@ static lm_status nested(lm__plan_planner *P, int ubegin, int uend, const lm__pla
     LM_TRY(state_copy(P, s, &st));
     st.trace = *marker;
     memset(res, 0, sizeof *res);
-    lm_status e = LM__PLAN_PUSH(res->v, res->n, res->cap, st);
+    lm_status e = LM__PUSH(res->v, res->n, res->cap, st);
     if (e != LM_OK) {
         lm__free(st.mat);
         return e;
@@ -309,11 +309,11 @@ static lm_status nested(lm__plan_planner *P, int ubegin, int uend, const lm__pla
 }
 
 static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out, int width) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     const lm__plan_unit *un = &P->units[u];
     const int *ops = un->attn;
     if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED) {
-        const lm__plan_op *so = &g->ops[ops[0]], *pv = &g->ops[ops[2]];
+        const lm__gop *so = &g->ops[ops[0]], *pv = &g->ops[ops[2]];
         int kv[2] = {so->in[1], pv->in[1]};
         for (int k = 0; k < P->nflash[ops[0]]; k++) {
             const lm__plan_cand *c = &P->flash[ops[0]][k];
@@ -406,10 +406,10 @@ static double carry_in_cost(lm__plan_planner *P, const lm__plan_state *s, int v,
 }
 
 static lm_status expand_repeat(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out, int width) {
-    const lm_plan_graph *g = P->g;
+    const lm_graph *g = P->g;
     const lm__plan_unit *un = &P->units[u];
-    const lm__plan_region *r = &g->regions[un->region];
-    int opts[LM__PLAN_MAX_CARRY][4], nopt[LM__PLAN_MAX_CARRY], pick[LM__PLAN_MAX_CARRY] = {0};
+    const lm__gregion *r = &g->regions[un->region];
+    int opts[LM__G_MAX_CARRY][4], nopt[LM__G_MAX_CARRY], pick[LM__G_MAX_CARRY] = {0};
     for (int c = 0; c < r->ncarry; c++) LM_TRY(carry_options(P, r->body_in[c], opts[c], &nopt[c]));
     for (;;) {
         lm__plan_trace t = trace_new(s->trace, u);
@@ -497,10 +497,10 @@ static lm_status expand(lm__plan_planner *P, int u, const lm__plan_state *s, bea
     const lm__plan_unit *un = &P->units[u];
     if (un->kind == LM__PLAN_U_ATTN) return expand_attn(P, u, s, out, width);
     if (un->kind == LM__PLAN_U_REPEAT) return expand_repeat(P, u, s, out, width);
-    const lm__plan_op *o = &P->g->ops[un->op];
-    if (o->kind == LM__PLAN_OP_MATMUL) return expand_gemm(P, u, s, out);
-    if (lm__plan_op_is_elementwise(o->kind) || lm__plan_op_is_rows(o->kind)) return expand_follow(P, u, s, out);
-    return lm__error(LM_INTERNAL, "plan search: op '%s' (%s) has no planner", o->name, lm__plan_op_kind_name(o->kind));
+    const lm__gop *o = &P->g->ops[un->op];
+    if (o->kind == LM__GOP_MATMUL) return expand_gemm(P, u, s, out);
+    if (lm__gop_is_elementwise(o->kind) || lm__gop_is_rows(o->kind)) return expand_follow(P, u, s, out);
+    return lm__error(LM_INTERNAL, "plan search: op '%s' (%s) has no planner", o->name, lm__gop_name(o->kind));
 }
 
 static lm_status search_range(lm__plan_planner *P, int ubegin, int uend, beam *cur, int width) {
@@ -516,7 +516,7 @@ static lm_status search_range(lm__plan_planner *P, int ubegin, int uend, beam *c
             const lm__plan_unit *un = &P->units[u];
             const char *name = un->op >= 0 ? P->g->ops[un->op].name : "repeat";
             const char *why = un->op >= 0 ? P->op_reason + (size_t)un->op * LM__PLAN_REASON : "";
-            if (!*why && un->kind == LM__PLAN_U_OP && lm__plan_op_is_elementwise(P->g->ops[un->op].kind))
+            if (!*why && un->kind == LM__PLAN_U_OP && lm__gop_is_elementwise(P->g->ops[un->op].kind))
                 why = P->reason;
             st = *why ? lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why)
                       : lm__error(LM_UNSUPPORTED, "no feasible plan for '%s' (every candidate was rejected)", name);
@@ -541,7 +541,7 @@ lm_status lm__plan_search(lm__plan_planner *P, int *best_trace, double *best_cos
     s0.mat = lm__alloc(mat_bytes(P), 16);
     if (!s0.mat) return LM_OUT_OF_MEMORY;
     for (size_t i = 0; i < (size_t)P->g->nvalues * LM__PLAN_MAX_MAT; i++) s0.mat[i] = -1;
-    lm_status st = LM__PLAN_PUSH(cur.v, cur.n, cur.cap, s0);
+    lm_status st = LM__PUSH(cur.v, cur.n, cur.cap, s0);
     if (st != LM_OK) {
         lm__free(s0.mat);
         return st;

@@ -58,7 +58,7 @@ void lm_plan_sim_options_default(lm_plan_sim_options *o) {
 static lm_status add_phase(simctx *c, int kind, int32_t step, double cycles, double sync, int64_t bytes) {
     phase ph = {kind, step, c->iter, c->clock, cycles, sync, bytes};
     c->clock += cycles;
-    return LM__PLAN_PUSH(c->s->phases, c->s->nphases, c->s->cap_phases, ph);
+    return LM__PUSH(c->s->phases, c->s->nphases, c->s->cap_phases, ph);
 }
 
 static lm_status close_compute(simctx *c) {
@@ -77,10 +77,10 @@ static lm_status close_compute(simctx *c) {
 static lm_status place_value(simctx *c, int mv) {
     const lm__plan_mid *mid = &c->p->mid;
     const lm__plan_mval *v = &mid->vals[mv];
-    const lm_plan_graph *g = c->p->g;
+    const lm_graph *g = c->p->g;
     const lm__plan_low *low = c->low;
-    const lm__plan_value *val = &g->values[v->value];
-    int64_t n = lm__plan_value_numel(val);
+    const lm__gvalue *val = &g->values[v->value];
+    int64_t n = lm__gvalue_numel(val);
     float *data = lm__alloc(sizeof(float) * (size_t)n, 64);
     if (!data) return LM_OUT_OF_MEMORY;
     int64_t vstr[LM__PLAN_MAX_DIMS], s = 1, strides[LM__PLAN_MAX_DIMS];
@@ -211,7 +211,7 @@ static lm_status exchange_step(simctx *c, int64_t si, lm_threadpool *pool) {
 
 static lm_status check_step(simctx *c, const lm__plan_step *st) {
     const lm__plan_mid *mid = &c->p->mid;
-    const lm_plan_graph *g = c->p->g;
+    const lm_graph *g = c->p->g;
     const lm__plan_low *low = c->low;
     const lm__plan_mval *mv = &mid->vals[st->mval];
     int value = mv->value;
@@ -222,8 +222,8 @@ static lm_status check_step(simctx *c, const lm__plan_step *st) {
         for (int k = (int)g->nchecks; k < c->ref.ntargets; k++)
             if (c->ref.value[k] == -1 - st->check) target = k;
     if (target < 0) return lm__error(LM_INTERNAL, "sim: checkpoint without a reference");
-    const lm__plan_value *val = &g->values[value];
-    int64_t n = lm__plan_value_numel(val);
+    const lm__gvalue *val = &g->values[value];
+    int64_t n = lm__gvalue_numel(val);
     const float *want = c->ref.data[target] + (c->ref.count[target] > 1 ? c->iter : 0) * n;
     float *got = lm__alloc(sizeof(float) * (size_t)n, 64);
     if (!got) return LM_OUT_OF_MEMORY;
@@ -277,7 +277,7 @@ static lm_status check_step(simctx *c, const lm__plan_step *st) {
     c->s->sum.checks_failed += !r.pass;
     c->s->sum.worst_nmse = fmax(c->s->sum.worst_nmse, r.nmse);
     c->s->sum.worst_rel_abs = fmax(c->s->sum.worst_rel_abs, r.rel_abs);
-    return LM__PLAN_PUSH(c->s->checks, c->s->nchecks, c->s->cap_checks, r);
+    return LM__PUSH(c->s->checks, c->s->nchecks, c->s->cap_checks, r);
 }
 
 static lm_status execute(simctx *c, lm_threadpool *pool) {

@@ -20,7 +20,7 @@ static void touch(lm__plan_low *low, int32_t b, int64_t s) {
     if (s > x->last) x->last = (int32_t)s;
 }
 
-static void liveness(lm__plan_low *low, const lm__plan_mid *mid, const lm_plan_graph *g) {
+static void liveness(lm__plan_low *low, const lm__plan_mid *mid, const lm_graph *g) {
     for (int64_t b = 0; b < low->nbufs; b++) low->bufs[b].first = low->bufs[b].last = -1;
     for (int64_t s = 0; s < low->nsteps; s++) {
         const lm__plan_step *st = &low->steps[s];
@@ -45,7 +45,7 @@ static void liveness(lm__plan_low *low, const lm__plan_mid *mid, const lm_plan_g
         if (!x->placed) continue;
         x->first = 0;
         if (x->last < 0) x->last = 0;
-        if (x->mval >= 0 && g->ops[g->values[mid->vals[x->mval].value].op].kind == LM__PLAN_OP_PARAM)
+        if (x->mval >= 0 && g->ops[g->values[mid->vals[x->mval].value].op].kind == LM__GOP_PARAM)
             x->last = (int32_t)end;
     }
     /* repeat bodies: a buffer crossing a body boundary lives through the whole body */
@@ -124,7 +124,7 @@ static int64_t live_bound(const grp *g, int64_t n, int64_t nsteps, int64_t *delt
     return best;
 }
 
-lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *mid, const lm_plan_graph *g,
+lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *mid, const lm_graph *g,
                                  lm__plan_low *low) {
     liveness(low, mid, g);
     int64_t T = low->tiles, nb = low->nbufs;

@@ -1,25 +1,10 @@
-/* plan/util.c — growable arrays and a text builder shared by the planner files.
- *
- * Growth doubles the capacity (amortized O(1) appends); memory comes from lm__alloc
- * so allocation-failure tests reach every path.
+/* plan/util.c — a text builder shared by the planner files (reports, descriptions).
+ * Growth goes through lm__reserve, so allocation-failure tests reach every path.
  */
 #include "plan/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-
-lm_status lm__plan_reserve(void **buf, int64_t *cap, int64_t need, size_t elem) {
-    if (need <= *cap) return LM_OK;
-    int64_t ncap = *cap ? *cap : 16;
-    while (ncap < need) ncap *= 2;
-    void *p = lm__alloc((size_t)ncap * elem, 16);
-    if (!p) return LM_OUT_OF_MEMORY;
-    if (*buf && *cap) memcpy(p, *buf, (size_t)*cap * elem);
-    lm__free(*buf);
-    *buf = p;
-    *cap = ncap;
-    return LM_OK;
-}
 
 void lm__plan_sbuf_printf(lm__plan_sbuf *b, const char *fmt, ...) {
     if (b->failed) return;
@@ -37,7 +22,7 @@ void lm__plan_sbuf_printf(lm__plan_sbuf *b, const char *fmt, ...) {
             b->len += n;
             return;
         }
-        if (lm__plan_reserve((void **)&b->p, &b->cap, b->len + n + 1, 1) != LM_OK) {
+        if (lm__reserve((void **)&b->p, &b->cap, b->len + n + 1, 1) != LM_OK) {
             b->failed = 1;
             return;
         }

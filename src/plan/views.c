@@ -168,43 +168,43 @@ static int permute_map(const int *perm, const lm__plan_layout *in, lm__plan_layo
     return 1;
 }
 
-int lm__plan_view_map(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *in, lm__plan_layout *out) {
-    const lm__plan_value *vi = &g->values[op->in[0]], *vo = &g->values[op->out];
-    if (op->kind == LM__PLAN_OP_PERMUTE) return permute_map(op->perm, in, out);
-    if (op->kind == LM__PLAN_OP_RESHAPE) return reshape_map(vi->dims, vi->ndim, vo->dims, vo->ndim, in, out);
+int lm__plan_view_map(const lm__gop *op, const lm_graph *g, const lm__plan_layout *in, lm__plan_layout *out) {
+    const lm__gvalue *vi = &g->values[op->in[0]], *vo = &g->values[op->out];
+    if (op->kind == LM__GOP_PERMUTE) return permute_map(op->perm, in, out);
+    if (op->kind == LM__GOP_RESHAPE) return reshape_map(vi->dims, vi->ndim, vo->dims, vo->ndim, in, out);
     return 0;
 }
 
-int lm__plan_view_unmap(const lm__plan_op *op, const lm_plan_graph *g, const lm__plan_layout *out,
+int lm__plan_view_unmap(const lm__gop *op, const lm_graph *g, const lm__plan_layout *out,
                         lm__plan_layout *in) {
-    const lm__plan_value *vi = &g->values[op->in[0]], *vo = &g->values[op->out];
-    if (op->kind == LM__PLAN_OP_PERMUTE) {
+    const lm__gvalue *vi = &g->values[op->in[0]], *vo = &g->values[op->out];
+    if (op->kind == LM__GOP_PERMUTE) {
         int inv[LM__PLAN_MAX_DIMS];
         for (int i = 0; i < vi->ndim; i++) inv[op->perm[i]] = i;
         return permute_map(inv, out, in);
     }
-    if (op->kind == LM__PLAN_OP_RESHAPE) return reshape_map(vo->dims, vo->ndim, vi->dims, vi->ndim, out, in);
+    if (op->kind == LM__GOP_RESHAPE) return reshape_map(vo->dims, vo->ndim, vi->dims, vi->ndim, out, in);
     return 0;
 }
 
-int lm__plan_view_chain_map(const lm_plan_graph *g, int v, const lm__plan_layout *root_layout, lm__plan_layout *out) {
+int lm__plan_view_chain_map(const lm_graph *g, int v, const lm__plan_layout *root_layout, lm__plan_layout *out) {
     if (g->values[v].root == v) {
         *out = *root_layout;
         return 1;
     }
-    const lm__plan_op *op = &g->ops[g->values[v].op];
+    const lm__gop *op = &g->ops[g->values[v].op];
     lm__plan_layout mid;
     if (!lm__plan_view_chain_map(g, op->in[0], root_layout, &mid)) return 0;
     return lm__plan_view_map(op, g, &mid, out);
 }
 
-int lm__plan_view_chain_unmap(const lm_plan_graph *g, int v, const lm__plan_layout *view_layout,
+int lm__plan_view_chain_unmap(const lm_graph *g, int v, const lm__plan_layout *view_layout,
                               lm__plan_layout *root_layout) {
     if (g->values[v].root == v) {
         *root_layout = *view_layout;
         return 1;
     }
-    const lm__plan_op *op = &g->ops[g->values[v].op];
+    const lm__gop *op = &g->ops[g->values[v].op];
     lm__plan_layout mid;
     if (!lm__plan_view_unmap(op, g, view_layout, &mid)) return 0;
     return lm__plan_view_chain_unmap(g, op->in[0], &mid, root_layout);
@@ -268,17 +268,17 @@ static int reshape_box(const int64_t *fdims, int fnd, const int64_t *tdims, int 
     return 1;
 }
 
-int lm__plan_view_chain_box_unmap(const lm_plan_graph *g, int v, const int64_t *lo, const int64_t *hi, int64_t *rlo,
+int lm__plan_view_chain_box_unmap(const lm_graph *g, int v, const int64_t *lo, const int64_t *hi, int64_t *rlo,
                                   int64_t *rhi) {
-    const lm__plan_value *val = &g->values[v];
+    const lm__gvalue *val = &g->values[v];
     if (val->root == v) {
         for (int d = 0; d < val->ndim; d++) rlo[d] = lo[d], rhi[d] = hi[d];
         return 1;
     }
-    const lm__plan_op *op = &g->ops[val->op];
-    const lm__plan_value *in = &g->values[op->in[0]];
+    const lm__gop *op = &g->ops[val->op];
+    const lm__gvalue *in = &g->values[op->in[0]];
     int64_t mlo[LM__PLAN_MAX_DIMS], mhi[LM__PLAN_MAX_DIMS];
-    if (op->kind == LM__PLAN_OP_PERMUTE) {
+    if (op->kind == LM__GOP_PERMUTE) {
         for (int d = 0; d < val->ndim; d++) mlo[op->perm[d]] = lo[d], mhi[op->perm[d]] = hi[d];
     } else if (!reshape_box(val->dims, val->ndim, in->dims, in->ndim, lo, hi, mlo, mhi)) {
         return 0;
@@ -286,18 +286,18 @@ int lm__plan_view_chain_box_unmap(const lm_plan_graph *g, int v, const int64_t *
     return lm__plan_view_chain_box_unmap(g, op->in[0], mlo, mhi, rlo, rhi);
 }
 
-int lm__plan_view_chain_box_map(const lm_plan_graph *g, int v, const int64_t *rlo, const int64_t *rhi, int64_t *lo,
+int lm__plan_view_chain_box_map(const lm_graph *g, int v, const int64_t *rlo, const int64_t *rhi, int64_t *lo,
                                 int64_t *hi) {
-    const lm__plan_value *val = &g->values[v];
+    const lm__gvalue *val = &g->values[v];
     if (val->root == v) {
         for (int d = 0; d < val->ndim; d++) lo[d] = rlo[d], hi[d] = rhi[d];
         return 1;
     }
-    const lm__plan_op *op = &g->ops[val->op];
-    const lm__plan_value *in = &g->values[op->in[0]];
+    const lm__gop *op = &g->ops[val->op];
+    const lm__gvalue *in = &g->values[op->in[0]];
     int64_t mlo[LM__PLAN_MAX_DIMS], mhi[LM__PLAN_MAX_DIMS];
     if (!lm__plan_view_chain_box_map(g, op->in[0], rlo, rhi, mlo, mhi)) return 0;
-    if (op->kind == LM__PLAN_OP_PERMUTE) {
+    if (op->kind == LM__GOP_PERMUTE) {
         for (int d = 0; d < val->ndim; d++) lo[d] = mlo[op->perm[d]], hi[d] = mhi[op->perm[d]];
         return 1;
     }
@@ -305,17 +305,17 @@ int lm__plan_view_chain_box_map(const lm_plan_graph *g, int v, const int64_t *rl
 }
 
 /* ---- affine index maps ------------------------------------------------------------------------- */
-int lm__plan_view_chain_affine(const lm_plan_graph *g, int v, int64_t A[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS]) {
-    const lm__plan_value *val = &g->values[v];
+int lm__plan_view_chain_affine(const lm_graph *g, int v, int64_t A[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS]) {
+    const lm__gvalue *val = &g->values[v];
     if (val->root == v) {
         for (int r = 0; r < LM__PLAN_MAX_DIMS; r++)
             for (int i = 0; i < LM__PLAN_MAX_DIMS; i++) A[r][i] = r == i;
         return 1;
     }
-    const lm__plan_op *op = &g->ops[val->op];
-    const lm__plan_value *in = &g->values[op->in[0]];
+    const lm__gop *op = &g->ops[val->op];
+    const lm__gvalue *in = &g->values[op->in[0]];
     int64_t B[LM__PLAN_MAX_DIMS][LM__PLAN_MAX_DIMS] = {{0}}; /* in coords = B x view coords */
-    if (op->kind == LM__PLAN_OP_PERMUTE) {
+    if (op->kind == LM__GOP_PERMUTE) {
         for (int i = 0; i < val->ndim; i++) B[op->perm[i]][i] = 1;
     } else {
         int i = 0, o = 0;

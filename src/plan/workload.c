@@ -29,52 +29,52 @@ const char *lm_plan_workload_name(lm_plan_workload_kind kind) {
     return (unsigned)kind < 4u ? n[kind] : NULL;
 }
 
-static lm_status linear(lm_plan_graph *g, const char *name, lm_plan_value x, int64_t in, int64_t out, lm_dtype dt,
-                        int bias, lm_plan_value *y) {
-    char nm[LM__PLAN_NAME];
+static lm_status linear(lm_graph *g, const char *name, lm_graph_value x, int64_t in, int64_t out, lm_dtype dt,
+                        int bias, lm_graph_value *y) {
+    char nm[LM__G_NAME];
     int64_t ws[2] = {in, out}, bs[1] = {out};
-    lm_plan_value w, b, mm;
+    lm_graph_value w, b, mm;
     snprintf(nm, sizeof nm, "%s.weight", name);
-    LM_TRY(lm_plan_graph_param(g, nm, dt, 2, ws, 0.0, 1.0 / sqrt((double)in), &w));
+    LM_TRY(lm_graph_param(g, nm, dt, 2, ws, 0.0, 1.0 / sqrt((double)in), &w));
     snprintf(nm, sizeof nm, "%s.matmul", name);
-    LM_TRY(lm_plan_graph_matmul(g, bias ? nm : name, x, w, dt, &mm));
+    LM_TRY(lm_graph_matmul(g, bias ? nm : name, x, w, dt, &mm));
     if (!bias) {
         *y = mm;
         return LM_OK;
     }
     snprintf(nm, sizeof nm, "%s.bias", name);
-    LM_TRY(lm_plan_graph_param(g, nm, dt, 1, bs, 0.0, 0.02, &b));
-    return lm_plan_graph_bias_add(g, name, mm, b, y);
+    LM_TRY(lm_graph_param(g, nm, dt, 1, bs, 0.0, 0.02, &b));
+    return lm_graph_bias_add(g, name, mm, b, y);
 }
 
-static lm_status mlp_block(lm_plan_graph *g, const lm_plan_workload *w, lm_plan_value x, lm_plan_value *y) {
-    lm_plan_value h, a;
+static lm_status mlp_block(lm_graph *g, const lm_plan_workload *w, lm_graph_value x, lm_graph_value *y) {
+    lm_graph_value h, a;
     LM_TRY(linear(g, "fc1", x, w->width, w->hidden, w->dtype, 1, &h));
-    LM_TRY(lm_plan_graph_unary(g, "gelu", LM_PLAN_GELU, h, &a));
-    LM_TRY(lm_plan_graph_checkpoint(g, a, "mlp.hidden"));
+    LM_TRY(lm_graph_unary(g, "gelu", LM_GRAPH_GELU, h, &a));
+    LM_TRY(lm_graph_checkpoint(g, a, "mlp.hidden"));
     return linear(g, "fc2", a, w->hidden, w->width, w->dtype, 1, y);
 }
 
-static lm_status attention(lm_plan_graph *g, const lm_plan_workload *w, lm_plan_value x, lm_plan_value *y) {
+static lm_status attention(lm_graph *g, const lm_plan_workload *w, lm_graph_value x, lm_graph_value *y) {
     int64_t C = w->width, H = w->heads, D = C / H;
-    lm_plan_value q, k, v, Q, K, V, KT, S, P, O, Om;
+    lm_graph_value q, k, v, Q, K, V, KT, S, P, O, Om;
     LM_TRY(linear(g, "q_proj", x, C, C, w->dtype, 1, &q));
     LM_TRY(linear(g, "k_proj", x, C, C, w->dtype, 1, &k));
     LM_TRY(linear(g, "v_proj", x, C, C, w->dtype, 1, &v));
-    LM_TRY(lm_plan_graph_split_heads(g, "q_heads", q, H, &Q));
-    LM_TRY(lm_plan_graph_split_heads(g, "k_heads", k, H, &K));
-    LM_TRY(lm_plan_graph_split_heads(g, "v_heads", v, H, &V));
+    LM_TRY(lm_graph_split_heads(g, "q_heads", q, H, &Q));
+    LM_TRY(lm_graph_split_heads(g, "k_heads", k, H, &K));
+    LM_TRY(lm_graph_split_heads(g, "v_heads", v, H, &V));
     const int perm[3] = {0, 2, 1};
-    LM_TRY(lm_plan_graph_permute(g, "k_t", K, perm, &KT));
-    LM_TRY(lm_plan_graph_matmul(g, "scores", Q, KT, w->dtype, &S));
-    LM_TRY(lm_plan_graph_softmax(g, "softmax", S, 1.0 / sqrt((double)D), &P));
-    LM_TRY(lm_plan_graph_matmul(g, "context", P, V, w->dtype, &O));
-    LM_TRY(lm_plan_graph_checkpoint(g, O, "attn.context"));
-    LM_TRY(lm_plan_graph_merge_heads(g, "merge_heads", O, &Om));
+    LM_TRY(lm_graph_permute(g, "k_t", K, perm, &KT));
+    LM_TRY(lm_graph_matmul(g, "scores", Q, KT, w->dtype, &S));
+    LM_TRY(lm_graph_softmax(g, "softmax", S, 1.0 / sqrt((double)D), &P));
+    LM_TRY(lm_graph_matmul(g, "context", P, V, w->dtype, &O));
+    LM_TRY(lm_graph_checkpoint(g, O, "attn.context"));
+    LM_TRY(lm_graph_merge_heads(g, "merge_heads", O, &Om));
     return linear(g, "o_proj", Om, C, C, w->dtype, 1, y);
 }
 
-lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_plan_graph **out) {
+lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
     if (!w || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_workload_build: NULL argument");
     *out = NULL;
     if (w->dtype != LM_F16 && w->dtype != LM_F32)
@@ -96,29 +96,29 @@ lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_plan_graph **out)
     if (bad)
         return lm__error(LM_INVALID_ARGUMENT, "workload %s: sizes out of range (or width not divisible by heads)",
                          lm_plan_workload_name(w->kind));
-    lm_plan_graph *g;
-    LM_TRY(lm_plan_graph_create(&g));
+    lm_graph *g;
+    LM_TRY(lm_graph_create(&g));
     lm_status st = LM_OK;
-    lm_plan_value x, y;
+    lm_graph_value x, y;
     if (w->kind == LM_PLAN_WL_GEMM) {
         int64_t xs[2] = {w->m, w->k};
-        st = lm_plan_graph_input(g, "x", w->dtype, 2, xs, 1.0, &x);
+        st = lm_graph_input(g, "x", w->dtype, 2, xs, 1.0, &x);
         if (st == LM_OK) st = linear(g, "gemm", x, w->k, w->n, w->dtype, 0, &y);
     } else {
         int64_t xs[2] = {w->tokens, w->width};
-        st = lm_plan_graph_input(g, "x", w->dtype, 2, xs, 1.0, &x);
+        st = lm_graph_input(g, "x", w->dtype, 2, xs, 1.0, &x);
         if (st == LM_OK && w->kind == LM_PLAN_WL_MLP) st = mlp_block(g, w, x, &y);
         if (st == LM_OK && w->kind == LM_PLAN_WL_ATTENTION) st = attention(g, w, x, &y);
         if (st == LM_OK && w->kind == LM_PLAN_WL_MLP_REPEAT) {
-            lm_plan_value in, body;
-            st = lm_plan_graph_repeat_begin(g, w->repeat, 1, &x, &in);
+            lm_graph_value in, body;
+            st = lm_graph_repeat_begin(g, w->repeat, 1, &x, &in);
             if (st == LM_OK) st = mlp_block(g, w, in, &body);
-            if (st == LM_OK) st = lm_plan_graph_repeat_end(g, 1, &body, &y);
+            if (st == LM_OK) st = lm_graph_repeat_end(g, 1, &body, &y);
         }
     }
-    if (st == LM_OK) st = lm_plan_graph_output(g, y);
+    if (st == LM_OK) st = lm_graph_output(g, y);
     if (st != LM_OK) {
-        lm_plan_graph_destroy(g);
+        lm_graph_destroy(g);
         return st;
     }
     *out = g;

@@ -23,7 +23,7 @@ struct lm_event {
     int recorded;
 };
 
-struct lm_graph {
+struct lm_device_graph {
     lm_device device;
     void *exec; /* cudaGraphExec_t */
 };
@@ -210,12 +210,12 @@ lm_status lm_ctx_capture_begin(lm_ctx *ctx) {
 #endif
 }
 
-lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_graph **out) {
+lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out) {
     if (!ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_ctx_capture_end: NULL argument");
     *out = NULL;
     if (!ctx->stream) return lm__error(LM_UNSUPPORTED, "graph capture needs a CUDA context");
 #ifdef LOOM_HAVE_CUDA
-    lm_graph *g = lm__calloc(1, sizeof *g);
+    lm_device_graph *g = lm__calloc(1, sizeof *g);
     void *exec = NULL;
     lm_status st = lm__cuda_capture_end(ctx->stream, &exec); /* always ends the capture */
     if (st == LM_OK && !g) st = LM_OUT_OF_MEMORY;
@@ -233,10 +233,10 @@ lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_graph **out) {
 #endif
 }
 
-lm_status lm_graph_launch(const lm_graph *g, lm_ctx *ctx) {
-    if (!g || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_graph_launch: NULL argument");
+lm_status lm_device_graph_launch(const lm_device_graph *g, lm_ctx *ctx) {
+    if (!g || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_device_graph_launch: NULL argument");
     if (!lm_device_equal(g->device, ctx->device))
-        return lm__error(LM_INVALID_ARGUMENT, "lm_graph_launch: the graph was captured on another device");
+        return lm__error(LM_INVALID_ARGUMENT, "lm_device_graph_launch: the graph was captured on another device");
 #ifdef LOOM_HAVE_CUDA
     return lm__cuda_graph_launch(g->exec, ctx->stream);
 #else
@@ -244,7 +244,7 @@ lm_status lm_graph_launch(const lm_graph *g, lm_ctx *ctx) {
 #endif
 }
 
-void lm_graph_destroy(lm_graph *g) {
+void lm_device_graph_destroy(lm_device_graph *g) {
     if (!g) return;
 #ifdef LOOM_HAVE_CUDA
     lm__cuda_graph_destroy(g->exec);

@@ -126,7 +126,7 @@ static void test_graph_capture_and_replay(void) {
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &n, &h));
     for (int64_t i = 0; i < n; i++) ((float *)lm_tensor_data(h))[i] = (float)(i % 7) - 3.0f;
     lm_tensor *d = ct_upload(h);
-    lm_graph *g = NULL;
+    lm_device_graph *g = NULL;
     LT_CHECK_OK(lm_ctx_capture_begin(g_ctx));
     queue_work(g_ctx, lm_tensor_as_view(d));
     LT_CHECK_OK(lm_ctx_capture_end(g_ctx, &g));
@@ -136,13 +136,13 @@ static void test_graph_capture_and_replay(void) {
     int untouched = 1;
     for (int i = 0; i < 1000; i++) untouched &= back[i] == (float)(i % 7) - 3.0f;
     LT_CHECK_MSG(untouched, "capture must not run the work");
-    for (int rep = 0; rep < 3; rep++) LT_CHECK_OK(lm_graph_launch(g, g_ctx));
+    for (int rep = 0; rep < 3; rep++) LT_CHECK_OK(lm_device_graph_launch(g, g_ctx));
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(d), sizeof back));
     int ok = 1;
     for (int i = 0; i < 1000; i++) ok &= back[i] == ((float)(i % 7) - 3.0f) * 64.0f; /* (x * 2 * 2)^3 replays = 64x */
     LT_CHECK_MSG(ok, "three replays give x * 64");
-    lm_graph_destroy(g);
+    lm_device_graph_destroy(g);
     lm_ctx *cpu = NULL;
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
     LT_CHECK_STATUS(lm_ctx_capture_begin(cpu), LM_UNSUPPORTED);

@@ -106,7 +106,7 @@ static void test_workload_plans_allocate_tightly(void) {
         lm_plan_workload_default((lm_plan_workload_kind)k, &w);
         w.m = 96, w.n = 64, w.k = 128;
         w.tokens = 48, w.width = 64, w.hidden = 96, w.heads = 4, w.repeat = 2;
-        lm_plan_graph *g = NULL;
+        lm_graph *g = NULL;
         LT_CHECK_OK(lm_plan_workload_build(&w, &g));
         lm_plan *p = NULL;
         LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
@@ -119,7 +119,7 @@ static void test_workload_plans_allocate_tightly(void) {
             LT_CHECK_OK(lm_plan_check(p));
         }
         lm_plan_destroy(p);
-        lm_plan_graph_destroy(g);
+        lm_graph_destroy(g);
     }
     lm_plan_machine_destroy(m);
 }

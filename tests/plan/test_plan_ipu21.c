@@ -23,7 +23,7 @@ static void run(lm_plan_workload_kind k, int64_t gemm, int64_t repeat, lm_plan_a
     lm_plan_workload_default(k, &w);
     if (gemm) w.m = w.n = w.k = gemm;
     if (repeat) w.repeat = repeat;
-    lm_plan_graph *g = NULL;
+    lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     lm_plan_options o;
     lm_plan_options_default(&o);
@@ -31,7 +31,7 @@ static void run(lm_plan_workload_kind k, int64_t gemm, int64_t repeat, lm_plan_a
     lm_plan *p = NULL;
     LT_CHECK_OK(lm_plan_compile(g, m, &o, &p));
     if (!p) {
-        lm_plan_graph_destroy(g);
+        lm_graph_destroy(g);
         lm_plan_machine_destroy(m);
         return;
     }
@@ -63,7 +63,7 @@ static void run(lm_plan_workload_kind k, int64_t gemm, int64_t repeat, lm_plan_a
         lm_plan_sim_destroy(sim);
     }
     lm_plan_destroy(p);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
 }
 

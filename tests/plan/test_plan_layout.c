@@ -56,16 +56,16 @@ static void locate(const lm__plan_layout *l, const int64_t *idx, int64_t *tile, 
     *tile = lm__plan_layout_tile(l, s, 0);
 }
 
-static lm_plan_graph *heads_graph(int64_t T, int64_t H, int64_t D, lm_plan_value *x, lm_plan_value *q,
-                                  lm_plan_value *qt, lm_plan_value *m) {
-    lm_plan_graph *g = NULL;
-    lm_plan_graph_create(&g);
+static lm_graph *heads_graph(int64_t T, int64_t H, int64_t D, lm_graph_value *x, lm_graph_value *q,
+                                  lm_graph_value *qt, lm_graph_value *m) {
+    lm_graph *g = NULL;
+    lm_graph_create(&g);
     int64_t s[2] = {T, H * D};
-    lm_plan_graph_input(g, "x", LM_F16, 2, s, 1, x);
-    lm_plan_graph_split_heads(g, "q", *x, H, q);
+    lm_graph_input(g, "x", LM_F16, 2, s, 1, x);
+    lm_graph_split_heads(g, "q", *x, H, q);
     const int perm[3] = {0, 2, 1};
-    lm_plan_graph_permute(g, "qt", *q, perm, qt);
-    lm_plan_graph_merge_heads(g, "m", *q, m);
+    lm_graph_permute(g, "qt", *q, perm, qt);
+    lm_graph_merge_heads(g, "m", *q, m);
     return g;
 }
 
@@ -94,14 +94,14 @@ static void random_layout(lt_rng *r, lm__plan_layout *l, int ndim, const int64_t
 static void test_views_address_the_same_bytes(void) {
     lt_rng r = lt_rng_seed(11);
     int64_t T = 6, H = 4, D = 6;
-    lm_plan_value x, q, qt, m;
-    lm_plan_graph *g = heads_graph(T, H, D, &x, &q, &qt, &m);
+    lm_graph_value x, q, qt, m;
+    lm_graph *g = heads_graph(T, H, D, &x, &q, &qt, &m);
     int mapped = 0, tried = 0;
     for (int trial = 0; trial < 400; trial++) {
         lm__plan_layout root;
         int64_t dims[2] = {T, H * D};
         random_layout(&r, &root, 2, dims, 4096);
-        lm_plan_value views[3] = {q, qt, m};
+        lm_graph_value views[3] = {q, qt, m};
         for (int v = 0; v < 3; v++) {
             lm__plan_layout vl, back;
             tried++;
@@ -113,8 +113,8 @@ static void test_views_address_the_same_bytes(void) {
             int affine = lm__plan_view_chain_affine(g, views[v], A);
             LT_CHECK(affine == (views[v] != m));
             /* every element: same tile and offset through the view */
-            const lm__plan_value *val = &g->values[views[v]];
-            int64_t n = lm__plan_value_numel(val);
+            const lm__gvalue *val = &g->values[views[v]];
+            int64_t n = lm__gvalue_numel(val);
             for (int64_t i = 0; i < n; i++) {
                 int64_t vi[LM__PLAN_MAX_DIMS], ri[2], rem = i;
                 for (int d = val->ndim - 1; d >= 0; d--) vi[d] = rem % val->dims[d], rem /= val->dims[d];
@@ -143,12 +143,12 @@ static void test_views_address_the_same_bytes(void) {
         }
     }
     LT_CHECK_MSG(mapped > tried / 4, "only %d of %d layouts mapped through the views", mapped, tried);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
 }
 
 static void test_boxes_map_through_views(void) {
-    lm_plan_value x, q, qt, m;
-    lm_plan_graph *g = heads_graph(5, 3, 4, &x, &q, &qt, &m);
+    lm_graph_value x, q, qt, m;
+    lm_graph *g = heads_graph(5, 3, 4, &x, &q, &qt, &m);
     int64_t lo[3] = {1, 0, 2}, hi[3] = {3, 4, 5}, rlo[2], rhi[2], back_lo[3], back_hi[3];
     /* K^T box: heads 1..2, all d, tokens 2..4 -> root rows 2..4, columns 4..11 */
     LT_CHECK(lm__plan_view_chain_box_unmap(g, qt, lo, hi, rlo, rhi));
@@ -158,7 +158,7 @@ static void test_boxes_map_through_views(void) {
     /* a partial head range over two heads is not a box of the root */
     int64_t plo[3] = {1, 1, 0}, phi[3] = {3, 3, 5};
     LT_CHECK(!lm__plan_view_chain_box_unmap(g, qt, plo, phi, rlo, rhi));
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
 }
 
 static void test_redistribution_covers_every_element_once(void) {

@@ -16,7 +16,7 @@ static lm_plan_machine *machine(const char *name) {
     return m;
 }
 
-static lm_plan_graph *workload(lm_plan_workload_kind k, int64_t a, int64_t b, int64_t c, int64_t heads) {
+static lm_graph *workload(lm_plan_workload_kind k, int64_t a, int64_t b, int64_t c, int64_t heads) {
     lm_plan_workload w;
     lm_plan_workload_default(k, &w);
     w.m = w.tokens = a;
@@ -24,7 +24,7 @@ static lm_plan_graph *workload(lm_plan_workload_kind k, int64_t a, int64_t b, in
     w.k = w.hidden = c;
     w.heads = heads;
     w.repeat = 2;
-    lm_plan_graph *g = NULL;
+    lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     return g;
 }
@@ -48,7 +48,7 @@ static void test_beam_matches_exhaustive_on_small_shapes(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lm_plan_machine *m = machine(cases[i].m);
-        lm_plan_graph *g = workload(cases[i].k, cases[i].a, cases[i].b, cases[i].c, cases[i].h);
+        lm_graph *g = workload(cases[i].k, cases[i].a, cases[i].b, cases[i].c, cases[i].h);
         lm_plan_options o;
         lm_plan_options_default(&o);
         o.gemm_candidates = 12;
@@ -64,14 +64,14 @@ static void test_beam_matches_exhaustive_on_small_shapes(void) {
         }
         lm_plan_destroy(beam);
         lm_plan_destroy(ex);
-        lm_plan_graph_destroy(g);
+        lm_graph_destroy(g);
         lm_plan_machine_destroy(m);
     }
 }
 
 static void test_forced_strategies_are_honored(void) {
     lm_plan_machine *m = machine("small16");
-    lm_plan_graph *g = workload(LM_PLAN_WL_ATTENTION, 32, 64, 64, 4);
+    lm_graph *g = workload(LM_PLAN_WL_ATTENTION, 32, 64, 64, 4);
     lm_plan_options o;
     lm_plan_options_default(&o);
     lm_plan *p = NULL;
@@ -83,7 +83,7 @@ static void test_forced_strategies_are_honored(void) {
     LT_CHECK_OK(lm_plan_compile(g, m, &o, &p));
     LT_CHECK(p && !has_mid(p, LM__PLAN_M_FLASH));
     lm_plan_destroy(p);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     /* a forced matmul grid appears on every matmul */
     g = workload(LM_PLAN_WL_MLP, 32, 48, 64, 1);
     lm_plan_options_default(&o);
@@ -92,7 +92,7 @@ static void test_forced_strategies_are_honored(void) {
     int matmuls = 0;
     for (int64_t i = 0; p && i < p->mid.nops; i++) {
         const lm__plan_mop *op = &p->mid.ops[i];
-        if (op->kind != LM__PLAN_M_COMPUTE || p->g->ops[op->gop].kind != LM__PLAN_OP_MATMUL) continue;
+        if (op->kind != LM__PLAN_M_COMPUTE || p->g->ops[op->gop].kind != LM__GOP_MATMUL) continue;
         matmuls++;
         LT_CHECK(op->grid[1] == 2 && op->grid[2] == 4 && op->grid[3] == 2);
     }
@@ -102,57 +102,74 @@ static void test_forced_strategies_are_honored(void) {
     o.gemm_grid[0] = 64, o.gemm_grid[1] = 1, o.gemm_grid[2] = 1;
     LT_CHECK_STATUS(lm_plan_compile(g, m, &o, &p), LM_UNSUPPORTED);
     LT_CHECK(strstr(lm_last_error(), "forced grid 64x1x1") != NULL);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
 }
 
 static void test_too_large_plans_are_rejected_with_a_reason(void) {
     lm_plan_machine *m = machine("small4");
-    lm_plan_graph *g = workload(LM_PLAN_WL_GEMM, 1024, 1024, 1024, 1);
+    lm_graph *g = workload(LM_PLAN_WL_GEMM, 1024, 1024, 1024, 1);
     lm_plan *p = (lm_plan *)1;
     LT_CHECK_STATUS(lm_plan_compile(g, m, NULL, &p), LM_UNSUPPORTED);
     LT_CHECK(p == NULL);
     LT_CHECK_MSG(strstr(lm_last_error(), "SRAM") && strstr(lm_last_error(), "gemm"), "reason: %s", lm_last_error());
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
+    lm_plan_machine_destroy(m);
+}
+
+/* The IR holds any dtype (the engine's graphs carry i32 ids and bf16 weights); the
+ * tile compiler refuses what it cannot run, naming the op. */
+static void test_plan_refuses_dtypes_it_cannot_run(void) {
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
+    int64_t s23[2] = {2, 3};
+    lm_graph_value i, y;
+    LT_CHECK_OK(lm_graph_input(g, "ids", LM_I32, 2, s23, 1, &i));
+    LT_CHECK_OK(lm_graph_unary(g, "act", LM_GRAPH_SILU, i, &y));
+    LT_CHECK_OK(lm_graph_output(g, y));
+    lm_plan_machine *m = machine("small4");
+    lm_plan *p = NULL;
+    LT_CHECK_STATUS(lm_plan_compile(g, m, NULL, &p), LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "'ids'") && strstr(lm_last_error(), "i32"), "reason: %s", lm_last_error());
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
 }
 
 static void test_graph_builder_errors(void) {
-    lm_plan_graph *g = NULL;
-    LT_CHECK_OK(lm_plan_graph_create(&g));
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
     int64_t s23[2] = {2, 3}, s45[2] = {4, 5}, s3[1] = {3}, bad[2] = {2, 0};
-    lm_plan_value a, b, w, c, v;
-    LT_CHECK_OK(lm_plan_graph_input(g, "a", LM_F16, 2, s23, 1, &a));
-    LT_CHECK_STATUS(lm_plan_graph_input(g, "z", LM_F16, 2, bad, 1, &v), LM_INVALID_ARGUMENT);
-    LT_CHECK_STATUS(lm_plan_graph_input(g, "i", LM_I32, 2, s23, 1, &v), LM_UNSUPPORTED);
-    LT_CHECK_OK(lm_plan_graph_param(g, "w", LM_F16, 2, s45, 0, 1, &w));
-    LT_CHECK_STATUS(lm_plan_graph_matmul(g, "mm", a, w, LM_F16, &c), LM_SHAPE_MISMATCH);
+    lm_graph_value a, b, w, c, v;
+    LT_CHECK_OK(lm_graph_input(g, "a", LM_F16, 2, s23, 1, &a));
+    LT_CHECK_STATUS(lm_graph_input(g, "z", LM_F16, 2, bad, 1, &v), LM_INVALID_ARGUMENT);
+    LT_CHECK_OK(lm_graph_param(g, "w", LM_F16, 2, s45, 0, 1, &w));
+    LT_CHECK_STATUS(lm_graph_matmul(g, "mm", a, w, LM_F16, &c), LM_SHAPE_MISMATCH);
     LT_CHECK(strstr(lm_last_error(), "mm") != NULL);
-    LT_CHECK_OK(lm_plan_graph_param(g, "b", LM_F32, 1, s3, 0, 1, &b));
-    LT_CHECK_STATUS(lm_plan_graph_bias_add(g, "ba", a, b, &v), LM_DTYPE_MISMATCH);
-    LT_CHECK_STATUS(lm_plan_graph_matmul(g, "mm2", a, 99, LM_F16, &c), LM_INVALID_ARGUMENT);
+    LT_CHECK_OK(lm_graph_param(g, "b", LM_F32, 1, s3, 0, 1, &b));
+    LT_CHECK_STATUS(lm_graph_bias_add(g, "ba", a, b, &v), LM_DTYPE_MISMATCH);
+    LT_CHECK_STATUS(lm_graph_matmul(g, "mm2", a, 99, LM_F16, &c), LM_INVALID_ARGUMENT);
     int64_t r5[1] = {5};
-    LT_CHECK_STATUS(lm_plan_graph_reshape(g, "r", a, 1, r5, &v), LM_SHAPE_MISMATCH);
+    LT_CHECK_STATUS(lm_graph_reshape(g, "r", a, 1, r5, &v), LM_SHAPE_MISMATCH);
     const int perm[2] = {0, 0};
-    LT_CHECK_STATUS(lm_plan_graph_permute(g, "p", a, perm, &v), LM_INVALID_ARGUMENT);
-    LT_CHECK_STATUS(lm_plan_graph_split_heads(g, "h", a, 2, &v), LM_SHAPE_MISMATCH);
-    LT_CHECK_STATUS(lm_plan_graph_repeat_end(g, 1, &a, &v), LM_INVALID_ARGUMENT);
-    lm_plan_value in;
-    LT_CHECK_OK(lm_plan_graph_repeat_begin(g, 2, 1, &a, &in));
-    LT_CHECK_STATUS(lm_plan_graph_repeat_begin(g, 2, 1, &a, &in), LM_UNSUPPORTED);
-    LT_CHECK_STATUS(lm_plan_graph_input(g, "late", LM_F16, 2, s23, 1, &v), LM_INVALID_ARGUMENT);
-    lm_plan_value y;
-    LT_CHECK_OK(lm_plan_graph_unary(g, "act", LM_PLAN_GELU, in, &y));
+    LT_CHECK_STATUS(lm_graph_permute(g, "p", a, perm, &v), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_graph_split_heads(g, "h", a, 2, &v), LM_SHAPE_MISMATCH);
+    LT_CHECK_STATUS(lm_graph_repeat_end(g, 1, &a, &v), LM_INVALID_ARGUMENT);
+    lm_graph_value in;
+    LT_CHECK_OK(lm_graph_repeat_begin(g, 2, 1, &a, &in));
+    LT_CHECK_STATUS(lm_graph_repeat_begin(g, 2, 1, &a, &in), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm_graph_input(g, "late", LM_F16, 2, s23, 1, &v), LM_INVALID_ARGUMENT);
+    lm_graph_value y;
+    LT_CHECK_OK(lm_graph_unary(g, "act", LM_GRAPH_GELU, in, &y));
     /* a compile with the repeat still open is refused */
     lm_plan_machine *m = machine("small4");
     lm_plan *p = NULL;
     LT_CHECK_STATUS(lm_plan_compile(g, m, NULL, &p), LM_INVALID_ARGUMENT);
-    lm_plan_value out;
-    LT_CHECK_OK(lm_plan_graph_repeat_end(g, 1, &y, &out));
-    LT_CHECK_STATUS(lm_plan_graph_unary(g, "after", LM_PLAN_GELU, y, &v), LM_INVALID_ARGUMENT);
+    lm_graph_value out;
+    LT_CHECK_OK(lm_graph_repeat_end(g, 1, &y, &out));
+    LT_CHECK_STATUS(lm_graph_unary(g, "after", LM_GRAPH_GELU, y, &v), LM_INVALID_ARGUMENT);
     /* no outputs yet */
     LT_CHECK_STATUS(lm_plan_compile(g, m, NULL, &p), LM_INVALID_ARGUMENT);
-    LT_CHECK_OK(lm_plan_graph_output(g, out));
+    LT_CHECK_OK(lm_graph_output(g, out));
     lm_plan_options o;
     lm_plan_options_default(&o);
     o.partials = LM_BF16;
@@ -160,15 +177,15 @@ static void test_graph_builder_errors(void) {
     LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
     lm_plan_destroy(p);
     lm_plan_machine_destroy(m);
-    lm_plan_graph_destroy(g);
-    lm_plan_graph_destroy(NULL);
+    lm_graph_destroy(g);
+    lm_graph_destroy(NULL);
 }
 
 /* Every k-th allocation failing (strided over the whole run) gives LM_OK or
  * LM_OUT_OF_MEMORY and leaks nothing, for compile and simulate. */
 static void survive(lm_plan_workload_kind k, int64_t a, int64_t b, int64_t c, int64_t heads) {
     lm_plan_machine *m = machine("small16");
-    lm_plan_graph *g = workload(k, a, b, c, heads);
+    lm_graph *g = workload(k, a, b, c, heads);
     lm_plan_sim_options so;
     lm_plan_sim_options_default(&so);
     so.threads = 1;
@@ -196,7 +213,7 @@ static void survive(lm_plan_workload_kind k, int64_t a, int64_t b, int64_t c, in
                      (long long)f, (long long)lt_alloc_live());
         lt_alloc_untrack();
     }
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
 }
 
@@ -212,6 +229,7 @@ int main(void) {
     LT_RUN(test_forced_strategies_are_honored);
     LT_RUN(test_too_large_plans_are_rejected_with_a_reason);
     LT_RUN(test_graph_builder_errors);
+    LT_RUN(test_plan_refuses_dtypes_it_cannot_run);
     LT_RUN(test_compile_and_simulate_survive_allocation_failures);
     return lt_finish();
 }

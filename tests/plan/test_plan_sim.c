@@ -24,7 +24,7 @@ static lm_plan *compile(const char *mach, lm_plan_workload_kind k, int64_t a, in
     w.heads = heads;
     w.repeat = 3;
     w.dtype = dt;
-    lm_plan_graph *g = NULL;
+    lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     lm_plan_options o;
     lm_plan_options_default(&o);
@@ -33,7 +33,7 @@ static lm_plan *compile(const char *mach, lm_plan_workload_kind k, int64_t a, in
     lm_status st = lm_plan_compile(g, m, &o, &p);
     LT_CHECK_MSG(st == LM_OK, "%s %s %lldx%lldx%lld: %s", mach, lm_plan_workload_name(k), (long long)a, (long long)b,
                  (long long)c, lm_last_error());
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
     return p;
 }
@@ -126,14 +126,14 @@ static void test_checkers_catch_overlap_and_slot_hazards(void) {
     lm_plan_workload w;
     lm_plan_workload_default(LM_PLAN_WL_GEMM, &w);
     w.m = 64, w.n = 64, w.k = 256;
-    lm_plan_graph *g = NULL;
+    lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     lm_plan_options o;
     lm_plan_options_default(&o);
     o.gemm_grid[0] = 1, o.gemm_grid[1] = 4, o.gemm_grid[2] = 4;
     p = NULL;
     LT_CHECK_OK(lm_plan_compile(g, m, &o, &p));
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
     if (!p) return;
     LT_CHECK_OK(lm_plan_check(p));
@@ -164,27 +164,27 @@ static void test_checkers_catch_overlap_and_slot_hazards(void) {
 static void test_vector_ops_and_row_gathers_simulate(void) {
     lm_plan_machine *m = NULL;
     LT_CHECK_OK(lm_plan_machine_preset("small16", &m));
-    lm_plan_graph *g = NULL;
-    LT_CHECK_OK(lm_plan_graph_create(&g));
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
     int64_t s[2] = {32, 48}, s1[1] = {48}, ws[2] = {48, 96}, s96[1] = {96};
-    lm_plan_value x, p, q, a, b, c, gm, bt, y, z, w, wm, mm, g2, ln2;
-    LT_CHECK_OK(lm_plan_graph_input(g, "x", LM_F16, 2, s, 1, &x));
-    LT_CHECK_OK(lm_plan_graph_param(g, "p", LM_F16, 2, s, 0, 1, &p));
-    LT_CHECK_OK(lm_plan_graph_param(g, "q", LM_F16, 2, s, 0, 1, &q));
-    LT_CHECK_OK(lm_plan_graph_unary(g, "a", LM_PLAN_SILU, q, &a));
-    LT_CHECK_OK(lm_plan_graph_binary(g, "b", LM_PLAN_ADD, x, p, &b));
-    LT_CHECK_OK(lm_plan_graph_binary(g, "c", LM_PLAN_MUL, b, a, &c));
-    LT_CHECK_OK(lm_plan_graph_param(g, "gamma", LM_F16, 1, s1, 1, 0.1, &gm));
-    LT_CHECK_OK(lm_plan_graph_param(g, "beta", LM_F16, 1, s1, 0, 0.1, &bt));
-    LT_CHECK_OK(lm_plan_graph_layer_norm(g, "ln", c, gm, bt, 1e-5, &y));
-    LT_CHECK_OK(lm_plan_graph_rms_norm(g, "rms", y, gm, 1e-5, &z));
-    LT_CHECK_OK(lm_plan_graph_softmax(g, "sm", z, 0.5, &w));
-    LT_CHECK_OK(lm_plan_graph_checkpoint(g, w, "softmax"));
-    LT_CHECK_OK(lm_plan_graph_param(g, "w", LM_F16, 2, ws, 0, 0.15, &wm));
-    LT_CHECK_OK(lm_plan_graph_matmul(g, "proj", w, wm, LM_F16, &mm));
-    LT_CHECK_OK(lm_plan_graph_param(g, "g2", LM_F16, 1, s96, 1, 0.1, &g2));
-    LT_CHECK_OK(lm_plan_graph_layer_norm(g, "ln2", mm, g2, -1, 1e-5, &ln2));
-    LT_CHECK_OK(lm_plan_graph_output(g, ln2));
+    lm_graph_value x, p, q, a, b, c, gm, bt, y, z, w, wm, mm, g2, ln2;
+    LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, s, 1, &x));
+    LT_CHECK_OK(lm_graph_param(g, "p", LM_F16, 2, s, 0, 1, &p));
+    LT_CHECK_OK(lm_graph_param(g, "q", LM_F16, 2, s, 0, 1, &q));
+    LT_CHECK_OK(lm_graph_unary(g, "a", LM_GRAPH_SILU, q, &a));
+    LT_CHECK_OK(lm_graph_binary(g, "b", LM_GRAPH_ADD, x, p, &b));
+    LT_CHECK_OK(lm_graph_binary(g, "c", LM_GRAPH_MUL, b, a, &c));
+    LT_CHECK_OK(lm_graph_param(g, "gamma", LM_F16, 1, s1, 1, 0.1, &gm));
+    LT_CHECK_OK(lm_graph_param(g, "beta", LM_F16, 1, s1, 0, 0.1, &bt));
+    LT_CHECK_OK(lm_graph_layer_norm(g, "ln", c, gm, bt, 1e-5, &y));
+    LT_CHECK_OK(lm_graph_rms_norm(g, "rms", y, gm, 1e-5, &z));
+    LT_CHECK_OK(lm_graph_softmax(g, "sm", z, 0.5, &w));
+    LT_CHECK_OK(lm_graph_checkpoint(g, w, "softmax"));
+    LT_CHECK_OK(lm_graph_param(g, "w", LM_F16, 2, ws, 0, 0.15, &wm));
+    LT_CHECK_OK(lm_graph_matmul(g, "proj", w, wm, LM_F16, &mm));
+    LT_CHECK_OK(lm_graph_param(g, "g2", LM_F16, 1, s96, 1, 0.1, &g2));
+    LT_CHECK_OK(lm_graph_layer_norm(g, "ln2", mm, g2, -1, 1e-5, &ln2));
+    LT_CHECK_OK(lm_graph_output(g, ln2));
     lm_plan_options o;
     lm_plan_options_default(&o);
     o.gemm_grid[0] = 4, o.gemm_grid[1] = 4, o.gemm_grid[2] = 1; /* N split: ln2 must gather rows */
@@ -207,7 +207,7 @@ static void test_vector_ops_and_row_gathers_simulate(void) {
         lm_plan_sim_destroy(sim);
     }
     lm_plan_destroy(pl);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
 }
 

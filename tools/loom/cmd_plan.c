@@ -157,7 +157,7 @@ int cmd_plan(int argc, char **argv) {
         o.gemm_grid[0] = a, o.gemm_grid[1] = b, o.gemm_grid[2] = c;
     }
     lm_plan_machine *m = NULL;
-    lm_plan_graph *g = NULL;
+    lm_graph *g = NULL;
     lm_plan *p = NULL;
     lm_plan_sim *sim = NULL;
     char *text = NULL;
@@ -237,7 +237,7 @@ done:
     lm_free(text);
     lm_plan_sim_destroy(sim);
     lm_plan_destroy(p);
-    lm_plan_graph_destroy(g);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
     return rc;
 }

@@ -1,0 +1,85 @@
+/* loom/graph.h — the model-step graph IR: fixed-shape SSA values and ops in program
+ * order, views that move no data, and Repeat regions. One IR serves every consumer:
+ * the decoder builder (one description of the model per mode), the rewrite passes,
+ * the executors (CPU, CUDA, autograd) and the tile compiler (loom/plan.h).
+ *
+ * This header is the public builder API for the ops a tile-compiler workload uses;
+ * the decoder builder adds model-step ops (embedding, RoPE, attention, KV cache)
+ * internally. Values are referred to by lm_graph_value handles returned by the
+ * builders; every builder validates shapes/dtypes and names the op in its error
+ * detail. Values have 1..4 dimensions.
+ */
+#ifndef LOOM_GRAPH_H
+#define LOOM_GRAPH_H
+
+#include "loom/base.h"
+#include "loom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lm_graph lm_graph;
+typedef int32_t lm_graph_value;
+
+typedef enum lm_graph_unary_kind { LM_GRAPH_GELU = 0, LM_GRAPH_SILU = 1 } lm_graph_unary_kind;
+typedef enum lm_graph_binary_kind { LM_GRAPH_ADD = 0, LM_GRAPH_MUL = 1 } lm_graph_binary_kind;
+
+lm_status lm_graph_create(lm_graph **out);
+void lm_graph_destroy(lm_graph *g);
+
+/* Activations fed by the caller; the simulator fills them with N(0, std^2). Shapes
+ * have 1..4 dimensions; dtype f32 or f16. */
+lm_status lm_graph_input(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
+                              double std, lm_graph_value *out);
+/* Resident parameters (weights, biases, norm scales) filled with mean + N(0, std^2).
+ * Inside a Repeat body a parameter has one copy per iteration. */
+lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
+                              double mean, double std, lm_graph_value *out);
+/* a [..., M, K] x b [..., K, N] -> [..., M, N] in out_dt with f32 accumulation. a and
+ * b have the same leading (batch) dims, or b has none (shared weights). */
+lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
+                               lm_graph_value *out);
+/* x [..., N] + bias [N]. */
+lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
+                                 lm_graph_value *out);
+/* GeLU uses the tanh approximation (gelu_pytorch_tanh). */
+lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
+                              lm_graph_value *out);
+/* Same shapes and dtypes. */
+lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
+                               lm_graph_value *out);
+/* softmax(scale * x) over the last axis. */
+lm_status lm_graph_softmax(lm_graph *g, const char *name, lm_graph_value x, double scale, lm_graph_value *out);
+/* Over the last axis; gamma/beta [N] (beta may be -1 for none). */
+lm_status lm_graph_layer_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma,
+                                   lm_graph_value beta, double eps, lm_graph_value *out);
+lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma, double eps,
+                                 lm_graph_value *out);
+/* Views (no data movement): reshape keeps the element order; permute reorders axes
+ * (out axis i = in axis perm[i]). split_heads [T, H*D] -> [H, T, D] and merge_heads
+ * [H, T, D] -> [T, H*D] are reshape+permute compositions. */
+lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
+                                lm_graph_value *out);
+lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
+                                lm_graph_value *out);
+lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
+                                    lm_graph_value *out);
+lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out);
+/* Repeat an identical block count times. outer[i] (defined before) seeds the body
+ * input inner[i]; after the body, repeat_end(body_out) carries body_out[i] into the
+ * next iteration's inner[i] (same shape and dtype) and returns the last iteration's
+ * values as outer_out[i]. At most 4 carried values; no nesting. */
+lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_graph_value *outer,
+                                     lm_graph_value *inner);
+lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out, lm_graph_value *outer_out);
+/* Marks a value as a program output (compared with the reference). */
+lm_status lm_graph_output(lm_graph *g, lm_graph_value v);
+/* A named value the simulator validates against the reference where it is produced
+ * (every iteration inside a Repeat). */
+lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
