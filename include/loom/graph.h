@@ -66,6 +66,23 @@ lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, cons
 lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
                                     lm_graph_value *out);
 lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out);
+/* Rotary position embedding of x [B, T, H, D] (D even) at positions [B, T] (i32
+ * input) with inv_freq [D/2] (f32 parameter): each head's dims (i, i + D/2) rotate by
+ * position * inv_freq[i] (Hugging Face llama's rotate_half pairing); attn_factor
+ * scales cos and sin (yarn). Output: x's shape and dtype. */
+lm_status lm_graph_rope(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value positions,
+                        lm_graph_value inv_freq, double attn_factor, lm_graph_value *out);
+/* q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] -> [B, Tq, Hq, Dv] (token
+ * major, as the projections produce them): softmax(q k^T * scale) v per head; query
+ * head h reads kv head h / (Hq / Hkv).
+ * causal: query i (at key position i + Tk - Tq) sees keys j <= i + Tk - Tq; window
+ * > 0 (causal only) also drops keys j <= i + Tk - Tq - window, keeping the last
+ * `window` positions up to the query's own (Hugging Face sliding-window attention). */
+lm_status lm_graph_attention(lm_graph *g, const char *name, lm_graph_value q, lm_graph_value k, lm_graph_value v,
+                             double scale, int causal, int64_t window, lm_graph_value *out);
+/* silu(gate) * up, same shapes and dtype. */
+lm_status lm_graph_swiglu(lm_graph *g, const char *name, lm_graph_value gate, lm_graph_value up,
+                          lm_graph_value *out);
 /* Repeat an identical block count times. outer[i] (defined before) seeds the body
  * input inner[i]; after the body, repeat_end(body_out) carries body_out[i] into the
  * next iteration's inner[i] (same shape and dtype) and returns the last iteration's

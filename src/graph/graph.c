@@ -101,7 +101,7 @@ static lm_status check_name(const char *what, const char *name) {
 }
 
 /* A value usable by a new op: exists and is visible from the open region. */
-static lm_status check_value(const lm_graph *g, lm_graph_value v, const char *op, const char *role) {
+lm_status lm__graph_check_value(const lm_graph *g, lm_graph_value v, const char *op, const char *role) {
     if (v < 0 || v >= g->nvalues)
         return lm__error(LM_INVALID_ARGUMENT, "op '%s': %s value %d does not exist", op, role, (int)v);
     int r = g->values[v].region;
@@ -111,7 +111,7 @@ static lm_status check_value(const lm_graph *g, lm_graph_value v, const char *op
     return LM_OK;
 }
 
-static lm_status check_shape(const char *op, int ndim, const int64_t *shape) {
+lm_status lm__graph_check_shape(const char *op, int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim > LM__G_MAX_DIMS)
         return lm__error(LM_INVALID_ARGUMENT, "op '%s': %d dimensions (1..%d supported)", op, ndim, LM__G_MAX_DIMS);
     if (!shape) return lm__error(LM_INVALID_ARGUMENT, "op '%s': NULL shape", op);
@@ -123,8 +123,8 @@ static lm_status check_shape(const char *op, int ndim, const int64_t *shape) {
 }
 
 /* Appends op + its output value; *out_value receives the value id. */
-static lm_status append(lm_graph *g, lm__gopk kind, const char *name, const int *in, int nin, int ndim,
-                        const int64_t *dims_in, lm_dtype dt, lm__gop **op_out, lm_graph_value *out_value) {
+lm_status lm__graph_append(lm_graph *g, lm__gopk kind, const char *name, const int *in, int nin, int ndim,
+                           const int64_t *dims_in, lm_dtype dt, lm__gop **op_out, lm_graph_value *out_value) {
     int64_t dims[LM__G_MAX_DIMS]; /* dims_in may point into g->values, which may move below */
     for (int i = 0; i < ndim; i++) dims[i] = dims_in[i];
     LM_TRY(lm__reserve((void **)&g->ops, &g->cap_ops, g->nops + 1, sizeof *g->ops));
@@ -138,7 +138,7 @@ static lm_status append(lm_graph *g, lm__gopk kind, const char *name, const int 
     for (int i = 0; i < LM__G_MAX_IN; i++) op->in[i] = -1;
     for (int i = 0; i < nin; i++) {
         op->in[i] = in[i];
-        g->values[in[i]].nuses++;
+        if (in[i] >= 0) g->values[in[i]].nuses++;
     }
     op->region = g->open_region;
     lm__gvalue *v = &g->values[g->nvalues];
@@ -160,17 +160,17 @@ static lm_status append(lm_graph *g, lm__gopk kind, const char *name, const int 
 
 static lm_status leaf(lm_graph *g, lm__gopk kind, const char *name, lm_dtype dt, int ndim,
                       const int64_t *shape, double mean, double std, lm_graph_value *out) {
-    if (!g || !out) return lm__error(LM_INVALID_ARGUMENT, "plan graph: NULL argument");
+    if (!g || !out) return lm__error(LM_INVALID_ARGUMENT, "graph: NULL argument");
     char buf[32];
     const char *nm = op_label(g, name, buf, sizeof buf);
     LM_TRY(check_name(lm__gop_name(kind), nm));
-    LM_TRY(check_shape(nm, ndim, shape));
+    LM_TRY(lm__graph_check_shape(nm, ndim, shape));
     if (!(std >= 0 && isfinite(std) && isfinite(mean)))
         return lm__error(LM_INVALID_ARGUMENT, "op '%s': initial mean/std must be finite and std >= 0", nm);
     if (kind == LM__GOP_INPUT && g->open_region >= 0)
         return lm__error(LM_INVALID_ARGUMENT, "input '%s': inputs cannot be declared inside a repeat body", nm);
     lm__gop *op;
-    LM_TRY(append(g, kind, nm, NULL, 0, ndim, shape, dt, &op, out));
+    LM_TRY(lm__graph_append(g, kind, nm, NULL, 0, ndim, shape, dt, &op, out));
     op->a = mean;
     op->b = std;
     return LM_OK;
@@ -186,17 +186,20 @@ lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, c
     return leaf(g, LM__GOP_PARAM, name, dt, ndim, shape, mean, std, out);
 }
 
-#define BEGIN_OP(g, out, name, nm)                                                                                     \
-    if (!(g) || !(out)) return lm__error(LM_INVALID_ARGUMENT, "plan graph: NULL argument");                            \
-    char nm##_buf[32];                                                                                                 \
-    const char *nm = op_label(g, name, nm##_buf, sizeof nm##_buf);                                                     \
-    LM_TRY(check_name("op", nm))
+lm_status lm__graph_begin_op(const lm_graph *g, const void *out, const char *name, char *buf, size_t n,
+                             const char **nm) {
+    if (!g || !out) return lm__error(LM_INVALID_ARGUMENT, "graph: NULL argument");
+    *nm = op_label(g, name, buf, n);
+    return check_name("op", *nm);
+}
 
 lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
                                lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, a, nm, "left"));
-    LM_TRY(check_value(g, b, nm, "right"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, a, nm, "left"));
+    LM_TRY(lm__graph_check_value(g, b, nm, "right"));
     const lm__gvalue *va = &g->values[a], *vb = &g->values[b];
     if (va->dtype != vb->dtype && !(va->dtype == LM_F32 && (vb->dtype == LM_BF16 || vb->dtype == LM_F16)))
         return lm__error(LM_DTYPE_MISMATCH, "matmul '%s': operands are %s and %s", nm, lm_dtype_name(va->dtype),
@@ -217,14 +220,16 @@ lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_gr
     for (int i = 0; i < nd - 1; i++) dims[i] = va->dims[i];
     dims[nd - 1] = vb->dims[vb->ndim - 1];
     int in[2] = {a, b};
-    return append(g, LM__GOP_MATMUL, nm, in, 2, nd, dims, out_dt, NULL, out);
+    return lm__graph_append(g, LM__GOP_MATMUL, nm, in, 2, nd, dims, out_dt, NULL, out);
 }
 
 lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
                                  lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
-    LM_TRY(check_value(g, bias, nm, "bias"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
+    LM_TRY(lm__graph_check_value(g, bias, nm, "bias"));
     const lm__gvalue *vx = &g->values[x], *vb = &g->values[bias];
     if (vb->ndim != 1 || vb->dims[0] != vx->dims[vx->ndim - 1])
         return lm__error(LM_SHAPE_MISMATCH, "bias_add '%s': bias must be [%lld]", nm,
@@ -233,26 +238,30 @@ lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_
         return lm__error(LM_DTYPE_MISMATCH, "bias_add '%s': bias dtype %s differs from input %s", nm,
                          lm_dtype_name(vb->dtype), lm_dtype_name(vx->dtype));
     int in[2] = {x, bias};
-    return append(g, LM__GOP_BIAS_ADD, nm, in, 2, vx->ndim, vx->dims, vx->dtype, NULL, out);
+    return lm__graph_append(g, LM__GOP_BIAS_ADD, nm, in, 2, vx->ndim, vx->dims, vx->dtype, NULL, out);
 }
 
 lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
                               lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
     if (op != LM_GRAPH_GELU && op != LM_GRAPH_SILU)
         return lm__error(LM_INVALID_ARGUMENT, "op '%s': unknown unary kind %d", nm, (int)op);
     const lm__gvalue *vx = &g->values[x];
     int in[1] = {x};
-    return append(g, op == LM_GRAPH_GELU ? LM__GOP_GELU : LM__GOP_SILU, nm, in, 1, vx->ndim, vx->dims, vx->dtype,
+    return lm__graph_append(g, op == LM_GRAPH_GELU ? LM__GOP_GELU : LM__GOP_SILU, nm, in, 1, vx->ndim, vx->dims, vx->dtype,
                   NULL, out);
 }
 
 lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
                                lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, a, nm, "left"));
-    LM_TRY(check_value(g, b, nm, "right"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, a, nm, "left"));
+    LM_TRY(lm__graph_check_value(g, b, nm, "right"));
     if (op != LM_GRAPH_ADD && op != LM_GRAPH_MUL)
         return lm__error(LM_INVALID_ARGUMENT, "op '%s': unknown binary kind %d", nm, (int)op);
     const lm__gvalue *va = &g->values[a], *vb = &g->values[b];
@@ -260,28 +269,32 @@ lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op
     for (int i = 0; same && i < va->ndim; i++) same = va->dims[i] == vb->dims[i];
     if (!same) return lm__error(LM_SHAPE_MISMATCH, "op '%s': operands differ in shape or dtype", nm);
     int in[2] = {a, b};
-    return append(g, op == LM_GRAPH_ADD ? LM__GOP_ADD : LM__GOP_MUL, nm, in, 2, va->ndim, va->dims, va->dtype,
+    return lm__graph_append(g, op == LM_GRAPH_ADD ? LM__GOP_ADD : LM__GOP_MUL, nm, in, 2, va->ndim, va->dims, va->dtype,
                   NULL, out);
 }
 
 lm_status lm_graph_softmax(lm_graph *g, const char *name, lm_graph_value x, double scale, lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
     if (!isfinite(scale)) return lm__error(LM_INVALID_ARGUMENT, "softmax '%s': scale is not finite", nm);
     const lm__gvalue *vx = &g->values[x];
     int in[1] = {x};
     lm__gop *op;
-    LM_TRY(append(g, LM__GOP_SOFTMAX, nm, in, 1, vx->ndim, vx->dims, vx->dtype, &op, out));
+    LM_TRY(lm__graph_append(g, LM__GOP_SOFTMAX, nm, in, 1, vx->ndim, vx->dims, vx->dtype, &op, out));
     op->a = scale;
     return LM_OK;
 }
 
 static lm_status norm(lm_graph *g, lm__gopk kind, const char *name, lm_graph_value x, lm_graph_value gamma,
                       lm_graph_value beta, double eps, lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
-    LM_TRY(check_value(g, gamma, nm, "gamma"));
-    if (beta >= 0) LM_TRY(check_value(g, beta, nm, "beta"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
+    LM_TRY(lm__graph_check_value(g, gamma, nm, "gamma"));
+    if (beta >= 0) LM_TRY(lm__graph_check_value(g, beta, nm, "beta"));
     if (!(eps > 0 && isfinite(eps))) return lm__error(LM_INVALID_ARGUMENT, "norm '%s': eps must be > 0", nm);
     const lm__gvalue *vx = &g->values[x];
     int64_t n = vx->dims[vx->ndim - 1];
@@ -293,7 +306,7 @@ static lm_status norm(lm_graph *g, lm__gopk kind, const char *name, lm_graph_val
     }
     int in[3] = {x, gamma, beta};
     lm__gop *op;
-    LM_TRY(append(g, kind, nm, in, beta >= 0 ? 3 : 2, vx->ndim, vx->dims, vx->dtype, &op, out));
+    LM_TRY(lm__graph_append(g, kind, nm, in, beta >= 0 ? 3 : 2, vx->ndim, vx->dims, vx->dtype, &op, out));
     op->a = eps;
     return LM_OK;
 }
@@ -310,9 +323,11 @@ lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_
 
 lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
                                 lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
-    LM_TRY(check_shape(nm, ndim, shape));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
+    LM_TRY(lm__graph_check_shape(nm, ndim, shape));
     const lm__gvalue *vx = &g->values[x];
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
@@ -320,13 +335,15 @@ lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int 
         return lm__error(LM_SHAPE_MISMATCH, "reshape '%s': %lld elements cannot view %lld", nm, (long long)n,
                          (long long)lm__gvalue_numel(vx));
     int in[1] = {x};
-    return append(g, LM__GOP_RESHAPE, nm, in, 1, ndim, shape, vx->dtype, NULL, out);
+    return lm__graph_append(g, LM__GOP_RESHAPE, nm, in, 1, ndim, shape, vx->dtype, NULL, out);
 }
 
 lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
                                 lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
     if (!perm) return lm__error(LM_INVALID_ARGUMENT, "permute '%s': NULL perm", nm);
     const lm__gvalue *vx = &g->values[x];
     int seen[LM__G_MAX_DIMS] = {0};
@@ -338,15 +355,17 @@ lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, cons
     }
     int in[1] = {x}, nd = vx->ndim;
     lm__gop *op;
-    LM_TRY(append(g, LM__GOP_PERMUTE, nm, in, 1, nd, dims, vx->dtype, &op, out));
+    LM_TRY(lm__graph_append(g, LM__GOP_PERMUTE, nm, in, 1, nd, dims, vx->dtype, &op, out));
     for (int i = 0; i < nd; i++) op->perm[i] = perm[i];
     return LM_OK;
 }
 
 lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
                                     lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
     const lm__gvalue *vx = &g->values[x];
     if (vx->ndim != 2 || heads < 1 || vx->dims[1] % heads)
         return lm__error(LM_SHAPE_MISMATCH, "split_heads '%s': input must be [T, H*D] with H = %lld", nm,
@@ -361,8 +380,10 @@ lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, 
 }
 
 lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out) {
-    BEGIN_OP(g, out, name, nm);
-    LM_TRY(check_value(g, x, nm, "input"));
+    char nm_buf[32];
+    const char *nm;
+    LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
+    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
     const lm__gvalue *vx = &g->values[x];
     if (vx->ndim != 3) return lm__error(LM_SHAPE_MISMATCH, "merge_heads '%s': input must be [H, T, D]", nm);
     int64_t shape[2] = {vx->dims[1], vx->dims[0] * vx->dims[2]};
@@ -385,7 +406,7 @@ lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_grap
     if (count < 1) return lm__error(LM_INVALID_ARGUMENT, "repeat_begin: count %lld < 1", (long long)count);
     if (n < 1 || n > LM__G_MAX_CARRY)
         return lm__error(LM_INVALID_ARGUMENT, "repeat_begin: %d carried values (1..%d)", n, LM__G_MAX_CARRY);
-    for (int i = 0; i < n; i++) LM_TRY(check_value(g, outer[i], "repeat_begin", "carried"));
+    for (int i = 0; i < n; i++) LM_TRY(lm__graph_check_value(g, outer[i], "repeat_begin", "carried"));
     int r = g->nregions;
     lm__gregion *rg = &g->regions[r];
     memset(rg, 0, sizeof *rg);
@@ -399,7 +420,7 @@ lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_grap
         char nm[LM__G_NAME];
         snprintf(nm, sizeof nm, "repeat%d.in%d", r, i);
         int in[1] = {outer[i]};
-        lm_status st = append(g, LM__GOP_REPEAT_IN, nm, in, 1, v->ndim, v->dims, v->dtype, NULL, &inner[i]);
+        lm_status st = lm__graph_append(g, LM__GOP_REPEAT_IN, nm, in, 1, v->ndim, v->dims, v->dtype, NULL, &inner[i]);
         if (st != LM_OK) return st;
         rg->outer_in[i] = outer[i];
         rg->body_in[i] = inner[i];
@@ -413,7 +434,7 @@ lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out
     lm__gregion *rg = &g->regions[g->open_region];
     if (n != rg->ncarry) return lm__error(LM_INVALID_ARGUMENT, "repeat_end: %d values for %d carried", n, rg->ncarry);
     for (int i = 0; i < n; i++) {
-        LM_TRY(check_value(g, body_out[i], "repeat_end", "body output"));
+        LM_TRY(lm__graph_check_value(g, body_out[i], "repeat_end", "body output"));
         const lm__gvalue *a = &g->values[body_out[i]], *b = &g->values[rg->body_in[i]];
         int same = a->ndim == b->ndim && a->dtype == b->dtype && a->region == g->open_region;
         for (int d = 0; same && d < a->ndim; d++) same = a->dims[d] == b->dims[d];
@@ -429,7 +450,7 @@ lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out
         char nm[LM__G_NAME];
         snprintf(nm, sizeof nm, "repeat%d.out%d", r, i);
         int in[1] = {body_out[i]};
-        LM_TRY(append(g, LM__GOP_REPEAT_OUT, nm, in, 1, v->ndim, v->dims, v->dtype, NULL, &outer_out[i]));
+        LM_TRY(lm__graph_append(g, LM__GOP_REPEAT_OUT, nm, in, 1, v->ndim, v->dims, v->dtype, NULL, &outer_out[i]));
         g->ops[g->nops - 1].a = r;
         rg->body_out[i] = body_out[i];
         rg->outer_out[i] = outer_out[i];
@@ -439,7 +460,7 @@ lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out
 
 lm_status lm_graph_output(lm_graph *g, lm_graph_value v) {
     if (!g) return lm__error(LM_INVALID_ARGUMENT, "graph_output: NULL graph");
-    LM_TRY(check_value(g, v, "output", "output"));
+    LM_TRY(lm__graph_check_value(g, v, "output", "output"));
     if (g->values[v].region >= 0)
         return lm__error(LM_INVALID_ARGUMENT, "output '%s': outputs must be defined outside repeat bodies",
                          g->values[v].name);
@@ -449,7 +470,7 @@ lm_status lm_graph_output(lm_graph *g, lm_graph_value v) {
 
 lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *name) {
     if (!g || !name) return lm__error(LM_INVALID_ARGUMENT, "graph_checkpoint: NULL argument");
-    LM_TRY(check_value(g, v, name, "checkpoint"));
+    LM_TRY(lm__graph_check_value(g, v, name, "checkpoint"));
     if (strlen(name) >= sizeof g->checks[0].name)
         return lm__error(LM_INVALID_ARGUMENT, "checkpoint '%.40s...': name too long", name);
     LM_TRY(lm__reserve((void **)&g->checks, &g->cap_checks, g->nchecks + 1, sizeof *g->checks));

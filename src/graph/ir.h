@@ -49,7 +49,8 @@ typedef enum lm__gopk {
     LM__GOP_EMBEDDING, /* table [V, D], ids [...] i32 -> [..., D] */
     LM__GOP_SWIGLU,    /* silu(gate) * up */
     LM__GOP_ROPE,      /* x [B, T, H, D], positions [B, T] i32, inv_freq [D/2] f32; a = attention factor */
-    LM__GOP_ATTENTION, /* q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv]; a = scale, i[0] = causal,
+    LM__GOP_ATTENTION, /* q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] -> [B, Tq, Hq, Dv] (token-major
+                          like the projections, so no permutes appear in graphs); a = scale, i[0] = causal,
                           i[1] = window (0: none) */
     LM__GOP_KV_STORE,  /* cache [S, Hkv, P, D], x [B, T, Hkv, D], slots [B] i32, positions [B, T] i32;
                           output = the cache (same storage) with x's rows written at (slot, position) */
@@ -125,6 +126,39 @@ int lm__gop_is_rows(lm__gopk k);        /* needs whole rows (last axis unsplit) 
 const char *lm__gop_name(lm__gopk k);
 int64_t lm__gvalue_numel(const lm__gvalue *v);
 double lm__graph_matmul_flops(const lm_graph *g); /* repeats counted count times */
+/* ---- building (graph.c): shared by the public builders and graph/ops.c ---- */
+/* Validates the builder arguments and resolves the op's name (name, or "opN" in buf). */
+lm_status lm__graph_begin_op(const lm_graph *g, const void *out, const char *name, char *buf, size_t n,
+                             const char **nm);
+/* v exists and is visible from the open repeat region; errors name op and role. */
+lm_status lm__graph_check_value(const lm_graph *g, lm_graph_value v, const char *op, const char *role);
+lm_status lm__graph_check_shape(const char *op, int ndim, const int64_t *shape);
+/* Appends an op with inputs in[nin] (entries may be -1: absent optional inputs) and
+ * one output value of shape dims[ndim] and dtype dt; *op_out (may be NULL) points at
+ * the new op until the next append. */
+lm_status lm__graph_append(lm_graph *g, lm__gopk kind, const char *name, const int *in, int nin, int ndim,
+                           const int64_t *dims, lm_dtype dt, lm__gop **op_out, lm_graph_value *out_value);
+
+/* ---- model-step op builders (graph/ops.c); shapes as in graph/ir.h's kinds ---- */
+lm_status lm__graph_slice(lm_graph *g, const char *name, lm_graph_value x, int dim, int64_t start, int64_t stop,
+                          lm_graph_value *out);
+lm_status lm__graph_cast(lm_graph *g, const char *name, lm_graph_value x, lm_dtype dt, lm_graph_value *out);
+/* rms_norm whose output dtype may differ from x's (the CUDA path normalizes the f32
+ * residual stream into bf16 GEMM inputs). */
+lm_status lm__graph_rmsnorm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value weight, double eps,
+                            lm_dtype out_dt, lm_graph_value *out);
+lm_status lm__graph_embedding(lm_graph *g, const char *name, lm_graph_value table, lm_graph_value ids, lm_dtype out_dt,
+                              lm_graph_value *out);
+lm_status lm__graph_kv_store(lm_graph *g, const char *name, lm_graph_value cache, lm_graph_value x,
+                             lm_graph_value slots, lm_graph_value positions, lm_graph_value *out);
+lm_status lm__graph_attention_cache(lm_graph *g, const char *name, lm_graph_value q, lm_graph_value k_cache,
+                                    lm_graph_value v_cache, lm_graph_value slots, lm_graph_value positions,
+                                    double scale, int64_t window, lm_graph_value *out);
+lm_status lm__graph_linear_ce(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
+                              lm_graph_value targets, int64_t ignore_index, lm_graph_value *out);
+lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits, lm_graph_value params,
+                           lm_graph_value *out);
+
 /* A deep copy of g (values, ops, regions, checks). */
 lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);
 
