@@ -15,7 +15,8 @@
  *   head_dim                hid/heads  hid/heads  hid/heads  128    (null -> hid/heads)
  *   max_position_embeddings 2048       131072     32768      32768
  *   bos / eos token id      1 / 2      1 / 2      none       none
- *   sliding_window          -          4096       4096 if use_sliding_window
+ *   sliding_window          -          4096       4096 if use_sliding_window (or
+ *                                                layer_types' "sliding_attention" layers)
  * and for all: rms_norm_eps 1e-6, rope_theta 10000, tie_word_embeddings false,
  * hidden_act "silu" (the only one accepted), attention_bias false.
  */
@@ -120,6 +121,10 @@ lm_status lm_model_config_load(const char *dir, lm_model_config *out);
  * inv_freq: [head_dim / 2] caller-owned. *attention_scaling: the factor transformers
  * multiplies cos and sin by (1 except for yarn). */
 lm_status lm_model_config_rope(const lm_model_config *cfg, double *inv_freq, double *attention_scaling);
+
+/* The attention window of layer `layer` in tokens: a query at position p sees keys
+ * (p - window, p]; 0 = full causal attention (also for a NULL config). */
+int64_t lm_model_config_layer_window(const lm_model_config *cfg, int64_t layer);
 
 /* One tensor a checkpoint must hold for cfg, by its Hugging Face name. */
 typedef struct lm_tensor_spec {

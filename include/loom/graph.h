@@ -13,6 +13,7 @@
 #define LOOM_GRAPH_H
 
 #include "loom/base.h"
+#include "loom/config.h"
 #include "loom/tensor.h"
 
 #ifdef __cplusplus
@@ -95,6 +96,54 @@ lm_status lm_graph_output(lm_graph *g, lm_graph_value v);
 /* A named value the simulator validates against the reference where it is produced
  * (every iteration inside a Repeat). */
 lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *name);
+
+/* ---- the decoder builder: one description of llama / mistral / qwen2 / qwen3 ---------------
+ * Builds the canonical graph of a model step from a config (architecture features are
+ * the config's flags). Names the executors bind by:
+ *   inputs   "ids" [B, T] i32 (step, train); "positions" [B, T] i32 ([1, T] in layer
+ *            mode); "slots" [B] i32 (step: the cache slot of each row); "k_cache.L",
+ *            "v_cache.L" [slots, kv_heads, cache_tokens, head_dim] per layer L (step);
+ *            "targets" [B*T] i32 (train, loss; -100 = ignored); "sample_params" u8
+ *            [LM_SAMPLE_PARAMS_BYTES] (step, sample); "hidden" [T, hidden] (layer)
+ *   params   the Hugging Face tensor names ("model.layers.3.mlp.up_proj.weight", ...)
+ *            plus "rope.inv_freq" [head_dim / 2] f32 (lm_model_config_rope's table)
+ *   outputs  the single program output: logits f32 [B, V] (last token of each row) or
+ *            [B*T, V]; next ids i32 [B]; the loss (f32 scalar [1]); the hidden state
+ *            [B*T, hidden] (step with no output, layer mode). */
+typedef enum lm_decoder_mode {
+    LM_DECODER_STEP = 0,  /* B rows x T new tokens appended to a KV cache (prefill and decode) */
+    LM_DECODER_TRAIN = 1, /* B rows x T tokens from position 0, causal self-attention, no cache */
+    LM_DECODER_LAYER = 2  /* one decoder layer on T tokens, hidden state in and out (tile compiler) */
+} lm_decoder_mode;
+
+typedef enum lm_decoder_output {
+    LM_DECODER_OUT_NONE = 0,        /* step: the hidden state (the caches are updated) */
+    LM_DECODER_OUT_LAST_LOGITS = 1, /* step: logits of each row's last token */
+    LM_DECODER_OUT_ALL_LOGITS = 2,  /* step, train: logits of every token */
+    LM_DECODER_OUT_SAMPLE = 3,      /* step: each row's next token, picked where the logits are (lm_sample_out) */
+    LM_DECODER_OUT_LOSS = 4         /* train: mean cross-entropy against "targets" (output projection fused) */
+} lm_decoder_output;
+
+typedef struct lm_decoder_options {
+    lm_decoder_mode mode;
+    lm_decoder_output output;
+    int64_t batch, tokens;             /* B rows of T tokens (layer mode: B = 1) */
+    int64_t cache_slots, cache_tokens; /* step: the KV cache geometry */
+    int64_t layer;                     /* layer mode: which layer */
+    lm_dtype act_dtype;                /* residual stream and activations */
+    lm_dtype matrix_dtype;             /* 2-d weights (unless param_dtype says otherwise) */
+    lm_dtype vector_dtype;             /* norm weights and biases */
+    lm_dtype kv_dtype;                 /* the KV cache (step) */
+    /* Optional: the dtype of parameter `name` (default: matrix_dtype or vector_dtype). */
+    lm_dtype (*param_dtype)(void *user, const char *name, lm_dtype dflt);
+    void *param_user;
+} lm_decoder_options;
+
+/* Step mode, last-token logits, B = T = 1, every dtype f32. */
+void lm_decoder_options_default(lm_decoder_options *o);
+/* The canonical graph (no fused ops) of config c for o. LM_INVALID_ARGUMENT names an
+ * option that does not fit the mode. Caller owns *out. */
+lm_status lm_graph_build_decoder(const lm_model_config *c, const lm_decoder_options *o, lm_graph **out);
 
 #ifdef __cplusplus
 }

@@ -92,6 +92,74 @@ lm_status lm_softmax(lm_ctx *ctx, const lm_tensor_view *x, float scale, int caus
 lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                            float scale, int causal, const lm_tensor_view *out);
 
+/* ---- one model step over a KV cache ------------------------------------------------------
+ * A cache holds, per slot, the keys (or values) of up to P positions: [S, Hkv, P, D].
+ * A step appends T new tokens to each of B rows: slots [B] i32 names each row's slot
+ * (distinct), positions [B, T] i32 each token's position, consecutive within a row
+ * (positions[b, t] = positions[b, 0] + t). Where the index tensors are host memory
+ * their values are checked (LM_OUT_OF_RANGE / LM_INVALID_ARGUMENT name the row);
+ * device kernels cannot report them, so on a GPU an out-of-range row is skipped
+ * (kv_store writes nothing for it, attention writes NaN) and nothing outside the
+ * caches is ever read or written. */
+
+/* cache[slots[b], :, positions[b, t], :] = x[b, t, :, :] for x [B, T, Hkv, D]; the
+ * cache may have another float dtype than x (values are rounded to it). */
+lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_tensor_view *x,
+                          const lm_tensor_view *slots, const lm_tensor_view *positions);
+
+typedef struct lm_kv_attention_params {
+    float scale;   /* applied to q . k, > 0 */
+    int64_t window; /* 0: every key up to the query's position; else only the last `window` of them */
+    /* Optional device scratch of lm_attention_cache_workspace_bytes() bytes, zero-filled
+     * before its first use and left zero by every call: lets long caches split their
+     * keys over several GPU blocks. NULL is always valid. */
+    const lm_tensor_view *workspace;
+} lm_kv_attention_params;
+
+/* Attention of each new token over its row's slot: out[b, t, h, :] = sum over keys j
+ * of slot s = slots[b] with p - window < j <= p (p = positions[b, t]; all j <= p when
+ * window is 0) of softmax_j(q[b, t, h, :] . k_cache[s, g, j, :] * scale) v_cache[s, g,
+ * j, :], with kv head g = h / (Hq / Hkv). q, out [B, T, Hq, D] share one float dtype;
+ * the caches [S, Hkv, P, D] may have another. The keys up to p must already be stored
+ * (lm_kv_store_out before this call in the same step). */
+lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                 const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                 const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                 const lm_tensor_view *out);
+/* Bytes of the optional workspace for `tokens` new tokens of q_heads heads of
+ * head_dim over caches of cache_tokens positions on device d (0: none is used). */
+size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
+                                          int64_t cache_tokens);
+
+/* ---- picking the next token where the logits are ----------------------------------------
+ * One record, held in a u8 [LM_SAMPLE_PARAMS_BYTES] tensor on the context's device so
+ * a captured step replays with new values. Rules and order are lm_sampler's (infer):
+ * logits / temperature; top-k keeps the k highest-ranked tokens (rank: value, then
+ * lower id); top-p then keeps the shortest rank prefix of those whose probability,
+ * renormalized over the top-k survivors, reaches top_p; min-p keeps tokens with p >=
+ * min_p * p_max (always the top one). The draw is u = splitmix64(seed, draw, row)
+ * in [0, 1) times the kept mass, and the token is found by summing the kept masses in
+ * id order: reproducible for (seed, draw, row), but not lm_sampler's random stream. */
+typedef struct lm_sample_params {
+    int32_t greedy;    /* 1: the argmax (lowest id on ties), as is temperature 0 */
+    float temperature; /* >= 0 */
+    int32_t top_k;     /* 0: off */
+    float top_p;       /* (0, 1]; 1: off */
+    float min_p;       /* [0, 1); 0: off */
+    uint32_t reserved; /* 0 */
+    uint64_t seed;
+    uint64_t draw; /* e.g. the step number */
+} lm_sample_params;
+#define LM_SAMPLE_PARAMS_BYTES 40
+
+/* ids i32 [R] = the next token of each row of logits f32 [R, V] (unit last stride).
+ * params: u8 [LM_SAMPLE_PARAMS_BYTES] holding one lm_sample_params (checked where
+ * host-readable). workspace: lm_sample_workspace_bytes() bytes of scratch on the
+ * context's device (no contents needed), or NULL when that is 0. */
+lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
+                        const lm_tensor_view *workspace, const lm_tensor_view *ids);
+size_t lm_sample_workspace_bytes(lm_device d, int64_t rows);
+
 /* ---- matmul ------------------------------------------------------------------------------ */
 /* out[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims broadcast. A transposed
  * operand is passed as a transposed view (e.g. a Linear weight [N, K] viewed [K, N]).

@@ -39,6 +39,20 @@ lm_status lm__reserve(void **buf, int64_t *cap, int64_t need, size_t elem);
     (lm__reserve((void **)&(arr), &(cap), (int64_t)(n) + 1, sizeof *(arr)) == LM_OK ? ((arr)[(n)++] = (val), LM_OK) \
                                                                                      : LM_OUT_OF_MEMORY)
 
+/* Buffers with lifetimes packed into one address range (base/pack.c). */
+typedef struct lm__interval {
+    int64_t first, last; /* live over steps [first, last] (inclusive) */
+    int64_t size;        /* bytes */
+    int64_t offset;      /* out: bytes from the start of the range */
+    int64_t id;          /* the caller's tag (intervals are reordered) */
+} lm__interval;
+/* Gives every interval an offset (a multiple of align) such that no two intervals
+ * live at the same step overlap in memory; sorts iv. *peak = the range's size; *live
+ * (may be NULL) = the largest sum of sizes live at one step, the least any placement
+ * needs. Steps are in [0, nsteps]. */
+lm_status lm__pack_intervals(lm__interval *iv, int64_t n, int64_t align, int64_t nsteps, int64_t *peak,
+                             int64_t *live);
+
 /* Seconds on the monotonic clock (base/clock.c): differences time intervals. */
 double lm__now_seconds(void);
 

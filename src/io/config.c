@@ -269,6 +269,34 @@ static lm_status parse_heads(const jctx *c, const json_t *root, lm_model_config 
     return LM_OK;
 }
 
+/* "layer_types" (transformers 5 writes it; it overrides use_sliding_window and
+ * max_window_layers when present): "full_attention" then "sliding_attention" layers.
+ * Other orders cannot be described by one first sliding layer and are refused. */
+static lm_status parse_layer_types(const jctx *c, const json_t *root, const lm_model_config *cfg, int *use_sw,
+                                   int64_t *first) {
+    const json_t *lt = field(root, "layer_types");
+    if (!lt) return LM_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->num_hidden_layers)
+        return lm__error(LM_PARSE_ERROR, "config '%s': field \"layer_types\" must list %lld layer types", c->src,
+                         (long long)cfg->num_hidden_layers);
+    int64_t n = cfg->num_hidden_layers, first_sliding = n;
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(lt, (size_t)i);
+        const char *name = json_is_string(t) ? json_string_value(t) : "";
+        int sliding = strcmp(name, "sliding_attention") == 0;
+        if (!sliding && strcmp(name, "full_attention") != 0)
+            return lm__error(LM_UNSUPPORTED, "config '%s': layer_types[%lld] is '%s' (full_attention or "
+                             "sliding_attention)", c->src, (long long)i, name);
+        if (sliding && first_sliding == n) first_sliding = i;
+        if (!sliding && first_sliding < n)
+            return lm__error(LM_UNSUPPORTED, "config '%s': layer_types has full attention at layer %lld after sliding "
+                             "layers (only full layers followed by sliding layers are supported)", c->src, (long long)i);
+    }
+    *use_sw = first_sliding < n;
+    *first = first_sliding;
+    return LM_OK;
+}
+
 static lm_status parse_attention_options(const jctx *c, const json_t *root, lm_model_config *cfg) {
     int attn_bias = 0, mlp_bias = 0, use_sw = 1;
     int64_t window = 0, first = 0;
@@ -294,6 +322,7 @@ static lm_status parse_attention_options(const jctx *c, const json_t *root, lm_m
         LM_TRY(get_int(c, root, "max_window_layers", 0, 28, 0, DIM_MAX, &first));
         break;
     }
+    LM_TRY(parse_layer_types(c, root, cfg, &use_sw, &first));
     if (use_sw && window > 0 && window < cfg->max_position_embeddings) {
         cfg->sliding_window = window;
         cfg->sliding_window_first_layer = first;
@@ -395,4 +424,9 @@ lm_status lm_model_config_load(const char *dir, lm_model_config *out) {
     if (has_gen) LM_TRY(parse_file(dir, "generation_config.json", &cfg, 1));
     *out = cfg;
     return LM_OK;
+}
+
+int64_t lm_model_config_layer_window(const lm_model_config *cfg, int64_t layer) {
+    if (!cfg || cfg->sliding_window <= 0 || layer < cfg->sliding_window_first_layer) return 0;
+    return cfg->sliding_window;
 }

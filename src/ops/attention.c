@@ -57,8 +57,8 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     if (level == LM__LEVEL_CPU) {
         char why[256];
         if (lm__cpu_attention_supported(q, k, v, out, why, sizeof why))
-            return lm__cpu_attention(lm_ctx_threadpool(ctx), q, k, v, scale, causal, out);
+            return lm__cpu_attention(lm_ctx_threadpool(ctx), q, k, v, scale, causal, 0, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
     }
-    return lm__ref_attention(q, k, v, scale, causal, out);
+    return lm__ref_attention(q, k, v, scale, causal, 0, out);
 }

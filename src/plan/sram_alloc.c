@@ -3,10 +3,10 @@
  * A buffer lives from its first to its last accessing step (placed inputs and
  * parameters from step 0; parameters to the end). A buffer used both inside and
  * outside a repeat body lives across the whole body. In-place aliases share one
- * allocation whose lifetime is the union. Per tile, groups are placed largest first
- * at the lowest aligned offset not overlapping any time-overlapping group (greedy by
- * size: O(n^2) per tile). The live-bytes lower bound is the peak of the summed live
- * sizes; the allocated peak is reported against it.
+ * allocation whose lifetime is the union. Per tile, groups are placed by the shared
+ * interval packer (base/pack.c: largest first at the lowest aligned offset not
+ * overlapping any time-overlapping group), which also gives the live-bytes lower
+ * bound the allocated peak is reported against.
  */
 #include "plan/low.h"
 
@@ -70,60 +70,6 @@ static int32_t group_root(const lm__plan_low *low, int32_t b) {
     return b;
 }
 
-typedef struct grp {
-    int32_t root;
-    int32_t first, last;
-    int64_t size, offset;
-} grp;
-
-static int cmp_grp(const void *a, const void *b) {
-    const grp *x = a, *y = b;
-    if (x->size != y->size) return x->size > y->size ? -1 : 1;
-    if (x->first != y->first) return x->first < y->first ? -1 : 1;
-    return (x->root > y->root) - (x->root < y->root);
-}
-
-static int cmp_off(const void *a, const void *b) {
-    const grp *const *x = a, *const *y = b;
-    return ((*x)->offset > (*y)->offset) - ((*x)->offset < (*y)->offset);
-}
-
-/* Places groups g[0..n) (sorted by size); returns the peak. */
-static lm_status place(grp *g, int64_t n, int64_t align, int64_t *peak) {
-    grp **conf = lm__alloc(sizeof *conf * (size_t)(n ? n : 1), 16);
-    if (!conf) return LM_OUT_OF_MEMORY;
-    *peak = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = 0;
-        for (int64_t j = 0; j < i; j++)
-            if (g[j].first <= g[i].last && g[i].first <= g[j].last) conf[k++] = &g[j];
-        if (k > 1) qsort(conf, (size_t)k, sizeof *conf, cmp_off);
-        int64_t off = 0;
-        for (int64_t j = 0; j < k; j++) {
-            if (conf[j]->offset >= off + g[i].size) break;
-            off = LM_MAX(off, lm__plan_round_up(conf[j]->offset + conf[j]->size, align));
-        }
-        g[i].offset = off;
-        *peak = LM_MAX(*peak, off + g[i].size);
-    }
-    lm__free(conf);
-    return LM_OK;
-}
-
-static int64_t live_bound(const grp *g, int64_t n, int64_t nsteps, int64_t *delta) {
-    memset(delta, 0, sizeof(int64_t) * (size_t)(nsteps + 2));
-    for (int64_t i = 0; i < n; i++) {
-        delta[g[i].first] += g[i].size;
-        delta[g[i].last + 1] -= g[i].size;
-    }
-    int64_t cur = 0, best = 0;
-    for (int64_t s = 0; s <= nsteps; s++) {
-        cur += delta[s];
-        best = LM_MAX(best, cur);
-    }
-    return best;
-}
-
 lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *mid, const lm_graph *g,
                                  lm__plan_low *low) {
     liveness(low, mid, g);
@@ -143,9 +89,8 @@ lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *m
     low->peak = lm__calloc((size_t)T, sizeof(int64_t));
     low->live_bound = lm__calloc((size_t)T, sizeof(int64_t));
     int64_t *count = lm__calloc((size_t)T + 1, sizeof(int64_t));
-    grp *gs = lm__alloc(sizeof *gs * (size_t)(nb ? nb : 1), 16);
-    int64_t *delta = lm__alloc(sizeof(int64_t) * (size_t)(low->nsteps + 2), 16);
-    lm_status st = (!low->peak || !low->live_bound || !count || !gs || !delta) ? LM_OUT_OF_MEMORY : LM_OK;
+    lm__interval *gs = lm__alloc(sizeof *gs * (size_t)(nb ? nb : 1), 16);
+    lm_status st = (!low->peak || !low->live_bound || !count || !gs) ? LM_OUT_OF_MEMORY : LM_OK;
     /* bucket group roots by tile */
     if (st == LM_OK) {
         for (int64_t b = 0; b < nb; b++)
@@ -154,18 +99,16 @@ lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *m
         for (int64_t b = 0; b < nb; b++) {
             const lm__plan_buf *x = &low->bufs[b];
             if (x->alias >= 0 || x->first < 0) continue;
-            grp gr = {(int32_t)b, x->first, x->last, x->bytes * x->copies, 0};
+            lm__interval gr = {x->first, x->last, x->bytes * x->copies, 0, b};
             gs[count[x->tile]++] = gr;
         }
     }
     int64_t start = 0;
     for (int64_t t = 0; t < T && st == LM_OK; t++) {
         int64_t end = count[t], n = end - start;
-        grp *tg = gs + start;
-        if (n > 1) qsort(tg, (size_t)n, sizeof *tg, cmp_grp);
-        st = place(tg, n, m->align, &low->peak[t]);
-        low->live_bound[t] = live_bound(tg, n, low->nsteps, delta);
-        for (int64_t i = 0; i < n; i++) low->bufs[tg[i].root].offset = tg[i].offset;
+        lm__interval *tg = gs + start;
+        st = lm__pack_intervals(tg, n, m->align, low->nsteps, &low->peak[t], &low->live_bound[t]);
+        for (int64_t i = 0; st == LM_OK && i < n; i++) low->bufs[tg[i].id].offset = tg[i].offset;
         if (st == LM_OK && low->peak[t] > m->sram_bytes)
             st = lm__error(
                 LM_UNSUPPORTED,
@@ -177,6 +120,5 @@ lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *m
         if (low->bufs[b].alias >= 0) low->bufs[b].offset = low->bufs[group_root(low, (int32_t)b)].offset;
     lm__free(count);
     lm__free(gs);
-    lm__free(delta);
     return st;
 }

@@ -32,6 +32,7 @@ typedef struct attn_job {
     int64_t bh; /* B * Hkv: (b, g) pairs */
     int64_t off; /* causal: row i sees keys j <= i + off, off = Tk - Tq */
     int causal;
+    int64_t window; /* > 0: row i also sees only keys j > i + off - window (then bq = 1) */
     float qscale; /* scale * log2(e): scores come out in log2 units */
     int64_t bq, nqb;         /* query positions per unit, units per (b, g) */
     int64_t rows_max, rp_max; /* G * bq, rounded up to the kernel lanes */
@@ -183,6 +184,7 @@ static void attn_task(void *arg, int64_t task, int worker) {
     memset(s.acc, 0, (size_t)(rows * j->lda) * sizeof(float));
     int64_t k0 = sp * j->chunk, k1 = LM_MIN(j->Tk, k0 + j->chunk);
     if (j->causal) k1 = LM_MIN(k1, i0 + nq + j->off); /* the block's last query sees keys < i0 + nq + off */
+    if (j->window > 0) k0 = LM_MAX(k0, i0 + j->off - j->window + 1); /* one query per unit: its window */
     attend_keys(j, &s, b, g, i0, nq, rp, k0, k1);
     if (j->nsplit == 1) {
         finish_rows(j, &s, b, g, i0, nq);
@@ -200,6 +202,10 @@ static void attn_task(void *arg, int64_t task, int worker) {
 static void plan(attn_job *j, int64_t B) {
     const lm__attn_kernels *kn = j->kern;
     j->bq = LM_MIN(j->Tq, LM_MAX(1, kn->rows_max / j->G));
+    /* A window that hides keys gives every query its own first key; one query position
+     * per unit keeps the key range of all its rows equal (the kernels mask only the
+     * causal end). Decode (Tq = 1) loses nothing; windowed prefill runs G-row tasks. */
+    if (j->window > 0 && j->Tk > j->window) j->bq = 1;
     j->nqb = ceil_div(j->Tq, j->bq);
     j->bq = ceil_div(j->Tq, j->nqb); /* even blocks: 10 queries as 5 + 5, not 9 + 1 */
     j->rows_max = j->G * j->bq;
@@ -252,7 +258,8 @@ static void write_zeros(const lm_tensor_view *out) {
 }
 
 lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const lm_tensor_view *k,
-                            const lm_tensor_view *v, float scale, int causal, const lm_tensor_view *out) {
+                            const lm_tensor_view *v, float scale, int causal, int64_t window,
+                            const lm_tensor_view *out) {
     char why[256];
     if (!lm__cpu_attention_supported(q, k, v, out, why, sizeof why))
         return lm__error(LM_UNSUPPORTED, "cpu attention: %s", why);
@@ -263,7 +270,7 @@ lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const 
     }
     attn_job j = {.kern = kernels_for(lm__cpu_isa_active()), .q = q->data, .k = k->data, .v = v->data,
                   .out = out->data, .Hkv = k->shape[1], .Tq = q->shape[2], .Tk = k->shape[2], .D = q->shape[3],
-                  .Dv = v->shape[3], .causal = causal, .qscale = (float)((double)scale * LOG2E)};
+                  .Dv = v->shape[3], .causal = causal, .window = causal ? window : 0, .qscale = (float)((double)scale * LOG2E)};
     j.G = q->shape[1] / j.Hkv;
     j.off = j.Tk - j.Tq;
     for (int d = 0; d < 3; d++)

@@ -21,10 +21,12 @@ int lm__cpu_attention_supported(const lm_tensor_view *q, const lm_tensor_view *k
 
 /* Runs on views already validated by lm_attention_out (shapes, Hq % Hkv == 0,
  * Tk >= Tq when causal, out disjoint from the inputs) and accepted by
- * lm__cpu_attention_supported (LM_UNSUPPORTED otherwise). pool == NULL runs on
- * the calling thread. One workspace allocation per call (LM_OUT_OF_MEMORY, nothing
- * leaks). Rows with no keys (Tk = 0) are 0. */
+ * lm__cpu_attention_supported (LM_UNSUPPORTED otherwise). window > 0 (causal only)
+ * keeps each query's last `window` keys. pool == NULL runs on the calling thread.
+ * One workspace allocation per call (LM_OUT_OF_MEMORY, nothing leaks). Rows with no
+ * keys (Tk = 0) are 0. */
 lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const lm_tensor_view *k,
-                            const lm_tensor_view *v, float scale, int causal, const lm_tensor_view *out);
+                            const lm_tensor_view *v, float scale, int causal, int64_t window,
+                            const lm_tensor_view *out);
 
 #endif

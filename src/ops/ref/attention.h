@@ -6,8 +6,10 @@
 
 #include "ops/internal.h"
 
-/* LM_OUT_OF_MEMORY when its [Tk + Dv] double workspace cannot be allocated. */
+/* window > 0 (causal only): each query also drops keys more than window - 1
+ * positions before its own. LM_OUT_OF_MEMORY when its [Tk + Dv] double workspace
+ * cannot be allocated. */
 lm_status lm__ref_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, double scale,
-                            int causal, const lm_tensor_view *out);
+                            int causal, int64_t window, const lm_tensor_view *out);
 
 #endif

@@ -1,0 +1,147 @@
+/* ops/kv.c — the KV-cache step operators: storing a step's keys/values and attending
+ * over a slot's cached positions. Validation and dispatch.
+ *
+ * Shapes: cache [S, Hkv, P, D]; x, q, out [B, T, heads, D]; slots [B] i32; positions
+ * [B, T] i32, consecutive within a row. Host-readable index tensors are checked
+ * value by value here (slot in [0, S), distinct slots, positions in [0, P) and
+ * consecutive), so the kernels below may trust them. The tuned CPU level of
+ * attention_cache runs the tuned attention per row over views of the row's slot
+ * (keys [0, last position], causal, the window), exactly the reference's
+ * decomposition; other layouts run the reference.
+ */
+#include "ops/alias.h"
+#include "ops/cpu/attention.h"
+#include "ops/ref/kv.h"
+
+static lm_status check_indices(const char *op, int64_t B, int64_t T, int64_t S, int64_t P, const lm_tensor_view *slots,
+                               const lm_tensor_view *positions) {
+    int64_t bs[1] = {B}, ps[2] = {B, T};
+    LM_TRY(lm__op_check_dtype(op, "slots", slots, LM_I32));
+    LM_TRY(lm__op_check_shape(op, "slots [B]", slots, 1, bs));
+    LM_TRY(lm__op_check_dtype(op, "positions", positions, LM_I32));
+    LM_TRY(lm__op_check_shape(op, "positions [B, T]", positions, 2, ps));
+    if (slots->device.type != LM_DEVICE_CPU) return LM_OK; /* device kernels skip bad rows (ops.h) */
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = lm__index_at(slots, b);
+        if (s < 0 || s >= S) return lm__error(LM_OUT_OF_RANGE, "%s: row %lld names slot %lld, outside [0, %lld)", op, (long long)b, (long long)s, (long long)S);
+        for (int64_t o = 0; o < b; o++)
+            if (lm__index_at(slots, o) == s)
+                return lm__error(LM_INVALID_ARGUMENT, "%s: rows %lld and %lld both name slot %lld", op, (long long)o,
+                                 (long long)b, (long long)s);
+        int64_t p0 = lm__ld_index(LM_I32, positions->data, b * positions->stride[0]);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t p = lm__ld_index(LM_I32, positions->data, b * positions->stride[0] + t * positions->stride[1]);
+            if (p < 0 || p >= P)
+                return lm__error(LM_OUT_OF_RANGE, "%s: row %lld token %lld at position %lld, outside the cache's [0, %lld)",
+                                 op, (long long)b, (long long)t, (long long)p, (long long)P);
+            if (p != p0 + t)
+                return lm__error(LM_INVALID_ARGUMENT, "%s: row %lld positions are not consecutive (token %lld at %lld "
+                                 "after %lld)", op, (long long)b, (long long)t, (long long)p, (long long)p0);
+        }
+    }
+    return LM_OK;
+}
+
+/* cache [S, Hkv, P, D] whose head and dim counts match `heads` and D (heads < 0: any). */
+static lm_status check_cache(const char *op, const char *name, const lm_tensor_view *c, int64_t heads, int64_t D) {
+    LM_TRY(lm__op_check_float(op, name, c));
+    int64_t cs[4] = {-1, heads, -1, D};
+    return lm__op_check_shape(op, name, c, 4, cs);
+}
+
+lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_tensor_view *x,
+                          const lm_tensor_view *slots, const lm_tensor_view *positions) {
+    const char *op = "kv_store";
+    const lm_tensor_view *vs[] = {cache, x, slots, positions};
+    static const char *const names[] = {"cache", "x", "slots", "positions"};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, vs, names));
+    LM_TRY(lm__op_check_float(op, "x", x));
+    int64_t any4[4] = {-1, -1, -1, -1};
+    LM_TRY(lm__op_check_shape(op, "x [B, T, Hkv, D]", x, 4, any4));
+    LM_TRY(check_cache(op, "cache [S, Hkv, P, D]", cache, x->shape[2], x->shape[3]));
+    LM_TRY(lm__op_check_out(op, "cache", cache));
+    LM_TRY(lm__op_check_alias(op, "cache", cache, "x", x, 0));
+    LM_TRY(check_indices(op, x->shape[0], x->shape[1], cache->shape[0], cache->shape[2], slots, positions));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    lm__ref_kv_store(cache, x, slots, positions);
+    return LM_OK;
+}
+
+/* Row b of a [B, T, H, D] view as [1, H, T, D]. */
+static void row_heads(const lm_tensor_view *v, int64_t b, lm_tensor_view *out) {
+    lm_tensor_view r;
+    lm_tensor_view_select(v, 0, b, &r);      /* [T, H, D] */
+    lm_tensor_view_transpose(&r, 0, 1, &r);  /* [H, T, D] */
+    int64_t f[2] = {1, r.shape[0]};
+    lm_tensor_view_split_axis(&r, 0, 2, f, out);
+}
+
+/* Slot s of a cache [S, H, P, D], positions [0, n), as [1, H, n, D]. */
+static void slot_keys(const lm_tensor_view *c, int64_t s, int64_t n, lm_tensor_view *out) {
+    lm_tensor_view r;
+    lm_tensor_view_slice(c, 0, s, s + 1, 1, &r);
+    lm_tensor_view_slice(&r, 2, 0, n, 1, out);
+}
+
+static lm_status cpu_attention_cache(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *kc,
+                                     const lm_tensor_view *vc, const lm_tensor_view *slots,
+                                     const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                     const lm_tensor_view *out) {
+    int64_t B = q->shape[0], T = q->shape[1];
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = lm__index_at(slots, b);
+        int64_t last = lm__ld_index(LM_I32, positions->data, b * positions->stride[0] + (T - 1) * positions->stride[1]);
+        lm_tensor_view qr, orow, kr, vr;
+        row_heads(q, b, &qr);
+        row_heads(out, b, &orow);
+        slot_keys(kc, s, last + 1, &kr);
+        slot_keys(vc, s, last + 1, &vr);
+        LM_TRY(lm__cpu_attention(lm_ctx_threadpool(ctx), &qr, &kr, &vr, p->scale, 1, p->window, &orow));
+    }
+    return LM_OK;
+}
+
+size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
+                                          int64_t cache_tokens) {
+    (void)d, (void)tokens, (void)q_heads, (void)head_dim, (void)cache_tokens;
+    return 0;
+}
+
+lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                 const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                 const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                 const lm_tensor_view *out) {
+    const char *op = "attention_cache";
+    const lm_tensor_view *vs[] = {q, k_cache, v_cache, slots, positions, out};
+    static const char *const names[] = {"q", "k_cache", "v_cache", "slots", "positions", "out"};
+    LM_TRY(lm__op_check_devices(ctx, op, 6, vs, names));
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "%s: NULL parameters", op);
+    LM_TRY(lm__op_check_float(op, "q", q));
+    int64_t any4[4] = {-1, -1, -1, -1};
+    LM_TRY(lm__op_check_shape(op, "q [B, T, Hq, D]", q, 4, any4));
+    LM_TRY(check_cache(op, "k_cache [S, Hkv, P, D]", k_cache, -1, q->shape[3]));
+    LM_TRY(check_cache(op, "v_cache [S, Hkv, P, D]", v_cache, k_cache->shape[1], q->shape[3]));
+    LM_TRY(lm__op_check_same_shape(op, "v_cache", v_cache, k_cache));
+    LM_TRY(lm__op_check_dtype(op, "out", out, q->dtype));
+    LM_TRY(lm__op_check_same_shape(op, "out", out, q));
+    if (q->shape[2] % k_cache->shape[1])
+        return lm__error(LM_SHAPE_MISMATCH, "%s: %lld query heads are not a multiple of %lld kv heads", op,
+                         (long long)q->shape[2], (long long)k_cache->shape[1]);
+    if (!(p->scale > 0 && isfinite(p->scale)) || p->window < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: scale %g (> 0), window %lld (>= 0)", op, p->scale, (long long)p->window);
+    LM_TRY(lm__op_check_out(op, "out", out));
+    LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
+    LM_TRY(lm__op_check_alias(op, "out", out, "k_cache", k_cache, 0));
+    LM_TRY(lm__op_check_alias(op, "out", out, "v_cache", v_cache, 0));
+    LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    if (level == LM__LEVEL_CPU) {
+        char why[256];
+        if (lm__cpu_attention_supported(q, k_cache, v_cache, out, why, sizeof why))
+            return cpu_attention_cache(ctx, q, k_cache, v_cache, slots, positions, p, out);
+        if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
+    }
+    return lm__ref_attention_cache(q, k_cache, v_cache, slots, positions, p->scale, p->window, out);
+}

@@ -1,0 +1,16 @@
+/* ops/ref/kv.h — reference kernels of the KV-cache step operators. Arguments are
+ * already validated by src/ops/kv.c (shapes, dtypes, index values in range). */
+#ifndef LOOM_OPS_REF_KV_H
+#define LOOM_OPS_REF_KV_H
+
+#include "ops/internal.h"
+
+void lm__ref_kv_store(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,
+                      const lm_tensor_view *positions);
+/* LM_OUT_OF_MEMORY when its workspace (one row's keys in double) cannot be had. */
+lm_status lm__ref_attention_cache(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                  const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                  const lm_tensor_view *positions, double scale, int64_t window,
+                                  const lm_tensor_view *out);
+
+#endif

@@ -1,0 +1,47 @@
+/* ops/sample.c — lm_sample_out: validation and dispatch of next-token selection.
+ * logits f32 [R, V] with unit last stride, ids i32 [R], params one lm_sample_params
+ * record in a u8 tensor. Host-readable parameters are checked field by field; on a
+ * device they cannot be read without waiting, so the caller (the model's step)
+ * checks them before it writes them there. */
+#include "ops/ref/sample.h"
+
+_Static_assert(sizeof(lm_sample_params) == LM_SAMPLE_PARAMS_BYTES, "lm_sample_params is a fixed 40-byte record");
+
+static lm_status check_params(const char *op, const lm_sample_params *p) {
+    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p < 1) || p->top_k < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: temperature %g (>= 0), top_k %d (>= 0), top_p %g (0, 1], min_p %g "
+                         "[0, 1)", op, p->temperature, p->top_k, p->top_p, p->min_p);
+    return LM_OK;
+}
+
+size_t lm_sample_workspace_bytes(lm_device d, int64_t rows) {
+    (void)d, (void)rows;
+    return 0;
+}
+
+lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
+                        const lm_tensor_view *workspace, const lm_tensor_view *ids) {
+    const char *op = "sample";
+    const lm_tensor_view *vs[] = {logits, params, ids};
+    static const char *const names[] = {"logits", "params", "ids"};
+    LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
+    LM_TRY(lm__op_check_dtype(op, "logits", logits, LM_F32));
+    int64_t ls[2] = {-1, -1};
+    LM_TRY(lm__op_check_shape(op, "logits [R, V]", logits, 2, ls));
+    if (logits->shape[1] < 1 || (logits->shape[1] > 1 && logits->stride[1] != 1))
+        return lm__error(LM_UNSUPPORTED, "%s: logits need V >= 1 and a unit last stride", op);
+    int64_t is[1] = {logits->shape[0]}, ps[1] = {LM_SAMPLE_PARAMS_BYTES};
+    LM_TRY(lm__op_check_dtype(op, "ids", ids, LM_I32));
+    LM_TRY(lm__op_check_shape(op, "ids [R]", ids, 1, is));
+    LM_TRY(lm__op_check_dtype(op, "params", params, LM_U8));
+    LM_TRY(lm__op_check_shape(op, "params", params, 1, ps));
+    if (!lm_tensor_view_is_contiguous(params)) return lm__error(LM_UNSUPPORTED, "%s: params must be contiguous", op);
+    LM_TRY(lm__op_check_out(op, "ids", ids));
+    (void)workspace;
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    lm_sample_params p;
+    memcpy(&p, params->data, sizeof p);
+    LM_TRY(check_params(op, &p));
+    return lm__ref_sample(logits, &p, ids);
+}
