@@ -18,6 +18,7 @@
 #include "loom/data.h"
 #include "loom/io_write.h"
 #include "loom/train.h"
+#include "loom/exec.h"
 #include "loom/plan.h"
 
 #define LOOM_VERSION_MAJOR 0

@@ -6,8 +6,10 @@
  * to f32 on the fly by the matmul; norm weights and biases (small) are converted to
  * f32 at load. All activations, the KV cache and accumulation are f32 on the CPU.
  * On a CUDA device the matrices are uploaded as bf16 (whatever their stored dtype),
- * the KV cache is bf16, the residual stream and every accumulation are f32, and a
- * one-token decode step is captured once per batch size as a CUDA graph and replayed.
+ * the KV cache is bf16, the residual stream and every accumulation are f32, and each
+ * step shape is captured once as a CUDA graph and replayed.
+ * The forward pass is the decoder graph (loom/graph.h) run by an executor
+ * (loom/exec.h) with the device's fused operators.
  *
  * A forward step appends T tokens to each of B cache slots: batched prefill (equal
  * lengths per call) and one-token decode (T = 1) where every slot may sit at a
@@ -19,7 +21,6 @@
 
 #include "loom/config.h"
 #include "loom/ops.h"
-#include "loom/sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,22 +59,19 @@ lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
  * logits: f32 written as [B, T, vocab] when all_positions, else [B, vocab] for the
  * last position of each row; NULL skips the output projection entirely.
  * Errors: LM_OUT_OF_RANGE for an id outside the vocabulary or a slot that would
- * exceed the cache capacity or max_position_embeddings (nothing is appended then);
- * LM_UNSUPPORTED when a sequence would pass the model's sliding window. */
+ * exceed the cache capacity or max_position_embeddings (nothing is appended then).
+ * Sliding-window layers attend to the last sliding_window positions only. */
 lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                            const int32_t *ids, int64_t T, float *logits, int all_positions);
 
 /* Like lm_model_forward, but instead of returning logits it picks the next token of
- * each row from its last position's logits on the model's device, so no logits row
- * crosses to the host: next_ids[B]. params: greedy (exact argmax, lowest id on ties),
- * or temperature, top-k, top-p and min-p with lm_sampler's rules and order;
- * repetition_penalty must be 1 (LM_UNSUPPORTED otherwise: use lm_model_forward and
- * lm_sampler). The draw for row b uses a counter-based generator keyed by
- * (params->seed, draw, b): reproducible, but not the CPU sampler's stream. CUDA
- * models only (LM_UNSUPPORTED on the CPU). */
+ * each row from its last position's logits where they are (lm_sample_out's rules:
+ * greedy, or temperature, top-k, top-p and min-p), so no logits row crosses to the
+ * host: next_ids[B]. Row b draws with (params->seed, params->draw, b): reproducible,
+ * but not lm_sampler's random stream (repetition penalties need lm_sampler and the
+ * logits). Parameters outside their ranges are LM_INVALID_ARGUMENT. */
 lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
-                                  const int32_t *ids, int64_t T, const lm_sampler_params *params, uint64_t draw,
-                                  int32_t *next_ids);
+                                  const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids);
 
 #ifdef __cplusplus
 }

@@ -298,7 +298,9 @@ static lm_status build(builder *b) {
     LM_TRY(lm_graph_input(b->g, "ids", LM_I32, 2, is, 1.0, &ids));
     LM_TRY(param(b, "model.embed_tokens.weight", 2, es, &table));
     b->embed = table;
-    LM_TRY(lm__graph_embedding(b->g, "embedding", table, ids, o->act_dtype, &x));
+    lm_dtype tdt = b->g->values[table].dtype; /* rows come out in the table's dtype, then widen */
+    LM_TRY(lm__graph_embedding(b->g, "embedding", table, ids, tdt, &x));
+    if (tdt != o->act_dtype) LM_TRY(lm__graph_cast(b->g, "embedding_rows", x, o->act_dtype, &x));
     LM_TRY(lm_graph_reshape(b->g, "residual", x, 2, flat, &x));
     for (int64_t l = 0; l < c->num_hidden_layers; l++) LM_TRY(layer(b, l, x, &x));
     return outputs(b, x);

@@ -31,6 +31,12 @@ void lm_graph_destroy(lm_graph *g) {
 }
 
 int lm__gop_is_view(lm__gopk k) { return k == LM__GOP_RESHAPE || k == LM__GOP_PERMUTE || k == LM__GOP_SLICE; }
+int lm__gop_inplace_input(const lm__gop *op) {
+    if (op->kind == LM__GOP_KV_STORE) return 0;
+    if (op->kind == LM__GOP_LINEAR && op->i[3]) return 4;
+    return -1;
+}
+
 int lm__gop_is_elementwise(lm__gopk k) {
     return k == LM__GOP_BIAS_ADD || k == LM__GOP_GELU || k == LM__GOP_SILU || k == LM__GOP_ADD ||
            k == LM__GOP_MUL;
@@ -155,6 +161,27 @@ lm_status lm__graph_append(lm_graph *g, lm__gopk kind, const char *name, const i
     g->nops++;
     g->nvalues++;
     if (op_out) *op_out = op;
+    return LM_OK;
+}
+
+lm_status lm__graph_add_out2(lm_graph *g, const char *name, int ndim, const int64_t *dims_in, lm_dtype dt,
+                             lm_graph_value *out) {
+    if (g->nops < 1 || g->ops[g->nops - 1].out2 >= 0)
+        return lm__error(LM_INTERNAL, "graph: a second output needs a last op without one");
+    int64_t dims[LM__G_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) dims[i] = dims_in[i];
+    LM_TRY(lm__reserve((void **)&g->values, &g->cap_values, g->nvalues + 1, sizeof *g->values));
+    lm__gvalue *v = &g->values[g->nvalues];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) v->dims[i] = dims[i];
+    v->dtype = dt;
+    v->op = (int)g->nops - 1;
+    v->root = (int)g->nvalues;
+    v->region = g->open_region;
+    g->ops[g->nops - 1].out2 = (int)g->nvalues;
+    *out = (lm_graph_value)g->nvalues++;
     return LM_OK;
 }
 

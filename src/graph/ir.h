@@ -124,6 +124,9 @@ int lm__gop_is_view(lm__gopk k);
 int lm__gop_is_elementwise(lm__gopk k); /* output follows the layout of in[0] */
 int lm__gop_is_rows(lm__gopk k);        /* needs whole rows (last axis unsplit) */
 const char *lm__gop_name(lm__gopk k);
+/* The input whose storage op's output is (kv_store: the cache; a linear with
+ * accumulate: the residual), or -1 when the output is a new value or a view. */
+int lm__gop_inplace_input(const lm__gop *op);
 int64_t lm__gvalue_numel(const lm__gvalue *v);
 double lm__graph_matmul_flops(const lm_graph *g); /* repeats counted count times */
 /* ---- building (graph.c): shared by the public builders and graph/ops.c ---- */
@@ -158,6 +161,10 @@ lm_status lm__graph_linear_ce(lm_graph *g, const char *name, lm_graph_value x, l
                               lm_graph_value targets, int64_t ignore_index, lm_graph_value *out);
 lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits, lm_graph_value params,
                            lm_graph_value *out);
+
+/* A second output value for the op appended last (fused ops with two results). */
+lm_status lm__graph_add_out2(lm_graph *g, const char *name, int ndim, const int64_t *dims, lm_dtype dt,
+                             lm_graph_value *out);
 
 /* A deep copy of g (values, ops, regions, checks). */
 lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);

@@ -76,12 +76,20 @@ typedef struct run {
     const lm_sampler_params *device_sampler; /* non-NULL: tokens are picked on the model's device */
 } run;
 
+/* The sampler's settings as the device-side record of draw `draw`. */
+static lm_sample_params device_params(const lm_sampler_params *s, uint64_t draw) {
+    lm_sample_params p = {s->greedy, s->temperature, s->top_k, s->top_p, s->min_p, 0, s->seed, draw};
+    return p;
+}
+
 /* Runs n ids through the model; the next token comes back in *next (device
  * sampling, draw counter `draw`) or as logits in r->logits (host sampling). */
 static lm_status forward(run *r, const int32_t *ids, int64_t n, uint64_t draw, int32_t *next) {
     int slot = 0;
-    if (r->device_sampler)
-        return lm_model_forward_sample(r->m, r->ctx, r->cache, &slot, 1, ids, n, r->device_sampler, draw, next);
+    if (r->device_sampler) {
+        lm_sample_params sp = device_params(r->device_sampler, draw);
+        return lm_model_forward_sample(r->m, r->ctx, r->cache, &slot, 1, ids, n, &sp, next);
+    }
     return lm_model_forward(r->m, r->ctx, r->cache, &slot, 1, ids, n, r->logits, 0);
 }
 

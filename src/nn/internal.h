@@ -1,59 +1,69 @@
 /* nn/internal.h — the model and KV-cache records shared by the nn sources (never
- * installed). A model on a CUDA device also carries its device weights (gpu), and a
- * KV cache for it a runner with the device activations and captured decode graphs;
- * both are defined in nn/model_cuda.c and nn/forward_cuda.c (CUDA builds only). */
+ * installed).
+ *
+ * A model is its config plus a table of named weights on its device: every tensor
+ * the config expects (Hugging Face names), "rope.inv_freq", and on devices that are
+ * not host memory also the stacked projections the CUDA rewrite passes bind
+ * ("model.layers.N.self_attn.qkv_proj.weight" = q|k|v rows, "...mlp.gate_up_proj.
+ * weight" = gate|up rows, and their biases), whose per-projection names are row
+ * views of the same storage. The forward pass is the decoder graph
+ * (graph/decoder.c) run by an executor (exec/); a KV cache keeps the executors of
+ * the step shapes it has seen, since they bind its tensors.
+ */
 #ifndef LOOM_NN_INTERNAL_H
 #define LOOM_NN_INTERNAL_H
 
 #include "base/internal.h"
+#include "loom/exec.h"
 #include "loom/model.h"
 
-/* One decoder layer's weights. Matrices are [out_features, in_features] tensors in
- * the checkpoint's dtype over the mapped file; norms and biases are f32 copies. */
-typedef struct lm__layer {
-    lm_tensor *attn_norm;          /* [H] f32 (input_layernorm) */
-    lm_tensor *wq, *wk, *wv, *wo;  /* [Hq*hd, H], [Hkv*hd, H], [Hkv*hd, H], [H, Hq*hd] */
-    lm_tensor *bq, *bk, *bv, *bo;  /* biases (f32) or NULL */
-    lm_tensor *q_norm, *k_norm;    /* [hd] f32 (qwen3) or NULL */
-    lm_tensor *mlp_norm;           /* [H] f32 (post_attention_layernorm) */
-    lm_tensor *wg, *wu, *wd;       /* [I, H], [I, H], [H, I] */
-    lm_tensor *bg, *bu, *bd;       /* mlp biases (f32) or NULL */
-} lm__layer;
+typedef struct lm__weight {
+    char name[96];
+    lm_tensor *t; /* owned reference */
+} lm__weight;
 
 struct lm_model {
     lm_model_config cfg;
     lm_device device;
-    lm_tensor *embed;      /* [V, H] stored dtype */
-    lm_tensor *lm_head;    /* [V, H]; the same object as embed when tied */
-    lm_tensor *final_norm; /* [H] f32 */
-    lm_tensor *inv_freq;   /* [hd/2] f32 RoPE inverse frequencies */
-    float rope_attn_factor;
-    lm__layer *layers;     /* [num_hidden_layers] */
-    struct lm__cuda_model *gpu; /* device copy of the weights when device is CUDA, else NULL */
+    lm__weight *w; /* [nw] sorted by name */
+    int64_t nw, cap_w;
+    int64_t weight_bytes; /* bytes one decode step reads */
 };
+
+/* nn/model.c: the weight called name, or NULL. */
+const lm_tensor *lm__model_weight(const lm_model *m, const char *name);
+/* nn/model.c: adds (takes) t under name; keeps the table sorted. */
+lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t);
+/* nn/upload.c: moves the host weight table of m onto m->device: matrices as bf16
+ * (q|k|v and gate|up stacked), vectors as f32, one device allocation. */
+lm_status lm__model_upload(lm_model *m);
+/* nn/model.c: whether weights and the forward pass run in host memory (mapped
+ * weights in their stored dtype, f32 KV cache) or on a device (bf16). */
+int lm__model_on_host(const lm_model *m);
+
+/* One prepared step shape of a cache: the executor and its input buffers. */
+typedef struct lm__step_prog {
+    int64_t B, T;
+    lm_decoder_output output;
+    lm_exec *exec;
+    lm_tensor_view ids, positions, slots, sample; /* executor-owned inputs ([B, T], [B, T], [B], params) */
+    int32_t *host_in;  /* host staging [2 * B * T + B] i32 (ids, positions, slots) */
+    int64_t last_used; /* for eviction */
+} lm__step_prog;
 
 struct lm_kv_cache {
     int layers, slots;
     int64_t kv_heads, max_tokens, head_dim;
-    lm_tensor *k, *v; /* [layers, slots, kv_heads, max_tokens, head_dim]: f32 on the CPU, bf16 on CUDA */
+    lm_tensor *k, *v; /* [layers, slots, kv_heads, max_tokens, head_dim]: f32 in host memory, bf16 on a device */
     int64_t *length;  /* [slots] tokens stored per slot */
-    struct lm__cuda_runner *gpu; /* CUDA caches: activations and decode graphs, made on first use */
+    lm__step_prog *progs; /* [nprogs] executors of the step shapes seen (evicted least recently used) */
+    int nprogs, cap_progs;
+    int64_t clock;
 };
 
-#ifdef LOOM_HAVE_CUDA
-/* nn/model_cuda.c: uploads m's weights (bf16 matrices, f32 vectors) to m->device. */
-lm_status lm__cuda_model_upload(lm_model *m);
-void lm__cuda_model_free(struct lm__cuda_model *g); /* accepts NULL */
-int64_t lm__cuda_model_weight_bytes(const struct lm__cuda_model *g);
-
-/* nn/forward_cuda.c: one forward step of a CUDA model, arguments already checked by
- * lm_model_forward. Writes host logits (as lm_model_forward) when logits != NULL,
- * and/or, when sp != NULL, picks next_ids[B] on the device with draw counter `draw`.
- * Does not advance the cache lengths (the caller does on success). */
-lm_status lm__cuda_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
-                           const int32_t *ids, int64_t T, float *logits, int all_positions, const lm_sampler_params *sp,
-                           uint64_t draw, int32_t *next_ids);
-void lm__cuda_runner_destroy(struct lm__cuda_runner *r); /* accepts NULL */
-#endif
+/* nn/kv_cache.c: the prepared step of m for (B, T, output) on cache, built on first
+ * use (and the least recently used one evicted beyond the cache's budget). */
+lm_status lm__kv_cache_program(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, int64_t B, int64_t T,
+                               lm_decoder_output output, lm__step_prog **out);
 
 #endif

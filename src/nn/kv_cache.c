@@ -1,12 +1,20 @@
-/* nn/kv_cache.c — per-slot K/V storage for incremental decoding.
+/* nn/kv_cache.c — per-slot K/V storage for incremental decoding, and the prepared
+ * steps (executors) that read and write it.
  *
  * Layout [layers, slots, kv_heads, max_tokens, head_dim]: one slot's keys for one
  * head are contiguous over positions, so attention reads a [kv_heads, t, head_dim]
- * view without gathering. f32 on the CPU, bf16 (zero-filled) on a CUDA device. Memory:
- * 2 * layers * slots * kv_heads * max_tokens * head_dim * (4 or 2) bytes, allocated
- * once. A CUDA cache also owns the forward pass's device state (made on first use).
+ * view without gathering. f32 in host memory, bf16 (zero-filled) on a device.
+ * Memory: 2 * layers * slots * kv_heads * max_tokens * head_dim * (4 or 2) bytes,
+ * allocated once. A step shape (rows, tokens, output) gets its executor on first use:
+ * the decoder graph of the model for that shape, bound to the model's weights and to
+ * this cache's per-layer slices, with executor-owned input buffers. Executors keep
+ * their arenas (and, on a GPU, captured replays), so the cache keeps up to
+ * 2 * slots + 4 of them and evicts the least recently used beyond that.
  */
 #include "nn/internal.h"
+
+#include <stdio.h>
+#include <string.h>
 
 lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out) {
     if (!m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_create: NULL argument");
@@ -26,14 +34,9 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
     kv->max_tokens = max_tokens;
     kv->head_dim = c->head_dim;
     int64_t shape[5] = {kv->layers, slots, kv->kv_heads, max_tokens, kv->head_dim};
-    lm_status st;
-    if (m->device.type == LM_DEVICE_CUDA) {
-        st = lm_tensor_zeros(m->device, LM_BF16, 5, shape, &kv->k);
-        if (st == LM_OK) st = lm_tensor_zeros(m->device, LM_BF16, 5, shape, &kv->v);
-    } else {
-        st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->k);
-        if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 5, shape, &kv->v);
-    }
+    lm_dtype dt = lm__model_on_host(m) ? LM_F32 : LM_BF16;
+    lm_status st = lm_tensor_zeros(m->device, dt, 5, shape, &kv->k);
+    if (st == LM_OK) st = lm_tensor_zeros(m->device, dt, 5, shape, &kv->v);
     if (st == LM_OK && !(kv->length = lm__calloc((size_t)slots, sizeof *kv->length))) st = LM_OUT_OF_MEMORY;
     if (st != LM_OK) {
         lm_kv_cache_destroy(kv);
@@ -43,11 +46,16 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
     return LM_OK;
 }
 
+static void prog_free(lm__step_prog *p) {
+    lm_exec_destroy(p->exec);
+    lm__free(p->host_in);
+    memset(p, 0, sizeof *p);
+}
+
 void lm_kv_cache_destroy(lm_kv_cache *c) {
     if (!c) return;
-#ifdef LOOM_HAVE_CUDA
-    lm__cuda_runner_destroy(c->gpu);
-#endif
+    for (int i = 0; i < c->nprogs; i++) prog_free(&c->progs[i]);
+    lm__free(c->progs);
     lm_tensor_destroy(c->k);
     lm_tensor_destroy(c->v);
     lm__free(c->length);
@@ -65,5 +73,99 @@ lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot) {
     if (!c || slot < 0 || slot >= c->slots)
         return lm__error(LM_OUT_OF_RANGE, "kv cache: slot %d outside [0, %d)", slot, c ? c->slots : 0);
     c->length[slot] = 0;
+    return LM_OK;
+}
+
+/* ---- prepared steps ------------------------------------------------------------------------- */
+/* Layer l's slice of a cache tensor: [slots, kv_heads, max_tokens, head_dim]. */
+static lm_status layer_view(const lm_tensor *t, int64_t l, lm_tensor_view *out) {
+    return lm_tensor_view_select(lm_tensor_as_view(t), 0, l, out);
+}
+
+static lm_status lookup_weight(void *user, const char *name, lm_tensor_view *out) {
+    const lm_tensor *t = lm__model_weight(user, name);
+    if (!t) return lm__error(LM_NOT_FOUND, "the model has no weight '%s'", name);
+    *out = *lm_tensor_as_view(t);
+    return LM_OK;
+}
+
+static lm_dtype weight_dtype(void *user, const char *name, lm_dtype dflt) {
+    const lm_tensor *t = lm__model_weight(user, name);
+    return t ? lm_tensor_dtype(t) : dflt;
+}
+
+static lm_status bind_caches(lm_exec *e, const lm_kv_cache *c) {
+    for (int l = 0; l < c->layers; l++) {
+        char name[32];
+        lm_tensor_view v;
+        snprintf(name, sizeof name, "k_cache.%d", l);
+        LM_TRY(layer_view(c->k, l, &v));
+        LM_TRY(lm_exec_bind(e, name, &v));
+        snprintf(name, sizeof name, "v_cache.%d", l);
+        LM_TRY(layer_view(c->v, l, &v));
+        LM_TRY(lm_exec_bind(e, name, &v));
+    }
+    return LM_OK;
+}
+
+static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__step_prog *p) {
+    lm_decoder_options o;
+    lm_decoder_options_default(&o);
+    o.mode = LM_DECODER_STEP;
+    o.output = p->output;
+    o.batch = p->B, o.tokens = p->T;
+    o.cache_slots = c->slots, o.cache_tokens = c->max_tokens;
+    o.act_dtype = o.vector_dtype = LM_F32;
+    o.kv_dtype = lm_tensor_dtype(c->k);
+    o.param_dtype = weight_dtype;
+    o.param_user = (void *)m;
+    lm_graph *g = NULL;
+    LM_TRY(lm_graph_build_decoder(&m->cfg, &o, &g));
+    lm_status st = lm_exec_create(ctx, g, NULL, &p->exec);
+    lm_graph_destroy(g);
+    LM_TRY(st);
+    LM_TRY(lm_exec_bind_params(p->exec, lookup_weight, (void *)m));
+    LM_TRY(bind_caches(p->exec, c));
+    LM_TRY(lm_exec_input(p->exec, "ids", &p->ids));
+    LM_TRY(lm_exec_input(p->exec, "positions", &p->positions));
+    LM_TRY(lm_exec_input(p->exec, "slots", &p->slots));
+    if (p->output == LM_DECODER_OUT_SAMPLE) LM_TRY(lm_exec_input(p->exec, "sample_params", &p->sample));
+    p->host_in = lm__alloc(sizeof(int32_t) * (size_t)(2 * p->B * p->T + p->B), 64);
+    return p->host_in ? LM_OK : LM_OUT_OF_MEMORY;
+}
+
+lm_status lm__kv_cache_program(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, int64_t B, int64_t T,
+                               lm_decoder_output output, lm__step_prog **out) {
+    c->clock++;
+    for (int i = 0; i < c->nprogs; i++) {
+        lm__step_prog *p = &c->progs[i];
+        if (p->B == B && p->T == T && p->output == output) {
+            p->last_used = c->clock;
+            *out = p;
+            return LM_OK;
+        }
+    }
+    int budget = 2 * c->slots + 4, slot = c->nprogs;
+    if (c->nprogs >= budget) { /* evict the least recently used */
+        slot = 0;
+        for (int i = 1; i < c->nprogs; i++)
+            if (c->progs[i].last_used < c->progs[slot].last_used) slot = i;
+        prog_free(&c->progs[slot]);
+    } else {
+        int64_t cap = c->cap_progs;
+        LM_TRY(lm__reserve((void **)&c->progs, &cap, c->nprogs + 1, sizeof *c->progs));
+        c->cap_progs = (int)cap;
+        c->nprogs++;
+    }
+    lm__step_prog *p = &c->progs[slot];
+    memset(p, 0, sizeof *p);
+    p->B = B, p->T = T, p->output = output, p->last_used = c->clock;
+    lm_status st = prog_build(m, ctx, c, p);
+    if (st != LM_OK) {
+        prog_free(p);
+        c->progs[slot] = c->progs[--c->nprogs]; /* keep the table dense */
+        return lm__error_context(st, "preparing a step of %lld rows x %lld tokens", (long long)B, (long long)T);
+    }
+    *out = p;
     return LM_OK;
 }

@@ -1,97 +1,129 @@
-/* nn/model.c — loading a Hugging Face model directory into an lm_model.
+/* nn/model.c — loading a Hugging Face model directory into an lm_model: the config
+ * and a table of named weights.
  *
  * The checkpoint is validated against config.json first (names, dtypes, shapes), so
- * every lookup below succeeds for a valid directory. Matrices are zero-copy views of
- * the mapped safetensors data; 1-d tensors (norms, biases) are cast to f32 copies
- * because the normalization and bias ops take one dtype per call. A model for a CUDA
- * device is loaded the same way and then uploaded (nn/model_cuda.c); the mapped host
- * tensors stay for the CPU-side bookkeeping.
+ * every lookup below succeeds for a valid directory. In host memory, matrices are
+ * zero-copy views of the mapped safetensors data in their stored dtype (the matmul
+ * widens them on the fly); 1-d tensors (norms, biases) become f32 copies because the
+ * normalization and bias operators take one dtype per call. A model for another
+ * device is loaded the same way and then uploaded (nn/upload.c), after which the
+ * mapped host tensors are released.
  */
 #include "nn/internal.h"
 
+#include <string.h>
+
 #include <stdio.h>
 
-typedef struct loader {
-    lm_checkpoint *ck;
-    lm_ctx *ctx;
-} loader;
+int lm__model_on_host(const lm_model *m) { return m->device.type == LM_DEVICE_CPU; }
 
-static lm_status load_matrix(loader *L, const char *name, lm_tensor **out) {
-    return lm_checkpoint_tensor(L->ck, name, out);
-}
-
-static lm_status load_f32(loader *L, const char *name, lm_tensor **out) {
-    lm_tensor *raw = NULL;
-    LM_TRY(lm_checkpoint_tensor(L->ck, name, &raw));
-    lm_status st = lm_cast(L->ctx, lm_tensor_as_view(raw), LM_F32, out);
-    lm_tensor_destroy(raw);
-    return st;
-}
-
-/* name = prefix + suffix, e.g. "model.layers.3." + "mlp.up_proj.weight" */
-static lm_status layer_tensor(loader *L, int64_t layer, const char *suffix, int f32, lm_tensor **out) {
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)layer, suffix);
-    return f32 ? load_f32(L, name, out) : load_matrix(L, name, out);
-}
-
-static lm_status load_layer(loader *L, const lm_model_config *c, int64_t i, lm__layer *ly) {
-    LM_TRY(layer_tensor(L, i, "input_layernorm.weight", 1, &ly->attn_norm));
-    LM_TRY(layer_tensor(L, i, "self_attn.q_proj.weight", 0, &ly->wq));
-    LM_TRY(layer_tensor(L, i, "self_attn.k_proj.weight", 0, &ly->wk));
-    LM_TRY(layer_tensor(L, i, "self_attn.v_proj.weight", 0, &ly->wv));
-    LM_TRY(layer_tensor(L, i, "self_attn.o_proj.weight", 0, &ly->wo));
-    if (c->qkv_bias) {
-        LM_TRY(layer_tensor(L, i, "self_attn.q_proj.bias", 1, &ly->bq));
-        LM_TRY(layer_tensor(L, i, "self_attn.k_proj.bias", 1, &ly->bk));
-        LM_TRY(layer_tensor(L, i, "self_attn.v_proj.bias", 1, &ly->bv));
+static int64_t find(const lm_model *m, const char *name, int *found) {
+    int64_t lo = 0, hi = m->nw;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        int c = strcmp(m->w[mid].name, name);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
-    if (c->o_bias) LM_TRY(layer_tensor(L, i, "self_attn.o_proj.bias", 1, &ly->bo));
-    if (c->qk_norm) {
-        LM_TRY(layer_tensor(L, i, "self_attn.q_norm.weight", 1, &ly->q_norm));
-        LM_TRY(layer_tensor(L, i, "self_attn.k_norm.weight", 1, &ly->k_norm));
+    *found = 0;
+    return lo;
+}
+
+const lm_tensor *lm__model_weight(const lm_model *m, const char *name) {
+    int found;
+    int64_t i = find(m, name, &found);
+    return found ? m->w[i].t : NULL;
+}
+
+lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t) {
+    int found;
+    int64_t i = find(m, name, &found);
+    if (found) {
+        lm_tensor_destroy(t);
+        return lm__error(LM_INTERNAL, "model: weight '%s' added twice", name);
     }
-    LM_TRY(layer_tensor(L, i, "post_attention_layernorm.weight", 1, &ly->mlp_norm));
-    LM_TRY(layer_tensor(L, i, "mlp.gate_proj.weight", 0, &ly->wg));
-    LM_TRY(layer_tensor(L, i, "mlp.up_proj.weight", 0, &ly->wu));
-    LM_TRY(layer_tensor(L, i, "mlp.down_proj.weight", 0, &ly->wd));
-    if (c->mlp_bias) {
-        LM_TRY(layer_tensor(L, i, "mlp.gate_proj.bias", 1, &ly->bg));
-        LM_TRY(layer_tensor(L, i, "mlp.up_proj.bias", 1, &ly->bu));
-        LM_TRY(layer_tensor(L, i, "mlp.down_proj.bias", 1, &ly->bd));
+    if (strlen(name) >= sizeof m->w[0].name) {
+        lm_tensor_destroy(t);
+        return lm__error(LM_UNSUPPORTED, "model: weight name '%.40s...' is too long", name);
+    }
+    if (lm__reserve((void **)&m->w, &m->cap_w, m->nw + 1, sizeof *m->w) != LM_OK) {
+        lm_tensor_destroy(t);
+        return LM_OUT_OF_MEMORY;
+    }
+    memmove(&m->w[i + 1], &m->w[i], sizeof *m->w * (size_t)(m->nw - i));
+    snprintf(m->w[i].name, sizeof m->w[i].name, "%s", name);
+    m->w[i].t = t;
+    m->nw++;
+    return LM_OK;
+}
+
+/* Every expected tensor: matrices as mapped views, vectors cast to f32. */
+static lm_status load_tensors(lm_model *m, lm_checkpoint *ck, lm_ctx *ctx) {
+    int64_t n = lm_model_config_tensor_count(&m->cfg);
+    for (int64_t i = 0; i < n; i++) {
+        lm_tensor_spec spec;
+        LM_TRY(lm_model_config_tensor(&m->cfg, i, &spec));
+        lm_tensor *raw = NULL, *t = NULL;
+        LM_TRY(lm_checkpoint_tensor(ck, spec.name, &raw));
+        lm_status st = LM_OK;
+        if (spec.ndim == 1) {
+            st = lm_cast(ctx, lm_tensor_as_view(raw), LM_F32, &t);
+            lm_tensor_destroy(raw);
+        } else {
+            t = raw;
+        }
+        if (st == LM_OK) st = lm__model_add_weight(m, spec.name, t);
+        LM_TRY(st);
     }
     return LM_OK;
 }
 
+/* "rope.inv_freq": transformers keeps the table in f32, computed here in double. */
 static lm_status load_rope(lm_model *m) {
     int64_t half = m->cfg.head_dim / 2;
     double *freq = lm__calloc((size_t)half, sizeof *freq), scaling = 1;
     if (!freq) return LM_OUT_OF_MEMORY;
+    lm_tensor *t = NULL;
     lm_status st = lm_model_config_rope(&m->cfg, freq, &scaling);
-    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, &half, &m->inv_freq);
+    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, &half, &t);
     if (st == LM_OK) {
-        float *f = lm_tensor_data(m->inv_freq);
-        for (int64_t i = 0; i < half; i++) f[i] = (float)freq[i]; /* transformers keeps inv_freq in f32 */
-        m->rope_attn_factor = (float)scaling;
+        float *f = lm_tensor_data(t);
+        for (int64_t i = 0; i < half; i++) f[i] = (float)freq[i];
+        st = lm__model_add_weight(m, "rope.inv_freq", t);
     }
     lm__free(freq);
     return st;
 }
 
+static int64_t nbytes(const lm_tensor *t) { return t ? lm_tensor_numel(t) * (int64_t)lm_dtype_size(lm_tensor_dtype(t)) : 0; }
+
+/* Per token: every layer tensor, the final norm, the output matrix, and one row of
+ * the embedding table (the tied table counts once, whole, as the output matrix). */
+static int64_t host_bytes_per_token(const lm_model *m) {
+    const lm_model_config *c = &m->cfg;
+    int64_t total = 0;
+    for (int64_t i = 0; i < m->nw; i++) total += nbytes(m->w[i].t);
+    const lm_tensor *emb = lm__model_weight(m, "model.embed_tokens.weight");
+    int64_t row = nbytes(emb) / (c->vocab_size ? c->vocab_size : 1);
+    total += c->tie_word_embeddings ? row : row - nbytes(emb);
+    return total - nbytes(lm__model_weight(m, "rope.inv_freq"));
+}
+
 static lm_status load_all(lm_model *m, const char *dir) {
-    loader L = {NULL, NULL};
-    lm_status st = lm_ctx_create(lm_device_cpu(), 1, &L.ctx);
-    if (st == LM_OK) st = lm_checkpoint_open(dir, &L.ck);
-    if (st == LM_OK) st = lm_model_config_check_checkpoint(&m->cfg, L.ck);
-    if (st == LM_OK) st = load_matrix(&L, "model.embed_tokens.weight", &m->embed);
-    if (st == LM_OK) st = load_f32(&L, "model.norm.weight", &m->final_norm);
-    if (st == LM_OK && !m->cfg.tie_word_embeddings) st = load_matrix(&L, "lm_head.weight", &m->lm_head);
-    if (st == LM_OK && !(m->layers = lm__calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->layers)))
-        st = LM_OUT_OF_MEMORY;
-    for (int64_t i = 0; st == LM_OK && i < m->cfg.num_hidden_layers; i++) st = load_layer(&L, &m->cfg, i, &m->layers[i]);
+    lm_checkpoint *ck = NULL;
+    lm_ctx *ctx = NULL;
+    lm_status st = lm_ctx_create(lm_device_cpu(), 1, &ctx);
+    if (st == LM_OK) st = lm_checkpoint_open(dir, &ck);
+    if (st == LM_OK) st = lm_model_config_check_checkpoint(&m->cfg, ck);
+    if (st == LM_OK) st = load_tensors(m, ck, ctx);
     if (st == LM_OK) st = load_rope(m);
-    lm_checkpoint_close(L.ck); /* tensors keep their own references to the mapped files */
-    lm_ctx_destroy(L.ctx);
+    lm_checkpoint_close(ck); /* tensors keep their own references to the mapped files */
+    lm_ctx_destroy(ctx);
+    if (st == LM_OK) m->weight_bytes = host_bytes_per_token(m);
     return st;
 }
 
@@ -110,9 +142,7 @@ lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     m->device = device;
     lm_status st = lm_model_config_load(dir, &m->cfg);
     if (st == LM_OK) st = load_all(m, dir);
-#ifdef LOOM_HAVE_CUDA
-    if (st == LM_OK && device.type == LM_DEVICE_CUDA) st = lm__cuda_model_upload(m);
-#endif
+    if (st == LM_OK && !lm__model_on_host(m)) st = lm__model_upload(m);
     if (st != LM_OK) {
         lm_model_destroy(m);
         return st;
@@ -121,44 +151,13 @@ lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     return LM_OK;
 }
 
-static void destroy_layer(lm__layer *ly) {
-    lm_tensor *all[] = {ly->attn_norm, ly->wq, ly->wk, ly->wv, ly->wo, ly->bq, ly->bk, ly->bv, ly->bo, ly->q_norm,
-                        ly->k_norm, ly->mlp_norm, ly->wg, ly->wu, ly->wd, ly->bg, ly->bu, ly->bd};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
-}
-
 void lm_model_destroy(lm_model *m) {
     if (!m) return;
-#ifdef LOOM_HAVE_CUDA
-    lm__cuda_model_free(m->gpu);
-#endif
-    if (m->layers)
-        for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) destroy_layer(&m->layers[i]);
-    lm__free(m->layers);
-    lm_tensor_destroy(m->embed);
-    lm_tensor_destroy(m->lm_head);
-    lm_tensor_destroy(m->final_norm);
-    lm_tensor_destroy(m->inv_freq);
+    for (int64_t i = 0; i < m->nw; i++) lm_tensor_destroy(m->w[i].t);
+    lm__free(m->w);
     lm__free(m);
 }
 
 const lm_model_config *lm_model_get_config(const lm_model *m) { return &m->cfg; }
 lm_device lm_model_device(const lm_model *m) { return m->device; }
-
-static int64_t nbytes(const lm_tensor *t) { return t ? lm_tensor_numel(t) * (int64_t)lm_dtype_size(lm_tensor_dtype(t)) : 0; }
-
-int64_t lm_model_weight_bytes(const lm_model *m) {
-#ifdef LOOM_HAVE_CUDA
-    if (m->gpu) return lm__cuda_model_weight_bytes(m->gpu); /* what the device reads: bf16 */
-#endif
-    /* per token: every layer matrix, the norms, the lm_head, one embedding row */
-    int64_t total = nbytes(m->lm_head ? m->lm_head : m->embed) + nbytes(m->final_norm);
-    total += nbytes(m->embed) / (m->cfg.vocab_size ? m->cfg.vocab_size : 1);
-    for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) {
-        const lm__layer *ly = &m->layers[i];
-        const lm_tensor *all[] = {ly->attn_norm, ly->wq, ly->wk, ly->wv, ly->wo, ly->bq, ly->bk, ly->bv, ly->bo,
-                                  ly->q_norm, ly->k_norm, ly->mlp_norm, ly->wg, ly->wu, ly->wd, ly->bg, ly->bu, ly->bd};
-        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) total += nbytes(all[j]);
-    }
-    return total;
-}
+int64_t lm_model_weight_bytes(const lm_model *m) { return m->weight_bytes; }

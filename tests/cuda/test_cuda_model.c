@@ -8,8 +8,8 @@
  *    transformers' tokens, trusted while the reference margin allows (below);
  *  - ten rows decoded in one step (GEMM path, B > 8) and two rows at different
  *    positions (GEMV path) against the same rows run one at a time;
- *  - argument errors: a CPU context for a GPU model, device sampling on the CPU or
- *    with a repetition penalty.
+ *  - argument errors: a context on another device than the model, sampling
+ *    parameters out of range.
  * Tolerance (bf16): the GPU rounds every weight to bf16 (relative 2^-9), the KV cache
  * and the GEMM inputs (normalized rows, attention output, SwiGLU output) to bf16, and
  * keeps the residual stream and all accumulation in f32; the CPU reference is f32
@@ -102,10 +102,9 @@ static void check_prompt(pair_models *pm, const char *name, const lt_fixture *fx
     pm->worst_nmse_delta = fmax(pm->worst_nmse_delta, delta);
     /* greedy on the device against transformers, while the margins allow */
     LT_CHECK_OK(lm_kv_cache_reset(cg, 0));
-    lm_sampler_params gp = lm_sampler_params_default();
-    gp.greedy = 1;
+    lm_sample_params gp = {.greedy = 1, .temperature = 1.0f, .top_p = 1.0f};
     int32_t next = -1;
-    LT_CHECK_OK(lm_model_forward_sample(pm->gpu, g_gpu, cg, &slot, 1, seq, T, &gp, 0, &next));
+    LT_CHECK_OK(lm_model_forward_sample(pm->gpu, g_gpu, cg, &slot, 1, seq, T, &gp, &next));
     int compared = 0;
     for (int64_t s = 0; s < S; s++) {
         if (!(margin->f64[s] > 4 * delta)) break;
@@ -113,7 +112,8 @@ static void check_prompt(pair_models *pm, const char *name, const lt_fixture *fx
                      name, p, (long long)s, next, (long long)greedy->i64[s], margin->f64[s], delta);
         if (next != greedy->i64[s]) break;
         compared++;
-        if (s + 1 < S) LT_CHECK_OK(lm_model_forward_sample(pm->gpu, g_gpu, cg, &slot, 1, &next, 1, &gp, (uint64_t)s + 1, &next));
+        gp.draw = (uint64_t)s + 1;
+        if (s + 1 < S) LT_CHECK_OK(lm_model_forward_sample(pm->gpu, g_gpu, cg, &slot, 1, &next, 1, &gp, &next));
     }
     pm->greedy_compared += compared;
     pm->greedy_total += (int)S;
@@ -199,10 +199,10 @@ static void test_argument_errors(void) {
     int32_t ids[2] = {1, 2}, next;
     float logits[256];
     LT_CHECK_STATUS(lm_model_forward(g, g_cpu, kg, &slot, 1, ids, 2, logits, 0), LM_INVALID_ARGUMENT);
-    lm_sampler_params sp = lm_sampler_params_default();
-    LT_CHECK_STATUS(lm_model_forward_sample(c, g_cpu, kc, &slot, 1, ids, 2, &sp, 0, &next), LM_UNSUPPORTED);
-    sp.repetition_penalty = 1.2f;
-    LT_CHECK_STATUS(lm_model_forward_sample(g, g_gpu, kg, &slot, 1, ids, 2, &sp, 0, &next), LM_UNSUPPORTED);
+    lm_sample_params sp = {.temperature = 1.0f, .top_p = 1.0f};
+    LT_CHECK_STATUS(lm_model_forward_sample(c, g_gpu, kc, &slot, 1, ids, 2, &sp, &next), LM_INVALID_ARGUMENT);
+    sp.top_p = 1.5f;
+    LT_CHECK_STATUS(lm_model_forward_sample(g, g_gpu, kg, &slot, 1, ids, 2, &sp, &next), LM_INVALID_ARGUMENT);
     LT_CHECK(lm_kv_cache_length(kg, 0) == 0);
     LT_CHECK(lm_model_weight_bytes(g) > 0);
     lm_kv_cache_destroy(kg);

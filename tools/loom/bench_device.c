@@ -60,7 +60,7 @@ typedef struct run_state {
     int *slots;     /* [B] */
     int32_t *ids;   /* [B * P] prompt */
     int32_t *next;  /* [B] tokens picked by the last step */
-    lm_sampler_params greedy;
+    lm_sample_params greedy; /* draw = the step */
 } run_state;
 
 /* One prefill + (decode ? N - 1 steps : none); *t_prefill and *t_decode in seconds. */
@@ -68,12 +68,14 @@ static lm_status one_run(run_state *s, const bench_device_opts *o, int decode, d
     lm_status st = LM_OK;
     for (int b = 0; b < o->batch && st == LM_OK; b++) st = lm_kv_cache_reset(s->cache, b);
     double t0 = cli_now();
+    s->greedy.draw = 0;
     if (st == LM_OK)
-        st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->ids, o->prompt, &s->greedy, 0, s->next);
+        st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->ids, o->prompt, &s->greedy, s->next);
     double t1 = cli_now();
-    for (int64_t step = 1; decode && step < o->tokens && st == LM_OK; step++)
-        st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->next, 1, &s->greedy, (uint64_t)step,
-                                     s->next);
+    for (int64_t step = 1; decode && step < o->tokens && st == LM_OK; step++) {
+        s->greedy.draw = (uint64_t)step;
+        st = lm_model_forward_sample(s->m, s->ctx, s->cache, s->slots, o->batch, s->next, 1, &s->greedy, s->next);
+    }
     *t_prefill = t1 - t0;
     *t_decode = cli_now() - t1;
     return st;
@@ -108,8 +110,7 @@ int bench_device_model(const bench_device_opts *o, lm_device dev, int decode) {
     const char *cmd = decode ? "bench decode" : "bench prefill";
     run_state s;
     memset(&s, 0, sizeof s);
-    s.greedy = lm_sampler_params_default();
-    s.greedy.greedy = 1;
+    s.greedy = (lm_sample_params){.greedy = 1, .temperature = 1.0f, .top_p = 1.0f};
     if (!(s.m = cli_load_model_on(cmd, o->model, dev))) return 1;
     const lm_model_config *c = lm_model_get_config(s.m);
     int B = o->batch, rc = 1;

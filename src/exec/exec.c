@@ -1,0 +1,238 @@
+/* exec/exec.c — lm_exec: preparing a graph for a device (passes, memory plan),
+ * bindings, and runs (eager, or captured once and replayed where the device can).
+ *
+ * Capture policy: after any change of bindings the next run is eager (one-time work
+ * such as GEMM algorithm timing happens there, outside any capture), the run after
+ * it is captured and launched, and later runs replay the capture. Rebinding a name
+ * to the very same view changes nothing, so callers may rebind every run.
+ */
+#include "exec/internal.h"
+
+#include <stdio.h>
+
+void lm_exec_options_default(lm_exec_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->fuse = 1;
+    o->capture = 1;
+}
+
+/* The rewrite passes for a device: the leaves first (every pass may then place a
+ * fused op at any matched op), then the fusions its operators have kernels for. */
+static lm_status passes_for(lm_device d, int fuse, const lm_graph *g, lm_graph **out) {
+    static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
+    static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
+    (void)d;
+    if (!fuse) return lm__graph_run_passes(g, 1, none, out);
+    return lm__graph_run_passes(g, 2, host, out);
+}
+
+void lm_exec_destroy(lm_exec *e) {
+    if (!e) return;
+    lm_device_graph_destroy(e->captured);
+    if (e->g) {
+        for (int64_t v = 0; e->owned && v < e->g->nvalues; v++) lm_device_free(e->device, e->owned[v]);
+        for (int64_t i = 0; e->work && i < e->g->nops; i++) lm_device_free(e->device, e->work[i]);
+    }
+    lm_device_free(e->device, e->arena);
+    lm__free(e->view);
+    lm__free(e->offset);
+    lm__free(e->bound);
+    lm__free(e->owned);
+    lm__free(e->work);
+    lm__free(e->work_bytes);
+    lm_graph_destroy(e->g);
+    lm__free(e);
+}
+
+lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *o, lm_exec **out) {
+    if (!ctx || !g || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_create: NULL argument");
+    *out = NULL;
+    if (g->open_region >= 0) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_create: a repeat is still open");
+    LM_TRY(lm__exec_check_ops(g));
+    lm_exec *e = lm__calloc(1, sizeof *e);
+    if (!e) return LM_OUT_OF_MEMORY;
+    e->device = lm_ctx_device(ctx);
+    if (o) e->opt = *o;
+    else lm_exec_options_default(&e->opt);
+    e->dirty = 1;
+    lm_status st = passes_for(e->device, e->opt.fuse, g, &e->g);
+    if (st == LM_OK) {
+        size_t nv = (size_t)(e->g->nvalues ? e->g->nvalues : 1), no = (size_t)(e->g->nops ? e->g->nops : 1);
+        e->view = lm__calloc(nv, sizeof *e->view);
+        e->offset = lm__calloc(nv, sizeof *e->offset);
+        e->bound = lm__calloc(nv, 1);
+        e->owned = lm__calloc(nv, sizeof *e->owned);
+        e->work = lm__calloc(no, sizeof *e->work);
+        e->work_bytes = lm__calloc(no, sizeof *e->work_bytes);
+        if (!e->view || !e->offset || !e->bound || !e->owned || !e->work || !e->work_bytes) st = LM_OUT_OF_MEMORY;
+    }
+    if (st == LM_OK) st = lm__exec_plan_memory(e);
+    if (st != LM_OK) {
+        lm_exec_destroy(e);
+        return lm__error_context(st, "preparing a graph of %lld ops", (long long)g->nops);
+    }
+    *out = e;
+    return LM_OK;
+}
+
+/* The input or parameter value called name, or -1. */
+static int leaf_named(const lm_exec *e, const char *name) {
+    const lm_graph *g = e->g;
+    for (int64_t i = 0; i < g->nops && lm__gop_is_leaf(g->ops[i].kind); i++) /* leaves come first (hoisted) */
+        if (strcmp(g->ops[i].name, name) == 0) return g->ops[i].out;
+    return -1;
+}
+
+static lm_status check_binding(const lm_exec *e, int v, const lm_tensor_view *t) {
+    const lm__gvalue *x = &e->g->values[v];
+    int ok = t->ndim == x->ndim && t->dtype == x->dtype && lm_device_equal(t->device, e->device);
+    for (int i = 0; ok && i < x->ndim; i++) ok = t->shape[i] == x->dims[i];
+    if (ok) return LM_OK;
+    char want[96] = "", got[96] = "", dw[32], dg[32];
+    for (int i = 0, n = 0; i < x->ndim; i++) n += snprintf(want + n, sizeof want - (size_t)n, i ? ", %lld" : "%lld", (long long)x->dims[i]);
+    for (int i = 0, n = 0; i < t->ndim && n < (int)sizeof got; i++)
+        n += snprintf(got + n, sizeof got - (size_t)n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    return lm__error(LM_SHAPE_MISMATCH, "executor: '%s' is %s [%s] on %s, but %s [%s] on %s was bound", x->name,
+                     lm_dtype_name(x->dtype), want, lm_device_format(e->device, dw, sizeof dw),
+                     lm_dtype_name(t->dtype), got, lm_device_format(t->device, dg, sizeof dg));
+}
+
+static int same_view(const lm_tensor_view *a, const lm_tensor_view *b) {
+    if (a->data != b->data || a->ndim != b->ndim || a->dtype != b->dtype) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || a->stride[i] != b->stride[i]) return 0;
+    return 1;
+}
+
+static lm_status bind_value(lm_exec *e, int v, const lm_tensor_view *t) {
+    LM_TRY(check_binding(e, v, t));
+    if (e->bound[v] && same_view(&e->view[v], t)) return LM_OK;
+    e->view[v] = *t;
+    e->bound[v] = 1;
+    e->dirty = 1;
+    return LM_OK;
+}
+
+lm_status lm_exec_bind(lm_exec *e, const char *name, const lm_tensor_view *v) {
+    if (!e || !name || !v) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_bind: NULL argument");
+    int id = leaf_named(e, name);
+    if (id < 0) return lm__error(LM_NOT_FOUND, "executor: the graph has no input or parameter '%s'", name);
+    if (e->owned[id]) return lm__error(LM_INVALID_ARGUMENT, "executor: input '%s' has an executor-owned buffer", name);
+    return bind_value(e, id, v);
+}
+
+lm_status lm_exec_bind_params(lm_exec *e, lm_exec_param_fn lookup, void *user) {
+    if (!e || !lookup) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_bind_params: NULL argument");
+    for (int64_t i = 0; i < e->g->nops; i++) {
+        const lm__gop *op = &e->g->ops[i];
+        if (op->kind != LM__GOP_PARAM) continue;
+        lm_tensor_view t;
+        lm_status st = lookup(user, op->name, &t);
+        if (st != LM_OK) return lm__error_context(st, "binding parameter '%s'", op->name);
+        LM_TRY(bind_value(e, op->out, &t));
+    }
+    return LM_OK;
+}
+
+lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out) {
+    if (!e || !name || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_input: NULL argument");
+    int id = leaf_named(e, name);
+    if (id < 0 || e->g->ops[e->g->values[id].op].kind != LM__GOP_INPUT)
+        return lm__error(LM_NOT_FOUND, "executor: the graph has no input '%s'", name);
+    const lm__gvalue *x = &e->g->values[id];
+    if (!e->owned[id]) {
+        size_t bytes = (size_t)(lm__gvalue_numel(x) * (int64_t)lm_dtype_size(x->dtype));
+        LM_TRY(lm_device_alloc(e->device, bytes ? bytes : 1, &e->owned[id]));
+        e->owned_bytes += (int64_t)bytes;
+        lm_tensor_view t;
+        LM_TRY(lm_tensor_view_init(&t, e->owned[id], x->dtype, e->device, x->ndim, x->dims, NULL));
+        LM_TRY(bind_value(e, id, &t));
+    }
+    *out = e->view[id];
+    return LM_OK;
+}
+
+static lm_status poison(lm_exec *e) {
+    static const uint32_t nan32 = 0x7fc00000u;
+    if (!e->arena_bytes) return LM_OK;
+    return lm_device_fill(e->device, e->arena, (size_t)e->arena_bytes / 4 * 4, &nan32, 4);
+}
+
+static lm_status run_ops(lm_exec *e, lm_ctx *ctx) {
+    for (int64_t i = 0; i < e->g->nops; i++) {
+        lm_status st = lm__exec_run_op(e, ctx, i);
+        if (st != LM_OK) return lm__error_context(st, "op '%s'", e->g->ops[i].name);
+    }
+    return LM_OK;
+}
+
+/* Captures one run on ctx and keeps it for replay. */
+static lm_status capture(lm_exec *e, lm_ctx *ctx) {
+    LM_TRY(lm_ctx_capture_begin(ctx));
+    lm_status st_run = run_ops(e, ctx);
+    lm_device_graph *dg = NULL;
+    lm_status st_end = lm_ctx_capture_end(ctx, &dg); /* always ends the capture */
+    if (st_run != LM_OK) {
+        lm_device_graph_destroy(dg);
+        return lm__error_context(st_run, "capturing a step");
+    }
+    LM_TRY(st_end);
+    e->captured = dg;
+    return lm_device_graph_launch(dg, ctx);
+}
+
+static int can_capture(lm_device d) { return d.type == LM_DEVICE_CUDA; }
+
+lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
+    if (!e || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: NULL argument");
+    if (!lm_device_equal(lm_ctx_device(ctx), e->device)) {
+        char a[32], b[32];
+        return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: the executor is for %s but the context runs on %s",
+                         lm_device_format(e->device, a, sizeof a), lm_device_format(lm_ctx_device(ctx), b, sizeof b));
+    }
+    if (e->dirty) {
+        lm_device_graph_destroy(e->captured);
+        e->captured = NULL;
+        e->eager_runs = 0;
+        LM_TRY(lm__exec_resolve(e));
+        e->dirty = 0;
+    }
+    e->runs++;
+    if (e->opt.poison) LM_TRY(poison(e));
+    if (e->captured) {
+        e->replays++;
+        return lm_device_graph_launch(e->captured, ctx);
+    }
+    if (e->opt.capture && can_capture(e->device) && e->eager_runs >= 1 && !e->opt.poison) return capture(e, ctx);
+    e->eager_runs++;
+    return run_ops(e, ctx);
+}
+
+lm_status lm_exec_output(const lm_exec *e, int i, lm_tensor_view *out) {
+    if (!e || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_output: NULL argument");
+    int k = 0;
+    for (int64_t v = 0; v < e->g->nvalues; v++) {
+        if (!e->g->values[v].output) continue;
+        if (k++ != i) continue;
+        if (e->dirty) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_output: bindings changed since the last run");
+        *out = e->view[v];
+        return LM_OK;
+    }
+    return lm__error(LM_OUT_OF_RANGE, "lm_exec_output: output %d of %d", i, k);
+}
+
+lm_status lm_exec_get_stats(const lm_exec *e, lm_exec_stats *out) {
+    if (!e || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_get_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->ops = e->g->nops;
+    for (int64_t i = 0; i < e->g->nops; i++) out->fused_ops += e->g->ops[i].kind >= LM__GOP_ADD_RMSNORM;
+    out->arena_bytes = e->arena_bytes;
+    out->live_bytes = e->live_bytes;
+    out->owned_bytes = e->owned_bytes;
+    out->runs = e->runs;
+    out->replays = e->replays;
+    return LM_OK;
+}
+
+const lm_graph *lm_exec_graph(const lm_exec *e) { return e ? e->g : NULL; }

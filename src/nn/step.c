@@ -1,0 +1,110 @@
+/* nn/step.c — lm_model_forward and lm_model_forward_sample: a model step as the
+ * decoder graph run by an executor.
+ *
+ * The request is checked on the host first (rows, slots, cache room, token ids,
+ * sampling parameters), so nothing is appended on error and the device kernels only
+ * ever see valid indices. Inputs (ids, positions, slots [, sampling record]) are
+ * written into the step executor's own buffers, the executor runs (captured and
+ * replayed on a GPU from the second run of a shape), and the logits or sampled ids
+ * are read back; the slots' lengths advance only on success.
+ */
+#include "nn/internal.h"
+
+static lm_status check_request(const lm_model *m, const lm_kv_cache *cache, const int *slots, int B,
+                               const int32_t *ids, int64_t T) {
+    const lm_model_config *c = &m->cfg;
+    if (B < 1 || T < 1 || !slots || !ids) return lm__error(LM_INVALID_ARGUMENT, "forward: %d rows x %lld tokens", B, (long long)T);
+    if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
+        return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache was made for a different model");
+    if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
+        return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache lives on another device than the model");
+    for (int b = 0; b < B; b++) {
+        int slot = slots[b];
+        if (slot < 0 || slot >= cache->slots)
+            return lm__error(LM_OUT_OF_RANGE, "forward: slot %d outside the cache's %d slots", slot, cache->slots);
+        for (int o = 0; o < b; o++)
+            if (slots[o] == slot) return lm__error(LM_INVALID_ARGUMENT, "forward: slot %d appears twice", slot);
+        int64_t end = cache->length[slot] + T;
+        if (end > cache->max_tokens)
+            return lm__error(LM_OUT_OF_RANGE, "forward: slot %d would hold %lld tokens, cache capacity is %lld", slot,
+                             (long long)end, (long long)cache->max_tokens);
+    }
+    for (int64_t i = 0; i < (int64_t)B * T; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return lm__error(LM_OUT_OF_RANGE, "forward: token id %d at row %lld, position %lld is outside the vocabulary of %lld",
+                             ids[i], (long long)(i / T), (long long)(i % T), (long long)c->vocab_size);
+    return LM_OK;
+}
+
+/* The context must run on the model's device. */
+static lm_status check_device(const char *fn, const lm_model *m, lm_ctx *ctx) {
+    if (lm_device_equal(lm_ctx_device(ctx), m->device)) return LM_OK;
+    char a[32], b[32];
+    return lm__error(LM_INVALID_ARGUMENT, "%s: the model is on %s but the context runs on %s", fn,
+                     lm_device_format(m->device, a, sizeof a), lm_device_format(lm_ctx_device(ctx), b, sizeof b));
+}
+
+/* ids, positions and slots of the step into the executor's input buffers. */
+static lm_status write_inputs(lm_ctx *ctx, const lm_kv_cache *cache, lm__step_prog *p, const int *slots,
+                              const int32_t *ids) {
+    int64_t n = p->B * p->T;
+    int32_t *hid = p->host_in, *hpos = hid + n, *hslot = hpos + n;
+    for (int64_t b = 0; b < p->B; b++) {
+        hslot[b] = slots[b];
+        for (int64_t t = 0; t < p->T; t++) {
+            hid[b * p->T + t] = ids[b * p->T + t];
+            hpos[b * p->T + t] = (int32_t)(cache->length[slots[b]] + t);
+        }
+    }
+    LM_TRY(lm_tensor_view_write(ctx, &p->ids, hid));
+    LM_TRY(lm_tensor_view_write(ctx, &p->positions, hpos));
+    return lm_tensor_view_write(ctx, &p->slots, hslot);
+}
+
+static void advance(lm_kv_cache *cache, const int *slots, int B, int64_t T) {
+    for (int b = 0; b < B; b++) cache->length[slots[b]] += T;
+}
+
+lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                           const int32_t *ids, int64_t T, float *logits, int all_positions) {
+    if (!m || !ctx || !cache) return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward: NULL argument");
+    LM_TRY(check_device("lm_model_forward", m, ctx));
+    LM_TRY(check_request(m, cache, slots, B, ids, T));
+    lm_decoder_output out = !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS
+                                                                          : LM_DECODER_OUT_LAST_LOGITS;
+    lm__step_prog *p = NULL;
+    LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
+    LM_TRY(write_inputs(ctx, cache, p, slots, ids));
+    LM_TRY(lm_exec_run(p->exec, ctx));
+    if (logits) {
+        lm_tensor_view y;
+        LM_TRY(lm_exec_output(p->exec, 0, &y));
+        LM_TRY(lm_tensor_view_read(ctx, &y, logits));
+    }
+    LM_TRY(lm_ctx_synchronize(ctx));
+    advance(cache, slots, B, T);
+    return LM_OK;
+}
+
+lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                  const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids) {
+    if (!m || !ctx || !cache || !params || !next_ids)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: NULL argument");
+    LM_TRY(check_device("lm_model_forward_sample", m, ctx));
+    if (!(params->temperature >= 0) || !(params->top_p > 0 && params->top_p <= 1) ||
+        !(params->min_p >= 0 && params->min_p < 1) || params->top_k < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: temperature %g, top_k %d, top_p %g, min_p %g",
+                         params->temperature, params->top_k, params->top_p, params->min_p);
+    LM_TRY(check_request(m, cache, slots, B, ids, T));
+    lm__step_prog *p = NULL;
+    LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, LM_DECODER_OUT_SAMPLE, &p));
+    LM_TRY(write_inputs(ctx, cache, p, slots, ids));
+    LM_TRY(lm_tensor_view_write(ctx, &p->sample, params));
+    LM_TRY(lm_exec_run(p->exec, ctx));
+    lm_tensor_view y;
+    LM_TRY(lm_exec_output(p->exec, 0, &y));
+    LM_TRY(lm_tensor_view_read(ctx, &y, next_ids));
+    LM_TRY(lm_ctx_synchronize(ctx));
+    advance(cache, slots, B, T);
+    return LM_OK;
+}
