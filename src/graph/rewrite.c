@@ -163,6 +163,54 @@ lm_status lm__pass_add_rmsnorm(const lm_graph *g, lm_graph **out) {
     return lm__rw_finish(&rw, out);
 }
 
+/* matmul(x, permute(w, {1, 0})) with w a parameter [N, K] (+ bias_add of a [N]
+ * parameter reading only the product) -> linear(x, w, bias): y = x w^T + b, the
+ * Hugging Face Linear as one operator (lm_linear_out, lm_ag_linear). */
+static lm_status fuse_linear(lm__rw *rw, int64_t i, int *fused) {
+    const lm_graph *g = rw->src;
+    const lm__gop *mm = &g->ops[i];
+    *fused = 0;
+    if (mm->kind != LM__GOP_MATMUL || g->values[mm->in[0]].ndim != 2) return LM_OK;
+    const lm__gop *pt = &g->ops[g->values[mm->in[1]].op];
+    if (pt->kind != LM__GOP_PERMUTE || pt->perm[0] != 1 || g->ops[g->values[pt->in[0]].op].kind != LM__GOP_PARAM)
+        return LM_OK;
+    int w = pt->in[0], bias = -1, y = mm->out;
+    int u = lm__graph_sole_use(g, mm->out, i + 1);
+    if (u >= 0 && g->ops[u].kind == LM__GOP_BIAS_ADD && g->ops[g->values[g->ops[u].in[1]].op].kind == LM__GOP_PARAM) {
+        bias = g->ops[u].in[1];
+        y = g->ops[u].out;
+    }
+    const lm__gvalue *vy = &g->values[y];
+    int in[5] = {lm__rw_in(rw, mm->in[0]), lm__rw_in(rw, w), lm__rw_in(rw, bias), -1, -1};
+    lm__gop *op;
+    int out;
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, vy->name, in, 5, vy->ndim, vy->dims, vy->dtype, &op, &out));
+    op->i[0] = 0; /* LM_LINEAR_IN: x as it is */
+    op->i[1] = bias >= 0;
+    rw->map[y] = out;
+    rw->done[i] = 1;
+    if (bias >= 0) rw->done[u] = 1;
+    *fused = 1;
+    return LM_OK;
+}
+
+lm_status lm__pass_linear(const lm_graph *g, lm_graph **out) {
+    lm__rw rw;
+    LM_TRY(lm__rw_init(&rw, g));
+    lm_status st = LM_OK;
+    for (int64_t i = 0; st == LM_OK && i < g->nops; i++) {
+        if (rw.done[i]) continue;
+        int fused = 0;
+        st = fuse_linear(&rw, i, &fused);
+        if (st == LM_OK && !fused) st = lm__rw_copy(&rw, i);
+    }
+    if (st != LM_OK) {
+        lm__rw_free(&rw);
+        return st;
+    }
+    return lm__rw_finish(&rw, out);
+}
+
 lm_status lm__graph_run_passes(const lm_graph *g, int n, const lm__pass_fn *passes, lm_graph **out) {
     lm_graph *cur = NULL;
     LM_TRY(lm__graph_clone(g, &cur));

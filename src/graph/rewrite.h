@@ -39,6 +39,9 @@ lm_status lm__pass_hoist_leaves(const lm_graph *g, lm_graph **out);
 /* add + the rmsnorm of its sum -> add_rmsnorm (lm_add_rmsnorm_out). Run on canonical
  * graphs (no op between the two writes into the add's operands). */
 lm_status lm__pass_add_rmsnorm(const lm_graph *g, lm_graph **out);
+/* matmul(x, permute(w)) (+ bias_add) with parameters w [N, K], bias [N] -> linear
+ * (x w^T + b). The permute stays if something else reads it (it costs nothing). */
+lm_status lm__pass_linear(const lm_graph *g, lm_graph **out);
 /* g through passes[0..n) in order; *out is a new graph (g itself when n = 0, cloned). */
 lm_status lm__graph_run_passes(const lm_graph *g, int n, const lm__pass_fn *passes, lm_graph **out);
 

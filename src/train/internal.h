@@ -23,11 +23,6 @@ typedef struct lm__tparam {
     int decay;
 } lm__tparam;
 
-/* Parameter indices of one decoder layer; -1 when the architecture has none. */
-typedef struct lm__tlayer {
-    int attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, mlp_norm, wg, wu, wd, bg, bu, bd;
-} lm__tlayer;
-
 struct lm_train_model {
     lm_model_config cfg;
     lm_device device;
@@ -39,8 +34,7 @@ struct lm_train_model {
     int64_t numel;
     lm_tensor *flat, *flat_grad; /* [numel] f32 on device */
     lm_tensor *flat_low;         /* [numel] bf16 copy of flat under bf16 compute; NULL: f32 compute */
-    lm__tlayer *layers;          /* [num_hidden_layers] */
-    int embed, final_norm, head; /* head == embed when tied */
+    int embed, head;             /* parameter indices; head == embed when tied */
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */
     float rope_attn_factor;
 };

@@ -18,38 +18,8 @@ int lm__train_find(const lm_train_model *m, const char *name) {
     return -1;
 }
 
-static int layer_index(const lm_train_model *m, int64_t l, const char *suffix) {
-    char name[128];
-    snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, suffix);
-    return lm__train_find(m, name);
-}
-
-static lm_status index_layers(lm_train_model *m) {
-    int64_t L = m->cfg.num_hidden_layers;
-    if (!(m->layers = lm__calloc((size_t)L, sizeof *m->layers))) return LM_OUT_OF_MEMORY;
-    for (int64_t l = 0; l < L; l++) {
-        lm__tlayer *ly = &m->layers[l];
-        ly->attn_norm = layer_index(m, l, "input_layernorm.weight");
-        ly->wq = layer_index(m, l, "self_attn.q_proj.weight");
-        ly->wk = layer_index(m, l, "self_attn.k_proj.weight");
-        ly->wv = layer_index(m, l, "self_attn.v_proj.weight");
-        ly->wo = layer_index(m, l, "self_attn.o_proj.weight");
-        ly->bq = layer_index(m, l, "self_attn.q_proj.bias");
-        ly->bk = layer_index(m, l, "self_attn.k_proj.bias");
-        ly->bv = layer_index(m, l, "self_attn.v_proj.bias");
-        ly->bo = layer_index(m, l, "self_attn.o_proj.bias");
-        ly->q_norm = layer_index(m, l, "self_attn.q_norm.weight");
-        ly->k_norm = layer_index(m, l, "self_attn.k_norm.weight");
-        ly->mlp_norm = layer_index(m, l, "post_attention_layernorm.weight");
-        ly->wg = layer_index(m, l, "mlp.gate_proj.weight");
-        ly->wu = layer_index(m, l, "mlp.up_proj.weight");
-        ly->wd = layer_index(m, l, "mlp.down_proj.weight");
-        ly->bg = layer_index(m, l, "mlp.gate_proj.bias");
-        ly->bu = layer_index(m, l, "mlp.up_proj.bias");
-        ly->bd = layer_index(m, l, "mlp.down_proj.bias");
-    }
+static lm_status index_special(lm_train_model *m) {
     m->embed = lm__train_find(m, "model.embed_tokens.weight");
-    m->final_norm = lm__train_find(m, "model.norm.weight");
     m->head = m->cfg.tie_word_embeddings ? m->embed : lm__train_find(m, "lm_head.weight");
     return LM_OK;
 }
@@ -71,7 +41,7 @@ static lm_status build_table(lm_train_model *m) {
         p->decay = spec.ndim == 2;
         m->numel += spec.ndim > 1 ? spec.shape[0] * spec.shape[1] : spec.shape[0];
     }
-    return index_layers(m);
+    return index_special(m);
 }
 
 /* flat and flat_grad on the device, from the host values (numel floats), and views. */
@@ -215,7 +185,6 @@ void lm_train_model_destroy(lm_train_model *m) {
         lm_tensor_destroy(m->params[i].low);
     }
     lm__free(m->params);
-    lm__free(m->layers);
     lm_tensor_destroy(m->flat);
     lm_tensor_destroy(m->flat_grad);
     lm_tensor_destroy(m->flat_low);

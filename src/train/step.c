@@ -1,0 +1,180 @@
+/* train/step.c — the training model's forward (and backward) as the decoder graph
+ * (graph/decoder.c, train mode) recorded on the autograd tape by the autograd
+ * executor (exec/autograd.c): forward + backward into the gradient buffers, the
+ * no_grad loss, and the logits.
+ *
+ * The graph is the same description the inference executors run; its passes give
+ * the tape the operations a training step is made of (linear, fused add + RMSNorm,
+ * the fused output projection + cross-entropy, so [BT, vocab] logits never exist).
+ * Each parameter is a leaf over its compute-dtype weights, bound to its slice of the
+ * f32 gradient buffer (accumulate), so backward adds straight into flat_grad; a tied
+ * embedding is one leaf read twice. Activations take the compute dtype.
+ */
+#include "train/internal.h"
+
+#include "exec/autograd.h"
+
+#include <math.h>
+#include <string.h>
+
+#define V(t) lm_tensor_as_view(t)
+
+typedef struct fwd {
+    lm_train_model *m;
+    lm_ctx *ctx;
+    lm_ag *ag;
+    lm_ag_var **p; /* [nparams] parameter leaves */
+    int B;
+    int64_t T;
+    lm_tensor *ids, *pos, *targets; /* [B, T] i32 ids and positions, [B*T] targets, on the device */
+    lm_graph *g;                    /* the prepared training graph */
+} fwd;
+
+/* Leaves over the compute-dtype weights: the f32 masters, or (bf16 compute) their
+ * bf16 copies, refreshed from the masters first. Gradients always land in the f32
+ * buffer (a bf16 leaf's gradient is widened when it is added there). */
+static lm_status make_leaves(fwd *f, int train) {
+    lm_train_model *m = f->m;
+    if (m->flat_low) LM_TRY(lm_cast_out(f->ctx, V(m->flat), V(m->flat_low)));
+    for (int i = 0; i < m->nparams; i++) {
+        LM_TRY(lm_ag_leaf(f->ag, m->flat_low ? m->params[i].low : m->params[i].value, train, &f->p[i]));
+        if (train) LM_TRY(lm_ag_bind_grad(f->p[i], V(m->params[i].grad), 1));
+    }
+    return LM_OK;
+}
+
+static lm_status bind_param(void *user, const char *name, lm_ag_var **var, lm_tensor_view *view) {
+    fwd *f = user;
+    if (strcmp(name, "rope.inv_freq") == 0) {
+        *var = NULL;
+        *view = *V(f->m->inv_freq);
+        return LM_OK;
+    }
+    int i = lm__train_find(f->m, name);
+    if (i < 0) return lm__error(LM_NOT_FOUND, "training model: no parameter '%s'", name);
+    *var = f->p[i];
+    return LM_OK;
+}
+
+static lm_status bind_input(void *user, const char *name, lm_tensor_view *view) {
+    fwd *f = user;
+    const lm_tensor *t = strcmp(name, "ids") == 0         ? f->ids
+                         : strcmp(name, "positions") == 0 ? f->pos
+                         : strcmp(name, "targets") == 0   ? f->targets
+                                                          : NULL;
+    if (!t) return lm__error(LM_NOT_FOUND, "training step: no input '%s'", name);
+    *view = *V(t);
+    return LM_OK;
+}
+
+static lm_status check_batch(const lm_train_model *m, const int32_t *ids, int B, int64_t T) {
+    const lm_model_config *c = &m->cfg;
+    if (!ids || B < 1 || T < 1) return lm__error(LM_INVALID_ARGUMENT, "training forward: %d rows x %lld tokens", B, (long long)T);
+    if (T > c->max_position_embeddings)
+        return lm__error(LM_OUT_OF_RANGE, "training forward: %lld tokens exceed max_position_embeddings %lld", (long long)T,
+                         (long long)c->max_position_embeddings);
+    return LM_OK;
+}
+
+/* The training graph of B x T tokens with `output` (loss or logits), prepared. */
+static lm_status build_graph(fwd *f, lm_decoder_output output) {
+    lm_decoder_options o;
+    lm_decoder_options_default(&o);
+    o.mode = LM_DECODER_TRAIN;
+    o.output = output;
+    o.batch = f->B, o.tokens = f->T;
+    o.act_dtype = o.matrix_dtype = o.vector_dtype = lm_train_model_compute_dtype(f->m);
+    lm_graph *g = NULL;
+    LM_TRY(lm_graph_build_decoder(&f->m->cfg, &o, &g));
+    lm_status st = lm__exec_autograd_prepare(g, &f->g);
+    lm_graph_destroy(g);
+    return st;
+}
+
+/* Sets up the tape, leaves, the graph and the device copies of ids and positions. */
+static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
+                       int64_t T, int train, lm_decoder_output output) {
+    memset(f, 0, sizeof *f);
+    f->m = m, f->ctx = ctx, f->B = B, f->T = T;
+    LM_TRY(check_batch(m, ids, B, T));
+    if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
+        char a[32], b[32];
+        return lm__error(LM_INVALID_ARGUMENT, "training forward: the context is on %s but the model on %s",
+                         lm_device_format(lm_ctx_device(ctx), a, sizeof a), lm_device_format(m->device, b, sizeof b));
+    }
+    int64_t BT = (int64_t)B * T, shape[2] = {B, T};
+    int32_t *pos = lm__calloc((size_t)BT, sizeof *pos);
+    if (!pos) return LM_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < BT; i++) pos[i] = (int32_t)(i % T);
+    lm_status st = lm_tensor_from_host(m->device, LM_I32, 2, shape, pos, &f->pos);
+    lm__free(pos);
+    if (st == LM_OK) st = lm_tensor_from_host(m->device, LM_I32, 2, shape, ids, &f->ids);
+    if (st == LM_OK && targets) st = lm_tensor_from_host(m->device, LM_I32, 1, &BT, targets, &f->targets);
+    if (st == LM_OK && !(f->p = lm__calloc((size_t)m->nparams, sizeof *f->p))) st = LM_OUT_OF_MEMORY;
+    if (st == LM_OK) st = build_graph(f, output);
+    if (st == LM_OK) st = lm_ag_create(ctx, &f->ag);
+    if (st == LM_OK) lm_ag_set_grad_enabled(f->ag, train);
+    if (st == LM_OK) st = make_leaves(f, train);
+    return st;
+}
+
+static void end(fwd *f) {
+    lm_ag_destroy(f->ag);
+    lm__free(f->p);
+    lm_graph_destroy(f->g);
+    lm_tensor_destroy(f->ids);
+    lm_tensor_destroy(f->pos);
+    lm_tensor_destroy(f->targets); /* the tape keeps its own copies */
+}
+
+static lm_status run(fwd *f, lm_ag_var **out) {
+    lm__ag_bindings b = {bind_param, bind_input, f};
+    return lm__exec_autograd(f->ag, f->g, &b, out);
+}
+
+static lm_status read_scalar(lm_ctx *ctx, const lm_ag_var *v, float *out) {
+    return lm_tensor_view_read(ctx, V(lm_ag_value(v)), out);
+}
+
+lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
+                                          int B, int64_t T, float grad_scale, float *loss) {
+    if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_forward_backward: NULL argument");
+    fwd f;
+    lm_ag_var *L = NULL;
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS);
+    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
+    if (st == LM_OK) st = run(&f, &L);
+    if (st == LM_OK) st = read_scalar(ctx, L, loss);
+    lm_ag_profile_mark(ctx, "fwd ", "(loss read)");
+    if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
+    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
+    end(&f);
+    lm_ag_profile_mark(ctx, "step ", "(tape release)");
+    return st;
+}
+
+lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
+                              int64_t T, float *loss) {
+    if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_loss: NULL argument");
+    fwd f;
+    lm_ag_var *L = NULL;
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS);
+    if (st == LM_OK) st = run(&f, &L);
+    if (st == LM_OK) st = read_scalar(ctx, L, loss);
+    end(&f);
+    return st;
+}
+
+lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, int64_t T, float *logits) {
+    if (!m || !ctx || !logits) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_logits: NULL argument");
+    fwd f;
+    lm_ag_var *z = NULL;
+    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS);
+    if (st == LM_OK) st = run(&f, &z);
+    lm_tensor *wide = NULL;
+    if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);
+    if (st == LM_OK) st = lm_tensor_view_read(ctx, wide ? V(wide) : V(lm_ag_value(z)), logits);
+    lm_tensor_destroy(wide);
+    end(&f);
+    return st;
+}
