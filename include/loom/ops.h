@@ -131,6 +131,27 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
 size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
                                           int64_t cache_tokens);
 
+/* The fused front of a step's attention: from the fused projection qkv [B, T,
+ * (Hq + 2 Hkv) D] (q heads, then k heads, then v heads of each token), each head
+ * gets the bias, then q and k heads their per-head RMSNorm (qwen3) and RoPE at the
+ * token's position (split-half pairs); k and v are stored into the caches as
+ * lm_kv_store_out does and q is written to q [B, T, Hq, D]. Equals the composition
+ * slice -> add bias -> rmsnorm -> rope -> kv_store (f32 arithmetic in between). q
+ * may be f32 or bf16; the caches' dtype rounds k and v. */
+typedef struct lm_qkv_rope_params {
+    int64_t q_heads;                       /* Hq (the caches give Hkv and D) */
+    const lm_tensor_view *bias;            /* [(Hq + 2 Hkv) D] f32, or NULL */
+    const lm_tensor_view *q_norm, *k_norm; /* [D] f32 each, or both NULL */
+    float eps;
+    const lm_tensor_view *inv_freq; /* [D / 2] f32 */
+    float attn_factor;              /* scales cos and sin (yarn); 1 = none */
+} lm_qkv_rope_params;
+
+lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                const lm_tensor_view *q);
+
 /* ---- picking the next token where the logits are ----------------------------------------
  * One record, held in a u8 [LM_SAMPLE_PARAMS_BYTES] tensor on the context's device so
  * a captured step replays with new values. Rules and order are lm_sampler's (infer):
@@ -167,6 +188,36 @@ size_t lm_sample_workspace_bytes(lm_device d, int64_t rows);
  * (low-precision weights widened on the fly). Accumulation is at least f32. */
 lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
 lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+
+/* ---- a Linear layer with its neighbours fused ------------------------------------------
+ * out [M, N] = in(x) @ w^T (+ bias), w [N, K] (a Hugging Face Linear weight), bias [N]
+ * or NULL, where in(x) is
+ *   LM_LINEAR_IN          x [M, K] as it is;
+ *   LM_LINEAR_IN_RMSNORM  rmsnorm(x) * norm_weight, x [M, K] (the norm before a projection);
+ *   LM_LINEAR_IN_SWIGLU   silu(x[:, :K]) * x[:, K:], x [M, 2K] (the MLP's gate|up);
+ * and accumulate = 1 adds the product into out (a residual add, in place) instead of
+ * writing it. Equals the composition of lm_rmsnorm_out / lm_swiglu_out, lm_matmul_out
+ * (with w transposed), lm_add_out; the prologue and the products are in f32 (double
+ * in the reference), rounded once on store. Dtypes: w any float; x and out f32, or x
+ * w's dtype; norm_weight and bias f32. Rows of x and out may have any stride (unit
+ * last stride). lm_linear_supported says which calls a device runs as one kernel
+ * without scratch memory (others go through the composition, which allocates). */
+typedef enum lm_linear_input { LM_LINEAR_IN = 0, LM_LINEAR_IN_RMSNORM = 1, LM_LINEAR_IN_SWIGLU = 2 } lm_linear_input;
+
+typedef struct lm_linear_params {
+    lm_linear_input input;
+    const lm_tensor_view *norm_weight; /* LM_LINEAR_IN_RMSNORM: [K] */
+    float eps;                         /* LM_LINEAR_IN_RMSNORM */
+    int accumulate;                    /* 1: out += product */
+} lm_linear_params;
+
+/* p NULL: plain (LM_LINEAR_IN, no accumulate). */
+lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                        const lm_linear_params *p, const lm_tensor_view *out);
+/* 1 when device d runs lm_linear_out of `rows` rows, K inputs and weights of dtype
+ * w_dtype, with input form `input` and x of dtype x_dtype, in one fused kernel
+ * that needs no scratch memory (so a captured step may contain it). */
+int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
 
 /* ---- losses and selections ----------------------------------------------------------------- */
 /* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping

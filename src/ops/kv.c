@@ -7,7 +7,9 @@
  * consecutive), so the kernels below may trust them. The tuned CPU level of
  * attention_cache runs the tuned attention per row over views of the row's slot
  * (keys [0, last position], causal, the window), exactly the reference's
- * decomposition; other layouts run the reference.
+ * decomposition; other layouts run the reference. qkv_rope_store is the fused front
+ * of a step (bias, q/k norms, RoPE, the K/V stores and q), whose composition is the
+ * reference.
  */
 #include "ops/alias.h"
 #include "ops/cpu/attention.h"
@@ -144,4 +146,54 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
     }
     return lm__ref_attention_cache(q, k_cache, v_cache, slots, positions, p->scale, p->window, out);
+}
+
+/* A [D] f32 vector parameter of qkv_rope_store (optional ones may be NULL). */
+static lm_status check_vector(const char *op, const char *name, const lm_tensor_view *v, int64_t n) {
+    LM_TRY(lm__op_check_dtype(op, name, v, LM_F32));
+    return lm__op_check_shape(op, name, v, 1, &n);
+}
+
+lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                const lm_tensor_view *q) {
+    const char *op = "qkv_rope_store";
+    const lm_tensor_view *vs[] = {qkv, slots, positions, k_cache, v_cache, q};
+    static const char *const names[] = {"qkv", "slots", "positions", "k_cache", "v_cache", "q"};
+    LM_TRY(lm__op_check_devices(ctx, op, 6, vs, names));
+    if (!p || !p->inv_freq || (!p->q_norm) != (!p->k_norm))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: parameters need inv_freq, and q_norm and k_norm together", op);
+    const lm_tensor_view *pv[] = {p->inv_freq, p->bias ? p->bias : p->inv_freq, p->q_norm ? p->q_norm : p->inv_freq,
+                                  p->k_norm ? p->k_norm : p->inv_freq};
+    static const char *const pn[] = {"inv_freq", "bias", "q_norm", "k_norm"};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, pv, pn));
+    LM_TRY(lm__op_check_float(op, "qkv", qkv));
+    LM_TRY(lm__op_check_float(op, "q", q));
+    int64_t any4[4] = {-1, -1, -1, -1};
+    LM_TRY(check_cache(op, "k_cache [S, Hkv, P, D]", k_cache, -1, -1));
+    LM_TRY(lm__op_check_same_shape(op, "v_cache", v_cache, k_cache));
+    LM_TRY(lm__op_check_float(op, "v_cache", v_cache));
+    int64_t Hq = p->q_heads, Hkv = k_cache->shape[1], D = k_cache->shape[3];
+    if (Hq < 1 || Hq % Hkv || D % 2)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: %lld query heads over %lld kv heads of %lld dims (a multiple, even dims)",
+                         op, (long long)Hq, (long long)Hkv, (long long)D);
+    LM_TRY(lm__op_check_shape(op, "q [B, T, Hq, D]", q, 4, any4));
+    int64_t qs[4] = {q->shape[0], q->shape[1], Hq, D}, xs[3] = {q->shape[0], q->shape[1], (Hq + 2 * Hkv) * D};
+    LM_TRY(lm__op_check_shape(op, "q [B, T, Hq, D]", q, 4, qs));
+    LM_TRY(lm__op_check_shape(op, "qkv [B, T, (Hq + 2 Hkv) D]", qkv, 3, xs));
+    LM_TRY(check_vector(op, "inv_freq", p->inv_freq, D / 2));
+    if (p->bias) LM_TRY(check_vector(op, "bias", p->bias, (Hq + 2 * Hkv) * D));
+    if (p->q_norm) LM_TRY(check_vector(op, "q_norm", p->q_norm, D));
+    if (p->k_norm) LM_TRY(check_vector(op, "k_norm", p->k_norm, D));
+    if (!isfinite(p->eps) || p->eps < 0 || !(p->attn_factor > 0 && isfinite(p->attn_factor)))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: eps %g, attention factor %g", op, p->eps, p->attn_factor);
+    LM_TRY(lm__op_check_out(op, "q", q));
+    LM_TRY(lm__op_check_out(op, "k_cache", k_cache));
+    LM_TRY(lm__op_check_out(op, "v_cache", v_cache));
+    LM_TRY(lm__op_check_alias(op, "q", q, "qkv", qkv, 0));
+    LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    return lm__ref_qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q);
 }

@@ -5,6 +5,8 @@
  * of the row's queries [1, Hq, T, D] (a permuted view of q) over its slot's first
  * p_last + 1 cached positions, causal (the queries are the last T of those keys) with
  * the window; so the cached-attention reference is the plain attention reference.
+ * qkv_rope_store does per head what its composition does (bias, per-head RMSNorm,
+ * split-half RoPE with angles in double, the stores), all in double.
  * O(B * T * Hkv * D) and O(B * Hq * T * P * D) time.
  */
 #include "ops/ref/kv.h"
@@ -60,5 +62,56 @@ lm_status lm__ref_attention_cache(const lm_tensor_view *q, const lm_tensor_view 
         slot_keys(v_cache, s, last + 1, &vr);
         LM_TRY(lm__ref_attention(&qr, &kr, &vr, scale, 1, window, &orow));
     }
+    return LM_OK;
+}
+
+static double vec(const lm_tensor_view *v, int64_t i) { return lm__ld(v->dtype, v->data, i * v->stride[0]); }
+
+/* Head h (of q, then k, then v) of token (b, t) through bias, norm and RoPE into row[D]. */
+static void head_row(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, int64_t b, int64_t t, int64_t h,
+                     int64_t heads_qk, int64_t D, int64_t pos, double *row) {
+    for (int64_t d = 0; d < D; d++) {
+        int64_t c = h * D + d;
+        row[d] = lm__ld(qkv->dtype, qkv->data, b * qkv->stride[0] + t * qkv->stride[1] + c * qkv->stride[2]) +
+                 (p->bias ? vec(p->bias, c) : 0.0);
+    }
+    if (h >= heads_qk) return; /* v heads: bias only */
+    const lm_tensor_view *nw = h < p->q_heads ? p->q_norm : p->k_norm;
+    if (nw) {
+        double ss = 0.0;
+        for (int64_t d = 0; d < D; d++) ss += row[d] * row[d];
+        double inv = 1.0 / sqrt(ss / (double)D + (double)p->eps);
+        for (int64_t d = 0; d < D; d++) row[d] *= inv * vec(nw, d);
+    }
+    int64_t half = D / 2;
+    for (int64_t i = 0; i < half; i++) {
+        double angle = (double)pos * vec(p->inv_freq, i), c = cos(angle) * p->attn_factor, s = sin(angle) * p->attn_factor;
+        double a = row[i], bb = row[i + half];
+        row[i] = a * c - bb * s;
+        row[i + half] = bb * c + a * s;
+    }
+}
+
+lm_status lm__ref_qkv_rope_store(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                 const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                 const lm_tensor_view *v_cache, const lm_tensor_view *q) {
+    int64_t B = qkv->shape[0], T = qkv->shape[1], Hq = p->q_heads, Hkv = k_cache->shape[1], D = k_cache->shape[3];
+    double *row = lm__alloc(sizeof *row * (size_t)D, 64);
+    if (!row) return lm__error_context(LM_OUT_OF_MEMORY, "qkv_rope_store: a row of %lld doubles", (long long)D);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = lm__index_at(slots, b);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t pos = lm__ld_index(positions->dtype, positions->data, b * positions->stride[0] + t * positions->stride[1]);
+            for (int64_t h = 0; h < Hq + 2 * Hkv; h++) {
+                head_row(qkv, p, b, t, h, Hq + Hkv, D, pos, row);
+                const lm_tensor_view *dst = h < Hq ? q : h < Hq + Hkv ? k_cache : v_cache;
+                int64_t base = h < Hq ? b * q->stride[0] + t * q->stride[1] + h * q->stride[2]
+                                      : s * dst->stride[0] + (h < Hq + Hkv ? h - Hq : h - Hq - Hkv) * dst->stride[1] +
+                                            pos * dst->stride[2];
+                for (int64_t d = 0; d < D; d++) lm__st(dst->dtype, dst->data, base + d * dst->stride[3], row[d]);
+            }
+        }
+    }
+    lm__free(row);
     return LM_OK;
 }

@@ -13,4 +13,9 @@ lm_status lm__ref_attention_cache(const lm_tensor_view *q, const lm_tensor_view 
                                   const lm_tensor_view *positions, double scale, int64_t window,
                                   const lm_tensor_view *out);
 
+/* LM_OUT_OF_MEMORY when its [D] double row cannot be had. */
+lm_status lm__ref_qkv_rope_store(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                 const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                 const lm_tensor_view *v_cache, const lm_tensor_view *q);
+
 #endif

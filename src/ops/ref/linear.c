@@ -1,0 +1,49 @@
+/* ops/ref/linear.c — readable reference of the fused Linear (lm_linear_out).
+ *
+ * Per row m: the input row in double (x as it is; rmsnorm(x) * norm_weight with the
+ * mean of squares in double; or silu(gate) * up from the two halves of x), then for
+ * every output n the dot product with w's row n in double, plus the bias, written or
+ * added to out[m, n] and rounded once. O(M * N * K) time, one [K] double row.
+ */
+#include "ops/ref/linear.h"
+
+static double el(const lm_tensor_view *v, int64_t r, int64_t c) {
+    return lm__ld(v->dtype, v->data, r * v->stride[0] + c * v->stride[1]);
+}
+
+/* The product's input row m of x, K values, into row[]. */
+static void input_row(const lm_tensor_view *x, const lm_linear_params *p, int64_t m, int64_t K, double *row) {
+    if (p->input == LM_LINEAR_IN_SWIGLU) {
+        for (int64_t k = 0; k < K; k++) {
+            double g = el(x, m, k), u = el(x, m, K + k);
+            row[k] = g / (1.0 + exp(-g)) * u;
+        }
+        return;
+    }
+    for (int64_t k = 0; k < K; k++) row[k] = el(x, m, k);
+    if (p->input != LM_LINEAR_IN_RMSNORM) return;
+    double ss = 0.0;
+    for (int64_t k = 0; k < K; k++) ss += row[k] * row[k];
+    double inv = 1.0 / sqrt(ss / (double)K + (double)p->eps);
+    const lm_tensor_view *nw = p->norm_weight;
+    for (int64_t k = 0; k < K; k++) row[k] *= inv * lm__ld(nw->dtype, nw->data, k * nw->stride[0]);
+}
+
+lm_status lm__ref_linear(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                         const lm_linear_params *p, const lm_tensor_view *out) {
+    int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
+    double *row = lm__alloc(sizeof *row * (size_t)(K ? K : 1), 64);
+    if (!row) return lm__error_context(LM_OUT_OF_MEMORY, "linear: a row of %lld doubles", (long long)K);
+    for (int64_t m = 0; m < M; m++) {
+        input_row(x, p, m, K, row);
+        for (int64_t n = 0; n < N; n++) {
+            double acc = bias ? lm__ld(bias->dtype, bias->data, n * bias->stride[0]) : 0.0;
+            for (int64_t k = 0; k < K; k++) acc += row[k] * el(w, n, k);
+            int64_t o = m * out->stride[0] + n * out->stride[1];
+            if (p->accumulate) acc += lm__ld(out->dtype, out->data, o);
+            lm__st(out->dtype, out->data, o, acc);
+        }
+    }
+    lm__free(row);
+    return LM_OK;
+}

@@ -1,0 +1,280 @@
+/* The model-step operators on the CPU: KV store, attention over a KV cache (with and
+ * without a sliding window), the fused QKV + RoPE + KV write, the fused Linear, and
+ * token selection. Each against an independent computation written here in double
+ * (or against the composition of the basic operators it fuses), on fresh random
+ * inputs with poisoned outputs; plus the errors that name bad slots, positions and
+ * parameters.
+ * Tolerances: f32 results vs double: NMSE 1e-12, max-abs 1e-5 (values O(1)); bf16
+ * caches round each stored element once (relative 2^-9): NMSE 1e-5.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_ctx *g_ctx;
+
+#define V(t) lm_tensor_as_view(t)
+
+static lm_tensor *i32(int ndim, const int64_t *shape, const int32_t *vals) {
+    lm_tensor *t = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_I32, ndim, shape, vals, &t));
+    return t;
+}
+
+/* Softmax-weighted sum over keys [j0, j1) of a [S, Hkv, P, D] cache pair, in double. */
+static void attend(const double *kc, const double *vc, const double *qrow, int64_t s, int64_t g, int64_t Hkv, int64_t P,
+                   int64_t D, int64_t j0, int64_t j1, double scale, double *out) {
+    double mx = -INFINITY, *w = malloc(sizeof(double) * (size_t)(j1 - j0)), sum = 0;
+    for (int64_t j = j0; j < j1; j++) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; d++) dot += qrow[d] * kc[((s * Hkv + g) * P + j) * D + d];
+        w[j - j0] = dot * scale;
+        mx = fmax(mx, w[j - j0]);
+    }
+    for (int64_t j = j0; j < j1; j++) sum += (w[j - j0] = exp(w[j - j0] - mx));
+    for (int64_t d = 0; d < D; d++) {
+        double a = 0;
+        for (int64_t j = j0; j < j1; j++) a += w[j - j0] * vc[((s * Hkv + g) * P + j) * D + d];
+        out[d] = a / sum;
+    }
+    free(w);
+}
+
+/* attention_cache over random caches: tuned level and reference, with windows 0, 3
+ * and one longer than the keys, against attend(). B = 2 rows at different positions. */
+static void test_attention_cache_matches_double(void) {
+    lt_rng r = lt_rng_seed(11);
+    const int64_t S = 3, Hkv = 2, Hq = 6, P = 40, D = 16, B = 2, T = 5;
+    int64_t cs[4] = {S, Hkv, P, D}, qs[4] = {B, T, Hq, D}, bs[1] = {B}, ps[2] = {B, T};
+    lm_tensor *kc = lt_random_tensor(&r, LM_F32, 4, cs, 1.0), *vc = lt_random_tensor(&r, LM_F32, 4, cs, 1.0);
+    lm_tensor *q = lt_random_tensor(&r, LM_F32, 4, qs, 1.0);
+    int32_t slots[2] = {2, 0}, pos[10] = {7, 8, 9, 10, 11, 30, 31, 32, 33, 34};
+    lm_tensor *sl = i32(1, bs, slots), *po = i32(2, ps, pos);
+    double *k64 = lt_view_to_f64(V(kc)), *v64 = lt_view_to_f64(V(vc)), *q64 = lt_view_to_f64(V(q));
+    const int64_t windows[3] = {0, 3, 1000};
+    for (int w = 0; w < 3; w++)
+        for (int impl = 0; impl < 2; impl++) {
+            lm_ctx_set_impl(g_ctx, impl ? LM_IMPL_REF : LM_IMPL_TUNED);
+            lm_tensor *out = lt_poisoned_tensor(LM_F32, 4, qs);
+            lm_kv_attention_params p = {0.25f, windows[w], NULL};
+            LT_CHECK_OK(lm_attention_cache_out(g_ctx, V(q), V(kc), V(vc), V(sl), V(po), &p, V(out)));
+            double *want = malloc(sizeof(double) * (size_t)(B * T * Hq * D));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t h = 0; h < Hq; h++) {
+                        int64_t pp = pos[b * T + t], j0 = windows[w] && pp - windows[w] + 1 > 0 ? pp - windows[w] + 1 : 0;
+                        attend(k64, v64, q64 + ((b * T + t) * Hq + h) * D, slots[b], h / (Hq / Hkv), Hkv, P, D, j0,
+                               pp + 1, 0.25, want + ((b * T + t) * Hq + h) * D);
+                    }
+            double *got = lt_view_to_f64(V(out));
+            char what[64];
+            snprintf(what, sizeof what, "attention_cache window %lld %s", (long long)windows[w], impl ? "ref" : "tuned");
+            lt_check_close(what, got, want, B * T * Hq * D, 1e-12, 1e-5);
+            free(got), free(want);
+            lm_tensor_destroy(out);
+        }
+    lm_ctx_set_impl(g_ctx, LM_IMPL_AUTO);
+    free(k64), free(v64), free(q64);
+    lm_tensor_destroy(kc), lm_tensor_destroy(vc), lm_tensor_destroy(q), lm_tensor_destroy(sl), lm_tensor_destroy(po);
+}
+
+/* kv_store rounds into a bf16 cache at (slot, position) and touches nothing else. */
+static void test_kv_store_writes_only_its_rows(void) {
+    lt_rng r = lt_rng_seed(12);
+    const int64_t S = 3, H = 2, P = 8, D = 4, B = 2, T = 2;
+    int64_t cs[4] = {S, H, P, D}, xs[4] = {B, T, H, D}, bs[1] = {B}, ps[2] = {B, T};
+    lm_tensor *cache = lt_random_tensor(&r, LM_BF16, 4, cs, 1.0), *x = lt_random_tensor(&r, LM_F32, 4, xs, 1.0);
+    int32_t slots[2] = {1, 2}, pos[4] = {3, 4, 0, 1};
+    lm_tensor *sl = i32(1, bs, slots), *po = i32(2, ps, pos);
+    double *before = lt_view_to_f64(V(cache)), *x64 = lt_view_to_f64(V(x));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(cache), V(x), V(sl), V(po)));
+    double *after = lt_view_to_f64(V(cache));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t c = ((slots[b] * H + h) * P + pos[b * T + t]) * D + d;
+                    before[c] = lm_bf16_to_f32(lm_f32_to_bf16((float)x64[((b * T + t) * H + h) * D + d]));
+                }
+    int same = 1;
+    for (int64_t i = 0; i < S * H * P * D; i++) same &= after[i] == before[i];
+    LT_CHECK_MSG(same, "kv_store: the cache differs from the expected rounded rows");
+    /* errors name the row and leave the cache untouched */
+    int32_t bad_slot[2] = {1, 5}, dup[2] = {1, 1}, gap[4] = {3, 5, 0, 1}, past[4] = {7, 8, 0, 1};
+    lm_tensor *t1 = i32(1, bs, bad_slot), *t2 = i32(1, bs, dup), *t3 = i32(2, ps, gap), *t4 = i32(2, ps, past);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(cache), V(x), V(t1), V(po)), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "slot 5") != NULL);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(cache), V(x), V(t2), V(po)), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(cache), V(x), V(sl), V(t3)), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "consecutive") != NULL);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(cache), V(x), V(sl), V(t4)), LM_OUT_OF_RANGE);
+    double *again = lt_view_to_f64(V(cache));
+    LT_CHECK(memcmp(again, after, sizeof(double) * (size_t)(S * H * P * D)) == 0);
+    free(before), free(after), free(again), free(x64);
+    lm_tensor *all[] = {cache, x, sl, po, t1, t2, t3, t4};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+}
+
+/* qkv_rope_store equals slice -> bias -> rmsnorm -> rope -> kv_store through the
+ * public operators, for q, the k cache and the v cache. */
+static void test_qkv_rope_store_equals_its_composition(void) {
+    lt_rng r = lt_rng_seed(13);
+    const int64_t S = 2, Hq = 4, Hkv = 2, P = 12, D = 8, B = 2, T = 3, W = (Hq + 2 * Hkv) * D;
+    int64_t cs[4] = {S, Hkv, P, D}, xs[3] = {B, T, W}, qs[4] = {B, T, Hq, D}, bs[1] = {B}, ps[2] = {B, T};
+    int64_t ws[1] = {W}, ds[1] = {D}, fs[1] = {D / 2};
+    lm_tensor *qkv = lt_random_tensor(&r, LM_F32, 3, xs, 1.0), *bias = lt_random_tensor(&r, LM_F32, 1, ws, 0.3);
+    lm_tensor *qn = lt_random_tensor(&r, LM_F32, 1, ds, 1.0), *kn = lt_random_tensor(&r, LM_F32, 1, ds, 1.0);
+    lm_tensor *inv = lt_random_tensor(&r, LM_F32, 1, fs, 0.5);
+    int32_t slots[2] = {1, 0}, pos[6] = {2, 3, 4, 9, 10, 11};
+    lm_tensor *sl = i32(1, bs, slots), *po = i32(2, ps, pos);
+    lm_tensor *kc = NULL, *vc = NULL, *kc2 = NULL, *vc2 = NULL, *q = lt_poisoned_tensor(LM_F32, 4, qs);
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &kc));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &vc));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &kc2));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &vc2));
+    lm_qkv_rope_params p = {Hq, V(bias), V(qn), V(kn), 1e-5f, V(inv), 1.25f};
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, V(qkv), &p, V(sl), V(po), V(kc), V(vc), V(q)));
+    /* the composition */
+    lm_tensor *x = NULL;
+    LT_CHECK_OK(lm_add(g_ctx, V(qkv), V(bias), &x));
+    lm_tensor_view h4, part[3];
+    int64_t h4s[4] = {B, T, Hq + 2 * Hkv, D};
+    LT_CHECK_OK(lm_tensor_view_reshape(V(x), 4, h4s, &h4));
+    LT_CHECK_OK(lm_tensor_view_slice(&h4, 2, 0, Hq, 1, &part[0]));
+    LT_CHECK_OK(lm_tensor_view_slice(&h4, 2, Hq, Hq + Hkv, 1, &part[1]));
+    LT_CHECK_OK(lm_tensor_view_slice(&h4, 2, Hq + Hkv, Hq + 2 * Hkv, 1, &part[2]));
+    LT_CHECK_OK(lm_rmsnorm_out(g_ctx, &part[0], V(qn), 1e-5f, &part[0]));
+    LT_CHECK_OK(lm_rmsnorm_out(g_ctx, &part[1], V(kn), 1e-5f, &part[1]));
+    lm_rope_params rp = {LM_ROPE_SPLIT_HALF, V(inv), 1.25f, V(po), 0, NULL};
+    LT_CHECK_OK(lm_rope_out(g_ctx, &part[0], &rp, &part[0]));
+    LT_CHECK_OK(lm_rope_out(g_ctx, &part[1], &rp, &part[1]));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(kc2), &part[1], V(sl), V(po)));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(vc2), &part[2], V(sl), V(po)));
+    double *gq = lt_view_to_f64(V(q)), *wq = lt_view_to_f64(&part[0]);
+    double *gk = lt_view_to_f64(V(kc)), *wk = lt_view_to_f64(V(kc2)), *gv = lt_view_to_f64(V(vc)), *wv = lt_view_to_f64(V(vc2));
+    lt_check_close("qkv_rope_store q", gq, wq, B * T * Hq * D, 1e-12, 1e-5);
+    lt_check_close("qkv_rope_store k cache", gk, wk, S * Hkv * P * D, 1e-12, 1e-5);
+    lt_check_close("qkv_rope_store v cache", gv, wv, S * Hkv * P * D, 1e-12, 1e-5);
+    free(gq), free(wq), free(gk), free(wk), free(gv), free(wv);
+    lm_qkv_rope_params half = p;
+    half.k_norm = NULL;
+    LT_CHECK_STATUS(lm_qkv_rope_store_out(g_ctx, V(qkv), &half, V(sl), V(po), V(kc), V(vc), V(q)), LM_INVALID_ARGUMENT);
+    lm_tensor *all[] = {qkv, bias, qn, kn, inv, sl, po, kc, vc, kc2, vc2, q, x};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+}
+
+/* The fused Linear for each input form, with and without bias and accumulate,
+ * against the composition rmsnorm/swiglu -> matmul (transposed weight) -> add. */
+static void test_linear_equals_its_composition(void) {
+    lt_rng r = lt_rng_seed(14);
+    const int64_t M = 3, K = 16, N = 10;
+    for (int form = 0; form < 3; form++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t xs[2] = {M, form == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, ws[2] = {N, K}, os[2] = {M, N};
+            int64_t bs[1] = {N}, ks[1] = {K}, is[2] = {M, K};
+            lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1.0), *w = lt_random_tensor(&r, LM_BF16, 2, ws, 0.3);
+            lm_tensor *b = lt_random_tensor(&r, LM_F32, 1, bs, 0.3), *nw = lt_random_tensor(&r, LM_F32, 1, ks, 1.0);
+            lm_tensor *out = lt_random_tensor(&r, LM_F32, 2, os, 1.0), *in = NULL, *mm = NULL, *want = NULL;
+            double *res = lt_view_to_f64(V(out));
+            lm_linear_params p = {(lm_linear_input)form, V(nw), 1e-6f, acc};
+            LT_CHECK_OK(lm_linear_out(g_ctx, V(x), V(w), V(b), &p, V(out)));
+            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 2, is, &in));
+            if (form == LM_LINEAR_IN) LT_CHECK_OK(lm_tensor_view_copy(g_ctx, V(in), V(x)));
+            if (form == LM_LINEAR_IN_RMSNORM) LT_CHECK_OK(lm_rmsnorm_out(g_ctx, V(x), V(nw), 1e-6f, V(in)));
+            if (form == LM_LINEAR_IN_SWIGLU) {
+                lm_tensor_view g, u;
+                LT_CHECK_OK(lm_tensor_view_slice(V(x), 1, 0, K, 1, &g));
+                LT_CHECK_OK(lm_tensor_view_slice(V(x), 1, K, 2 * K, 1, &u));
+                LT_CHECK_OK(lm_swiglu_out(g_ctx, &g, &u, V(in)));
+            }
+            lm_tensor_view wt;
+            LT_CHECK_OK(lm_tensor_view_transpose(V(w), 0, 1, &wt));
+            LT_CHECK_OK(lm_matmul(g_ctx, V(in), &wt, &mm));
+            LT_CHECK_OK(lm_add(g_ctx, V(mm), V(b), &want));
+            double *got = lt_view_to_f64(V(out)), *w64 = lt_view_to_f64(V(want));
+            for (int64_t i = 0; acc && i < M * N; i++) w64[i] += res[i];
+            char what[48];
+            snprintf(what, sizeof what, "linear form %d accumulate %d", form, acc);
+            lt_check_close(what, got, w64, M * N, 1e-11, 1e-5);
+            free(got), free(w64), free(res);
+            lm_tensor *all[] = {x, w, b, nw, out, in, mm, want};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+        }
+    int64_t xs[2] = {2, 8}, ws[2] = {4, 6}, os[2] = {2, 4};
+    lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1.0), *w = lt_random_tensor(&r, LM_F32, 2, ws, 1.0);
+    lm_tensor *o = lt_poisoned_tensor(LM_F32, 2, os);
+    LT_CHECK_STATUS(lm_linear_out(g_ctx, V(x), V(w), NULL, NULL, V(o)), LM_SHAPE_MISMATCH);
+    int64_t w8[2] = {4, 8};
+    lm_tensor *wk = lt_random_tensor(&r, LM_F32, 2, w8, 1.0);
+    lm_linear_params nonorm = {LM_LINEAR_IN_RMSNORM, NULL, 1e-6f, 0};
+    LT_CHECK_STATUS(lm_linear_out(g_ctx, V(x), V(wk), NULL, &nonorm, V(o)), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "norm weight") != NULL);
+    lm_tensor_destroy(x), lm_tensor_destroy(w), lm_tensor_destroy(wk), lm_tensor_destroy(o);
+}
+
+static lm_tensor *params_tensor(const lm_sample_params *p) {
+    int64_t n = LM_SAMPLE_PARAMS_BYTES;
+    lm_tensor *t = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, &n, p, &t));
+    return t;
+}
+
+/* Greedy is the argmax; a draw repeats for the same (seed, draw, row); top-k 1 and
+ * min-p near 1 leave the argmax; draws over a small vocabulary follow the softmax
+ * (each frequency within 5 standard errors over 4000 draws). */
+static void test_sample_rules(void) {
+    const int64_t R = 1, Vn = 5;
+    int64_t ls[2] = {R, Vn}, is[1] = {R};
+    float logits[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+    lm_tensor *lg = NULL, *ids = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_F32, 2, ls, logits, &lg));
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_I32, 1, is, &ids));
+    lm_sample_params p = {.greedy = 1, .temperature = 1.0f, .top_p = 1.0f};
+    lm_tensor *pt = params_tensor(&p);
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
+    LT_CHECK(((int32_t *)lm_tensor_data(ids))[0] == 1); /* ties: the lower id */
+    lm_tensor_destroy(pt);
+    int counts[5] = {0};
+    double z = 0, prob[5];
+    for (int j = 0; j < 5; j++) z += exp(logits[j]);
+    for (int j = 0; j < 5; j++) prob[j] = exp(logits[j]) / z;
+    for (uint64_t d = 0; d < 4000; d++) {
+        lm_sample_params s = {.temperature = 1.0f, .top_p = 1.0f, .seed = 7, .draw = d};
+        pt = params_tensor(&s);
+        LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
+        int32_t id = ((int32_t *)lm_tensor_data(ids))[0];
+        if (id >= 0 && id < 5) counts[id]++;
+        if (d == 3) { /* the same draw again */
+            LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
+            LT_CHECK(((int32_t *)lm_tensor_data(ids))[0] == id);
+        }
+        lm_tensor_destroy(pt);
+    }
+    for (int j = 0; j < 5; j++) {
+        double se = sqrt(prob[j] * (1 - prob[j]) / 4000.0), f = counts[j] / 4000.0;
+        LT_CHECK_MSG(fabs(f - prob[j]) <= 5 * se, "token %d drawn %.4f of the time, softmax %.4f", j, f, prob[j]);
+    }
+    lm_sample_params k1 = {.temperature = 0.7f, .top_k = 1, .top_p = 1.0f, .seed = 3};
+    pt = params_tensor(&k1);
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
+    LT_CHECK(((int32_t *)lm_tensor_data(ids))[0] == 1);
+    lm_tensor_destroy(pt);
+    lm_sample_params bad = {.temperature = -1.0f, .top_p = 1.0f};
+    pt = params_tensor(&bad);
+    LT_CHECK_STATUS(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)), LM_INVALID_ARGUMENT);
+    lm_tensor_destroy(pt);
+    lm_tensor_destroy(lg), lm_tensor_destroy(ids);
+}
+
+int main(void) {
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
+    LT_RUN(test_attention_cache_matches_double);
+    LT_RUN(test_kv_store_writes_only_its_rows);
+    LT_RUN(test_qkv_rope_store_equals_its_composition);
+    LT_RUN(test_linear_equals_its_composition);
+    LT_RUN(test_sample_rules);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
