@@ -247,13 +247,15 @@ def build_config(a):
         cfg["head_dim"] = head_dim
     if a.arch == "llama":
         cfg.update(attention_bias=bool(a.attention_bias), mlp_bias=False, pretraining_tp=1)
+    window = a.sliding_window
     if a.arch == "mistral":
-        cfg["sliding_window"] = None
+        cfg["sliding_window"] = window  # every layer when set
     if a.arch == "qwen2":
-        cfg.update(use_sliding_window=False, sliding_window=max_pos, max_window_layers=a.layers)
+        cfg.update(use_sliding_window=bool(window), sliding_window=window or max_pos,
+                   max_window_layers=a.layers if window is None else a.window_layers)
     if a.arch == "qwen3":
-        cfg.update(attention_bias=False, use_sliding_window=False, sliding_window=None,
-                   max_window_layers=a.layers)
+        cfg.update(attention_bias=False, use_sliding_window=bool(window), sliding_window=window,
+                   max_window_layers=a.layers if window is None else a.window_layers)
     return dict(sorted(cfg.items()))
 
 
@@ -405,6 +407,10 @@ def parse_args(argv):
     p.add_argument("--rope-scaling", help='JSON, e.g. {"rope_type":"linear","factor":2}')
     p.add_argument("--max-pos", type=int, help="max_position_embeddings (yarn: factor*original)")
     p.add_argument("--rms-eps", type=float, help="rms_norm_eps (default per architecture)")
+    p.add_argument("--sliding-window", type=int, help="attention window in tokens (mistral: every layer; "
+                   "qwen2/qwen3: layers from --window-layers on)")
+    p.add_argument("--window-layers", type=int, default=0,
+                   help="qwen2/qwen3 max_window_layers: the first layer index that uses the window (default 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init-std", type=float, default=1.0, help="weight scale, see init_weights")
     p.add_argument("--shards", type=int, default=1, help="number of safetensors files")
@@ -417,6 +423,10 @@ def parse_args(argv):
     for name in ("hidden", "intermediate", "layers", "heads", "kv_heads", "shards"):
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    if a.sliding_window is not None and (a.sliding_window < 1 or a.arch == "llama"):
+        raise SystemExit("--sliding-window: a positive window, for mistral, qwen2 or qwen3")
+    if not 0 <= a.window_layers <= a.layers:
+        raise SystemExit("--window-layers must lie in [0, --layers]")
     check_args(a)
     return a
 

@@ -31,3 +31,7 @@ mk qwen2_mqa_yarn --arch qwen2 --vocab 256 --hidden 64 --intermediate 128 --laye
 mk llama_linear_f16 --arch llama --vocab 256 --hidden 64 --intermediate 128 --layers 2 \
   --heads 4 --kv-heads 2 --tied --dtype f16 --rope-theta 10000 \
   --rope-scaling '{"rope_type":"linear","factor":2.0}' --seed 1445
+mk mistral_window_f32 --arch mistral --vocab 256 --hidden 64 --intermediate 128 --layers 2 \
+  --heads 4 --kv-heads 2 --dtype f32 --rope-theta 10000 --sliding-window 7 --seed 1871
+mk qwen2_window_bf16 --arch qwen2 --vocab 256 --hidden 64 --intermediate 128 --layers 3 \
+  --heads 4 --kv-heads 2 --dtype bf16 --rope-theta 10000 --sliding-window 5 --window-layers 1 --seed 1903

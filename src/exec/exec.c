@@ -21,10 +21,14 @@ void lm_exec_options_default(lm_exec_options *o) {
  * fused op at any matched op), then the fusions its operators have kernels for. */
 static lm_status passes_for(lm_device d, int fuse, const lm_graph *g, lm_graph **out) {
     static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
+    static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,         lm__pass_stack_linears,
+                                      lm__pass_qkv_rope_store,  lm__pass_linear_input,   lm__pass_linear_residual,
+                                      lm__pass_add_rmsnorm,     lm__pass_gemm_inputs};
     static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
-    (void)d;
-    if (!fuse) return lm__graph_run_passes(g, 1, none, out);
-    return lm__graph_run_passes(g, 2, host, out);
+    lm__pass_env env = {d, lm_linear_supported};
+    if (!fuse) return lm__graph_run_passes(g, &env, 1, none, out);
+    if (d.type == LM_DEVICE_CPU) return lm__graph_run_passes(g, &env, 2, host, out);
+    return lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);
 }
 
 void lm_exec_destroy(lm_exec *e) {
@@ -79,8 +83,8 @@ lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *
 /* The input or parameter value called name, or -1. */
 static int leaf_named(const lm_exec *e, const char *name) {
     const lm_graph *g = e->g;
-    for (int64_t i = 0; i < g->nops && lm__gop_is_leaf(g->ops[i].kind); i++) /* leaves come first (hoisted) */
-        if (strcmp(g->ops[i].name, name) == 0) return g->ops[i].out;
+    for (int64_t i = 0; i < g->nops; i++) /* passes may add parameters (stacked weights) anywhere */
+        if (lm__gop_is_leaf(g->ops[i].kind) && strcmp(g->ops[i].name, name) == 0) return g->ops[i].out;
     return -1;
 }
 

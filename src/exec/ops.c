@@ -150,6 +150,14 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
         return lm_sample_out(ctx, x, IN(1), e->work[i] ? &ws : NULL, out);
     }
     case LM__GOP_ADD_RMSNORM: return lm_add_rmsnorm_out(ctx, x, IN(1), IN(2), (float)op->a, out, &V[op->out2]);
+    case LM__GOP_LINEAR: {
+        lm_linear_params p = {(lm_linear_input)op->i[0], IN(3), (float)op->a, (int)op->i[3]};
+        return lm_linear_out(ctx, x, IN(1), IN(2), &p, out);
+    }
+    case LM__GOP_QKV_ROPE_STORE: {
+        lm_qkv_rope_params p = {op->i[0], IN(1), IN(2), IN(3), (float)op->a, IN(4), (float)op->b};
+        return lm_qkv_rope_store_out(ctx, x, &p, IN(6), IN(5), IN(7), IN(8), out);
+    }
     default:
         return lm__error(LM_UNSUPPORTED, "executor: op '%s' (%s) has no engine operator", op->name,
                          lm__gop_name(op->kind));

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #define LM__G_MAX_DIMS 4
-#define LM__G_MAX_IN 8
+#define LM__G_MAX_IN 10
 #define LM__G_NAME 64
 #define LM__G_MAX_CARRY 4
 

@@ -105,7 +105,8 @@ int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to) {
 int lm__gop_is_leaf(lm__gopk k) { return k == LM__GOP_INPUT || k == LM__GOP_PARAM; }
 
 /* ---- passes ----------------------------------------------------------------------------------- */
-lm_status lm__pass_hoist_leaves(const lm_graph *g, lm_graph **out) {
+lm_status lm__pass_hoist_leaves(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    (void)env;
     lm__rw rw;
     LM_TRY(lm__rw_init(&rw, g));
     lm_status st = LM_OK;
@@ -146,7 +147,8 @@ static lm_status fuse_add_rmsnorm(lm__rw *rw, int64_t i, int *fused) {
     return LM_OK;
 }
 
-lm_status lm__pass_add_rmsnorm(const lm_graph *g, lm_graph **out) {
+lm_status lm__pass_add_rmsnorm(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    (void)env;
     lm__rw rw;
     LM_TRY(lm__rw_init(&rw, g));
     lm_status st = LM_OK;
@@ -194,7 +196,8 @@ static lm_status fuse_linear(lm__rw *rw, int64_t i, int *fused) {
     return LM_OK;
 }
 
-lm_status lm__pass_linear(const lm_graph *g, lm_graph **out) {
+lm_status lm__pass_linear(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    (void)env;
     lm__rw rw;
     LM_TRY(lm__rw_init(&rw, g));
     lm_status st = LM_OK;
@@ -211,12 +214,13 @@ lm_status lm__pass_linear(const lm_graph *g, lm_graph **out) {
     return lm__rw_finish(&rw, out);
 }
 
-lm_status lm__graph_run_passes(const lm_graph *g, int n, const lm__pass_fn *passes, lm_graph **out) {
+lm_status lm__graph_run_passes(const lm_graph *g, const lm__pass_env *env, int n, const lm__pass_fn *passes,
+                               lm_graph **out) {
     lm_graph *cur = NULL;
     LM_TRY(lm__graph_clone(g, &cur));
     for (int k = 0; k < n; k++) {
         lm_graph *next = NULL;
-        lm_status st = passes[k](cur, &next);
+        lm_status st = passes[k](cur, env, &next);
         lm_graph_destroy(cur);
         if (st != LM_OK) return st;
         cur = next;

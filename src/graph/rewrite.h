@@ -6,6 +6,7 @@
 #define LOOM_GRAPH_REWRITE_H
 
 #include "graph/ir.h"
+#include "loom/ops.h"
 
 typedef struct lm__rw {
     const lm_graph *src;
@@ -33,16 +34,48 @@ int lm__graph_first_use(const lm_graph *g, int v, int64_t from);
 int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to);
 int lm__gop_is_leaf(lm__gopk k); /* input or parameter */
 
-typedef lm_status (*lm__pass_fn)(const lm_graph *g, lm_graph **out);
+/* What a pass may ask about the target: the device its operators will run on, and
+ * which fused linears it runs as one kernel (lm_linear_supported; tests substitute
+ * another rule to run the GPU's rewrites on the CPU's operators). */
+typedef struct lm__pass_env {
+    lm_device device;
+    int (*linear_supported)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                            lm_dtype w_dtype);
+} lm__pass_env;
+
+typedef lm_status (*lm__pass_fn)(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* Inputs and parameters first, in their order, then everything else in order. */
-lm_status lm__pass_hoist_leaves(const lm_graph *g, lm_graph **out);
+lm_status lm__pass_hoist_leaves(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* add + the rmsnorm of its sum -> add_rmsnorm (lm_add_rmsnorm_out). Run on canonical
  * graphs (no op between the two writes into the add's operands). */
-lm_status lm__pass_add_rmsnorm(const lm_graph *g, lm_graph **out);
+lm_status lm__pass_add_rmsnorm(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* matmul(x, permute(w)) (+ bias_add) with parameters w [N, K], bias [N] -> linear
  * (x w^T + b). The permute stays if something else reads it (it costs nothing). */
-lm_status lm__pass_linear(const lm_graph *g, lm_graph **out);
+lm_status lm__pass_linear(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* g through passes[0..n) in order; *out is a new graph (g itself when n = 0, cloned). */
-lm_status lm__graph_run_passes(const lm_graph *g, int n, const lm__pass_fn *passes, lm_graph **out);
+lm_status lm__graph_run_passes(const lm_graph *g, const lm__pass_env *env, int n, const lm__pass_fn *passes,
+                               lm_graph **out);
+
+/* ---- the GPU's fusions (graph/fuse.c), in the order the CUDA executor runs them ---- */
+/* Linears reading the same rows with weights q_proj|k_proj|v_proj (or gate_proj|
+ * up_proj) of one layer -> one linear over the stacked parameter "qkv_proj" ("gate_up_
+ * proj"; nn/upload.c registers it) whose column slices replace the three (two). */
+lm_status lm__pass_stack_linears(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* The slices of a stacked q|k|v projection through reshape, (q/k) rmsnorm, rope and
+ * the two kv_stores -> qkv_rope_store (lm_qkv_rope_store_out). */
+lm_status lm__pass_qkv_rope_store(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* A linear whose input is an rmsnorm, or a swiglu of the two halves of one value,
+ * read by nothing else -> the linear with that input form, where the device runs it
+ * as one kernel (lm_linear_supported: the decode GEMVs). */
+lm_status lm__pass_linear_input(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* add(r, linear(..)) where r's storage is read by nothing later -> the linear
+ * accumulating into r in place (the residual stream), where the device runs it as
+ * one kernel. */
+lm_status lm__pass_linear_residual(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* Values whose every reader is a linear's input (normalized rows, attention output,
+ * the SwiGLU activation, multi-token q) become bf16 when the weights are bf16, so the
+ * GEMMs run bf16 x bf16 -> f32 on tensor cores; an embedding of a bf16 table followed
+ * by a widening cast becomes one embedding into f32. */
+lm_status lm__pass_gemm_inputs(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 
 #endif
