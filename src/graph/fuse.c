@@ -408,28 +408,6 @@ lm_status lm__pass_linear_input(const lm_graph *g, const lm__pass_env *env, lm_g
     return st;
 }
 
-/* 1 when no op after `after` reads a value stored in root's storage (views and
- * in-place results included). */
-static int storage_dead_after(const lm_graph *g, int root, int64_t after) {
-    for (int64_t i = after + 1; i < g->nops; i++)
-        for (int k = 0; k < g->ops[i].nin; k++)
-            if (g->ops[i].in[k] >= 0 && g->values[g->ops[i].in[k]].root == root) return 0;
-    for (int64_t v = 0; v < g->nvalues; v++)
-        if (g->values[v].output && g->values[v].root == root) return 0;
-    return 1;
-}
-
-/* 1 when v is its storage's own value or reshapes of it (every element, row-major):
- * accumulating into v then writes exactly its storage. */
-static int whole_reshape(const lm_graph *g, int v) {
-    while (g->values[v].root != v) {
-        const lm__gop *op = producer(g, v);
-        if (op->kind != LM__GOP_RESHAPE) return 0;
-        v = op->in[0];
-    }
-    return 1;
-}
-
 static lm_status plan_residuals(lins *s, plan *p, const lm__pass_env *env) {
     const lm_graph *g = s->g;
     for (int64_t i = 0; i < g->nops; i++) {
@@ -444,7 +422,7 @@ static lm_status plan_residuals(lins *s, plan *p, const lm__pass_env *env) {
             if (vr->dtype != vy->dtype || vr->ndim != 2 || vr->dims[0] != vy->dims[0] || vr->dims[1] != vy->dims[1])
                 continue;
             if (lm__gop_is_leaf(producer(g, root)->kind) || g->values[lin->in[0]].root == root) continue;
-            if (!whole_reshape(g, r) || !storage_dead_after(g, root, i)) continue;
+            if (!lm__graph_whole_storage(g, r) || !lm__graph_storage_dead_after(g, root, i)) continue;
             if (!supported(env, g, (int)lin->i[0], lin->in[0], lin->in[1])) continue;
             lin_fusion f = {g->values[y].op, -1, (int)lin->i[0], -1, lin->a, r, add->out};
             LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));

@@ -34,6 +34,7 @@ int lm__gop_is_view(lm__gopk k) { return k == LM__GOP_RESHAPE || k == LM__GOP_PE
 int lm__gop_inplace_input(const lm__gop *op) {
     if (op->kind == LM__GOP_KV_STORE) return 0;
     if (op->kind == LM__GOP_LINEAR && op->i[3]) return 4;
+    if (op->kind == LM__GOP_ADD_RMSNORM && op->i[0]) return 1;
     return -1;
 }
 

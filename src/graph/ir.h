@@ -59,7 +59,8 @@ typedef enum lm__gopk {
     LM__GOP_LINEAR_CE, /* x [N, H], w [V, H], targets [N] i32; i[0] = ignore_index; out f32 scalar loss */
     LM__GOP_SAMPLE,    /* logits [R, V] f32, params u8 [LM_SAMPLE_PARAMS_BYTES] -> ids [R] i32 */
     /* ---- fused ops (made by rewrite passes, each a public operator) ---- */
-    LM__GOP_ADD_RMSNORM, /* x, residual, weight; a = eps; out = x + residual, out2 = rmsnorm(out) * weight */
+    LM__GOP_ADD_RMSNORM, /* x, residual, weight; a = eps; out = x + residual, out2 = rmsnorm(out) * weight;
+                            i[0] = 1: out is written in place into the residual */
     LM__GOP_LINEAR,      /* x, w [N, K], bias?, norm_weight?, residual?; i[0] = lm_linear_input,
                             i[1] = has bias, i[2] = has norm weight, i[3] = accumulate; a = eps */
     LM__GOP_QKV_ROPE_STORE, /* qkv [B, T, (Hq + 2 Hkv) D], bias?, q_norm?, k_norm?, inv_freq, positions, slots,
@@ -125,7 +126,8 @@ int lm__gop_is_elementwise(lm__gopk k); /* output follows the layout of in[0] */
 int lm__gop_is_rows(lm__gopk k);        /* needs whole rows (last axis unsplit) */
 const char *lm__gop_name(lm__gopk k);
 /* The input whose storage op's output is (kv_store: the cache; a linear with
- * accumulate: the residual), or -1 when the output is a new value or a view. */
+ * accumulate, an in-place add_rmsnorm: the residual), or -1 when the output is a new
+ * value or a view. */
 int lm__gop_inplace_input(const lm__gop *op);
 int64_t lm__gvalue_numel(const lm__gvalue *v);
 double lm__graph_matmul_flops(const lm_graph *g); /* repeats counted count times */

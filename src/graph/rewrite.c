@@ -104,6 +104,24 @@ int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to) {
 
 int lm__gop_is_leaf(lm__gopk k) { return k == LM__GOP_INPUT || k == LM__GOP_PARAM; }
 
+int lm__graph_whole_storage(const lm_graph *g, int v) {
+    while (g->values[v].root != v) {
+        const lm__gop *op = &g->ops[g->values[v].op];
+        if (op->kind != LM__GOP_RESHAPE) return 0;
+        v = op->in[0];
+    }
+    return 1;
+}
+
+int lm__graph_storage_dead_after(const lm_graph *g, int root, int64_t after) {
+    for (int64_t i = after + 1; i < g->nops; i++)
+        for (int k = 0; k < g->ops[i].nin; k++)
+            if (g->ops[i].in[k] >= 0 && g->values[g->ops[i].in[k]].root == root) return 0;
+    for (int64_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].output && g->values[v].root == root) return 0;
+    return 1;
+}
+
 /* ---- passes ----------------------------------------------------------------------------------- */
 lm_status lm__pass_hoist_leaves(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
     (void)env;
@@ -139,6 +157,14 @@ static lm_status fuse_add_rmsnorm(lm__rw *rw, int64_t i, int *fused) {
     int sum, norm;
     LM_TRY(lm__graph_append(rw->dst, LM__GOP_ADD_RMSNORM, s->name, in, 3, s->ndim, s->dims, s->dtype, &op, &sum));
     op->a = g->ops[n].a;
+    /* The residual stream updated in place (the residual's storage is read by nothing
+     * after the add): one buffer for the whole stream, as the fused kernels expect. */
+    int r = add->in[0];
+    if (lm__graph_whole_storage(g, r) && !lm__gop_is_leaf(g->ops[g->values[g->values[r].root].op].kind) &&
+        lm__graph_storage_dead_after(g, g->values[r].root, n)) {
+        op->i[0] = 1;
+        rw->dst->values[sum].root = rw->dst->values[in[1]].root;
+    }
     LM_TRY(lm__graph_add_out2(rw->dst, y->name, y->ndim, y->dims, y->dtype, &norm));
     rw->map[add->out] = sum;
     rw->map[g->ops[n].out] = norm;

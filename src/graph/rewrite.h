@@ -33,6 +33,12 @@ int lm__graph_first_use(const lm_graph *g, int v, int64_t from);
 /* 1 when an op in [from, to) reads v. */
 int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to);
 int lm__gop_is_leaf(lm__gopk k); /* input or parameter */
+/* 1 when v is its storage's own value or reshapes of it (every element, row-major):
+ * writing v in place then writes exactly its storage. */
+int lm__graph_whole_storage(const lm_graph *g, int v);
+/* 1 when no op after `after` reads a value stored in root's storage (views and
+ * in-place results included) and no program output lives there. */
+int lm__graph_storage_dead_after(const lm_graph *g, int root, int64_t after);
 
 /* What a pass may ask about the target: the device its operators will run on, and
  * which fused linears it runs as one kernel (lm_linear_supported; tests substitute
