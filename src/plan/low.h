@@ -189,9 +189,18 @@ struct lm_plan {
 /* Deep copy of a graph (the plan outlives the caller's graph). */
 lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);
 
-/* data.c: deterministic N(mean, std^2) data of an input or parameter value, rounded
- * to its dtype; dense row-major [numel] floats for repeat iteration iter. */
-void lm__plan_data_fill(const lm_graph *g, int v, int64_t iter, uint64_t seed, float *out);
+/* data.c: the inputs and parameters a simulation starts from (the caller's data
+ * source or generated data, see data.c), rounded to their dtypes. */
+typedef struct lm__plan_data {
+    const lm_graph *g; /* borrowed */
+    uint64_t seed;
+    float **given; /* [nvalues] caller data of inputs/parameters ([copies * numel]), NULL without a source */
+} lm__plan_data;
+/* Asks o->fill (when set) for every input and parameter; errors name the value. */
+lm_status lm__plan_data_init(lm__plan_data *d, const lm_graph *g, const lm_plan_sim_options *o);
+void lm__plan_data_free(lm__plan_data *d);
+/* Value v (an input or parameter) at repeat iteration iter: dense row-major [numel] floats. */
+void lm__plan_data_get(const lm__plan_data *d, int v, int64_t iter, float *out);
 
 /* ref.c: the CPU reference. expected[k] receives, for check target k (graph
  * checkpoints first, then outputs in value order), count(k) dense arrays (one per
@@ -202,7 +211,7 @@ typedef struct lm__plan_ref {
     int64_t *count; /* [ntargets] iterations recorded */
     float **data;   /* [ntargets] [count * numel] */
 } lm__plan_ref;
-lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref);
+lm_status lm__plan_ref_run(const lm_graph *g, const lm__plan_data *data, lm_threadpool *pool, lm__plan_ref *ref);
 void lm__plan_ref_free(lm__plan_ref *ref);
 
 #endif

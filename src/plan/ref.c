@@ -12,8 +12,8 @@
 #include <math.h>
 
 typedef struct rctx {
-    const lm_graph *g; /* borrowed */
-    uint64_t seed;
+    const lm_graph *g;          /* borrowed */
+    const lm__plan_data *data; /* borrowed: inputs and parameters */
     lm_threadpool *pool; /* borrowed */
     float **val;         /* [nvalues] dense values in their own shape */
     lm__plan_ref *ref;   /* receives the recorded targets */
@@ -117,7 +117,7 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     const float *x = op->nin ? r->val[op->in[0]] : NULL;
     switch (op->kind) {
     case LM__GOP_INPUT:
-    case LM__GOP_PARAM: lm__plan_data_fill(g, op->out, op->kind == LM__GOP_PARAM ? iter : 0, r->seed, o); break;
+    case LM__GOP_PARAM: lm__plan_data_get(r->data, op->out, op->kind == LM__GOP_PARAM ? iter : 0, o); break;
     case LM__GOP_MATMUL: LM_TRY(matmul(r, op)); break;
     case LM__GOP_BIAS_ADD: {
         const float *b = r->val[op->in[1]];
@@ -199,11 +199,11 @@ void lm__plan_ref_free(lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
 }
 
-lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref) {
+lm_status lm__plan_ref_run(const lm_graph *g, const lm__plan_data *data, lm_threadpool *pool, lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
     int nt = (int)g->nchecks;
     for (int64_t v = 0; v < g->nvalues; v++) nt += g->values[v].output;
-    rctx r = {g, seed, pool, lm__calloc((size_t)g->nvalues, sizeof(float *)), ref};
+    rctx r = {g, data, pool, lm__calloc((size_t)g->nvalues, sizeof(float *)), ref};
     ref->value = lm__calloc((size_t)nt + 1, sizeof(int));
     ref->count = lm__calloc((size_t)nt + 1, sizeof(int64_t));
     ref->data = lm__calloc((size_t)nt + 1, sizeof(float *));
