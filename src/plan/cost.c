@@ -40,6 +40,7 @@ double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype 
     case LM__GOP_SILU: return lm__plan_cost_vector(m, dt, 2 * e * s, 3 * e, e); /* x / (1 + exp(-x)) */
     case LM__GOP_ADD:
     case LM__GOP_MUL: return lm__plan_cost_vector(m, dt, 3 * e * s, e, 0);
+    case LM__GOP_SWIGLU: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, e); /* silu as above, then * up */
     default: return 0;
     }
 }

@@ -222,7 +222,7 @@ void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_lo
         case LM__PLAN_K_BINARY: {
             float a = lm__plan_load(base[0] + offset_of(&w0, i), c->op[0].dtype);
             float b = lm__plan_load(base[1] + offset_of(&w1, i), c->op[1].dtype);
-            v = c->i[0] ? a * b : a + b;
+            v = c->i[0] == 2 ? a / (1.0f + expf(-a)) * b : c->i[0] ? a * b : a + b;
             break;
         }
         case LM__PLAN_K_COPY: v = lm__plan_load(base[0] + offset_of(&w0, i), c->op[0].dtype); break;
@@ -273,7 +273,8 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     case LM__PLAN_K_BIAS: return lm__plan_cost_elementwise(m, LM__GOP_BIAS_ADD, o0->dtype, e0);
     case LM__PLAN_K_UNARY:
         return lm__plan_cost_elementwise(m, c->i[0] ? LM__GOP_SILU : LM__GOP_GELU, o0->dtype, e0);
-    case LM__PLAN_K_BINARY: return lm__plan_cost_elementwise(m, LM__GOP_ADD, o0->dtype, e0);
+    case LM__PLAN_K_BINARY:
+        return lm__plan_cost_elementwise(m, c->i[0] == 2 ? LM__GOP_SWIGLU : LM__GOP_ADD, o0->dtype, e0);
     case LM__PLAN_K_SOFTMAX:
     case LM__PLAN_K_LAYERNORM:
     case LM__PLAN_K_RMSNORM: {

@@ -17,7 +17,7 @@ typedef enum lm__plan_kk {
     LM__PLAN_K_MATMUL,        /* op2[b,m,n] (+= if i[0]) sum_k op0[b,m,k] op1[b,k,n], f32 accumulation */
     LM__PLAN_K_BIAS,          /* op2 = op0 + op1[n] (op1 is 1-D, broadcast over the leading dims) */
     LM__PLAN_K_UNARY,         /* op1 = f(op0); i[0]: 0 gelu (tanh), 1 silu */
-    LM__PLAN_K_BINARY,        /* op2 = op0 (+|*) op1; i[0]: 0 add, 1 mul */
+    LM__PLAN_K_BINARY,        /* op2 = op0 (+|*) op1; i[0]: 0 add, 1 mul, 2 silu(op0) * op1 (swiglu) */
     LM__PLAN_K_SOFTMAX,       /* op1 = softmax(f[0] * op0) over the last dim */
     LM__PLAN_K_LAYERNORM,     /* op1 = norm(op0) * op2 (+ op3); f[0] eps */
     LM__PLAN_K_RMSNORM,       /* op1 = op0 / rms(op0) * op2; f[0] eps */

@@ -240,7 +240,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
             }
         } else {
             int64_t elems = lm__plan_layout_shard_elems(&lx), n = lx.block[lx.ndim - 1];
-            c.cost = lm__gop_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
+            c.cost = lm__plan_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
                                                   : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
         }
         c.out = mval_add(b, o->out, &P->lay[t->out], -1, region);

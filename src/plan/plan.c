@@ -23,7 +23,7 @@ void lm_plan_options_default(lm_plan_options *o) {
 static lm_status supported(const lm_graph *g) {
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
-        if (op->kind > LM__GOP_REPEAT_OUT)
+        if (op->kind > LM__GOP_REPEAT_OUT && op->kind != LM__GOP_SWIGLU)
             return lm__error(LM_UNSUPPORTED, "plan: op '%s' (%s) has no tile-machine kernel", op->name,
                              lm__gop_name(op->kind));
         const lm__gvalue *v = &g->values[op->out];

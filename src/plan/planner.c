@@ -14,6 +14,9 @@
 
 #include <stdio.h>
 
+int lm__plan_is_elementwise(lm__gopk k) { return lm__gop_is_elementwise(k) || k == LM__GOP_SWIGLU; }
+int lm__plan_is_rows(lm__gopk k) { return lm__gop_is_rows(k); }
+
 static lm_status grow_index(lm__plan_planner *P) {
     int64_t cap = P->lay_hcap ? P->lay_hcap * 2 : 1024;
     int32_t *idx = lm__alloc(sizeof(int32_t) * (size_t)cap, 64);
@@ -159,8 +162,9 @@ static lm_status candidates_pass(lm__plan_planner *P) {
         case LM__GOP_SILU:
         case LM__GOP_ADD:
         case LM__GOP_MUL:
+        case LM__GOP_SWIGLU:
             forward_requests(P, op->out, op->in[0], 0);
-            if (op->kind == LM__GOP_ADD || op->kind == LM__GOP_MUL) forward_requests(P, op->out, op->in[1], 0);
+            if (op->nin > 1 && op->kind != LM__GOP_BIAS_ADD) forward_requests(P, op->out, op->in[1], 0);
             break;
         case LM__GOP_SOFTMAX:
         case LM__GOP_LAYERNORM:

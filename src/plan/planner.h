@@ -16,6 +16,12 @@
 #define LM__PLAN_MAX_REQ 16 /* layouts requested of one value by its consumers */
 #define LM__PLAN_REASON 240
 
+/* Ops the planner lays out like their first input, shard by shard (the graph's
+ * elementwise ops plus swiglu), and ops that need whole rows of their last axis
+ * (the graph's row ops); both are planned by following a layout of in[0]. */
+int lm__plan_is_elementwise(lm__gopk k);
+int lm__plan_is_rows(lm__gopk k);
+
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc);

@@ -135,6 +135,12 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     case LM__GOP_SILU:
         for (int64_t i = 0; i < n; i++) o[i] = round_to((float)(x[i] / (1.0 + exp(-(double)x[i]))), vo->dtype);
         break;
+    case LM__GOP_SWIGLU: {
+        const float *up = r->val[op->in[1]];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = round_to((float)(x[i] / (1.0 + exp(-(double)x[i])) * up[i]), vo->dtype);
+        break;
+    }
     case LM__GOP_ADD:
     case LM__GOP_MUL: {
         const float *y = r->val[op->in[1]];

@@ -220,7 +220,7 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
     const lm__gop *o = &g->ops[op];
     lm__plan_layout lx = *lx_in;
     lm__plan_trace t = trace_new(s->trace, u);
-    int rows = lm__gop_is_rows(o->kind);
+    int rows = lm__plan_is_rows(o->kind);
     if (rows && lx.grid[lx.ndim - 1] > 1) {
         lm__plan_layout_set_block(&lx, lx.ndim - 1, lx.dims[lx.ndim - 1]);
         lm__plan_layout_canon(&lx);
@@ -499,7 +499,7 @@ static lm_status expand(lm__plan_planner *P, int u, const lm__plan_state *s, bea
     if (un->kind == LM__PLAN_U_REPEAT) return expand_repeat(P, u, s, out, width);
     const lm__gop *o = &P->g->ops[un->op];
     if (o->kind == LM__GOP_MATMUL) return expand_gemm(P, u, s, out);
-    if (lm__gop_is_elementwise(o->kind) || lm__gop_is_rows(o->kind)) return expand_follow(P, u, s, out);
+    if (lm__plan_is_elementwise(o->kind) || lm__plan_is_rows(o->kind)) return expand_follow(P, u, s, out);
     return lm__error(LM_INTERNAL, "plan search: op '%s' (%s) has no planner", o->name, lm__gop_name(o->kind));
 }
 
@@ -516,7 +516,7 @@ static lm_status search_range(lm__plan_planner *P, int ubegin, int uend, beam *c
             const lm__plan_unit *un = &P->units[u];
             const char *name = un->op >= 0 ? P->g->ops[un->op].name : "repeat";
             const char *why = un->op >= 0 ? P->op_reason + (size_t)un->op * LM__PLAN_REASON : "";
-            if (!*why && un->kind == LM__PLAN_U_OP && lm__gop_is_elementwise(P->g->ops[un->op].kind))
+            if (!*why && un->kind == LM__PLAN_U_OP && lm__plan_is_elementwise(P->g->ops[un->op].kind))
                 why = P->reason;
             st = *why ? lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why)
                       : lm__error(LM_UNSUPPORTED, "no feasible plan for '%s' (every candidate was rejected)", name);
