@@ -309,6 +309,15 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
                 c.f[0] = (float)gop->a;
                 c.op[1] = outo;
                 break;
+            case LM__GOP_ROPE: {
+                int64_t tlo[2] = {lo[0], lo[1]}, thi[2] = {hi[0], hi[1]}, ilo[1] = {0}, ihi[1] = {L->dims[nd - 1] / 2};
+                c.kernel = LM__PLAN_K_ROPE;
+                c.f[0] = (float)gop->a;
+                c.op[1] = outo;
+                LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, tlo, thi, &c.op[2]));
+                LM_TRY(lm__plan_low_operand(low, mid, o->in[2], t, ilo, ihi, &c.op[3]));
+                break;
+            }
             case LM__GOP_LAYERNORM:
             case LM__GOP_RMSNORM:
                 c.kernel = gop->kind == LM__GOP_LAYERNORM ? LM__PLAN_K_LAYERNORM : LM__PLAN_K_RMSNORM;

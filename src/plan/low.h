@@ -27,6 +27,8 @@ typedef enum lm__plan_kk {
     LM__PLAN_K_FLASH_UPDATE,  /* op0 S [rows, n] f32, op1 P [rows, n], op2 state: online softmax, f[0] scale */
     LM__PLAN_K_FLASH_COMBINE, /* op0 state += i[0] states in op1 (i[1] elements apart) */
     LM__PLAN_K_FLASH_FINAL,   /* op1 [rows, dv] = O / l of state op0 */
+    LM__PLAN_K_ROPE,          /* op1 [b, t, h, d] = rope(op0) at positions op2 [b, t] (i32) with inv_freq op3
+                                 [d/2] (f32); f[0] attention factor; reads each pair before writing it */
     LM__PLAN_K_COUNT
 } lm__plan_kk;
 
@@ -161,7 +163,7 @@ lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *m
 /* kernels.c: one call on one tile's memory; scratch holds at least lm__plan_kernel_scratch floats. */
 int64_t lm__plan_kernel_scratch(const lm__plan_low *low);
 void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_low *low, int64_t iter, float *scratch);
-/* Element access helpers shared with the simulator (f32 or f16 storage). */
+/* Element access helpers shared with the simulator (f32, f16 or i32 storage). */
 float lm__plan_load(const uint8_t *p, lm_dtype dt);
 void lm__plan_store(uint8_t *p, lm_dtype dt, float v);
 /* Byte address of operand o's element 0 in a tile memory at repeat iteration iter. */

@@ -168,21 +168,6 @@ static lm_status checkpoints(mb *b, int value, int m) {
     return LM_OK;
 }
 
-/* Broadcast parameter layout (bias, norm scale [N]) matching x's layout lx. */
-static int bcast_layout(const lm__plan_layout *lx, const lm__gvalue *p, lm__plan_layout *l) {
-    int last = lx->ndim - 1;
-    lm__plan_layout_init(l, 1, p->dims, p->dtype);
-    lm__plan_layout_set_block(l, 0, lx->block[last]);
-    l->tstride[0] = lx->tstride[last];
-    l->tile0 = lx->tile0;
-    for (int d = 0; d < last; d++)
-        if (lx->grid[d] > 1 && !lm__plan_layout_add_rep(l, lx->grid[d], lx->tstride[d])) return 0;
-    for (int a = 0; a < lx->nrep; a++)
-        if (!lm__plan_layout_add_rep(l, lx->rcount[a], lx->rstride[a])) return 0;
-    lm__plan_layout_canon(l);
-    return 1;
-}
-
 static lm_status build_chain(mb *b, int end, int start);
 
 static lm_status decision(mb *b, const lm__plan_trace *t) {
@@ -197,7 +182,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
         const lm__plan_cand *cd = o->kind == LM__GOP_MATMUL ? &P->cands[u->op][t->choice] : NULL;
         lm__plan_layout lx = P->lay[t->out];
         for (int i = 0; i < o->nin; i++) {
-            int v = o->in[i], r = g->values[v].root, rm;
+            int v = o->in[i], r = g->values[v].root, rm, narrow;
             if (cd && cd->steps > 1 && g->ops[g->values[r].op].kind != LM__GOP_PARAM) { /* streamed from here */
                 LM_TRY(source(b, r, t->src[i], &rm));
             } else if (g->ops[g->values[r].op].kind == LM__GOP_PARAM) {
@@ -206,7 +191,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
                     pl = cd->in_root[i];
                 else if (t->src[i] >= 0) /* read like an activation: placed where the search put it */
                     pl = P->lay[t->src[i]];
-                else if (!bcast_layout(&lx, &g->values[v], &pl))
+                else if (!lm__plan_follow_input(g, o, i, &lx, &pl, &narrow))
                     return lm__error(LM_UNSUPPORTED, "op '%s': parameter '%s' layout needs too many replica axes",
                                      o->name, g->values[v].name);
                 LM_TRY(placed(b, r, &pl, &rm));
@@ -239,9 +224,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
                 return checkpoints(b, o->out, fm);
             }
         } else {
-            int64_t elems = lm__plan_layout_shard_elems(&lx), n = lx.block[lx.ndim - 1];
-            c.cost = lm__plan_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
-                                                  : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
+            c.cost = lm__plan_cost_follow(P->m, o->kind, &lx);
         }
         c.out = mval_add(b, o->out, &P->lay[t->out], -1, region);
         if (c.out < 0) return LM_OUT_OF_MEMORY;

@@ -15,7 +15,20 @@
 #include <stdio.h>
 
 int lm__plan_is_elementwise(lm__gopk k) { return lm__gop_is_elementwise(k) || k == LM__GOP_SWIGLU; }
-int lm__plan_is_rows(lm__gopk k) { return lm__gop_is_rows(k); }
+int lm__plan_is_rows(lm__gopk k) { return lm__gop_is_rows(k) || k == LM__GOP_ROPE; }
+
+int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__plan_layout *lx,
+                          lm__plan_layout *l, int *narrow) {
+    const lm__gvalue *v = &g->values[o->in[i]];
+    *narrow = v->ndim != lx->ndim;
+    if (!*narrow) {
+        *l = *lx;
+        l->dtype = v->dtype;
+        return 1;
+    }
+    int d0 = o->kind == LM__GOP_ROPE && i == 1 ? 0 : lx->ndim - v->ndim;
+    return lm__plan_layout_project(lx, d0, v->ndim, v->dims, v->dtype, l);
+}
 
 static lm_status grow_index(lm__plan_planner *P) {
     int64_t cap = P->lay_hcap ? P->lay_hcap * 2 : 1024;
@@ -168,7 +181,8 @@ static lm_status candidates_pass(lm__plan_planner *P) {
             break;
         case LM__GOP_SOFTMAX:
         case LM__GOP_LAYERNORM:
-        case LM__GOP_RMSNORM: forward_requests(P, op->out, op->in[0], 1); break;
+        case LM__GOP_RMSNORM:
+        case LM__GOP_ROPE: forward_requests(P, op->out, op->in[0], 1); break;
         case LM__GOP_REPEAT_OUT: forward_requests(P, op->out, op->in[0], 0); break;
         case LM__GOP_REPEAT_IN: {
             const lm__gregion *r = &g->regions[op->region];

@@ -21,12 +21,24 @@
  * (the graph's row ops); both are planned by following a layout of in[0]. */
 int lm__plan_is_elementwise(lm__gopk k);
 int lm__plan_is_rows(lm__gopk k);
+/* The layout a following op o wants of its input i >= 1, in that input's own space,
+ * when its output (and in[0]) takes layout lx: lx itself for a same-shape operand;
+ * for an operand indexing only some of lx's dims — a [N] bias or scale and RoPE's
+ * inv_freq [D/2] (lx's last dim), RoPE positions [B, T] (lx's first two) — lx
+ * projected onto those dims (lm__plan_layout_project). *narrow receives 1 for the
+ * projected ones. 0 when the layout cannot be expressed. */
+int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__plan_layout *lx,
+                          lm__plan_layout *l, int *narrow);
 
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc);
 double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t elems);
 double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t rows, int64_t n);
+/* RoPE of tokens x heads rows of d elements (angles once per token and frequency). */
+double lm__plan_cost_rope(const lm_plan_machine *m, lm_dtype dt, int64_t tokens, int64_t heads, int64_t d);
+/* Kernel cycles of a following (elementwise or row) op of kind k on one shard of lx. */
+double lm__plan_cost_follow(const lm_plan_machine *m, lm__gopk k, const lm__plan_layout *lx);
 double lm__plan_cost_copy(const lm_plan_machine *m, int64_t bytes);
 double lm__plan_cost_reduce(const lm_plan_machine *m, lm_dtype in_dt, lm_dtype out_dt, int64_t out_elems,
                             int64_t add_elems);

@@ -92,6 +92,24 @@ static void rows(rctx *r, const lm__gop *op) {
     }
 }
 
+/* x [B, T, H, D] at positions [B, T], inv_freq [D/2]: angles and cos/sin in double. */
+static void rope(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vx = &r->g->values[op->in[0]];
+    int64_t T = vx->dims[0] * vx->dims[1], H = vx->dims[2], D = vx->dims[3], half = D / 2;
+    const float *x = r->val[op->in[0]], *pos = r->val[op->in[1]], *inv = r->val[op->in[2]];
+    float *o = r->val[op->out];
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            double ang = (double)pos[t] * (double)inv[i], c = cos(ang) * op->a, s = sin(ang) * op->a;
+            for (int64_t h = 0; h < H; h++) {
+                const float *xr = x + (t * H + h) * D;
+                float *orow = o + (t * H + h) * D;
+                orow[i] = round_to((float)(xr[i] * c - xr[i + half] * s), vx->dtype);
+                orow[i + half] = round_to((float)(xr[i + half] * c + xr[i] * s), vx->dtype);
+            }
+        }
+}
+
 static void permute(rctx *r, const lm__gop *op) {
     const lm__gvalue *vi = &r->g->values[op->in[0]], *vo = &r->g->values[op->out];
     int64_t istr[LM__PLAN_MAX_DIMS], s = 1;
@@ -156,6 +174,7 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     case LM__GOP_REPEAT_IN:
     case LM__GOP_REPEAT_OUT: memcpy(o, x, sizeof(float) * (size_t)n); break;
     case LM__GOP_PERMUTE: permute(r, op); break;
+    case LM__GOP_ROPE: rope(r, op); break;
     default: /* lm_plan_compile rejected every other kind before a plan existed */
         return lm__error(LM_INTERNAL, "plan reference: op '%s' (%s) has no tile-machine kernel", op->name,
                          lm__gop_name(op->kind));

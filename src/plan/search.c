@@ -237,21 +237,20 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
     }
     double added = 0;
     for (int i = 1; i < o->nin; i++) {
-        if (is_param(g, o->in[i]) && g->values[o->in[i]].ndim != lx.ndim) { /* a broadcast [N] parameter */
-            added += (double)(lx.block[lx.ndim - 1] * (int64_t)lm_dtype_size(g->values[o->in[i]].dtype)) *
+        lm__plan_layout li, r1;
+        int narrow;
+        if (!lm__plan_follow_input(g, o, i, &lx, &li, &narrow)) return LM_OK;
+        if (narrow && is_param(g, o->in[i])) { /* a broadcast parameter (bias, scale, inv_freq): placed there */
+            added += (double)lm__plan_layout_shard_bytes(&li) *
                      (double)(o->region >= 0 ? g->regions[o->region].count : 1);
             continue;
         }
-        lm__plan_layout r1;
-        if (!lm__plan_view_chain_unmap(g, o->in[i], &lx, &r1)) return LM_OK;
+        if (!lm__plan_view_chain_unmap(g, o->in[i], &li, &r1)) return LM_OK;
         t.req[i] = lm__plan_layout_id(P, &r1);
         if (t.req[i] < 0) return LM_OUT_OF_MEMORY;
         t.cost += best_source(P, s, o->in[i], t.req[i], &t.src[i]);
     }
-    int64_t elems = lm__plan_layout_shard_elems(&lx);
-    int64_t n = lx.block[lx.ndim - 1];
-    t.cost += rows ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
-                   : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
+    t.cost += lm__plan_cost_follow(P->m, o->kind, &lx);
     if (!isfinite(t.cost)) return LM_OK;
     lx.dtype = g->values[o->out].dtype;
     t.out = lm__plan_layout_id(P, &lx);

@@ -462,9 +462,69 @@ static void test_swiglu_mlp_with_hf_weights_matches_double(void) {
     run_layer(&c);
 }
 
+/* q = x Wq^T reshaped to [1, T, heads, D], optionally RMS-normed per head, then RoPE
+ * with i32 positions and an f32 inv_freq table: matches the double computation. */
+static void rope_case(const char *mach, int64_t T, int64_t H, int64_t heads, int64_t D, int qk_norm, double factor) {
+    lm_plan_machine *m = machine(mach);
+    tensors ts = {0};
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
+    int64_t xs[2] = {T, H}, ps[2] = {1, T}, fs[1] = {D / 2}, q4s[4] = {1, T, heads, D};
+    lm_graph_value x = -1, pos = -1, inv = -1, q4 = -1, r = -1;
+    add(&ts, "x", T * H, 0, 1, 0);
+    float *pv = add(&ts, "pos", T, 0, 0, 1), *iv = add(&ts, "rope.inv_freq", D / 2, 0, 0, 1);
+    for (int64_t t = 0; t < T; t++) pv[t] = (float)(3 * t + 1); /* positions need not be 0..T-1 */
+    for (int64_t i = 0; i < D / 2; i++) iv[i] = (float)pow(10000.0, -2.0 * (double)i / (double)D);
+    LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, xs, 1.0, &x));
+    LT_CHECK_OK(lm_graph_input(g, "pos", LM_I32, 2, ps, 0, &pos));
+    LT_CHECK_OK(lm_graph_param(g, "rope.inv_freq", LM_F32, 1, fs, 0, 0, &inv));
+    lm_graph_value q = linear(g, &ts, "q_proj", x, H, heads * D, 1);
+    LT_CHECK_OK(lm_graph_reshape(g, "q4", q, 4, q4s, &q4));
+    if (qk_norm) q4 = rms(g, &ts, "q_norm", q4, D);
+    LT_CHECK_OK(lm_graph_rope(g, "rope", q4, pos, inv, factor, &r));
+    LT_CHECK_OK(lm_graph_output(g, r));
+    lm_plan *p = NULL;
+    LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
+    lm_plan_sim *s = NULL;
+    if (p) {
+        LT_CHECK_OK(lm_plan_check(p));
+        lm_plan_sim_options so;
+        lm_plan_sim_options_default(&so);
+        so.threads = 2, so.fill = fill, so.fill_user = &ts;
+        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
+    }
+    if (s) {
+        lm_plan_sim_summary sum;
+        LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
+        LT_CHECK_MSG(sum.checks_failed == 0, "rope %s: the plan's own check failed (NMSE %.3g)", mach, sum.worst_nmse);
+        int64_t n = T * heads * D;
+        double *xd = malloc(sizeof(double) * (size_t)(T * H)), *want = malloc(sizeof(double) * (size_t)n);
+        float *got = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < T * H; i++) xd[i] = get(&ts, "x")[i];
+        ref_linear(xd, get(&ts, "q_proj.weight"), get(&ts, "q_proj.bias"), T, H, heads * D, want);
+        if (qk_norm) ref_rms(want, get(&ts, "q_norm.weight"), T * heads, D, want);
+        ref_rope(want, T, heads, D, pv, iv, factor);
+        LT_CHECK_OK(lm_plan_sim_output(s, "rope", got, n));
+        compare("rope", got, want, n, 1e-5, 2e-2, NULL);
+        free(xd), free(want), free(got);
+    }
+    lm_plan_sim_destroy(s);
+    lm_plan_destroy(p);
+    lm_graph_destroy(g);
+    lm_plan_machine_destroy(m);
+    tensors_free(&ts);
+}
+
+static void test_rope_matches_double(void) {
+    rope_case("small16", 32, 64, 4, 16, 0, 1.0);
+    rope_case("small16", 24, 48, 3, 32, 1, 1.25);
+    rope_case("small4", 16, 32, 2, 16, 1, 1.0);
+}
+
 int main(void) {
     LT_RUN(test_data_source_feeds_inputs_and_outputs_read_back);
     LT_RUN(test_data_source_names_repeat_copies);
     LT_RUN(test_swiglu_mlp_with_hf_weights_matches_double);
+    LT_RUN(test_rope_matches_double);
     return lt_finish();
 }
