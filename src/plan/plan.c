@@ -1,5 +1,6 @@
 /* plan/plan.c — lm_plan_compile: search, mid program, low program and SRAM
- * allocation, trying the search's next-best final states when the best one
+ * allocation, trying the search's other final states in cost order (the beam's
+ * light ones, kept for their low resident memory, come last) when the best one
  * overflows a tile; plus the plan summary and the public checker entry.
  *
  * The plan owns a copy of the graph and the machine, so callers may free theirs.
@@ -143,9 +144,9 @@ lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_
     lm_status st = lm__graph_clone(g, &p->g);
     lm__plan_planner P;
     memset(&P, 0, sizeof P);
-    int finals[4], nfinals = 0, best = -1;
+    int finals[16], nfinals = 0, best = -1;
     if (st == LM_OK) st = lm__plan_planner_init(&P, p->g, &p->m, &opt);
-    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 4);
+    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 16);
     lm_status first_fail = LM_OK;
     char why[512] = "";
     int built = 0;
