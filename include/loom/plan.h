@@ -82,6 +82,9 @@ typedef struct lm_plan_options {
     int64_t gemm_grid[3]; /* force every matmul's M,N,K split; 0 = free */
     lm_dtype partials;    /* dtype of cross-tile partial sums: f32 (default) or f16 */
     int gemm_candidates;  /* per matmul kept for the search (default 48) */
+    int64_t flash_grid[4]; /* force every flash attention's split of query heads, query rows, keys (kv-split
+                              tiles) and serial kv steps; all 0 = free (default), else all >= 1. An attention
+                              op the grid does not fit fails naming it; a matmul pattern runs materialized */
 } lm_plan_options;
 
 void lm_plan_options_default(lm_plan_options *o);

@@ -182,15 +182,20 @@ static void flash_update(const lm__plan_call *c, uint8_t *const *base) {
             const uint8_t *ps = base[0] + (h * S->strides[0] + q * S->strides[1]) * 4;
             uint8_t *pp = base[1] + (h * Pm->strides[0] + q * Pm->strides[1]) * ep;
             float *row = (float *)(void *)(base[2] + (h * st->strides[0] + q * st->strides[1]) * 4);
+            /* visible keys [lo, hi) of this row; a masked key gets p = 0 */
+            int64_t hi = c->i[0] ? LM_MIN(n, LM_MAX(0, q + c->i[1] + 1)) : n;
+            int64_t lo = c->i[0] && c->i[2] > 0 ? LM_MIN(hi, LM_MAX(0, q + c->i[1] - c->i[2] + 1)) : 0;
             float m_old = row[dv], mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < n; j++) mx = fmaxf(mx, scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32));
+            for (int64_t j = lo; j < hi; j++) mx = fmaxf(mx, scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32));
             float m_new = fmaxf(m_old, mx);
             float corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
             for (int64_t j = 0; j < n; j++) {
-                float p = expf(scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32) - m_new);
+                float p = j >= lo && j < hi ? expf(scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32) - m_new)
+                                            : 0.0f;
                 lm__plan_store(pp + j * Pm->strides[2] * ep, Pm->dtype, p);
                 sum += p;
             }
+            if (m_new == -INFINITY) continue; /* nothing seen yet: the state stays empty */
             for (int64_t d = 0; d < dv; d++) row[d * st->strides[2]] *= corr;
             row[dv] = m_new;
             row[dv + 1] = row[dv + 1] * corr + sum;
@@ -327,7 +332,7 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     case LM__PLAN_K_FLASH_INIT: return lm__plan_cost_vector(m, LM_F32, (double)(e0 * 4), 0, 0);
     case LM__PLAN_K_FLASH_UPDATE: {
         double rows = (double)(o0->dims[0] * o0->dims[1]), e = (double)e0, dv = (double)(c->op[2].dims[2] - 2);
-        return lm__plan_cost_vector(m, LM_F32, e * 6 + rows * dv * 8, e * 5 + rows * dv, e + rows);
+        return lm__plan_cost_vector(m, LM_F32, e * 6 + rows * dv * 8, e * 5 + rows * dv + (c->i[0] ? e : 0), e + rows);
     }
     case LM__PLAN_K_FLASH_COMBINE: {
         double st = (double)e0;

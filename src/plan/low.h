@@ -24,7 +24,9 @@ typedef enum lm__plan_kk {
     LM__PLAN_K_COPY,          /* op1 = op0 (dtype converting) */
     LM__PLAN_K_REDUCE,        /* op0 = (op1 if present) + sum of i[0] pieces of op2 (i[1] elements apart) */
     LM__PLAN_K_FLASH_INIT,    /* op0 state [rows, dv+2] = (0..., -inf, 0) */
-    LM__PLAN_K_FLASH_UPDATE,  /* op0 S [rows, n] f32, op1 P [rows, n], op2 state: online softmax, f[0] scale */
+    LM__PLAN_K_FLASH_UPDATE,  /* op0 S [h, rows, n] f32, op1 P [h, rows, n], op2 state: online softmax, f[0] scale;
+                                 i[0] = 1: key kj is seen by row qi only if kj <= qi + i[1] and, when i[2] > 0,
+                                 kj > qi + i[1] - i[2] (causal / windowed block) */
     LM__PLAN_K_FLASH_COMBINE, /* op0 state += i[0] states in op1 (i[1] elements apart) */
     LM__PLAN_K_FLASH_FINAL,   /* op1 [rows, dv] = O / l of state op0 */
     LM__PLAN_K_ROPE,          /* op1 [b, t, h, d] = rope(op0) at positions op2 [b, t] (i32) with inv_freq op3
@@ -47,7 +49,7 @@ typedef struct lm__plan_call {
     int16_t nops;
     lm__plan_opnd op[4];
     float f[2];
-    int64_t i[2];
+    int64_t i[3];
     double cycles; /* cost model */
 } lm__plan_call;
 

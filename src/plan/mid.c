@@ -233,14 +233,15 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
     }
     if (u->kind == LM__PLAN_U_ATTN) {
         if (t->choice < 0) return build_chain(b, t->body, t->start);
-        const lm__plan_cand *cd = &P->flash[u->attn[0]][t->choice];
-        const lm__gop *so = &g->ops[u->attn[0]], *pv = &g->ops[u->attn[2]];
-        int region = so->region;
-        lm__plan_mop f = mop(LM__PLAN_M_FLASH, u->attn[0], -1);
+        lm__plan_attn a;
+        if (!lm__plan_attn_of(g, u->op, &a)) return lm__error(LM_INTERNAL, "plan: attention unit lost");
+        const lm__plan_cand *cd = &P->flash[a.op][t->choice];
+        int region = g->ops[a.op].region;
+        lm__plan_mop f = mop(LM__PLAN_M_FLASH, a.op, -1);
         int qm;
-        LM_TRY(convert(b, g->values[so->in[0]].root, t->src[0], t->req[0], region, &qm));
-        LM_TRY(view_of(b, so->in[0], qm, &f.in[0]));
-        int kv[2] = {so->in[1], pv->in[1]};
+        LM_TRY(convert(b, g->values[a.q].root, t->src[0], t->req[0], region, &qm));
+        LM_TRY(view_of(b, a.q, qm, &f.in[0]));
+        int kv[2] = {a.kt, a.v};
         for (int i = 0; i < 2; i++) {
             LM_TRY(source(b, g->values[kv[i]].root, t->src[1 + i], &f.in[1 + i]));
         }
@@ -248,11 +249,11 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
         f.flash_k = kv[0];
         f.flash_v = kv[1];
         for (int i = 0; i < 4; i++) f.grid[i] = cd->grid[i];
-        f.cost = cd->compute + cd->reduce + lm__plan_flash_stream_cost(P, cd, u->attn, t->src[1], t->src[2]);
-        f.out = mval_add(b, pv->out, &P->lay[t->out], -1, region);
+        f.cost = cd->compute + cd->reduce + lm__plan_flash_stream_cost(P, cd, &a, t->src[1], t->src[2]);
+        f.out = mval_add(b, a.out, &P->lay[t->out], -1, region);
         if (f.out < 0) return LM_OUT_OF_MEMORY;
         LM_TRY(op_add(b, &f));
-        return checkpoints(b, pv->out, f.out);
+        return checkpoints(b, a.out, f.out);
     }
     /* REPEAT */
     const lm__gregion *rg = &g->regions[u->region];

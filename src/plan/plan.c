@@ -20,7 +20,7 @@ void lm_plan_options_default(lm_plan_options *o) {
 
 /* The op kinds the tile machine has kernels and cost models for. */
 static int has_kernel(lm__gopk k) {
-    return k <= LM__GOP_REPEAT_OUT || k == LM__GOP_SWIGLU || k == LM__GOP_ROPE;
+    return k <= LM__GOP_REPEAT_OUT || k == LM__GOP_SWIGLU || k == LM__GOP_ROPE || k == LM__GOP_ATTENTION;
 }
 
 /* i32 values exist only as RoPE positions (possibly through views). */
@@ -40,8 +40,8 @@ static lm_status check_i32(const lm_graph *g, int v) {
 
 /* What the tile machine can run: f32/f16 values (i32 RoPE positions), the ops it
  * has kernels and cost models for, matmuls of at most 3 dims with equal batch dims,
- * biases, norm scales and RoPE frequency tables held as parameters. Errors name the
- * op. */
+ * attention over one batch row, biases, norm scales and RoPE frequency tables held
+ * as parameters. Errors name the op. */
 static lm_status supported(const lm_graph *g) {
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
@@ -63,6 +63,9 @@ static lm_status supported(const lm_graph *g) {
                 return lm__error(LM_UNSUPPORTED, "plan: matmul '%s': needs [B?,M,K] x [B?,K,N] operands of one dtype",
                                  op->name);
         }
+        if (op->kind == LM__GOP_ATTENTION && g->values[op->in[0]].dims[0] != 1)
+            return lm__error(LM_UNSUPPORTED, "plan: attention '%s': batch %lld (the tile compiler runs one batch row)",
+                             op->name, (long long)g->values[op->in[0]].dims[0]);
         int first = op->kind == LM__GOP_ROPE ? 2 : 1; /* RoPE: positions are an activation, inv_freq a parameter */
         if (op->kind == LM__GOP_BIAS_ADD || op->kind == LM__GOP_LAYERNORM || op->kind == LM__GOP_RMSNORM ||
             op->kind == LM__GOP_ROPE)
@@ -76,6 +79,12 @@ static lm_status supported(const lm_graph *g) {
 
 static lm_status validate(const lm_graph *g, const lm_plan_options *o) {
     LM_TRY(supported(g));
+    for (int64_t i = 0; i < g->nops && o->attention == LM_PLAN_ATTN_MATERIALIZED; i++)
+        if (g->ops[i].kind == LM__GOP_ATTENTION)
+            return lm__error(LM_UNSUPPORTED,
+                             "plan: attention '%s': the attention op has only the flash lowering (the materialized "
+                             "strategy applies to matmul-softmax-matmul graphs)",
+                             g->ops[i].name);
     if (g->open_region >= 0) return lm__error(LM_INVALID_ARGUMENT, "plan: a repeat is still open (repeat_end missing)");
     int outputs = 0;
     for (int64_t v = 0; v < g->nvalues; v++) outputs += g->values[v].output;
@@ -88,6 +97,10 @@ static lm_status validate(const lm_graph *g, const lm_plan_options *o) {
         return lm__error(LM_INVALID_ARGUMENT, "plan: unknown attention strategy %d", (int)o->attention);
     for (int i = 0; i < 3; i++)
         if (o->gemm_grid[i] < 0) return lm__error(LM_INVALID_ARGUMENT, "plan: negative forced gemm grid");
+    int set = 0, negative = 0;
+    for (int i = 0; i < 4; i++) set += o->flash_grid[i] != 0, negative |= o->flash_grid[i] < 0;
+    if (negative || (set && set != 4))
+        return lm__error(LM_INVALID_ARGUMENT, "plan: a forced flash grid needs all four splits >= 1 (or all 0)");
     return LM_OK;
 }
 

@@ -110,6 +110,42 @@ static void rope(rctx *r, const lm__gop *op) {
         }
 }
 
+/* Token-major q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv]: per (b, head,
+ * query) the scores of its visible keys in double, a stable softmax, the weighted
+ * sum of V rows. O(B Hq Tq Tk (D + Dv)). */
+static lm_status attention(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vq = &r->g->values[op->in[0]], *vk = &r->g->values[op->in[1]], *vv = &r->g->values[op->in[2]];
+    int64_t B = vq->dims[0], Tq = vq->dims[1], Hq = vq->dims[2], D = vq->dims[3];
+    int64_t Tk = vk->dims[1], Hkv = vk->dims[2], Dv = vv->dims[3], group = Hq / Hkv, off = Tk - Tq;
+    const float *q = r->val[op->in[0]], *k = r->val[op->in[1]], *v = r->val[op->in[2]];
+    float *o = r->val[op->out];
+    double *p = lm__alloc(sizeof(double) * (size_t)(Tk + Dv), 64), *acc = p + Tk;
+    if (!p) return LM_OUT_OF_MEMORY;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                int64_t kh = h / group, hi = op->i[0] ? LM_MIN(Tk, i + off + 1) : Tk;
+                int64_t lo = op->i[0] && op->i[1] > 0 ? LM_MAX(0, i + off - op->i[1] + 1) : 0;
+                const float *qr = q + ((b * Tq + i) * Hq + h) * D;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = lo; j < hi; j++) {
+                    const float *kr = k + ((b * Tk + j) * Hkv + kh) * D;
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+                    p[j] = op->a * dot;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int64_t j = lo; j < hi; j++) sum += p[j] = exp(p[j] - mx);
+                for (int64_t e = 0; e < Dv; e++) acc[e] = 0;
+                for (int64_t j = lo; j < hi; j++)
+                    for (int64_t e = 0; e < Dv; e++) acc[e] += p[j] * v[((b * Tk + j) * Hkv + kh) * Dv + e];
+                float *orow = o + ((b * Tq + i) * Hq + h) * Dv;
+                for (int64_t e = 0; e < Dv; e++) orow[e] = round_to((float)(hi > lo ? acc[e] / sum : 0.0), vq->dtype);
+            }
+    lm__free(p);
+    return LM_OK;
+}
+
 static void permute(rctx *r, const lm__gop *op) {
     const lm__gvalue *vi = &r->g->values[op->in[0]], *vo = &r->g->values[op->out];
     int64_t istr[LM__PLAN_MAX_DIMS], s = 1;
@@ -175,6 +211,7 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     case LM__GOP_REPEAT_OUT: memcpy(o, x, sizeof(float) * (size_t)n); break;
     case LM__GOP_PERMUTE: permute(r, op); break;
     case LM__GOP_ROPE: rope(r, op); break;
+    case LM__GOP_ATTENTION: LM_TRY(attention(r, op)); break;
     default: /* lm_plan_compile rejected every other kind before a plan existed */
         return lm__error(LM_INTERNAL, "plan reference: op '%s' (%s) has no tile-machine kernel", op->name,
                          lm__gop_name(op->kind));

@@ -310,17 +310,18 @@ static lm_status nested(lm__plan_planner *P, int ubegin, int uend, const lm__pla
 static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out, int width) {
     const lm_graph *g = P->g;
     const lm__plan_unit *un = &P->units[u];
-    const int *ops = un->attn;
-    if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED) {
-        const lm__gop *so = &g->ops[ops[0]], *pv = &g->ops[ops[2]];
-        int kv[2] = {so->in[1], pv->in[1]};
-        for (int k = 0; k < P->nflash[ops[0]]; k++) {
-            const lm__plan_cand *c = &P->flash[ops[0]][k];
+    lm__plan_attn a;
+    if (!lm__plan_attn_of(g, un->op, &a)) return lm__error(LM_INTERNAL, "plan search: attention unit lost");
+    int materialized = un->child_begin < un->next; /* the pattern's ops can also run one by one */
+    if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED || !materialized) {
+        int kv[2] = {a.kt, a.v};
+        for (int k = 0; k < P->nflash[a.op]; k++) {
+            const lm__plan_cand *c = &P->flash[a.op][k];
             lm__plan_trace t = trace_new(s->trace, u);
             t.choice = k;
             t.req[0] = lm__plan_layout_id(P, &c->in_root[0]);
             if (t.req[0] < 0) return LM_OUT_OF_MEMORY;
-            t.cost = c->compute + c->reduce + best_source(P, s, so->in[0], t.req[0], &t.src[0]);
+            t.cost = c->compute + c->reduce + best_source(P, s, a.q, t.req[0], &t.src[0]);
             int32_t kvm[2][LM__PLAN_MAX_MAT];
             for (int i = 0; i < 2; i++) {
                 memcpy(kvm[i], mats(P, s, kv[i]), sizeof kvm[i]);
@@ -332,10 +333,10 @@ static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s
                 }
             }
             double best = INFINITY;
-            for (int a = 0; a < LM__PLAN_MAX_MAT && kvm[0][a] >= 0; a++)
-                for (int b = 0; b < LM__PLAN_MAX_MAT && kvm[1][b] >= 0; b++) {
-                    double sc = lm__plan_flash_stream_cost(P, c, ops, kvm[0][a], kvm[1][b]);
-                    if (sc < best) best = sc, t.src[1] = kvm[0][a], t.src[2] = kvm[1][b];
+            for (int ka = 0; ka < LM__PLAN_MAX_MAT && kvm[0][ka] >= 0; ka++)
+                for (int kb = 0; kb < LM__PLAN_MAX_MAT && kvm[1][kb] >= 0; kb++) {
+                    double sc = lm__plan_flash_stream_cost(P, c, &a, kvm[0][ka], kvm[1][kb]);
+                    if (sc < best) best = sc, t.src[1] = kvm[0][ka], t.src[2] = kvm[1][kb];
                 }
             t.cost += best;
             if (!isfinite(t.cost)) continue;
@@ -345,14 +346,14 @@ static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s
                 lm__free(m);
                 return LM_OUT_OF_MEMORY;
             }
-            mat_add(m + (size_t)g->values[so->in[0]].root * LM__PLAN_MAX_MAT, t.src[0]);
-            mat_add(m + (size_t)g->values[so->in[0]].root * LM__PLAN_MAX_MAT, t.req[0]);
+            mat_add(m + (size_t)g->values[a.q].root * LM__PLAN_MAX_MAT, t.src[0]);
+            mat_add(m + (size_t)g->values[a.q].root * LM__PLAN_MAX_MAT, t.req[0]);
             for (int i = 0; i < 2; i++) mat_add(m + (size_t)g->values[kv[i]].root * LM__PLAN_MAX_MAT, t.src[1 + i]);
-            mat_set(m + (size_t)pv->out * LM__PLAN_MAX_MAT, t.out);
+            mat_set(m + (size_t)a.out * LM__PLAN_MAX_MAT, t.out);
             LM_TRY(emit(P, out, s, &t, m, 0));
         }
     }
-    if (P->opt.attention != LM_PLAN_ATTN_FLASH) {
+    if (P->opt.attention != LM_PLAN_ATTN_FLASH && materialized) {
         beam res;
         int marker;
         lm_status st = nested(P, un->child_begin, un->next, s, width, &res, &marker);

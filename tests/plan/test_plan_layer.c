@@ -1,10 +1,16 @@
-/* The tile compiler on real data: a caller's data source feeds inputs and
- * parameters by name, simulated outputs are read back and compared with an
- * independent double-precision computation written here; data-source errors
- * propagate with the value's name; unknown outputs and wrong sizes are refused.
+/* The tile compiler on a decoder layer and on real data: a caller's data source
+ * feeds inputs and parameters by name (per repeat iteration as NAME#ITER), simulated
+ * outputs are read back and compared with an independent double-precision
+ * computation written here — SwiGLU MLP with Hugging Face [out, in] weights, RoPE
+ * (with q/k norms), the attention op under forced flash grids that run every path
+ * (shared and straddled kv groups, kv-split combines, masked, skipped and dropped
+ * blocks, no mask), and whole Llama/Mistral/Qwen2/Qwen3-shaped layers (GQA, MHA, a
+ * window shorter than T, biases, q/k norms) on small16 and small4; refusals and
+ * data-source errors name the op or value; unknown outputs and wrong sizes fail.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "plan/low.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -341,24 +347,26 @@ static void ref_rope(double *x, int64_t T, int64_t heads, int64_t D, const float
         }
 }
 
-/* Causal (windowed) grouped attention on token-major q [T, Hq, D], k/v [T, Hkv, D]. */
-static void ref_attention(const double *q, const double *k, const double *v, int64_t T, int64_t Hq, int64_t Hkv,
-                          int64_t D, int64_t window, double *out) {
-    double *p = malloc(sizeof(double) * (size_t)T);
+/* Grouped attention on token-major q [Tq, Hq, D], k/v [Tk, Hkv, D]: causal rows see
+ * keys j <= i + Tk - Tq, and with a window only j > i + Tk - Tq - window. */
+static void ref_attention(const double *q, const double *k, const double *v, int64_t Tq, int64_t Tk, int64_t Hq,
+                          int64_t Hkv, int64_t D, int causal, int64_t window, double *out) {
+    double *p = malloc(sizeof(double) * (size_t)Tk);
     for (int64_t h = 0; h < Hq; h++)
-        for (int64_t i = 0; i < T; i++) {
-            int64_t kh = h / (Hq / Hkv), lo = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+        for (int64_t i = 0; i < Tq; i++) {
+            int64_t kh = h / (Hq / Hkv), last = causal ? i + Tk - Tq : Tk - 1;
+            int64_t lo = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
             double mx = -INFINITY, sum = 0;
-            for (int64_t j = lo; j <= i; j++) {
+            for (int64_t j = lo; j <= last; j++) {
                 double dot = 0;
                 for (int64_t e = 0; e < D; e++) dot += q[(i * Hq + h) * D + e] * k[(j * Hkv + kh) * D + e];
                 p[j] = dot / sqrt((double)D);
                 mx = fmax(mx, p[j]);
             }
-            for (int64_t j = lo; j <= i; j++) sum += p[j] = exp(p[j] - mx);
+            for (int64_t j = lo; j <= last; j++) sum += p[j] = exp(p[j] - mx);
             for (int64_t e = 0; e < D; e++) {
                 double acc = 0;
-                for (int64_t j = lo; j <= i; j++) acc += p[j] * v[(j * Hkv + kh) * D + e];
+                for (int64_t j = lo; j <= last; j++) acc += p[j] * v[(j * Hkv + kh) * D + e];
                 out[(i * Hq + h) * D + e] = acc / sum;
             }
         }
@@ -386,7 +394,7 @@ static void ref_layer(const layer_cfg *c, const tensors *ts, double *y, double *
         }
         ref_rope(q, T, c->Hq, D, get(ts, "pos"), get(ts, "rope.inv_freq"), c->factor);
         ref_rope(k, T, c->Hkv, D, get(ts, "pos"), get(ts, "rope.inv_freq"), c->factor);
-        ref_attention(q, k, v, T, c->Hq, c->Hkv, D, c->window, attn);
+        ref_attention(q, k, v, T, T, c->Hq, c->Hkv, D, 1, c->window, attn);
         ref_linear(attn, get(ts, "self_attn.o_proj.weight"), c->qkv_bias ? get(ts, "self_attn.o_proj.bias") : NULL,
                    T, qn, H, o);
         for (int64_t i = 0; i < T * H; i++) x[i] += o[i];
@@ -521,10 +529,247 @@ static void test_rope_matches_double(void) {
     rope_case("small4", 16, 32, 2, 16, 1, 1.0);
 }
 
+/* Llama/Mistral (grouped kv heads), a window shorter than T, Qwen2 biases with Qwen3
+ * q/k norms, multi-head attention, and the smallest machine. */
+static void test_decoder_layer_matches_double(void) {
+    /* name, machine, T, H, Hq, Hkv, D, I, window, attention, qkv_bias, qk_norm, theta, factor */
+    static const layer_cfg cases[] = {
+        {"llama gqa", "small16", 32, 128, 4, 2, 32, 256, 0, 1, 0, 0, 10000.0, 1.0},
+        {"mistral window 24", "small16", 64, 64, 4, 2, 16, 128, 24, 1, 0, 0, 10000.0, 1.0},
+        {"qwen bias + qk norm", "small16", 32, 64, 4, 2, 32, 128, 0, 1, 1, 1, 1000000.0, 1.0},
+        {"mha", "small16", 40, 64, 4, 4, 16, 160, 0, 1, 0, 0, 10000.0, 1.1},
+        {"gqa small4", "small4", 16, 32, 4, 2, 8, 64, 0, 1, 1, 0, 10000.0, 1.0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_layer(&cases[i]);
+}
+
+/* The attention op alone on token-major inputs with a forced flash grid, so that
+ * each path runs: kv heads shared by several query-head blocks (aligned or not),
+ * several kv heads per block, kv-split combines, partially masked and skipped
+ * blocks, steps no query sees (Tk > Tq with a window), and no mask at all. */
+typedef struct attn_case {
+    int64_t Tq, Tk, Hq, Hkv, D, window;
+    int causal;
+    int64_t grid[4];
+    int expect_dropped; /* serial steps the mask removes entirely */
+} attn_case;
+
+static void attention_case(const attn_case *ac) {
+    lm_plan_machine *m = machine("small16");
+    tensors ts = {0};
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
+    int64_t qs[4] = {1, ac->Tq, ac->Hq, ac->D}, ks[4] = {1, ac->Tk, ac->Hkv, ac->D};
+    int64_t nq = ac->Tq * ac->Hq * ac->D, nk = ac->Tk * ac->Hkv * ac->D;
+    lm_graph_value q = -1, k = -1, v = -1, a = -1;
+    float *qf = add(&ts, "q", nq, 0, 1, 0), *kf = add(&ts, "k", nk, 0, 1, 0), *vf = add(&ts, "v", nk, 0, 1, 0);
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, qs, 1, &q));
+    LT_CHECK_OK(lm_graph_input(g, "k", LM_F16, 4, ks, 1, &k));
+    LT_CHECK_OK(lm_graph_input(g, "v", LM_F16, 4, ks, 1, &v));
+    LT_CHECK_OK(lm_graph_attention(g, "attn", q, k, v, 1.0 / sqrt((double)ac->D), ac->causal, ac->window, &a));
+    LT_CHECK_OK(lm_graph_output(g, a));
+    lm_plan_options o;
+    lm_plan_options_default(&o);
+    for (int i = 0; i < 4; i++) o.flash_grid[i] = ac->grid[i];
+    lm_plan *p = NULL;
+    LT_CHECK_OK(lm_plan_compile(g, m, &o, &p));
+    lm_plan_sim *s = NULL;
+    if (p) {
+        LT_CHECK_OK(lm_plan_check(p));
+        lm_plan_sim_options so;
+        lm_plan_sim_options_default(&so);
+        so.threads = 2, so.fill = fill, so.fill_user = &ts;
+        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
+        int steps = 0, masked = 0, found = 0;
+        for (int64_t i = 0; i < p->mid.nops; i++)
+            if (p->mid.ops[i].kind == LM__PLAN_M_FLASH) {
+                found = 1;
+                for (int d = 0; d < 4; d++) LT_CHECK(p->mid.ops[i].grid[d] == ac->grid[d]);
+            }
+        LT_CHECK(found);
+        for (int64_t i = 0; i < p->low.nsteps; i++)
+            steps += p->low.steps[i].kind == LM__PLAN_S_EXCHANGE && !strncmp(p->low.steps[i].label, "flash step", 10);
+        for (int64_t i = 0; i < p->low.ncalls; i++)
+            masked += p->low.calls[i].kernel == LM__PLAN_K_FLASH_UPDATE && p->low.calls[i].i[0];
+        LT_CHECK_MSG(steps == ac->grid[3] - ac->expect_dropped, "%d flash steps of %lld", steps, (long long)ac->grid[3]);
+        LT_CHECK_MSG(ac->causal ? masked > 0 : masked == 0, "%d masked updates", masked);
+    }
+    if (s) {
+        lm_plan_sim_summary sum;
+        LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
+        LT_CHECK_MSG(sum.checks_failed == 0, "attention: the plan's own check failed (NMSE %.3g)", sum.worst_nmse);
+        double ratio = sum.cycles / p->summary.predicted_cycles;
+        LT_CHECK_MSG(ratio > 0.8 && ratio < 1.25, "simulated / predicted = %.3f", ratio);
+        double *qd = malloc(sizeof(double) * (size_t)nq), *kd = malloc(sizeof(double) * (size_t)nk),
+               *vd = malloc(sizeof(double) * (size_t)nk), *want = malloc(sizeof(double) * (size_t)nq);
+        float *got = malloc(sizeof(float) * (size_t)nq);
+        for (int64_t i = 0; i < nq; i++) qd[i] = qf[i];
+        for (int64_t i = 0; i < nk; i++) kd[i] = kf[i], vd[i] = vf[i];
+        ref_attention(qd, kd, vd, ac->Tq, ac->Tk, ac->Hq, ac->Hkv, ac->D, ac->causal, ac->window, want);
+        LT_CHECK_OK(lm_plan_sim_output(s, "attn", got, nq));
+        compare("attention", got, want, nq, 1e-5, 2e-2, NULL);
+        free(qd), free(kd), free(vd), free(want), free(got);
+    }
+    lm_plan_sim_destroy(s);
+    lm_plan_destroy(p);
+    lm_graph_destroy(g);
+    lm_plan_machine_destroy(m);
+    tensors_free(&ts);
+}
+
+static void test_attention_op_paths_match_double(void) {
+    static const attn_case cases[] = {
+        /* Tq, Tk, Hq, Hkv, D, window, causal, grid {heads, queries, kv tiles, steps}, dropped */
+        {32, 32, 4, 2, 16, 0, 1, {4, 2, 2, 2}, 0},  /* a kv head shared by two head blocks, combine */
+        {32, 32, 6, 2, 16, 0, 1, {3, 2, 2, 2}, 0},  /* head blocks straddling kv groups */
+        {24, 24, 8, 2, 16, 0, 1, {1, 4, 1, 3}, 0},  /* two kv heads of four query heads per block */
+        {48, 48, 4, 2, 16, 8, 1, {2, 4, 2, 3}, 0},  /* a window of 8: most blocks skipped */
+        {16, 48, 4, 2, 16, 16, 1, {2, 2, 2, 3}, 1}, /* keys 0..16 seen by no query: step 0 dropped */
+        {24, 24, 4, 2, 16, 0, 0, {2, 3, 1, 3}, 0},  /* no mask */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(&cases[i]);
+}
+
+/* Refusals name the op: an op without a kernel, i32 values other than RoPE
+ * positions, a bf16 value, attention over two batch rows, the attention op with the
+ * materialized strategy or a flash grid that does not fit; a data source giving
+ * non-integer positions is refused naming the value. */
+static int refused(lm_graph *g, const lm_plan_options *o, lm_status want, const char *a, const char *b) {
+    lm_plan_machine *m = machine("small16");
+    lm_plan *p = NULL;
+    lm_status st = lm_plan_compile(g, m, o, &p);
+    int ok = st == want && p == NULL && strstr(lm_last_error(), a) && (!b || strstr(lm_last_error(), b));
+    LT_CHECK_MSG(ok, "got %s: %s (want %s naming %s)", lm_status_name(st), lm_last_error(), lm_status_name(want), a);
+    lm_plan_destroy(p);
+    lm_plan_machine_destroy(m);
+    return ok;
+}
+
+static void test_refusals_name_the_op(void) {
+    int64_t x2[2] = {16, 32}, x4[4] = {1, 16, 2, 16}, x4b[4] = {2, 16, 2, 16}, ps[2] = {1, 16}, fs[1] = {8};
+    int64_t tab[2] = {64, 32};
+    lm_graph_value x, y, ids, t, q, k, v, a, pos, inv;
+    lm_graph *g = NULL;
+    /* an op the tile machine has no kernel for */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, x2, 1, &x));
+    LT_CHECK_OK(lm__graph_cast(g, "widen", x, LM_F32, &y));
+    LT_CHECK_OK(lm_graph_output(g, y));
+    refused(g, NULL, LM_UNSUPPORTED, "'widen'", "cast");
+    lm_graph_destroy(g);
+    /* i32 ids feeding an embedding */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "ids", LM_I32, 2, ps, 0, &ids));
+    LT_CHECK_OK(lm_graph_param(g, "table", LM_F16, 2, tab, 0, 1, &t));
+    LT_CHECK_OK(lm__graph_embedding(g, "embed", t, ids, LM_F16, &y));
+    LT_CHECK_OK(lm_graph_output(g, y));
+    refused(g, NULL, LM_UNSUPPORTED, "'embed'", "i32");
+    lm_graph_destroy(g);
+    /* bf16 */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "xb", LM_BF16, 2, x2, 1, &x));
+    LT_CHECK_OK(lm_graph_unary(g, "act", LM_GRAPH_SILU, x, &y));
+    LT_CHECK_OK(lm_graph_output(g, y));
+    refused(g, NULL, LM_UNSUPPORTED, "'xb'", "bf16");
+    lm_graph_destroy(g);
+    /* attention over two batch rows */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4b, 1, &q));
+    LT_CHECK_OK(lm_graph_attention(g, "attn2", q, q, q, 0.25, 1, 0, &a));
+    LT_CHECK_OK(lm_graph_output(g, a));
+    refused(g, NULL, LM_UNSUPPORTED, "'attn2'", "batch");
+    lm_graph_destroy(g);
+    /* the attention op: no materialized strategy, and a forced grid must fit */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4, 1, &q));
+    LT_CHECK_OK(lm_graph_input(g, "k", LM_F16, 4, x4, 1, &k));
+    LT_CHECK_OK(lm_graph_input(g, "v", LM_F16, 4, x4, 1, &v));
+    LT_CHECK_OK(lm_graph_attention(g, "attn", q, k, v, 0.25, 1, 0, &a));
+    LT_CHECK_OK(lm_graph_output(g, a));
+    lm_plan_options o;
+    lm_plan_options_default(&o);
+    o.attention = LM_PLAN_ATTN_MATERIALIZED;
+    refused(g, &o, LM_UNSUPPORTED, "'attn'", "flash");
+    lm_plan_options_default(&o);
+    o.flash_grid[0] = 3, o.flash_grid[1] = 1, o.flash_grid[2] = 1, o.flash_grid[3] = 1; /* 3 head blocks of 2 heads */
+    refused(g, &o, LM_UNSUPPORTED, "'attn'", "3x1x1x1");
+    o.flash_grid[3] = 0;
+    refused(g, &o, LM_INVALID_ARGUMENT, "flash grid", NULL);
+    lm_graph_destroy(g);
+    /* positions must be integers */
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4, 1, &q));
+    LT_CHECK_OK(lm_graph_input(g, "pos", LM_I32, 2, ps, 0, &pos));
+    LT_CHECK_OK(lm_graph_param(g, "inv", LM_F32, 1, fs, 0.1, 0.01, &inv));
+    LT_CHECK_OK(lm_graph_rope(g, "rope", q, pos, inv, 1.0, &y));
+    LT_CHECK_OK(lm_graph_output(g, y));
+    lm_plan_machine *m = machine("small16");
+    lm_plan *p = NULL;
+    LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
+    tensors ts = {0};
+    add(&ts, "q", 16 * 2 * 16, 0, 1, 0);
+    add(&ts, "pos", 16, 0, 1, 1); /* N(0, 1): not integers */
+    add(&ts, "inv", 8, 0.1, 0.01, 1);
+    lm_plan_sim_options so;
+    lm_plan_sim_options_default(&so);
+    so.fill = fill, so.fill_user = &ts;
+    lm_plan_sim *s = NULL;
+    if (p) LT_CHECK_STATUS(lm_plan_simulate(p, &so, &s), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "'pos'") != NULL, "%s", lm_last_error());
+    /* generated data: positions 0..T-1 */
+    if (p) LT_CHECK_OK(lm_plan_simulate(p, NULL, &s));
+    lm_plan_sim_destroy(s);
+    tensors_free(&ts);
+    lm_plan_destroy(p);
+    lm_plan_machine_destroy(m);
+    lm_graph_destroy(g);
+}
+
+/* Every k-th allocation failing (strided over compile and a data-source simulation
+ * of a small layer) gives LM_OK or LM_OUT_OF_MEMORY and leaks nothing. */
+static void test_layer_survives_allocation_failures(void) {
+    layer_cfg c = {"gqa small4", "small4", 16, 32, 4, 2, 8, 64, 6, 1, 1, 1, 10000.0, 1.0};
+    tensors ts = {0};
+    lm_graph *g = build_layer(&c, &ts);
+    lm_plan_machine *m = machine("small4");
+    lm_plan_sim_options so;
+    lm_plan_sim_options_default(&so);
+    so.threads = 1, so.fill = fill, so.fill_user = &ts;
+    lt_alloc_track(0);
+    lm_plan *p = NULL;
+    lm_plan_sim *s = NULL;
+    LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
+    if (p) LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
+    int64_t total = lt_alloc_count();
+    lm_plan_sim_destroy(s);
+    lm_plan_destroy(p);
+    lt_alloc_untrack();
+    for (int64_t f = 1; f <= total; f += total / 100 + 1) {
+        lt_alloc_track(f);
+        p = NULL, s = NULL;
+        lm_status st = lm_plan_compile(g, m, NULL, &p);
+        if (st == LM_OK) st = lm_plan_simulate(p, &so, &s);
+        LT_CHECK_MSG(st == LM_OK || st == LM_OUT_OF_MEMORY, "failing allocation %lld gave %s: %s", (long long)f,
+                     lm_status_name(st), lm_last_error());
+        lm_plan_sim_destroy(s);
+        lm_plan_destroy(p);
+        LT_CHECK_MSG(lt_alloc_live() == 0, "failing allocation %lld leaked %lld", (long long)f,
+                     (long long)lt_alloc_live());
+        lt_alloc_untrack();
+    }
+    lm_graph_destroy(g);
+    lm_plan_machine_destroy(m);
+    tensors_free(&ts);
+}
+
 int main(void) {
     LT_RUN(test_data_source_feeds_inputs_and_outputs_read_back);
     LT_RUN(test_data_source_names_repeat_copies);
     LT_RUN(test_swiglu_mlp_with_hf_weights_matches_double);
     LT_RUN(test_rope_matches_double);
+    LT_RUN(test_attention_op_paths_match_double);
+    LT_RUN(test_decoder_layer_matches_double);
+    LT_RUN(test_refusals_name_the_op);
+    LT_RUN(test_layer_survives_allocation_failures);
     return lt_finish();
 }
