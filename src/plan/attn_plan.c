@@ -55,7 +55,6 @@ int lm__plan_attn_of(const lm_graph *g, int op, lm__plan_attn *a) {
     a->op = op;
     if (o->kind == LM__GOP_ATTENTION) {
         a->q = o->in[0], a->kt = o->in[1], a->v = o->in[2], a->out = o->out;
-        a->vnd = 4;
         set_map(a->qmap, 2, 1, 3), set_map(a->kmap, 2, 3, 1), set_map(a->vmap, 2, 1, 3), set_map(a->omap, 2, 1, 3);
         const lm__gvalue *q = &g->values[a->q], *k = &g->values[a->kt], *v = &g->values[a->v];
         a->H = q->dims[2], a->Tq = q->dims[1], a->D = q->dims[3];
@@ -68,7 +67,6 @@ int lm__plan_attn_of(const lm_graph *g, int op, lm__plan_attn *a) {
         if (!lm__plan_attention_match(g, op, ops)) return 0;
         const lm__gop *pv = &g->ops[ops[2]];
         a->q = o->in[0], a->kt = o->in[1], a->v = pv->in[1], a->out = pv->out;
-        a->vnd = 3;
         set_map(a->qmap, 0, 1, 2), set_map(a->kmap, 0, 1, 2), set_map(a->vmap, 0, 1, 2), set_map(a->omap, 0, 1, 2);
         const lm__gvalue *q = &g->values[a->q], *v = &g->values[a->v];
         a->H = a->Hkv = q->dims[0], a->Tq = q->dims[1], a->D = q->dims[2];
@@ -106,8 +104,8 @@ int lm__plan_flash_visible(const lm__plan_attn *a, const lm__plan_flash_geom *f,
     if (q0 >= q1 || k0 >= k1) return 0;
     if (!a->causal) return 1;
     int64_t off = a->Tk - a->Tq; /* query i sits at key position i + off */
-    if (k0 > q1 - 1 + off) return 0;                                    /* every key after every query */
-    if (a->window > 0 && k1 - 1 <= q0 + off - a->window) return 0;      /* every key left every window */
+    if (k0 > q1 - 1 + off) return 0; /* every key after the last query */
+    if (a->window > 0 && k1 - 1 <= q0 + off - a->window) return 0; /* every key before the first query's window */
     int all = k1 - 1 <= q0 + off && (a->window <= 0 || k0 > q1 - 1 + off - a->window);
     return all ? 1 : 2;
 }
@@ -132,7 +130,8 @@ static double step_compute(const lm_plan_machine *m, const lm__plan_attn *a, con
     for (int64_t ih = 0; ih < f->g[0]; ih++) {
         int64_t h0 = ih * f->bh, h1 = LM_MIN(a->H, h0 + f->bh);
         if (h0 < h1)
-            mm = fmax(mm, head_matmuls(m, a, h0, h1, f->bq, f->bs, a->D) + head_matmuls(m, a, h0, h1, f->bq, a->Dv, f->bs));
+            mm = fmax(mm, head_matmuls(m, a, h0, h1, f->bq, f->bs, a->D) +
+                              head_matmuls(m, a, h0, h1, f->bq, a->Dv, f->bs));
     }
     double rows = (double)(f->bh * f->bq), e = rows * (double)f->bs;
     return mm + lm__plan_cost_vector(m, LM_F32, e * 6 + rows * (double)a->Dv * 8,
@@ -293,12 +292,11 @@ lm_status lm__plan_flash_candidates(lm__plan_planner *P, const lm__plan_attn *a)
 }
 
 /* ---- streaming pieces ---------------------------------------------------------------------------- */
-/* The canonical box [clo, chi) as a box of a value with vnd dims (dims outside the
- * map, the attention op's batch dim, at index 0). */
-static void value_box(int vnd, const int8_t *map, const int64_t *clo, const int64_t *chi, int64_t *lo, int64_t *hi) {
+/* The canonical box [clo, chi) as a box of the value (dims outside the map, the
+ * attention op's batch dim, at index 0). */
+static void value_box(const int8_t *map, const int64_t *clo, const int64_t *chi, int64_t *lo, int64_t *hi) {
     for (int d = 0; d < LM__PLAN_MAX_DIMS; d++) lo[d] = 0, hi[d] = 1;
     for (int c = 0; c < 3; c++) lo[map[c]] = clo[c], hi[map[c]] = chi[c];
-    (void)vnd;
 }
 
 lm_status lm__plan_flash_step_pieces(const lm_graph *g, const lm__plan_attn *a, const int64_t *grid, int which,
@@ -324,7 +322,7 @@ lm_status lm__plan_flash_step_pieces(const lm_graph *g, const lm__plan_attn *a, 
                 else
                     clo[1] = k0, chi[1] = k1, chi[2] = a->Dv;
                 int64_t lo[LM__PLAN_MAX_DIMS], hi[LM__PLAN_MAX_DIMS], rlo[LM__PLAN_MAX_DIMS], rhi[LM__PLAN_MAX_DIMS];
-                value_box(a->vnd, map, clo, chi, lo, hi);
+                value_box(map, clo, chi, lo, hi);
                 if (!lm__plan_view_chain_box_unmap(g, v, lo, hi, rlo, rhi))
                     return lm__error(LM_INTERNAL, "flash: the kv box of '%s' is not a box of its root",
                                      g->values[v].name);

@@ -2,9 +2,9 @@
  * and each call's cycle cost from the machine model.
  *
  * Storage is f16 or f32 (i32 for RoPE positions); every kernel computes in f32 and
- * rounds once when it stores (f16: round to nearest even via lm_f32_to_f16). Matmul accumulates in f32 like the
- * matrix unit; operands are converted to dense f32 scratch first (O(mk + kn) before
- * O(mnk) work). Operands are strided boxes of up to 4 dims; row kernels treat all
+ * rounds once when it stores (f16: round to nearest even via lm_f32_to_f16). Matmul
+ * accumulates in f32 like the matrix unit; operands are converted to dense f32
+ * scratch first (O(mk + kn) before O(mnk) work). Operands are strided boxes of up to 4 dims; row kernels treat all
  * leading dims as rows of the last dim.
  */
 #include "plan/low.h"

@@ -310,7 +310,8 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
                 c.op[1] = outo;
                 break;
             case LM__GOP_ROPE: {
-                int64_t tlo[2] = {lo[0], lo[1]}, thi[2] = {hi[0], hi[1]}, ilo[1] = {0}, ihi[1] = {L->dims[nd - 1] / 2};
+                int64_t tlo[2] = {lo[0], lo[1]}, thi[2] = {hi[0], hi[1]}; /* the tokens' positions */
+                int64_t ilo[1] = {0}, ihi[1] = {L->dims[nd - 1] / 2};      /* the whole inv_freq table */
                 c.kernel = LM__PLAN_K_ROPE;
                 c.f[0] = (float)gop->a;
                 c.op[1] = outo;

@@ -62,7 +62,9 @@ static lm_status canon_operand(const fl *f, int mv, const int8_t *map, int64_t t
     return LM_OK;
 }
 
-static int64_t tile_of(const fl *f, int64_t ih, int64_t iq, int64_t ikv) { return (ih * f->f.g[1] + iq) * f->f.g[2] + ikv; }
+static int64_t tile_of(const fl *f, int64_t ih, int64_t iq, int64_t ikv) {
+    return (ih * f->f.g[1] + iq) * f->f.g[2] + ikv;
+}
 
 /* Extents of tile (ih, iq): heads and query rows (0 when the tile is idle). */
 static void extents(const fl *f, int64_t ih, int64_t iq, int64_t *h0, int64_t *hn, int64_t *q0, int64_t *qn) {
@@ -224,7 +226,7 @@ static lm_status step_compute(fl *f, int64_t s) {
                 up.op[1] = opnd(f->pbuf[t], f->a.dt, 0, 3, sd, ss);
                 state_opnd(f, t, hn, qn, f->a.Dv + 2, &up.op[2]);
                 up.f[0] = (float)f->a.scale;
-                if (vis == 2) { /* key kj of the block is visible to query row qi iff kj <= qi + diag (and > - window) */
+                if (vis == 2) { /* key kj is seen by row qi iff kj <= qi + diag (and kj > qi + diag - window) */
                     up.i[0] = 1;
                     up.i[1] = q0 + (f->a.Tk - f->a.Tq) - j * f->bs;
                     up.i[2] = f->a.window;

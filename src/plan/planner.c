@@ -173,8 +173,7 @@ static lm_status candidates_pass(lm__plan_planner *P) {
             request_inputs(P, (int)i, P->cands[i], P->ncands[i]);
             break;
         case LM__GOP_ATTENTION:
-            lm__plan_attn_of(g, (int)i, &a);
-            LM_TRY(flash_requests(P, &a));
+            if (lm__plan_attn_of(g, (int)i, &a)) LM_TRY(flash_requests(P, &a));
             break;
         case LM__GOP_BIAS_ADD:
         case LM__GOP_GELU:

@@ -165,7 +165,6 @@ int lm__plan_attention_match(const lm_graph *g, int op, int ops[3]);
 typedef struct lm__plan_attn {
     int op;                 /* the unit's op: the score matmul or the attention op */
     int q, kt, v, out;      /* graph values: q, K^T (pattern) or k (op), v, the output */
-    int vnd;                /* dims of those values: 3 (pattern) or 4 (op) */
     int8_t qmap[3], kmap[3], vmap[3], omap[3];
     int64_t H, Hkv, Tq, Tk, D, Dv;
     int64_t group;          /* query heads per kv head: query head h reads kv head h / group */

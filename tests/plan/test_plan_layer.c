@@ -73,6 +73,37 @@ static lm_status fill(void *user, const char *name, lm_dtype dtype, int ndim, co
     return LM_OK;
 }
 
+/* Simulation options reading the data of ts (2 threads). */
+static lm_plan_sim_options with_data(tensors *ts) {
+    lm_plan_sim_options so;
+    lm_plan_sim_options_default(&so);
+    so.threads = 2, so.fill = fill, so.fill_user = ts;
+    return so;
+}
+
+/* Compiles g for m (options o), runs the checkers and simulates on the data of ts;
+ * *p receives the plan (NULL when compile fails). The plan's own checks against its
+ * reference must pass. */
+static lm_plan_sim *compile_and_simulate(const char *what, const lm_graph *g, const lm_plan_machine *m,
+                                         const lm_plan_options *o, tensors *ts, lm_plan **p) {
+    *p = NULL;
+    lm_status st = lm_plan_compile(g, m, o, p);
+    LT_CHECK_MSG(st == LM_OK, "%s: compile: %s", what, lm_last_error());
+    lm_plan_sim *s = NULL;
+    if (*p) {
+        LT_CHECK_OK(lm_plan_check(*p));
+        lm_plan_sim_options so = with_data(ts);
+        LT_CHECK_OK(lm_plan_simulate(*p, &so, &s));
+    }
+    if (s) {
+        lm_plan_sim_summary sum;
+        LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
+        LT_CHECK_MSG(sum.checks_failed == 0, "%s: %d of %d checks against the plan's reference failed (NMSE %.3g)",
+                     what, sum.checks_failed, sum.checks, sum.worst_nmse);
+    }
+    return s;
+}
+
 /* NMSE and max |got - want| / max |want|; NaN/Inf never pass. */
 static void compare(const char *what, const float *got, const double *want, int64_t n, double nmse_tol,
                     double rel_tol, double *nmse_out) {
@@ -119,11 +150,7 @@ static void test_data_source_feeds_inputs_and_outputs_read_back(void) {
     LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
     tensors ts = {0};
     float *x = add(&ts, "x", M * K, 0, 1, 0), *w = add(&ts, "w", K * N, 0, 1.0 / sqrt((double)K), 0);
-    lm_plan_sim_options so;
-    lm_plan_sim_options_default(&so);
-    so.threads = 2;
-    so.fill = fill;
-    so.fill_user = &ts;
+    lm_plan_sim_options so = with_data(&ts);
     lm_plan_sim *s = NULL;
     if (p) LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
     if (s) {
@@ -179,11 +206,7 @@ static void test_data_source_names_repeat_copies(void) {
     LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
     tensors ts = {0};
     ts.any = 1;
-    lm_plan_sim_options so;
-    lm_plan_sim_options_default(&so);
-    so.threads = 2;
-    so.fill = fill;
-    so.fill_user = &ts;
+    lm_plan_sim_options so = with_data(&ts);
     lm_plan_sim *s = NULL;
     if (p) LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
     LT_CHECK_MSG(ts.calls == 1 + 2 * 4, "%d calls", ts.calls); /* x, then 4 parameters per iteration */
@@ -417,27 +440,14 @@ static void run_layer(const layer_cfg *c) {
     lm_plan_machine *m = machine(c->machine);
     tensors ts = {0};
     lm_graph *g = build_layer(c, &ts);
-    lm_plan *p = NULL;
-    lm_status st = lm_plan_compile(g, m, NULL, &p);
-    LT_CHECK_MSG(st == LM_OK, "%s: compile: %s", c->name, lm_last_error());
-    lm_plan_sim *s = NULL;
-    if (p) {
-        LT_CHECK_OK(lm_plan_check(p));
-        lm_plan_sim_options so;
-        lm_plan_sim_options_default(&so);
-        so.threads = 2;
-        so.fill = fill;
-        so.fill_user = &ts;
-        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
-    }
+    lm_plan *p;
+    lm_plan_sim *s = compile_and_simulate(c->name, g, m, NULL, &ts, &p);
     if (s) {
         int64_t T = c->T, H = c->H, qn = c->Hq * c->D;
         lm_plan_sim_summary sum;
         lm_plan_summary ps;
         LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
         LT_CHECK_OK(lm_plan_get_summary(p, &ps));
-        LT_CHECK_MSG(sum.checks_failed == 0, "%s: %d of %d checks against the plan's reference failed (NMSE %.3g)",
-                     c->name, sum.checks_failed, sum.checks, sum.worst_nmse);
         double *y = malloc(sizeof(double) * (size_t)(T * H)), *mlp = malloc(sizeof(double) * (size_t)(T * H));
         double *attn = malloc(sizeof(double) * (size_t)(T * qn));
         float *got = malloc(sizeof(float) * (size_t)(T * (H > qn ? H : qn)));
@@ -491,20 +501,9 @@ static void rope_case(const char *mach, int64_t T, int64_t H, int64_t heads, int
     if (qk_norm) q4 = rms(g, &ts, "q_norm", q4, D);
     LT_CHECK_OK(lm_graph_rope(g, "rope", q4, pos, inv, factor, &r));
     LT_CHECK_OK(lm_graph_output(g, r));
-    lm_plan *p = NULL;
-    LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
-    lm_plan_sim *s = NULL;
-    if (p) {
-        LT_CHECK_OK(lm_plan_check(p));
-        lm_plan_sim_options so;
-        lm_plan_sim_options_default(&so);
-        so.threads = 2, so.fill = fill, so.fill_user = &ts;
-        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
-    }
+    lm_plan *p;
+    lm_plan_sim *s = compile_and_simulate("rope", g, m, NULL, &ts, &p);
     if (s) {
-        lm_plan_sim_summary sum;
-        LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
-        LT_CHECK_MSG(sum.checks_failed == 0, "rope %s: the plan's own check failed (NMSE %.3g)", mach, sum.worst_nmse);
         int64_t n = T * heads * D;
         double *xd = malloc(sizeof(double) * (size_t)(T * H)), *want = malloc(sizeof(double) * (size_t)n);
         float *got = malloc(sizeof(float) * (size_t)n);
@@ -571,15 +570,9 @@ static void attention_case(const attn_case *ac) {
     lm_plan_options o;
     lm_plan_options_default(&o);
     for (int i = 0; i < 4; i++) o.flash_grid[i] = ac->grid[i];
-    lm_plan *p = NULL;
-    LT_CHECK_OK(lm_plan_compile(g, m, &o, &p));
-    lm_plan_sim *s = NULL;
+    lm_plan *p;
+    lm_plan_sim *s = compile_and_simulate("attention", g, m, &o, &ts, &p);
     if (p) {
-        LT_CHECK_OK(lm_plan_check(p));
-        lm_plan_sim_options so;
-        lm_plan_sim_options_default(&so);
-        so.threads = 2, so.fill = fill, so.fill_user = &ts;
-        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
         int steps = 0, masked = 0, found = 0;
         for (int64_t i = 0; i < p->mid.nops; i++)
             if (p->mid.ops[i].kind == LM__PLAN_M_FLASH) {
@@ -591,13 +584,13 @@ static void attention_case(const attn_case *ac) {
             steps += p->low.steps[i].kind == LM__PLAN_S_EXCHANGE && !strncmp(p->low.steps[i].label, "flash step", 10);
         for (int64_t i = 0; i < p->low.ncalls; i++)
             masked += p->low.calls[i].kernel == LM__PLAN_K_FLASH_UPDATE && p->low.calls[i].i[0];
-        LT_CHECK_MSG(steps == ac->grid[3] - ac->expect_dropped, "%d flash steps of %lld", steps, (long long)ac->grid[3]);
+        LT_CHECK_MSG(steps == ac->grid[3] - ac->expect_dropped, "%d flash steps of %lld", steps,
+                     (long long)ac->grid[3]);
         LT_CHECK_MSG(ac->causal ? masked > 0 : masked == 0, "%d masked updates", masked);
     }
     if (s) {
         lm_plan_sim_summary sum;
         LT_CHECK_OK(lm_plan_sim_get_summary(s, &sum));
-        LT_CHECK_MSG(sum.checks_failed == 0, "attention: the plan's own check failed (NMSE %.3g)", sum.worst_nmse);
         double ratio = sum.cycles / p->summary.predicted_cycles;
         LT_CHECK_MSG(ratio > 0.8 && ratio < 1.25, "simulated / predicted = %.3f", ratio);
         double *qd = malloc(sizeof(double) * (size_t)nq), *kd = malloc(sizeof(double) * (size_t)nk),
@@ -634,72 +627,87 @@ static void test_attention_op_paths_match_double(void) {
  * positions, a bf16 value, attention over two batch rows, the attention op with the
  * materialized strategy or a flash grid that does not fit; a data source giving
  * non-integer positions is refused naming the value. */
-static int refused(lm_graph *g, const lm_plan_options *o, lm_status want, const char *a, const char *b) {
+static const int64_t k_x2[2] = {16, 32}, k_x4[4] = {1, 16, 2, 16}, k_ps[2] = {1, 16};
+
+/* Graphs the compiler must refuse; each returns its output value. */
+static lm_graph_value cast_graph(lm_graph *g) { /* an op the tile machine has no kernel for */
+    lm_graph_value x = -1, y = -1;
+    LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, k_x2, 1, &x));
+    LT_CHECK_OK(lm__graph_cast(g, "widen", x, LM_F32, &y));
+    return y;
+}
+
+static lm_graph_value embedding_graph(lm_graph *g) { /* i32 ids that are not RoPE positions */
+    int64_t tab[2] = {64, 32};
+    lm_graph_value ids = -1, t = -1, y = -1;
+    LT_CHECK_OK(lm_graph_input(g, "ids", LM_I32, 2, k_ps, 0, &ids));
+    LT_CHECK_OK(lm_graph_param(g, "table", LM_F16, 2, tab, 0, 1, &t));
+    LT_CHECK_OK(lm__graph_embedding(g, "embed", t, ids, LM_F16, &y));
+    return y;
+}
+
+static lm_graph_value bf16_graph(lm_graph *g) {
+    lm_graph_value x = -1, y = -1;
+    LT_CHECK_OK(lm_graph_input(g, "xb", LM_BF16, 2, k_x2, 1, &x));
+    LT_CHECK_OK(lm_graph_unary(g, "act", LM_GRAPH_SILU, x, &y));
+    return y;
+}
+
+static lm_graph_value batch2_graph(lm_graph *g) {
+    int64_t x4b[4] = {2, 16, 2, 16};
+    lm_graph_value q = -1, a = -1;
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4b, 1, &q));
+    LT_CHECK_OK(lm_graph_attention(g, "attn2", q, q, q, 0.25, 1, 0, &a));
+    return a;
+}
+
+static lm_graph_value attention_graph(lm_graph *g) {
+    lm_graph_value q = -1, k = -1, v = -1, a = -1;
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, k_x4, 1, &q));
+    LT_CHECK_OK(lm_graph_input(g, "k", LM_F16, 4, k_x4, 1, &k));
+    LT_CHECK_OK(lm_graph_input(g, "v", LM_F16, 4, k_x4, 1, &v));
+    LT_CHECK_OK(lm_graph_attention(g, "attn", q, k, v, 0.25, 1, 0, &a));
+    return a;
+}
+
+/* Compiling build's graph with options o fails with want, the detail naming a (and b). */
+static void refused(lm_graph_value (*build)(lm_graph *), const lm_plan_options *o, lm_status want, const char *a,
+                    const char *b) {
     lm_plan_machine *m = machine("small16");
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_create(&g));
+    LT_CHECK_OK(lm_graph_output(g, build(g)));
     lm_plan *p = NULL;
     lm_status st = lm_plan_compile(g, m, o, &p);
     int ok = st == want && p == NULL && strstr(lm_last_error(), a) && (!b || strstr(lm_last_error(), b));
     LT_CHECK_MSG(ok, "got %s: %s (want %s naming %s)", lm_status_name(st), lm_last_error(), lm_status_name(want), a);
     lm_plan_destroy(p);
+    lm_graph_destroy(g);
     lm_plan_machine_destroy(m);
-    return ok;
 }
 
 static void test_refusals_name_the_op(void) {
-    int64_t x2[2] = {16, 32}, x4[4] = {1, 16, 2, 16}, x4b[4] = {2, 16, 2, 16}, ps[2] = {1, 16}, fs[1] = {8};
-    int64_t tab[2] = {64, 32};
-    lm_graph_value x, y, ids, t, q, k, v, a, pos, inv;
-    lm_graph *g = NULL;
-    /* an op the tile machine has no kernel for */
-    LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, x2, 1, &x));
-    LT_CHECK_OK(lm__graph_cast(g, "widen", x, LM_F32, &y));
-    LT_CHECK_OK(lm_graph_output(g, y));
-    refused(g, NULL, LM_UNSUPPORTED, "'widen'", "cast");
-    lm_graph_destroy(g);
-    /* i32 ids feeding an embedding */
-    LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "ids", LM_I32, 2, ps, 0, &ids));
-    LT_CHECK_OK(lm_graph_param(g, "table", LM_F16, 2, tab, 0, 1, &t));
-    LT_CHECK_OK(lm__graph_embedding(g, "embed", t, ids, LM_F16, &y));
-    LT_CHECK_OK(lm_graph_output(g, y));
-    refused(g, NULL, LM_UNSUPPORTED, "'embed'", "i32");
-    lm_graph_destroy(g);
-    /* bf16 */
-    LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "xb", LM_BF16, 2, x2, 1, &x));
-    LT_CHECK_OK(lm_graph_unary(g, "act", LM_GRAPH_SILU, x, &y));
-    LT_CHECK_OK(lm_graph_output(g, y));
-    refused(g, NULL, LM_UNSUPPORTED, "'xb'", "bf16");
-    lm_graph_destroy(g);
-    /* attention over two batch rows */
-    LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4b, 1, &q));
-    LT_CHECK_OK(lm_graph_attention(g, "attn2", q, q, q, 0.25, 1, 0, &a));
-    LT_CHECK_OK(lm_graph_output(g, a));
-    refused(g, NULL, LM_UNSUPPORTED, "'attn2'", "batch");
-    lm_graph_destroy(g);
+    refused(cast_graph, NULL, LM_UNSUPPORTED, "'widen'", "cast");
+    refused(embedding_graph, NULL, LM_UNSUPPORTED, "'embed'", "i32");
+    refused(bf16_graph, NULL, LM_UNSUPPORTED, "'xb'", "bf16");
+    refused(batch2_graph, NULL, LM_UNSUPPORTED, "'attn2'", "batch");
     /* the attention op: no materialized strategy, and a forced grid must fit */
-    LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4, 1, &q));
-    LT_CHECK_OK(lm_graph_input(g, "k", LM_F16, 4, x4, 1, &k));
-    LT_CHECK_OK(lm_graph_input(g, "v", LM_F16, 4, x4, 1, &v));
-    LT_CHECK_OK(lm_graph_attention(g, "attn", q, k, v, 0.25, 1, 0, &a));
-    LT_CHECK_OK(lm_graph_output(g, a));
     lm_plan_options o;
     lm_plan_options_default(&o);
     o.attention = LM_PLAN_ATTN_MATERIALIZED;
-    refused(g, &o, LM_UNSUPPORTED, "'attn'", "flash");
+    refused(attention_graph, &o, LM_UNSUPPORTED, "'attn'", "flash");
     lm_plan_options_default(&o);
     o.flash_grid[0] = 3, o.flash_grid[1] = 1, o.flash_grid[2] = 1, o.flash_grid[3] = 1; /* 3 head blocks of 2 heads */
-    refused(g, &o, LM_UNSUPPORTED, "'attn'", "3x1x1x1");
+    refused(attention_graph, &o, LM_UNSUPPORTED, "'attn'", "3x1x1x1");
     o.flash_grid[3] = 0;
-    refused(g, &o, LM_INVALID_ARGUMENT, "flash grid", NULL);
-    lm_graph_destroy(g);
+    refused(attention_graph, &o, LM_INVALID_ARGUMENT, "flash grid", NULL);
     /* positions must be integers */
+    int64_t fs[1] = {8};
+    lm_graph_value q = -1, pos = -1, inv = -1, y = -1;
+    lm_graph *g = NULL;
     LT_CHECK_OK(lm_graph_create(&g));
-    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, x4, 1, &q));
-    LT_CHECK_OK(lm_graph_input(g, "pos", LM_I32, 2, ps, 0, &pos));
+    LT_CHECK_OK(lm_graph_input(g, "q", LM_F16, 4, k_x4, 1, &q));
+    LT_CHECK_OK(lm_graph_input(g, "pos", LM_I32, 2, k_ps, 0, &pos));
     LT_CHECK_OK(lm_graph_param(g, "inv", LM_F32, 1, fs, 0.1, 0.01, &inv));
     LT_CHECK_OK(lm_graph_rope(g, "rope", q, pos, inv, 1.0, &y));
     LT_CHECK_OK(lm_graph_output(g, y));
@@ -710,9 +718,7 @@ static void test_refusals_name_the_op(void) {
     add(&ts, "q", 16 * 2 * 16, 0, 1, 0);
     add(&ts, "pos", 16, 0, 1, 1); /* N(0, 1): not integers */
     add(&ts, "inv", 8, 0.1, 0.01, 1);
-    lm_plan_sim_options so;
-    lm_plan_sim_options_default(&so);
-    so.fill = fill, so.fill_user = &ts;
+    lm_plan_sim_options so = with_data(&ts);
     lm_plan_sim *s = NULL;
     if (p) LT_CHECK_STATUS(lm_plan_simulate(p, &so, &s), LM_INVALID_ARGUMENT);
     LT_CHECK_MSG(strstr(lm_last_error(), "'pos'") != NULL, "%s", lm_last_error());
@@ -732,9 +738,8 @@ static void test_layer_survives_allocation_failures(void) {
     tensors ts = {0};
     lm_graph *g = build_layer(&c, &ts);
     lm_plan_machine *m = machine("small4");
-    lm_plan_sim_options so;
-    lm_plan_sim_options_default(&so);
-    so.threads = 1, so.fill = fill, so.fill_user = &ts;
+    lm_plan_sim_options so = with_data(&ts);
+    so.threads = 1;
     lt_alloc_track(0);
     lm_plan *p = NULL;
     lm_plan_sim *s = NULL;
