@@ -9,10 +9,12 @@
  * place target facts live. A plan is accepted only when its simulated results match
  * a CPU reference of the graph (lm_plan_simulate with check enabled).
  *
- * The graph it compiles is loom/graph.h's IR (the one the engine's executors run);
- * lm_plan_compile rejects, naming the op, what the tile machine cannot run: dtypes
- * other than f32/f16, the model-step ops (embedding, KV cache, ...) it has no kernel
- * for, more than 3-d matmuls.
+ * The graph it compiles is loom/graph.h's IR (the one the engine's executors run),
+ * up to a whole decoder layer (RoPE, grouped causal/windowed attention over one
+ * batch row, SwiGLU); lm_plan_compile rejects, naming the op, what the tile machine
+ * cannot run: dtypes other than f32/f16 (i32 only as RoPE positions), the
+ * model-step ops (embedding, KV cache, ...) it has no kernel for, more than 3-d
+ * matmuls, attention over several batch rows.
  */
 #ifndef LOOM_PLAN_H
 #define LOOM_PLAN_H
