@@ -9,10 +9,12 @@
  * place target facts live. A plan is accepted only when its simulated results match
  * a CPU reference of the graph (lm_plan_simulate with check enabled).
  *
- * The graph it compiles is loom/graph.h's IR (the one the engine's executors run);
- * lm_plan_compile rejects, naming the op, what the tile machine cannot run: dtypes
- * other than f32/f16, the model-step ops (embedding, KV cache, ...) it has no kernel
- * for, more than 3-d matmuls.
+ * The graph it compiles is loom/graph.h's IR (the one the engine's executors run),
+ * up to a whole decoder layer (RoPE, grouped causal/windowed attention over one
+ * batch row, SwiGLU); lm_plan_compile rejects, naming the op, what the tile machine
+ * cannot run: dtypes other than f32/f16 (i32 only as RoPE positions), the
+ * model-step ops (embedding, KV cache, ...) it has no kernel for, more than 3-d
+ * matmuls, attention over several batch rows.
  */
 #ifndef LOOM_PLAN_H
 #define LOOM_PLAN_H
@@ -82,6 +84,9 @@ typedef struct lm_plan_options {
     int64_t gemm_grid[3]; /* force every matmul's M,N,K split; 0 = free */
     lm_dtype partials;    /* dtype of cross-tile partial sums: f32 (default) or f16 */
     int gemm_candidates;  /* per matmul kept for the search (default 48) */
+    int64_t flash_grid[4]; /* force every flash attention's split of query heads, query rows, keys (kv-split
+                              tiles) and serial kv steps; all 0 = free (default), else all >= 1. An attention
+                              op the grid does not fit fails naming it; a matmul pattern runs materialized */
 } lm_plan_options;
 
 void lm_plan_options_default(lm_plan_options *o);
@@ -119,16 +124,32 @@ lm_status lm_plan_check(const lm_plan *p);
 /* ---- simulation ------------------------------------------------------------------------- */
 typedef struct lm_plan_sim lm_plan_sim;
 
+/* A data source for the simulation's inputs and parameters (real weights, token
+ * positions). Called on the simulating thread, once per input and parameter before
+ * anything runs (a parameter declared inside a Repeat body once per iteration, as
+ * "NAME#ITER"), with the value's graph name, dtype and shape; it writes the value's
+ * numel elements, dense row-major, as floats into dst (simulator-owned, valid during
+ * the call). The simulator rounds them to the dtype exactly as it rounds generated
+ * data (f16: nearest even); i32 values (RoPE positions) travel as floats holding
+ * integers of magnitude <= 2^24, anything else is LM_INVALID_ARGUMENT. A status
+ * other than LM_OK stops lm_plan_simulate, which returns it with the detail the
+ * callback left (lm_last_error) prefixed by the value's name. */
+typedef lm_status (*lm_plan_fill_fn)(void *user, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
+                                     float *dst);
+
 typedef struct lm_plan_sim_options {
-    uint64_t seed;   /* data generator seed */
-    int threads;     /* 0 = all CPUs */
-    double nmse_tol; /* per-check NMSE gate (default 1e-5: f16 rounding, see docs/PLAN.md) */
-    double abs_tol;  /* max |got-want| / max |want| gate (default 2e-2) */
+    uint64_t seed;        /* data generator seed (generated data only) */
+    int threads;          /* 0 = all CPUs */
+    double nmse_tol;      /* per-check NMSE gate (default 1e-5: f16 rounding, see docs/PLAN.md) */
+    double abs_tol;       /* max |got-want| / max |want| gate (default 2e-2) */
+    lm_plan_fill_fn fill; /* NULL (default): N(mean, std^2) data as declared by the builders, positions 0..T-1 */
+    void *fill_user;      /* passed to fill, borrowed */
 } lm_plan_sim_options;
 
 void lm_plan_sim_options_default(lm_plan_sim_options *o);
 /* Executes the low program on real data and compares every checkpoint and output
- * with the CPU reference. Returns LM_OK even when a check fails: see the summary. */
+ * with the CPU reference (which reads the same data). Returns LM_OK even when a
+ * check fails: see the summary. */
 lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_plan_sim **out);
 void lm_plan_sim_destroy(lm_plan_sim *s);
 
@@ -152,6 +173,12 @@ typedef struct lm_plan_check_result {
 lm_status lm_plan_sim_get_summary(const lm_plan_sim *s, lm_plan_sim_summary *out);
 int lm_plan_sim_check_count(const lm_plan_sim *s);
 lm_status lm_plan_sim_check_get(const lm_plan_sim *s, int i, lm_plan_check_result *out);
+/* The simulated value of the program output named name (a value marked with
+ * lm_graph_output): its n elements, dense row-major in the value's shape, as floats
+ * (f16 values widened exactly) into dst, which the caller owns. LM_NOT_FOUND when no
+ * output has that name (the detail lists the outputs), LM_SHAPE_MISMATCH when n is
+ * not the output's element count, LM_INVALID_ARGUMENT when two outputs share it. */
+lm_status lm_plan_sim_output(const lm_plan_sim *s, const char *name, float *dst, int64_t n);
 
 /* ---- reports (caller frees *out with lm_free) -------------------------------------------- */
 lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */

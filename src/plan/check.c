@@ -30,6 +30,7 @@ static const uint8_t k_rw[LM__PLAN_K_COUNT][4] = {
     [LM__PLAN_K_FLASH_UPDATE] = {R, W, R | W, 0},
     [LM__PLAN_K_FLASH_COMBINE] = {R | W, R, 0, 0},
     [LM__PLAN_K_FLASH_FINAL] = {R, W, 0, 0},
+    [LM__PLAN_K_ROPE] = {R, W, R, R},
 };
 
 static lm_status check_slots(const lm__plan_low *low) {

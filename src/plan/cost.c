@@ -40,6 +40,7 @@ double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype 
     case LM__GOP_SILU: return lm__plan_cost_vector(m, dt, 2 * e * s, 3 * e, e); /* x / (1 + exp(-x)) */
     case LM__GOP_ADD:
     case LM__GOP_MUL: return lm__plan_cost_vector(m, dt, 3 * e * s, e, 0);
+    case LM__GOP_SWIGLU: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, e); /* silu as above, then * up */
     default: return 0;
     }
 }
@@ -52,6 +53,22 @@ double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int
     case LM__GOP_RMSNORM: return lm__plan_cost_vector(m, dt, 3 * e * s, 4 * e, (double)rows);
     default: return 0;
     }
+}
+
+double lm__plan_cost_rope(const lm_plan_machine *m, lm_dtype dt, int64_t tokens, int64_t heads, int64_t d) {
+    double e = (double)(tokens * heads * d), pairs = (double)(tokens * d / 2), s = (double)lm_dtype_size(dt);
+    /* x in, out, one i32 position per token, the f32 inv_freq table; per pair: the
+     * angle and the two scaled factors, per element 2 multiplies + 1 add; sin and cos
+     * once per token and frequency */
+    return lm__plan_cost_vector(m, dt, 2 * e * s + 4.0 * (double)tokens + 2.0 * (double)d, 3 * e + 3 * pairs,
+                                2 * pairs);
+}
+
+double lm__plan_cost_follow(const lm_plan_machine *m, lm__gopk k, const lm__plan_layout *lx) {
+    int64_t elems = lm__plan_layout_shard_elems(lx), n = lx->block[lx->ndim - 1];
+    if (k == LM__GOP_ROPE) return lm__plan_cost_rope(m, lx->dtype, lx->block[0] * lx->block[1], lx->block[2], n);
+    if (lm__plan_is_rows(k)) return lm__plan_cost_rows(m, k, lx->dtype, elems / n, n);
+    return lm__plan_cost_elementwise(m, k, lx->dtype, elems);
 }
 
 double lm__plan_cost_copy(const lm_plan_machine *m, int64_t bytes) {

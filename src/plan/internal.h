@@ -99,6 +99,13 @@ int lm__plan_layout_valid(const lm__plan_layout *l, int64_t tiles);
 void lm__plan_layout_tilemap(const lm__plan_layout *l, int64_t tiles, int32_t *shard_of, int32_t *rep_of);
 int lm__plan_layout_equal(const lm__plan_layout *a, const lm__plan_layout *b);
 uint64_t lm__plan_layout_hash(const lm__plan_layout *l);
+/* The layout of a value whose dim i indexes like lx's dim d0 + i (a bias [N] of x's
+ * last dim, RoPE positions [B, T] of x [B, T, H, D]): lx's blocks (clamped to dims),
+ * tile strides and first tile, replicated over lx's other split dims and over lx's
+ * replicas, so every tile holding a shard of lx holds the matching part. 0 when that
+ * needs more than LM__PLAN_MAX_REP replica axes. */
+int lm__plan_layout_project(const lm__plan_layout *lx, int d0, int ndim, const int64_t *dims, lm_dtype dt,
+                            lm__plan_layout *out);
 /* The same placement with replicas removed (replica 0 kept) and partial cleared. */
 void lm__plan_layout_strip_reps(const lm__plan_layout *in, lm__plan_layout *out);
 /* Short human description: "[729x1152] blk 32x1152 grid 23x1 ts 64,0 rep 4:16 @0". */

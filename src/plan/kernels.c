@@ -1,10 +1,10 @@
 /* plan/kernels.c — the simulator's per-tile kernels with f32/f16 storage semantics,
  * and each call's cycle cost from the machine model.
  *
- * Storage is f16 or f32; every kernel computes in f32 and rounds once when it stores
- * (f16: round to nearest even via lm_f32_to_f16). Matmul accumulates in f32 like the
- * matrix unit; operands are converted to dense f32 scratch first (O(mk + kn) before
- * O(mnk) work). Operands are strided boxes of up to 4 dims; row kernels treat all
+ * Storage is f16 or f32 (i32 for RoPE positions); every kernel computes in f32 and
+ * rounds once when it stores (f16: round to nearest even via lm_f32_to_f16). Matmul
+ * accumulates in f32 like the matrix unit; operands are converted to dense f32
+ * scratch first (O(mk + kn) before O(mnk) work). Operands are strided boxes of up to 4 dims; row kernels treat all
  * leading dims as rows of the last dim.
  */
 #include "plan/low.h"
@@ -17,6 +17,11 @@ float lm__plan_load(const uint8_t *p, lm_dtype dt) {
         memcpy(&h, p, 2);
         return lm_f16_to_f32(h);
     }
+    if (dt == LM_I32) {
+        int32_t i;
+        memcpy(&i, p, 4);
+        return (float)i;
+    }
     float f;
     memcpy(&f, p, 4);
     return f;
@@ -26,6 +31,9 @@ void lm__plan_store(uint8_t *p, lm_dtype dt, float v) {
     if (dt == LM_F16) {
         uint16_t h = lm_f32_to_f16(v);
         memcpy(p, &h, 2);
+    } else if (dt == LM_I32) {
+        int32_t i = (int32_t)lrintf(v);
+        memcpy(p, &i, 4);
     } else {
         memcpy(p, &v, 4);
     }
@@ -140,6 +148,30 @@ static void rows_kernel(const lm__plan_call *c, uint8_t *const *base) {
     }
 }
 
+/* Each (b, t): angles pos * inv_freq[i] once per frequency, then every head's pair
+ * (i, i + d/2) rotates (Hugging Face rotate_half); both members are read before
+ * either is written, so op1 may alias op0. */
+static void rope(const lm__plan_call *c, uint8_t *const *base) {
+    const lm__plan_opnd *x = &c->op[0], *o = &c->op[1], *ps = &c->op[2], *fq = &c->op[3];
+    int64_t half = x->dims[3] / 2, ex = (int64_t)lm_dtype_size(x->dtype), eo = (int64_t)lm_dtype_size(o->dtype);
+    for (int64_t b = 0; b < x->dims[0]; b++)
+        for (int64_t t = 0; t < x->dims[1]; t++) {
+            float pos = lm__plan_load(base[2] + (b * ps->strides[0] + t * ps->strides[1]) * 4, LM_I32);
+            for (int64_t i = 0; i < half; i++) {
+                float ang = pos * lm__plan_load(base[3] + i * fq->strides[0] * 4, LM_F32);
+                float cs = cosf(ang) * c->f[0], sn = sinf(ang) * c->f[0];
+                for (int64_t h = 0; h < x->dims[2]; h++) {
+                    const uint8_t *px = base[0] + (b * x->strides[0] + t * x->strides[1] + h * x->strides[2]) * ex;
+                    uint8_t *po = base[1] + (b * o->strides[0] + t * o->strides[1] + h * o->strides[2]) * eo;
+                    float va = lm__plan_load(px + i * x->strides[3] * ex, x->dtype);
+                    float vb = lm__plan_load(px + (i + half) * x->strides[3] * ex, x->dtype);
+                    lm__plan_store(po + i * o->strides[3] * eo, o->dtype, va * cs - vb * sn);
+                    lm__plan_store(po + (i + half) * o->strides[3] * eo, o->dtype, vb * cs + va * sn);
+                }
+            }
+        }
+}
+
 static void flash_update(const lm__plan_call *c, uint8_t *const *base) {
     const lm__plan_opnd *S = &c->op[0], *Pm = &c->op[1], *st = &c->op[2];
     int64_t H = S->dims[0], Q = S->dims[1], n = S->dims[2], dv = st->dims[2] - 2;
@@ -150,15 +182,20 @@ static void flash_update(const lm__plan_call *c, uint8_t *const *base) {
             const uint8_t *ps = base[0] + (h * S->strides[0] + q * S->strides[1]) * 4;
             uint8_t *pp = base[1] + (h * Pm->strides[0] + q * Pm->strides[1]) * ep;
             float *row = (float *)(void *)(base[2] + (h * st->strides[0] + q * st->strides[1]) * 4);
+            /* visible keys [lo, hi) of this row; a masked key gets p = 0 */
+            int64_t hi = c->i[0] ? LM_MIN(n, LM_MAX(0, q + c->i[1] + 1)) : n;
+            int64_t lo = c->i[0] && c->i[2] > 0 ? LM_MIN(hi, LM_MAX(0, q + c->i[1] - c->i[2] + 1)) : 0;
             float m_old = row[dv], mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < n; j++) mx = fmaxf(mx, scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32));
+            for (int64_t j = lo; j < hi; j++) mx = fmaxf(mx, scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32));
             float m_new = fmaxf(m_old, mx);
             float corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
             for (int64_t j = 0; j < n; j++) {
-                float p = expf(scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32) - m_new);
+                float p = j >= lo && j < hi ? expf(scale * lm__plan_load(ps + j * S->strides[2] * 4, LM_F32) - m_new)
+                                            : 0.0f;
                 lm__plan_store(pp + j * Pm->strides[2] * ep, Pm->dtype, p);
                 sum += p;
             }
+            if (m_new == -INFINITY) continue; /* nothing seen yet: the state stays empty */
             for (int64_t d = 0; d < dv; d++) row[d * st->strides[2]] *= corr;
             row[dv] = m_new;
             row[dv + 1] = row[dv + 1] * corr + sum;
@@ -196,6 +233,7 @@ void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_lo
     case LM__PLAN_K_RMSNORM: rows_kernel(c, base); return;
     case LM__PLAN_K_FLASH_UPDATE: flash_update(c, base); return;
     case LM__PLAN_K_FLASH_COMBINE: flash_combine(c, base); return;
+    case LM__PLAN_K_ROPE: rope(c, base); return;
     default: break;
     }
     /* elementwise kernels over the output box */
@@ -222,7 +260,7 @@ void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_lo
         case LM__PLAN_K_BINARY: {
             float a = lm__plan_load(base[0] + offset_of(&w0, i), c->op[0].dtype);
             float b = lm__plan_load(base[1] + offset_of(&w1, i), c->op[1].dtype);
-            v = c->i[0] ? a * b : a + b;
+            v = c->i[0] == 2 ? a / (1.0f + expf(-a)) * b : c->i[0] ? a * b : a + b;
             break;
         }
         case LM__PLAN_K_COPY: v = lm__plan_load(base[0] + offset_of(&w0, i), c->op[0].dtype); break;
@@ -273,7 +311,8 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     case LM__PLAN_K_BIAS: return lm__plan_cost_elementwise(m, LM__GOP_BIAS_ADD, o0->dtype, e0);
     case LM__PLAN_K_UNARY:
         return lm__plan_cost_elementwise(m, c->i[0] ? LM__GOP_SILU : LM__GOP_GELU, o0->dtype, e0);
-    case LM__PLAN_K_BINARY: return lm__plan_cost_elementwise(m, LM__GOP_ADD, o0->dtype, e0);
+    case LM__PLAN_K_BINARY:
+        return lm__plan_cost_elementwise(m, c->i[0] == 2 ? LM__GOP_SWIGLU : LM__GOP_ADD, o0->dtype, e0);
     case LM__PLAN_K_SOFTMAX:
     case LM__PLAN_K_LAYERNORM:
     case LM__PLAN_K_RMSNORM: {
@@ -293,13 +332,15 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     case LM__PLAN_K_FLASH_INIT: return lm__plan_cost_vector(m, LM_F32, (double)(e0 * 4), 0, 0);
     case LM__PLAN_K_FLASH_UPDATE: {
         double rows = (double)(o0->dims[0] * o0->dims[1]), e = (double)e0, dv = (double)(c->op[2].dims[2] - 2);
-        return lm__plan_cost_vector(m, LM_F32, e * 6 + rows * dv * 8, e * 5 + rows * dv, e + rows);
+        return lm__plan_cost_vector(m, LM_F32, e * 6 + rows * dv * 8, e * 5 + rows * dv + (c->i[0] ? e : 0), e + rows);
     }
     case LM__PLAN_K_FLASH_COMBINE: {
         double st = (double)e0;
         return lm__plan_cost_vector(m, LM_F32, (double)(c->i[0] + 1) * st * 4, (double)c->i[0] * st * 2,
                                     (double)(c->i[0] * 2 * o0->dims[0] * o0->dims[1]));
     }
+    case LM__PLAN_K_ROPE:
+        return lm__plan_cost_rope(m, o0->dtype, o0->dims[0] * o0->dims[1], o0->dims[2], o0->dims[3]);
     case LM__PLAN_K_FLASH_FINAL: {
         double e = (double)lm__plan_opnd_elems(&c->op[1]);
         return lm__plan_cost_vector(m, LM_F32, e * (4.0 + (double)lm_dtype_size(c->op[1].dtype)), e,

@@ -212,6 +212,23 @@ uint64_t lm__plan_layout_hash(const lm__plan_layout *l) {
     return h;
 }
 
+int lm__plan_layout_project(const lm__plan_layout *lx, int d0, int ndim, const int64_t *dims, lm_dtype dt,
+                            lm__plan_layout *out) {
+    lm__plan_layout_init(out, ndim, dims, dt);
+    for (int i = 0; i < ndim; i++) {
+        lm__plan_layout_set_block(out, i, lx->block[d0 + i]);
+        out->tstride[i] = lx->tstride[d0 + i];
+    }
+    out->tile0 = lx->tile0;
+    for (int d = 0; d < lx->ndim; d++)
+        if ((d < d0 || d >= d0 + ndim) && lx->grid[d] > 1 && !lm__plan_layout_add_rep(out, lx->grid[d], lx->tstride[d]))
+            return 0;
+    for (int a = 0; a < lx->nrep; a++)
+        if (!lm__plan_layout_add_rep(out, lx->rcount[a], lx->rstride[a])) return 0;
+    lm__plan_layout_canon(out);
+    return 1;
+}
+
 void lm__plan_layout_strip_reps(const lm__plan_layout *in, lm__plan_layout *out) {
     *out = *in;
     out->nrep = 0;

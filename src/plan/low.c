@@ -257,7 +257,7 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
     if (gop->kind == LM__GOP_MATMUL && o->steps > 1) return lm__plan_low_stream_matmul(p, i);
     int64_t st;
     LM_TRY(lm__plan_low_add_step(low, LM__PLAN_S_COMPUTE, i, gop->name, &st));
-    if (lm__gop_is_elementwise(gop->kind) || lm__gop_is_rows(gop->kind)) {
+    if (lm__plan_is_elementwise(gop->kind) || lm__plan_is_rows(gop->kind)) {
         if (in_place_ok(p, i, o)) {
             int in = o->in[0];
             for (int64_t t = 0; t < low->tiles; t++) {
@@ -298,8 +298,9 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
                 break;
             case LM__GOP_ADD:
             case LM__GOP_MUL:
+            case LM__GOP_SWIGLU:
                 c.kernel = LM__PLAN_K_BINARY;
-                c.i[0] = gop->kind == LM__GOP_MUL;
+                c.i[0] = gop->kind == LM__GOP_MUL ? 1 : gop->kind == LM__GOP_SWIGLU ? 2 : 0;
                 LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, lo, hi, &c.op[1]));
                 c.op[2] = outo;
                 break;
@@ -308,6 +309,16 @@ static lm_status compute_op(lm__plan_proj *p, int i) {
                 c.f[0] = (float)gop->a;
                 c.op[1] = outo;
                 break;
+            case LM__GOP_ROPE: {
+                int64_t tlo[2] = {lo[0], lo[1]}, thi[2] = {hi[0], hi[1]}; /* the tokens' positions */
+                int64_t ilo[1] = {0}, ihi[1] = {L->dims[nd - 1] / 2};      /* the whole inv_freq table */
+                c.kernel = LM__PLAN_K_ROPE;
+                c.f[0] = (float)gop->a;
+                c.op[1] = outo;
+                LM_TRY(lm__plan_low_operand(low, mid, o->in[1], t, tlo, thi, &c.op[2]));
+                LM_TRY(lm__plan_low_operand(low, mid, o->in[2], t, ilo, ihi, &c.op[3]));
+                break;
+            }
             case LM__GOP_LAYERNORM:
             case LM__GOP_RMSNORM:
                 c.kernel = gop->kind == LM__GOP_LAYERNORM ? LM__PLAN_K_LAYERNORM : LM__PLAN_K_RMSNORM;

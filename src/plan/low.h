@@ -17,16 +17,20 @@ typedef enum lm__plan_kk {
     LM__PLAN_K_MATMUL,        /* op2[b,m,n] (+= if i[0]) sum_k op0[b,m,k] op1[b,k,n], f32 accumulation */
     LM__PLAN_K_BIAS,          /* op2 = op0 + op1[n] (op1 is 1-D, broadcast over the leading dims) */
     LM__PLAN_K_UNARY,         /* op1 = f(op0); i[0]: 0 gelu (tanh), 1 silu */
-    LM__PLAN_K_BINARY,        /* op2 = op0 (+|*) op1; i[0]: 0 add, 1 mul */
+    LM__PLAN_K_BINARY,        /* op2 = op0 (+|*) op1; i[0]: 0 add, 1 mul, 2 silu(op0) * op1 (swiglu) */
     LM__PLAN_K_SOFTMAX,       /* op1 = softmax(f[0] * op0) over the last dim */
     LM__PLAN_K_LAYERNORM,     /* op1 = norm(op0) * op2 (+ op3); f[0] eps */
     LM__PLAN_K_RMSNORM,       /* op1 = op0 / rms(op0) * op2; f[0] eps */
     LM__PLAN_K_COPY,          /* op1 = op0 (dtype converting) */
     LM__PLAN_K_REDUCE,        /* op0 = (op1 if present) + sum of i[0] pieces of op2 (i[1] elements apart) */
     LM__PLAN_K_FLASH_INIT,    /* op0 state [rows, dv+2] = (0..., -inf, 0) */
-    LM__PLAN_K_FLASH_UPDATE,  /* op0 S [rows, n] f32, op1 P [rows, n], op2 state: online softmax, f[0] scale */
+    LM__PLAN_K_FLASH_UPDATE,  /* op0 S [h, rows, n] f32, op1 P [h, rows, n], op2 state: online softmax, f[0] scale;
+                                 i[0] = 1: key kj is seen by row qi only if kj <= qi + i[1] and, when i[2] > 0,
+                                 kj > qi + i[1] - i[2] (causal / windowed block) */
     LM__PLAN_K_FLASH_COMBINE, /* op0 state += i[0] states in op1 (i[1] elements apart) */
     LM__PLAN_K_FLASH_FINAL,   /* op1 [rows, dv] = O / l of state op0 */
+    LM__PLAN_K_ROPE,          /* op1 [b, t, h, d] = rope(op0) at positions op2 [b, t] (i32) with inv_freq op3
+                                 [d/2] (f32); f[0] attention factor; reads each pair before writing it */
     LM__PLAN_K_COUNT
 } lm__plan_kk;
 
@@ -45,7 +49,7 @@ typedef struct lm__plan_call {
     int16_t nops;
     lm__plan_opnd op[4];
     float f[2];
-    int64_t i[2];
+    int64_t i[3];
     double cycles; /* cost model */
 } lm__plan_call;
 
@@ -161,7 +165,7 @@ lm_status lm__plan_sram_allocate(const lm_plan_machine *m, const lm__plan_mid *m
 /* kernels.c: one call on one tile's memory; scratch holds at least lm__plan_kernel_scratch floats. */
 int64_t lm__plan_kernel_scratch(const lm__plan_low *low);
 void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_low *low, int64_t iter, float *scratch);
-/* Element access helpers shared with the simulator (f32 or f16 storage). */
+/* Element access helpers shared with the simulator (f32, f16 or i32 storage). */
 float lm__plan_load(const uint8_t *p, lm_dtype dt);
 void lm__plan_store(uint8_t *p, lm_dtype dt, float v);
 /* Byte address of operand o's element 0 in a tile memory at repeat iteration iter. */
@@ -189,9 +193,18 @@ struct lm_plan {
 /* Deep copy of a graph (the plan outlives the caller's graph). */
 lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);
 
-/* data.c: deterministic N(mean, std^2) data of an input or parameter value, rounded
- * to its dtype; dense row-major [numel] floats for repeat iteration iter. */
-void lm__plan_data_fill(const lm_graph *g, int v, int64_t iter, uint64_t seed, float *out);
+/* data.c: the inputs and parameters a simulation starts from (the caller's data
+ * source or generated data, see data.c), rounded to their dtypes. */
+typedef struct lm__plan_data {
+    const lm_graph *g; /* borrowed */
+    uint64_t seed;
+    float **given; /* [nvalues] caller data of inputs/parameters ([copies * numel]), NULL without a source */
+} lm__plan_data;
+/* Asks o->fill (when set) for every input and parameter; errors name the value. */
+lm_status lm__plan_data_init(lm__plan_data *d, const lm_graph *g, const lm_plan_sim_options *o);
+void lm__plan_data_free(lm__plan_data *d);
+/* Value v (an input or parameter) at repeat iteration iter: dense row-major [numel] floats. */
+void lm__plan_data_get(const lm__plan_data *d, int v, int64_t iter, float *out);
 
 /* ref.c: the CPU reference. expected[k] receives, for check target k (graph
  * checkpoints first, then outputs in value order), count(k) dense arrays (one per
@@ -202,7 +215,7 @@ typedef struct lm__plan_ref {
     int64_t *count; /* [ntargets] iterations recorded */
     float **data;   /* [ntargets] [count * numel] */
 } lm__plan_ref;
-lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref);
+lm_status lm__plan_ref_run(const lm_graph *g, const lm__plan_data *data, lm_threadpool *pool, lm__plan_ref *ref);
 void lm__plan_ref_free(lm__plan_ref *ref);
 
 #endif

@@ -168,21 +168,6 @@ static lm_status checkpoints(mb *b, int value, int m) {
     return LM_OK;
 }
 
-/* Broadcast parameter layout (bias, norm scale [N]) matching x's layout lx. */
-static int bcast_layout(const lm__plan_layout *lx, const lm__gvalue *p, lm__plan_layout *l) {
-    int last = lx->ndim - 1;
-    lm__plan_layout_init(l, 1, p->dims, p->dtype);
-    lm__plan_layout_set_block(l, 0, lx->block[last]);
-    l->tstride[0] = lx->tstride[last];
-    l->tile0 = lx->tile0;
-    for (int d = 0; d < last; d++)
-        if (lx->grid[d] > 1 && !lm__plan_layout_add_rep(l, lx->grid[d], lx->tstride[d])) return 0;
-    for (int a = 0; a < lx->nrep; a++)
-        if (!lm__plan_layout_add_rep(l, lx->rcount[a], lx->rstride[a])) return 0;
-    lm__plan_layout_canon(l);
-    return 1;
-}
-
 static lm_status build_chain(mb *b, int end, int start);
 
 static lm_status decision(mb *b, const lm__plan_trace *t) {
@@ -197,7 +182,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
         const lm__plan_cand *cd = o->kind == LM__GOP_MATMUL ? &P->cands[u->op][t->choice] : NULL;
         lm__plan_layout lx = P->lay[t->out];
         for (int i = 0; i < o->nin; i++) {
-            int v = o->in[i], r = g->values[v].root, rm;
+            int v = o->in[i], r = g->values[v].root, rm, narrow;
             if (cd && cd->steps > 1 && g->ops[g->values[r].op].kind != LM__GOP_PARAM) { /* streamed from here */
                 LM_TRY(source(b, r, t->src[i], &rm));
             } else if (g->ops[g->values[r].op].kind == LM__GOP_PARAM) {
@@ -206,7 +191,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
                     pl = cd->in_root[i];
                 else if (t->src[i] >= 0) /* read like an activation: placed where the search put it */
                     pl = P->lay[t->src[i]];
-                else if (!bcast_layout(&lx, &g->values[v], &pl))
+                else if (!lm__plan_follow_input(g, o, i, &lx, &pl, &narrow))
                     return lm__error(LM_UNSUPPORTED, "op '%s': parameter '%s' layout needs too many replica axes",
                                      o->name, g->values[v].name);
                 LM_TRY(placed(b, r, &pl, &rm));
@@ -239,9 +224,7 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
                 return checkpoints(b, o->out, fm);
             }
         } else {
-            int64_t elems = lm__plan_layout_shard_elems(&lx), n = lx.block[lx.ndim - 1];
-            c.cost = lm__gop_is_rows(o->kind) ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
-                                                  : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
+            c.cost = lm__plan_cost_follow(P->m, o->kind, &lx);
         }
         c.out = mval_add(b, o->out, &P->lay[t->out], -1, region);
         if (c.out < 0) return LM_OUT_OF_MEMORY;
@@ -250,14 +233,15 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
     }
     if (u->kind == LM__PLAN_U_ATTN) {
         if (t->choice < 0) return build_chain(b, t->body, t->start);
-        const lm__plan_cand *cd = &P->flash[u->attn[0]][t->choice];
-        const lm__gop *so = &g->ops[u->attn[0]], *pv = &g->ops[u->attn[2]];
-        int region = so->region;
-        lm__plan_mop f = mop(LM__PLAN_M_FLASH, u->attn[0], -1);
+        lm__plan_attn a;
+        if (!lm__plan_attn_of(g, u->op, &a)) return lm__error(LM_INTERNAL, "plan: attention unit lost");
+        const lm__plan_cand *cd = &P->flash[a.op][t->choice];
+        int region = g->ops[a.op].region;
+        lm__plan_mop f = mop(LM__PLAN_M_FLASH, a.op, -1);
         int qm;
-        LM_TRY(convert(b, g->values[so->in[0]].root, t->src[0], t->req[0], region, &qm));
-        LM_TRY(view_of(b, so->in[0], qm, &f.in[0]));
-        int kv[2] = {so->in[1], pv->in[1]};
+        LM_TRY(convert(b, g->values[a.q].root, t->src[0], t->req[0], region, &qm));
+        LM_TRY(view_of(b, a.q, qm, &f.in[0]));
+        int kv[2] = {a.kt, a.v};
         for (int i = 0; i < 2; i++) {
             LM_TRY(source(b, g->values[kv[i]].root, t->src[1 + i], &f.in[1 + i]));
         }
@@ -265,11 +249,11 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
         f.flash_k = kv[0];
         f.flash_v = kv[1];
         for (int i = 0; i < 4; i++) f.grid[i] = cd->grid[i];
-        f.cost = cd->compute + cd->reduce + lm__plan_flash_stream_cost(P, cd, u->attn, t->src[1], t->src[2]);
-        f.out = mval_add(b, pv->out, &P->lay[t->out], -1, region);
+        f.cost = cd->compute + cd->reduce + lm__plan_flash_stream_cost(P, cd, &a, t->src[1], t->src[2]);
+        f.out = mval_add(b, a.out, &P->lay[t->out], -1, region);
         if (f.out < 0) return LM_OUT_OF_MEMORY;
         LM_TRY(op_add(b, &f));
-        return checkpoints(b, pv->out, f.out);
+        return checkpoints(b, a.out, f.out);
     }
     /* REPEAT */
     const lm__gregion *rg = &g->regions[u->region];

@@ -1,5 +1,6 @@
 /* plan/plan.c — lm_plan_compile: search, mid program, low program and SRAM
- * allocation, trying the search's next-best final states when the best one
+ * allocation, trying the search's other final states in cost order (the beam's
+ * light ones, kept for their low resident memory, come last) when the best one
  * overflows a tile; plus the plan summary and the public checker entry.
  *
  * The plan owns a copy of the graph and the machine, so callers may free theirs.
@@ -17,35 +18,73 @@ void lm_plan_options_default(lm_plan_options *o) {
     o->gemm_candidates = 48;
 }
 
-/* What the tile machine can run: f32/f16 values, the ops it has kernels and cost
- * models for, matmuls of at most 3 dims with equal batch dims, biases and norm
- * scales held as parameters. Errors name the op. */
+/* The op kinds the tile machine has kernels and cost models for. */
+static int has_kernel(lm__gopk k) {
+    return k <= LM__GOP_REPEAT_OUT || k == LM__GOP_SWIGLU || k == LM__GOP_ROPE || k == LM__GOP_ATTENTION;
+}
+
+/* i32 values exist only as RoPE positions (possibly through views). */
+static lm_status check_i32(const lm_graph *g, int v) {
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        for (int k = 0; k < op->nin; k++) {
+            if (op->in[k] != v || lm__gop_is_view(op->kind) || (op->kind == LM__GOP_ROPE && k == 1)) continue;
+            return lm__error(LM_UNSUPPORTED,
+                             "plan: op '%s' (%s) reads the i32 value '%s': the tile compiler takes i32 values only as "
+                             "RoPE positions",
+                             op->name, lm__gop_name(op->kind), g->values[v].name);
+        }
+    }
+    return LM_OK;
+}
+
+/* What the tile machine can run: f32/f16 values (i32 RoPE positions), the ops it
+ * has kernels and cost models for, matmuls of at most 3 dims with equal batch dims,
+ * attention over one batch row, biases, norm scales and RoPE frequency tables held
+ * as parameters. Errors name the op. */
 static lm_status supported(const lm_graph *g) {
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
-        if (op->kind > LM__GOP_REPEAT_OUT)
+        if (!has_kernel(op->kind))
             return lm__error(LM_UNSUPPORTED, "plan: op '%s' (%s) has no tile-machine kernel", op->name,
                              lm__gop_name(op->kind));
         const lm__gvalue *v = &g->values[op->out];
-        if (v->dtype != LM_F32 && v->dtype != LM_F16)
-            return lm__error(LM_UNSUPPORTED, "plan: op '%s': dtype %s (the tile compiler supports f32 and f16)", op->name,
-                             lm_dtype_name(v->dtype));
+        if (v->dtype == LM_I32 && (op->kind == LM__GOP_INPUT || lm__gop_is_view(op->kind))) {
+            LM_TRY(check_i32(g, op->out));
+        } else if (v->dtype != LM_F32 && v->dtype != LM_F16) {
+            return lm__error(LM_UNSUPPORTED,
+                             "plan: op '%s' (%s): dtype %s (the tile compiler supports f32 and f16, and i32 inputs as "
+                             "RoPE positions)",
+                             op->name, lm__gop_name(op->kind), lm_dtype_name(v->dtype));
+        }
         if (op->kind == LM__GOP_MATMUL) {
             const lm__gvalue *a = &g->values[op->in[0]], *b = &g->values[op->in[1]];
             if (a->ndim > 3 || a->dtype != b->dtype)
                 return lm__error(LM_UNSUPPORTED, "plan: matmul '%s': needs [B?,M,K] x [B?,K,N] operands of one dtype",
                                  op->name);
         }
-        if (op->kind == LM__GOP_BIAS_ADD || op->kind == LM__GOP_LAYERNORM || op->kind == LM__GOP_RMSNORM)
-            for (int k = 1; k < op->nin; k++)
+        if (op->kind == LM__GOP_ATTENTION && g->values[op->in[0]].dims[0] != 1)
+            return lm__error(LM_UNSUPPORTED, "plan: attention '%s': batch %lld (the tile compiler runs one batch row)",
+                             op->name, (long long)g->values[op->in[0]].dims[0]);
+        int first = op->kind == LM__GOP_ROPE ? 2 : 1; /* RoPE: positions are an activation, inv_freq a parameter */
+        if (op->kind == LM__GOP_BIAS_ADD || op->kind == LM__GOP_LAYERNORM || op->kind == LM__GOP_RMSNORM ||
+            op->kind == LM__GOP_ROPE)
+            for (int k = first; k < op->nin; k++)
                 if (op->in[k] >= 0 && g->ops[g->values[op->in[k]].op].kind != LM__GOP_PARAM)
-                    return lm__error(LM_UNSUPPORTED, "plan: op '%s': its bias/scale must be a parameter", op->name);
+                    return lm__error(LM_UNSUPPORTED, "plan: op '%s' (%s): its %s must be a parameter", op->name,
+                                     lm__gop_name(op->kind), op->kind == LM__GOP_ROPE ? "inv_freq" : "bias/scale");
     }
     return LM_OK;
 }
 
 static lm_status validate(const lm_graph *g, const lm_plan_options *o) {
     LM_TRY(supported(g));
+    for (int64_t i = 0; i < g->nops && o->attention == LM_PLAN_ATTN_MATERIALIZED; i++)
+        if (g->ops[i].kind == LM__GOP_ATTENTION)
+            return lm__error(LM_UNSUPPORTED,
+                             "plan: attention '%s': the attention op has only the flash lowering (the materialized "
+                             "strategy applies to matmul-softmax-matmul graphs)",
+                             g->ops[i].name);
     if (g->open_region >= 0) return lm__error(LM_INVALID_ARGUMENT, "plan: a repeat is still open (repeat_end missing)");
     int outputs = 0;
     for (int64_t v = 0; v < g->nvalues; v++) outputs += g->values[v].output;
@@ -58,6 +97,10 @@ static lm_status validate(const lm_graph *g, const lm_plan_options *o) {
         return lm__error(LM_INVALID_ARGUMENT, "plan: unknown attention strategy %d", (int)o->attention);
     for (int i = 0; i < 3; i++)
         if (o->gemm_grid[i] < 0) return lm__error(LM_INVALID_ARGUMENT, "plan: negative forced gemm grid");
+    int set = 0, negative = 0;
+    for (int i = 0; i < 4; i++) set += o->flash_grid[i] != 0, negative |= o->flash_grid[i] < 0;
+    if (negative || (set && set != 4))
+        return lm__error(LM_INVALID_ARGUMENT, "plan: a forced flash grid needs all four splits >= 1 (or all 0)");
     return LM_OK;
 }
 
@@ -114,9 +157,9 @@ lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_
     lm_status st = lm__graph_clone(g, &p->g);
     lm__plan_planner P;
     memset(&P, 0, sizeof P);
-    int finals[4], nfinals = 0, best = -1;
+    int finals[16], nfinals = 0, best = -1;
     if (st == LM_OK) st = lm__plan_planner_init(&P, p->g, &p->m, &opt);
-    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 4);
+    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 16);
     lm_status first_fail = LM_OK;
     char why[512] = "";
     int built = 0;

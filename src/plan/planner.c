@@ -14,6 +14,22 @@
 
 #include <stdio.h>
 
+int lm__plan_is_elementwise(lm__gopk k) { return lm__gop_is_elementwise(k) || k == LM__GOP_SWIGLU; }
+int lm__plan_is_rows(lm__gopk k) { return lm__gop_is_rows(k) || k == LM__GOP_ROPE; }
+
+int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__plan_layout *lx,
+                          lm__plan_layout *l, int *narrow) {
+    const lm__gvalue *v = &g->values[o->in[i]];
+    *narrow = v->ndim != lx->ndim;
+    if (!*narrow) {
+        *l = *lx;
+        l->dtype = v->dtype;
+        return 1;
+    }
+    int d0 = o->kind == LM__GOP_ROPE && i == 1 ? 0 : lx->ndim - v->ndim;
+    return lm__plan_layout_project(lx, d0, v->ndim, v->dims, v->dtype, l);
+}
+
 static lm_status grow_index(lm__plan_planner *P) {
     int64_t cap = P->lay_hcap ? P->lay_hcap * 2 : 1024;
     int32_t *idx = lm__alloc(sizeof(int32_t) * (size_t)cap, 64);
@@ -136,35 +152,42 @@ static void request_inputs(lm__plan_planner *P, int op, const lm__plan_cand *c, 
                 lm__plan_request(P, P->g->values[o->in[i]].root, lm__plan_layout_id(P, &c[k].in_root[i]));
 }
 
+/* Flash candidates of attention a; their query layouts are requested of q's producer. */
+static lm_status flash_requests(lm__plan_planner *P, const lm__plan_attn *a) {
+    LM_TRY(lm__plan_flash_candidates(P, a));
+    for (int k = 0; k < P->nflash[a->op] && k < 8; k++)
+        lm__plan_request(P, P->g->values[a->q].root, lm__plan_layout_id(P, &P->flash[a->op][k].in_root[0]));
+    return LM_OK;
+}
+
 static lm_status candidates_pass(lm__plan_planner *P) {
     const lm_graph *g = P->g;
     for (int64_t i = g->nops - 1; i >= 0; i--) {
         const lm__gop *op = &g->ops[i];
-        int ops3[3];
+        lm__plan_attn a;
         switch (op->kind) {
         case LM__GOP_MATMUL:
-            if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED && lm__plan_attention_match(g, (int)i, ops3)) {
-                LM_TRY(lm__plan_flash_candidates(P, ops3));
-                if (P->nflash[i]) {
-                    const lm__plan_cand *fc = P->flash[i];
-                    for (int k = 0; k < P->nflash[i] && k < 8; k++)
-                        lm__plan_request(P, g->values[op->in[0]].root, lm__plan_layout_id(P, &fc[k].in_root[0]));
-                }
-            }
+            if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED && lm__plan_attn_of(g, (int)i, &a))
+                LM_TRY(flash_requests(P, &a));
             LM_TRY(lm__plan_gemm_candidates(P, (int)i));
             request_inputs(P, (int)i, P->cands[i], P->ncands[i]);
+            break;
+        case LM__GOP_ATTENTION:
+            if (lm__plan_attn_of(g, (int)i, &a)) LM_TRY(flash_requests(P, &a));
             break;
         case LM__GOP_BIAS_ADD:
         case LM__GOP_GELU:
         case LM__GOP_SILU:
         case LM__GOP_ADD:
         case LM__GOP_MUL:
+        case LM__GOP_SWIGLU:
             forward_requests(P, op->out, op->in[0], 0);
-            if (op->kind == LM__GOP_ADD || op->kind == LM__GOP_MUL) forward_requests(P, op->out, op->in[1], 0);
+            if (op->nin > 1 && op->kind != LM__GOP_BIAS_ADD) forward_requests(P, op->out, op->in[1], 0);
             break;
         case LM__GOP_SOFTMAX:
         case LM__GOP_LAYERNORM:
-        case LM__GOP_RMSNORM: forward_requests(P, op->out, op->in[0], 1); break;
+        case LM__GOP_RMSNORM:
+        case LM__GOP_ROPE: forward_requests(P, op->out, op->in[0], 1); break;
         case LM__GOP_REPEAT_OUT: forward_requests(P, op->out, op->in[0], 0); break;
         case LM__GOP_REPEAT_IN: {
             const lm__gregion *r = &g->regions[op->region];
@@ -192,7 +215,7 @@ static lm_status build_units(lm__plan_planner *P, int begin, int end, int region
         if (op->region != region) { /* a nested region starts here */
             const lm__gregion *r = &g->regions[op->region];
             int64_t u;
-            LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_REPEAT, -1, {-1, -1, -1}, op->region, 0, 0}, &u));
+            LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_REPEAT, -1, op->region, 0, 0}, &u));
             P->units[u].child_begin = (int)P->nunits;
             LM_TRY(build_units(P, r->begin, r->end, op->region));
             P->units[u].next = (int)P->nunits;
@@ -207,11 +230,11 @@ static lm_status build_units(lm__plan_planner *P, int begin, int end, int region
         }
         if (op->kind == LM__GOP_MATMUL && P->nflash[i] > 0 && lm__plan_attention_match(g, i, ops3)) {
             int64_t u;
-            LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_ATTN, i, {ops3[0], ops3[1], ops3[2]}, -1, 0, 0}, &u));
+            LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_ATTN, i, -1, 0, 0}, &u));
             P->units[u].child_begin = (int)P->nunits;
             for (int k = 0; k < 3; k++) {
                 int64_t c;
-                LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_OP, ops3[k], {-1, -1, -1}, -1, 0, 0}, &c));
+                LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_OP, ops3[k], -1, 0, 0}, &c));
                 P->units[c].next = (int)c + 1;
             }
             P->units[u].next = (int)P->nunits;
@@ -219,8 +242,10 @@ static lm_status build_units(lm__plan_planner *P, int begin, int end, int region
             continue;
         }
         int64_t u;
-        LM_TRY(push_unit(P, (lm__plan_unit){LM__PLAN_U_OP, i, {-1, -1, -1}, -1, 0, 0}, &u));
-        P->units[u].next = (int)u + 1;
+        /* the attention op: a flash unit with no op-by-op alternative (no children) */
+        lm__plan_uk kind = op->kind == LM__GOP_ATTENTION ? LM__PLAN_U_ATTN : LM__PLAN_U_OP;
+        LM_TRY(push_unit(P, (lm__plan_unit){kind, i, -1, 0, 0}, &u));
+        P->units[u].child_begin = P->units[u].next = (int)u + 1;
         i++;
     }
     return LM_OK;

@@ -16,11 +16,29 @@
 #define LM__PLAN_MAX_REQ 16 /* layouts requested of one value by its consumers */
 #define LM__PLAN_REASON 240
 
+/* Ops the planner lays out like their first input, shard by shard (the graph's
+ * elementwise ops plus swiglu), and ops that need whole rows of their last axis
+ * (the graph's row ops); both are planned by following a layout of in[0]. */
+int lm__plan_is_elementwise(lm__gopk k);
+int lm__plan_is_rows(lm__gopk k);
+/* The layout a following op o wants of its input i >= 1, in that input's own space,
+ * when its output (and in[0]) takes layout lx: lx itself for a same-shape operand;
+ * for an operand indexing only some of lx's dims — a [N] bias or scale and RoPE's
+ * inv_freq [D/2] (lx's last dim), RoPE positions [B, T] (lx's first two) — lx
+ * projected onto those dims (lm__plan_layout_project). *narrow receives 1 for the
+ * projected ones. 0 when the layout cannot be expressed. */
+int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__plan_layout *lx,
+                          lm__plan_layout *l, int *narrow);
+
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc);
 double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t elems);
 double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t rows, int64_t n);
+/* RoPE of tokens x heads rows of d elements (angles once per token and frequency). */
+double lm__plan_cost_rope(const lm_plan_machine *m, lm_dtype dt, int64_t tokens, int64_t heads, int64_t d);
+/* Kernel cycles of a following (elementwise or row) op of kind k on one shard of lx. */
+double lm__plan_cost_follow(const lm_plan_machine *m, lm__gopk k, const lm__plan_layout *lx);
 double lm__plan_cost_copy(const lm_plan_machine *m, int64_t bytes);
 double lm__plan_cost_reduce(const lm_plan_machine *m, lm_dtype in_dt, lm_dtype out_dt, int64_t out_elems,
                             int64_t add_elems);
@@ -56,8 +74,7 @@ typedef enum lm__plan_uk { LM__PLAN_U_OP, LM__PLAN_U_ATTN, LM__PLAN_U_REPEAT } l
 
 typedef struct lm__plan_unit {
     lm__plan_uk kind;
-    int op;                /* OP: the op; ATTN: the score matmul; REPEAT: -1 */
-    int attn[3];           /* ATTN: score matmul, softmax, value matmul */
+    int op;                /* OP: the op; ATTN: the score matmul or the attention op; REPEAT: -1 */
     int region;            /* REPEAT: region index */
     int child_begin, next; /* children units are [child_begin, next) ; next sibling = next */
 } lm__plan_unit;
@@ -140,20 +157,52 @@ int lm__plan_memo_get(const lm__plan_planner *P, uint64_t key, double *val);
 void lm__plan_memo_put(lm__plan_planner *P, uint64_t key, double val);
 /* attn_plan.c: fusible score-softmax-value triple starting at op (fills ops[3]). */
 int lm__plan_attention_match(const lm_graph *g, int op, int ops[3]);
-lm_status lm__plan_flash_candidates(lm__plan_planner *P, const int ops[3]);
-/* One piece of a flash step's K^T (which = 0) or V (which = 1) stream. */
+/* An attention the flash path runs: the pattern above on [H, T, D] values, or the
+ * attention op on token-major [1, T, H, D] values with grouped kv heads, a causal
+ * mask and a window. Both are read through canonical index spaces q [H, Tq, D],
+ * K^T [Hkv, D, Tk], V [Hkv, Tk, Dv] and out [H, Tq, Dv]: map[c] is the value dim
+ * holding canonical dim c (the op's batch dim, of extent 1, stays at index 0). */
+typedef struct lm__plan_attn {
+    int op;                 /* the unit's op: the score matmul or the attention op */
+    int q, kt, v, out;      /* graph values: q, K^T (pattern) or k (op), v, the output */
+    int8_t qmap[3], kmap[3], vmap[3], omap[3];
+    int64_t H, Hkv, Tq, Tk, D, Dv;
+    int64_t group;          /* query heads per kv head: query head h reads kv head h / group */
+    double scale;
+    int causal;             /* query i sees keys j <= i + Tk - Tq ... */
+    int64_t window;         /* ... and, when > 0, only j > i + Tk - Tq - window */
+    lm_dtype dt, out_dt;
+} lm__plan_attn;
+/* The attention unit starting at op (a pattern's score matmul or an attention op); 0 if none. */
+int lm__plan_attn_of(const lm_graph *g, int op, lm__plan_attn *a);
+/* Blocks of a flash grid (gh, gq, gkv, steps): query heads, query rows, keys per step
+ * and tile, and the most kv heads one query-head block reads. */
+typedef struct lm__plan_flash_geom {
+    int64_t g[4];
+    int64_t bh, bq, bs, bkv;
+} lm__plan_flash_geom;
+void lm__plan_flash_geom_of(const lm__plan_attn *a, const int64_t *grid, lm__plan_flash_geom *f);
+/* kv heads [*k0, *k1) read by query-head block ih. */
+void lm__plan_flash_kv_heads(const lm__plan_attn *a, const lm__plan_flash_geom *f, int64_t ih, int64_t *k0,
+                             int64_t *k1);
+/* Keys of kv block j seen by query block iq: 0 none (the block is skipped), 1 all,
+ * 2 some (the block is masked). */
+int lm__plan_flash_visible(const lm__plan_attn *a, const lm__plan_flash_geom *f, int64_t iq, int64_t j);
+lm_status lm__plan_flash_candidates(lm__plan_planner *P, const lm__plan_attn *a);
+/* One piece of a flash step's K^T (which = 0) or V (which = 1) stream: one kv head of
+ * kv block j = s*gkv + ikv, needed by the query-head blocks [ih0, ih1). */
 typedef struct lm__plan_flash_piece {
-    int64_t ih, ikv;             /* destinations: tiles (ih*gq + iq)*gkv + ikv for every iq */
+    int64_t ih0, ih1, ikv, j;    /* destinations: tiles (ih*gq + iq)*gkv + ikv, iq whose block sees block j */
     int64_t src_shard, src_tile; /* in the source (root) layout */
     int64_t rlo[LM__PLAN_MAX_DIMS], rhi[LM__PLAN_MAX_DIMS]; /* the piece in root coordinates */
-    int64_t plo[LM__PLAN_MAX_DIMS], phi[LM__PLAN_MAX_DIMS]; /* the piece in the streamed view's coordinates */
-    int64_t vlo[LM__PLAN_MAX_DIMS], vhi[LM__PLAN_MAX_DIMS]; /* the destination's whole step box (view coordinates) */
+    int64_t plo[3], phi[3];      /* the piece in canonical coordinates */
+    int64_t vlo[3];              /* origin of the kv block's step box (canonical; dim 0 per destination) */
 } lm__plan_flash_piece;
 typedef void (*lm__plan_flash_piece_fn)(void *ctx, const lm__plan_flash_piece *p);
-lm_status lm__plan_flash_step_pieces(const lm_graph *g, const int64_t *grid, const int ops[3], int which,
+lm_status lm__plan_flash_step_pieces(const lm_graph *g, const lm__plan_attn *a, const int64_t *grid, int which,
                                      int64_t s, const lm__plan_layout *src, lm__plan_flash_piece_fn fn, void *ctx);
 /* State-dependent flash cost: K/V streaming exchanges from their current layouts. */
-double lm__plan_flash_stream_cost(lm__plan_planner *P, const lm__plan_cand *c, const int ops[3], int k_layout,
+double lm__plan_flash_stream_cost(lm__plan_planner *P, const lm__plan_cand *c, const lm__plan_attn *a, int k_layout,
                                   int v_layout);
 
 /* search.c */

@@ -12,8 +12,8 @@
 #include <math.h>
 
 typedef struct rctx {
-    const lm_graph *g; /* borrowed */
-    uint64_t seed;
+    const lm_graph *g;          /* borrowed */
+    const lm__plan_data *data; /* borrowed: inputs and parameters */
     lm_threadpool *pool; /* borrowed */
     float **val;         /* [nvalues] dense values in their own shape */
     lm__plan_ref *ref;   /* receives the recorded targets */
@@ -92,6 +92,60 @@ static void rows(rctx *r, const lm__gop *op) {
     }
 }
 
+/* x [B, T, H, D] at positions [B, T], inv_freq [D/2]: angles and cos/sin in double. */
+static void rope(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vx = &r->g->values[op->in[0]];
+    int64_t T = vx->dims[0] * vx->dims[1], H = vx->dims[2], D = vx->dims[3], half = D / 2;
+    const float *x = r->val[op->in[0]], *pos = r->val[op->in[1]], *inv = r->val[op->in[2]];
+    float *o = r->val[op->out];
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            double ang = (double)pos[t] * (double)inv[i], c = cos(ang) * op->a, s = sin(ang) * op->a;
+            for (int64_t h = 0; h < H; h++) {
+                const float *xr = x + (t * H + h) * D;
+                float *orow = o + (t * H + h) * D;
+                orow[i] = round_to((float)(xr[i] * c - xr[i + half] * s), vx->dtype);
+                orow[i + half] = round_to((float)(xr[i + half] * c + xr[i] * s), vx->dtype);
+            }
+        }
+}
+
+/* Token-major q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv]: per (b, head,
+ * query) the scores of its visible keys in double, a stable softmax, the weighted
+ * sum of V rows. O(B Hq Tq Tk (D + Dv)). */
+static lm_status attention(rctx *r, const lm__gop *op) {
+    const lm__gvalue *vq = &r->g->values[op->in[0]], *vk = &r->g->values[op->in[1]], *vv = &r->g->values[op->in[2]];
+    int64_t B = vq->dims[0], Tq = vq->dims[1], Hq = vq->dims[2], D = vq->dims[3];
+    int64_t Tk = vk->dims[1], Hkv = vk->dims[2], Dv = vv->dims[3], group = Hq / Hkv, off = Tk - Tq;
+    const float *q = r->val[op->in[0]], *k = r->val[op->in[1]], *v = r->val[op->in[2]];
+    float *o = r->val[op->out];
+    double *p = lm__alloc(sizeof(double) * (size_t)(Tk + Dv), 64), *acc = p + Tk;
+    if (!p) return LM_OUT_OF_MEMORY;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                int64_t kh = h / group, hi = op->i[0] ? LM_MIN(Tk, i + off + 1) : Tk;
+                int64_t lo = op->i[0] && op->i[1] > 0 ? LM_MAX(0, i + off - op->i[1] + 1) : 0;
+                const float *qr = q + ((b * Tq + i) * Hq + h) * D;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = lo; j < hi; j++) {
+                    const float *kr = k + ((b * Tk + j) * Hkv + kh) * D;
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+                    p[j] = op->a * dot;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int64_t j = lo; j < hi; j++) sum += p[j] = exp(p[j] - mx);
+                for (int64_t e = 0; e < Dv; e++) acc[e] = 0;
+                for (int64_t j = lo; j < hi; j++)
+                    for (int64_t e = 0; e < Dv; e++) acc[e] += p[j] * v[((b * Tk + j) * Hkv + kh) * Dv + e];
+                float *orow = o + ((b * Tq + i) * Hq + h) * Dv;
+                for (int64_t e = 0; e < Dv; e++) orow[e] = round_to((float)(hi > lo ? acc[e] / sum : 0.0), vq->dtype);
+            }
+    lm__free(p);
+    return LM_OK;
+}
+
 static void permute(rctx *r, const lm__gop *op) {
     const lm__gvalue *vi = &r->g->values[op->in[0]], *vo = &r->g->values[op->out];
     int64_t istr[LM__PLAN_MAX_DIMS], s = 1;
@@ -117,7 +171,7 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     const float *x = op->nin ? r->val[op->in[0]] : NULL;
     switch (op->kind) {
     case LM__GOP_INPUT:
-    case LM__GOP_PARAM: lm__plan_data_fill(g, op->out, op->kind == LM__GOP_PARAM ? iter : 0, r->seed, o); break;
+    case LM__GOP_PARAM: lm__plan_data_get(r->data, op->out, op->kind == LM__GOP_PARAM ? iter : 0, o); break;
     case LM__GOP_MATMUL: LM_TRY(matmul(r, op)); break;
     case LM__GOP_BIAS_ADD: {
         const float *b = r->val[op->in[1]];
@@ -135,6 +189,12 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     case LM__GOP_SILU:
         for (int64_t i = 0; i < n; i++) o[i] = round_to((float)(x[i] / (1.0 + exp(-(double)x[i]))), vo->dtype);
         break;
+    case LM__GOP_SWIGLU: {
+        const float *up = r->val[op->in[1]];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = round_to((float)(x[i] / (1.0 + exp(-(double)x[i])) * up[i]), vo->dtype);
+        break;
+    }
     case LM__GOP_ADD:
     case LM__GOP_MUL: {
         const float *y = r->val[op->in[1]];
@@ -150,6 +210,8 @@ static lm_status run_op(rctx *r, const lm__gop *op, int64_t iter) {
     case LM__GOP_REPEAT_IN:
     case LM__GOP_REPEAT_OUT: memcpy(o, x, sizeof(float) * (size_t)n); break;
     case LM__GOP_PERMUTE: permute(r, op); break;
+    case LM__GOP_ROPE: rope(r, op); break;
+    case LM__GOP_ATTENTION: LM_TRY(attention(r, op)); break;
     default: /* lm_plan_compile rejected every other kind before a plan existed */
         return lm__error(LM_INTERNAL, "plan reference: op '%s' (%s) has no tile-machine kernel", op->name,
                          lm__gop_name(op->kind));
@@ -199,11 +261,11 @@ void lm__plan_ref_free(lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
 }
 
-lm_status lm__plan_ref_run(const lm_graph *g, uint64_t seed, lm_threadpool *pool, lm__plan_ref *ref) {
+lm_status lm__plan_ref_run(const lm_graph *g, const lm__plan_data *data, lm_threadpool *pool, lm__plan_ref *ref) {
     memset(ref, 0, sizeof *ref);
     int nt = (int)g->nchecks;
     for (int64_t v = 0; v < g->nvalues; v++) nt += g->values[v].output;
-    rctx r = {g, seed, pool, lm__calloc((size_t)g->nvalues, sizeof(float *)), ref};
+    rctx r = {g, data, pool, lm__calloc((size_t)g->nvalues, sizeof(float *)), ref};
     ref->value = lm__calloc((size_t)nt + 1, sizeof(int));
     ref->count = lm__calloc((size_t)nt + 1, sizeof(int64_t));
     ref->data = lm__calloc((size_t)nt + 1, sizeof(float *));

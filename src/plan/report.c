@@ -37,11 +37,14 @@ static void describe_ops(const lm_plan *p, lm__plan_sbuf *b) {
             if (o->steps > 1) lm__plan_sbuf_printf(b, " in %lld K steps", (long long)o->steps);
             lm__plan_sbuf_printf(b, " -> %s  [%.0f cycles]\n", out, o->cost);
             break;
-        case LM__PLAN_M_FLASH:
-            lm__plan_sbuf_printf(b, "%s..%s grid h%lld q%lld kv%lld steps %lld -> %s  [%.0f cycles]\n", mop_name(p, o),
-                                 p->g->values[p->mid.vals[o->out].value].name, (long long)o->grid[0],
-                                 (long long)o->grid[1], (long long)o->grid[2], (long long)o->grid[3], out, o->cost);
+        case LM__PLAN_M_FLASH: {
+            int op = p->g->ops[o->gop].kind == LM__GOP_ATTENTION; /* else the pattern's first..last op */
+            lm__plan_sbuf_printf(b, "%s%s%s grid h%lld q%lld kv%lld steps %lld -> %s  [%.0f cycles]\n", mop_name(p, o),
+                                 op ? " (attention)" : "..", op ? "" : p->g->values[p->mid.vals[o->out].value].name,
+                                 (long long)o->grid[0], (long long)o->grid[1], (long long)o->grid[2],
+                                 (long long)o->grid[3], out, o->cost);
             break;
+        }
         case LM__PLAN_M_COPY:
         case LM__PLAN_M_EXCHANGE:
         case LM__PLAN_M_REDUCE:

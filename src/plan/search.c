@@ -220,7 +220,7 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
     const lm__gop *o = &g->ops[op];
     lm__plan_layout lx = *lx_in;
     lm__plan_trace t = trace_new(s->trace, u);
-    int rows = lm__gop_is_rows(o->kind);
+    int rows = lm__plan_is_rows(o->kind);
     if (rows && lx.grid[lx.ndim - 1] > 1) {
         lm__plan_layout_set_block(&lx, lx.ndim - 1, lx.dims[lx.ndim - 1]);
         lm__plan_layout_canon(&lx);
@@ -237,21 +237,20 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
     }
     double added = 0;
     for (int i = 1; i < o->nin; i++) {
-        if (is_param(g, o->in[i]) && g->values[o->in[i]].ndim != lx.ndim) { /* a broadcast [N] parameter */
-            added += (double)(lx.block[lx.ndim - 1] * (int64_t)lm_dtype_size(g->values[o->in[i]].dtype)) *
+        lm__plan_layout li, r1;
+        int narrow;
+        if (!lm__plan_follow_input(g, o, i, &lx, &li, &narrow)) return LM_OK;
+        if (narrow && is_param(g, o->in[i])) { /* a broadcast parameter (bias, scale, inv_freq): placed there */
+            added += (double)lm__plan_layout_shard_bytes(&li) *
                      (double)(o->region >= 0 ? g->regions[o->region].count : 1);
             continue;
         }
-        lm__plan_layout r1;
-        if (!lm__plan_view_chain_unmap(g, o->in[i], &lx, &r1)) return LM_OK;
+        if (!lm__plan_view_chain_unmap(g, o->in[i], &li, &r1)) return LM_OK;
         t.req[i] = lm__plan_layout_id(P, &r1);
         if (t.req[i] < 0) return LM_OUT_OF_MEMORY;
         t.cost += best_source(P, s, o->in[i], t.req[i], &t.src[i]);
     }
-    int64_t elems = lm__plan_layout_shard_elems(&lx);
-    int64_t n = lx.block[lx.ndim - 1];
-    t.cost += rows ? lm__plan_cost_rows(P->m, o->kind, lx.dtype, elems / n, n)
-                   : lm__plan_cost_elementwise(P->m, o->kind, lx.dtype, elems);
+    t.cost += lm__plan_cost_follow(P->m, o->kind, &lx);
     if (!isfinite(t.cost)) return LM_OK;
     lx.dtype = g->values[o->out].dtype;
     t.out = lm__plan_layout_id(P, &lx);
@@ -311,17 +310,18 @@ static lm_status nested(lm__plan_planner *P, int ubegin, int uend, const lm__pla
 static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out, int width) {
     const lm_graph *g = P->g;
     const lm__plan_unit *un = &P->units[u];
-    const int *ops = un->attn;
-    if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED) {
-        const lm__gop *so = &g->ops[ops[0]], *pv = &g->ops[ops[2]];
-        int kv[2] = {so->in[1], pv->in[1]};
-        for (int k = 0; k < P->nflash[ops[0]]; k++) {
-            const lm__plan_cand *c = &P->flash[ops[0]][k];
+    lm__plan_attn a;
+    if (!lm__plan_attn_of(g, un->op, &a)) return lm__error(LM_INTERNAL, "plan search: attention unit lost");
+    int materialized = un->child_begin < un->next; /* the pattern's ops can also run one by one */
+    if (P->opt.attention != LM_PLAN_ATTN_MATERIALIZED || !materialized) {
+        int kv[2] = {a.kt, a.v};
+        for (int k = 0; k < P->nflash[a.op]; k++) {
+            const lm__plan_cand *c = &P->flash[a.op][k];
             lm__plan_trace t = trace_new(s->trace, u);
             t.choice = k;
             t.req[0] = lm__plan_layout_id(P, &c->in_root[0]);
             if (t.req[0] < 0) return LM_OUT_OF_MEMORY;
-            t.cost = c->compute + c->reduce + best_source(P, s, so->in[0], t.req[0], &t.src[0]);
+            t.cost = c->compute + c->reduce + best_source(P, s, a.q, t.req[0], &t.src[0]);
             int32_t kvm[2][LM__PLAN_MAX_MAT];
             for (int i = 0; i < 2; i++) {
                 memcpy(kvm[i], mats(P, s, kv[i]), sizeof kvm[i]);
@@ -333,10 +333,10 @@ static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s
                 }
             }
             double best = INFINITY;
-            for (int a = 0; a < LM__PLAN_MAX_MAT && kvm[0][a] >= 0; a++)
-                for (int b = 0; b < LM__PLAN_MAX_MAT && kvm[1][b] >= 0; b++) {
-                    double sc = lm__plan_flash_stream_cost(P, c, ops, kvm[0][a], kvm[1][b]);
-                    if (sc < best) best = sc, t.src[1] = kvm[0][a], t.src[2] = kvm[1][b];
+            for (int ka = 0; ka < LM__PLAN_MAX_MAT && kvm[0][ka] >= 0; ka++)
+                for (int kb = 0; kb < LM__PLAN_MAX_MAT && kvm[1][kb] >= 0; kb++) {
+                    double sc = lm__plan_flash_stream_cost(P, c, &a, kvm[0][ka], kvm[1][kb]);
+                    if (sc < best) best = sc, t.src[1] = kvm[0][ka], t.src[2] = kvm[1][kb];
                 }
             t.cost += best;
             if (!isfinite(t.cost)) continue;
@@ -346,14 +346,14 @@ static lm_status expand_attn(lm__plan_planner *P, int u, const lm__plan_state *s
                 lm__free(m);
                 return LM_OUT_OF_MEMORY;
             }
-            mat_add(m + (size_t)g->values[so->in[0]].root * LM__PLAN_MAX_MAT, t.src[0]);
-            mat_add(m + (size_t)g->values[so->in[0]].root * LM__PLAN_MAX_MAT, t.req[0]);
+            mat_add(m + (size_t)g->values[a.q].root * LM__PLAN_MAX_MAT, t.src[0]);
+            mat_add(m + (size_t)g->values[a.q].root * LM__PLAN_MAX_MAT, t.req[0]);
             for (int i = 0; i < 2; i++) mat_add(m + (size_t)g->values[kv[i]].root * LM__PLAN_MAX_MAT, t.src[1 + i]);
-            mat_set(m + (size_t)pv->out * LM__PLAN_MAX_MAT, t.out);
+            mat_set(m + (size_t)a.out * LM__PLAN_MAX_MAT, t.out);
             LM_TRY(emit(P, out, s, &t, m, 0));
         }
     }
-    if (P->opt.attention != LM_PLAN_ATTN_FLASH) {
+    if (P->opt.attention != LM_PLAN_ATTN_FLASH && materialized) {
         beam res;
         int marker;
         lm_status st = nested(P, un->child_begin, un->next, s, width, &res, &marker);
@@ -499,7 +499,7 @@ static lm_status expand(lm__plan_planner *P, int u, const lm__plan_state *s, bea
     if (un->kind == LM__PLAN_U_REPEAT) return expand_repeat(P, u, s, out, width);
     const lm__gop *o = &P->g->ops[un->op];
     if (o->kind == LM__GOP_MATMUL) return expand_gemm(P, u, s, out);
-    if (lm__gop_is_elementwise(o->kind) || lm__gop_is_rows(o->kind)) return expand_follow(P, u, s, out);
+    if (lm__plan_is_elementwise(o->kind) || lm__plan_is_rows(o->kind)) return expand_follow(P, u, s, out);
     return lm__error(LM_INTERNAL, "plan search: op '%s' (%s) has no planner", o->name, lm__gop_name(o->kind));
 }
 
@@ -516,7 +516,7 @@ static lm_status search_range(lm__plan_planner *P, int ubegin, int uend, beam *c
             const lm__plan_unit *un = &P->units[u];
             const char *name = un->op >= 0 ? P->g->ops[un->op].name : "repeat";
             const char *why = un->op >= 0 ? P->op_reason + (size_t)un->op * LM__PLAN_REASON : "";
-            if (!*why && un->kind == LM__PLAN_U_OP && lm__gop_is_elementwise(P->g->ops[un->op].kind))
+            if (!*why && un->kind == LM__PLAN_U_OP && lm__plan_is_elementwise(P->g->ops[un->op].kind))
                 why = P->reason;
             st = *why ? lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why)
                       : lm__error(LM_UNSUPPORTED, "no feasible plan for '%s' (every candidate was rejected)", name);

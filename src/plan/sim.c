@@ -6,7 +6,9 @@
  * slots of the slot's longest transfer (bytes / rate + message overhead). Compute
  * steps run tiles in parallel on the thread pool (a tile's calls in order); exchange
  * transfers run in parallel (hazard-freedom makes that order-independent). Every
- * checkpoint gathers the value from its shards and compares it with the reference.
+ * checkpoint gathers the value from its shards and compares it with the reference;
+ * program outputs stay gathered in the result for lm_plan_sim_output. Inputs and
+ * parameters come from the caller's data source or are generated (data.c).
  */
 #include "plan/low.h"
 
@@ -21,8 +23,16 @@ typedef struct phase {
     int64_t bytes;
 } phase;
 
+typedef struct sim_output {
+    char name[LM__G_NAME];
+    int64_t n;   /* elements */
+    float *data; /* [n] dense row-major, as simulated */
+} sim_output;
+
 struct lm_plan_sim {
     lm_plan_sim_summary sum;
+    sim_output *outputs; /* [noutputs] program outputs in check order */
+    int64_t noutputs, cap_outputs;
     lm_plan_check_result *checks; /* [nchecks] */
     int64_t nchecks, cap_checks;
     phase *phases; /* [nphases] timeline */
@@ -44,6 +54,7 @@ typedef struct simctx {
     int open_compute;
     int32_t open_step;
     lm_plan_sim_options opt;
+    lm__plan_data data;
     lm__plan_ref ref;
 } simctx;
 
@@ -77,9 +88,8 @@ static lm_status close_compute(simctx *c) {
 static lm_status place_value(simctx *c, int mv) {
     const lm__plan_mid *mid = &c->p->mid;
     const lm__plan_mval *v = &mid->vals[mv];
-    const lm_graph *g = c->p->g;
     const lm__plan_low *low = c->low;
-    const lm__gvalue *val = &g->values[v->value];
+    const lm__gvalue *val = &c->p->g->values[v->value];
     int64_t n = lm__gvalue_numel(val);
     float *data = lm__alloc(sizeof(float) * (size_t)n, 64);
     if (!data) return LM_OUT_OF_MEMORY;
@@ -89,7 +99,7 @@ static lm_status place_value(simctx *c, int mv) {
     int64_t es = (int64_t)lm_dtype_size(v->l.dtype);
     int64_t S = lm__plan_layout_shards(&v->l), R = lm__plan_layout_reps(&v->l);
     for (int64_t it = 0; it < v->stacked; it++) {
-        lm__plan_data_fill(g, v->value, it, c->opt.seed, data);
+        lm__plan_data_get(&c->data, v->value, it, data);
         for (int64_t sh = 0; sh < S; sh++) {
             int64_t lo[LM__PLAN_MAX_DIMS], hi[LM__PLAN_MAX_DIMS];
             if (!lm__plan_layout_box(&v->l, sh, lo, hi)) continue;
@@ -254,6 +264,15 @@ static lm_status check_step(simctx *c, const lm__plan_step *st) {
             got[dst] = lm__plan_load(base + src * es, o.dtype);
         }
     }
+    lm_status kept = LM_OK;
+    if (st->check < 0) { /* a program output: the simulation result keeps it */
+        sim_output so;
+        memset(&so, 0, sizeof so);
+        snprintf(so.name, sizeof so.name, "%s", val->name);
+        so.n = n;
+        so.data = got;
+        kept = LM__PUSH(c->s->outputs, c->s->noutputs, c->s->cap_outputs, so);
+    }
     double num = 0, den = 0, maxd = 0, maxw = 0;
     int finite = 1;
     for (int64_t i = 0; i < n; i++) {
@@ -264,7 +283,8 @@ static lm_status check_step(simctx *c, const lm__plan_step *st) {
         maxd = fmax(maxd, fabs(d));
         maxw = fmax(maxw, fabs((double)want[i]));
     }
-    lm__free(got);
+    if (st->check >= 0 || kept != LM_OK) lm__free(got);
+    LM_TRY(kept);
     lm_plan_check_result r;
     memset(&r, 0, sizeof r);
     snprintf(r.name, sizeof r.name, "%s", st->check >= 0 ? g->checks[st->check].name : val->name);
@@ -320,7 +340,8 @@ lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_pl
     lm_threadpool *pool = NULL;
     lm_status st = lm_threadpool_create(c.opt.threads, &pool);
     double t0 = lm__now_seconds();
-    if (st == LM_OK) st = lm__plan_ref_run(p->g, c.opt.seed, pool, &c.ref);
+    if (st == LM_OK) st = lm__plan_data_init(&c.data, p->g, &c.opt);
+    if (st == LM_OK) st = lm__plan_ref_run(p->g, &c.data, pool, &c.ref);
     double t1 = lm__now_seconds();
     c.mem = lm__calloc((size_t)T, sizeof *c.mem);
     c.tstart = lm__alloc(sizeof(int64_t) * (size_t)(T + 1), 16);
@@ -347,6 +368,7 @@ lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_pl
     lm__free(c.tile_cycles);
     lm__free(c.scratch);
     lm__plan_ref_free(&c.ref);
+    lm__plan_data_free(&c.data);
     lm_threadpool_destroy(pool);
     if (st != LM_OK) {
         lm_plan_sim_destroy(s);
@@ -358,6 +380,8 @@ lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_pl
 
 void lm_plan_sim_destroy(lm_plan_sim *s) {
     if (!s) return;
+    for (int64_t i = 0; i < s->noutputs; i++) lm__free(s->outputs[i].data);
+    lm__free(s->outputs);
     lm__free(s->checks);
     lm__free(s->phases);
     lm__free(s);
@@ -375,6 +399,28 @@ lm_status lm_plan_sim_check_get(const lm_plan_sim *s, int i, lm_plan_check_resul
     if (!s || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_sim_check_get: NULL argument");
     if (i < 0 || i >= s->nchecks) return lm__error(LM_OUT_OF_RANGE, "check %d of %lld", i, (long long)s->nchecks);
     *out = s->checks[i];
+    return LM_OK;
+}
+
+lm_status lm_plan_sim_output(const lm_plan_sim *s, const char *name, float *dst, int64_t n) {
+    if (!s || !name || (!dst && n > 0)) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_sim_output: NULL argument");
+    const sim_output *found = NULL;
+    for (int64_t i = 0; i < s->noutputs; i++) {
+        if (strcmp(s->outputs[i].name, name)) continue;
+        if (found) return lm__error(LM_INVALID_ARGUMENT, "sim output '%s': two outputs share the name", name);
+        found = &s->outputs[i];
+    }
+    if (!found) {
+        char known[256] = "";
+        for (int64_t i = 0, k = 0; i < s->noutputs && k < (int64_t)sizeof known - 1; i++)
+            k += snprintf(known + k, sizeof known - (size_t)k, "%s'%s'", i ? ", " : "", s->outputs[i].name);
+        return lm__error(LM_NOT_FOUND, "sim output '%s': no program output has that name (outputs: %s)", name,
+                         s->noutputs ? known : "none");
+    }
+    if (n != found->n)
+        return lm__error(LM_SHAPE_MISMATCH, "sim output '%s': %lld elements, the destination holds %lld", name,
+                         (long long)found->n, (long long)n);
+    memcpy(dst, found->data, sizeof(float) * (size_t)n);
     return LM_OK;
 }
 
