@@ -4,7 +4,8 @@
  * tests/data/models), `loom tokenize` both ways on a real tokenizer (skipped if the
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
- * --dtype errors), and the exit codes and messages of bad invocations.
+ * --dtype errors), `loom plan layer` on real checkpoints (its simulation agrees with
+ * the CPU executor), and the exit codes and messages of bad invocations.
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -203,6 +204,27 @@ static void test_train_on_the_cpu(void) {
     }
 }
 
+/* `loom plan layer`: a real checkpoint's decoder layer (GQA, qkv biases; qwen3's
+ * head_dim and q/k norms) planned on a small tile machine, simulated, and checked
+ * against the CPU executor; the JSON names the architecture and the agreement. */
+static void test_plan_layer_agrees_with_the_cpu_executor(void) {
+    const char *models[] = {"qwen2_bias_sharded", "qwen3_headdim"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, LOOM " plan layer --model " MODELS "%s --tokens 24 --layer 1 --machine small16 --json",
+                 models[i]);
+        run_result r = run(cmd);
+        LT_CHECK_MSG(r.status == 0, "%s: exit %d: %s", models[i], r.status, r.err ? r.err : "");
+        json_error_t je;
+        json_t *o = r.out ? json_loads(r.out, 0, &je) : NULL;
+        LT_CHECK_MSG(o && json_is_true(json_object_get(o, "cpu_agrees")), "%s: %s", models[i], r.out ? r.out : "");
+        double nmse = json_number_value(json_object_get(o, "cpu_nmse"));
+        LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %g", models[i], nmse);
+        json_decref(o);
+        run_free(&r);
+    }
+}
+
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
     struct {
         const char *cmd;
@@ -216,6 +238,9 @@ static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
         {LOOM " generate --model " MODELS "llama_gqa2_f32 --ids 1 --max-new 0", 2, "--max-new"},
         {LOOM " generate --model " MODELS "llama_gqa2_f32 --ids 1 --print-ids --temperature nan", 2, "--temperature"},
         {LOOM " frobnicate", 2, "unknown command"},
+        {LOOM " plan layer --tokens 8", 2, "--model"},
+        {LOOM " plan layer --model " MODELS "llama_gqa2_f32 --layer 9", 2, "--layer 9"},
+        {LOOM " plan layer --model /nonexistent/dir", 1, "/nonexistent/dir"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_result r = run(cases[i].cmd);
@@ -230,6 +255,7 @@ int main(void) {
     LT_RUN(test_generate_print_ids_equals_transformers_greedy);
     LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
     LT_RUN(test_train_on_the_cpu);
+    LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
     LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
     return lt_finish();
 }

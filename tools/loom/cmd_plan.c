@@ -1,7 +1,8 @@
 /* tools/loom/cmd_plan.c — `loom plan WORKLOAD`: compile a workload for a tile machine,
  * simulate it with real data and report predicted/simulated cycles, the compute
  * lower bound, published figures, SRAM use, planning time/memory and the numerical
- * check. Workloads: gemm M N K | mlp | attention | mlp-repeat N.
+ * check. Workloads: gemm M N K | mlp | attention | mlp-repeat N; `plan layer` (a decoder
+ * layer of a real checkpoint) lives in cmd_plan_layer.c.
  * Exit status: 0 plan ok (and checks passed), 1 failure, 2 usage error.
  */
 #include "args.h"
@@ -63,6 +64,7 @@ static int64_t max_rss_bytes(void) {
 }
 
 int cmd_plan(int argc, char **argv) {
+    if (argc >= 1 && !strcmp(argv[0], "layer")) return cmd_plan_layer(argc - 1, argv + 1);
     const char *machine = "ipu21", *strategy = "auto", *grid = NULL, *partials = "f32", *dtype = "f16";
     const char *timeline = NULL;
     int beam = 8, exhaustive = 0, json = 0, no_sim = 0, threads = 0, tokens = 0, width = 0, hidden = 0, heads = 0;
@@ -89,7 +91,7 @@ int cmd_plan(int argc, char **argv) {
         {NULL, 0, NULL, NULL}};
     const char *pos[4];
     int npos;
-    const char *syn = "gemm M N K | mlp | attention | mlp-repeat N  [options]";
+    const char *syn = "gemm M N K | mlp | attention | mlp-repeat N  [options]   (or: plan layer --model DIR ...)";
     int rc = cli_parse("plan", syn, opts, argc, argv, pos, 4, &npos);
     if (rc) return rc == 1 ? 0 : rc;
     lm_plan_workload w, d;

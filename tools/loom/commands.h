@@ -13,5 +13,6 @@ int cmd_train(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_plan_layer(int argc, char **argv); /* `loom plan layer` */
 
 #endif

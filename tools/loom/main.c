@@ -17,7 +17,7 @@ static void usage(FILE *f) {
             "  train          train or fine-tune a model on token shards\n"
             "  data           'data prepare': tokenize text files into a token shard\n"
             "  plot-loss      draw a training log's loss curve as SVG\n"
-            "  plan           compile a workload for a tile machine and simulate it\n"
+            "  plan           compile a workload (or a model's decoder layer) for a tile machine and simulate it\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  version        print the loom version and build features\n"
