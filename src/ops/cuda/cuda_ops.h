@@ -23,7 +23,7 @@ extern "C" {
 
 #include "base/internal.h"
 #include "loom/ops.h"
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 
 /* ---- readable kernels (views as validated by src/ops/<family>.c) ---------------- */
 /* elementwise.cu: a, b expanded to out's shape; one float dtype */
