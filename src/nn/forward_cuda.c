@@ -44,11 +44,11 @@ typedef struct bufs {
     int *counters;       /* [rows, Hq], zero between kernels */
     int32_t *in;         /* [3, rows]: token ids, positions, slots */
     int32_t *next;       /* [rows] sampled ids */
-    lm_cuda_sample_params *sp; /* [1] sampling parameters */
-    void *swork;         /* sampler scratch, lm_cuda_sample_workspace(rows) bytes */
+    lm__cuda_sample_params *sp; /* [1] sampling parameters */
+    void *swork;         /* sampler scratch, lm__cuda_sample_workspace(rows) bytes */
     int32_t *host_in;    /* pinned [3 * rows] */
     int32_t *host_next;  /* pinned [rows] */
-    lm_cuda_sample_params *host_sp; /* pinned [1] */
+    lm__cuda_sample_params *host_sp; /* pinned [1] */
 } bufs;
 
 struct lm__cuda_runner {
@@ -93,12 +93,12 @@ static lm_status bufs_alloc(const lm_model *m, int nsplit, int64_t rows, int64_t
     o[6] = take(&cur, (size_t)(rows * 2 * I) * 4);
     o[7] = take(&cur, (size_t)(rows * I) * 2);
     o[8] = take(&cur, (size_t)(logit_rows * c->vocab_size) * 4);
-    o[9] = take(&cur, lm_cuda_attention_rows_workspace(rows, (int)Hq, (int)hd, nsplit) * 4);
+    o[9] = take(&cur, lm__cuda_attention_rows_workspace(rows, (int)Hq, (int)hd, nsplit) * 4);
     o[10] = take(&cur, (size_t)(rows * Hq) * sizeof(int));
     o[11] = take(&cur, (size_t)(3 * rows) * 4);
     o[12] = take(&cur, (size_t)rows * 4);
-    o[13] = take(&cur, sizeof(lm_cuda_sample_params));
-    o[14] = take(&cur, lm_cuda_sample_workspace(rows));
+    o[13] = take(&cur, sizeof(lm__cuda_sample_params));
+    o[14] = take(&cur, lm__cuda_sample_workspace(rows));
     memset(b, 0, sizeof *b);
     LM_TRY(lm_device_alloc(m->device, cur, &b->mem));
     char *base = b->mem;
@@ -106,7 +106,7 @@ static lm_status bufs_alloc(const lm_model *m, int nsplit, int64_t rows, int64_t
     b->x = (float *)(base + o[0]), b->xn = base + o[1], b->qkv = (float *)(base + o[2]), b->q = base + o[3];
     b->attn = base + o[4], b->tmp = (float *)(base + o[5]), b->gu = (float *)(base + o[6]), b->act = base + o[7];
     b->logits = (float *)(base + o[8]), b->partial = (float *)(base + o[9]), b->counters = (int *)(base + o[10]);
-    b->in = (int32_t *)(base + o[11]), b->next = (int32_t *)(base + o[12]), b->sp = (lm_cuda_sample_params *)(base + o[13]);
+    b->in = (int32_t *)(base + o[11]), b->next = (int32_t *)(base + o[12]), b->sp = (lm__cuda_sample_params *)(base + o[13]);
     b->swork = base + o[14];
     LM_TRY(cu(cudaMemset(b->counters, 0, (size_t)(rows * Hq) * sizeof(int)), "cudaMemset (attention counters)"));
     LM_TRY(cu(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
@@ -141,7 +141,7 @@ static lm_status runner_get(const lm_model *m, lm_kv_cache *cache, struct lm__cu
     struct lm__cuda_runner *r = lm__calloc(1, sizeof *r);
     if (!r) return LM_OUT_OF_MEMORY;
     r->device = m->device;
-    r->nsplit = lm_cuda_attention_rows_splits(cache->max_tokens);
+    r->nsplit = lm__cuda_attention_rows_splits(cache->max_tokens);
     r->ngraphs = (cache->slots + 1) * 2;
     lm_status st = LM_OK;
     if (!(r->graphs = lm__calloc((size_t)r->ngraphs, sizeof *r->graphs)) ||
@@ -166,17 +166,17 @@ typedef struct step {
     bufs *b;
     int B;
     int64_t T, ntok;
-    int small;      /* GEMV path (ntok <= LM_CUDA_GEMV_MAX_ROWS) */
+    int small;      /* GEMV path (ntok <= LM__CUDA_GEMV_MAX_ROWS) */
     int flash;      /* prefill attention on tensor cores */
     int all_rows;   /* logits for every token, not just each row's last */
     int sample;     /* pick next tokens on the device */
     int nsplit;
 } step;
 
-static lm_cuda_kv layer_kv(const step *st, int layer) {
+static lm__cuda_kv layer_kv(const step *st, int layer) {
     const lm_kv_cache *c = st->cache;
     size_t per_layer = (size_t)c->slots * (size_t)(c->kv_heads * c->max_tokens * c->head_dim) * 2; /* bf16 bytes */
-    lm_cuda_kv kv;
+    lm__cuda_kv kv;
     kv.k = (char *)lm_tensor_data(c->k) + (size_t)layer * per_layer;
     kv.v = (char *)lm_tensor_data(c->v) + (size_t)layer * per_layer;
     kv.max_tokens = c->max_tokens;
@@ -185,28 +185,28 @@ static lm_cuda_kv layer_kv(const step *st, int layer) {
     return kv;
 }
 
-static lm_status gemv(const step *st, lm_cuda_gemv_in in, const float *x, int64_t ldx, const float *norm_w,
+static lm_status gemv(const step *st, lm__cuda_gemv_in in, const float *x, int64_t ldx, const float *norm_w,
                       const void *w, const float *bias, float *out, int64_t ldo, int accumulate, int M, int64_t N,
                       int64_t K) {
-    lm_cuda_gemv_params p = {in, x, ldx, norm_w, (float)st->m->cfg.rms_norm_eps, w, bias, out, ldo, accumulate, M, N, K};
-    return lm_cuda_gemv_v2(&p, st->s);
+    lm__cuda_gemv_params p = {in, x, ldx, norm_w, (float)st->m->cfg.rms_norm_eps, w, bias, out, ldo, accumulate, M, N, K};
+    return lm__cuda_gemv_v2(&p, st->s);
 }
 
 static lm_status attention(const step *st, int layer) {
     const lm_model_config *c = &st->m->cfg;
     const lm__cuda_layer *ly = &st->g->layers[layer];
     bufs *b = st->b;
-    lm_cuda_kv kv = layer_kv(st, layer);
+    lm__cuda_kv kv = layer_kv(st, layer);
     const int32_t *pos = b->in + b->rows, *slot = b->in + 2 * b->rows;
-    lm_cuda_qkv_params qp = {b->qkv, ly->bqkv, ly->q_norm, ly->k_norm, (float)c->rms_norm_eps, st->g->inv_freq,
+    lm__cuda_qkv_params qp = {b->qkv, ly->bqkv, ly->q_norm, ly->k_norm, (float)c->rms_norm_eps, st->g->inv_freq,
                              st->m->rope_attn_factor, pos, slot, st->ntok, (int)c->num_attention_heads, st->flash,
                              b->q};
-    LM_TRY(lm_cuda_qkv_rope_v2(&qp, &kv, st->s));
-    lm_cuda_attn_params ap = {b->q, st->flash, pos, slot, st->ntok, (int)c->num_attention_heads,
+    LM_TRY(lm__cuda_qkv_rope_v2(&qp, &kv, st->s));
+    lm__cuda_attn_params ap = {b->q, st->flash, pos, slot, st->ntok, (int)c->num_attention_heads,
                               (float)(1.0 / sqrt((double)c->head_dim)), b->attn, !st->small, b->partial,
                               b->counters, st->nsplit};
-    if (st->flash) return lm_cuda_attention_prefill_v3(&ap, st->B, st->T, &kv, st->s);
-    return lm_cuda_attention_rows_v2(&ap, &kv, st->s);
+    if (st->flash) return lm__cuda_attention_prefill_v3(&ap, st->B, st->T, &kv, st->s);
+    return lm__cuda_attention_rows_v2(&ap, &kv, st->s);
 }
 
 /* One layer, GEMV path: x is updated in place. */
@@ -217,11 +217,11 @@ static lm_status layer_small(const step *st, int l) {
     int M = (int)st->ntok;
     int64_t H = c->hidden_size, I = c->intermediate_size, qd = c->num_attention_heads * c->head_dim;
     int64_t nqkv = qd + 2 * c->num_key_value_heads * c->head_dim;
-    LM_TRY(gemv(st, LM_CUDA_GEMV_RMSNORM, b->x, H, ly->attn_norm, ly->wqkv, NULL, b->qkv, nqkv, 0, M, nqkv, H));
+    LM_TRY(gemv(st, LM__CUDA_GEMV_RMSNORM, b->x, H, ly->attn_norm, ly->wqkv, NULL, b->qkv, nqkv, 0, M, nqkv, H));
     LM_TRY(attention(st, l));
-    LM_TRY(gemv(st, LM_CUDA_GEMV_PLAIN, b->attn, qd, NULL, ly->wo, ly->bo, b->x, H, 1, M, H, qd));
-    LM_TRY(gemv(st, LM_CUDA_GEMV_RMSNORM, b->x, H, ly->mlp_norm, ly->wgu, ly->bgu, b->gu, 2 * I, 0, M, 2 * I, H));
-    return gemv(st, LM_CUDA_GEMV_SWIGLU, b->gu, 2 * I, NULL, ly->wd, ly->bd, b->x, H, 1, M, H, I);
+    LM_TRY(gemv(st, LM__CUDA_GEMV_PLAIN, b->attn, qd, NULL, ly->wo, ly->bo, b->x, H, 1, M, H, qd));
+    LM_TRY(gemv(st, LM__CUDA_GEMV_RMSNORM, b->x, H, ly->mlp_norm, ly->wgu, ly->bgu, b->gu, 2 * I, 0, M, 2 * I, H));
+    return gemv(st, LM__CUDA_GEMV_SWIGLU, b->gu, 2 * I, NULL, ly->wd, ly->bd, b->x, H, 1, M, H, I);
 }
 
 /* One layer, GEMM path: on entry xn = rmsnorm(x) with this layer's attn_norm; on exit
@@ -234,14 +234,14 @@ static lm_status layer_big(const step *st, int l) {
     int64_t nqkv = qd + 2 * c->num_key_value_heads * c->head_dim;
     float eps = (float)c->rms_norm_eps;
     const float *next_norm = l + 1 < c->num_hidden_layers ? st->g->layers[l + 1].attn_norm : st->g->final_norm;
-    LM_TRY(lm_cuda_linear_lt(st->blas, b->xn, H, ly->wqkv, NULL, b->qkv, nqkv, M, nqkv, H, st->s));
+    LM_TRY(lm__cuda_linear_lt(st->blas, b->xn, H, ly->wqkv, NULL, b->qkv, nqkv, M, nqkv, H, st->s));
     LM_TRY(attention(st, l));
-    LM_TRY(lm_cuda_linear_lt(st->blas, b->attn, qd, ly->wo, ly->bo, b->tmp, H, M, H, qd, st->s));
-    LM_TRY(lm_cuda_add_rmsnorm_v2(b->x, b->tmp, ly->mlp_norm, eps, M, H, b->xn, st->s));
-    LM_TRY(lm_cuda_linear_lt(st->blas, b->xn, H, ly->wgu, ly->bgu, b->gu, 2 * I, M, 2 * I, H, st->s));
-    LM_TRY(lm_cuda_swiglu_v2(b->gu, M, I, b->act, st->s));
-    LM_TRY(lm_cuda_linear_lt(st->blas, b->act, I, ly->wd, ly->bd, b->tmp, H, M, H, I, st->s));
-    return lm_cuda_add_rmsnorm_v2(b->x, b->tmp, next_norm, eps, M, H, b->xn, st->s);
+    LM_TRY(lm__cuda_linear_lt(st->blas, b->attn, qd, ly->wo, ly->bo, b->tmp, H, M, H, qd, st->s));
+    LM_TRY(lm__cuda_add_rmsnorm_v2(b->x, b->tmp, ly->mlp_norm, eps, M, H, b->xn, st->s));
+    LM_TRY(lm__cuda_linear_lt(st->blas, b->xn, H, ly->wgu, ly->bgu, b->gu, 2 * I, M, 2 * I, H, st->s));
+    LM_TRY(lm__cuda_swiglu_v2(b->gu, M, I, b->act, st->s));
+    LM_TRY(lm__cuda_linear_lt(st->blas, b->act, I, ly->wd, ly->bd, b->tmp, H, M, H, I, st->s));
+    return lm__cuda_add_rmsnorm_v2(b->x, b->tmp, next_norm, eps, M, H, b->xn, st->s);
 }
 
 /* Logits of the requested rows (each row's last token, or all tokens), then the
@@ -252,12 +252,12 @@ static lm_status output(const step *st) {
     int64_t H = c->hidden_size, V = c->vocab_size, rows = st->all_rows ? st->ntok : st->B;
     int64_t first = st->all_rows ? 0 : st->T - 1, ld = st->all_rows ? H : st->T * H; /* row r is token r*T + T-1 */
     if (st->small)
-        LM_TRY(gemv(st, LM_CUDA_GEMV_RMSNORM, b->x + first * H, ld, st->g->final_norm, st->g->lm_head, NULL, b->logits, V,
+        LM_TRY(gemv(st, LM__CUDA_GEMV_RMSNORM, b->x + first * H, ld, st->g->final_norm, st->g->lm_head, NULL, b->logits, V,
                     0, (int)rows, V, H));
     else
-        LM_TRY(lm_cuda_linear_lt(st->blas, (const uint16_t *)b->xn + first * H, ld, st->g->lm_head, NULL, b->logits, V,
+        LM_TRY(lm__cuda_linear_lt(st->blas, (const uint16_t *)b->xn + first * H, ld, st->g->lm_head, NULL, b->logits, V,
                                  rows, V, H, st->s));
-    return st->sample ? lm_cuda_sample_v2(b->logits, st->B, V, V, b->sp, b->next, b->swork, st->s) : LM_OK;
+    return st->sample ? lm__cuda_sample_v2(b->logits, st->B, V, V, b->sp, b->next, b->swork, st->s) : LM_OK;
 }
 
 /* Every kernel of one step, queued on st->s (this is what a decode graph captures). */
@@ -265,9 +265,9 @@ static lm_status run_kernels(const step *st) {
     const lm_model_config *c = &st->m->cfg;
     bufs *b = st->b;
     int64_t H = c->hidden_size;
-    LM_TRY(lm_cuda_embed_rows_v2(st->g->embed, b->in, st->ntok, H, b->x, st->s));
+    LM_TRY(lm__cuda_embed_rows_v2(st->g->embed, b->in, st->ntok, H, b->x, st->s));
     if (!st->small)
-        LM_TRY(lm_cuda_rmsnorm_v2(b->x, st->g->layers[0].attn_norm, (float)c->rms_norm_eps, st->ntok, H, b->xn, st->s));
+        LM_TRY(lm__cuda_rmsnorm_v2(b->x, st->g->layers[0].attn_norm, (float)c->rms_norm_eps, st->ntok, H, b->xn, st->s));
     for (int l = 0; l < (int)c->num_hidden_layers; l++) LM_TRY(st->small ? layer_small(st, l) : layer_big(st, l));
     return output(st);
 }
@@ -322,7 +322,7 @@ static lm_status stage_inputs(const step *st, const int *slots, const int32_t *i
     LM_TRY(cu(cudaMemcpyAsync(b->in, b->host_in, (size_t)(3 * b->rows) * 4, cudaMemcpyHostToDevice, st->s),
               "cudaMemcpyAsync (step inputs)"));
     if (!sp) return LM_OK;
-    lm_cuda_sample_params *p = b->host_sp;
+    lm__cuda_sample_params *p = b->host_sp;
     p->greedy = sp->greedy, p->temperature = sp->temperature, p->top_k = sp->top_k;
     p->top_p = sp->top_p, p->min_p = sp->min_p, p->seed = sp->seed, p->draw = draw;
     return cu(cudaMemcpyAsync(b->sp, p, sizeof *p, cudaMemcpyHostToDevice, st->s), "cudaMemcpyAsync (sampling parameters)");
@@ -339,8 +339,8 @@ lm_status lm__cuda_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     st.B = B, st.T = T, st.ntok = (int64_t)B * T, st.nsplit = r->nsplit;
     st.all_rows = logits && all_positions && !sp;
     st.sample = sp != NULL;
-    st.small = st.ntok <= LM_CUDA_GEMV_MAX_ROWS && st.g->gemv_ok;
-    st.flash = T > 1 && lm_cuda_attention_prefill_v3_supports((int)m->cfg.head_dim);
+    st.small = st.ntok <= LM__CUDA_GEMV_MAX_ROWS && st.g->gemv_ok;
+    st.flash = T > 1 && lm__cuda_attention_prefill_v3_supports((int)m->cfg.head_dim);
     LM_TRY(lm__ctx_cuda_blas(ctx, &st.blas));
     int decode = T == 1;
     if (!decode) LM_TRY(ensure_prefill(m, r, st.ntok, st.all_rows ? st.ntok : B));

@@ -53,7 +53,7 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     LM_TRY(lm__op_check_alias(op, "out", out, "v", v, 0));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_attention(q, k, v, scale, causal, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_attention(q, k, v, scale, causal, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         char why[256];
         if (lm__cpu_attention_supported(q, k, v, out, why, sizeof why))

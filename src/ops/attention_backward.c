@@ -50,6 +50,6 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     LM_TRY(lm__op_check_grad_alias(op, "dv", dv, 6, ins_v, in_names));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, LM__STREAM(ctx)));
     return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
 }

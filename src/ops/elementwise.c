@@ -24,7 +24,7 @@ static lm_status binary_out(lm_ctx *ctx, const char *op, lm__binary_op kind, con
     LM_TRY(lm_tensor_view_expand(b, nd, shape, &eb));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, (kind == LM__BIN_ADD ? lm_cuda_add : lm_cuda_mul)(&ea, &eb, out, LM__STREAM(ctx)));
+    LM__CUDA(level, (kind == LM__BIN_ADD ? lm__cuda_add : lm__cuda_mul)(&ea, &eb, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_binary_supported(&ea, &eb, out)) {
             lm__cpu_binary(lm_ctx_threadpool(ctx), kind == LM__BIN_MUL, &ea, &eb, out);
@@ -80,7 +80,7 @@ static const char *const k_needs_f32 = "f32 x and out with unit-stride last dims
 lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out) {
     lm__level level;
     LM_TRY(unary_check(ctx, "scale", x, out, 1, &level));
-    LM__CUDA(level, lm_cuda_scale(x, s, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_scale(x, s, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_unary_supported(x, out)) {
             lm__cpu_scale(lm_ctx_threadpool(ctx), x, s, out);
@@ -101,7 +101,7 @@ lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **ou
 lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
     lm__level level;
     LM_TRY(unary_check(ctx, "silu", x, out, 1, &level));
-    LM__CUDA(level, lm_cuda_silu(x, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_silu(x, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_unary_supported(x, out)) {
             lm__cpu_silu(lm_ctx_threadpool(ctx), x, out);
@@ -126,7 +126,7 @@ lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view
     if (fin && !fout)
         return lm__error(LM_UNSUPPORTED, "cast: %s -> %s is not supported (float to integer)", lm_dtype_name(x->dtype),
                          lm_dtype_name(out->dtype));
-    LM__CUDA(level, lm_cuda_cast(x, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_cast(x, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_cast_supported(x, out)) {
             lm__cpu_cast(lm_ctx_threadpool(ctx), x, out);
@@ -154,7 +154,7 @@ lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor
     LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
     LM_TRY(lm__op_check_dtype(op, "up", up, gate->dtype));
     LM_TRY(lm__op_check_same_shape(op, "up", up, gate));
-    LM__CUDA(level, lm_cuda_swiglu(gate, up, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_swiglu(gate, up, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_swiglu_supported(gate, up, out)) {
             lm__cpu_swiglu(lm_ctx_threadpool(ctx), gate, up, out);

@@ -34,6 +34,6 @@ lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, cons
     LM_TRY(lm__op_check_grad_alias(op, "dtable", dtable, 2, ins, names));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_embedding_backward(ids, dout, dtable, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_embedding_backward(ids, dout, dtable, LM__STREAM(ctx)));
     return lm__ref_embedding_backward(ids, dout, dtable);
 }

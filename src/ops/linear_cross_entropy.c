@@ -55,7 +55,7 @@ static lm_status cuda_forward(lm_ctx *ctx, const lm_tensor_view *x, const lm_ten
     lm_tensor_view xp, wp;
     lm_status st = lm__ctx_cuda_blas(ctx, &blas);
     if (st == LM_OK) st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
-    if (st == LM_OK) st = lm_cuda_linear_cross_entropy(blas, &xp, &wp, targets, ignore_index, loss, LM__STREAM(ctx));
+    if (st == LM_OK) st = lm__cuda_linear_cross_entropy(blas, &xp, &wp, targets, ignore_index, loss, LM__STREAM(ctx));
     lm_tensor_destroy(xo);
     lm_tensor_destroy(wo);
     return st;
@@ -75,7 +75,7 @@ static lm_status cuda_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
             dxv = *lm_tensor_as_view(dxo);
     }
     if (st == LM_OK)
-        st = lm_cuda_linear_cross_entropy_backward(blas, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw,
+        st = lm__cuda_linear_cross_entropy_backward(blas, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw,
                                                    LM__STREAM(ctx));
     if (st == LM_OK && dxo) st = lm_tensor_view_copy(ctx, dx, &dxv);
     lm_tensor_destroy(xo);

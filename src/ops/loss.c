@@ -27,6 +27,6 @@ lm_status lm_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *logits, const 
     LM_TRY(lm__op_check_alias(op, "out", out, "targets", targets, 0));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_cross_entropy(logits, targets, ignore_index, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_cross_entropy(logits, targets, ignore_index, out, LM__STREAM(ctx)));
     return lm__ref_cross_entropy(logits, targets, ignore_index, out);
 }

@@ -31,7 +31,7 @@ lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logit
     LM_TRY(lm__op_check_targets(op, targets, logits->shape[1], ignore_index, &counted));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, LM__STREAM(ctx)));
     if (!dlogits) return LM_OK;
     double scale = counted ? (double)*(const float *)dloss->data / (double)counted : 0.0;
     lm__ref_cross_entropy_backward(logits, targets, ignore_index, scale, dlogits);

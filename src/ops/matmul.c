@@ -48,10 +48,10 @@ lm_status lm__matmul_shape(const char *op, const lm_tensor_view *a, const lm_ten
 static lm_status cuda_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out) {
     const lm__cuda_blas *blas;
     LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-    lm_status st = lm_cuda_matmul_lt(blas, a, b, out, LM__STREAM(ctx));
+    lm_status st = lm__cuda_matmul_lt(blas, a, b, out, LM__STREAM(ctx));
     if (st != LM_UNSUPPORTED) return st;
     lm_clear_error();
-    return lm_cuda_matmul(a, b, out, LM__STREAM(ctx));
+    return lm__cuda_matmul(a, b, out, LM__STREAM(ctx));
 }
 #endif
 

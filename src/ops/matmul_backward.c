@@ -43,7 +43,7 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     if (level == LM__LEVEL_CUDA) {
         const lm__cuda_blas *blas;
         LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-        return lm_cuda_matmul_backward(blas, a, b, dout, da, db, LM__STREAM(ctx));
+        return lm__cuda_matmul_backward(blas, a, b, dout, da, db, LM__STREAM(ctx));
     }
 #endif
     if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);

@@ -43,7 +43,7 @@ lm_status lm_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm
                                   const lm_tensor_view *dout, const lm_tensor_view *dx, const lm_tensor_view *dweight) {
     lm__level level;
     LM_TRY(check(ctx, "rmsnorm_backward", "x", x, weight, eps, dout, NULL, dx, dweight, &level));
-    LM__CUDA(level, lm_cuda_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight, LM__STREAM(ctx)));
     return lm__ref_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight);
 }
 
@@ -52,6 +52,6 @@ lm_status lm_add_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *sum, co
                                       const lm_tensor_view *dweight) {
     lm__level level;
     LM_TRY(check(ctx, "add_rmsnorm_backward", "sum", sum, weight, eps, dout, dsum, dx, dweight, &level));
-    LM__CUDA(level, lm_cuda_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight, LM__STREAM(ctx)));
     return lm__ref_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight);
 }

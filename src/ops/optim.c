@@ -55,7 +55,7 @@ lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, cons
     for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, LM__STREAM(ctx)));
     lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
     return LM_OK;
 }
@@ -76,7 +76,7 @@ lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const
     }
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_sum_squares(n, xs, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_sum_squares(n, xs, out, LM__STREAM(ctx)));
     *(float *)out->data = (float)lm__ref_sum_squares(n, xs);
     return LM_OK;
 }

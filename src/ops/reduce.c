@@ -37,7 +37,7 @@ static lm_status reduce_out(lm_ctx *ctx, const char *op, lm__reduce_op kind, con
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 0));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, (kind == LM__RED_MAX ? lm_cuda_max : lm_cuda_sum)(x, dim, out, LM__STREAM(ctx)));
+    LM__CUDA(level, (kind == LM__RED_MAX ? lm__cuda_max : lm__cuda_sum)(x, dim, out, LM__STREAM(ctx)));
     lm__ref_reduce(kind, x, dim, out);
     return LM_OK;
 }
@@ -91,7 +91,7 @@ lm_status lm_concat_out(lm_ctx *ctx, int n, const lm_tensor_view *const *inputs,
     }
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_concat(n, inputs, dim, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_concat(n, inputs, dim, out, LM__STREAM(ctx)));
     lm__ref_concat(n, inputs, dim, out);
     return LM_OK;
 }

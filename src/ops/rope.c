@@ -62,7 +62,7 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
     if (p->bias) LM_TRY(lm__op_check_alias(op, "out", out, "bias", p->bias, 0));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope(x, p, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_rope(x, p, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_rope_supported(x, p, out)) {
             lm__cpu_rope(lm_ctx_threadpool(ctx), x, p, out);
@@ -90,7 +90,7 @@ lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, cons
     LM_TRY(lm__op_check_out(op, "out", out));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope_inv_freq(theta, head_dim, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_rope_inv_freq(theta, head_dim, out, LM__STREAM(ctx)));
     lm__ref_rope_inv_freq(theta, head_dim, out);
     return LM_OK;
 }

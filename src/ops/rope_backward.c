@@ -35,6 +35,6 @@ lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm
     LM_TRY(lm__op_check_grad_alias(op, "dbias", dbias, 3, ins, in_names));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope_backward(dout, p, dx, dbias, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_rope_backward(dout, p, dx, dbias, LM__STREAM(ctx)));
     return lm__ref_rope_backward(dout, p, dx, dbias);
 }

@@ -47,7 +47,7 @@ lm_status lm_argmax_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     LM_TRY(check_select_output(op, "out", out, x, x->ndim - 1, x->shape));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_argmax(x, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_argmax(x, out, LM__STREAM(ctx)));
     lm__ref_argmax(x, out);
     return LM_OK;
 }
@@ -71,6 +71,6 @@ lm_status lm_topk_out(lm_ctx *ctx, const lm_tensor_view *x, int64_t k, const lm_
     LM_TRY(lm__op_check_alias(op, "indices", indices, "values", values, 0));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_topk(x, k, values, indices, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_topk(x, k, values, indices, LM__STREAM(ctx)));
     return lm__ref_topk(x, k, values, indices);
 }

@@ -37,7 +37,7 @@ lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int 
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_softmax(x, scale, causal, out, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_softmax(x, scale, causal, out, LM__STREAM(ctx)));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_softmax_supported(x, out)) {
             lm__cpu_softmax(lm_ctx_threadpool(ctx), x, scale, causal, out);

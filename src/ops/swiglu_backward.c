@@ -26,7 +26,7 @@ lm_status lm_swiglu_backward_out(lm_ctx *ctx, const lm_tensor_view *gate, const 
     LM_TRY(lm__op_check_grad_alias(op, "dup", dup, 3, ins, in_names));
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_swiglu_backward(gate, up, dout, dgate, dup, LM__STREAM(ctx)));
+    LM__CUDA(level, lm__cuda_swiglu_backward(gate, up, dout, dgate, dup, LM__STREAM(ctx)));
     lm__ref_swiglu_backward(gate, up, dout, dgate, dup);
     return LM_OK;
 }

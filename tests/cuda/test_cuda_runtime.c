@@ -79,8 +79,8 @@ static void test_staged_copies_round_trip(void) {
 
 /* x = x * 2 + x (as two kernels), n f32 elements. */
 static void queue_work(lm_ctx *ctx, const lm_tensor_view *x) {
-    LT_CHECK_OK(lm_cuda_scale(x, 2.0f, x, ct_stream(ctx)));
-    LT_CHECK_OK(lm_cuda_add(x, x, x, ct_stream(ctx)));
+    LT_CHECK_OK(lm__cuda_scale(x, 2.0f, x, ct_stream(ctx)));
+    LT_CHECK_OK(lm__cuda_add(x, x, x, ct_stream(ctx)));
 }
 
 static void test_events_time_and_order(void) {
@@ -105,7 +105,7 @@ static void test_events_time_and_order(void) {
     queue_work(g_ctx, lm_tensor_as_view(d));
     LT_CHECK_OK(lm_event_record(e1, g_ctx));
     LT_CHECK_OK(lm_ctx_wait_event(other, e1));
-    LT_CHECK_OK(lm_cuda_scale(lm_tensor_as_view(d), 0.5f, lm_tensor_as_view(d), ct_stream(other)));
+    LT_CHECK_OK(lm__cuda_scale(lm_tensor_as_view(d), 0.5f, lm_tensor_as_view(d), ct_stream(other)));
     LT_CHECK_OK(lm_ctx_synchronize(other));
     float v = 0;
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), &v, ct_gpu, lm_tensor_data(d), sizeof v));
