@@ -93,31 +93,24 @@ lm_status lm_device_caps_get(lm_device d, lm_device_caps *out) {
     return be->caps(d.index, out);
 }
 
-lm_status lm_device_alloc(lm_device d, size_t nbytes, void **out) {
-    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_device_alloc: out is NULL");
+/* Device memory, or with host = 1 the host memory d transfers with. */
+static lm_status alloc_for(lm_device d, int host, size_t nbytes, void **out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "%s: out is NULL", host ? "lm_host_alloc" : "lm_device_alloc");
     *out = NULL;
     const lm__device_backend *be;
     LM_TRY(lm__device_backend_of(d, &be));
-    return be->alloc(d.index, nbytes, out);
+    return (host ? be->host_alloc : be->alloc)(d.index, nbytes, out);
 }
 
-void lm_device_free(lm_device d, void *ptr) {
+static void free_for(lm_device d, int host, void *ptr) {
     const lm__device_backend *be = lm__device_backend_get(d.type);
-    if (ptr && be) be->free(d.index, ptr);
+    if (ptr && be) (host ? be->host_free : be->free)(d.index, ptr);
 }
 
-lm_status lm_host_alloc(lm_device d, size_t nbytes, void **out) {
-    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_host_alloc: out is NULL");
-    *out = NULL;
-    const lm__device_backend *be;
-    LM_TRY(lm__device_backend_of(d, &be));
-    return be->host_alloc(d.index, nbytes, out);
-}
-
-void lm_host_free(lm_device d, void *ptr) {
-    const lm__device_backend *be = lm__device_backend_get(d.type);
-    if (ptr && be) be->host_free(d.index, ptr);
-}
+lm_status lm_device_alloc(lm_device d, size_t nbytes, void **out) { return alloc_for(d, 0, nbytes, out); }
+void lm_device_free(lm_device d, void *ptr) { free_for(d, 0, ptr); }
+lm_status lm_host_alloc(lm_device d, size_t nbytes, void **out) { return alloc_for(d, 1, nbytes, out); }
+void lm_host_free(lm_device d, void *ptr) { free_for(d, 1, ptr); }
 
 lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const void *src, size_t nbytes) {
     if (nbytes == 0) return LM_OK;
