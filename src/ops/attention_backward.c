@@ -48,6 +48,7 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA)
+        return cu->attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, lm_ctx_stream(ctx));
     return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
 }

@@ -29,7 +29,8 @@ lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logit
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA)
+        return cu->cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, lm_ctx_stream(ctx));
     if (!dlogits) return LM_OK;
     double scale = counted ? (double)*(const float *)dloss->data / (double)counted : 0.0;
     lm__ref_cross_entropy_backward(logits, targets, ignore_index, scale, dlogits);

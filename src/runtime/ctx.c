@@ -91,8 +91,9 @@ lm_status lm_ctx_copy(lm_ctx *c, lm_device dst_dev, void *dst, lm_device src_dev
     const lm__device_backend *bd, *bs;
     LM_TRY(reachable(c, dst_dev, "destination", &bd));
     LM_TRY(reachable(c, src_dev, "source", &bs));
-    lm__copy_kind kind = bs->host_addressable ? (bd->host_addressable ? LM__COPY_HOST_TO_HOST : LM__COPY_HOST_TO_DEVICE)
-                                              : (bd->host_addressable ? LM__COPY_DEVICE_TO_HOST : LM__COPY_DEVICE_TO_DEVICE);
+    lm__copy_kind kind = bs->host_addressable
+                             ? (bd->host_addressable ? LM__COPY_HOST_TO_HOST : LM__COPY_HOST_TO_DEVICE)
+                             : (bd->host_addressable ? LM__COPY_DEVICE_TO_HOST : LM__COPY_DEVICE_TO_DEVICE);
     return c->be->copy_async(c->stream, kind, dst, src, nbytes);
 }
 
