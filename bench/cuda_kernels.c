@@ -49,7 +49,7 @@ static double time_us(kernel_fn fn, void *arg) {
     return ms * 1e3 / 200;
 }
 
-static lm_status run_gemv(void *arg) { return lm_cuda_gemv_v2(arg, g_s); }
+static lm_status run_gemv(void *arg) { return lm__cuda_gemv_v2(arg, g_s); }
 
 typedef struct lt_args {
     const lm__cuda_blas *blas;
@@ -59,43 +59,43 @@ typedef struct lt_args {
 } lt_args;
 static lm_status run_lt(void *arg) {
     lt_args *a = arg;
-    return lm_cuda_linear_lt(a->blas, a->x, a->K, a->w, NULL, a->out, a->N, a->M, a->N, a->K, g_s);
+    return lm__cuda_linear_lt(a->blas, a->x, a->K, a->w, NULL, a->out, a->N, a->M, a->N, a->K, g_s);
 }
 
 typedef struct attn_args {
-    lm_cuda_attn_params p;
-    lm_cuda_kv kv;
+    lm__cuda_attn_params p;
+    lm__cuda_kv kv;
     int B;
     int64_t T;
 } attn_args;
 static lm_status run_rows(void *arg) {
     attn_args *a = arg;
-    return lm_cuda_attention_rows_v2(&a->p, &a->kv, g_s);
+    return lm__cuda_attention_rows_v2(&a->p, &a->kv, g_s);
 }
 static lm_status run_flash(void *arg) {
     attn_args *a = arg;
-    return lm_cuda_attention_prefill_v3(&a->p, a->B, a->T, &a->kv, g_s);
+    return lm__cuda_attention_prefill_v3(&a->p, a->B, a->T, &a->kv, g_s);
 }
 
 typedef struct sample_args {
     float *logits;
     int64_t rows, V;
-    lm_cuda_sample_params *p;
+    lm__cuda_sample_params *p;
     int32_t *out;
     void *work;
 } sample_args;
 static lm_status run_sample(void *arg) {
     sample_args *a = arg;
-    return lm_cuda_sample_v2(a->logits, a->rows, a->V, a->V, a->p, a->out, a->work, g_s);
+    return lm__cuda_sample_v2(a->logits, a->rows, a->V, a->V, a->p, a->out, a->work, g_s);
 }
 
 typedef struct rope_args {
-    lm_cuda_qkv_params p;
-    lm_cuda_kv kv;
+    lm__cuda_qkv_params p;
+    lm__cuda_kv kv;
 } rope_args;
 static lm_status run_rope(void *arg) {
     rope_args *a = arg;
-    return lm_cuda_qkv_rope_v2(&a->p, &a->kv, g_s);
+    return lm__cuda_qkv_rope_v2(&a->p, &a->kv, g_s);
 }
 
 static void report(const char *name, double us, double bytes, double flops) {
@@ -119,17 +119,17 @@ int main(int argc, char **argv) {
     /* decode GEMVs, M = 1 */
     struct {
         const char *name;
-        lm_cuda_gemv_in in;
+        lm__cuda_gemv_in in;
         void *w;
         int64_t N, K;
-    } g[5] = {{"gemv qkv (rmsnorm)", LM_CUDA_GEMV_RMSNORM, wqkv, nqkv, H},
-              {"gemv o", LM_CUDA_GEMV_PLAIN, wo, H, qd},
-              {"gemv gate|up (rmsnorm)", LM_CUDA_GEMV_RMSNORM, wgu, 2 * I, H},
-              {"gemv down (swiglu)", LM_CUDA_GEMV_SWIGLU, wd, H, I},
-              {"gemv lm_head (rmsnorm)", LM_CUDA_GEMV_RMSNORM, emb, V, H}};
+    } g[5] = {{"gemv qkv (rmsnorm)", LM__CUDA_GEMV_RMSNORM, wqkv, nqkv, H},
+              {"gemv o", LM__CUDA_GEMV_PLAIN, wo, H, qd},
+              {"gemv gate|up (rmsnorm)", LM__CUDA_GEMV_RMSNORM, wgu, 2 * I, H},
+              {"gemv down (swiglu)", LM__CUDA_GEMV_SWIGLU, wd, H, I},
+              {"gemv lm_head (rmsnorm)", LM__CUDA_GEMV_RMSNORM, emb, V, H}};
     for (int m = 1; m <= 8; m *= 8)
         for (int i = 0; i < 5; i++) {
-            lm_cuda_gemv_params p = {g[i].in, x, g[i].in == LM_CUDA_GEMV_SWIGLU ? 2 * g[i].K : g[i].K, nw, 1e-6f, g[i].w,
+            lm__cuda_gemv_params p = {g[i].in, x, g[i].in == LM__CUDA_GEMV_SWIGLU ? 2 * g[i].K : g[i].K, nw, 1e-6f, g[i].w,
                                      NULL, out, g[i].N, 0, m, g[i].N, g[i].K};
             char name[64];
             snprintf(name, sizeof name, "%s M%d", g[i].name, m);
@@ -144,11 +144,11 @@ int main(int argc, char **argv) {
     int32_t *dpos = dev(4 * 512), *dslot = dev(4 * 512);
     lm_device_copy(lm_device_cuda(0), dpos, lm_device_cpu(), pos, sizeof pos);
     lm_device_copy(lm_device_cuda(0), dslot, lm_device_cpu(), slot, sizeof slot);
-    int nsplit = lm_cuda_attention_rows_splits(max_t);
-    float *partial = dev(4 * lm_cuda_attention_rows_workspace(512, (int)Hq, (int)hd, nsplit));
+    int nsplit = lm__cuda_attention_rows_splits(max_t);
+    float *partial = dev(4 * lm__cuda_attention_rows_workspace(512, (int)Hq, (int)hd, nsplit));
     int *counters = dev(4 * 512 * Hq);
     cudaMemset(counters, 0, 4 * 512 * Hq);
-    lm_cuda_kv kv = {kc, vc, max_t, (int)Hkv, (int)hd};
+    lm__cuda_kv kv = {kc, vc, max_t, (int)Hkv, (int)hd};
     for (int b = 1; b <= 32; b *= 32) {
         attn_args a = {{x, 0, dpos, dslot, b, (int)Hq, 0.125f, out, 0, partial, counters, nsplit}, kv, 1, 1};
         char name[64];
@@ -158,10 +158,10 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "qkv_rope B%d", b);
         report(name, time_us(run_rope, &r), 4.0 * b * nqkv, 0);
     }
-    lm_cuda_sample_params sp = {1, 1.f, 0, 1.f, 0.f, 0, 0};
-    lm_cuda_sample_params *dsp = dev(sizeof sp);
+    lm__cuda_sample_params sp = {1, 1.f, 0, 1.f, 0.f, 0, 0};
+    lm__cuda_sample_params *dsp = dev(sizeof sp);
     lm_device_copy(lm_device_cuda(0), dsp, lm_device_cpu(), &sp, sizeof sp);
-    sample_args sa = {out, 1, V, dsp, dslot, dev(lm_cuda_sample_workspace(32))};
+    sample_args sa = {out, 1, V, dsp, dslot, dev(lm__cuda_sample_workspace(32))};
     report("sample greedy B1", time_us(run_sample, &sa), 4.0 * V, 0);
     sa.rows = 32;
     report("sample greedy B32", time_us(run_sample, &sa), 4.0 * V * 32, 0);

@@ -43,6 +43,30 @@ lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const 
 /* Fills nbytes with a repeated 1-, 2- or 4-byte pattern (used to poison outputs). */
 lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *pattern, size_t pattern_size);
 
+/* Host memory for transfers with device d: page-locked (pinned) for a CUDA device, so
+ * copies queued with lm_ctx_copy run asynchronously and without staging; ordinary
+ * 64-byte aligned host memory for the CPU. The host reads and writes it directly.
+ * The caller owns *out and frees it with lm_host_free on the same d. A zero-byte
+ * request succeeds with *out possibly NULL. */
+lm_status lm_host_alloc(lm_device d, size_t nbytes, void **out);
+void lm_host_free(lm_device d, void *ptr); /* accepts NULL */
+
+/* What a device can do, so callers can decide without asking which device it is. */
+typedef struct lm_device_caps {
+    int host_addressable; /* 1: the host loads and stores this memory directly (CPU) */
+    int async;            /* 1: work on a context is queued and returns before it runs;
+                             read results after lm_ctx_synchronize (CUDA) */
+    int graph_capture;    /* 1: lm_ctx_capture_begin/end can record work for replay (CUDA) */
+    int64_t memory_bytes; /* total memory: physical RAM for the CPU, the GPU's global
+                             memory for CUDA; 0 when it cannot be determined */
+    char name[64];        /* "cpu", or the GPU's product name (e.g. "NVIDIA H200"); NUL-terminated */
+} lm_device_caps;
+
+/* Fills *out for d. LM_INVALID_ARGUMENT for a NULL out or an unknown device type,
+ * LM_UNSUPPORTED for a device type this build lacks, LM_DEVICE_ERROR for an ordinal
+ * with no device. */
+lm_status lm_device_caps_get(lm_device d, lm_device_caps *out);
+
 /* Operator implementation policy: which level of ops/ an operation dispatches to. */
 typedef enum lm_impl {
     LM_IMPL_AUTO = 0, /* the proven fastest implementation for the device */
@@ -63,6 +87,13 @@ void lm_ctx_set_impl(lm_ctx *ctx, lm_impl impl);
 lm_impl lm_ctx_impl(const lm_ctx *ctx);
 /* Waits until all work queued on the context has finished. */
 lm_status lm_ctx_synchronize(lm_ctx *ctx);
+/* Copies nbytes queued on ctx's stream, ordered with ctx's other work but without
+ * waiting for the rest of the device (on the CPU it runs at once, as memmove). Each of
+ * dst_dev and src_dev is ctx's device or host memory (a host-addressable device).
+ * Host memory involved must stay valid and unchanged until the copy is done
+ * (lm_ctx_synchronize); with CUDA the copy is truly asynchronous only from and to
+ * lm_host_alloc memory. */
+lm_status lm_ctx_copy(lm_ctx *ctx, lm_device dst_dev, void *dst, lm_device src_dev, const void *src, size_t nbytes);
 
 /* ---- device memory statistics (CUDA caching allocator) -------------------------
  * CUDA allocations are served from a per-device cache: freed blocks are kept and
@@ -106,12 +137,16 @@ lm_status lm_ctx_wait_event(lm_ctx *ctx, const lm_event *e);
  * is recorded instead of run (CUDA stream capture, thread-local mode); replaying
  * runs the same kernels on the same buffers, so the caller keeps every buffer the
  * region touches alive and at the same address while the graph exists. Memory must
- * not be allocated or freed inside the region. CUDA contexts only. */
+ * not be allocated or freed inside the region. Devices with lm_device_caps.graph_capture
+ * only (CUDA); others answer LM_UNSUPPORTED. */
 typedef struct lm_device_graph lm_device_graph;
 
 lm_status lm_ctx_capture_begin(lm_ctx *ctx);
 /* Ends the capture and instantiates it; on failure the capture is discarded. */
 lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out);
+/* 1 between a successful lm_ctx_capture_begin and the matching lm_ctx_capture_end
+ * (work queued now is recorded, not run); 0 otherwise and for NULL. */
+int lm_ctx_capturing(const lm_ctx *ctx);
 /* Queues one replay on ctx (asynchronous, like any other work on the context). */
 lm_status lm_device_graph_launch(const lm_device_graph *g, lm_ctx *ctx);
 void lm_device_graph_destroy(lm_device_graph *g); /* accepts NULL */

@@ -1,15 +1,12 @@
-/* core/copy.c — element copies between views: strided on the host and within one
- * CUDA device, contiguous across devices; contiguous() and to_device() are built on
- * them.
+/* core/copy.c — element copies between views: strided in host memory and within one
+ * device, contiguous across devices; contiguous() and to_device() are built on them.
  *
- * Within one CUDA device, when ctx is a CUDA context of that device, the copy is
- * queued on ctx's stream (ordered with ctx's operators, no waiting): strided views go
- * through the runtime's strided copy kernel. Without such a context a contiguous
- * copy is the synchronous lm_device_copy and a strided one is refused.
- *
- * Strided host copies walk the index space with the innermost axis as the fast
- * loop; when both innermost strides are 1 the row moves with one memcpy.
- * Cost: O(numel) element moves.
+ * Views the host addresses (lm_device_caps.host_addressable) are copied by the host
+ * (lm__host_copy_strided). Within one other device, when ctx runs on that device, the
+ * copy is queued on ctx's stream (ordered with ctx's operators, no waiting):
+ * contiguous views through lm_ctx_copy, strided ones through the backend's strided
+ * copy. Without such a context a contiguous copy is the synchronous lm_device_copy
+ * and a strided one is refused. Cost: O(numel) element moves.
  */
 #include "base/internal.h"
 #include "loom/tensor.h"
@@ -25,34 +22,6 @@ static int same_shape(const lm_tensor_view *a, const lm_tensor_view *b) {
     return 1;
 }
 
-static void host_strided_copy(const lm_tensor_view *dst, const lm_tensor_view *src) {
-    int64_t n = lm_tensor_view_numel(dst);
-    if (n == 0) return;
-    size_t es = lm_dtype_size(dst->dtype);
-    int nd = dst->ndim;
-    int64_t inner = nd ? dst->shape[nd - 1] : 1;
-    int64_t ds = nd ? dst->stride[nd - 1] : 1, ss = nd ? src->stride[nd - 1] : 1;
-    int64_t rows = n / inner, idx[LM_MAX_DIMS] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t doff = 0, soff = 0;
-        for (int d = 0; d < nd - 1; d++) {
-            doff += idx[d] * dst->stride[d];
-            soff += idx[d] * src->stride[d];
-        }
-        char *dp = (char *)dst->data + doff * (int64_t)es;
-        const char *sp = (const char *)src->data + soff * (int64_t)es;
-        if (ds == 1 && ss == 1) {
-            memcpy(dp, sp, (size_t)inner * es);
-        } else {
-            for (int64_t i = 0; i < inner; i++) memcpy(dp + i * ds * (int64_t)es, sp + i * ss * (int64_t)es, es);
-        }
-        for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < dst->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
-}
-
 lm_status lm_tensor_view_copy(lm_ctx *ctx, const lm_tensor_view *dst, const lm_tensor_view *src) {
     if (!dst || !src) return lm__error(LM_INVALID_ARGUMENT, "lm_tensor_view_copy: NULL view");
     if (dst->dtype != src->dtype)
@@ -62,31 +31,32 @@ lm_status lm_tensor_view_copy(lm_ctx *ctx, const lm_tensor_view *dst, const lm_t
     if (lm_tensor_view_overlaps_self(dst)) return lm__error(LM_INVALID_ARGUMENT, "copy: destination view overlaps itself");
     int64_t n = lm_tensor_view_numel(dst);
     if (n == 0) return LM_OK;
-    if (dst->device.type == LM_DEVICE_CPU && src->device.type == LM_DEVICE_CPU) {
-        host_strided_copy(dst, src);
+    size_t es = lm_dtype_size(dst->dtype);
+    if (lm__device_host_addressable(dst->device) && lm__device_host_addressable(src->device)) {
+        lm__host_copy_strided(dst->ndim, dst->shape, dst->data, dst->stride, src->data, src->stride, es);
         return LM_OK;
     }
     int contiguous = lm_tensor_view_is_contiguous(dst) && lm_tensor_view_is_contiguous(src);
-#ifdef LOOM_HAVE_CUDA
-    lm_device cd = lm_ctx_device(ctx);
-    if (dst->device.type == LM_DEVICE_CUDA && lm_device_equal(dst->device, src->device) && lm_ctx_stream(ctx) &&
-        lm_device_equal(cd, dst->device)) {
-        size_t es = lm_dtype_size(dst->dtype);
-        if (contiguous) return lm__cuda_copy_async(lm_ctx_stream(ctx), dst->data, src->data, (size_t)n * es);
-        return lm__cuda_copy_strided(lm_ctx_stream(ctx), dst->ndim, dst->shape, dst->data, dst->stride, src->data,
-                                     src->stride, es);
+    if (ctx && lm_device_equal(dst->device, src->device) && lm_device_equal(lm_ctx_device(ctx), dst->device)) {
+        if (contiguous) return lm_ctx_copy(ctx, dst->device, dst->data, src->device, src->data, (size_t)n * es);
+        return lm__ctx_copy_strided(ctx, dst->ndim, dst->shape, dst->data, dst->stride, src->data, src->stride, es);
     }
-#endif
-    if (!contiguous)
-        return lm__error(LM_UNSUPPORTED, "copy: strided views on a non-CPU device need a context of that device "
-                                         "(or make them contiguous)");
-    return lm_device_copy(dst->device, dst->data, src->device, src->data, (size_t)n * lm_dtype_size(dst->dtype));
+    if (!contiguous) {
+        char d[32], s[32];
+        lm_device_format(dst->device, d, sizeof d);
+        lm_device_format(src->device, s, sizeof s);
+        if (lm_device_equal(dst->device, src->device))
+            return lm__error(LM_UNSUPPORTED, "copy: strided views on %s need a context of that device (or make them "
+                                             "contiguous)", d);
+        return lm__error(LM_UNSUPPORTED, "copy: strided views from %s to %s (make them contiguous first)", s, d);
+    }
+    return lm_device_copy(dst->device, dst->data, src->device, src->data, (size_t)n * es);
 }
 
 lm_status lm_tensor_view_read(lm_ctx *ctx, const lm_tensor_view *src, void *host_dst) {
     lm_tensor_view d;
     LM_TRY(lm_tensor_view_init(&d, host_dst, src->dtype, lm_device_cpu(), src->ndim, src->shape, NULL));
-    if (src->device.type != LM_DEVICE_CPU && !lm_tensor_view_is_contiguous(src))
+    if (!lm__device_host_addressable(src->device) && !lm_tensor_view_is_contiguous(src))
         return lm__error(LM_UNSUPPORTED, "read: a strided device view must be made contiguous first");
     return lm_tensor_view_copy(ctx, &d, src);
 }
@@ -100,7 +70,7 @@ lm_status lm_tensor_view_write(lm_ctx *ctx, const lm_tensor_view *dst, const voi
 lm_status lm_tensor_view_poison(lm_ctx *ctx, const lm_tensor_view *v) {
     (void)ctx;
     if (lm_tensor_view_numel(v) == 0) return LM_OK;
-    if (!lm_tensor_view_is_contiguous(v) && v->device.type != LM_DEVICE_CPU)
+    if (!lm_tensor_view_is_contiguous(v) && !lm__device_host_addressable(v->device))
         return lm__error(LM_UNSUPPORTED, "poison: strided device view");
     uint32_t f32_nan = 0x7fc00000u;
     uint16_t half_nan = v->dtype == LM_BF16 ? 0x7fc0u : 0x7e00u;

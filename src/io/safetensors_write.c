@@ -8,6 +8,7 @@
  */
 #include "io/internal.h"
 #include "loom/io_write.h"
+#include "runtime/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -87,11 +88,12 @@ static lm_status build_header(int n, const char *const *names, const lm_tensor_v
 static lm_status write_tensor(lm_ctx *ctx, lm_atomic_file *f, const lm_tensor_view *v) {
     size_t bytes = (size_t)lm_tensor_view_numel(v) * lm_dtype_size(v->dtype);
     if (bytes == 0) return LM_OK;
-    if (v->device.type == LM_DEVICE_CPU && lm_tensor_view_is_contiguous(v)) return lm_atomic_file_write(f, v->data, bytes);
+    int on_host = lm__device_host_addressable(v->device); /* the host reads its bytes directly */
+    if (on_host && lm_tensor_view_is_contiguous(v)) return lm_atomic_file_write(f, v->data, bytes);
     lm_tensor *host = NULL;
     LM_TRY(lm_tensor_create(lm_device_cpu(), v->dtype, v->ndim, v->shape, &host));
     lm_status st;
-    if (v->device.type == LM_DEVICE_CPU) st = lm_tensor_view_copy(ctx, lm_tensor_as_view(host), v);
+    if (on_host) st = lm_tensor_view_copy(ctx, lm_tensor_as_view(host), v);
     else if (lm_tensor_view_is_contiguous(v)) st = lm_device_copy(lm_device_cpu(), lm_tensor_data(host), v->device, v->data, bytes);
     else st = lm__error(LM_UNSUPPORTED, "safetensors write: a non-contiguous device tensor (make it contiguous first)");
     if (st == LM_OK) st = lm_atomic_file_write(f, lm_tensor_data(host), bytes);

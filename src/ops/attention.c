@@ -51,9 +51,10 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "k", k, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "v", v, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_attention(q, k, v, scale, causal, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->attention(q, k, v, scale, causal, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         char why[256];
         if (lm__cpu_attention_supported(q, k, v, out, why, sizeof why))

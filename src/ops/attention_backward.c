@@ -5,9 +5,6 @@
  */
 #include "ops/backward_common.h"
 #include "ops/ref/attention_backward.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 
 static lm_status check_shapes(const char *op, const lm_tensor_view *q, const lm_tensor_view *k,
                               const lm_tensor_view *v, const lm_tensor_view *dout, int causal) {
@@ -48,8 +45,10 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     LM_TRY(lm__op_check_grad_alias(op, "dk", dk, 5, ins_k, in_names));
     const lm_tensor_view *ins_v[] = {q, k, v, dout, dq, dk};
     LM_TRY(lm__op_check_grad_alias(op, "dv", dv, 6, ins_v, in_names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cu->attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, lm_ctx_stream(ctx));
     return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
 }

@@ -1,6 +1,7 @@
 /* ops/backward_common.c — argument checks shared by the backward and optimizer
  * operators (see backward_common.h). Every message names the operator and operand. */
 #include "ops/backward_common.h"
+#include "runtime/internal.h"
 
 lm_status lm__op_check_grad(lm_ctx *ctx, const char *op, const char *name, const lm_tensor_view *grad,
                             const lm_tensor_view *like) {
@@ -34,7 +35,7 @@ lm_status lm__op_check_f32_scalar(lm_ctx *ctx, const char *op, const char *name,
 lm_status lm__op_check_targets(const char *op, const lm_tensor_view *targets, int64_t V, int64_t ignore_index,
                                int64_t *counted) {
     *counted = 0;
-    if (targets->device.type != LM_DEVICE_CPU) return LM_OK; /* device kernels check their own */
+    if (!lm__device_host_addressable(targets->device)) return LM_OK; /* device kernels check their own */
     for (int64_t r = 0; r < targets->shape[0]; r++) {
         int64_t t = lm__index_at(targets, r);
         if (t == ignore_index) continue;

@@ -1,5 +1,6 @@
 /* ops/common.c — argument validation and dispatch shared by all operators. */
 #include "ops/internal.h"
+#include "runtime/internal.h"
 
 #include <stdio.h>
 
@@ -95,7 +96,9 @@ lm_status lm__op_broadcast_shape(const char *op, const lm_tensor_view *a, const 
 lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, lm__level *out) {
     lm_device dev = lm_ctx_device(ctx);
     lm_impl impl = lm_ctx_impl(ctx);
-    if (dev.type == LM_DEVICE_CUDA) {
+    /* The ref and cpu levels load and store through host pointers, so memory the host
+     * cannot address has only its device's level. */
+    if (!lm__device_host_addressable(dev)) {
         if (impl == LM_IMPL_REF) return lm__error(LM_UNSUPPORTED, "%s: the reference level runs on the CPU only", op);
         if (!has_cuda) return lm__error(LM_UNSUPPORTED, "%s: no CUDA implementation", op);
         *out = LM__LEVEL_CUDA;

@@ -22,9 +22,10 @@ static lm_status binary_out(lm_ctx *ctx, const char *op, lm__binary_op kind, con
     lm_tensor_view ea, eb;
     LM_TRY(lm_tensor_view_expand(a, nd, shape, &ea));
     LM_TRY(lm_tensor_view_expand(b, nd, shape, &eb));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, (kind == LM__BIN_ADD ? lm_cuda_add : lm_cuda_mul)(&ea, &eb, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return (kind == LM__BIN_ADD ? cu->add : cu->mul)(&ea, &eb, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_binary_supported(&ea, &eb, out)) {
             lm__cpu_binary(lm_ctx_threadpool(ctx), kind == LM__BIN_MUL, &ea, &eb, out);
@@ -59,9 +60,10 @@ lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, 
     return binary_alloc(ctx, "mul", LM__BIN_MUL, a, b, out);
 }
 
-/* Shared checks for one-input operators whose output has the input's shape. */
+/* Shared checks for one-input operators whose output has the input's shape, and the
+ * level (cu: the CUDA table or NULL). */
 static lm_status unary_check(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_tensor_view *out,
-                             int same_dtype, lm__level *level) {
+                             int same_dtype, const lm__cuda_ops *cu, lm__level *level) {
     const lm_tensor_view *vs[] = {x, out};
     static const char *const names[] = {"x", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
@@ -71,16 +73,17 @@ static lm_status unary_check(lm_ctx *ctx, const char *op, const lm_tensor_view *
     }
     LM_TRY(lm__op_check_same_shape(op, "out", out, x));
     LM_TRY(lm__op_check_out(op, "out", out));
-    return lm__op_level(ctx, op, 1, LM__HAS_CUDA, level);
+    return lm__op_level(ctx, op, 1, cu != NULL, level);
 }
 
 /* f32 views with unit-stride last dims, as the tuned unary paths need. */
 static const char *const k_needs_f32 = "f32 x and out with unit-stride last dims";
 
 lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(unary_check(ctx, "scale", x, out, 1, &level));
-    LM__CUDA(level, lm_cuda_scale(x, s, out, LM__STREAM(ctx)));
+    LM_TRY(unary_check(ctx, "scale", x, out, 1, cu, &level));
+    if (level == LM__LEVEL_CUDA) return cu->scale(x, s, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_unary_supported(x, out)) {
             lm__cpu_scale(lm_ctx_threadpool(ctx), x, s, out);
@@ -99,9 +102,10 @@ lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **ou
 }
 
 lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(unary_check(ctx, "silu", x, out, 1, &level));
-    LM__CUDA(level, lm_cuda_silu(x, out, LM__STREAM(ctx)));
+    LM_TRY(unary_check(ctx, "silu", x, out, 1, cu, &level));
+    if (level == LM__LEVEL_CUDA) return cu->silu(x, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_unary_supported(x, out)) {
             lm__cpu_silu(lm_ctx_threadpool(ctx), x, out);
@@ -120,13 +124,14 @@ lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out) {
 }
 
 lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(unary_check(ctx, "cast", x, out, 0, &level));
+    LM_TRY(unary_check(ctx, "cast", x, out, 0, cu, &level));
     int fin = lm_dtype_is_float(x->dtype), fout = lm_dtype_is_float(out->dtype);
     if (fin && !fout)
         return lm__error(LM_UNSUPPORTED, "cast: %s -> %s is not supported (float to integer)", lm_dtype_name(x->dtype),
                          lm_dtype_name(out->dtype));
-    LM__CUDA(level, lm_cuda_cast(x, out, LM__STREAM(ctx)));
+    if (level == LM__LEVEL_CUDA) return cu->cast(x, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_cast_supported(x, out)) {
             lm__cpu_cast(lm_ctx_threadpool(ctx), x, out);
@@ -147,14 +152,15 @@ lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tenso
 
 lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out) {
     const char *op = "swiglu";
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(unary_check(ctx, op, gate, out, 1, &level));
+    LM_TRY(unary_check(ctx, op, gate, out, 1, cu, &level));
     const lm_tensor_view *vs[] = {up};
     static const char *const names[] = {"up"};
     LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
     LM_TRY(lm__op_check_dtype(op, "up", up, gate->dtype));
     LM_TRY(lm__op_check_same_shape(op, "up", up, gate));
-    LM__CUDA(level, lm_cuda_swiglu(gate, up, out, LM__STREAM(ctx)));
+    if (level == LM__LEVEL_CUDA) return cu->swiglu(gate, up, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_swiglu_supported(gate, up, out)) {
             lm__cpu_swiglu(lm_ctx_threadpool(ctx), gate, up, out);

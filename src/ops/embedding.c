@@ -38,9 +38,10 @@ lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_te
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "table", table, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "ids", ids, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_embedding(table, ids, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->embedding(table, ids, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_embedding_supported(table, ids, out)) {
             if (lm__cpu_embedding(lm_ctx_threadpool(ctx), table, ids, out)) return LM_OK;

@@ -5,9 +5,6 @@
  * or f32, written completely. An out-of-range id is LM_OUT_OF_RANGE (nothing written).
  */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/embedding_backward.h"
 
 lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
@@ -32,8 +29,9 @@ lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, cons
     LM_TRY(lm__op_check_out(op, "dtable", dtable));
     const lm_tensor_view *ins[] = {ids, dout};
     LM_TRY(lm__op_check_grad_alias(op, "dtable", dtable, 2, ins, names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_embedding_backward(ids, dout, dtable, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->embedding_backward(ids, dout, dtable, lm_ctx_stream(ctx));
     return lm__ref_embedding_backward(ids, dout, dtable);
 }

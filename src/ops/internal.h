@@ -3,7 +3,8 @@
  *
  * Public operators live in src/ops/<family>.c: they validate every argument (device,
  * dtype, shape, output overlap) with the lm__op_* checks, then route to one level:
- * ops/ref (readable CPU truth source), ops/cpu (tuned), or a CUDA launcher. The ref
+ * ops/ref (readable CPU truth source), ops/cpu (tuned), or an entry of the CUDA
+ * table (ops/cuda_table.h). The ref
  * level reads and writes elements through lm__ld/lm__st (double precision), so it
  * handles every float dtype and any strides with one code path.
  */
@@ -12,6 +13,7 @@
 
 #include "base/internal.h"
 #include "loom/ops.h"
+#include "ops/cuda_table.h"
 
 #include <math.h>
 #include <string.h>
@@ -107,21 +109,7 @@ lm_status lm__matmul_shape(const char *op, const lm_tensor_view *a, const lm_ten
 const char *lm__shape_str(const lm_tensor_view *v, char *buf, size_t size);
 
 /* ---- dispatch ------------------------------------------------------------------------------
- * LM__HAS_CUDA says whether CUDA launchers exist in this build; LM__CUDA(ctx, call)
- * returns a launcher's status when ctx's level is CUDA (compiled out otherwise). */
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_ops.h"
-#define LM__HAS_CUDA 1
-#define LM__STREAM(ctx) ((cudaStream_t)lm_ctx_stream(ctx))
-#define LM__CUDA(level, call) \
-    do {                      \
-        if ((level) == LM__LEVEL_CUDA) return (call); \
-    } while (0)
-#else
-#define LM__HAS_CUDA 0
-#define LM__CUDA(level, call) ((void)0)
-#endif
-
+ * The CUDA level is the table of ops/cuda_table.h (NULL in a build without CUDA). */
 typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 2 } lm__level;
 /* Picks the implementation level for an operator on ctx's device given which levels
  * exist (has_cpu: a tuned CPU version, has_cuda: a CUDA version). Fails with

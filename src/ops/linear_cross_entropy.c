@@ -10,10 +10,6 @@
 #include "ops/backward_common.h"
 #include "ops/composed.h"
 #include "ops/ref/loss_backward.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#include "runtime/internal.h"
-#endif
 
 static const char *const k_composed_needs = "f32 x, w and gradients";
 
@@ -36,7 +32,6 @@ static lm_status check_inputs(lm_ctx *ctx, const char *op, const lm_tensor_view 
     return lm__op_check_targets(op, targets, w->shape[0], ignore_index, counted);
 }
 
-#ifdef LOOM_HAVE_CUDA
 /* Contiguous x and w of one dtype for the CUDA kernels (copies in *xo, *wo when
  * packed; a bf16/f16 w under an f32 x is widened). */
 static lm_status packed(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, lm_tensor_view *xp,
@@ -48,42 +43,36 @@ static lm_status packed(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     return LM_OK;
 }
 
-static lm_status cuda_forward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+static lm_status cuda_forward(const lm__cuda_ops *cu, lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                               const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss) {
-    const lm__cuda_blas *blas;
     lm_tensor *xo = NULL, *wo = NULL;
     lm_tensor_view xp, wp;
-    lm_status st = lm__ctx_cuda_blas(ctx, &blas);
-    if (st == LM_OK) st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
-    if (st == LM_OK) st = lm_cuda_linear_cross_entropy(blas, &xp, &wp, targets, ignore_index, loss, LM__STREAM(ctx));
+    lm_status st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
+    if (st == LM_OK) st = cu->linear_cross_entropy(ctx, &xp, &wp, targets, ignore_index, loss);
     lm_tensor_destroy(xo);
     lm_tensor_destroy(wo);
     return st;
 }
 
-static lm_status cuda_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+static lm_status cuda_backward(const lm__cuda_ops *cu, lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *dloss,
                                const lm_tensor_view *dx, const lm_tensor_view *dw) {
-    const lm__cuda_blas *blas;
     lm_tensor *xo = NULL, *wo = NULL, *dxo = NULL;
     lm_tensor_view xp, wp, dxv;
-    lm_status st = lm__ctx_cuda_blas(ctx, &blas);
-    if (st == LM_OK) st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
+    lm_status st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
     if (st == LM_OK && dx) {
         dxv = *dx;
         if (!lm_tensor_view_is_contiguous(dx) && (st = lm_tensor_create(dx->device, dx->dtype, 2, dx->shape, &dxo)) == LM_OK)
             dxv = *lm_tensor_as_view(dxo);
     }
     if (st == LM_OK)
-        st = lm_cuda_linear_cross_entropy_backward(blas, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw,
-                                                   LM__STREAM(ctx));
+        st = cu->linear_cross_entropy_backward(ctx, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw);
     if (st == LM_OK && dxo) st = lm_tensor_view_copy(ctx, dx, &dxv);
     lm_tensor_destroy(xo);
     lm_tensor_destroy(wo);
     lm_tensor_destroy(dxo);
     return st;
 }
-#endif
 
 lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                       const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss) {
@@ -95,10 +84,11 @@ lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, cons
     const lm_tensor_view *ins[] = {x, w, targets};
     static const char *const names[] = {"x", "w", "targets"};
     LM_TRY(lm__op_check_grad_alias(op, "loss", loss, 3, ins, names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_linear_ce_accepts(x, w, NULL, NULL),
+    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, NULL, NULL),
                                  k_composed_needs, &level));
-    LM__CUDA(level, cuda_forward(ctx, x, w, targets, ignore_index, loss));
+    if (level == LM__LEVEL_CUDA) return cuda_forward(cu, ctx, x, w, targets, ignore_index, loss);
     if (level == LM__LEVEL_CPU) return lm__composed_linear_ce(ctx, x, w, targets, ignore_index, counted, loss);
     return lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss);
 }
@@ -118,10 +108,11 @@ lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view
     LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, names));
     LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
     if (!dx && !dw) return LM_OK;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_linear_ce_accepts(x, w, dx, dw),
+    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
                                  k_composed_needs, &level));
-    LM__CUDA(level, cuda_backward(ctx, x, w, targets, ignore_index, dloss, dx, dw));
+    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, dloss, dx, dw);
     double d = *(const float *)dloss->data;
     if (level == LM__LEVEL_CPU)
         return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw);

@@ -25,8 +25,9 @@ lm_status lm_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *logits, const 
     LM_TRY(lm__op_check_shape(op, "out (an f32 scalar)", out, 0, NULL));
     LM_TRY(lm__op_check_alias(op, "out", out, "logits", logits, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "targets", targets, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_cross_entropy(logits, targets, ignore_index, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->cross_entropy(logits, targets, ignore_index, out, lm_ctx_stream(ctx));
     return lm__ref_cross_entropy(logits, targets, ignore_index, out);
 }

@@ -5,9 +5,6 @@
  * anything is written (LM_OUT_OF_RANGE naming the row).
  */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/loss_backward.h"
 
 lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
@@ -29,9 +26,11 @@ lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logit
     LM_TRY(lm__op_check_grad_alias(op, "dlogits", dlogits, 3, ins, in_names));
     int64_t counted;
     LM_TRY(lm__op_check_targets(op, targets, logits->shape[1], ignore_index, &counted));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cu->cross_entropy_backward(logits, targets, ignore_index, dloss, dlogits, lm_ctx_stream(ctx));
     if (!dlogits) return LM_OK;
     double scale = counted ? (double)*(const float *)dloss->data / (double)counted : 0.0;
     lm__ref_cross_entropy_backward(logits, targets, ignore_index, scale, dlogits);

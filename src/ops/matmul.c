@@ -43,18 +43,6 @@ lm_status lm__matmul_shape(const char *op, const lm_tensor_view *a, const lm_ten
     return LM_OK;
 }
 
-#ifdef LOOM_HAVE_CUDA
-/* cuBLASLt when it takes the layout, else the readable kernel. */
-static lm_status cuda_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out) {
-    const lm__cuda_blas *blas;
-    LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-    lm_status st = lm_cuda_matmul_lt(blas, a, b, out, LM__STREAM(ctx));
-    if (st != LM_UNSUPPORTED) return st;
-    lm_clear_error();
-    return lm_cuda_matmul(a, b, out, LM__STREAM(ctx));
-}
-#endif
-
 lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out) {
     const char *op = "matmul";
     const lm_tensor_view *vs[] = {a, b, out};
@@ -78,11 +66,10 @@ lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_vi
     lm_tensor_view ea, eb;
     LM_TRY(lm_tensor_view_expand(a, nd, sa, &ea));
     LM_TRY(lm_tensor_view_expand(b, nd, sb, &eb));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-#ifdef LOOM_HAVE_CUDA
-    if (level == LM__LEVEL_CUDA) return cuda_matmul(ctx, &ea, &eb, out);
-#endif
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->matmul(ctx, &ea, &eb, out);
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_linear_supported(&ea, &eb, out)) return lm__cpu_linear_views(lm_ctx_threadpool(ctx), &ea, &eb, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)

@@ -9,9 +9,6 @@
 #include "ops/backward_common.h"
 #include "ops/composed.h"
 #include "ops/ref/matmul_backward.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 
 lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                  const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
@@ -36,16 +33,11 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     LM_TRY(lm__op_check_grad_alias(op, "da", da, 4, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "db", db, 3, ins, in_names));
     if (!da && !db) return LM_OK;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, LM__HAS_CUDA, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
+    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
                                  "f32 operands, a 2-d b and an a that is not broadcast", &level));
-#ifdef LOOM_HAVE_CUDA
-    if (level == LM__LEVEL_CUDA) {
-        const lm__cuda_blas *blas;
-        LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-        return lm_cuda_matmul_backward(blas, a, b, dout, da, db, LM__STREAM(ctx));
-    }
-#endif
+    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db);
     if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
     return lm__ref_matmul_backward(a, b, dout, da, db);
 }

@@ -34,9 +34,10 @@ lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_v
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
     LM_TRY(norm_check(op, x, weight, eps, out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rmsnorm(x, weight, eps, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->rmsnorm(x, weight, eps, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_rmsnorm_supported(x, weight, out)) {
             lm__cpu_rmsnorm(lm_ctx_threadpool(ctx), x, weight, eps, out);
@@ -74,9 +75,10 @@ lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tens
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "residual", residual, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "sum_out", sum_out, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_add_rmsnorm(x, residual, weight, eps, sum_out, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->add_rmsnorm(x, residual, weight, eps, sum_out, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_add_rmsnorm_supported(x, residual, weight, sum_out, out)) {
             lm__cpu_add_rmsnorm(lm_ctx_threadpool(ctx), x, residual, weight, eps, sum_out, out);

@@ -5,14 +5,12 @@
  * forward. Gradient outputs follow ops_backward.h (operand dtype or f32, no overlap).
  */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/norm_backward.h"
 
 static lm_status check(lm_ctx *ctx, const char *op, const char *xname, const lm_tensor_view *x,
                        const lm_tensor_view *weight, float eps, const lm_tensor_view *dout, const lm_tensor_view *dsum,
-                       const lm_tensor_view *dx, const lm_tensor_view *dweight, lm__level *level) {
+                       const lm_tensor_view *dx, const lm_tensor_view *dweight, const lm__cuda_ops *cu,
+                       lm__level *level) {
     const lm_tensor_view *vs[] = {x, weight, dout};
     const char *const names[] = {xname, "weight", "dout"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
@@ -36,22 +34,26 @@ static lm_status check(lm_ctx *ctx, const char *op, const char *xname, const lm_
     const char *const in_names[] = {xname, "weight", "dout", "dsum", "dweight"};
     LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "dweight", dweight, 4, ins, in_names));
-    return lm__op_level(ctx, op, 0, LM__HAS_CUDA, level);
+    return lm__op_level(ctx, op, 0, cu != NULL, level);
 }
 
 lm_status lm_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                   const lm_tensor_view *dout, const lm_tensor_view *dx, const lm_tensor_view *dweight) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(check(ctx, "rmsnorm_backward", "x", x, weight, eps, dout, NULL, dx, dweight, &level));
-    LM__CUDA(level, lm_cuda_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight, LM__STREAM(ctx)));
+    LM_TRY(check(ctx, "rmsnorm_backward", "x", x, weight, eps, dout, NULL, dx, dweight, cu, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cu->rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight, lm_ctx_stream(ctx));
     return lm__ref_rmsnorm_backward(x, weight, eps, dout, NULL, dx, dweight);
 }
 
 lm_status lm_add_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *sum, const lm_tensor_view *weight, float eps,
                                       const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
                                       const lm_tensor_view *dweight) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(check(ctx, "add_rmsnorm_backward", "sum", sum, weight, eps, dout, dsum, dx, dweight, &level));
-    LM__CUDA(level, lm_cuda_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight, LM__STREAM(ctx)));
+    LM_TRY(check(ctx, "add_rmsnorm_backward", "sum", sum, weight, eps, dout, dsum, dx, dweight, cu, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cu->rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight, lm_ctx_stream(ctx));
     return lm__ref_rmsnorm_backward(sum, weight, eps, dout, dsum, dx, dweight);
 }

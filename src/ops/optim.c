@@ -4,9 +4,6 @@
  * leaves all parameters and moments unchanged.
  */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/optim.h"
 
 #include <stdio.h>
@@ -53,9 +50,10 @@ lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, cons
     if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
         return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
     for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, lm_ctx_stream(ctx));
     lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
     return LM_OK;
 }
@@ -74,9 +72,10 @@ lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const
         LM_TRY(lm__op_check_float(op, name, &xs[i]));
         LM_TRY(lm__op_check_alias(op, "out", out, name, &xs[i], 0));
     }
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_sum_squares(n, xs, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->sum_squares(n, xs, out, lm_ctx_stream(ctx));
     *(float *)out->data = (float)lm__ref_sum_squares(n, xs);
     return LM_OK;
 }

@@ -35,9 +35,10 @@ static lm_status reduce_out(lm_ctx *ctx, const char *op, lm__reduce_op kind, con
         return lm__error(LM_INVALID_ARGUMENT, "%s: dim %d of x has size 0; the maximum of nothing is undefined", op,
                          dim);
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, (kind == LM__RED_MAX ? lm_cuda_max : lm_cuda_sum)(x, dim, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return (kind == LM__RED_MAX ? cu->max : cu->sum)(x, dim, out, lm_ctx_stream(ctx));
     lm__ref_reduce(kind, x, dim, out);
     return LM_OK;
 }
@@ -89,9 +90,10 @@ lm_status lm_concat_out(lm_ctx *ctx, int n, const lm_tensor_view *const *inputs,
         snprintf(name, sizeof name, "inputs[%d]", k);
         LM_TRY(lm__op_check_alias(op, "out", out, name, inputs[k], 0));
     }
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_concat(n, inputs, dim, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->concat(n, inputs, dim, out, lm_ctx_stream(ctx));
     lm__ref_concat(n, inputs, dim, out);
     return LM_OK;
 }

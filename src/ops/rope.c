@@ -60,9 +60,10 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
     LM_TRY(lm__op_check_alias(op, "out", out, "inv_freq", p->inv_freq, 0));
     if (p->positions) LM_TRY(lm__op_check_alias(op, "out", out, "positions", p->positions, 0));
     if (p->bias) LM_TRY(lm__op_check_alias(op, "out", out, "bias", p->bias, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope(x, p, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->rope(x, p, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_rope_supported(x, p, out)) {
             lm__cpu_rope(lm_ctx_threadpool(ctx), x, p, out);
@@ -88,9 +89,10 @@ lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, cons
     int64_t half = head_dim / 2;
     LM_TRY(lm__op_check_shape(op, "out", out, 1, &half));
     LM_TRY(lm__op_check_out(op, "out", out));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope_inv_freq(theta, head_dim, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->rope_inv_freq(theta, head_dim, out, lm_ctx_stream(ctx));
     lm__ref_rope_inv_freq(theta, head_dim, out);
     return LM_OK;
 }

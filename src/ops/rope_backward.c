@@ -4,9 +4,6 @@
  * shape, dbias [H, D] (when given) is the gradient of the forward's p->bias.
  */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/rope_backward.h"
 
 lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm_rope_params *p,
@@ -33,8 +30,9 @@ lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm
     static const char *const in_names[] = {"dout", "inv_freq", "positions", "dbias"};
     LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 4, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "dbias", dbias, 3, ins, in_names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_rope_backward(dout, p, dx, dbias, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->rope_backward(dout, p, dx, dbias, lm_ctx_stream(ctx));
     return lm__ref_rope_backward(dout, p, dx, dbias);
 }

@@ -45,9 +45,10 @@ lm_status lm_argmax_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     }
     LM_TRY(check_index_dtype(op, "out", out, n));
     LM_TRY(check_select_output(op, "out", out, x, x->ndim - 1, x->shape));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_argmax(x, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->argmax(x, out, lm_ctx_stream(ctx));
     lm__ref_argmax(x, out);
     return LM_OK;
 }
@@ -69,8 +70,9 @@ lm_status lm_topk_out(lm_ctx *ctx, const lm_tensor_view *x, int64_t k, const lm_
     LM_TRY(check_select_output(op, "values", values, x, x->ndim, shape));
     LM_TRY(check_select_output(op, "indices", indices, x, x->ndim, shape));
     LM_TRY(lm__op_check_alias(op, "indices", indices, "values", values, 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_topk(x, k, values, indices, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->topk(x, k, values, indices, lm_ctx_stream(ctx));
     return lm__ref_topk(x, k, values, indices);
 }

@@ -35,9 +35,10 @@ lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int 
     LM_TRY(lm__op_check_same_shape(op, "out", out, x));
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_softmax(x, scale, causal, out, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->softmax(x, scale, causal, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (lm__cpu_softmax_supported(x, out)) {
             lm__cpu_softmax(lm_ctx_threadpool(ctx), x, scale, causal, out);

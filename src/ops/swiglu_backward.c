@@ -2,9 +2,6 @@
  * level on the CPU, ops/cuda/swiglu_backward.cu on CUDA; O(numel)). gate, up and dout
  * share one float dtype and one shape. */
 #include "ops/backward_common.h"
-#ifdef LOOM_HAVE_CUDA
-#include "ops/cuda/cuda_backward.h"
-#endif
 #include "ops/ref/swiglu_backward.h"
 
 lm_status lm_swiglu_backward_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up,
@@ -24,9 +21,10 @@ lm_status lm_swiglu_backward_out(lm_ctx *ctx, const lm_tensor_view *gate, const 
     static const char *const in_names[] = {"gate", "up", "dout", "dup"};
     LM_TRY(lm__op_check_grad_alias(op, "dgate", dgate, 4, ins, in_names));
     LM_TRY(lm__op_check_grad_alias(op, "dup", dup, 3, ins, in_names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, LM__HAS_CUDA, &level));
-    LM__CUDA(level, lm_cuda_swiglu_backward(gate, up, dout, dgate, dup, LM__STREAM(ctx)));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->swiglu_backward(gate, up, dout, dgate, dup, lm_ctx_stream(ctx));
     lm__ref_swiglu_backward(gate, up, dout, dgate, dup);
     return LM_OK;
 }

@@ -1,15 +1,16 @@
 /* runtime/blas_cuda.c — the cuBLASLt handle and matmul workspace a CUDA context
  * carries (built only with CUDA). One handle and one workspace per context, hence
  * per thread and stream: cublasLtMatmul calls on different contexts never share
- * scratch memory. The workspace comes from the caching allocator so it shows in the
- * device memory statistics. */
-#include "runtime/internal.h"
+ * scratch memory. They are the context's backend state (lm__ctx_backend_state),
+ * made on the first matmul and released with the context. The workspace comes from
+ * the caching allocator so it shows in the device memory statistics. */
+#include "runtime/cuda.h"
 
 #include <cublasLt.h>
 
 #define LM__BLAS_WORKSPACE ((size_t)32 << 20) /* bytes; enough for split-K heuristics */
 
-lm_status lm__cuda_blas_create(int index, lm__cuda_blas *out) {
+static lm_status blas_create(int index, lm__cuda_blas *out) {
     *out = (lm__cuda_blas){0};
     cublasLtHandle_t h = NULL;
     cublasStatus_t cs = cublasLtCreate(&h);
@@ -25,9 +26,29 @@ lm_status lm__cuda_blas_create(int index, lm__cuda_blas *out) {
     return LM_OK;
 }
 
-void lm__cuda_blas_destroy(int index, lm__cuda_blas *b) {
+void lm__cuda_ctx_state_destroy(int index, void *state) {
+    lm__cuda_blas *b = state;
     if (!b) return;
     if (b->handle) cublasLtDestroy((cublasLtHandle_t)b->handle);
     lm__cuda_free(index, b->workspace);
-    *b = (lm__cuda_blas){0};
+    lm__free(b);
+}
+
+lm_status lm__ctx_cuda_blas(lm_ctx *ctx, const lm__cuda_blas **out) {
+    *out = NULL;
+    lm_device d = lm_ctx_device(ctx);
+    if (!ctx || d.type != LM_DEVICE_CUDA) return lm__error(LM_UNSUPPORTED, "cuBLASLt needs a CUDA context");
+    void **state = lm__ctx_backend_state(ctx);
+    if (!*state) {
+        lm__cuda_blas *b = lm__calloc(1, sizeof *b);
+        if (!b) return LM_OUT_OF_MEMORY;
+        lm_status st = blas_create(d.index, b);
+        if (st != LM_OK) {
+            lm__free(b);
+            return st;
+        }
+        *state = b;
+    }
+    *out = *state;
+    return LM_OK;
 }

@@ -1,5 +1,5 @@
-/* runtime/copy_cuda.cu — element copies between views of one CUDA device, queued on a
- * stream (built only with CUDA).
+/* runtime/copy_cuda.cu — copies queued on a stream (built only with CUDA): byte copies
+ * in any direction, and element copies between strided views of one CUDA device.
  *
  * A strided copy runs one thread per destination element (grid-stride loop): the
  * element's row-major multi-index over the shape gives one offset into each view.
@@ -12,7 +12,7 @@
 
 extern "C" {
 #include "loom/tensor.h"
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 }
 
 typedef struct lm__copy_nd {
@@ -87,7 +87,10 @@ extern "C" lm_status lm__cuda_copy_strided(void *stream, int ndim, const int64_t
     return lm__cuda_check((int)e, "strided device copy kernel");
 }
 
-extern "C" lm_status lm__cuda_copy_async(void *stream, void *dst, const void *src, size_t nbytes) {
-    return lm__cuda_check((int)cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream),
-                          "cudaMemcpyAsync (device to device)");
+extern "C" lm_status lm__cuda_copy_async(void *stream, lm__copy_kind kind, void *dst, const void *src,
+                                        size_t nbytes) {
+    static const cudaMemcpyKind kinds[4] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                                            cudaMemcpyHostToHost};
+    return lm__cuda_check((int)cudaMemcpyAsync(dst, src, nbytes, kinds[kind], (cudaStream_t)stream),
+                          "cudaMemcpyAsync");
 }

@@ -1,12 +1,51 @@
-/* runtime/device.c — the device-neutral memory API: allocation, copies and fills
- * routed to the host allocator or the CUDA back end. Without CUDA in the build, any
- * CUDA device request fails with LM_UNSUPPORTED and a message saying so.
+/* runtime/device.c — the device-neutral memory API (allocation, copies, fills, pinned
+ * host memory, capabilities, allocator statistics) over the backend table.
+ *
+ * Every entry point looks the device's backend up by type and checks the ordinal
+ * (lm__device_backend_of) before calling it, so a request for a device type the build
+ * lacks fails with LM_UNSUPPORTED and says so, with no #ifdef here: the registry below
+ * holds whatever lm__device_backend_cuda() answers (NULL without CUDA).
  */
 #include "runtime/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Indexed by lm_device_type: the registration and how messages name the type. */
+static const lm__device_backend *(*const k_registry[])(void) = {
+    [LM_DEVICE_CPU] = lm__device_backend_cpu,
+    [LM_DEVICE_CUDA] = lm__device_backend_cuda,
+};
+static const char *const k_labels[] = {[LM_DEVICE_CPU] = "CPU", [LM_DEVICE_CUDA] = "CUDA"};
+static const char *const k_names[] = {[LM_DEVICE_CPU] = "cpu", [LM_DEVICE_CUDA] = "cuda"};
+#define LM__NTYPES ((int)(sizeof k_registry / sizeof k_registry[0]))
+
+static int known_type(lm_device_type t) { return (int)t >= 0 && (int)t < LM__NTYPES; }
+
+const lm__device_backend *lm__device_backend_get(lm_device_type type) {
+    return known_type(type) ? k_registry[type]() : NULL;
+}
+
+lm_status lm__device_backend_of(lm_device d, const lm__device_backend **out) {
+    *out = NULL;
+    if (!known_type(d.type)) return lm__error(LM_INVALID_ARGUMENT, "unknown device type %d", (int)d.type);
+    const lm__device_backend *be = k_registry[d.type]();
+    if (!be)
+        return lm__error(LM_UNSUPPORTED, "%s:%d requested but loom was built without %s", k_names[d.type], d.index,
+                         k_labels[d.type]);
+    int n = be->count();
+    if (d.index < 0 || d.index >= n)
+        return lm__error(LM_DEVICE_ERROR, "%s:%d requested but %d %s device(s) are available", be->name, d.index, n,
+                         be->label);
+    *out = be;
+    return LM_OK;
+}
+
+int lm__device_host_addressable(lm_device d) {
+    const lm__device_backend *be = lm__device_backend_get(d.type);
+    return be && be->host_addressable;
+}
 
 lm_status lm_device_parse(const char *text, lm_device *out) {
     if (!text || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_device_parse: NULL argument");
@@ -31,81 +70,60 @@ lm_status lm_device_parse(const char *text, lm_device *out) {
 
 const char *lm_device_format(lm_device d, char *buf, size_t bufsize) {
     if (d.type == LM_DEVICE_CPU) snprintf(buf, bufsize, "cpu");
-    else snprintf(buf, bufsize, "cuda:%d", d.index);
+    else if (known_type(d.type)) snprintf(buf, bufsize, "%s:%d", k_names[d.type], d.index);
+    else snprintf(buf, bufsize, "device%d:%d", (int)d.type, d.index);
     return buf;
 }
 
-int lm_cuda_compiled(void) {
-#ifdef LOOM_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
-}
+int lm_cuda_compiled(void) { return lm__device_backend_cuda() != NULL; }
 
 int lm_cuda_device_count(void) {
-#ifdef LOOM_HAVE_CUDA
-    return lm__cuda_count();
-#else
-    return 0;
-#endif
+    const lm__device_backend *be = lm__device_backend_cuda();
+    return be ? be->count() : 0;
 }
 
-static lm_status check_device(lm_device d) {
-    if (d.type == LM_DEVICE_CPU) return LM_OK;
-    if (d.type != LM_DEVICE_CUDA) return lm__error(LM_INVALID_ARGUMENT, "unknown device type %d", (int)d.type);
-#ifdef LOOM_HAVE_CUDA
-    int n = lm__cuda_count();
-    if (d.index < 0 || d.index >= n)
-        return lm__error(LM_DEVICE_ERROR, "cuda:%d requested but %d CUDA device(s) are available", d.index, n);
-    return LM_OK;
-#else
-    return lm__error(LM_UNSUPPORTED, "cuda:%d requested but loom was built without CUDA", d.index);
-#endif
+lm_status lm_device_caps_get(lm_device d, lm_device_caps *out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_device_caps_get: out is NULL");
+    memset(out, 0, sizeof *out);
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    out->host_addressable = be->host_addressable;
+    out->async = be->async;
+    out->graph_capture = be->graph_capture;
+    return be->caps(d.index, out);
 }
 
-lm_status lm_device_alloc(lm_device d, size_t nbytes, void **out) {
-    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_device_alloc: out is NULL");
+/* Device memory, or with host = 1 the host memory d transfers with. */
+static lm_status alloc_for(lm_device d, int host, size_t nbytes, void **out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "%s: out is NULL", host ? "lm_host_alloc" : "lm_device_alloc");
     *out = NULL;
-    LM_TRY(check_device(d));
-    if (d.type == LM_DEVICE_CPU) {
-        *out = lm__alloc(nbytes, 64);
-        return *out ? LM_OK : LM_OUT_OF_MEMORY;
-    }
-#ifdef LOOM_HAVE_CUDA
-    return lm__cuda_alloc(d.index, nbytes, out);
-#else
-    return LM_UNSUPPORTED;
-#endif
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return (host ? be->host_alloc : be->alloc)(d.index, nbytes, out);
 }
 
-void lm_device_free(lm_device d, void *ptr) {
-    if (!ptr) return;
-    if (d.type == LM_DEVICE_CPU) {
-        lm__free(ptr);
-        return;
-    }
-#ifdef LOOM_HAVE_CUDA
-    lm__cuda_free(d.index, ptr);
-#endif
+static void free_for(lm_device d, int host, void *ptr) {
+    const lm__device_backend *be = lm__device_backend_get(d.type);
+    if (ptr && be) (host ? be->host_free : be->free)(d.index, ptr);
 }
+
+lm_status lm_device_alloc(lm_device d, size_t nbytes, void **out) { return alloc_for(d, 0, nbytes, out); }
+void lm_device_free(lm_device d, void *ptr) { free_for(d, 0, ptr); }
+lm_status lm_host_alloc(lm_device d, size_t nbytes, void **out) { return alloc_for(d, 1, nbytes, out); }
+void lm_host_free(lm_device d, void *ptr) { free_for(d, 1, ptr); }
 
 lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const void *src, size_t nbytes) {
     if (nbytes == 0) return LM_OK;
     if (!dst || !src) return lm__error(LM_INVALID_ARGUMENT, "lm_device_copy: NULL pointer for %zu bytes", nbytes);
-    LM_TRY(check_device(dst_dev));
-    LM_TRY(check_device(src_dev));
-    if (dst_dev.type == LM_DEVICE_CPU && src_dev.type == LM_DEVICE_CPU) {
-        memmove(dst, src, nbytes);
-        return LM_OK;
-    }
-#ifdef LOOM_HAVE_CUDA
-    int kind = src_dev.type == LM_DEVICE_CPU ? 0 : dst_dev.type == LM_DEVICE_CPU ? 1 : 2;
-    int index = kind == 1 ? src_dev.index : dst_dev.index;
-    return lm__cuda_copy(kind, index, dst, src, nbytes);
-#else
-    return LM_UNSUPPORTED;
-#endif
+    const lm__device_backend *bd, *bs;
+    LM_TRY(lm__device_backend_of(dst_dev, &bd));
+    LM_TRY(lm__device_backend_of(src_dev, &bs));
+    /* The device side does the copy; device to device goes to the destination's. */
+    if (bs->host_addressable && bd->host_addressable)
+        return bd->copy(LM__COPY_HOST_TO_HOST, dst_dev.index, dst, src, nbytes);
+    if (bs->host_addressable) return bd->copy(LM__COPY_HOST_TO_DEVICE, dst_dev.index, dst, src, nbytes);
+    if (bd->host_addressable) return bs->copy(LM__COPY_DEVICE_TO_HOST, src_dev.index, dst, src, nbytes);
+    return bd->copy(LM__COPY_DEVICE_TO_DEVICE, dst_dev.index, dst, src, nbytes);
 }
 
 lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *pattern, size_t psize) {
@@ -113,17 +131,27 @@ lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *patt
         return lm__error(LM_INVALID_ARGUMENT, "fill pattern must be 1, 2 or 4 bytes, got %zu", psize);
     if (nbytes % psize) return lm__error(LM_INVALID_ARGUMENT, "fill of %zu bytes is not a multiple of %zu", nbytes, psize);
     if (nbytes == 0) return LM_OK;
-    LM_TRY(check_device(d));
-    if (d.type == LM_DEVICE_CPU) {
-        char *p = dst;
-        if (psize == 1) memset(p, *(const uint8_t *)pattern, nbytes);
-        else
-            for (size_t i = 0; i < nbytes; i += psize) memcpy(p + i, pattern, psize);
-        return LM_OK;
-    }
-#ifdef LOOM_HAVE_CUDA
-    return lm__cuda_fill(d.index, dst, nbytes, pattern, psize);
-#else
-    return LM_UNSUPPORTED;
-#endif
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return be->fill(d.index, dst, nbytes, pattern, psize);
+}
+
+/* ---- memory statistics (the caching allocator's; other backends answer LM_UNSUPPORTED) ---- */
+lm_status lm_device_memory_stats_get(lm_device d, lm_device_memory_stats *out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_device_memory_stats_get: out is NULL");
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return be->memory_stats(d.index, out);
+}
+
+lm_status lm_device_memory_reset_peak(lm_device d) {
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return be->memory_reset_peak(d.index);
+}
+
+lm_status lm_device_empty_cache(lm_device d) {
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return be->empty_cache(d.index);
 }

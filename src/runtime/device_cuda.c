@@ -1,5 +1,7 @@
-/* runtime/device_cuda.c — the CUDA device back end: error mapping, synchronous
- * copies and fills, streams (built only with CUDA).
+/* runtime/device_cuda.c — the CUDA device backend (built only with CUDA): error
+ * mapping, synchronous copies and fills, streams, pinned host memory, capabilities,
+ * and the backend table that wires these to pool_cuda.c (memory), copy_cuda.cu
+ * (queued copies), graph_cuda.c (events, graphs) and blas_cuda.c (context state).
  *
  * Copies and fills are synchronous with respect to everything on the device: they
  * first wait for all queued work (contexts use non-blocking streams, which the legacy
@@ -9,10 +11,11 @@
  * ones use cudaMemcpy directly. CUDA errors become LM_DEVICE_ERROR (LM_OUT_OF_MEMORY
  * for allocation failures) with the CUDA message in lm_last_error().
  */
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define LM__STAGE_CHUNK ((size_t)8 << 20) /* bytes per pinned staging buffer */
@@ -102,12 +105,13 @@ static lm_status staged_d2h(stage *s, uint8_t *dst, const uint8_t *src, size_t n
     return LM_OK;
 }
 
-lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t nbytes) {
-    static const enum cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
-                                                 cudaMemcpyDeviceToDevice};
+lm_status lm__cuda_copy(lm__copy_kind kind, int index, void *dst, const void *src, size_t nbytes) {
+    static const enum cudaMemcpyKind kinds[4] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                 cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
     LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
     LM_TRY(lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a copy)"));
-    if (kind == 2 || nbytes < LM__STAGE_MIN || index >= LM__CUDA_MAX_DEVICES) {
+    int staged = kind == LM__COPY_HOST_TO_DEVICE || kind == LM__COPY_DEVICE_TO_HOST;
+    if (!staged || nbytes < LM__STAGE_MIN || index >= LM__CUDA_MAX_DEVICES) {
         /* a pageable host -> device cudaMemcpy may return before the DMA lands */
         LM_TRY(lm__cuda_check(cudaMemcpy(dst, src, nbytes, kinds[kind]), "cudaMemcpy"));
         return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after a copy)");
@@ -116,7 +120,8 @@ lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t 
     stage *s = &g_stage[index];
     pthread_mutex_lock(&s->mu);
     lm_status st = stage_ready(s);
-    if (st == LM_OK) st = kind == 0 ? staged_h2d(s, dst, src, nbytes) : staged_d2h(s, dst, src, nbytes);
+    if (st == LM_OK)
+        st = kind == LM__COPY_HOST_TO_DEVICE ? staged_h2d(s, dst, src, nbytes) : staged_d2h(s, dst, src, nbytes);
     pthread_mutex_unlock(&s->mu);
     return st;
 }
@@ -190,3 +195,60 @@ int lm__cuda_stream_count(int index) {
 lm_status lm__cuda_stream_sync(void *stream) {
     return lm__cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }
+
+lm_status lm__cuda_caps(int index, lm_device_caps *out) {
+    struct cudaDeviceProp prop;
+    LM_TRY(lm__cuda_check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
+    out->memory_bytes = (int64_t)prop.totalGlobalMem;
+    snprintf(out->name, sizeof out->name, "%.63s", prop.name); /* names are shorter; cut if not */
+    return LM_OK;
+}
+
+lm_status lm__cuda_host_alloc(int index, size_t nbytes, void **out) {
+    *out = NULL;
+    if (nbytes == 0) return LM_OK;
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    /* portable: pinned for every device's context, not only the current one */
+    return lm__cuda_check(cudaHostAlloc(out, nbytes, cudaHostAllocPortable), "cudaHostAlloc");
+}
+
+void lm__cuda_host_free(int index, void *ptr) {
+    if (ptr) cudaFreeHost(ptr);
+}
+
+static const lm__device_backend k_cuda = {
+    .name = "cuda",
+    .label = "CUDA",
+    .host_addressable = 0,
+    .async = 1,
+    .graph_capture = 1,
+    .count = lm__cuda_count,
+    .caps = lm__cuda_caps,
+    .alloc = lm__cuda_alloc,
+    .free = lm__cuda_free,
+    .copy = lm__cuda_copy,
+    .fill = lm__cuda_fill,
+    .host_alloc = lm__cuda_host_alloc,
+    .host_free = lm__cuda_host_free,
+    .stream_create = lm__cuda_stream_create,
+    .stream_destroy = lm__cuda_stream_destroy,
+    .stream_sync = lm__cuda_stream_sync,
+    .copy_async = lm__cuda_copy_async,
+    .copy_strided = lm__cuda_copy_strided,
+    .event_create = lm__cuda_event_create,
+    .event_destroy = lm__cuda_event_destroy,
+    .event_record = lm__cuda_event_record,
+    .event_sync = lm__cuda_event_sync,
+    .event_elapsed = lm__cuda_event_elapsed,
+    .stream_wait = lm__cuda_stream_wait,
+    .capture_begin = lm__cuda_capture_begin,
+    .capture_end = lm__cuda_capture_end,
+    .graph_launch = lm__cuda_graph_launch,
+    .graph_destroy = lm__cuda_graph_destroy,
+    .memory_stats = lm__cuda_memory_stats,
+    .memory_reset_peak = lm__cuda_memory_reset_peak,
+    .empty_cache = lm__cuda_empty_cache,
+    .ctx_state_destroy = lm__cuda_ctx_state_destroy,
+};
+
+const lm__device_backend *lm__device_backend_cuda(void) { return &k_cuda; }

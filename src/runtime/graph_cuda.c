@@ -6,7 +6,7 @@
  * other threads keep working. A capture that fails to end or instantiate leaves no
  * graph behind and the stream usable again.
  */
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 
 #include <cuda_runtime_api.h>
 
@@ -18,7 +18,9 @@ lm_status lm__cuda_event_create(int index, void **event) {
     return LM_OK;
 }
 
-void lm__cuda_event_destroy(void *event) { cudaEventDestroy((cudaEvent_t)event); }
+void lm__cuda_event_destroy(void *event) {
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
 
 lm_status lm__cuda_event_record(void *event, void *stream) {
     return lm__cuda_check(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream), "cudaEventRecord");

@@ -1,75 +1,118 @@
-/* runtime/internal.h — device back ends behind lm_device_* and lm_ctx (never
- * installed). The CUDA functions exist only in builds with CUDA (files *_cuda.c);
- * every one of them maps a CUDA error to LM_DEVICE_ERROR (LM_OUT_OF_MEMORY for
- * allocation failures) with the CUDA message in lm_last_error(). */
+/* runtime/internal.h — the device back-end table behind lm_device_*, lm_ctx, events
+ * and graphs (never installed).
+ *
+ * Each device type has one lm__device_backend: a table of functions that allocate,
+ * copy, fill, queue and capture work for the devices of that type. device_cpu.c is
+ * the host's (synchronous everything); device_cuda.c is CUDA's, in builds with CUDA.
+ * A build without CUDA links device_nocuda.c, whose lookup answers NULL, so generic
+ * code (device.c, ctx.c, core, ops) never needs #ifdef LOOM_HAVE_CUDA: it looks the
+ * backend up and either calls it or reports that the build lacks it. Every entry is
+ * set in every table; an operation a backend cannot do returns LM_UNSUPPORTED.
+ */
 #ifndef LOOM_RUNTIME_INTERNAL_H
 #define LOOM_RUNTIME_INTERNAL_H
 
 #include "base/internal.h"
 #include "loom/runtime.h"
 
-#ifdef LOOM_HAVE_CUDA
-/* Largest CUDA ordinal the caching allocator keeps state for, plus one. */
-#define LM__CUDA_MAX_DEVICES 64
+/* Direction of a byte copy, seen from the backend doing it: "host" is memory the
+ * host addresses (the CPU's), "device" is the backend's own memory. */
+typedef enum lm__copy_kind {
+    LM__COPY_HOST_TO_DEVICE = 0,
+    LM__COPY_DEVICE_TO_HOST = 1,
+    LM__COPY_DEVICE_TO_DEVICE = 2,
+    LM__COPY_HOST_TO_HOST = 3
+} lm__copy_kind;
 
-/* runtime/device_cuda.c: error mapping, copies, fills, streams */
-/* Maps a cudaError_t (passed as int so C callers need no CUDA header) to a status;
- * what names the failing call. */
-lm_status lm__cuda_check(int cuda_error, const char *what);
-int lm__cuda_count(void);
-/* kind: 0 h2d, 1 d2h, 2 d2d. Waits for all work on the device first, then copies;
- * large host transfers go through pinned double-buffered staging. */
-lm_status lm__cuda_copy(int kind, int index, void *dst, const void *src, size_t nbytes);
-lm_status lm__cuda_fill(int index, void *dst, size_t nbytes, const void *pattern, size_t psize);
-/* Context streams: created and destroyed through these so the allocator knows how
- * many streams can touch the device's memory (lm__cuda_stream_count). Creating a
- * device's second stream first waits for the device to be idle. */
-lm_status lm__cuda_stream_create(int index, void **stream);
-void lm__cuda_stream_destroy(int index, void *stream);
-int lm__cuda_stream_count(int index);
-lm_status lm__cuda_stream_sync(void *stream);
+/* index: the device ordinal; stream, event, graph: the backend's opaque handles (NULL
+ * stream = the backend runs work as it is issued). Statuses carry the detail in
+ * lm_last_error(). Destroy/free entries accept NULL. */
+typedef struct lm__device_backend {
+    const char *name;  /* "cpu", "cuda": the prefix of lm_device_format */
+    const char *label; /* "CPU", "CUDA": how messages name the device type */
+    /* Static capabilities (lm_device_caps): host_addressable = the host may load and
+     * store this memory directly; async = work is queued and returns before it runs;
+     * graph_capture = capture_begin/end record work for replay. */
+    int host_addressable, async, graph_capture;
 
-/* runtime/copy_cuda.cu: copies within one device, queued on stream (no waiting).
- * Strided: dst[i] = src[i] over the row-major index space of shape, strides in
- * elements of elem_size (1, 2, 4 or 8) bytes; the views must not overlap. */
-lm_status lm__cuda_copy_strided(void *stream, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
-                                const void *src, const int64_t *src_stride, size_t elem_size);
-lm_status lm__cuda_copy_async(void *stream, void *dst, const void *src, size_t nbytes);
+    int (*count)(void); /* usable devices of this type */
+    /* memory_bytes and name of device index (lm_device_caps_get sets the flags). */
+    lm_status (*caps)(int index, lm_device_caps *out);
 
-/* runtime/pool_cuda.c: the caching allocator */
-lm_status lm__cuda_alloc(int index, size_t nbytes, void **out);
-void lm__cuda_free(int index, void *ptr);
-lm_status lm__cuda_memory_stats(int index, lm_device_memory_stats *out);
-lm_status lm__cuda_memory_reset_peak(int index);
-lm_status lm__cuda_empty_cache(int index);
+    /* device memory (zero bytes may give *out == NULL) */
+    lm_status (*alloc)(int index, size_t nbytes, void **out);
+    void (*free)(int index, void *ptr);
+    /* synchronous with respect to all work on the device; index is the device side
+     * (the destination's for device-to-device) */
+    lm_status (*copy)(lm__copy_kind kind, int index, void *dst, const void *src, size_t nbytes);
+    lm_status (*fill)(int index, void *dst, size_t nbytes, const void *pattern, size_t pattern_size);
+    /* host memory the backend transfers from without staging (pinned for CUDA) */
+    lm_status (*host_alloc)(int index, size_t nbytes, void **out);
+    void (*host_free)(int index, void *ptr);
 
-/* runtime/graph_cuda.c: events and graphs on a stream */
-lm_status lm__cuda_event_create(int index, void **event);
-void lm__cuda_event_destroy(void *event);
-lm_status lm__cuda_event_record(void *event, void *stream);
-lm_status lm__cuda_event_sync(void *event);
-lm_status lm__cuda_event_elapsed(void *start, void *end, double *ms);
-lm_status lm__cuda_stream_wait(void *stream, void *event);
-lm_status lm__cuda_capture_begin(void *stream);
-/* *exec receives a cudaGraphExec_t. */
-lm_status lm__cuda_capture_end(void *stream, void **exec);
-lm_status lm__cuda_graph_launch(void *exec, void *stream);
-void lm__cuda_graph_destroy(void *exec);
+    /* streams: one per context */
+    lm_status (*stream_create)(int index, void **stream);
+    void (*stream_destroy)(int index, void *stream);
+    lm_status (*stream_sync)(void *stream);
+    /* queued on stream, without waiting for the rest of the device */
+    lm_status (*copy_async)(void *stream, lm__copy_kind kind, void *dst, const void *src, size_t nbytes);
+    /* queued on stream: dst[i] = src[i] over the row-major index space of shape, both
+     * views in this backend's memory, strides in elements of elem_size (1, 2, 4 or 8)
+     * bytes; the views must not overlap */
+    lm_status (*copy_strided)(void *stream, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
+                              const void *src, const int64_t *src_stride, size_t elem_size);
 
-/* runtime/blas_cuda.c: one cuBLASLt handle and workspace per context */
-typedef struct lm__cuda_blas {
-    void *handle;           /* cublasLtHandle_t */
-    void *workspace;        /* [workspace_bytes] device scratch for cublasLtMatmul */
-    size_t workspace_bytes;
-} lm__cuda_blas;
-lm_status lm__cuda_blas_create(int index, lm__cuda_blas *out);
-void lm__cuda_blas_destroy(int index, lm__cuda_blas *b);
-#endif
+    /* events: points in a stream's queue */
+    lm_status (*event_create)(int index, void **event);
+    void (*event_destroy)(void *event);
+    lm_status (*event_record)(void *event, void *stream);
+    lm_status (*event_sync)(void *event);
+    lm_status (*event_elapsed)(void *start, void *end, double *ms);
+    lm_status (*stream_wait)(void *stream, void *event);
 
-#ifdef LOOM_HAVE_CUDA
-/* runtime/ctx.c: the context's lazily created cuBLASLt handle and workspace (NULL
- * *out with LM_UNSUPPORTED for a CPU context). Borrowed; lives as long as ctx. */
-lm_status lm__ctx_cuda_blas(lm_ctx *ctx, const lm__cuda_blas **out);
-#endif
+    /* graphs: capture_end always ends the capture; on failure *graph is NULL */
+    lm_status (*capture_begin)(void *stream);
+    lm_status (*capture_end)(void *stream, void **graph);
+    lm_status (*graph_launch)(void *graph, void *stream);
+    void (*graph_destroy)(void *graph);
+
+    /* the caching allocator's statistics */
+    lm_status (*memory_stats)(int index, lm_device_memory_stats *out);
+    lm_status (*memory_reset_peak)(int index);
+    lm_status (*empty_cache)(int index);
+
+    /* Releases the per-context state the backend made on demand (lm__ctx_backend_state;
+     * CUDA: the cuBLASLt handle and workspace). Called before stream_destroy. */
+    void (*ctx_state_destroy)(int index, void *state);
+} lm__device_backend;
+
+/* Registrations: device_cpu.c; device_cuda.c (with CUDA) or device_nocuda.c (NULL). */
+const lm__device_backend *lm__device_backend_cpu(void);
+const lm__device_backend *lm__device_backend_cuda(void);
+
+/* runtime/device.c: the backend of a device type (NULL for an unknown type or one
+ * this build lacks), and the checked lookup every public entry point uses: an
+ * unknown type is LM_INVALID_ARGUMENT, a type the build lacks LM_UNSUPPORTED
+ * ("cuda:1 requested but loom was built without CUDA"), an ordinal past the
+ * backend's count LM_DEVICE_ERROR. */
+const lm__device_backend *lm__device_backend_get(lm_device_type type);
+lm_status lm__device_backend_of(lm_device d, const lm__device_backend **out);
+/* 1 when the host may read and write d's memory directly (the CPU); 0 otherwise,
+ * unknown or missing device types included. Costs one table lookup. */
+int lm__device_host_addressable(lm_device d);
+
+/* runtime/device_cpu.c: the host strided copy (the CPU backend's copy_strided):
+ * innermost axis as the fast loop, one memcpy per row when both inner strides are 1.
+ * O(numel) element moves. */
+void lm__host_copy_strided(int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride, const void *src,
+                           const int64_t *src_stride, size_t elem_size);
+
+/* runtime/ctx.c */
+/* The slot where ctx's backend keeps per-context state it makes on first use
+ * (NULL until then); the backend's ctx_state_destroy releases it with ctx. */
+void **lm__ctx_backend_state(lm_ctx *ctx);
+/* ctx's backend copy_strided on ctx's stream (views on ctx's device). */
+lm_status lm__ctx_copy_strided(lm_ctx *ctx, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
+                               const void *src, const int64_t *src_stride, size_t elem_size);
 
 #endif

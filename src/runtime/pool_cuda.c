@@ -17,7 +17,7 @@
  * Statistics count rounded bytes. Blocks are only returned to the driver by
  * lm_device_empty_cache (or a failed cudaMalloc).
  */
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>

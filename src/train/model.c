@@ -4,6 +4,7 @@
  * RoPE table. Weights are assembled in host memory and copied to the device once.
  */
 #include "train/internal.h"
+#include "runtime/internal.h"
 
 #include "loom/safetensors.h"
 
@@ -44,9 +45,10 @@ static lm_status build_table(lm_train_model *m) {
     return index_special(m);
 }
 
-/* flat and flat_grad on the device, from the host values (numel floats), and views. */
+/* flat and flat_grad on the device, from the host values (numel floats), and views.
+ * Memory the host addresses takes the host tensor itself (no copy). */
 static lm_status place(lm_train_model *m, const lm_tensor *host) {
-    if (m->device.type == LM_DEVICE_CPU) {
+    if (lm__device_host_addressable(m->device)) {
         LM_TRY(lm_tensor_from_view(host, lm_tensor_as_view(host), &m->flat));
     } else {
         LM_TRY(lm_tensor_create(m->device, LM_F32, 1, &m->numel, &m->flat));

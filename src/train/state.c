@@ -9,6 +9,7 @@
  * copied out, so a damaged file changes nothing and the error says what is wrong.
  */
 #include "train/internal.h"
+#include "runtime/internal.h"
 
 #include "loom/io_write.h"
 
@@ -43,10 +44,10 @@ static void encode_header(const lm__train_state *s, uint8_t *h) {
     for (int i = 0; i < 12; i++) put64(h + 16 + 8 * i, f[i]);
 }
 
-/* A host copy of a flat moment buffer (the tensor itself on the CPU). */
+/* A host copy of a flat moment buffer (the tensor itself when the host reads its memory). */
 static lm_status host_bytes(lm_ctx *ctx, const lm_tensor *t, lm_tensor **tmp, const uint8_t **bytes) {
     *tmp = NULL;
-    if (lm_tensor_device(t).type == LM_DEVICE_CPU) {
+    if (lm__device_host_addressable(lm_tensor_device(t))) {
         *bytes = lm_tensor_data(t);
         return LM_OK;
     }

@@ -48,7 +48,7 @@ static void check_readable(lm_dtype dt, int causal, int64_t Tq, int64_t Tk, int6
     LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(want), 1, 2, &wv));
     float scale = 0.25f;
     LT_CHECK_OK(lm_attention_out(g_ref, &qh, &kh, &vh, scale, causal, &wv));
-    LT_CHECK_OK(lm_cuda_attention(&qd, &kd, &vd, scale, causal, &od, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_attention(&qd, &kd, &vd, scale, causal, &od, ct_stream(g_ctx)));
     char what[96];
     snprintf(what, sizeof what, "attention %s causal %d Tq %lld Tk %lld", lm_dtype_name(dt), causal, (long long)Tq,
              (long long)Tk);
@@ -121,18 +121,18 @@ static void check_rows(int Hq, int Hkv, int64_t hd, int64_t max_t, int ntok, con
     LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_I32, 1, &nt, tpos, &posh));
     LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_I32, 1, &nt, tslot, &sloth));
     ct_pair pos = ct_pair_of(posh), slot = ct_pair_of(sloth);
-    int nsplit = lm_cuda_attention_rows_splits(max_t);
-    size_t ws = lm_cuda_attention_rows_workspace(ntok, Hq, (int)hd, nsplit);
+    int nsplit = lm__cuda_attention_rows_splits(max_t);
+    size_t ws = lm__cuda_attention_rows_workspace(ntok, Hq, (int)hd, nsplit);
     int64_t wsn = (int64_t)ws, cn = (int64_t)ntok * Hq;
     ct_pair part = ct_poisoned(LM_F32, 1, &wsn);
     lm_tensor *zeros = NULL, *cz = NULL;
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_I32, 1, &cn, &zeros));
     LT_CHECK_OK(lm_tensor_to_device(NULL, zeros, ct_gpu, &cz));
     ct_pair o = ct_poisoned(out_bf16 ? LM_BF16 : LM_F32, 3, qs);
-    lm_cuda_attn_params p = {lm_tensor_data(q.d), q_bf16, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq,
+    lm__cuda_attn_params p = {lm_tensor_data(q.d), q_bf16, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq,
                              1.0f / sqrtf((float)hd), lm_tensor_data(o.d), out_bf16, lm_tensor_data(part.d),
                              lm_tensor_data(cz), nsplit};
-    lm_cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
+    lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
     lm_tensor *q32 = to_f32(q.h), *k32 = to_f32(kc.h), *v32 = to_f32(vc.h), *want32 = lt_poisoned_tensor(LM_F32, 3, qs);
     for (int t = 0; t < ntok; t++) ref_token(q32, k32, v32, t, tslot[t], tpos[t] + 1, 1, t, want32);
     lm_tensor *want = lt_poisoned_tensor(out_bf16 ? LM_BF16 : LM_F32, 3, qs);
@@ -140,7 +140,7 @@ static void check_rows(int Hq, int Hkv, int64_t hd, int64_t max_t, int ntok, con
     lm_dtype odt = out_bf16 ? LM_BF16 : LM_F32;
     for (int rep = 0; rep < 2; rep++) {
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
-        LT_CHECK_OK(lm_cuda_attention_rows_v2(&p, &kv, ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_attention_rows_v2(&p, &kv, ct_stream(g_ctx)));
         char what[128];
         snprintf(what, sizeof what, "attention_rows_v2 G %d hd %lld max_t %lld q %s out %s run %d", Hq / Hkv,
                  (long long)hd, (long long)max_t, q_bf16 ? "bf16" : "f32", out_bf16 ? "bf16" : "f32", rep);
@@ -188,10 +188,10 @@ static void check_prefill(int Hq, int Hkv, int64_t hd, int out_bf16) {
     LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_I32, 1, &ntok, tslot, &sloth));
     ct_pair pos = ct_pair_of(posh), slot = ct_pair_of(sloth);
     ct_pair o = ct_poisoned(out_bf16 ? LM_BF16 : LM_F32, 3, qs);
-    lm_cuda_attn_params p = {lm_tensor_data(q.d), 1, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq,
+    lm__cuda_attn_params p = {lm_tensor_data(q.d), 1, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq,
                              1.0f / sqrtf((float)hd), lm_tensor_data(o.d), out_bf16, NULL, NULL, 1};
-    lm_cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
-    LT_CHECK_OK(lm_cuda_attention_prefill_v3(&p, B, T, &kv, ct_stream(g_ctx)));
+    lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
+    LT_CHECK_OK(lm__cuda_attention_prefill_v3(&p, B, T, &kv, ct_stream(g_ctx)));
     lm_tensor *q32 = to_f32(q.h), *k32 = to_f32(kc.h), *v32 = to_f32(vc.h), *want32 = lt_poisoned_tensor(LM_F32, 3, qs);
     for (int b = 0; b < B; b++) ref_token(q32, k32, v32, b * T, slot_of[b], start[b] + T, T, b * T, want32);
     lm_tensor *want = lt_poisoned_tensor(out_bf16 ? LM_BF16 : LM_F32, 3, qs);
@@ -207,8 +207,8 @@ static void check_prefill(int Hq, int Hkv, int64_t hd, int out_bf16) {
 }
 
 static void test_prefill_v3_flash(void) {
-    LT_CHECK(lm_cuda_attention_prefill_v3_supports(64) && lm_cuda_attention_prefill_v3_supports(128) &&
-             !lm_cuda_attention_prefill_v3_supports(96));
+    LT_CHECK(lm__cuda_attention_prefill_v3_supports(64) && lm__cuda_attention_prefill_v3_supports(128) &&
+             !lm__cuda_attention_prefill_v3_supports(96));
     check_prefill(4, 2, 64, 0);
     check_prefill(4, 2, 64, 1);
     check_prefill(2, 2, 128, 0);

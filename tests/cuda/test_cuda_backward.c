@@ -359,7 +359,7 @@ static void test_linear_cross_entropy(void) {
         for (int chunked = 0; chunked < 2; chunked++)
             for (int all_ignored = 0; all_ignored < 2; all_ignored++)
                 for (int j = 0; j < ng; j++) {
-                    lm_cuda_linear_ce_set_chunk_elems(chunked ? 4 * V : 0);
+                    lm__cuda_linear_ce_set_chunk_elems(chunked ? 4 * V : 0);
                     ct_pair t = index_tensor(j ? LM_I64 : LM_I32, 1, tn, all_ignored ? none : tgt);
                     ct_pair loss = ct_poisoned(LM_F32, 0, NULL);
                     lm_tensor *want_loss = lt_poisoned_tensor(LM_F32, 0, NULL);
@@ -393,7 +393,7 @@ static void test_linear_cross_entropy(void) {
                     ct_pair_free(&t), ct_pair_free(&loss), ct_pair_free(&dx), ct_pair_free(&dw);
                     lm_tensor_destroy(want_loss), lm_tensor_destroy(wdx), lm_tensor_destroy(wdw);
                 }
-        lm_cuda_linear_ce_set_chunk_elems(0);
+        lm__cuda_linear_ce_set_chunk_elems(0);
         ct_pair t = index_tensor(LM_I64, 1, tn, badt);
         ct_pair dx = ct_poisoned(dt, 2, xs);
         LT_CHECK_STATUS(lm_linear_cross_entropy_backward_out(g_ctx, &xd, DV(w), DV(t), -100, DV(dloss), DV(dx), NULL),
@@ -521,7 +521,7 @@ static void test_flash_attention(void) {
             ct_pair v = bthd(&r, B, Tk, Hkv, D, 1.0, &vh, &vd), dy = bthd(&r, B, Tq, Hq, D, 1.0, &dyh, &dyd);
             float scale = 1.0f / sqrtf((float)D);
             for (int causal = 0; causal < 2; causal++) {
-                LT_CHECK_MSG(lm_cuda_flash_attention_supports(&qd, &kd, &vd, causal, &dyd), "flash path not taken");
+                LT_CHECK_MSG(lm__cuda_flash_attention_supports(&qd, &kd, &vd, causal, &dyd), "flash path not taken");
                 char what[96];
                 lm_tensor_view oh, od;
                 ct_pair o = bthd(&r, B, Tq, Hq, D, 0, &oh, &od);

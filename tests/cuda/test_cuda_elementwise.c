@@ -44,7 +44,7 @@ static void test_contiguous_bf16_vector_path(void) {
     int64_t shape[2] = {24, 96};
     ct_pair a = ct_random(&r, LM_BF16, 2, shape, 2.0), b = ct_random(&r, LM_BF16, 2, shape, 1.0);
     static const char *const names[3] = {"add", "mul", "swiglu"};
-    binary_fn gpu[3] = {lm_cuda_add, lm_cuda_mul, lm_cuda_swiglu};
+    binary_fn gpu[3] = {lm__cuda_add, lm__cuda_mul, lm__cuda_swiglu};
     binary_ref ref[3] = {lm_add_out, lm_mul_out, lm_swiglu_out};
     for (int i = 0; i < 3; i++) {
         ct_pair o = ct_poisoned(LM_BF16, 2, shape);
@@ -65,14 +65,14 @@ static void test_contiguous_bf16_vector_path(void) {
     LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.h), 2, shape, &eh));
     LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.d), 2, shape, &ed));
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), &eh, lm_tensor_as_view(wb)));
-    LT_CHECK_OK(lm_cuda_add(lm_tensor_as_view(a.d), &ed, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_add(lm_tensor_as_view(a.d), &ed, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
     ct_check(g_ctx, "add bf16 + broadcast bias row (vector path)", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(wb),
              ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
     ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(wb);
     lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm_cuda_add(lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(a.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_add(lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(a.d), ct_stream(g_ctx)));
     ct_check(g_ctx, "add bf16 in place (vector path)", &a, lm_tensor_as_view(a.d), lm_tensor_as_view(want),
              ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
     lm_tensor_destroy(want);
@@ -81,8 +81,8 @@ static void test_contiguous_bf16_vector_path(void) {
 
 static void test_add_mul_broadcast_strided(void) {
     for (int k = 0; k < 3; k++) {
-        check_binary("add", lm_cuda_add, lm_add_out, ct_floats[k]);
-        check_binary("mul", lm_cuda_mul, lm_mul_out, ct_floats[k]);
+        check_binary("add", lm__cuda_add, lm_add_out, ct_floats[k]);
+        check_binary("mul", lm__cuda_mul, lm_mul_out, ct_floats[k]);
     }
 }
 
@@ -98,15 +98,15 @@ static void test_scale_silu_swiglu(void) {
         lm_tensor *want = lt_poisoned_tensor(dt, 2, shape);
         char what[64];
         LT_CHECK_OK(lm_scale_out(g_ref, &xh, -0.37f, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_scale(&xd, -0.37f, &od, ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_scale(&xd, -0.37f, &od, ct_stream(g_ctx)));
         snprintf(what, sizeof what, "scale %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
         LT_CHECK_OK(lm_silu_out(g_ref, &xh, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_silu(&xd, &od, ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_silu(&xd, &od, ct_stream(g_ctx)));
         snprintf(what, sizeof what, "silu %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
         LT_CHECK_OK(lm_swiglu_out(g_ref, &xh, &uh, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_swiglu(&xd, &ud, &od, ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_swiglu(&xd, &ud, &od, ct_stream(g_ctx)));
         snprintf(what, sizeof what, "swiglu %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 30.0));
         ct_pair_free(&x), ct_pair_free(&u), ct_pair_free(&o);
@@ -136,7 +136,7 @@ static void check_cast(lm_dtype from, lm_dtype to) {
     ct_pair o = ct_poisoned(to, 2, tshape);
     lm_tensor *want = lt_poisoned_tensor(to, 2, tshape);
     LT_CHECK_OK(lm_cast_out(g_ref, &xh, lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm_cuda_cast(&xd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_cast(&xd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
     char what[64];
     snprintf(what, sizeof what, "cast %s -> %s", lm_dtype_name(from), lm_dtype_name(to));
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 0.0, 0.0); /* exact */
@@ -165,7 +165,7 @@ static void test_cast_int_range_is_checked_first(void) {
     v[700] = 300, v[900] = -5; /* 700 is the first that does not fit in u8 */
     ct_pair x = ct_pair_of(h);
     ct_pair o = ct_poisoned(LM_U8, 1, &n);
-    LT_CHECK_STATUS(lm_cuda_cast(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)), LM_OUT_OF_RANGE);
+    LT_CHECK_STATUS(lm__cuda_cast(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)), LM_OUT_OF_RANGE);
     LT_CHECK_MSG(strstr(lm_last_error(), "300") != NULL, "message: %s", lm_last_error());
     double *got = ct_read(g_ctx, &o, lm_tensor_as_view(o.d));
     LT_CHECK(got[0] == 0xA5 && got[999] == 0xA5); /* untouched */
@@ -184,7 +184,7 @@ static void test_swiglu_v2_matches_reference(void) {
     LT_CHECK_OK(lm_swiglu_out(g_ref, &g, &u, lm_tensor_as_view(act32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(act32), lm_tensor_as_view(want)));
     ct_pair o = ct_poisoned(LM_BF16, 2, oshape);
-    LT_CHECK_OK(lm_cuda_swiglu_v2(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_swiglu_v2(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
     ct_check(g_ctx, "swiglu_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 20.0));
     ct_pair_free(&gu), ct_pair_free(&o);

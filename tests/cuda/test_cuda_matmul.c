@@ -34,7 +34,7 @@ static void check_readable(lm_dtype adt, lm_dtype bdt) {
     LT_CHECK_OK(lm_matmul_out(g_ref, &ah, lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
     bd = *lm_tensor_as_view(b.d);
     LT_CHECK_OK(lm_tensor_view_expand(&bd, 4, bx, &eb));
-    LT_CHECK_OK(lm_cuda_matmul(&ad, &eb, &od, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_matmul(&ad, &eb, &od, ct_stream(g_ctx)));
     char what[64];
     snprintf(what, sizeof what, "matmul %s x %s", lm_dtype_name(adt), lm_dtype_name(bdt));
     ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(adt), ct_abs(adt, 20.0));
@@ -61,7 +61,7 @@ static void test_cublaslt_matmul(void) {
         ct_pair o = ct_poisoned(dt, 2, os);
         lm_tensor *want = lt_poisoned_tensor(dt, 2, os);
         LT_CHECK_OK(lm_matmul_out(g_ref, lm_tensor_as_view(a.h), &wth, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_matmul_lt(g_blas, lm_tensor_as_view(a.d), &wtd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_matmul_lt(g_blas, lm_tensor_as_view(a.d), &wtd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
         char what[64];
         snprintf(what, sizeof what, "matmul_lt %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 30.0));
@@ -70,7 +70,7 @@ static void test_cublaslt_matmul(void) {
         ct_pair ba = ct_random(&r, dt, 3, bas, 1.0), bb = ct_random(&r, dt, 3, bbs, 1.0), bo = ct_poisoned(dt, 3, bos);
         lm_tensor *bwant = lt_poisoned_tensor(dt, 3, bos);
         LT_CHECK_OK(lm_matmul_out(g_ref, lm_tensor_as_view(ba.h), lm_tensor_as_view(bb.h), lm_tensor_as_view(bwant)));
-        LT_CHECK_OK(lm_cuda_matmul_lt(g_blas, lm_tensor_as_view(ba.d), lm_tensor_as_view(bb.d), lm_tensor_as_view(bo.d),
+        LT_CHECK_OK(lm__cuda_matmul_lt(g_blas, lm_tensor_as_view(ba.d), lm_tensor_as_view(bb.d), lm_tensor_as_view(bo.d),
                                       ct_stream(g_ctx)));
         snprintf(what, sizeof what, "matmul_lt batched %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &bo, lm_tensor_as_view(bo.d), lm_tensor_as_view(bwant), ct_nmse(dt), ct_abs(dt, 20.0));
@@ -81,7 +81,7 @@ static void test_cublaslt_matmul(void) {
     lt_rng r = lt_rng_seed(119);
     int64_t s[2] = {8, 8}, s3[3] = {2, 8, 8};
     ct_pair a = ct_random(&r, LM_F32, 2, s, 1.0), b = ct_random(&r, LM_BF16, 2, s, 1.0), o = ct_poisoned(LM_F32, 2, s);
-    LT_CHECK_STATUS(lm_cuda_matmul_lt(g_blas, lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(o.d),
+    LT_CHECK_STATUS(lm__cuda_matmul_lt(g_blas, lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(o.d),
                                       ct_stream(g_ctx)),
                     LM_UNSUPPORTED);
     ct_pair big = ct_random(&r, LM_F32, 3, s3, 1.0);
@@ -92,7 +92,7 @@ static void test_cublaslt_matmul(void) {
     int64_t s4[2] = {8, 4};
     ct_pair o4 = ct_poisoned(LM_F32, 2, s4);
     ct_pair w8 = ct_random(&r, LM_F32, 2, s, 1.0);
-    LT_CHECK_STATUS(lm_cuda_matmul_lt(g_blas, lm_tensor_as_view(w8.d), &every2, lm_tensor_as_view(o4.d), ct_stream(g_ctx)),
+    LT_CHECK_STATUS(lm__cuda_matmul_lt(g_blas, lm_tensor_as_view(w8.d), &every2, lm_tensor_as_view(o4.d), ct_stream(g_ctx)),
                     LM_UNSUPPORTED);
     ct_pair_free(&a), ct_pair_free(&b), ct_pair_free(&o), ct_pair_free(&big), ct_pair_free(&o4), ct_pair_free(&w8);
 }
@@ -118,7 +118,7 @@ static void test_linear_lt_bias_strided(void) {
     lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, mn);
     LT_CHECK_OK(lm_matmul_out(g_ref, lm_tensor_as_view(x32), &wt, lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(bias.h), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm_cuda_linear_lt(g_blas, lm_tensor_data(x.d), ldx, lm_tensor_data(w.d), lm_tensor_data(bias.d),
+    LT_CHECK_OK(lm__cuda_linear_lt(g_blas, lm_tensor_data(x.d), ldx, lm_tensor_data(w.d), lm_tensor_data(bias.d),
                                   lm_tensor_data(o.d), ldo, M, N, K, ct_stream(g_ctx)));
     LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(o.h), 1, 0, N, 1, &ov_h));
     ov_d = ct_mirror(o.h, &ov_h, o.d);
@@ -127,9 +127,9 @@ static void test_linear_lt_bias_strided(void) {
     lm_tensor_destroy(x32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
 }
 
-static void check_gemv(lm_cuda_gemv_in in, int M, int accumulate) {
+static void check_gemv(lm__cuda_gemv_in in, int M, int accumulate) {
     lt_rng r = lt_rng_seed(131 + (uint64_t)(M * 3 + in));
-    int64_t K = 256, N = 201, xw = in == LM_CUDA_GEMV_SWIGLU ? 2 * K : K;
+    int64_t K = 256, N = 201, xw = in == LM__CUDA_GEMV_SWIGLU ? 2 * K : K;
     int64_t xs[2] = {M, xw}, ws[2] = {N, K}, os[2] = {M, N}, mk[2] = {M, K};
     ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.5), w = ct_random(&r, LM_BF16, 2, ws, 1.0);
     ct_pair nw = ct_random(&r, LM_F32, 1, &K, 1.0), bias = ct_random(&r, LM_F32, 1, &N, 1.0);
@@ -137,8 +137,8 @@ static void check_gemv(lm_cuda_gemv_in in, int M, int accumulate) {
     lm_tensor *in32 = lt_poisoned_tensor(LM_F32, 2, mk), *w32 = f32(lm_tensor_as_view(w.h));
     lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, os);
     float eps = 1e-5f;
-    if (in == LM_CUDA_GEMV_PLAIN) LT_CHECK_OK(lm_tensor_view_copy(NULL, lm_tensor_as_view(in32), lm_tensor_as_view(x.h)));
-    else if (in == LM_CUDA_GEMV_RMSNORM)
+    if (in == LM__CUDA_GEMV_PLAIN) LT_CHECK_OK(lm_tensor_view_copy(NULL, lm_tensor_as_view(in32), lm_tensor_as_view(x.h)));
+    else if (in == LM__CUDA_GEMV_RMSNORM)
         LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(nw.h), eps, lm_tensor_as_view(in32)));
     else {
         lm_tensor_view g, u;
@@ -152,9 +152,9 @@ static void check_gemv(lm_cuda_gemv_in in, int M, int accumulate) {
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(bias.h), lm_tensor_as_view(want)));
     if (accumulate) LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(o.h), lm_tensor_as_view(want)));
     else LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
-    lm_cuda_gemv_params p = {in, lm_tensor_data(x.d), xw, lm_tensor_data(nw.d), eps, lm_tensor_data(w.d),
+    lm__cuda_gemv_params p = {in, lm_tensor_data(x.d), xw, lm_tensor_data(nw.d), eps, lm_tensor_data(w.d),
                              lm_tensor_data(bias.d), lm_tensor_data(o.d), N, accumulate, M, N, K};
-    LT_CHECK_OK(lm_cuda_gemv_v2(&p, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_gemv_v2(&p, ct_stream(g_ctx)));
     char what[64];
     snprintf(what, sizeof what, "gemv_v2 in %d M %d accumulate %d", (int)in, M, accumulate);
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-9, 2e-3);
@@ -165,12 +165,12 @@ static void check_gemv(lm_cuda_gemv_in in, int M, int accumulate) {
 static void test_gemv_v2_fused_inputs(void) {
     const int ms[3] = {1, 3, 8};
     for (int i = 0; i < 3; i++) {
-        check_gemv(LM_CUDA_GEMV_PLAIN, ms[i], i == 1);
-        check_gemv(LM_CUDA_GEMV_RMSNORM, ms[i], 0);
-        check_gemv(LM_CUDA_GEMV_SWIGLU, ms[i], 1);
+        check_gemv(LM__CUDA_GEMV_PLAIN, ms[i], i == 1);
+        check_gemv(LM__CUDA_GEMV_RMSNORM, ms[i], 0);
+        check_gemv(LM__CUDA_GEMV_SWIGLU, ms[i], 1);
     }
-    lm_cuda_gemv_params bad = {LM_CUDA_GEMV_PLAIN, NULL, 12, NULL, 0, NULL, NULL, NULL, 4, 0, 9, 4, 12};
-    LT_CHECK_STATUS(lm_cuda_gemv_v2(&bad, ct_stream(g_ctx)), LM_UNSUPPORTED); /* M = 9 > 8 */
+    lm__cuda_gemv_params bad = {LM__CUDA_GEMV_PLAIN, NULL, 12, NULL, 0, NULL, NULL, NULL, 4, 0, 9, 4, 12};
+    LT_CHECK_STATUS(lm__cuda_gemv_v2(&bad, ct_stream(g_ctx)), LM_UNSUPPORTED); /* M = 9 > 8 */
 }
 
 int main(void) {

@@ -41,7 +41,7 @@ static void test_embedding(void) {
             ct_pair o = ct_poisoned_strided(dt, 3, os, &oh, &od);
             lm_tensor *want = lt_poisoned_tensor(dt, 3, os);
             LT_CHECK_OK(lm_embedding_out(g_ref, lm_tensor_as_view(table.h), lm_tensor_as_view(ids.h), lm_tensor_as_view(want)));
-            LT_CHECK_OK(lm_cuda_embedding(lm_tensor_as_view(table.d), lm_tensor_as_view(ids.d), &od, ct_stream(g_ctx)));
+            LT_CHECK_OK(lm__cuda_embedding(lm_tensor_as_view(table.d), lm_tensor_as_view(ids.d), &od, ct_stream(g_ctx)));
             ct_check(g_ctx, "embedding", &o, &od, lm_tensor_as_view(want), 0.0, 0.0);
             ct_pair_free(&ids), ct_pair_free(&o);
             lm_tensor_destroy(want);
@@ -49,7 +49,7 @@ static void test_embedding(void) {
         int64_t bad[12] = {0, 1, 2, 3, 4, 50, 6, 7, 8, -1, 10, 11}; /* [1, 1] = 50 comes first */
         ct_pair ids = ids_tensor(LM_I64, 2, is, bad);
         ct_pair o = ct_poisoned(dt, 3, os);
-        LT_CHECK_STATUS(lm_cuda_embedding(lm_tensor_as_view(table.d), lm_tensor_as_view(ids.d), lm_tensor_as_view(o.d),
+        LT_CHECK_STATUS(lm__cuda_embedding(lm_tensor_as_view(table.d), lm_tensor_as_view(ids.d), lm_tensor_as_view(o.d),
                                           ct_stream(g_ctx)),
                         LM_OUT_OF_RANGE);
         LT_CHECK_MSG(strstr(lm_last_error(), "ids[1, 1] = 50") != NULL, "message: %s", lm_last_error());
@@ -73,7 +73,7 @@ static void test_softmax(void) {
             ct_pair o = ct_poisoned(dt, 3, s);
             lm_tensor *want = lt_poisoned_tensor(dt, 3, s);
             LT_CHECK_OK(lm_softmax_out(g_ref, &xh, 0.7f, causal, lm_tensor_as_view(want)));
-            LT_CHECK_OK(lm_cuda_softmax(&xd, 0.7f, causal, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+            LT_CHECK_OK(lm__cuda_softmax(&xd, 0.7f, causal, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
             char what[64];
             snprintf(what, sizeof what, "softmax %s causal %d", lm_dtype_name(dt), causal);
             ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 1.0));
@@ -83,7 +83,7 @@ static void test_softmax(void) {
         ct_pair c = ct_random(&r, dt, 3, s, 3.0);
         lm_tensor *want = lt_poisoned_tensor(dt, 3, s);
         LT_CHECK_OK(lm_softmax_out(g_ref, lm_tensor_as_view(c.h), 1.0f, 1, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_softmax(lm_tensor_as_view(c.d), 1.0f, 1, lm_tensor_as_view(c.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_softmax(lm_tensor_as_view(c.d), 1.0f, 1, lm_tensor_as_view(c.d), ct_stream(g_ctx)));
         ct_check(g_ctx, "softmax in place", &c, lm_tensor_as_view(c.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 1.0));
         ct_pair_free(&x), ct_pair_free(&c);
         lm_tensor_destroy(want);
@@ -105,7 +105,7 @@ static void test_sum_max_concat(void) {
                 ct_pair o = ct_poisoned(dt, 2, os);
                 lm_tensor *want = lt_poisoned_tensor(dt, 2, os);
                 LT_CHECK_OK((is_max ? lm_max_out : lm_sum_out)(g_ref, &xh, dim, lm_tensor_as_view(want)));
-                LT_CHECK_OK((is_max ? lm_cuda_max : lm_cuda_sum)(&xd, dim, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+                LT_CHECK_OK((is_max ? lm__cuda_max : lm__cuda_sum)(&xd, dim, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
                 char what[64];
                 snprintf(what, sizeof what, "%s %s dim %d", is_max ? "max" : "sum", lm_dtype_name(dt), dim);
                 ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 8.0));
@@ -123,7 +123,7 @@ static void test_sum_max_concat(void) {
         ct_pair x = ct_random_reversed(&r, dt, 2, s, 1.0, &xh, &xd), o = ct_poisoned(dt, 1, &n);
         lm_tensor *want = lt_poisoned_tensor(dt, 1, &n);
         LT_CHECK_OK(lm_sum_out(g_ref, &xh, 0, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_sum(&xd, 0, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_sum(&xd, 0, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
         char what[64];
         snprintf(what, sizeof what, "sum %s over 1100 rows (chunked)", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 40.0));
@@ -136,7 +136,7 @@ static void test_sum_max_concat(void) {
     lm_tensor *h = lt_random_tensor(&r, LM_F32, 2, s2, 1.0);
     ((float *)lm_tensor_data(h))[1 * 9 + 4] = NAN;
     ct_pair x = ct_pair_of(h), o = ct_poisoned(LM_F32, 1, &three);
-    LT_CHECK_OK(lm_cuda_max(lm_tensor_as_view(x.d), 1, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_max(lm_tensor_as_view(x.d), 1, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
     double *got = ct_read(g_ctx, &o, lm_tensor_as_view(o.d));
     LT_CHECK(!isnan(got[0]) && isnan(got[1]) && !isnan(got[2]));
     free(got);
@@ -159,7 +159,7 @@ static void test_sum_max_concat(void) {
         ct_pair o3 = ct_poisoned(cdt[c], 3, os);
         lm_tensor *want = lt_poisoned_tensor(cdt[c], 3, os);
         LT_CHECK_OK(lm_concat_out(g_ref, 3, hin, 1, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_concat(3, din, 1, lm_tensor_as_view(o3.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_concat(3, din, 1, lm_tensor_as_view(o3.d), ct_stream(g_ctx)));
         ct_check(g_ctx, "concat", &o3, lm_tensor_as_view(o3.d), lm_tensor_as_view(want), 0.0, 0.0);
         ct_pair_free(&pa), ct_pair_free(&pb), ct_pair_free(&pd), ct_pair_free(&o3);
         lm_tensor_destroy(want);
@@ -178,17 +178,17 @@ static void test_cross_entropy(void) {
         ct_pair o = ct_poisoned(LM_F32, 0, NULL);
         lm_tensor *want = lt_poisoned_tensor(LM_F32, 0, NULL);
         LT_CHECK_OK(lm_cross_entropy_out(g_ref, &lh, lm_tensor_as_view(tg.h), -100, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_cross_entropy(&ld, lm_tensor_as_view(tg.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_cross_entropy(&ld, lm_tensor_as_view(tg.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
         char what[64];
         snprintf(what, sizeof what, "cross_entropy %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-12, 1e-5);
-        LT_CHECK_OK(lm_cuda_cross_entropy(&ld, lm_tensor_as_view(ti.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_cross_entropy(&ld, lm_tensor_as_view(ti.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
         double *got = ct_read(g_ctx, &o, lm_tensor_as_view(o.d));
         LT_CHECK_MSG(isnan(got[0]), "every row ignored gives NaN, got %g", got[0]);
         free(got);
         int64_t bad[6] = {5, -100, 300, 0, -100, 17};
         ct_pair tb = ids_tensor(LM_I64, 1, &n, bad);
-        LT_CHECK_STATUS(lm_cuda_cross_entropy(&ld, lm_tensor_as_view(tb.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)),
+        LT_CHECK_STATUS(lm__cuda_cross_entropy(&ld, lm_tensor_as_view(tb.d), -100, lm_tensor_as_view(o.d), ct_stream(g_ctx)),
                         LM_OUT_OF_RANGE);
         LT_CHECK_MSG(strstr(lm_last_error(), "targets[2] = 300") != NULL, "message: %s", lm_last_error());
         ct_pair_free(&logits), ct_pair_free(&tg), ct_pair_free(&ti), ct_pair_free(&tb), ct_pair_free(&o);
@@ -205,7 +205,7 @@ static void test_embed_rows_v2(void) {
     lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, os), *want32 = NULL;
     LT_CHECK_OK(lm_embedding_out(g_ref, lm_tensor_as_view(table.h), lm_tensor_as_view(ids.h), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_cast(g_ref, lm_tensor_as_view(want), LM_F32, &want32));
-    LT_CHECK_OK(lm_cuda_embed_rows_v2(lm_tensor_data(table.d), lm_tensor_data(ids.d), n, 64, lm_tensor_data(o.d),
+    LT_CHECK_OK(lm__cuda_embed_rows_v2(lm_tensor_data(table.d), lm_tensor_data(ids.d), n, 64, lm_tensor_data(o.d),
                                       ct_stream(g_ctx)));
     ct_check(g_ctx, "embed_rows_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want32), 0.0, 0.0);
     ct_pair_free(&table), ct_pair_free(&ids), ct_pair_free(&o);

@@ -25,14 +25,14 @@ static void test_rmsnorm_strided_and_in_place(void) {
         ct_pair o = ct_poisoned_strided(dt, 3, shape, &oh, &od);
         lm_tensor *want = lt_poisoned_tensor(dt, 3, shape);
         LT_CHECK_OK(lm_rmsnorm_out(g_ref, &xh, lm_tensor_as_view(w.h), 1e-5f, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_rmsnorm(&xd, lm_tensor_as_view(w.d), 1e-5f, &od, ct_stream(g_ctx)));
+        LT_CHECK_OK(lm__cuda_rmsnorm(&xd, lm_tensor_as_view(w.d), 1e-5f, &od, ct_stream(g_ctx)));
         char what[64];
         snprintf(what, sizeof what, "rmsnorm %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
         /* in place on a contiguous copy */
         ct_pair c = ct_random(&r, dt, 3, shape, 2.0);
         LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(c.h), lm_tensor_as_view(w.h), 1e-5f, lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_rmsnorm(lm_tensor_as_view(c.d), lm_tensor_as_view(w.d), 1e-5f, lm_tensor_as_view(c.d),
+        LT_CHECK_OK(lm__cuda_rmsnorm(lm_tensor_as_view(c.d), lm_tensor_as_view(w.d), 1e-5f, lm_tensor_as_view(c.d),
                                     ct_stream(g_ctx)));
         snprintf(what, sizeof what, "rmsnorm in place %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &c, lm_tensor_as_view(c.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
@@ -56,7 +56,7 @@ static void test_add_rmsnorm_in_place_residual(void) {
         /* reference: sum_out in place over its copy of the residual */
         LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, &xh, lm_tensor_as_view(want_sum), lm_tensor_as_view(w.h), 1e-6f,
                                        lm_tensor_as_view(want_sum), lm_tensor_as_view(want)));
-        LT_CHECK_OK(lm_cuda_add_rmsnorm(&xd, lm_tensor_as_view(res.d), lm_tensor_as_view(w.d), 1e-6f,
+        LT_CHECK_OK(lm__cuda_add_rmsnorm(&xd, lm_tensor_as_view(res.d), lm_tensor_as_view(w.d), 1e-6f,
                                         lm_tensor_as_view(res.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
         char what[64];
         snprintf(what, sizeof what, "add_rmsnorm sum %s", lm_dtype_name(dt));
@@ -80,7 +80,7 @@ static void test_v2_norms_match_reference(void) {
     /* plain: bf16(rmsnorm(x) * w) */
     LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps, lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm_cuda_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
+    LT_CHECK_OK(lm__cuda_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
                                    ct_stream(g_ctx)));
     ct_check(g_ctx, "rmsnorm_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 10.0));
@@ -88,7 +88,7 @@ static void test_v2_norms_match_reference(void) {
     LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, lm_tensor_as_view(delta.h), lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps,
                                    lm_tensor_as_view(sum), lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm_cuda_add_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
+    LT_CHECK_OK(lm__cuda_add_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
                                        lm_tensor_data(o.d), ct_stream(g_ctx)));
     ct_check(g_ctx, "add_rmsnorm_v2 residual", &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
     ct_check(g_ctx, "add_rmsnorm_v2 out", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),

@@ -43,7 +43,7 @@ static void check_rope(lm_dtype dt, lm_rope_style style, int in_place) {
     ct_pair o = {NULL, NULL};
     if (in_place) od = xd;
     else o = ct_poisoned_strided(dt, 4, shape, &oh, &od);
-    LT_CHECK_OK(lm_cuda_rope(&xd, &pd, &od, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_rope(&xd, &pd, &od, ct_stream(g_ctx)));
     char what[64];
     snprintf(what, sizeof what, "rope %s style %d%s", lm_dtype_name(dt), (int)style, in_place ? " in place" : "");
     ct_check(g_ctx, what, in_place ? &x : &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
@@ -64,7 +64,7 @@ static void test_inv_freq(void) {
     int64_t half = 64;
     lm_tensor *want = inv_freq_host(500000.0, 128);
     ct_pair o = ct_poisoned(LM_F32, 1, &half);
-    LT_CHECK_OK(lm_cuda_rope_inv_freq(500000.0, 128, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_rope_inv_freq(500000.0, 128, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
     ct_check(g_ctx, "rope_inv_freq", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-13, 1e-7);
     ct_pair_free(&o);
     lm_tensor_destroy(want);
@@ -110,12 +110,12 @@ static void check_qkv_rope(int64_t hd, int qk_norm, int with_bias, int q_bf16) {
     int64_t q4[3] = {ntok, Hq, hd};
     ct_pair q = ct_poisoned(q_bf16 ? LM_BF16 : LM_F32, 3, q4);
     float eps = 1e-6f;
-    lm_cuda_qkv_params p = {lm_tensor_data(qkv.d), with_bias ? lm_tensor_data(bias.d) : NULL,
+    lm__cuda_qkv_params p = {lm_tensor_data(qkv.d), with_bias ? lm_tensor_data(bias.d) : NULL,
                             qk_norm ? lm_tensor_data(qn.d) : NULL, qk_norm ? lm_tensor_data(kn.d) : NULL, eps,
                             lm_tensor_data(inv.d), 0.8f, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq, q_bf16,
                             lm_tensor_data(q.d)};
-    lm_cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
-    LT_CHECK_OK(lm_cuda_qkv_rope_v2(&p, &kv, ct_stream(g_ctx)));
+    lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
+    LT_CHECK_OK(lm__cuda_qkv_rope_v2(&p, &kv, ct_stream(g_ctx)));
     const lm_tensor *b = with_bias ? bias.h : NULL;
     lm_tensor *rq = ref_part(qkv.h, b, 0, Hq, hd, qk_norm ? qn.h : NULL, 1, inv.h, pos.h, eps);
     lm_tensor *rk = ref_part(qkv.h, b, Hq * hd, Hkv, hd, qk_norm ? kn.h : NULL, 1, inv.h, pos.h, eps);

@@ -14,7 +14,12 @@
  *    element size) queued on the context's stream equal the host strided copy bit for
  *    bit, leave the destination's gaps untouched, and without a CUDA context a
  *    strided device copy is refused with LM_UNSUPPORTED; lm_tensor_contiguous of a
- *    transposed device view works.
+ *    transposed device view works;
+ *  - capabilities (not host addressable, asynchronous, capturing, a name and the
+ *    GPU's memory), the capturing flag around a capture, pinned host memory, and
+ *    lm_ctx_copy: host -> device -> device -> host round trips from pinned and
+ *    pageable memory, ordered after kernels already queued on the context, and the
+ *    errors for a device the context cannot reach.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -74,8 +79,8 @@ static void test_staged_copies_round_trip(void) {
 
 /* x = x * 2 + x (as two kernels), n f32 elements. */
 static void queue_work(lm_ctx *ctx, const lm_tensor_view *x) {
-    LT_CHECK_OK(lm_cuda_scale(x, 2.0f, x, ct_stream(ctx)));
-    LT_CHECK_OK(lm_cuda_add(x, x, x, ct_stream(ctx)));
+    LT_CHECK_OK(lm__cuda_scale(x, 2.0f, x, ct_stream(ctx)));
+    LT_CHECK_OK(lm__cuda_add(x, x, x, ct_stream(ctx)));
 }
 
 static void test_events_time_and_order(void) {
@@ -100,7 +105,7 @@ static void test_events_time_and_order(void) {
     queue_work(g_ctx, lm_tensor_as_view(d));
     LT_CHECK_OK(lm_event_record(e1, g_ctx));
     LT_CHECK_OK(lm_ctx_wait_event(other, e1));
-    LT_CHECK_OK(lm_cuda_scale(lm_tensor_as_view(d), 0.5f, lm_tensor_as_view(d), ct_stream(other)));
+    LT_CHECK_OK(lm__cuda_scale(lm_tensor_as_view(d), 0.5f, lm_tensor_as_view(d), ct_stream(other)));
     LT_CHECK_OK(lm_ctx_synchronize(other));
     float v = 0;
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), &v, ct_gpu, lm_tensor_data(d), sizeof v));
@@ -127,9 +132,12 @@ static void test_graph_capture_and_replay(void) {
     for (int64_t i = 0; i < n; i++) ((float *)lm_tensor_data(h))[i] = (float)(i % 7) - 3.0f;
     lm_tensor *d = ct_upload(h);
     lm_device_graph *g = NULL;
+    LT_CHECK(lm_ctx_capturing(g_ctx) == 0);
     LT_CHECK_OK(lm_ctx_capture_begin(g_ctx));
+    LT_CHECK(lm_ctx_capturing(g_ctx) == 1);
     queue_work(g_ctx, lm_tensor_as_view(d));
     LT_CHECK_OK(lm_ctx_capture_end(g_ctx, &g));
+    LT_CHECK(lm_ctx_capturing(g_ctx) == 0);
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     float back[1000];
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(d), sizeof back));
@@ -222,8 +230,89 @@ static void test_strided_device_copies(void) {
     lm_tensor_destroy(dt_), lm_tensor_destroy(ht);
 }
 
+static void test_caps(void) {
+    lm_device_caps caps;
+    memset(&caps, 0x5A, sizeof caps);
+    LT_CHECK_OK(lm_device_caps_get(ct_gpu, &caps));
+    LT_CHECK(caps.host_addressable == 0 && caps.async == 1 && caps.graph_capture == 1);
+    LT_CHECK_MSG(caps.memory_bytes >= ((int64_t)1 << 30), "GPU memory_bytes %lld", (long long)caps.memory_bytes);
+    LT_CHECK(memchr(caps.name, '\0', sizeof caps.name) != NULL && caps.name[0] != '\0');
+    LT_CHECK_STATUS(lm_device_caps_get(lm_device_cuda(lm_cuda_device_count()), &caps), LM_DEVICE_ERROR);
+    LT_CHECK_STATUS(lm_device_caps_get(ct_gpu, NULL), LM_INVALID_ARGUMENT);
+}
+
+/* host -> device -> device -> host through lm_ctx_copy, from host buffers src and back
+ * (pinned or pageable), n bytes. */
+static void ctx_round_trip(unsigned char *src, unsigned char *back, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 29 + (i >> 11));
+    memset(back, 0, n);
+    void *d1 = NULL, *d2 = NULL;
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, n, &d1));
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, n, &d2));
+    LT_CHECK_OK(lm_ctx_copy(g_ctx, ct_gpu, d1, lm_device_cpu(), src, n));
+    LT_CHECK_OK(lm_ctx_copy(g_ctx, ct_gpu, d2, ct_gpu, d1, n));
+    LT_CHECK_OK(lm_ctx_copy(g_ctx, lm_device_cpu(), back, ct_gpu, d2, n));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    LT_CHECK_MSG(memcmp(src, back, n) == 0, "%s round trip of %zu bytes", what, n);
+    lm_device_free(ct_gpu, d1);
+    lm_device_free(ct_gpu, d2);
+}
+
+static void test_host_alloc_and_ctx_copy(void) {
+    const size_t n = (4u << 20) + 3;
+    unsigned char *ph = NULL, *pb = NULL;
+    LT_CHECK_OK(lm_host_alloc(ct_gpu, n, (void **)&ph));
+    LT_CHECK_OK(lm_host_alloc(ct_gpu, n, (void **)&pb));
+    if (ph && pb) ctx_round_trip(ph, pb, n, "pinned");
+    unsigned char *src = malloc(n), *back = malloc(n);
+    ctx_round_trip(src, back, n, "pageable");
+    /* host to host on a CUDA context is queued too */
+    LT_CHECK_OK(lm_ctx_copy(g_ctx, lm_device_cpu(), back, lm_device_cpu(), src, n));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    LT_CHECK(memcmp(src, back, n) == 0);
+    free(src);
+    free(back);
+
+    /* a copy queued after kernels sees their result: 1 * 2 * 2 = 4 for every element */
+    int64_t m = 1 << 20;
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &m, &h));
+    for (int64_t i = 0; i < m; i++) ((float *)lm_tensor_data(h))[i] = 1.0f;
+    lm_tensor *d = ct_upload(h);
+    queue_work(g_ctx, lm_tensor_as_view(d));
+    float *out = (float *)pb;
+    if (out) {
+        LT_CHECK_OK(lm_ctx_copy(g_ctx, lm_device_cpu(), out, ct_gpu, lm_tensor_data(d), (size_t)m * sizeof(float)));
+        LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+        int ok = 1;
+        for (int64_t i = 0; i < m; i++) ok &= out[i] == 4.0f;
+        LT_CHECK_MSG(ok, "lm_ctx_copy must run after the work queued before it");
+    }
+
+    /* errors: NULL arguments, memory the context cannot reach */
+    void *z = (void *)&z;
+    LT_CHECK_OK(lm_host_alloc(ct_gpu, 0, &z));
+    lm_host_free(ct_gpu, z);
+    lm_host_free(ct_gpu, NULL);
+    LT_CHECK_STATUS(lm_host_alloc(ct_gpu, 8, NULL), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_ctx_copy(g_ctx, ct_gpu, NULL, lm_device_cpu(), ph, 8), LM_INVALID_ARGUMENT);
+    lm_ctx *cpu = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
+    if (ph) LT_CHECK_STATUS(lm_ctx_copy(cpu, lm_device_cpu(), ph, ct_gpu, lm_tensor_data(d), 8), LM_INVALID_ARGUMENT);
+    lm_ctx_destroy(cpu);
+    int ndev = lm_cuda_device_count();
+    lm_status want = ndev > 1 ? LM_INVALID_ARGUMENT : LM_DEVICE_ERROR; /* another GPU, or none */
+    if (ph) LT_CHECK_STATUS(lm_ctx_copy(g_ctx, lm_device_cuda(1), lm_tensor_data(d), lm_device_cpu(), ph, 8), want);
+    lm_tensor_destroy(d);
+    lm_tensor_destroy(h);
+    lm_host_free(ct_gpu, ph);
+    lm_host_free(ct_gpu, pb);
+}
+
 int main(void) {
     g_ctx = ct_start();
+    LT_RUN(test_caps);
+    LT_RUN(test_host_alloc_and_ctx_copy);
     LT_RUN(test_strided_device_copies);
     LT_RUN(test_allocator_reuses_blocks);
     LT_RUN(test_staged_copies_round_trip);

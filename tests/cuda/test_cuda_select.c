@@ -51,7 +51,7 @@ static void test_argmax_topk_exact(void) {
             ct_pair o = ct_poisoned(it, 1, s);
             lm_tensor *want = lt_poisoned_tensor(it, 1, s);
             LT_CHECK_OK(lm_argmax_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(want)));
-            LT_CHECK_OK(lm_cuda_argmax(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+            LT_CHECK_OK(lm__cuda_argmax(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
             char what[64];
             snprintf(what, sizeof what, "argmax %s %s", lm_dtype_name(dt), lm_dtype_name(it));
             ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 0.0, 0.0);
@@ -64,7 +64,7 @@ static void test_argmax_topk_exact(void) {
             ct_pair vals = ct_poisoned(dt, 2, vs), idx = ct_poisoned(LM_I64, 2, vs);
             lm_tensor *wv = lt_poisoned_tensor(dt, 2, vs), *wi = lt_poisoned_tensor(LM_I64, 2, vs);
             LT_CHECK_OK(lm_topk_out(g_ref, lm_tensor_as_view(x.h), ks[i], lm_tensor_as_view(wv), lm_tensor_as_view(wi)));
-            LT_CHECK_OK(lm_cuda_topk(lm_tensor_as_view(x.d), ks[i], lm_tensor_as_view(vals.d), lm_tensor_as_view(idx.d),
+            LT_CHECK_OK(lm__cuda_topk(lm_tensor_as_view(x.d), ks[i], lm_tensor_as_view(vals.d), lm_tensor_as_view(idx.d),
                                      ct_stream(g_ctx)));
             char what[64];
             snprintf(what, sizeof what, "topk %s k %lld", lm_dtype_name(dt), (long long)ks[i]);
@@ -93,7 +93,7 @@ static int cand_cmp(const void *a, const void *b) {
 }
 
 /* keep[V]: 1 for the tokens lm_sampler's rules keep for this row. */
-static void kept_set(const float *row, int V, const lm_cuda_sample_params *p, unsigned char *keep) {
+static void kept_set(const float *row, int V, const lm__cuda_sample_params *p, unsigned char *keep) {
     if (V < 1) return;
     cand *c = malloc(sizeof(cand) * (size_t)V);
     for (int i = 0; i < V; i++) c[i] = (cand){row[i] / p->temperature, i};
@@ -121,17 +121,17 @@ static void kept_set(const float *row, int V, const lm_cuda_sample_params *p, un
 
 typedef struct sampler_fixture {
     ct_pair logits;            /* f32 [rows, V] */
-    void *params;              /* device lm_cuda_sample_params */
+    void *params;              /* device lm__cuda_sample_params */
     void *work;                /* device scratch of the sampler */
     ct_pair out;               /* i32 [rows] */
     int rows, V;
 } sampler_fixture;
 
 /* Draws one token per row with parameters p and draw counter `draw`. */
-static void draw_rows(sampler_fixture *f, lm_cuda_sample_params p, uint64_t draw, int32_t *ids) {
+static void draw_rows(sampler_fixture *f, lm__cuda_sample_params p, uint64_t draw, int32_t *ids) {
     p.draw = draw;
     LT_CHECK_OK(lm_device_copy(ct_gpu, f->params, lm_device_cpu(), &p, sizeof p));
-    LT_CHECK_OK(lm_cuda_sample_v2(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, lm_tensor_data(f->out.d),
+    LT_CHECK_OK(lm__cuda_sample_v2(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, lm_tensor_data(f->out.d),
                                   f->work, ct_stream(g_ctx)));
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), ids, ct_gpu, lm_tensor_data(f->out.d), sizeof(int32_t) * (size_t)f->rows));
@@ -143,8 +143,8 @@ static void test_sample_v2_rules(void) {
     int64_t s[2] = {f.rows, f.V}, nr = f.rows;
     f.logits = ct_random(&r, LM_F32, 2, s, 2.0);
     f.out = ct_poisoned(LM_I32, 1, &nr);
-    LT_CHECK_OK(lm_device_alloc(ct_gpu, sizeof(lm_cuda_sample_params), &f.params));
-    LT_CHECK_OK(lm_device_alloc(ct_gpu, lm_cuda_sample_workspace(f.rows), &f.work));
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, sizeof(lm__cuda_sample_params), &f.params));
+    LT_CHECK_OK(lm_device_alloc(ct_gpu, lm__cuda_sample_workspace(f.rows), &f.work));
     const float *lg = lm_tensor_data(f.logits.h);
     int32_t ids[3], want[3];
     for (int row = 0; row < f.rows; row++) {
@@ -152,12 +152,12 @@ static void test_sample_v2_rules(void) {
         for (int i = 1; i < f.V; i++) best = lg[row * f.V + i] > lg[row * f.V + best] ? i : best;
         want[row] = best;
     }
-    lm_cuda_sample_params greedy = {1, 1.0f, 0, 1.0f, 0.0f, 7, 0}, k1 = {0, 0.7f, 1, 1.0f, 0.0f, 7, 0};
+    lm__cuda_sample_params greedy = {1, 1.0f, 0, 1.0f, 0.0f, 7, 0}, k1 = {0, 0.7f, 1, 1.0f, 0.0f, 7, 0};
     draw_rows(&f, greedy, 0, ids);
     LT_CHECK(ids[0] == want[0] && ids[1] == want[1] && ids[2] == want[2]);
     draw_rows(&f, k1, 3, ids);
     LT_CHECK(ids[0] == want[0] && ids[1] == want[1] && ids[2] == want[2]);
-    const lm_cuda_sample_params rules[4] = {{0, 1.0f, 5, 1.0f, 0.0f, 9, 0},
+    const lm__cuda_sample_params rules[4] = {{0, 1.0f, 5, 1.0f, 0.0f, 9, 0},
                                             {0, 0.8f, 0, 0.5f, 0.0f, 9, 0},
                                             {0, 1.3f, 40, 0.9f, 0.0f, 9, 0},
                                             {0, 1.0f, 0, 1.0f, 0.2f, 9, 0}};
@@ -174,7 +174,7 @@ static void test_sample_v2_rules(void) {
         LT_CHECK_MSG(outside == 0, "sample_v2 rule set %d: %d draws outside the kept set", k, outside);
     }
     /* frequencies under top-k 3 */
-    lm_cuda_sample_params k3 = {0, 1.0f, 3, 1.0f, 0.0f, 11, 0};
+    lm__cuda_sample_params k3 = {0, 1.0f, 3, 1.0f, 0.0f, 11, 0};
     double counts[3][1000] = {{0}};
     const int draws = 3000;
     for (int d = 0; d < draws; d++) {

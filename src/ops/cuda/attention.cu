@@ -16,8 +16,8 @@
 #define MAX_DV 1024
 
 template <typename T>
-__global__ void attention_kernel(const T *q, lm_cuda_nd nq, const T *k, lm_cuda_nd nk, const T *v, lm_cuda_nd nv,
-                                 T *out, lm_cuda_nd no, int64_t B, int causal, float scale) {
+__global__ void attention_kernel(const T *q, lm__cuda_nd nq, const T *k, lm__cuda_nd nk, const T *v, lm__cuda_nd nv,
+                                 T *out, lm__cuda_nd no, int64_t B, int causal, float scale) {
     extern __shared__ float sm[];
     float *p = sm, *acc = sm + CHUNK; /* p [CHUNK] chunk weights, acc [Dv] */
     __shared__ float red[32];
@@ -62,20 +62,20 @@ __global__ void attention_kernel(const T *q, lm_cuda_nd nq, const T *k, lm_cuda_
     }
 }
 
-lm_status lm_cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
                             int causal, const lm_tensor_view *out, cudaStream_t s) {
     if (lm_tensor_view_numel(out) == 0) return LM_OK;
-    if (lm_cuda_flash_attention_supports(q, k, v, causal, out))
-        return lm_cuda_flash_attention(q, k, v, scale, causal, out, s);
+    if (lm__cuda_flash_attention_supports(q, k, v, causal, out))
+        return lm__cuda_flash_attention(q, k, v, scale, causal, out, s);
     int64_t Dv = v->shape[3], rows = q->shape[0] * q->shape[1] * q->shape[2];
     if (Dv > MAX_DV)
         return lm__error(LM_UNSUPPORTED, "attention (cuda): value head dim %lld exceeds %d", (long long)Dv, MAX_DV);
     size_t smem = sizeof(float) * (size_t)(CHUNK + Dv);
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(q->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(q->dtype, T,
                          attention_kernel<T><<<g, 256, smem, s>>>(
-                             (const T *)q->data, lm_cuda_nd_of(q), (const T *)k->data, lm_cuda_nd_of(k),
-                             (const T *)v->data, lm_cuda_nd_of(v), (T *)out->data, lm_cuda_nd_of(out), q->shape[0],
+                             (const T *)q->data, lm__cuda_nd_of(q), (const T *)k->data, lm__cuda_nd_of(k),
+                             (const T *)v->data, lm__cuda_nd_of(v), (T *)out->data, lm__cuda_nd_of(out), q->shape[0],
                              causal, scale));
-    return lm_cuda_launched("attention kernel");
+    return lm__cuda_launched("attention kernel");
 }

@@ -19,13 +19,13 @@
 #define ATT_THREADS 128
 
 struct att_bw_args {
-    lm_cuda_nd q, k, v, o; /* q, k, v, dout */
+    lm__cuda_nd q, k, v, o; /* q, k, v, dout */
     int64_t B, Hq, Hkv, Tq, Tk, D, Dv, group;
     float scale;
     int causal;
 };
 
-__device__ __forceinline__ int64_t off4(const lm_cuda_nd &t, int64_t b, int64_t h, int64_t i) {
+__device__ __forceinline__ int64_t off4(const lm__cuda_nd &t, int64_t b, int64_t h, int64_t i) {
     return b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
 }
 
@@ -38,7 +38,7 @@ __device__ __forceinline__ float dot_row(const T *x, int64_t base, int64_t step,
 
 template <typename T>
 __global__ void dq_kernel(const T *q, const T *k, const T *v, const T *dout, att_bw_args a, void *dq, int dq_dt,
-                          lm_cuda_nd ndq, float *stats) {
+                          lm__cuda_nd ndq, float *stats) {
     extern __shared__ float sh[]; /* qs [D], os [Dv], ds [blockDim], acc [D] */
     __shared__ float red[32];
     float *qs = sh, *os = qs + a.D, *dsh = os + a.Dv, *acc = dsh + blockDim.x;
@@ -88,7 +88,7 @@ __global__ void dq_kernel(const T *q, const T *k, const T *v, const T *dout, att
 
 template <typename T>
 __global__ void dkv_kernel(const T *q, const T *k, const T *v, const T *dout, att_bw_args a, const float *stats,
-                           void *dk, int dk_dt, lm_cuda_nd ndk, void *dv, int dv_dt, lm_cuda_nd ndv) {
+                           void *dk, int dk_dt, lm__cuda_nd ndk, void *dv, int dv_dt, lm__cuda_nd ndv) {
     extern __shared__ float sh[]; /* ks [D], vs [Dv], p [blockDim], ds [blockDim] */
     float *ks = sh, *vs = ks + a.D, *psh = vs + a.Dv, *dsh = psh + blockDim.x;
     int64_t rows = a.B * a.Hkv * a.Tk, nq = a.group * a.Tq;
@@ -134,16 +134,16 @@ __global__ void dkv_kernel(const T *q, const T *k, const T *v, const T *dout, at
     }
 }
 
-lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
                                      const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s) {
-    if (lm_cuda_flash_attention_supports(q, k, v, causal, dout) && lm_cuda_flash_attention_supports(q, k, v, causal, dq) &&
-        lm_cuda_flash_attention_supports(q, k, v, causal, dk) && lm_cuda_flash_attention_supports(q, k, v, causal, dv) &&
+    if (lm__cuda_flash_attention_supports(q, k, v, causal, dout) && lm__cuda_flash_attention_supports(q, k, v, causal, dq) &&
+        lm__cuda_flash_attention_supports(q, k, v, causal, dk) && lm__cuda_flash_attention_supports(q, k, v, causal, dv) &&
         (!dout || dout->dtype == LM_BF16))
-        return lm_cuda_flash_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, s);
+        return lm__cuda_flash_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, s);
     att_bw_args a;
     memset(&a, 0, sizeof a);
-    a.q = lm_cuda_nd_of(q), a.k = lm_cuda_nd_of(k), a.v = lm_cuda_nd_of(v), a.o = lm_cuda_nd_of(dout);
+    a.q = lm__cuda_nd_of(q), a.k = lm__cuda_nd_of(k), a.v = lm__cuda_nd_of(v), a.o = lm__cuda_nd_of(dout);
     a.B = q->shape[0], a.Hq = q->shape[1], a.Tq = q->shape[2], a.D = q->shape[3];
     a.Hkv = k->shape[1], a.Tk = k->shape[2], a.Dv = v->shape[3];
     a.group = a.Hkv ? a.Hq / a.Hkv : 1;
@@ -155,22 +155,22 @@ lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_vi
     float *stats = NULL; /* [B, Hq, Tq, 3]: max, sum of exp, rowdot */
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&stats, sizeof(float) * (size_t)(3 * qrows + 1), s),
                           "cudaMallocAsync (attention_backward)"));
-    lm_cuda_nd none = {0, {0}, {0}, -1};
+    lm__cuda_nd none = {0, {0}, {0}, -1};
     size_t sh1 = sizeof(float) * (size_t)(2 * a.D + a.Dv + ATT_THREADS), sh2 = sizeof(float) * (size_t)(a.D + a.Dv + 2 * ATT_THREADS);
     lm_status st = LM_OK;
-    LM_CUDA_FLOAT_SWITCH(q->dtype, T, {
+    LM__CUDA_FLOAT_SWITCH(q->dtype, T, {
         if (qrows > 0) {
             dq_kernel<T><<<(unsigned)LM_MIN(qrows, 65535 * 8), ATT_THREADS, sh1, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data, (const T *)dout->data, a,
-                dq ? dq->data : NULL, dq ? dq->dtype : LM_F32, dq ? lm_cuda_nd_of(dq) : none, stats);
-            st = lm_cuda_launched("attention_backward dq kernel");
+                dq ? dq->data : NULL, dq ? dq->dtype : LM_F32, dq ? lm__cuda_nd_of(dq) : none, stats);
+            st = lm__cuda_launched("attention_backward dq kernel");
         }
         if (st == LM_OK && (dk || dv) && krows > 0) {
             dkv_kernel<T><<<(unsigned)LM_MIN(krows, 65535 * 8), ATT_THREADS, sh2, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data, (const T *)dout->data, a, stats,
-                dk ? dk->data : NULL, dk ? dk->dtype : LM_F32, dk ? lm_cuda_nd_of(dk) : none, dv ? dv->data : NULL,
-                dv ? dv->dtype : LM_F32, dv ? lm_cuda_nd_of(dv) : none);
-            st = lm_cuda_launched("attention_backward dk/dv kernel");
+                dk ? dk->data : NULL, dk ? dk->dtype : LM_F32, dk ? lm__cuda_nd_of(dk) : none, dv ? dv->data : NULL,
+                dv ? dv->dtype : LM_F32, dv ? lm__cuda_nd_of(dv) : none);
+            st = lm__cuda_launched("attention_backward dk/dv kernel");
         }
     });
     cudaFreeAsync(stats, s);

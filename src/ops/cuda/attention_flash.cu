@@ -23,7 +23,7 @@
 #define WARPS 4
 #define PAD 8 /* bf16 of padding per shared row */
 
-int lm_cuda_attention_prefill_v3_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+int lm__cuda_attention_prefill_v3_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -41,7 +41,7 @@ __device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)
 __device__ __forceinline__ void store2(bf16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
 
 template <int HD, typename OT>
-__global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm_cuda_attn_params p, lm_cuda_kv kv, int64_t T) {
+__global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm__cuda_attn_params p, lm__cuda_kv kv, int64_t T) {
     constexpr int CHUNKS = BC * HD / 8 / (WARPS * 32); /* 16-byte chunks of a K (or V) tile per thread */
     static_assert(BC * HD / 8 % (WARPS * 32) == 0, "tile chunks must divide evenly among the threads");
     __shared__ __align__(16) bf16 ks[BC][HD + PAD];  /* K tile, row-major [key][dim] */
@@ -173,16 +173,16 @@ __global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm_cuda_attn_params p
 }
 
 template <int HD>
-static lm_status launch(const lm_cuda_attn_params *p, int B, int64_t T, const lm_cuda_kv *kv, cudaStream_t s) {
+static lm_status launch(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv, cudaStream_t s) {
     dim3 grid((unsigned)((T + BR - 1) / BR), (unsigned)p->q_heads, (unsigned)B);
     if (p->out_bf16) flash_kernel<HD, bf16><<<grid, WARPS * 32, 0, s>>>(*p, *kv, T);
     else flash_kernel<HD, float><<<grid, WARPS * 32, 0, s>>>(*p, *kv, T);
-    return lm_cuda_launched("attention_prefill_v3");
+    return lm__cuda_launched("attention_prefill_v3");
 }
 
-lm_status lm_cuda_attention_prefill_v3(const lm_cuda_attn_params *p, int B, int64_t T, const lm_cuda_kv *kv,
+lm_status lm__cuda_attention_prefill_v3(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv,
                                        cudaStream_t s) {
-    if (!p->q_bf16 || !lm_cuda_attention_prefill_v3_supports(kv->head_dim))
+    if (!p->q_bf16 || !lm__cuda_attention_prefill_v3_supports(kv->head_dim))
         return lm__error(LM_UNSUPPORTED, "attention_prefill_v3: needs bf16 q and head dim 64 or 128 (got %d)",
                          kv->head_dim);
     if (B == 0 || T == 0) return LM_OK;

@@ -24,12 +24,12 @@
 #define BATCH 8       /* loads issued together before their values are used */
 #define MAX_SPLITS 32
 
-int lm_cuda_attention_rows_splits(int64_t max_tokens) {
+int lm__cuda_attention_rows_splits(int64_t max_tokens) {
     int64_t n = (max_tokens + MIN_CHUNK - 1) / MIN_CHUNK;
     return (int)LM_MAX(1, LM_MIN(n, MAX_SPLITS));
 }
 
-size_t lm_cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit) {
+size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit) {
     return (size_t)ntok * (size_t)q_heads * (size_t)nsplit * (size_t)(head_dim + 2);
 }
 
@@ -66,7 +66,7 @@ __device__ __forceinline__ float score_key(const bf16 *kr, const float *qs, int 
 }
 
 template <typename QT, typename OT>
-__global__ void __launch_bounds__(TILE) attn_rows_kernel(lm_cuda_attn_params p, lm_cuda_kv kv) {
+__global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
     extern __shared__ float sm[];
     const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim;
     float *qs = sm, *acc = qs + hd, *sc = acc + hd; /* q [hd], acc [hd], sc [TILE] */
@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm_cuda_attn_params p, 
 }
 
 template <typename QT, typename OT>
-static lm_status launch(const lm_cuda_attn_params *p, const lm_cuda_kv *kv, size_t smem, cudaStream_t s) {
+static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, size_t smem, cudaStream_t s) {
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
     attn_rows_kernel<QT, OT><<<grid, TILE, smem, s>>>(*p, *kv);
-    return lm_cuda_launched("attention_rows_v2");
+    return lm__cuda_launched("attention_rows_v2");
 }
 
-lm_status lm_cuda_attention_rows_v2(const lm_cuda_attn_params *p, const lm_cuda_kv *kv, cudaStream_t s) {
+lm_status lm__cuda_attention_rows_v2(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     if (p->ntok == 0) return LM_OK;
     int hd = kv->head_dim;
     if (hd % 2 || hd / 2 > TILE || p->nsplit < 1 || p->nsplit > MAX_SPLITS || p->q_heads % kv->kv_heads)

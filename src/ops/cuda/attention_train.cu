@@ -27,7 +27,7 @@
  *           dQ kernel, grid (query tiles, Hq, B): S = Q K^T, P, dP = dO V^T,
  *             dS = P (dP - D), dQ += dS K over the visible key tiles; dQ *= scale.
  *           Every gradient element is written once by one thread: run-independent.
- * Requirements (lm_cuda_flash_attention_supports): bf16 q, k, v, dout; D = Dv in {64,
+ * Requirements (lm__cuda_flash_attention_supports): bf16 q, k, v, dout; D = Dv in {64,
  * 128}; unit stride in the last dim and 16-byte aligned rows; Tk >= Tq when causal.
  * Gradients and the output may be bf16 or f32 (unit last stride).
  * Work O(B Hq Tq Tk D) on tensor cores; nothing of size Tq x Tk exists.
@@ -448,7 +448,7 @@ static int view_ok(const lm_tensor_view *v, int64_t D, int bf16_only) {
     return 1;
 }
 
-int lm_cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      int causal, const lm_tensor_view *out) {
     int64_t D = q->shape[3];
     if ((D != 64 && D != 128) || v->shape[3] != D || (causal && k->shape[2] < q->shape[2])) return 0;
@@ -469,10 +469,10 @@ template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
     dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
     fa_fwd<HD><<<grid, NWARP * 32, 0, s>>>(a);
-    return lm_cuda_launched("flash attention forward");
+    return lm__cuda_launched("flash attention forward");
 }
 
-lm_status lm_cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                   float scale, int causal, const lm_tensor_view *out, cudaStream_t s) {
     fa_args a = args_of(q, k, v, scale, causal);
     a.o = fa_of(out), a.o_f32 = out->dtype == LM_F32;
@@ -485,18 +485,18 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
     LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
     int64_t rows = B * a.Hq * a.Tq;
     fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
-    LM_TRY(lm_cuda_launched("flash attention rowsum(dO * O)"));
+    LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
     if (a.dk.p || a.dv.p) {
         size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE) + sizeof(float) * 2 * TILE;
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dK/dV)"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
         fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
-        LM_TRY(lm_cuda_launched("flash attention dK/dV"));
+        LM_TRY(lm__cuda_launched("flash attention dK/dV"));
         if (a.pk) {
             int64_t n = B * a.Hkv * a.Tk * (HD / 2);
-            fa_group_sum<HD><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(a, B);
-            LM_TRY(lm_cuda_launched("flash attention dK/dV group sum"));
+            fa_group_sum<HD><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(a, B);
+            LM_TRY(lm__cuda_launched("flash attention dK/dV group sum"));
         }
     }
     if (a.dq.p) {
@@ -505,12 +505,12 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
                               "cudaFuncSetAttribute (flash dQ)"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
         fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
-        LM_TRY(lm_cuda_launched("flash attention dQ"));
+        LM_TRY(lm__cuda_launched("flash attention dQ"));
     }
     return LM_OK;
 }
 
-lm_status lm_cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                            const lm_tensor_view *dout, float scale, int causal,
                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
                                            const lm_tensor_view *dv, cudaStream_t s) {

@@ -44,8 +44,8 @@ __device__ __forceinline__ double block_sum_d(double v, double *scratch) {
 }
 
 /* Descriptor of v; a contiguous view becomes 1-d (numel, stride 1). */
-static inline lm_cuda_nd flat_nd(const lm_tensor_view *v) {
-    lm_cuda_nd d = lm_cuda_nd_of(v);
+static inline lm__cuda_nd flat_nd(const lm_tensor_view *v) {
+    lm__cuda_nd d = lm__cuda_nd_of(v);
     if (lm_tensor_view_is_contiguous(v)) {
         d.ndim = 1;
         d.shape[0] = lm_tensor_view_numel(v);
@@ -55,8 +55,8 @@ static inline lm_cuda_nd flat_nd(const lm_tensor_view *v) {
 }
 
 /* The leading dims of v (all but the last): the row index space of a [..., D] view. */
-static inline lm_cuda_nd rows_nd(const lm_tensor_view *v) {
-    lm_cuda_nd d = lm_cuda_nd_of(v);
+static inline lm__cuda_nd rows_nd(const lm_tensor_view *v) {
+    lm__cuda_nd d = lm__cuda_nd_of(v);
     d.ndim = v->ndim - 1;
     return d;
 }

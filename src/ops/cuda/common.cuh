@@ -1,6 +1,6 @@
 /* ops/cuda/common.cuh — helpers shared by the CUDA kernels (never installed).
  *
- * lm_cuda_nd carries a view's shape and strides (elements) by value into a kernel;
+ * lm__cuda_nd carries a view's shape and strides (elements) by value into a kernel;
  * nd_offset maps a row-major linear index to an element offset in O(ndim). Loads
  * widen f32/bf16/f16 to float and stores round to nearest even, so every readable
  * kernel is one template over the three float dtypes with f32 arithmetic.
@@ -22,15 +22,15 @@
 
 typedef __nv_bfloat16 bf16;
 
-struct lm_cuda_nd {
+struct lm__cuda_nd {
     int ndim;
     int64_t shape[LM_MAX_DIMS];
     int64_t stride[LM_MAX_DIMS]; /* elements */
     int contig_ndim;             /* ndim when the view is row-major contiguous, else -1 */
 };
 
-static inline lm_cuda_nd lm_cuda_nd_of(const lm_tensor_view *v) {
-    lm_cuda_nd d;
+static inline lm__cuda_nd lm__cuda_nd_of(const lm_tensor_view *v) {
+    lm__cuda_nd d;
     memset(&d, 0, sizeof d);
     d.ndim = v->ndim;
     for (int i = 0; i < v->ndim; i++) {
@@ -44,7 +44,7 @@ static inline lm_cuda_nd lm_cuda_nd_of(const lm_tensor_view *v) {
 /* Element offset of row-major linear index i (0 <= i < numel). A contiguous view
  * whose descriptor was not narrowed afterwards (ndim still contig_ndim) maps i to
  * itself without the per-dim divisions. */
-__device__ __forceinline__ int64_t nd_offset(const lm_cuda_nd &v, int64_t i) {
+__device__ __forceinline__ int64_t nd_offset(const lm__cuda_nd &v, int64_t i) {
     if (v.ndim == v.contig_ndim) return i;
     int64_t off = 0;
     for (int d = v.ndim - 1; d >= 0; d--) {
@@ -108,7 +108,7 @@ __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wa
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
 /* Grid for a grid-stride loop over n items with `threads` per block. */
-static inline unsigned lm_cuda_blocks(int64_t n, int threads) {
+static inline unsigned lm__cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     if (b < 1) b = 1;
     if (b > 65535 * 8) b = 65535 * 8;
@@ -116,14 +116,14 @@ static inline unsigned lm_cuda_blocks(int64_t n, int threads) {
 }
 
 /* After a launch: the launch error (bad configuration, missing kernel image) as a status. */
-static inline lm_status lm_cuda_launched(const char *kernel) {
+static inline lm_status lm__cuda_launched(const char *kernel) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return LM_OK;
     return lm__cuda_check((int)e, kernel);
 }
 
 /* Calls F::template run<T>(args...) for the float dtype dt. */
-#define LM_CUDA_FLOAT_SWITCH(dt, T, ...)                            \
+#define LM__CUDA_FLOAT_SWITCH(dt, T, ...)                            \
     switch (dt) {                                                   \
     case LM_F32: { typedef float T; __VA_ARGS__; } break;          \
     case LM_BF16: { typedef bf16 T; __VA_ARGS__; } break;          \

@@ -22,54 +22,54 @@ extern "C" {
 
 /* optim.cu: one AdamW step over n tensors (per element in double, torch's order, as
  * the reference); weight_decay is a host array [n]. */
-lm_status lm_cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
                                const lm_adamw_hparams *hp, cudaStream_t s);
 /* optim.cu: out (f32 scalar on the device) = sum of x^2 over the n tensors, in double,
  * per-block partials summed in a fixed order. */
-lm_status lm_cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul_backward.cu: a [..., M, K], b [..., K, N] in their own shapes (unexpanded),
  * dout [batch..., M, N]; da, db may be NULL. cuBLASLt where a gradient is one GEMM. */
-lm_status lm_cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                                   const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
                                   cudaStream_t s);
 
 /* attention_backward.cu: shapes as lm_attention_backward_out; readable kernels (no
  * atomics, nothing Tq x Tk), head dims D, Dv <= 1024. Views the flash kernels take
- * (lm_cuda_flash_attention_supports for q, k, v, dout and each gradient) go to
- * lm_cuda_flash_attention_backward (attention_train.cu). */
-lm_status lm_cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+ * (lm__cuda_flash_attention_supports for q, k, v, dout and each gradient) go to
+ * lm__cuda_flash_attention_backward (attention_train.cu). */
+lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
                                      const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s);
 
-lm_status lm_cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                            const lm_tensor_view *dout, float scale, int causal,
                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
                                            const lm_tensor_view *dv, cudaStream_t s);
 
 /* norm_backward.cu: x [..., D] (the forward's input, or its sum for the fused add),
  * dsum NULL for plain RMSNorm. */
-lm_status lm_cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+lm_status lm__cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                    const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
                                    const lm_tensor_view *dweight, cudaStream_t s);
 
 /* swiglu_backward.cu */
-lm_status lm_cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *dout,
+lm_status lm__cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *dout,
                                   const lm_tensor_view *dgate, const lm_tensor_view *dup, cudaStream_t s);
 
 /* rope_backward.cu: p's views are on the device. */
-lm_status lm_cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
+lm_status lm__cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
                                 const lm_tensor_view *dbias, cudaStream_t s);
 
 /* embedding_backward.cu: ids are checked first (synchronizes): LM_OUT_OF_RANGE names
  * the first bad position and nothing is written. */
-lm_status lm_cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
+lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
                                      const lm_tensor_view *dtable, cudaStream_t s);
 
 /* loss_backward.cu: targets are checked first (synchronizes), as in the reference;
  * dloss is an f32 scalar on the device, read there (dlogits may be NULL: check only). */
-lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,
+lm_status lm__cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,
                                          int64_t ignore_index, const lm_tensor_view *dloss,
                                          const lm_tensor_view *dlogits, cudaStream_t s);
 
@@ -77,16 +77,16 @@ lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_
  * logits). x [N, H], w [V, H] contiguous, one float dtype; dx, dw contiguous in x's
  * dtype or f32 (dw may also be strided), either may be NULL; loss and dloss are f32
  * scalars on the device. Targets are checked and counted first (synchronizes). */
-lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                                        const lm_tensor_view *targets, int64_t ignore_index,
                                        const lm_tensor_view *loss, cudaStream_t s);
-lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
+lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
                                                 const lm_tensor_view *w, const lm_tensor_view *targets,
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
                                                 const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s);
 /* Test hook: logits elements per chunk (default 2^29; <= 0 restores it), so tests
  * cover many chunks with small shapes. Not thread-safe. */
-void lm_cuda_linear_ce_set_chunk_elems(int64_t elems);
+void lm__cuda_linear_ce_set_chunk_elems(int64_t elems);
 
 #ifdef __cplusplus
 }

@@ -23,104 +23,104 @@ extern "C" {
 
 #include "base/internal.h"
 #include "loom/ops.h"
-#include "runtime/internal.h"
+#include "runtime/cuda.h"
 
 /* ---- readable kernels (views as validated by src/ops/<family>.c) ---------------- */
 /* elementwise.cu: a, b expanded to out's shape; one float dtype */
-lm_status lm_cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
+lm_status lm__cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
                          cudaStream_t s);
 /* float <-> float, int -> float, int -> int. Integer narrowing is range checked
  * first (synchronizes): LM_OUT_OF_RANGE naming the first value that does not fit. */
-lm_status lm_cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
 
 /* norm.cu: one block per row; out (or sum_out) may be the very view of an input */
-lm_status lm_cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                           const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
+lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
                               float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, cudaStream_t s);
 
 /* rope.cu: p's views are on the device; out may be x's very view */
-lm_status lm_cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor_view *out, cudaStream_t s);
 
 /* embedding.cu: ids are checked first (synchronizes): LM_OUT_OF_RANGE names the
  * first bad position and value, and nothing is written. */
-lm_status lm_cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
+lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
                             cudaStream_t s);
 
 /* softmax.cu, attention.cu */
-lm_status lm_cuda_softmax(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out,
+lm_status lm__cuda_softmax(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out,
                           cudaStream_t s);
 /* Any Tk (keys are taken in chunks with an online softmax); Dv <= 1024. Views that
- * lm_cuda_flash_attention_supports accepts go to the tensor-core flash kernel. */
-lm_status lm_cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+ * lm__cuda_flash_attention_supports accepts go to the tensor-core flash kernel. */
+lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
                             int causal, const lm_tensor_view *out, cudaStream_t s);
 
 /* attention_train.cu: flash attention on tensor cores for bf16 q, k, v with D = Dv
  * in {64, 128}, unit last stride, 16-byte aligned rows (other strides multiples of 8),
  * Tk >= Tq when causal; out (or a gradient) bf16 or f32. */
-int lm_cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                      int causal, const lm_tensor_view *out);
-lm_status lm_cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                   float scale, int causal, const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul.cu: a, b expanded to out's batch dims; b may be bf16/f16 with a f32 */
-lm_status lm_cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
 /* matmul_lt_cuda.c: the same contract through cuBLASLt (f32 compute, no TF32).
  * LM_UNSUPPORTED (nothing queued) unless a, b, out share one dtype, out is row-major
  * in its last two dims, each operand has a unit stride in one of its last two dims,
  * there is at most one batch dim, and pointers/leading dims are element-aligned. */
-lm_status lm_cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                             const lm_tensor_view *out, cudaStream_t s);
-/* As lm_cuda_matmul_lt, and also: out may be f32 under bf16/f16 a and b (f32
+/* As lm__cuda_matmul_lt, and also: out may be f32 under bf16/f16 a and b (f32
  * accumulation, one rounding less), and accumulate != 0 adds the product into out
  * (beta = 1; such calls skip the one-time algorithm timing, which would overwrite out). */
-lm_status lm_cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                                const lm_tensor_view *out, int accumulate, cudaStream_t s);
 
 /* loss.cu: targets are checked first (synchronizes), as in the reference */
-lm_status lm_cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
+lm_status lm__cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
                                 const lm_tensor_view *out, cudaStream_t s);
 
 /* select.cu: NaN ranks largest, ties go to the lower index. top-k costs O(k * N) per row. */
-lm_status lm_cuda_argmax(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_topk(const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
+lm_status lm__cuda_argmax(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_topk(const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
                        const lm_tensor_view *indices, cudaStream_t s);
 
 /* reduce.cu: dim already normalized to [0, ndim) */
-lm_status lm_cuda_sum(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s);
-lm_status lm_cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
+lm_status lm__cuda_sum(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s);
+lm_status lm__cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
                          cudaStream_t s);
 
 /* ---- tuned kernels for the decoder forward pass (raw contiguous device buffers) ---- */
 /* embedding.cu: x f32 [n, H] = table bf16 [V, H] rows ids[n] (ids already validated) */
-lm_status lm_cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
+lm_status lm__cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
                                 cudaStream_t s);
 /* norm.cu: out bf16 [rows, D] = x / rms(x) * w, x f32 [rows, D], w f32 [D] */
-lm_status lm_cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
+lm_status lm__cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
                              cudaStream_t s);
 /* norm.cu: x += delta (the f32 residual stream, in place), then out bf16 = rmsnorm(x) * w */
-lm_status lm_cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
+lm_status lm__cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
                                  void *out, cudaStream_t s);
 /* elementwise.cu: act bf16 [rows, I] = silu(gu[:, :I]) * gu[:, I:], gu f32 [rows, 2I] */
-lm_status lm_cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
+lm_status lm__cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
 
 /* One layer's slice of the bf16 KV cache: [slots, kv_heads, max_tokens, head_dim]. */
-typedef struct lm_cuda_kv {
+typedef struct lm__cuda_kv {
     void *k, *v;
     int64_t max_tokens;
     int kv_heads, head_dim;
-} lm_cuda_kv;
+} lm__cuda_kv;
 
 /* rope.cu: bias + (qwen3) per-head RMSNorm + RoPE of fused q/k/v projections; q goes
  * to its attention buffer, k and v straight into the cache at each token's slot and
  * position. Angles are pos * inv_freq in double, like the CPU forward. */
-typedef struct lm_cuda_qkv_params {
+typedef struct lm__cuda_qkv_params {
     const float *qkv;             /* [ntok, (Hq + 2 Hkv) * hd]: q heads, then k, then v */
     const float *bias;            /* [(Hq + 2 Hkv) * hd] or NULL */
     const float *q_norm, *k_norm; /* [hd] or NULL */
@@ -132,12 +132,12 @@ typedef struct lm_cuda_qkv_params {
     int q_heads;
     int q_bf16; /* q element type: 1 bf16, 0 f32 */
     void *q;    /* [ntok, Hq, hd] */
-} lm_cuda_qkv_params;
-lm_status lm_cuda_qkv_rope_v2(const lm_cuda_qkv_params *p, const lm_cuda_kv *kv, cudaStream_t s);
+} lm__cuda_qkv_params;
+lm_status lm__cuda_qkv_rope_v2(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
 /* attention_rows.cu / attention_flash.cu: causal attention of each token's q heads over
  * its slot's cached keys [0, pos]. */
-typedef struct lm_cuda_attn_params {
+typedef struct lm__cuda_attn_params {
     const void *q; /* [ntok, Hq, hd] */
     int q_bf16;
     const int32_t *tok_pos, *tok_slot; /* [ntok] */
@@ -146,30 +146,30 @@ typedef struct lm_cuda_attn_params {
     float scale;
     void *out; /* [ntok, Hq * hd] */
     int out_bf16;
-    float *partial; /* rows kernel: lm_cuda_attention_rows_workspace() floats */
+    float *partial; /* rows kernel: lm__cuda_attention_rows_workspace() floats */
     int *counters;  /* rows kernel: [ntok * q_heads] zero ints, left zero again */
-    int nsplit;     /* rows kernel: key splits per token (lm_cuda_attention_rows_splits) */
-} lm_cuda_attn_params;
+    int nsplit;     /* rows kernel: key splits per token (lm__cuda_attention_rows_splits) */
+} lm__cuda_attn_params;
 /* Splits of the keys among blocks for a cache of max_tokens positions. */
-int lm_cuda_attention_rows_splits(int64_t max_tokens);
-size_t lm_cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit);
+int lm__cuda_attention_rows_splits(int64_t max_tokens);
+size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit);
 /* Split-K over the cache, one block per (split, query head, token); the last block of
  * a (token, head) combines the splits. Any even hd <= 512. */
-lm_status lm_cuda_attention_rows_v2(const lm_cuda_attn_params *p, const lm_cuda_kv *kv, cudaStream_t s);
+lm_status lm__cuda_attention_rows_v2(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 /* Flash prefill on tensor cores (mma.sync bf16, f32 accumulate): B rows of T tokens,
  * token index b * T + t, q bf16; head_dim 64 or 128 (see _supports). */
-int lm_cuda_attention_prefill_v3_supports(int head_dim);
-lm_status lm_cuda_attention_prefill_v3(const lm_cuda_attn_params *p, int B, int64_t T, const lm_cuda_kv *kv,
+int lm__cuda_attention_prefill_v3_supports(int head_dim);
+lm_status lm__cuda_attention_prefill_v3(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv,
                                        cudaStream_t s);
 
 /* gemv.cu: out f32 [M, N] (row stride ldo) = in [M, K] @ w^T (+ bias), w bf16 [N, K]
- * row-major, for M <= LM_CUDA_GEMV_MAX_ROWS (decode). The input is produced on the fly:
+ * row-major, for M <= LM__CUDA_GEMV_MAX_ROWS (decode). The input is produced on the fly:
  * PLAIN reads x f32; RMSNORM normalizes x f32 rows with norm_w; SWIGLU reads
  * x f32 [M, 2K] (gate | up) and uses silu(gate) * up. accumulate: out += result. */
-#define LM_CUDA_GEMV_MAX_ROWS 8
-typedef enum lm_cuda_gemv_in { LM_CUDA_GEMV_PLAIN = 0, LM_CUDA_GEMV_RMSNORM = 1, LM_CUDA_GEMV_SWIGLU = 2 } lm_cuda_gemv_in;
-typedef struct lm_cuda_gemv_params {
-    lm_cuda_gemv_in in;
+#define LM__CUDA_GEMV_MAX_ROWS 8
+typedef enum lm__cuda_gemv_in { LM__CUDA_GEMV_PLAIN = 0, LM__CUDA_GEMV_RMSNORM = 1, LM__CUDA_GEMV_SWIGLU = 2 } lm__cuda_gemv_in;
+typedef struct lm__cuda_gemv_params {
+    lm__cuda_gemv_in in;
     const float *x; /* [M, K] or [M, 2K] (SWIGLU), row stride ldx */
     int64_t ldx;
     const float *norm_w; /* RMSNORM: [K] */
@@ -181,13 +181,13 @@ typedef struct lm_cuda_gemv_params {
     int accumulate;
     int M;
     int64_t N, K;
-} lm_cuda_gemv_params;
-lm_status lm_cuda_gemv_v2(const lm_cuda_gemv_params *p, cudaStream_t s);
+} lm__cuda_gemv_params;
+lm_status lm__cuda_gemv_v2(const lm__cuda_gemv_params *p, cudaStream_t s);
 
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
  * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue). Algorithms are chosen once per
  * shape and cached. */
-lm_status lm_cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
+lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
                             float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, cudaStream_t s);
 
 /* sample.cu: next token of each row of logits f32 [rows, V] (row stride ld) without
@@ -195,7 +195,7 @@ lm_status lm_cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ld
  * replayed with new values): greedy or temperature 0 takes the argmax; otherwise
  * temperature, top-k, top-p, min-p (lm_sampler's rules and order, ties broken by
  * lower id) and a draw u = hash(seed, draw, row) in [0, 1). */
-typedef struct lm_cuda_sample_params {
+typedef struct lm__cuda_sample_params {
     int greedy;
     float temperature;
     int top_k;
@@ -203,11 +203,11 @@ typedef struct lm_cuda_sample_params {
     float min_p;
     uint64_t seed;
     uint64_t draw;
-} lm_cuda_sample_params;
-/* work: lm_cuda_sample_workspace(rows) bytes of device scratch (no initial contents). */
-size_t lm_cuda_sample_workspace(int64_t rows);
-lm_status lm_cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
-                            const lm_cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s);
+} lm__cuda_sample_params;
+/* work: lm__cuda_sample_workspace(rows) bytes of device scratch (no initial contents). */
+size_t lm__cuda_sample_workspace(int64_t rows);
+lm_status lm__cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
+                            const lm__cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s);
 
 #ifdef __cplusplus
 }

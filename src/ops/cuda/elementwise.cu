@@ -18,7 +18,7 @@ enum { OP_ADD, OP_MUL, OP_SCALE, OP_SILU, OP_SWIGLU };
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
 template <typename T>
-__global__ void binary_kernel(int op, const T *a, lm_cuda_nd na, const T *b, lm_cuda_nd nb, T *out, lm_cuda_nd no,
+__global__ void binary_kernel(int op, const T *a, lm__cuda_nd na, const T *b, lm__cuda_nd nb, T *out, lm__cuda_nd no,
                               int64_t n, float scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float x = ld(a + nd_offset(na, i)), r;
@@ -79,32 +79,32 @@ static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_vie
     int64_t b8 = b && bias_row(b) ? b->shape[b->ndim - 1] / 8 : 0;
     if (n % 8 == 0 && vec8_ok(a) && vec8_ok(out) && (!b || b8 || vec8_ok(b)) && lm_tensor_view_numel(a) == n &&
         (!b || b8 || lm_tensor_view_numel(b) == n)) {
-        vec8_kernel<<<lm_cuda_blocks(n / 8, 256), 256, 0, s>>>(op, (const uint4 *)a->data,
+        vec8_kernel<<<lm__cuda_blocks(n / 8, 256), 256, 0, s>>>(op, (const uint4 *)a->data,
                                                                 b ? (const uint4 *)b->data : NULL, b8,
                                                                 (uint4 *)out->data, n / 8, scale);
-        return lm_cuda_launched("elementwise kernel (vec8)");
+        return lm__cuda_launched("elementwise kernel (vec8)");
     }
-    lm_cuda_nd na = lm_cuda_nd_of(a), nb = lm_cuda_nd_of(b ? b : a), no = lm_cuda_nd_of(out);
+    lm__cuda_nd na = lm__cuda_nd_of(a), nb = lm__cuda_nd_of(b ? b : a), no = lm__cuda_nd_of(out);
     const void *pb = b ? b->data : a->data;
-    LM_CUDA_FLOAT_SWITCH(out->dtype, T,
-                         binary_kernel<T><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(
+    LM__CUDA_FLOAT_SWITCH(out->dtype, T,
+                         binary_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              op, (const T *)a->data, na, (const T *)pb, nb, (T *)out->data, no, n, scale));
-    return lm_cuda_launched("elementwise kernel");
+    return lm__cuda_launched("elementwise kernel");
 }
 
-lm_status lm_cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
     return run_binary(OP_ADD, a, b, out, 0.f, s);
 }
-lm_status lm_cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
     return run_binary(OP_MUL, a, b, out, 0.f, s);
 }
-lm_status lm_cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s) {
     return run_binary(OP_SCALE, x, NULL, out, scale, s);
 }
-lm_status lm_cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
     return run_binary(OP_SILU, x, NULL, out, 0.f, s);
 }
-lm_status lm_cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
+lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
                          cudaStream_t s) {
     return run_binary(OP_SWIGLU, gate, up, out, 0.f, s);
 }
@@ -122,20 +122,20 @@ __device__ __forceinline__ void stv(bf16 *p, double v) { *p = __float2bfloat16_r
 __device__ __forceinline__ void stv(__half *p, double v) { *p = __float2half_rn((float)v); }
 
 template <typename TI, typename TO>
-__global__ void cast_kernel(const TI *x, lm_cuda_nd nx, TO *out, lm_cuda_nd no, int64_t n) {
+__global__ void cast_kernel(const TI *x, lm__cuda_nd nx, TO *out, lm__cuda_nd no, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         stv(out + nd_offset(no, i), ldv(x + nd_offset(nx, i)));
 }
 
 template <typename TI, typename TO>
-__global__ void cast_int_kernel(const TI *x, lm_cuda_nd nx, TO *out, lm_cuda_nd no, int64_t n) {
+__global__ void cast_int_kernel(const TI *x, lm__cuda_nd nx, TO *out, lm__cuda_nd no, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[nd_offset(no, i)] = (TO)x[nd_offset(nx, i)];
 }
 
 /* first[0] = smallest linear index whose value does not fit in [lo, hi]. */
 template <typename TI>
-__global__ void range_check_kernel(const TI *x, lm_cuda_nd nx, int64_t n, long long lo, long long hi,
+__global__ void range_check_kernel(const TI *x, lm__cuda_nd nx, int64_t n, long long lo, long long hi,
                                    unsigned long long *first) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         long long v = (long long)x[nd_offset(nx, i)];
@@ -145,8 +145,8 @@ __global__ void range_check_kernel(const TI *x, lm_cuda_nd nx, int64_t n, long l
 
 template <typename TO>
 static lm_status cast_to(const lm_tensor_view *x, const lm_tensor_view *out, int64_t n, cudaStream_t s) {
-    lm_cuda_nd nx = lm_cuda_nd_of(x), no = lm_cuda_nd_of(out);
-    unsigned g = lm_cuda_blocks(n, 256);
+    lm__cuda_nd nx = lm__cuda_nd_of(x), no = lm__cuda_nd_of(out);
+    unsigned g = lm__cuda_blocks(n, 256);
     TO *o = (TO *)out->data;
     switch (x->dtype) {
     case LM_F32: cast_kernel<<<g, 256, 0, s>>>((const float *)x->data, nx, o, no, n); break;
@@ -156,22 +156,22 @@ static lm_status cast_to(const lm_tensor_view *x, const lm_tensor_view *out, int
     case LM_I64: cast_kernel<<<g, 256, 0, s>>>((const int64_t *)x->data, nx, o, no, n); break;
     case LM_U8: cast_kernel<<<g, 256, 0, s>>>((const uint8_t *)x->data, nx, o, no, n); break;
     }
-    return lm_cuda_launched("cast kernel");
+    return lm__cuda_launched("cast kernel");
 }
 
 template <typename TI>
 static lm_status cast_int(const lm_tensor_view *x, const lm_tensor_view *out, int64_t n, cudaStream_t s) {
-    lm_cuda_nd nx = lm_cuda_nd_of(x), no = lm_cuda_nd_of(out);
+    lm__cuda_nd nx = lm__cuda_nd_of(x), no = lm__cuda_nd_of(out);
     const TI *in = (const TI *)x->data;
     long long lo = out->dtype == LM_U8 ? 0 : out->dtype == LM_I32 ? INT32_MIN : INT64_MIN;
     long long hi = out->dtype == LM_U8 ? 255 : out->dtype == LM_I32 ? INT32_MAX : INT64_MAX;
-    unsigned g = lm_cuda_blocks(n, 256);
+    unsigned g = lm__cuda_blocks(n, 256);
     unsigned long long *first = NULL, bad = ~0ull;
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&first, sizeof bad, s), "cudaMallocAsync (cast check)"));
     lm_status st = lm__cuda_check(cudaMemcpyAsync(first, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK) {
         range_check_kernel<<<g, 256, 0, s>>>(in, nx, n, lo, hi, first);
-        st = lm_cuda_launched("cast range check");
+        st = lm__cuda_launched("cast range check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, first, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (cast check)");
@@ -193,10 +193,10 @@ static lm_status cast_int(const lm_tensor_view *x, const lm_tensor_view *out, in
     case LM_I64: cast_int_kernel<<<g, 256, 0, s>>>(in, nx, (int64_t *)out->data, no, n); break;
     default: cast_int_kernel<<<g, 256, 0, s>>>(in, nx, (uint8_t *)out->data, no, n); break;
     }
-    return lm_cuda_launched("cast kernel");
+    return lm__cuda_launched("cast kernel");
 }
 
-lm_status lm_cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out);
     if (n == 0) return LM_OK;
     int fin = lm_dtype_is_float(x->dtype), fout = lm_dtype_is_float(out->dtype);
@@ -227,8 +227,8 @@ __global__ void swiglu_v2_kernel(const float *gu, int64_t rows, int64_t I, bf16 
     }
 }
 
-lm_status lm_cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
+lm_status lm__cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
     if (rows * I == 0) return LM_OK;
-    swiglu_v2_kernel<<<lm_cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
-    return lm_cuda_launched("swiglu_v2");
+    swiglu_v2_kernel<<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
+    return lm__cuda_launched("swiglu_v2");
 }

@@ -13,7 +13,7 @@ __device__ __forceinline__ int64_t id_at(const void *ids, int is64, int64_t off)
     return is64 ? ((const int64_t *)ids)[off] : (int64_t)((const int32_t *)ids)[off];
 }
 
-__global__ void check_ids_kernel(const void *ids, int is64, lm_cuda_nd nid, int64_t n, int64_t vocab,
+__global__ void check_ids_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
                                  unsigned long long *first) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t id = id_at(ids, is64, nd_offset(nid, i));
@@ -22,8 +22,8 @@ __global__ void check_ids_kernel(const void *ids, int is64, lm_cuda_nd nid, int6
 }
 
 template <typename T>
-__global__ void embedding_kernel(const T *table, int64_t ts0, int64_t ts1, const void *ids, int is64, lm_cuda_nd nid,
-                                 T *out, lm_cuda_nd no, int64_t n, int64_t D) {
+__global__ void embedding_kernel(const T *table, int64_t ts0, int64_t ts1, const void *ids, int is64, lm__cuda_nd nid,
+                                 T *out, lm__cuda_nd no, int64_t n, int64_t D) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / D, d = i - row * D;
         int64_t id = id_at(ids, is64, nd_offset(nid, row));
@@ -35,14 +35,14 @@ __global__ void embedding_kernel(const T *table, int64_t ts0, int64_t ts1, const
 static lm_status first_bad_id(const lm_tensor_view *ids, int64_t vocab, cudaStream_t s, int64_t *pos, int64_t *value) {
     int64_t n = lm_tensor_view_numel(ids);
     int is64 = ids->dtype == LM_I64;
-    lm_cuda_nd nid = lm_cuda_nd_of(ids);
+    lm__cuda_nd nid = lm__cuda_nd_of(ids);
     unsigned long long *dev = NULL, bad = ~0ull;
     *pos = -1;
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof bad, s), "cudaMallocAsync (embedding check)"));
     lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK) {
-        check_ids_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(ids->data, is64, nid, n, vocab, dev);
-        st = lm_cuda_launched("embedding id check");
+        check_ids_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(ids->data, is64, nid, n, vocab, dev);
+        st = lm__cuda_launched("embedding id check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, dev, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (embedding check)");
@@ -64,7 +64,7 @@ static lm_status first_bad_id(const lm_tensor_view *ids, int64_t vocab, cudaStre
     return LM_OK;
 }
 
-lm_status lm_cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
+lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
                             cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out), vocab = table->shape[0], D = table->shape[1];
     if (lm_tensor_view_numel(ids) == 0 || n == 0) return LM_OK;
@@ -83,13 +83,13 @@ lm_status lm_cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *i
         return lm__error(LM_OUT_OF_RANGE, "embedding: ids%s = %lld is outside [0, %lld) (vocab size %lld)", where,
                          (long long)value, (long long)vocab, (long long)vocab);
     }
-    lm_cuda_nd nid = lm_cuda_nd_of(ids), no = lm_cuda_nd_of(out);
+    lm__cuda_nd nid = lm__cuda_nd_of(ids), no = lm__cuda_nd_of(out);
     int is64 = ids->dtype == LM_I64;
-    LM_CUDA_FLOAT_SWITCH(table->dtype, T,
-                         embedding_kernel<T><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(
+    LM__CUDA_FLOAT_SWITCH(table->dtype, T,
+                         embedding_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              (const T *)table->data, table->stride[0], table->stride[1], ids->data, is64, nid,
                              (T *)out->data, no, n, D));
-    return lm_cuda_launched("embedding kernel");
+    return lm__cuda_launched("embedding kernel");
 }
 
 /* ---- v2: bf16 table rows -> f32 residual stream ----------------------------------------- */
@@ -101,9 +101,9 @@ __global__ void embed_rows_v2_kernel(const bf16 *table, const int32_t *ids, int6
     }
 }
 
-lm_status lm_cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
+lm_status lm__cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
                                 cudaStream_t s) {
     if (n * H == 0) return LM_OK;
-    embed_rows_v2_kernel<<<lm_cuda_blocks(n * H, 256), 256, 0, s>>>((const bf16 *)table, ids, n, H, x);
-    return lm_cuda_launched("embed_rows_v2");
+    embed_rows_v2_kernel<<<lm__cuda_blocks(n * H, 256), 256, 0, s>>>((const bf16 *)table, ids, n, H, x);
+    return lm__cuda_launched("embed_rows_v2");
 }

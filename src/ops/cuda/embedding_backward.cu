@@ -14,7 +14,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-__global__ void check_ids_bw_kernel(const void *ids, int is64, lm_cuda_nd nid, int64_t n, int64_t vocab,
+__global__ void check_ids_bw_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
                                     unsigned long long *first) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t id = ld_index_at(ids, is64, nd_offset(nid, i));
@@ -22,7 +22,7 @@ __global__ void check_ids_bw_kernel(const void *ids, int is64, lm_cuda_nd nid, i
     }
 }
 
-__global__ void pairs_kernel(const void *ids, int is64, lm_cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
+__global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         keys[i] = (int32_t)ld_index_at(ids, is64, nd_offset(nid, i));
         vals[i] = (int32_t)i;
@@ -41,7 +41,7 @@ __global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *start, int3
 /* Row v of dtable = sum of dout rows at positions pos[start[v] .. end[v]). dout's
  * leading dims are ids' shape (nrow), sd its last stride. */
 template <typename T>
-__global__ void rows_kernel(const T *dout, lm_cuda_nd nrow, int64_t sd, const int32_t *pos, const int32_t *start,
+__global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const int32_t *pos, const int32_t *start,
                             const int32_t *end, int64_t V, int64_t D, void *dt, int dt_dt, int64_t ts0, int64_t ts1) {
     for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
         int32_t s0 = start[v], s1 = end[v];
@@ -57,13 +57,13 @@ __global__ void rows_kernel(const T *dout, lm_cuda_nd nrow, int64_t sd, const in
 static lm_status check_ids(const lm_tensor_view *ids, int64_t V, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(ids);
     int is64 = ids->dtype == LM_I64;
-    lm_cuda_nd nid = lm_cuda_nd_of(ids);
+    lm__cuda_nd nid = lm__cuda_nd_of(ids);
     unsigned long long *dev = NULL, bad = ~0ull;
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof bad, s), "cudaMallocAsync (embedding_backward check)"));
     lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK) {
-        check_ids_bw_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(ids->data, is64, nid, n, V, dev);
-        st = lm_cuda_launched("embedding_backward id check");
+        check_ids_bw_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(ids->data, is64, nid, n, V, dev);
+        st = lm__cuda_launched("embedding_backward id check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, dev, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (embedding_backward check)");
@@ -84,7 +84,7 @@ static lm_status check_ids(const lm_tensor_view *ids, int64_t V, cudaStream_t s)
                      (long long)v64, (long long)bad, (long long)V);
 }
 
-lm_status lm_cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
+lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
                                      const lm_tensor_view *dtable, cudaStream_t s) {
     int64_t V = dtable->shape[0], D = dtable->shape[1], n = lm_tensor_view_numel(ids);
     if (V >= INT32_MAX || n >= INT32_MAX)
@@ -106,29 +106,29 @@ lm_status lm_cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_
     void *scratch = work + head; /* 256-byte aligned, as CUB expects */
     lm_status st = lm__cuda_check(cudaMemsetAsync(start, 0, sizeof(int32_t) * 2 * (size_t)V, s), "cudaMemsetAsync");
     if (st == LM_OK && n > 0) {
-        pairs_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(ids->data, ids->dtype == LM_I64, lm_cuda_nd_of(ids), n,
+        pairs_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(ids->data, ids->dtype == LM_I64, lm__cuda_nd_of(ids), n,
                                                             keys_in, vals_in);
-        st = lm_cuda_launched("embedding_backward pairs kernel");
+        st = lm__cuda_launched("embedding_backward pairs kernel");
         if (st == LM_OK)
             st = lm__cuda_check(cub::DeviceRadixSort::SortPairs(scratch, sort_bytes, keys_in, keys, vals_in, pos, (int)n,
                                                                 0, end_bit, s),
                                 "cub::DeviceRadixSort (embedding_backward)");
         if (st == LM_OK) {
-            runs_kernel<<<lm_cuda_blocks(n, 256), 256, 0, s>>>(keys, n, start, end);
-            st = lm_cuda_launched("embedding_backward runs kernel");
+            runs_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(keys, n, start, end);
+            st = lm__cuda_launched("embedding_backward runs kernel");
         }
     }
     if (st == LM_OK) {
         unsigned g = (unsigned)LM_MIN(V, 65535 * 8);
         int threads = D >= 256 ? 256 : 64;
-        lm_cuda_nd nrow = lm_cuda_nd_of(dout);
+        lm__cuda_nd nrow = lm__cuda_nd_of(dout);
         nrow.ndim = dout->ndim - 1;
-        LM_CUDA_FLOAT_SWITCH(dout->dtype, T,
+        LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
                              rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
                                                                   dout->stride[dout->ndim - 1], pos, start, end, V, D,
                                                                   dtable->data, dtable->dtype, dtable->stride[0],
                                                                   dtable->stride[1]));
-        st = lm_cuda_launched("embedding_backward rows kernel");
+        st = lm__cuda_launched("embedding_backward rows kernel");
     }
     cudaFreeAsync(work, s);
     return st;

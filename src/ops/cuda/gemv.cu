@@ -30,15 +30,15 @@
 
 /* 8 consecutive inputs of row m starting at column k, as the prologue defines them. */
 template <int IN>
-__device__ __forceinline__ void load_in(const lm_cuda_gemv_params &p, int m, int64_t k, float inv, const float *nw,
+__device__ __forceinline__ void load_in(const lm__cuda_gemv_params &p, int m, int64_t k, float inv, const float *nw,
                                         float *v) {
     const float *xr = p.x + m * p.ldx + k;
     float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    if (IN == LM_CUDA_GEMV_RMSNORM) {
+    if (IN == LM__CUDA_GEMV_RMSNORM) {
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] *= inv * nw[i];
-    } else if (IN == LM_CUDA_GEMV_SWIGLU) {
+    } else if (IN == LM__CUDA_GEMV_SWIGLU) {
         const float *ur = xr + p.K;
         float4 c = *(const float4 *)ur, d = *(const float4 *)(ur + 4);
         float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
@@ -59,7 +59,7 @@ __device__ __forceinline__ float dot8(uint4 raw, const float *x) {
 }
 
 /* The final value of output (m, n): bias, then written or added. */
-__device__ __forceinline__ void emit(const lm_cuda_gemv_params &p, int m, int64_t n, float v) {
+__device__ __forceinline__ void emit(const lm__cuda_gemv_params &p, int m, int64_t n, float v) {
     if (p.bias) v += p.bias[n];
     float *o = p.out + m * p.ldo + n;
     *o = p.accumulate ? *o + v : v;
@@ -77,13 +77,13 @@ __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, in
 }
 
 /* Row pointers of row group grp (rows past N repeat the last row; never stored). */
-__device__ __forceinline__ void group_rows(const lm_cuda_gemv_params &p, int64_t grp, int64_t nvec, const uint4 **w) {
+__device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, int64_t nvec, const uint4 **w) {
 #pragma unroll
     for (int r = 0; r < RPW; r++) w[r] = (const uint4 *)p.w + LM_MIN(grp * RPW + r, p.N - 1) * nvec;
 }
 
 template <int IN, int M, int KSPLIT>
-__global__ void __launch_bounds__(THREADS) gemv_kernel(lm_cuda_gemv_params p) {
+__global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm_cuda_gemv_params p) {
 #pragma unroll
     for (int m = 0; m < M; m++) {
         inv_rms[m] = 1.f;
-        if (IN == LM_CUDA_GEMV_RMSNORM) {
+        if (IN == LM__CUDA_GEMV_RMSNORM) {
             const float4 *xr = (const float4 *)(p.x + m * p.ldx);
             float ss = 0.f;
 #pragma unroll 4
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm_cuda_gemv_params p) {
                     int64_t vi = v0 + (int64_t)u * KSPLIT * 32;
                     if (vi >= nvec) break;
                     float nw[8];
-                    if (IN == LM_CUDA_GEMV_RMSNORM) {
+                    if (IN == LM__CUDA_GEMV_RMSNORM) {
                         float4 a = *(const float4 *)(p.norm_w + vi * 8), b = *(const float4 *)(p.norm_w + vi * 8 + 4);
                         nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w, nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
                     }
@@ -204,7 +204,7 @@ static int sm_count(void) {
 }
 
 template <int IN, int M>
-static lm_status launch(const lm_cuda_gemv_params *p, cudaStream_t s) {
+static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     int64_t groups = (p->N + RPW - 1) / RPW, sms = sm_count();
     int ksplit = groups < sms * 16 ? WARPS : 1; /* few rows: split K to get enough warps */
     int64_t per_block = WARPS / ksplit, blocks = LM_MIN((groups + per_block - 1) / per_block, sms * 4);
@@ -215,11 +215,11 @@ static lm_status launch(const lm_cuda_gemv_params *p, cudaStream_t s) {
     cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, 1>, *p)
                                 : cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, WARPS>, *p);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "gemv_v2 launch");
-    return lm_cuda_launched("gemv_v2");
+    return lm__cuda_launched("gemv_v2");
 }
 
 template <int IN>
-static lm_status launch_m(const lm_cuda_gemv_params *p, cudaStream_t s) {
+static lm_status launch_m(const lm__cuda_gemv_params *p, cudaStream_t s) {
     switch (p->M) {
     case 1: return launch<IN, 1>(p, s);
     case 2: return launch<IN, 2>(p, s);
@@ -232,15 +232,15 @@ static lm_status launch_m(const lm_cuda_gemv_params *p, cudaStream_t s) {
     }
 }
 
-lm_status lm_cuda_gemv_v2(const lm_cuda_gemv_params *p, cudaStream_t s) {
-    if (p->M < 1 || p->M > LM_CUDA_GEMV_MAX_ROWS || p->K % 8 != 0 || p->ldx % 4 != 0 || ((uintptr_t)p->w & 15) ||
+lm_status lm__cuda_gemv_v2(const lm__cuda_gemv_params *p, cudaStream_t s) {
+    if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % 8 != 0 || p->ldx % 4 != 0 || ((uintptr_t)p->w & 15) ||
         ((uintptr_t)p->x & 15))
         return lm__error(LM_UNSUPPORTED, "gemv_v2: M = %d (1..%d), K = %lld (multiple of 8) or alignment not supported",
-                         p->M, LM_CUDA_GEMV_MAX_ROWS, (long long)p->K);
+                         p->M, LM__CUDA_GEMV_MAX_ROWS, (long long)p->K);
     if (p->N == 0) return LM_OK;
     switch (p->in) {
-    case LM_CUDA_GEMV_PLAIN: return launch_m<LM_CUDA_GEMV_PLAIN>(p, s);
-    case LM_CUDA_GEMV_RMSNORM: return launch_m<LM_CUDA_GEMV_RMSNORM>(p, s);
-    default: return launch_m<LM_CUDA_GEMV_SWIGLU>(p, s);
+    case LM__CUDA_GEMV_PLAIN: return launch_m<LM__CUDA_GEMV_PLAIN>(p, s);
+    case LM__CUDA_GEMV_RMSNORM: return launch_m<LM__CUDA_GEMV_RMSNORM>(p, s);
+    default: return launch_m<LM__CUDA_GEMV_SWIGLU>(p, s);
     }
 }

@@ -115,8 +115,8 @@ static lm_status check_and_count(const lm_tensor_view *targets, int64_t V, int64
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof host, s), "cudaMallocAsync (linear_cross_entropy)"));
     lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK && N > 0) {
-        lce_check_kernel<<<lm_cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore, dev, dev + 1);
-        st = lm_cuda_launched("linear_cross_entropy target check");
+        lce_check_kernel<<<lm__cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore, dev, dev + 1);
+        st = lm__cuda_launched("linear_cross_entropy target check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (linear_cross_entropy)");
@@ -150,19 +150,19 @@ static lm_status chunk_logits(const lm__cuda_blas *blas, const lm_tensor_view *x
     LM_TRY(lm_tensor_view_slice(x, 0, r0, r0 + c, 1, &xs));
     LM_TRY(lm_tensor_view_slice(lm_tensor_as_view(zt), 0, 0, c, 1, z));
     LM_TRY(lm_tensor_view_transpose(w, 0, 1, &wt));
-    return lm_cuda_matmul_lt_ex(blas, &xs, &wt, z, 0, s);
+    return lm__cuda_matmul_lt_ex(blas, &xs, &wt, z, 0, s);
 }
 
 static int64_t g_chunk_elems = (int64_t)1 << 29;
 
-extern "C" void lm_cuda_linear_ce_set_chunk_elems(int64_t elems) { g_chunk_elems = elems > 0 ? elems : (int64_t)1 << 29; }
+extern "C" void lm__cuda_linear_ce_set_chunk_elems(int64_t elems) { g_chunk_elems = elems > 0 ? elems : (int64_t)1 << 29; }
 
 static int64_t chunk_rows(int64_t N, int64_t V) {
     int64_t c = g_chunk_elems / V;
     return c < 1 ? 1 : c > N ? N : c;
 }
 
-lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                                        const lm_tensor_view *targets, int64_t ignore_index,
                                        const lm_tensor_view *loss, cudaStream_t s) {
     int64_t N = x->shape[0], V = w->shape[0], counted = 0;
@@ -180,22 +180,22 @@ lm_status lm_cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tenso
         st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
-            LM_CUDA_FLOAT_SWITCH(z.dtype, T,
+            LM__CUDA_FLOAT_SWITCH(z.dtype, T,
                                  lce_loss_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (const T *)z.data, V, tp, is64, targets->stride[0], ignore_index, row_loss + r0));
-            st = lm_cuda_launched("linear_cross_entropy loss rows");
+            st = lm__cuda_launched("linear_cross_entropy loss rows");
         }
     }
     if (st == LM_OK) {
         lce_mean_kernel<<<1, 32, 0, s>>>(row_loss, N, counted ? 1.0 / (double)counted : 0.0, (float *)loss->data);
-        st = lm_cuda_launched("linear_cross_entropy mean");
+        st = lm__cuda_launched("linear_cross_entropy mean");
     }
     lm_tensor_destroy(zt);
     lm_tensor_destroy(lt);
     return st;
 }
 
-lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
+lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
                                                 const lm_tensor_view *w, const lm_tensor_view *targets,
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
                                                 const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s) {
@@ -216,20 +216,20 @@ lm_status lm_cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const
         const lm_tensor_view dz = z;
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
-            LM_CUDA_FLOAT_SWITCH(dz.dtype, T,
+            LM__CUDA_FLOAT_SWITCH(dz.dtype, T,
                                  lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (T *)z.data, V, tp, is64, targets->stride[0], ignore_index,
                                      (const float *)dloss->data, inv));
-            st = lm_cuda_launched("linear_cross_entropy gradient rows");
+            st = lm__cuda_launched("linear_cross_entropy gradient rows");
         }
         if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
-            st = lm_cuda_matmul_lt_ex(blas, &dz, w, &dxs, 0, s);
+            st = lm__cuda_matmul_lt_ex(blas, &dz, w, &dxs, 0, s);
         if (st == LM_OK && dw && (st = lm_tensor_view_transpose(&dz, 0, 1, &dzT)) == LM_OK &&
             (st = lm_tensor_view_slice(x, 0, r0, r0 + c, 1, &xs)) == LM_OK)
-            st = lm_cuda_matmul_lt_ex(blas, &dzT, &xs, &accv, r0 > 0, s);
+            st = lm__cuda_matmul_lt_ex(blas, &dzT, &xs, &accv, r0 > 0, s);
     }
     if (st == LM_OK && dw && N == 0) st = lm__cuda_check(cudaMemsetAsync(accv.data, 0, (size_t)lm_tensor_view_numel(&accv) * 4, s), "cudaMemsetAsync");
-    if (st == LM_OK && acc) st = lm_cuda_cast(lm_tensor_as_view(acc), dw, s);
+    if (st == LM_OK && acc) st = lm__cuda_cast(lm_tensor_as_view(acc), dw, s);
     lm_tensor_destroy(zt);
     lm_tensor_destroy(acc);
     return st;

@@ -69,7 +69,7 @@ __global__ void mean_kernel(const double *loss, const int *counted, int64_t N, f
     *out = n ? (float)(total / (double)n) : NAN;
 }
 
-lm_status lm_cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
+lm_status lm__cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
                                 const lm_tensor_view *out, cudaStream_t s) {
     int64_t N = logits->shape[0], V = logits->shape[1], ts = targets->stride[0];
     int is64 = targets->dtype == LM_I64;
@@ -81,8 +81,8 @@ lm_status lm_cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_vi
     int *counted = (int *)(loss + N);
     lm_status st = lm__cuda_check(cudaMemcpyAsync(first, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK && N > 0) {
-        check_targets_kernel<<<lm_cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore_index, first);
-        st = lm_cuda_launched("cross_entropy target check");
+        check_targets_kernel<<<lm__cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore_index, first);
+        st = lm__cuda_launched("cross_entropy target check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, first, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (cross_entropy)");
@@ -100,15 +100,15 @@ lm_status lm_cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_vi
     }
     if (st == LM_OK && N > 0) {
         int64_t s0 = logits->stride[0], s1 = logits->stride[1];
-        LM_CUDA_FLOAT_SWITCH(logits->dtype, T,
+        LM__CUDA_FLOAT_SWITCH(logits->dtype, T,
                              row_loss_kernel<T><<<(unsigned)N, 256, 0, s>>>((const T *)logits->data, s0, s1, V,
                                                                            targets->data, is64, ts, ignore_index, loss,
                                                                            counted));
-        st = lm_cuda_launched("cross_entropy row kernel");
+        st = lm__cuda_launched("cross_entropy row kernel");
     }
     if (st == LM_OK) {
         mean_kernel<<<1, 32, 0, s>>>(loss, counted, N, (float *)out->data);
-        st = lm_cuda_launched("cross_entropy mean kernel");
+        st = lm__cuda_launched("cross_entropy mean kernel");
     }
     cudaFreeAsync(work, s);
     return st;

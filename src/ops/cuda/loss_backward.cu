@@ -55,7 +55,7 @@ __global__ void ce_rows_kernel(const T *x, int64_t s0, int64_t s1, int64_t N, in
     }
 }
 
-lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,
+lm_status lm__cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,
                                          int64_t ignore_index, const lm_tensor_view *dloss,
                                          const lm_tensor_view *dlogits, cudaStream_t s) {
     int64_t N = logits->shape[0], V = logits->shape[1], ts = targets->stride[0];
@@ -66,9 +66,9 @@ lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_
     double *scale = (double *)work + 1;
     lm_status st = lm__cuda_check(cudaMemcpyAsync(first, &bad, sizeof bad, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
     if (st == LM_OK && N > 0) {
-        check_targets_bw_kernel<<<lm_cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore_index,
+        check_targets_bw_kernel<<<lm__cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore_index,
                                                                         first);
-        st = lm_cuda_launched("cross_entropy_backward target check");
+        st = lm__cuda_launched("cross_entropy_backward target check");
     }
     if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(&bad, first, sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (cross_entropy_backward)");
@@ -86,16 +86,16 @@ lm_status lm_cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm_
     }
     if (st == LM_OK && dlogits && N > 0 && V > 0) {
         scale_kernel<<<1, 256, 0, s>>>(targets->data, is64, ts, N, ignore_index, (const float *)dloss->data, scale);
-        st = lm_cuda_launched("cross_entropy_backward scale kernel");
+        st = lm__cuda_launched("cross_entropy_backward scale kernel");
     }
     if (st == LM_OK && dlogits && N > 0 && V > 0) {
         unsigned g = (unsigned)LM_MIN(N, 65535 * 8);
-        LM_CUDA_FLOAT_SWITCH(logits->dtype, T,
+        LM__CUDA_FLOAT_SWITCH(logits->dtype, T,
                              ce_rows_kernel<T><<<g, 256, 0, s>>>((const T *)logits->data, logits->stride[0],
                                                                  logits->stride[1], N, V, targets->data, is64, ts,
                                                                  ignore_index, scale, dlogits->data, dlogits->dtype,
                                                                  dlogits->stride[0], dlogits->stride[1]));
-        st = lm_cuda_launched("cross_entropy_backward row kernel");
+        st = lm__cuda_launched("cross_entropy_backward row kernel");
     }
     cudaFreeAsync(work, s);
     return st;

@@ -11,13 +11,13 @@
 #define TILE 16
 
 /* Offset of batch index z (row-major over the leading ndim - 2 dims). */
-__device__ __forceinline__ int64_t batch_offset(lm_cuda_nd v, int64_t z) {
+__device__ __forceinline__ int64_t batch_offset(lm__cuda_nd v, int64_t z) {
     v.ndim -= 2;
     return nd_offset(v, z);
 }
 
 template <typename TA, typename TB>
-__global__ void matmul_kernel(const TA *a, lm_cuda_nd na, const TB *b, lm_cuda_nd nb, TA *out, lm_cuda_nd no,
+__global__ void matmul_kernel(const TA *a, lm__cuda_nd na, const TB *b, lm__cuda_nd nb, TA *out, lm__cuda_nd no,
                               int64_t batch) {
     __shared__ float as[TILE][TILE + 1], bs[TILE][TILE + 1];
     int nd = no.ndim, tx = threadIdx.x, ty = threadIdx.y;
@@ -45,12 +45,12 @@ static lm_status launch(const lm_tensor_view *a, const lm_tensor_view *b, const 
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], batch = lm_tensor_view_numel(out) / (M * N);
     dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE), (unsigned)LM_MIN(batch, 65535));
     if (grid.y > 65535) return lm__error(LM_UNSUPPORTED, "matmul (cuda): M = %lld rows exceed the grid", (long long)M);
-    matmul_kernel<TA, TB><<<grid, dim3(TILE, TILE), 0, s>>>((const TA *)a->data, lm_cuda_nd_of(a), (const TB *)b->data,
-                                                            lm_cuda_nd_of(b), (TA *)out->data, lm_cuda_nd_of(out), batch);
-    return lm_cuda_launched("matmul kernel");
+    matmul_kernel<TA, TB><<<grid, dim3(TILE, TILE), 0, s>>>((const TA *)a->data, lm__cuda_nd_of(a), (const TB *)b->data,
+                                                            lm__cuda_nd_of(b), (TA *)out->data, lm__cuda_nd_of(out), batch);
+    return lm__cuda_launched("matmul kernel");
 }
 
-lm_status lm_cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
     if (lm_tensor_view_numel(out) == 0) return LM_OK;
     if (a->dtype == LM_F32 && b->dtype == LM_BF16) return launch<float, bf16>(a, b, out, s);
     if (a->dtype == LM_F32 && b->dtype == LM_F16) return launch<float, __half>(a, b, out, s);

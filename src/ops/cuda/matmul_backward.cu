@@ -3,8 +3,8 @@
  *   db[batch_b, k, n] = sum over out batches reading batch_b, sum_m a[m, k] dout[m, n]
  * Vendor path (per gradient): when the gradient's operand is not broadcast (no sum over
  * batches) and a, b, dout and the gradient share one dtype, the gradient is one GEMM
- * over transposed views, through lm_cuda_matmul_lt (cuBLASLt, f32 compute) or, when
- * it declines the layout, the readable lm_cuda_matmul. A 2-d b under a batched a
+ * over transposed views, through lm__cuda_matmul_lt (cuBLASLt, f32 compute) or, when
+ * it declines the layout, the readable lm__cuda_matmul. A 2-d b under a batched a
  * (the Linear case) folds the batch into rows: db = a2^T @ dout2 with a2 [R, K],
  * dout2 [R, N], or db^T = dout2^T @ a2 when db is the transposed view of a row-major
  * weight gradient. Everything else (broadcast sums, mixed dtypes, f32 gradients of
@@ -15,7 +15,7 @@
 #include "ops/cuda/backward.cuh"
 
 /* Row-major multi-index of i over the first nd dims of v's shape. */
-__device__ __forceinline__ void unravel(const lm_cuda_nd &v, int nd, int64_t i, int64_t *idx) {
+__device__ __forceinline__ void unravel(const lm__cuda_nd &v, int nd, int64_t i, int64_t *idx) {
     for (int d = nd - 1; d >= 0; d--) {
         idx[d] = i % v.shape[d];
         i /= v.shape[d];
@@ -25,8 +25,8 @@ __device__ __forceinline__ void unravel(const lm_cuda_nd &v, int nd, int64_t i, 
 /* One gradient element of g = da (which = 0) or db (which = 1). x is the gradient's
  * operand (a or b), y the other one. For da: sum_n dout[z, m, n] y[z, k, n]; for db:
  * sum_m y[z, m, k] dout[z, m, n], over out batches z that read x's batch. */
-__global__ void matmul_grad_kernel(int which, lm_cuda_nd nx, const void *y, int ydt, lm_cuda_nd ny, const void *dout,
-                                   int ddt, lm_cuda_nd nd_, void *g, int gdt, lm_cuda_nd ng, int64_t count) {
+__global__ void matmul_grad_kernel(int which, lm__cuda_nd nx, const void *y, int ydt, lm__cuda_nd ny, const void *dout,
+                                   int ddt, lm__cuda_nd nd_, void *g, int gdt, lm__cuda_nd ng, int64_t count) {
     int nx_b = nx.ndim - 2, ny_b = ny.ndim - 2, no_b = nd_.ndim - 2;
     int64_t M = nd_.shape[no_b], N = nd_.shape[no_b + 1], batches = 1;
     for (int d = 0; d < no_b; d++) batches *= nd_.shape[d];
@@ -64,20 +64,20 @@ static lm_status readable(int which, const lm_tensor_view *x, const lm_tensor_vi
                           const lm_tensor_view *g, cudaStream_t s) {
     int64_t count = lm_tensor_view_numel(g);
     if (count == 0) return LM_OK;
-    matmul_grad_kernel<<<lm_cuda_blocks(count, 128), 128, 0, s>>>(which, lm_cuda_nd_of(x), y->data, y->dtype,
-                                                                  lm_cuda_nd_of(y), dout->data, dout->dtype,
-                                                                  lm_cuda_nd_of(dout), g->data, g->dtype,
-                                                                  lm_cuda_nd_of(g), count);
-    return lm_cuda_launched("matmul_backward kernel");
+    matmul_grad_kernel<<<lm__cuda_blocks(count, 128), 128, 0, s>>>(which, lm__cuda_nd_of(x), y->data, y->dtype,
+                                                                  lm__cuda_nd_of(y), dout->data, dout->dtype,
+                                                                  lm__cuda_nd_of(dout), g->data, g->dtype,
+                                                                  lm__cuda_nd_of(g), count);
+    return lm__cuda_launched("matmul_backward kernel");
 }
 
 /* out = l @ r through cuBLASLt, else the readable matmul (same contract). */
 static lm_status gemm(const lm__cuda_blas *blas, const lm_tensor_view *l, const lm_tensor_view *r,
                       const lm_tensor_view *out, cudaStream_t s) {
-    lm_status st = lm_cuda_matmul_lt(blas, l, r, out, s);
+    lm_status st = lm__cuda_matmul_lt(blas, l, r, out, s);
     if (st != LM_UNSUPPORTED) return st;
     lm_clear_error();
-    return lm_cuda_matmul(l, r, out, s);
+    return lm__cuda_matmul(l, r, out, s);
 }
 
 /* Whether v's batch dims equal dout's (same rank, no broadcast). */
@@ -142,7 +142,7 @@ static lm_status grad_b(const lm__cuda_blas *blas, const lm_tensor_view *a, cons
     return gemm(blas, &e, dout, db, s);
 }
 
-lm_status lm_cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                                   const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
                                   cudaStream_t s) {
     if (da) LM_TRY(grad_a(blas, a, b, dout, da, s));

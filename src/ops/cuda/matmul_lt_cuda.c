@@ -235,12 +235,12 @@ static int as_operand(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *o
     return 0;
 }
 
-lm_status lm_cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_lt(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                             const lm_tensor_view *out, cudaStream_t s) {
-    return lm_cuda_matmul_lt_ex(blas, a, b, out, 0, s);
+    return lm__cuda_matmul_lt_ex(blas, a, b, out, 0, s);
 }
 
-lm_status lm_cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
+lm_status lm__cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                                const lm_tensor_view *out, int accumulate, cudaStream_t s) {
     int nd = out->ndim;
     if (a->dtype != b->dtype || (a->dtype != out->dtype && out->dtype != LM_F32) || nd > 3)
@@ -260,7 +260,7 @@ lm_status lm_cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view *
     return lt_run(blas, &p, b->data, a->data, out->data, NULL, s);
 }
 
-lm_status lm_cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
+lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
                             float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
     if (M == 0 || N == 0) return LM_OK;
     lt_problem p;

@@ -12,14 +12,14 @@
 #include "ops/cuda/common.cuh"
 
 /* The leading dims of v (all but the last) as a descriptor of the row index space. */
-static lm_cuda_nd rows_of(const lm_tensor_view *v) {
-    lm_cuda_nd d = lm_cuda_nd_of(v);
+static lm__cuda_nd rows_of(const lm_tensor_view *v) {
+    lm__cuda_nd d = lm__cuda_nd_of(v);
     d.ndim = v->ndim - 1;
     return d;
 }
 
 template <typename T>
-__global__ void rmsnorm_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T *w, int64_t sw, T *out, lm_cuda_nd ro,
+__global__ void rmsnorm_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const T *w, int64_t sw, T *out, lm__cuda_nd ro,
                                int64_t so, int64_t rows, int64_t D, float eps) {
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -37,8 +37,8 @@ __global__ void rmsnorm_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T *w
 }
 
 template <typename T>
-__global__ void add_rmsnorm_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T *res, lm_cuda_nd rr, int64_t sr,
-                                   const T *w, int64_t sw, T *sum, lm_cuda_nd rs, int64_t ss_, T *out, lm_cuda_nd ro,
+__global__ void add_rmsnorm_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const T *res, lm__cuda_nd rr, int64_t sr,
+                                   const T *w, int64_t sw, T *sum, lm__cuda_nd rs, int64_t ss_, T *out, lm__cuda_nd ro,
                                    int64_t so, int64_t rows, int64_t D, float eps) {
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -59,32 +59,32 @@ __global__ void add_rmsnorm_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const 
 
 static int64_t last_stride(const lm_tensor_view *v) { return v->stride[v->ndim - 1]; }
 
-lm_status lm_cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                           const lm_tensor_view *out, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out), D = x->shape[x->ndim - 1];
     if (n == 0) return LM_OK;
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          rmsnorm_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rows_of(x), last_stride(x),
                                                              (const T *)weight->data, weight->stride[0], (T *)out->data,
                                                              rows_of(out), last_stride(out), rows, D, eps));
-    return lm_cuda_launched("rmsnorm kernel");
+    return lm__cuda_launched("rmsnorm kernel");
 }
 
-lm_status lm_cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
+lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
                               float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out), D = x->shape[x->ndim - 1];
     if (n == 0) return LM_OK;
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          add_rmsnorm_kernel<T><<<g, 256, 0, s>>>(
                              (const T *)x->data, rows_of(x), last_stride(x), (const T *)residual->data,
                              rows_of(residual), last_stride(residual), (const T *)weight->data, weight->stride[0],
                              (T *)sum_out->data, rows_of(sum_out), last_stride(sum_out), (T *)out->data, rows_of(out),
                              last_stride(out), rows, D, eps));
-    return lm_cuda_launched("add_rmsnorm kernel");
+    return lm__cuda_launched("add_rmsnorm kernel");
 }
 
 /* ---- v2: f32 residual stream in, bf16 normalized rows out ------------------------------ */
@@ -105,16 +105,16 @@ __global__ void rmsnorm_v2_kernel(float *x, const float *delta, const float *w, 
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) orow[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
-lm_status lm_cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
+lm_status lm__cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
                              cudaStream_t s) {
     if (rows == 0) return LM_OK;
     rmsnorm_v2_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, NULL, w, eps, D, (bf16 *)out);
-    return lm_cuda_launched("rmsnorm_v2");
+    return lm__cuda_launched("rmsnorm_v2");
 }
 
-lm_status lm_cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
+lm_status lm__cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
                                  void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
     rmsnorm_v2_kernel<<<(unsigned)rows, 256, 0, s>>>(x, delta, w, eps, D, (bf16 *)out);
-    return lm_cuda_launched("add_rmsnorm_v2");
+    return lm__cuda_launched("add_rmsnorm_v2");
 }

@@ -16,9 +16,9 @@
 static int64_t last_stride(const lm_tensor_view *v) { return v->stride[v->ndim - 1]; }
 
 template <typename T>
-__global__ void norm_rows_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T *w, int64_t sw, const T *dy,
-                                 lm_cuda_nd rd, int64_t sd, const T *dsum, lm_cuda_nd rs, int64_t ss_, void *dx,
-                                 int dx_dt, lm_cuda_nd ro, int64_t so, int64_t rows, int64_t D, float eps,
+__global__ void norm_rows_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const T *w, int64_t sw, const T *dy,
+                                 lm__cuda_nd rd, int64_t sd, const T *dsum, lm__cuda_nd rs, int64_t ss_, void *dx,
+                                 int dx_dt, lm__cuda_nd ro, int64_t so, int64_t rows, int64_t D, float eps,
                                  float *rstd) {
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -48,7 +48,7 @@ __global__ void norm_rows_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T 
 
 /* partial[chunk, i] = sum over the chunk's rows of dout * x * r, one thread per column. */
 template <typename T>
-__global__ void dweight_partial_kernel(const T *x, lm_cuda_nd rx, int64_t sx, const T *dy, lm_cuda_nd rd, int64_t sd,
+__global__ void dweight_partial_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const T *dy, lm__cuda_nd rd, int64_t sd,
                                        const float *rstd, int64_t rows, int64_t D, float *partial) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = (int64_t)blockIdx.y * CHUNK;
     if (i >= D) return;
@@ -67,12 +67,12 @@ __global__ void dweight_sum_kernel(const float *partial, int64_t chunks, int64_t
 }
 
 static lm_status dweight_zero(const lm_tensor_view *dweight, int64_t D, cudaStream_t s) {
-    dweight_sum_kernel<<<lm_cuda_blocks(D, 256), 256, 0, s>>>(NULL, 0, D, dweight->data, dweight->dtype,
+    dweight_sum_kernel<<<lm__cuda_blocks(D, 256), 256, 0, s>>>(NULL, 0, D, dweight->data, dweight->dtype,
                                                                dweight->stride[0]);
-    return lm_cuda_launched("rmsnorm_backward dweight kernel");
+    return lm__cuda_launched("rmsnorm_backward dweight kernel");
 }
 
-lm_status lm_cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+lm_status lm__cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                    const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
                                    const lm_tensor_view *dweight, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(x), D = x->shape[x->ndim - 1];
@@ -85,27 +85,27 @@ lm_status lm_cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&work, sizeof(float) * (size_t)(rows + chunks * D), s),
                               "cudaMallocAsync (rmsnorm_backward)"));
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    lm_cuda_nd none = {0, {0}, {0}, -1};
+    lm__cuda_nd none = {0, {0}, {0}, -1};
     lm_status st = LM_OK;
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T, {
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
         norm_rows_kernel<T><<<g, 256, 0, s>>>(
             (const T *)x->data, rows_nd(x), last_stride(x), (const T *)weight->data, weight->stride[0],
             (const T *)dout->data, rows_nd(dout), last_stride(dout), dsum ? (const T *)dsum->data : NULL,
             dsum ? rows_nd(dsum) : none, dsum ? last_stride(dsum) : 0, dx ? dx->data : NULL, dx ? dx->dtype : LM_F32,
             dx ? rows_nd(dx) : none, dx ? last_stride(dx) : 0, rows, D, eps, work);
-        st = lm_cuda_launched("rmsnorm_backward row kernel");
+        st = lm__cuda_launched("rmsnorm_backward row kernel");
         if (st == LM_OK && dweight) {
             dim3 grid((unsigned)((D + 255) / 256), (unsigned)chunks);
             dweight_partial_kernel<T><<<grid, 256, 0, s>>>((const T *)x->data, rows_nd(x), last_stride(x),
                                                            (const T *)dout->data, rows_nd(dout), last_stride(dout),
                                                            work, rows, D, work + rows);
-            st = lm_cuda_launched("rmsnorm_backward dweight partial kernel");
+            st = lm__cuda_launched("rmsnorm_backward dweight partial kernel");
         }
     });
     if (st == LM_OK && dweight) {
-        dweight_sum_kernel<<<lm_cuda_blocks(D, 256), 256, 0, s>>>(work + rows, chunks, D, dweight->data,
+        dweight_sum_kernel<<<lm__cuda_blocks(D, 256), 256, 0, s>>>(work + rows, chunks, D, dweight->data,
                                                                    dweight->dtype, dweight->stride[0]);
-        st = lm_cuda_launched("rmsnorm_backward dweight kernel");
+        st = lm__cuda_launched("rmsnorm_backward dweight kernel");
     }
     if (work) cudaFreeAsync(work, s);
     return st;

@@ -23,8 +23,8 @@ struct adamw_args {
 };
 
 template <typename G>
-__global__ void adamw_kernel(float *p, lm_cuda_nd np, const G *g, lm_cuda_nd ng, float *m, lm_cuda_nd nm, float *v,
-                             lm_cuda_nd nv, int64_t n, adamw_args a) {
+__global__ void adamw_kernel(float *p, lm__cuda_nd np, const G *g, lm__cuda_nd ng, float *m, lm__cuda_nd nm, float *v,
+                             lm__cuda_nd nv, int64_t n, adamw_args a) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t op = nd_offset(np, i), om = nd_offset(nm, i), ov = nd_offset(nv, i);
         double grad = (double)ld(g + nd_offset(ng, i)) * a.grad_scale;
@@ -37,7 +37,7 @@ __global__ void adamw_kernel(float *p, lm_cuda_nd np, const G *g, lm_cuda_nd ng,
     }
 }
 
-lm_status lm_cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
                                const lm_adamw_hparams *hp, cudaStream_t s) {
     adamw_args a;
@@ -51,19 +51,19 @@ lm_status lm_cuda_adamw_update(int n, const lm_tensor_view *params, const lm_ten
         int64_t count = lm_tensor_view_numel(&params[i]);
         if (count == 0) continue;
         a.decay = 1.0 - hp->lr * (double)weight_decay[i];
-        unsigned blocks = lm_cuda_blocks(count, 256);
-        lm_cuda_nd np = flat_nd(&params[i]), ng = flat_nd(&grads[i]), nm = flat_nd(&m[i]), nv = flat_nd(&v[i]);
-        LM_CUDA_FLOAT_SWITCH(grads[i].dtype, G,
+        unsigned blocks = lm__cuda_blocks(count, 256);
+        lm__cuda_nd np = flat_nd(&params[i]), ng = flat_nd(&grads[i]), nm = flat_nd(&m[i]), nv = flat_nd(&v[i]);
+        LM__CUDA_FLOAT_SWITCH(grads[i].dtype, G,
                              adamw_kernel<G><<<blocks, 256, 0, s>>>((float *)params[i].data, np,
                                                                     (const G *)grads[i].data, ng, (float *)m[i].data,
                                                                     nm, (float *)v[i].data, nv, count, a));
-        LM_TRY(lm_cuda_launched("adamw kernel"));
+        LM_TRY(lm__cuda_launched("adamw kernel"));
     }
     return LM_OK;
 }
 
 template <typename T>
-__global__ void sum_squares_kernel(const T *x, lm_cuda_nd nx, int64_t n, double *partial) {
+__global__ void sum_squares_kernel(const T *x, lm__cuda_nd nx, int64_t n, double *partial) {
     __shared__ double red[32];
     double acc = 0.0;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -84,7 +84,7 @@ __global__ void sum_partials_kernel(const double *partial, int n, float *out) {
     if (threadIdx.x == 0) *out = (float)acc;
 }
 
-lm_status lm_cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s) {
     double *partial = NULL; /* [n, SS_BLOCKS], zero for empty tensors */
     size_t bytes = sizeof(double) * (size_t)SS_BLOCKS * (size_t)(n > 0 ? n : 1);
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&partial, bytes, s), "cudaMallocAsync (sum_squares)"));
@@ -92,18 +92,18 @@ lm_status lm_cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_v
     for (int i = 0; st == LM_OK && i < n; i++) {
         int64_t count = lm_tensor_view_numel(&xs[i]);
         if (count == 0) continue;
-        lm_cuda_nd nx = flat_nd(&xs[i]);
+        lm__cuda_nd nx = flat_nd(&xs[i]);
         double *slot = partial + (size_t)i * SS_BLOCKS;
         switch (xs[i].dtype) {
         case LM_F32: sum_squares_kernel<float><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const float *)xs[i].data, nx, count, slot); break;
         case LM_BF16: sum_squares_kernel<bf16><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const bf16 *)xs[i].data, nx, count, slot); break;
         default: sum_squares_kernel<__half><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const __half *)xs[i].data, nx, count, slot); break;
         }
-        st = lm_cuda_launched("sum_squares kernel");
+        st = lm__cuda_launched("sum_squares kernel");
     }
     if (st == LM_OK) {
         sum_partials_kernel<<<1, SS_BLOCKS, 0, s>>>(partial, n > 0 ? n : 1, (float *)out->data);
-        st = lm_cuda_launched("sum_squares total kernel");
+        st = lm__cuda_launched("sum_squares total kernel");
     }
     cudaFreeAsync(partial, s);
     return st;

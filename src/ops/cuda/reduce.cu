@@ -12,8 +12,8 @@
 #include "ops/cuda/common.cuh"
 
 /* x without dim: offsets of the starts of the reduced slices, indexed like out. */
-static lm_cuda_nd drop_dim(const lm_tensor_view *x, int dim) {
-    lm_cuda_nd r = lm_cuda_nd_of(x);
+static lm__cuda_nd drop_dim(const lm_tensor_view *x, int dim) {
+    lm__cuda_nd r = lm__cuda_nd_of(x);
     for (int i = dim; i + 1 < x->ndim; i++) {
         r.shape[i] = x->shape[i + 1];
         r.stride[i] = x->stride[i + 1];
@@ -23,7 +23,7 @@ static lm_cuda_nd drop_dim(const lm_tensor_view *x, int dim) {
 }
 
 template <typename T>
-__global__ void reduce_kernel(int is_max, const T *x, lm_cuda_nd rest, int64_t n, int64_t step, T *out, lm_cuda_nd no,
+__global__ void reduce_kernel(int is_max, const T *x, lm__cuda_nd rest, int64_t n, int64_t step, T *out, lm__cuda_nd no,
                               int64_t count) {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < count; o += (int64_t)gridDim.x * blockDim.x) {
         const T *base = x + nd_offset(rest, o);
@@ -40,7 +40,7 @@ __global__ void reduce_kernel(int is_max, const T *x, lm_cuda_nd rest, int64_t n
 #define SUM_CHUNK 128
 
 template <typename T>
-__global__ void sum_chunks_kernel(const T *x, lm_cuda_nd rest, int64_t n, int64_t step, int64_t count, int64_t chunks,
+__global__ void sum_chunks_kernel(const T *x, lm__cuda_nd rest, int64_t n, int64_t step, int64_t count, int64_t chunks,
                                   double *part) {
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < count * chunks;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -53,7 +53,7 @@ __global__ void sum_chunks_kernel(const T *x, lm_cuda_nd rest, int64_t n, int64_
 }
 
 template <typename T>
-__global__ void sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm_cuda_nd no) {
+__global__ void sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm__cuda_nd no) {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < count; o += (int64_t)gridDim.x * blockDim.x) {
         double acc = 0.0;
         for (int64_t c = 0; c < chunks; c++) acc += part[c * count + o];
@@ -70,30 +70,30 @@ static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_t
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)(chunks * count), s),
                               "cudaMallocAsync (sum)"));
         lm_status st = LM_OK;
-        LM_CUDA_FLOAT_SWITCH(x->dtype, T, {
-            sum_chunks_kernel<T><<<lm_cuda_blocks(count * chunks, 256), 256, 0, s>>>(
+        LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
+            sum_chunks_kernel<T><<<lm__cuda_blocks(count * chunks, 256), 256, 0, s>>>(
                 (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
-            st = lm_cuda_launched("sum kernel (chunks)");
+            st = lm__cuda_launched("sum kernel (chunks)");
             if (st == LM_OK) {
-                sum_finish_kernel<T><<<lm_cuda_blocks(count, 256), 256, 0, s>>>(part, count, chunks, (T *)out->data,
-                                                                                 lm_cuda_nd_of(out));
-                st = lm_cuda_launched("sum kernel (finish)");
+                sum_finish_kernel<T><<<lm__cuda_blocks(count, 256), 256, 0, s>>>(part, count, chunks, (T *)out->data,
+                                                                                 lm__cuda_nd_of(out));
+                st = lm__cuda_launched("sum kernel (finish)");
             }
         });
         cudaFreeAsync(part, s);
         return st;
     }
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
-                         reduce_kernel<T><<<lm_cuda_blocks(count, 256), 256, 0, s>>>(
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
+                         reduce_kernel<T><<<lm__cuda_blocks(count, 256), 256, 0, s>>>(
                              is_max, (const T *)x->data, drop_dim(x, dim), x->shape[dim], x->stride[dim],
-                             (T *)out->data, lm_cuda_nd_of(out), count));
-    return lm_cuda_launched(is_max ? "max kernel" : "sum kernel");
+                             (T *)out->data, lm__cuda_nd_of(out), count));
+    return lm__cuda_launched(is_max ? "max kernel" : "sum kernel");
 }
 
-lm_status lm_cuda_sum(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_sum(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
     return reduce(0, x, dim, out, s);
 }
-lm_status lm_cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
     return reduce(1, x, dim, out, s);
 }
 
@@ -101,7 +101,7 @@ lm_status lm_cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *ou
 template <int E> struct raw { unsigned char b[E]; };
 
 template <typename R>
-__global__ void copy_kernel(const R *src, lm_cuda_nd ns, R *dst, lm_cuda_nd nd, int64_t n) {
+__global__ void copy_kernel(const R *src, lm__cuda_nd ns, R *dst, lm__cuda_nd nd, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         dst[nd_offset(nd, i)] = src[nd_offset(ns, i)];
 }
@@ -110,12 +110,12 @@ template <typename R>
 static lm_status copy_into(const lm_tensor_view *src, const lm_tensor_view *dst, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(src);
     if (n == 0) return LM_OK;
-    copy_kernel<R><<<lm_cuda_blocks(n, 256), 256, 0, s>>>((const R *)src->data, lm_cuda_nd_of(src), (R *)dst->data,
-                                                          lm_cuda_nd_of(dst), n);
-    return lm_cuda_launched("concat copy kernel");
+    copy_kernel<R><<<lm__cuda_blocks(n, 256), 256, 0, s>>>((const R *)src->data, lm__cuda_nd_of(src), (R *)dst->data,
+                                                          lm__cuda_nd_of(dst), n);
+    return lm__cuda_launched("concat copy kernel");
 }
 
-lm_status lm_cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
+lm_status lm__cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
                          cudaStream_t s) {
     size_t es = lm_dtype_size(out->dtype);
     int64_t start = 0; /* first index along dim of the current input's slice of out */

@@ -29,8 +29,8 @@ struct rope_args {
 };
 
 template <typename T>
-__global__ void rope_kernel(const T *x, lm_cuda_nd nx, const T *bias, int64_t bs0, int64_t bs1, T *out,
-                            lm_cuda_nd no, rope_args a) {
+__global__ void rope_kernel(const T *x, lm__cuda_nd nx, const T *bias, int64_t bs0, int64_t bs1, T *out,
+                            lm__cuda_nd no, rope_args a) {
     int64_t n = a.B * a.T * a.H * a.half;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = idx % a.half, h = (idx / a.half) % a.H, t = (idx / (a.half * a.H)) % a.T;
@@ -55,7 +55,7 @@ __global__ void rope_kernel(const T *x, lm_cuda_nd nx, const T *bias, int64_t bs
     }
 }
 
-lm_status lm_cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out);
     if (n == 0) return LM_OK;
     rope_args a;
@@ -74,11 +74,11 @@ lm_status lm_cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const l
     a.B = x->shape[0], a.T = x->shape[1], a.H = x->shape[2], a.half = x->shape[3] / 2;
     const void *bias = p->bias ? p->bias->data : NULL;
     int64_t bs0 = p->bias ? p->bias->stride[0] : 0, bs1 = p->bias ? p->bias->stride[1] : 0;
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
-                         rope_kernel<T><<<lm_cuda_blocks(n / 2, 256), 256, 0, s>>>(
-                             (const T *)x->data, lm_cuda_nd_of(x), (const T *)bias, bs0, bs1, (T *)out->data,
-                             lm_cuda_nd_of(out), a));
-    return lm_cuda_launched("rope kernel");
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
+                         rope_kernel<T><<<lm__cuda_blocks(n / 2, 256), 256, 0, s>>>(
+                             (const T *)x->data, lm__cuda_nd_of(x), (const T *)bias, bs0, bs1, (T *)out->data,
+                             lm__cuda_nd_of(out), a));
+    return lm__cuda_launched("rope kernel");
 }
 
 __global__ void inv_freq_kernel(double theta, int64_t head_dim, float *out, int64_t stride) {
@@ -86,16 +86,16 @@ __global__ void inv_freq_kernel(double theta, int64_t head_dim, float *out, int6
     if (i < head_dim / 2) out[i * stride] = (float)pow(theta, -2.0 * (double)i / (double)head_dim);
 }
 
-lm_status lm_cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor_view *out, cudaStream_t s) {
     if (head_dim < 2) return LM_OK;
-    inv_freq_kernel<<<lm_cuda_blocks(head_dim / 2, 128), 128, 0, s>>>(theta, head_dim, (float *)out->data,
+    inv_freq_kernel<<<lm__cuda_blocks(head_dim / 2, 128), 128, 0, s>>>(theta, head_dim, (float *)out->data,
                                                                        out->stride[0]);
-    return lm_cuda_launched("rope_inv_freq kernel");
+    return lm__cuda_launched("rope_inv_freq kernel");
 }
 
 /* ---- v2: fused bias + q/k norm + RoPE + KV-cache store ------------------------------------- */
 template <typename QT>
-__global__ void qkv_rope_v2_kernel(lm_cuda_qkv_params p, lm_cuda_kv kv) {
+__global__ void qkv_rope_v2_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
     int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim, half = hd / 2, heads = Hq + 2 * Hkv;
     int64_t item = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (token, head), warp-uniform */
     if (item >= p.ntok * heads) return;
@@ -141,11 +141,11 @@ __global__ void qkv_rope_v2_kernel(lm_cuda_qkv_params p, lm_cuda_kv kv) {
     }
 }
 
-lm_status lm_cuda_qkv_rope_v2(const lm_cuda_qkv_params *p, const lm_cuda_kv *kv, cudaStream_t s) {
+lm_status lm__cuda_qkv_rope_v2(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     int64_t items = p->ntok * (p->q_heads + 2 * kv->kv_heads);
     if (items == 0) return LM_OK;
     unsigned blocks = (unsigned)((items + 3) / 4); /* 4 warps per block */
     if (p->q_bf16) qkv_rope_v2_kernel<bf16><<<blocks, 128, 0, s>>>(*p, *kv);
     else qkv_rope_v2_kernel<float><<<blocks, 128, 0, s>>>(*p, *kv);
-    return lm_cuda_launched("qkv_rope_v2");
+    return lm__cuda_launched("qkv_rope_v2");
 }

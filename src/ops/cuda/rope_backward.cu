@@ -37,7 +37,7 @@ __device__ __forceinline__ void rotation(const rope_bw_args &a, int64_t b, int64
 }
 
 template <typename T>
-__global__ void rope_dx_kernel(const T *dy, lm_cuda_nd nd, void *dx, int dx_dt, lm_cuda_nd nx, rope_bw_args a) {
+__global__ void rope_dx_kernel(const T *dy, lm__cuda_nd nd, void *dx, int dx_dt, lm__cuda_nd nx, rope_bw_args a) {
     int64_t n = a.B * a.T * a.H * a.half;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = idx % a.half, h = (idx / a.half) % a.H, t = (idx / (a.half * a.H)) % a.T;
@@ -53,7 +53,7 @@ __global__ void rope_dx_kernel(const T *dy, lm_cuda_nd nd, void *dx, int dx_dt, 
 }
 
 template <typename T>
-__global__ void rope_dbias_kernel(const T *dy, lm_cuda_nd nd, void *db, int db_dt, int64_t ds0, int64_t ds1,
+__global__ void rope_dbias_kernel(const T *dy, lm__cuda_nd nd, void *db, int db_dt, int64_t ds0, int64_t ds1,
                                   rope_bw_args a) {
     int64_t n = a.H * a.half;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
@@ -75,7 +75,7 @@ __global__ void rope_dbias_kernel(const T *dy, lm_cuda_nd nd, void *db, int db_d
     }
 }
 
-lm_status lm_cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
+lm_status lm__cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
                                 const lm_tensor_view *dbias, cudaStream_t s) {
     rope_bw_args a;
     memset(&a, 0, sizeof a);
@@ -93,17 +93,17 @@ lm_status lm_cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_params
     a.B = dout->shape[0], a.T = dout->shape[1], a.H = dout->shape[2], a.half = dout->shape[3] / 2;
     int64_t pairs = a.B * a.T * a.H * a.half, hp = a.H * a.half;
     if (dx && pairs > 0) {
-        LM_CUDA_FLOAT_SWITCH(dout->dtype, T,
-                             rope_dx_kernel<T><<<lm_cuda_blocks(pairs, 256), 256, 0, s>>>(
-                                 (const T *)dout->data, lm_cuda_nd_of(dout), dx->data, dx->dtype, lm_cuda_nd_of(dx), a));
-        LM_TRY(lm_cuda_launched("rope_backward dx kernel"));
+        LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
+                             rope_dx_kernel<T><<<lm__cuda_blocks(pairs, 256), 256, 0, s>>>(
+                                 (const T *)dout->data, lm__cuda_nd_of(dout), dx->data, dx->dtype, lm__cuda_nd_of(dx), a));
+        LM_TRY(lm__cuda_launched("rope_backward dx kernel"));
     }
     if (dbias && hp > 0) {
-        LM_CUDA_FLOAT_SWITCH(dout->dtype, T,
-                             rope_dbias_kernel<T><<<lm_cuda_blocks(hp, 64), 64, 0, s>>>(
-                                 (const T *)dout->data, lm_cuda_nd_of(dout), dbias->data, dbias->dtype,
+        LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
+                             rope_dbias_kernel<T><<<lm__cuda_blocks(hp, 64), 64, 0, s>>>(
+                                 (const T *)dout->data, lm__cuda_nd_of(dout), dbias->data, dbias->dtype,
                                  dbias->stride[0], dbias->stride[1], a));
-        LM_TRY(lm_cuda_launched("rope_backward dbias kernel"));
+        LM_TRY(lm__cuda_launched("rope_backward dbias kernel"));
     }
     return LM_OK;
 }

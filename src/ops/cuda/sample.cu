@@ -131,13 +131,13 @@ __global__ void __launch_bounds__(256) partial_top_kernel(const float *logits, i
 }
 
 __global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, int64_t V, int64_t ld,
-                                                         const lm_cuda_sample_params *params,
+                                                         const lm__cuda_sample_params *params,
                                                          const unsigned long long *work, int32_t *out) {
     __shared__ unsigned long long kscratch[32];
     __shared__ float fscratch[32], hist[256], part[THREADS];
     __shared__ float sel_rem;
     __shared__ int sel_digit, picked;
-    const lm_cuda_sample_params P = *params;
+    const lm__cuda_sample_params P = *params;
     const float *x = logits + blockIdx.x * ld;
     row_ctx r = {x, V, P.temperature, 0.f, 0ull};
     int greedy = P.greedy || P.temperature == 0.f;
@@ -205,15 +205,15 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, in
     if (threadIdx.x == 0) out[blockIdx.x] = picked;
 }
 
-size_t lm_cuda_sample_workspace(int64_t rows) { return (size_t)rows * PARTS * sizeof(unsigned long long); }
+size_t lm__cuda_sample_workspace(int64_t rows) { return (size_t)rows * PARTS * sizeof(unsigned long long); }
 
-lm_status lm_cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
-                            const lm_cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s) {
+lm_status lm__cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
+                            const lm__cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s) {
     if (rows == 0) return LM_OK;
     if (V < 1 || V > 0x7FFFFFFF || rows > 65535)
         return lm__error(LM_UNSUPPORTED, "sample_v2: %lld rows of a vocabulary of %lld", (long long)rows, (long long)V);
     partial_top_kernel<<<dim3(PARTS, (unsigned)rows), 256, 0, s>>>(logits, V, ld, (unsigned long long *)work);
-    LM_TRY(lm_cuda_launched("sample_v2 argmax pass"));
+    LM_TRY(lm__cuda_launched("sample_v2 argmax pass"));
     sample_kernel<<<(unsigned)rows, THREADS, 0, s>>>(logits, V, ld, params, (const unsigned long long *)work, out_ids);
-    return lm_cuda_launched("sample_v2");
+    return lm__cuda_launched("sample_v2");
 }

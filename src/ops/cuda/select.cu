@@ -47,7 +47,7 @@ __device__ __forceinline__ void store_index(void *p, int is64, int64_t off, int6
 }
 
 template <typename T>
-__global__ void argmax_kernel(const T *x, lm_cuda_nd rx, int64_t sx, int64_t n, void *out, int is64, lm_cuda_nd no,
+__global__ void argmax_kernel(const T *x, lm__cuda_nd rx, int64_t sx, int64_t n, void *out, int is64, lm__cuda_nd no,
                               int64_t rows) {
     __shared__ unsigned long long scratch[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -63,8 +63,8 @@ __global__ void argmax_kernel(const T *x, lm_cuda_nd rx, int64_t sx, int64_t n, 
 }
 
 template <typename T>
-__global__ void topk_kernel(const T *x, lm_cuda_nd rx, int64_t sx, int64_t n, int64_t k, T *values, lm_cuda_nd rv,
-                            int64_t sv, void *indices, int is64, lm_cuda_nd ri, int64_t si, int64_t rows) {
+__global__ void topk_kernel(const T *x, lm__cuda_nd rx, int64_t sx, int64_t n, int64_t k, T *values, lm__cuda_nd rv,
+                            int64_t sv, void *indices, int is64, lm__cuda_nd ri, int64_t si, int64_t rows) {
     __shared__ unsigned long long scratch[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *xr = x + nd_offset(rx, r);
@@ -86,32 +86,32 @@ __global__ void topk_kernel(const T *x, lm_cuda_nd rx, int64_t sx, int64_t n, in
     }
 }
 
-static lm_cuda_nd lead(const lm_tensor_view *v) {
-    lm_cuda_nd d = lm_cuda_nd_of(v);
+static lm__cuda_nd lead(const lm_tensor_view *v) {
+    lm__cuda_nd d = lm__cuda_nd_of(v);
     d.ndim = v->ndim - 1;
     return d;
 }
 
-lm_status lm_cuda_argmax(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_argmax(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
     int64_t rows = lm_tensor_view_numel(out), n = x->shape[x->ndim - 1];
     if (rows == 0) return LM_OK;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          argmax_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, lead(x), x->stride[x->ndim - 1], n,
-                                                            out->data, out->dtype == LM_I64, lm_cuda_nd_of(out), rows));
-    return lm_cuda_launched("argmax kernel");
+                                                            out->data, out->dtype == LM_I64, lm__cuda_nd_of(out), rows));
+    return lm__cuda_launched("argmax kernel");
 }
 
-lm_status lm_cuda_topk(const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
+lm_status lm__cuda_topk(const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
                        const lm_tensor_view *indices, cudaStream_t s) {
     if (lm_tensor_view_numel(values) == 0) return LM_OK;
     int last = x->ndim - 1;
     int64_t n = x->shape[last], rows = lm_tensor_view_numel(x) / n;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          topk_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, lead(x), x->stride[last], n, k,
                                                           (T *)values->data, lead(values), values->stride[last],
                                                           indices->data, indices->dtype == LM_I64, lead(indices),
                                                           indices->stride[last], rows));
-    return lm_cuda_launched("topk kernel");
+    return lm__cuda_launched("topk kernel");
 }

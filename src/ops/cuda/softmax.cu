@@ -9,7 +9,7 @@
 #include "ops/cuda/common.cuh"
 
 template <typename T>
-__global__ void softmax_kernel(const T *x, lm_cuda_nd rx, int64_t sx, T *out, lm_cuda_nd ro, int64_t so, int64_t rows,
+__global__ void softmax_kernel(const T *x, lm__cuda_nd rx, int64_t sx, T *out, lm__cuda_nd ro, int64_t so, int64_t rows,
                                int64_t n, int64_t tq, int causal, float scale) {
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -28,17 +28,17 @@ __global__ void softmax_kernel(const T *x, lm_cuda_nd rx, int64_t sx, T *out, lm
     }
 }
 
-lm_status lm_cuda_softmax(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out,
+lm_status lm__cuda_softmax(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out,
                           cudaStream_t s) {
     int64_t numel = lm_tensor_view_numel(x);
     if (numel == 0) return LM_OK;
     int last = x->ndim - 1;
     int64_t n = x->shape[last], rows = numel / n, tq = causal ? x->shape[last - 1] : 1;
-    lm_cuda_nd rx = lm_cuda_nd_of(x), ro = lm_cuda_nd_of(out);
+    lm__cuda_nd rx = lm__cuda_nd_of(x), ro = lm__cuda_nd_of(out);
     rx.ndim = ro.ndim = last;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
-    LM_CUDA_FLOAT_SWITCH(x->dtype, T,
+    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          softmax_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rx, x->stride[last], (T *)out->data, ro,
                                                              out->stride[last], rows, n, tq, causal, scale));
-    return lm_cuda_launched("softmax kernel");
+    return lm__cuda_launched("softmax kernel");
 }

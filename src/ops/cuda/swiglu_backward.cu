@@ -8,9 +8,9 @@
 #include "ops/cuda/backward.cuh"
 
 template <typename T>
-__global__ void swiglu_backward_kernel(const T *gate, lm_cuda_nd ng, const T *up, lm_cuda_nd nu, const T *dout,
-                                       lm_cuda_nd nd, void *dgate, int dg_dt, lm_cuda_nd ndg, void *dup, int du_dt,
-                                       lm_cuda_nd ndu, int64_t n) {
+__global__ void swiglu_backward_kernel(const T *gate, lm__cuda_nd ng, const T *up, lm__cuda_nd nu, const T *dout,
+                                       lm__cuda_nd nd, void *dgate, int dg_dt, lm__cuda_nd ndg, void *dup, int du_dt,
+                                       lm__cuda_nd ndu, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = ld(gate + nd_offset(ng, i)), dy = ld(dout + nd_offset(nd, i));
         float s = 1.f / (1.f + expf(-g));
@@ -40,22 +40,22 @@ static int vec8_ok(const lm_tensor_view *v) {
     return !v || (v->dtype == LM_BF16 && lm_tensor_view_is_contiguous(v) && ((uintptr_t)v->data % 16) == 0);
 }
 
-lm_status lm_cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *dout,
+lm_status lm__cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *dout,
                                   const lm_tensor_view *dgate, const lm_tensor_view *dup, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(gate);
     if (n == 0 || (!dgate && !dup)) return LM_OK;
     if (n % 8 == 0 && vec8_ok(gate) && vec8_ok(up) && vec8_ok(dout) && vec8_ok(dgate) && vec8_ok(dup)) {
-        swiglu_backward_vec8<<<lm_cuda_blocks(n / 8, 256), 256, 0, s>>>(
+        swiglu_backward_vec8<<<lm__cuda_blocks(n / 8, 256), 256, 0, s>>>(
             (const uint4 *)gate->data, (const uint4 *)up->data, (const uint4 *)dout->data,
             dgate ? (uint4 *)dgate->data : NULL, dup ? (uint4 *)dup->data : NULL, n / 8);
-        return lm_cuda_launched("swiglu_backward kernel (vec8)");
+        return lm__cuda_launched("swiglu_backward kernel (vec8)");
     }
-    lm_cuda_nd none = {0, {0}, {0}, -1};
-    LM_CUDA_FLOAT_SWITCH(gate->dtype, T,
-                         swiglu_backward_kernel<T><<<lm_cuda_blocks(n, 256), 256, 0, s>>>(
+    lm__cuda_nd none = {0, {0}, {0}, -1};
+    LM__CUDA_FLOAT_SWITCH(gate->dtype, T,
+                         swiglu_backward_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              (const T *)gate->data, flat_nd(gate), (const T *)up->data, flat_nd(up),
                              (const T *)dout->data, flat_nd(dout), dgate ? dgate->data : NULL,
                              dgate ? dgate->dtype : LM_F32, dgate ? flat_nd(dgate) : none, dup ? dup->data : NULL,
                              dup ? dup->dtype : LM_F32, dup ? flat_nd(dup) : none, n));
-    return lm_cuda_launched("swiglu_backward kernel");
+    return lm__cuda_launched("swiglu_backward kernel");
 }

@@ -1,0 +1,89 @@
+/* ops/cuda_table.h — the CUDA level of the public operators as one table of function
+ * pointers (never installed). Plain C: no CUDA header; a stream is the context's
+ * (lm_ctx_stream, a cudaStream_t) passed as void *.
+ *
+ * lm__cuda_ops_get() answers the table in a build with CUDA (ops/cuda/table_cuda.c)
+ * and NULL without (ops/cuda/table_nocuda.c), so an operator reads
+ *     const lm__cuda_ops *cu = lm__cuda_ops_get();
+ *     LM_TRY(lm__op_level(ctx, op, has_cpu, cu != NULL, &level));
+ *     if (level == LM__LEVEL_CUDA) return cu->rmsnorm(x, weight, eps, out, lm_ctx_stream(ctx));
+ * with no #ifdef. Each entry has the contract of its launcher (ops/cuda/cuda_ops.h,
+ * ops/cuda/cuda_backward.h): the views exactly as the public operator passes them
+ * after validation, work queued on the stream and not waited for (except where the
+ * launcher must reject bad index values first). Entries that use cuBLASLt take the
+ * context instead of a stream and fetch its handle themselves.
+ */
+#ifndef LOOM_OPS_CUDA_TABLE_H
+#define LOOM_OPS_CUDA_TABLE_H
+
+#include "loom/ops.h"
+#include "loom/ops_backward.h"
+
+typedef struct lm__cuda_ops {
+    /* ---- forward operators ---- */
+    lm_status (*add)(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, void *stream);
+    lm_status (*mul)(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, void *stream);
+    lm_status (*scale)(const lm_tensor_view *x, float scale, const lm_tensor_view *out, void *stream);
+    lm_status (*silu)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
+    lm_status (*swiglu)(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out, void *stream);
+    lm_status (*cast)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
+    lm_status (*rmsnorm)(const lm_tensor_view *x, const lm_tensor_view *weight, float eps, const lm_tensor_view *out,
+                         void *stream);
+    lm_status (*add_rmsnorm)(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
+                             float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, void *stream);
+    lm_status (*rope)(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, void *stream);
+    lm_status (*rope_inv_freq)(double theta, int64_t head_dim, const lm_tensor_view *out, void *stream);
+    lm_status (*embedding)(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
+                           void *stream);
+    lm_status (*softmax)(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out, void *stream);
+    lm_status (*attention)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+                           int causal, const lm_tensor_view *out, void *stream);
+    /* a and b expanded to out's batch dims; cuBLASLt when it takes the layout, else
+     * the readable kernel */
+    lm_status (*matmul)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+    lm_status (*cross_entropy)(const lm_tensor_view *logits, const lm_tensor_view *targets, int64_t ignore_index,
+                               const lm_tensor_view *out, void *stream);
+    lm_status (*argmax)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
+    lm_status (*topk)(const lm_tensor_view *x, int64_t k, const lm_tensor_view *values, const lm_tensor_view *indices,
+                      void *stream);
+    lm_status (*sum)(const lm_tensor_view *x, int dim, const lm_tensor_view *out, void *stream);
+    lm_status (*max)(const lm_tensor_view *x, int dim, const lm_tensor_view *out, void *stream);
+    lm_status (*concat)(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out, void *stream);
+
+    /* ---- backward operators and the optimizer ---- */
+    lm_status (*adamw_update)(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                              const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                              const lm_adamw_hparams *hp, void *stream);
+    lm_status (*sum_squares)(int n, const lm_tensor_view *xs, const lm_tensor_view *out, void *stream);
+    lm_status (*matmul_backward)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
+    lm_status (*attention_backward)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                    const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
+                                    const lm_tensor_view *dk, const lm_tensor_view *dv, void *stream);
+    /* dsum NULL for plain RMSNorm */
+    lm_status (*rmsnorm_backward)(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+                                  const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
+                                  const lm_tensor_view *dweight, void *stream);
+    lm_status (*swiglu_backward)(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *dout,
+                                 const lm_tensor_view *dgate, const lm_tensor_view *dup, void *stream);
+    lm_status (*rope_backward)(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
+                               const lm_tensor_view *dbias, void *stream);
+    lm_status (*embedding_backward)(const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                    const lm_tensor_view *dtable, void *stream);
+    lm_status (*cross_entropy_backward)(const lm_tensor_view *logits, const lm_tensor_view *targets,
+                                        int64_t ignore_index, const lm_tensor_view *dloss,
+                                        const lm_tensor_view *dlogits, void *stream);
+    /* x [N, H] and w [V, H] contiguous in one float dtype (the operator packs them);
+     * dx contiguous, dw any strides */
+    lm_status (*linear_cross_entropy)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                      const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss);
+    lm_status (*linear_cross_entropy_backward)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                               const lm_tensor_view *targets, int64_t ignore_index,
+                                               const lm_tensor_view *dloss, const lm_tensor_view *dx,
+                                               const lm_tensor_view *dw);
+} lm__cuda_ops;
+
+/* The table, or NULL in a build without CUDA. */
+const lm__cuda_ops *lm__cuda_ops_get(void);
+
+#endif
