@@ -60,6 +60,9 @@ typedef struct lm_device_caps {
     int64_t memory_bytes; /* total memory: physical RAM for the CPU, the GPU's global
                              memory for CUDA; 0 when it cannot be determined */
     char name[64];        /* "cpu", or the GPU's product name (e.g. "NVIDIA H200"); NUL-terminated */
+    int fast_16bit;       /* 1: 16-bit matrix units make bf16 compute the fast path (tensor cores);
+                             0: loom's kernels here compute in f32 (the CPU) */
+    int reserved[15];     /* zero; room for new fields without changing the struct's size */
 } lm_device_caps;
 
 /* Fills *out for d. LM_INVALID_ARGUMENT for a NULL out or an unknown device type,

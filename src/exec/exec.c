@@ -19,7 +19,7 @@ void lm_exec_options_default(lm_exec_options *o) {
 
 /* The rewrite passes for a device: the leaves first (every pass may then place a
  * fused op at any matched op), then the fusions its operators have kernels for. */
-static lm_status passes_for(lm_device d, int fuse, const lm_graph *g, lm_graph **out) {
+static lm_status passes_for(lm_device d, const lm_device_caps *caps, int fuse, const lm_graph *g, lm_graph **out) {
     static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
     static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,         lm__pass_stack_linears,
                                       lm__pass_qkv_rope_store,  lm__pass_linear_input,   lm__pass_linear_residual,
@@ -27,7 +27,7 @@ static lm_status passes_for(lm_device d, int fuse, const lm_graph *g, lm_graph *
     static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
     lm__pass_env env = {d, lm_linear_supported};
     if (!fuse) return lm__graph_run_passes(g, &env, 1, none, out);
-    if (d.type == LM_DEVICE_CPU) return lm__graph_run_passes(g, &env, 2, host, out);
+    if (caps->host_addressable) return lm__graph_run_passes(g, &env, 2, host, out); /* the CPU's operators */
     return lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);
 }
 
@@ -60,7 +60,10 @@ lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *
     if (o) e->opt = *o;
     else lm_exec_options_default(&e->opt);
     e->dirty = 1;
-    lm_status st = passes_for(e->device, e->opt.fuse, g, &e->g);
+    lm_device_caps caps;
+    lm_status st = lm_device_caps_get(e->device, &caps);
+    e->can_capture = st == LM_OK && caps.graph_capture;
+    if (st == LM_OK) st = passes_for(e->device, &caps, e->opt.fuse, g, &e->g);
     if (st == LM_OK) {
         size_t nv = (size_t)(e->g->nvalues ? e->g->nvalues : 1), no = (size_t)(e->g->nops ? e->g->nops : 1);
         e->view = lm__calloc(nv, sizeof *e->view);
@@ -186,8 +189,6 @@ static lm_status capture(lm_exec *e, lm_ctx *ctx) {
     return lm_device_graph_launch(dg, ctx);
 }
 
-static int can_capture(lm_device d) { return d.type == LM_DEVICE_CUDA; }
-
 lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
     if (!e || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: NULL argument");
     if (!lm_device_equal(lm_ctx_device(ctx), e->device)) {
@@ -208,7 +209,7 @@ lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
         e->replays++;
         return lm_device_graph_launch(e->captured, ctx);
     }
-    if (e->opt.capture && can_capture(e->device) && e->eager_runs >= 1 && !e->opt.poison) return capture(e, ctx);
+    if (e->opt.capture && e->can_capture && e->eager_runs >= 1 && !e->opt.poison) return capture(e, ctx);
     e->eager_runs++;
     return run_ops(e, ctx);
 }

@@ -25,6 +25,7 @@ struct lm_exec {
     size_t *work_bytes;    /* [nops] */
     void *arena;           /* [arena_bytes] device memory */
     int64_t arena_bytes, live_bytes, owned_bytes;
+    int can_capture;       /* the device records work for replay (lm_device_caps.graph_capture) */
     int dirty;             /* bindings changed since the views were resolved */
     int eager_runs;        /* runs since the last binding change (capture after one) */
     lm_device_graph *captured;

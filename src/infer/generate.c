@@ -188,7 +188,12 @@ lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, c
     memset(res, 0, sizeof *res);
     res->prompt_tokens = (int64_t)n_prompt;
     run r = {m, ctx, NULL, NULL, NULL, {p->stop, p->n_stop, 0, NULL, 0, 0}, NULL, NULL, 0, on_token, user, NULL};
-    if (lm_model_device(m).type == LM_DEVICE_CUDA && p->sampler.repetition_penalty == 1.0f) r.device_sampler = &p->sampler;
+    /* Where the logits are not host memory, pick tokens beside them (no logits copy per
+     * step), unless the repetition penalty needs the host sampler's history. */
+    lm_device_caps caps;
+    if (lm_device_caps_get(lm_model_device(m), &caps) == LM_OK && !caps.host_addressable &&
+        p->sampler.repetition_penalty == 1.0f)
+        r.device_sampler = &p->sampler;
     for (int i = 0; i < p->n_stop; i++) r.filter.longest = LM_MAX(r.filter.longest, strlen(p->stop[i]));
     size_t cap = n_prompt + (size_t)p->max_new_tokens;
     lm_status st = lm_kv_cache_create(m, 1, (int64_t)cap, &r.cache);

@@ -28,6 +28,7 @@ struct lm_model {
     lm__weight *w; /* [nw] sorted by name */
     int64_t nw, cap_w;
     int64_t weight_bytes; /* bytes one decode step reads */
+    int on_host;          /* the device is host memory: mapped weights, f32 KV cache (else bf16, uploaded) */
 };
 
 /* nn/model.c: the weight called name, or NULL. */

@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-int lm__model_on_host(const lm_model *m) { return m->device.type == LM_DEVICE_CPU; }
+int lm__model_on_host(const lm_model *m) { return m->on_host; }
 
 static int64_t find(const lm_model *m, const char *name, int *found) {
     int64_t lo = 0, hi = m->nw;
@@ -130,16 +130,13 @@ static lm_status load_all(lm_model *m, const char *dir) {
 lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     if (!dir || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load: NULL argument");
     *out = NULL;
-    if (device.type != LM_DEVICE_CPU) {
-        if (device.type != LM_DEVICE_CUDA || !lm_cuda_compiled())
-            return lm__error(LM_UNSUPPORTED, "lm_model_load: this build runs the forward pass on the CPU only");
-        if (device.index < 0 || device.index >= lm_cuda_device_count())
-            return lm__error(LM_DEVICE_ERROR, "lm_model_load: cuda:%d requested but %d CUDA device(s) are available",
-                             device.index, lm_cuda_device_count());
-    }
+    lm_device_caps caps;
+    lm_status cs = lm_device_caps_get(device, &caps); /* names a device this build or machine lacks */
+    if (cs != LM_OK) return lm__error_context(cs, "lm_model_load");
     lm_model *m = lm__calloc(1, sizeof *m);
     if (!m) return LM_OUT_OF_MEMORY;
     m->device = device;
+    m->on_host = caps.host_addressable;
     lm_status st = lm_model_config_load(dir, &m->cfg);
     if (st == LM_OK) st = load_all(m, dir);
     if (st == LM_OK && !lm__model_on_host(m)) st = lm__model_upload(m);

@@ -12,6 +12,7 @@
  * reference.
  */
 #include "ops/alias.h"
+#include "runtime/internal.h"
 #include "ops/cpu/attention.h"
 #include "ops/ref/kv.h"
 
@@ -22,7 +23,7 @@ static lm_status check_indices(const char *op, int64_t B, int64_t T, int64_t S, 
     LM_TRY(lm__op_check_shape(op, "slots [B]", slots, 1, bs));
     LM_TRY(lm__op_check_dtype(op, "positions", positions, LM_I32));
     LM_TRY(lm__op_check_shape(op, "positions [B, T]", positions, 2, ps));
-    if (slots->device.type != LM_DEVICE_CPU) return LM_OK; /* device kernels skip bad rows (ops.h) */
+    if (!lm__device_host_addressable(slots->device)) return LM_OK; /* device kernels skip bad rows (ops.h) */
     for (int64_t b = 0; b < B; b++) {
         int64_t s = lm__index_at(slots, b);
         if (s < 0 || s >= S) return lm__error(LM_OUT_OF_RANGE, "%s: row %lld names slot %lld, outside [0, %lld)", op, (long long)b, (long long)s, (long long)S);

@@ -201,6 +201,7 @@ lm_status lm__cuda_caps(int index, lm_device_caps *out) {
     LM_TRY(lm__cuda_check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
     out->memory_bytes = (int64_t)prop.totalGlobalMem;
     snprintf(out->name, sizeof out->name, "%.63s", prop.name); /* names are shorter; cut if not */
+    out->fast_16bit = prop.major >= 8; /* bf16 tensor-core MMA from sm_80 on (loom builds sm_90a kernels) */
     return LM_OK;
 }
 

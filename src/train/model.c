@@ -221,9 +221,11 @@ lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
     }
     if (dt != LM_BF16)
         return lm__error(LM_UNSUPPORTED, "training compute dtype %s: f32 or bf16 only", lm_dtype_name(dt));
-    if (m->device.type != LM_DEVICE_CUDA)
-        return lm__error(LM_UNSUPPORTED, "training compute dtype bf16 needs a model on a CUDA device; CPU training "
-                                         "computes in f32");
+    lm_device_caps caps;
+    LM_TRY(lm_device_caps_get(m->device, &caps));
+    if (!caps.fast_16bit)
+        return lm__error(LM_UNSUPPORTED, "training compute dtype bf16 needs a device with 16-bit matrix units (a GPU); "
+                                         "%s training computes in f32", caps.name);
     if (m->flat_low) return LM_OK; /* already bf16 */
     lm_status st = lm_tensor_create(m->device, dt, 1, &m->numel, &m->flat_low);
     for (int i = 0; st == LM_OK && i < m->nparams; i++) {

@@ -234,7 +234,7 @@ static void test_caps(void) {
     lm_device_caps caps;
     memset(&caps, 0x5A, sizeof caps);
     LT_CHECK_OK(lm_device_caps_get(ct_gpu, &caps));
-    LT_CHECK(caps.host_addressable == 0 && caps.async == 1 && caps.graph_capture == 1);
+    LT_CHECK(caps.host_addressable == 0 && caps.async == 1 && caps.graph_capture == 1 && caps.fast_16bit == 1);
     LT_CHECK_MSG(caps.memory_bytes >= ((int64_t)1 << 30), "GPU memory_bytes %lld", (long long)caps.memory_bytes);
     LT_CHECK(memchr(caps.name, '\0', sizeof caps.name) != NULL && caps.name[0] != '\0');
     LT_CHECK_STATUS(lm_device_caps_get(lm_device_cuda(lm_cuda_device_count()), &caps), LM_DEVICE_ERROR);

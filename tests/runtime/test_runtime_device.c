@@ -77,7 +77,8 @@ static void test_cpu_caps(void) {
     lm_device_caps caps;
     memset(&caps, 0x5A, sizeof caps);
     LT_CHECK_OK(lm_device_caps_get(lm_device_cpu(), &caps));
-    LT_CHECK(caps.host_addressable == 1 && caps.async == 0 && caps.graph_capture == 0);
+    LT_CHECK(caps.host_addressable == 1 && caps.async == 0 && caps.graph_capture == 0 && caps.fast_16bit == 0);
+    for (int i = 0; i < 15; i++) LT_CHECK(caps.reserved[i] == 0);
     /* physical RAM: at least 64 MiB on anything that runs this suite, and below 2^50 */
     LT_CHECK_MSG(caps.memory_bytes >= ((int64_t)64 << 20) && caps.memory_bytes < ((int64_t)1 << 50),
                  "cpu memory_bytes %lld", (long long)caps.memory_bytes);

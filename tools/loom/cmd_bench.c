@@ -210,7 +210,10 @@ int cmd_bench(int argc, char **argv) {
     }
     lm_device dev;
     if (!cli_parse_device("bench", o.device, &dev)) return 2;
-    if (dev.type == LM_DEVICE_CUDA) {
+    lm_device_caps caps;
+    lm_status cs = lm_device_caps_get(dev, &caps);
+    if (cs != LM_OK) return cli_fail("bench", "device", cs);
+    if (caps.async) { /* timed with device-side token selection and the device's copy bandwidth */
         bench_device_opts d = {o.model, o.repeat, o.batch, o.prompt, o.tokens};
         return decode || prefill ? bench_device_model(&d, dev, decode) : bench_device_bandwidth(dev, o.repeat);
     }

@@ -117,14 +117,16 @@ static int open_all(session *s) {
     else if (a->model) st = lm_train_model_load(a->model, dev, &s->model);
     else st = lm_train_model_init(a->config, a->seed, dev, &s->model);
     if (st != LM_OK) return fail("cannot set up the model", st);
-    const char *dtype = a->dtype ? a->dtype : dev.type == LM_DEVICE_CUDA ? "bf16" : "f32";
+    lm_device_caps caps;
+    if ((st = lm_device_caps_get(dev, &caps)) != LM_OK) return fail("device", st);
+    const char *dtype = a->dtype ? a->dtype : caps.fast_16bit ? "bf16" : "f32"; /* the device's fast path */
     if (strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
         fprintf(stderr, "loom train: --dtype must be f32 or bf16, not '%s'\n", dtype);
         return 2;
     }
     st = lm_train_model_set_compute_dtype(s->model, dtype[0] == 'b' ? LM_BF16 : LM_F32);
     if (st != LM_OK) return fail("bad --dtype", st);
-    if (dev.type == LM_DEVICE_CUDA) s->flops_per_token = lm_train_model_flops_per_token(s->model, a->seq);
+    if (caps.fast_16bit) s->flops_per_token = lm_train_model_flops_per_token(s->model, a->seq); /* for MFU */
     char buf[8192];
     const char *paths[64];
     int n = split_paths(a->data, buf, sizeof buf, paths);
@@ -228,7 +230,7 @@ static int loop(session *s) {
                 s->a.steps);
     lm_ag_profile_report(stderr);
     lm_device_memory_stats ms;
-    if (lm_ctx_device(s->ctx).type == LM_DEVICE_CUDA && lm_device_memory_stats_get(lm_ctx_device(s->ctx), &ms) == LM_OK) {
+    if (lm_device_memory_stats_get(lm_ctx_device(s->ctx), &ms) == LM_OK) { /* devices with a caching allocator */
         fprintf(s->log, "{\"peak_bytes\":%lld,\"peak_reserved_bytes\":%lld}\n", (long long)ms.peak_bytes,
                 (long long)ms.peak_reserved_bytes);
         fprintf(stderr, "device memory: peak %.2f GiB in use, %.2f GiB reserved by the caching allocator\n",
