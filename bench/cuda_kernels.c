@@ -1,43 +1,56 @@
-/* bench/cuda_kernels.c — a timing lab for the forward pass's CUDA kernels at one
- * model shape (default Qwen2.5-0.5B), in the llm.c dev/cuda habit: each kernel runs
- * on synthetic device buffers, 20 warm-up launches then the mean of 200 timed with
- * events, printed as one JSON line per kernel with achieved GB/s (decode) or TFLOP/s
- * (prefill GEMMs). Correctness lives in tests/cuda; this only times.
- * Built by scripts/gpu_check.sh against the library (needs the internal headers):
- *   cc -O2 -Iinclude -Isrc bench/cuda_kernels.c BUILD/libloom.a -lcudart -lcublasLt ...
+/* bench/cuda_kernels.c — a timing lab for the model step's CUDA operators at one
+ * model shape (default Qwen2.5-0.5B), in the llm.c dev/cuda habit: each operator runs
+ * through its public entry point (lm_linear_out, lm_attention_cache_out, ...) on
+ * synthetic device tensors, exactly as the executor calls it; 20 warm-up calls then
+ * the mean of 200 timed with events, printed as one JSON line per case with achieved
+ * GB/s (decode) or TFLOP/s (prefill). Correctness lives in tests/cuda; this only times.
+ * Built by scripts/gpu_check.sh against the library:
+ *   cc -O2 -Iinclude bench/cuda_kernels.c BUILD/libloom.a -lcudart -lcublasLt ...
  * Usage: cuda_kernels [H I Hq Hkv hd V ctx]
  */
-#include "ops/cuda/cuda_ops.h"
+#include "loom/ops.h"
+#include "loom/runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static lm_ctx *g_ctx;
-static cudaStream_t g_s;
 
-static void *dev(size_t bytes) {
-    void *p = NULL;
-    if (lm_device_alloc(lm_device_cuda(0), bytes, &p) != LM_OK) {
-        fprintf(stderr, "alloc %zu: %s\n", bytes, lm_last_error());
-        exit(1);
-    }
-    uint16_t one = 0x3c00; /* small finite bf16/f16-ish pattern; values do not matter */
-    lm_device_fill(lm_device_cuda(0), p, bytes & ~(size_t)1, &one, 2);
-    return p;
+static void die(const char *what) {
+    fprintf(stderr, "%s: %s\n", what, lm_last_error());
+    exit(1);
 }
 
-typedef lm_status (*kernel_fn)(void *arg);
+/* A device tensor filled with a small finite 16-bit pattern (values do not matter
+ * for timing; f32 elements read it as small normal numbers). */
+static lm_tensor *dev(lm_dtype dt, int ndim, const int64_t *shape) {
+    lm_tensor *t = NULL;
+    if (lm_tensor_zeros(lm_device_cuda(0), dt, ndim, shape, &t) != LM_OK) die("alloc");
+    const lm_tensor_view *v = lm_tensor_as_view(t);
+    uint16_t one = 0x3c00;
+    size_t bytes = (size_t)lm_tensor_view_numel(v) * lm_dtype_size(dt);
+    if (dt != LM_I32 && lm_device_fill(lm_device_cuda(0), v->data, bytes & ~(size_t)1, &one, 2) != LM_OK) die("fill");
+    return t;
+}
 
-/* Mean microseconds per launch of fn over 200 runs after 20 warm-ups. */
-static double time_us(kernel_fn fn, void *arg) {
+static const lm_tensor_view *V(lm_tensor *t) { return lm_tensor_as_view(t); }
+
+static lm_tensor *dev_i32(int64_t n, const int32_t *host) {
+    lm_tensor *t = NULL;
+    if (lm_tensor_from_host(lm_device_cuda(0), LM_I32, 1, &n, host, &t) != LM_OK) die("upload");
+    return t;
+}
+
+typedef lm_status (*case_fn)(void *arg);
+
+/* Mean microseconds per call of fn over 200 runs after 20 warm-ups. */
+static double time_us(case_fn fn, void *arg) {
     lm_event *a = NULL, *b = NULL;
     lm_event_create(g_ctx, &a);
     lm_event_create(g_ctx, &b);
     for (int i = 0; i < 20; i++)
-        if (fn(arg) != LM_OK) {
-            fprintf(stderr, "kernel failed: %s\n", lm_last_error());
-            exit(1);
-        }
+        if (fn(arg) != LM_OK) die("operator");
     lm_event_record(a, g_ctx);
     for (int i = 0; i < 200; i++) fn(arg);
     lm_event_record(b, g_ctx);
@@ -49,140 +62,199 @@ static double time_us(kernel_fn fn, void *arg) {
     return ms * 1e3 / 200;
 }
 
-static lm_status run_gemv(void *arg) { return lm__cuda_gemv_v2(arg, g_s); }
-
-typedef struct lt_args {
-    const lm__cuda_blas *blas;
-    void *x, *w;
-    float *out;
-    int64_t M, N, K;
-} lt_args;
-static lm_status run_lt(void *arg) {
-    lt_args *a = arg;
-    return lm__cuda_linear_lt(a->blas, a->x, a->K, a->w, NULL, a->out, a->N, a->M, a->N, a->K, g_s);
+typedef struct linear_args {
+    lm_tensor_view x, w, out;
+    lm_linear_params p;
+} linear_args;
+static lm_status run_linear(void *arg) {
+    linear_args *a = arg;
+    return lm_linear_out(g_ctx, &a->x, &a->w, NULL, &a->p, &a->out);
 }
 
 typedef struct attn_args {
-    lm__cuda_attn_params p;
-    lm__cuda_kv kv;
-    int B;
-    int64_t T;
+    lm_tensor_view q, kc, vc, slots, pos, out;
+    lm_kv_attention_params p;
 } attn_args;
-static lm_status run_rows(void *arg) {
+static lm_status run_attn(void *arg) {
     attn_args *a = arg;
-    return lm__cuda_attention_rows_v2(&a->p, &a->kv, g_s);
-}
-static lm_status run_flash(void *arg) {
-    attn_args *a = arg;
-    return lm__cuda_attention_prefill_v3(&a->p, a->B, a->T, &a->kv, g_s);
-}
-
-typedef struct sample_args {
-    float *logits;
-    int64_t rows, V;
-    lm__cuda_sample_params *p;
-    int32_t *out;
-    void *work;
-} sample_args;
-static lm_status run_sample(void *arg) {
-    sample_args *a = arg;
-    return lm__cuda_sample_v2(a->logits, a->rows, a->V, a->V, a->p, a->out, a->work, g_s);
+    return lm_attention_cache_out(g_ctx, &a->q, &a->kc, &a->vc, &a->slots, &a->pos, &a->p, &a->out);
 }
 
 typedef struct rope_args {
-    lm__cuda_qkv_params p;
-    lm__cuda_kv kv;
+    lm_tensor_view qkv, slots, pos, kc, vc, q;
+    lm_qkv_rope_params p;
 } rope_args;
 static lm_status run_rope(void *arg) {
     rope_args *a = arg;
-    return lm__cuda_qkv_rope_v2(&a->p, &a->kv, g_s);
+    return lm_qkv_rope_store_out(g_ctx, &a->qkv, &a->p, &a->slots, &a->pos, &a->kc, &a->vc, &a->q);
+}
+
+typedef struct sample_args {
+    lm_tensor_view logits, params, work, ids;
+} sample_args;
+static lm_status run_sample(void *arg) {
+    sample_args *a = arg;
+    return lm_sample_out(g_ctx, &a->logits, &a->params, &a->work, &a->ids);
 }
 
 static void report(const char *name, double us, double bytes, double flops) {
     printf("{\"kernel\":\"%s\",\"us\":%.2f,\"gb_s\":%.1f,\"tflop_s\":%.1f}\n", name, us, bytes / us / 1e3, flops / us / 1e6);
 }
 
+/* First `rows` rows of a [R, C] tensor. */
+static lm_tensor_view rows_of(lm_tensor *t, int64_t rows) {
+    lm_tensor_view v;
+    lm_tensor_view_slice(V(t), 0, 0, rows, 1, &v);
+    return v;
+}
+
+/* [B, T, ...inner] view of the first B*T rows and first prod(inner) columns of a
+ * [R, C] tensor. */
+static lm_tensor_view tokens_of(lm_tensor *t, int64_t B, int64_t T, int n, const int64_t *inner) {
+    int64_t cols = 1;
+    for (int i = 0; i < n; i++) cols *= inner[i];
+    lm_tensor_view r = rows_of(t, B * T), c, bt, out;
+    int64_t f[2] = {B, T};
+    if (lm_tensor_view_slice(&r, 1, 0, cols, 1, &c) != LM_OK || lm_tensor_view_split_axis(&c, 0, 2, f, &bt) != LM_OK ||
+        lm_tensor_view_split_axis(&bt, 2, n, inner, &out) != LM_OK)
+        die("view");
+    return out;
+}
+
 int main(int argc, char **argv) {
-    int64_t H = 896, I = 4864, Hq = 14, Hkv = 2, hd = 64, V = 151936, ctx = 144;
+    int64_t H = 896, I = 4864, Hq = 14, Hkv = 2, hd = 64, Vocab = 151936, ctx = 144;
     if (argc == 8) {
         H = atoll(argv[1]), I = atoll(argv[2]), Hq = atoll(argv[3]), Hkv = atoll(argv[4]);
-        hd = atoll(argv[5]), V = atoll(argv[6]), ctx = atoll(argv[7]);
+        hd = atoll(argv[5]), Vocab = atoll(argv[6]), ctx = atoll(argv[7]);
     }
-    if (lm_cuda_device_count() == 0 || lm_ctx_create(lm_device_cuda(0), 1, &g_ctx) != LM_OK) return 77;
-    g_s = (cudaStream_t)lm_ctx_stream(g_ctx);
-    const lm__cuda_blas *blas = NULL;
-    lm__ctx_cuda_blas(g_ctx, &blas);
+    if (lm_cuda_device_count() == 0) return 77;
+    if (lm_ctx_create(lm_device_cuda(0), 1, &g_ctx) != LM_OK) die("context");
     int64_t nqkv = (Hq + 2 * Hkv) * hd, qd = Hq * hd, T = 512, maxr = 512;
-    float *x = dev(4 * maxr * 2 * I), *out = dev(4 * maxr * (V > 2 * I ? V : 2 * I)), *nw = dev(4 * H);
-    void *wqkv = dev(2 * nqkv * H), *wo = dev(2 * H * qd), *wgu = dev(2 * 2 * I * H), *wd = dev(2 * H * I);
-    void *emb = dev(2 * V * H), *xb = dev(2 * maxr * I);
-    /* decode GEMVs, M = 1 */
+    int64_t wide = Vocab > 2 * I ? Vocab : 2 * I;
+    int64_t xs[2] = {maxr, 2 * I}, os[2] = {maxr, wide}, hs[1] = {H};
+    lm_tensor *x = dev(LM_F32, 2, xs), *out = dev(LM_F32, 2, os), *nw = dev(LM_F32, 1, hs), *xb = dev(LM_BF16, 2, xs);
+    int64_t sq[2] = {nqkv, H}, so[2] = {H, qd}, sg[2] = {2 * I, H}, sd[2] = {H, I}, se[2] = {Vocab, H};
+    lm_tensor *wqkv = dev(LM_BF16, 2, sq), *wo = dev(LM_BF16, 2, so), *wgu = dev(LM_BF16, 2, sg);
+    lm_tensor *wd = dev(LM_BF16, 2, sd), *emb = dev(LM_BF16, 2, se);
+    /* decode GEMVs, M = 1 and 8, through lm_linear_out's fused forms */
     struct {
         const char *name;
-        lm__cuda_gemv_in in;
-        void *w;
+        lm_linear_input in;
+        lm_tensor *w;
         int64_t N, K;
-    } g[5] = {{"gemv qkv (rmsnorm)", LM__CUDA_GEMV_RMSNORM, wqkv, nqkv, H},
-              {"gemv o", LM__CUDA_GEMV_PLAIN, wo, H, qd},
-              {"gemv gate|up (rmsnorm)", LM__CUDA_GEMV_RMSNORM, wgu, 2 * I, H},
-              {"gemv down (swiglu)", LM__CUDA_GEMV_SWIGLU, wd, H, I},
-              {"gemv lm_head (rmsnorm)", LM__CUDA_GEMV_RMSNORM, emb, V, H}};
+        int acc;
+    } g[5] = {{"linear qkv (rmsnorm)", LM_LINEAR_IN_RMSNORM, wqkv, nqkv, H, 0},
+              {"linear o (+residual)", LM_LINEAR_IN, wo, H, qd, 1},
+              {"linear gate|up (rmsnorm)", LM_LINEAR_IN_RMSNORM, wgu, 2 * I, H, 0},
+              {"linear down (swiglu, +residual)", LM_LINEAR_IN_SWIGLU, wd, H, I, 1},
+              {"linear lm_head (rmsnorm)", LM_LINEAR_IN_RMSNORM, emb, Vocab, H, 0}};
     for (int m = 1; m <= 8; m *= 8)
         for (int i = 0; i < 5; i++) {
-            lm__cuda_gemv_params p = {g[i].in, x, g[i].in == LM__CUDA_GEMV_SWIGLU ? 2 * g[i].K : g[i].K, nw, 1e-6f, g[i].w,
-                                     NULL, out, g[i].N, 0, m, g[i].N, g[i].K};
-            char name[64];
+            linear_args a;
+            memset(&a, 0, sizeof a);
+            int64_t kx = g[i].in == LM_LINEAR_IN_SWIGLU ? 2 * g[i].K : g[i].K;
+            lm_tensor_view xr = rows_of(x, m), orow = rows_of(out, m);
+            lm_tensor_view_slice(&xr, 1, 0, kx, 1, &a.x);
+            lm_tensor_view_slice(&orow, 1, 0, g[i].N, 1, &a.out);
+            a.w = *V(g[i].w);
+            lm_linear_params p = {g[i].in, g[i].in == LM_LINEAR_IN_RMSNORM ? V(nw) : NULL, 1e-6f, g[i].acc};
+            if (g[i].in == LM_LINEAR_IN_RMSNORM && g[i].K != H) die("shape");
+            a.p = p;
+            if (!lm_linear_supported(lm_device_cuda(0), g[i].in, m, g[i].K, LM_F32, LM_BF16)) die("not fused");
+            char name[80];
             snprintf(name, sizeof name, "%s M%d", g[i].name, m);
-            report(name, time_us(run_gemv, &p), 2.0 * g[i].N * g[i].K, 2.0 * m * g[i].N * g[i].K);
+            report(name, time_us(run_linear, &a), 2.0 * g[i].N * g[i].K, 2.0 * m * g[i].N * g[i].K);
         }
-    /* decode attention and the fused rope, one layer of the KV cache */
-    int slots = 32;
-    int64_t max_t = 512;
-    void *kc = dev(2 * slots * Hkv * max_t * hd), *vc = dev(2 * slots * Hkv * max_t * hd);
+    /* decode attention and the fused QKV front over one layer's cache */
+    int64_t slots = 32, max_t = 512;
+    int64_t cs[4] = {slots, Hkv, max_t, hd};
+    lm_tensor *kc = dev(LM_BF16, 4, cs), *vc = dev(LM_BF16, 4, cs);
     int32_t pos[512], slot[512];
-    for (int i = 0; i < 512; i++) pos[i] = (int32_t)(i < 32 ? ctx : i), slot[i] = i < 32 ? i : 0;
-    int32_t *dpos = dev(4 * 512), *dslot = dev(4 * 512);
-    lm_device_copy(lm_device_cuda(0), dpos, lm_device_cpu(), pos, sizeof pos);
-    lm_device_copy(lm_device_cuda(0), dslot, lm_device_cpu(), slot, sizeof slot);
-    int nsplit = lm__cuda_attention_rows_splits(max_t);
-    float *partial = dev(4 * lm__cuda_attention_rows_workspace(512, (int)Hq, (int)hd, nsplit));
-    int *counters = dev(4 * 512 * Hq);
-    cudaMemset(counters, 0, 4 * 512 * Hq);
-    lm__cuda_kv kv = {kc, vc, max_t, (int)Hkv, (int)hd};
-    for (int b = 1; b <= 32; b *= 32) {
-        attn_args a = {{x, 0, dpos, dslot, b, (int)Hq, 0.125f, out, 0, partial, counters, nsplit}, kv, 1, 1};
-        char name[64];
-        snprintf(name, sizeof name, "attention_rows ctx %lld B%d", (long long)ctx, b);
-        report(name, time_us(run_rows, &a), 2.0 * b * 2 * Hkv * (ctx + 1) * hd, 0);
-        rope_args r = {{x, NULL, NULL, NULL, 1e-6f, nw, 1.f, dpos, dslot, b, (int)Hq, 0, out}, kv};
-        snprintf(name, sizeof name, "qkv_rope B%d", b);
+    for (int i = 0; i < 512; i++) pos[i] = (int32_t)ctx, slot[i] = i;
+    lm_tensor *dpos = dev_i32(512, pos), *dslot = dev_i32(512, slot);
+    int64_t fs[1] = {hd / 2};
+    lm_tensor *inv = dev(LM_F32, 1, fs);
+    for (int64_t b = 1; b <= 32; b *= 32) {
+        size_t wb = lm_attention_cache_workspace_bytes(lm_device_cuda(0), b, Hq, hd, max_t);
+        int64_t wn = wb ? (int64_t)wb : 1;
+        lm_tensor *work = NULL;
+        if (lm_tensor_zeros(lm_device_cuda(0), LM_U8, 1, &wn, &work) != LM_OK) die("workspace");
+        attn_args a;
+        memset(&a, 0, sizeof a);
+        int64_t qh[2] = {Hq, hd}, p2[2] = {b, 1};
+        a.q = tokens_of(x, b, 1, 2, qh);
+        a.out = tokens_of(out, b, 1, 2, qh);
+        a.kc = *V(kc), a.vc = *V(vc);
+        a.slots = rows_of(dslot, b);
+        lm_tensor_view pr = rows_of(dpos, b);
+        lm_tensor_view_reshape(&pr, 2, p2, &a.pos);
+        a.p.scale = 0.125f, a.p.workspace = wb ? V(work) : NULL;
+        char name[80];
+        snprintf(name, sizeof name, "attention_cache ctx %lld B%lld", (long long)ctx, (long long)b);
+        report(name, time_us(run_attn, &a), 2.0 * b * 2 * Hkv * (ctx + 1) * hd, 0);
+        rope_args r;
+        memset(&r, 0, sizeof r);
+        int64_t one[1] = {nqkv};
+        r.qkv = tokens_of(x, b, 1, 1, one);
+        r.q = tokens_of(xb, b, 1, 2, qh);
+        r.kc = *V(kc), r.vc = *V(vc), r.slots = a.slots, r.pos = a.pos;
+        r.p.q_heads = Hq, r.p.inv_freq = V(inv), r.p.attn_factor = 1.f, r.p.eps = 1e-6f;
+        snprintf(name, sizeof name, "qkv_rope_store B%lld", (long long)b);
         report(name, time_us(run_rope, &r), 4.0 * b * nqkv, 0);
+        lm_tensor_destroy(work);
     }
-    lm__cuda_sample_params sp = {1, 1.f, 0, 1.f, 0.f, 0, 0};
-    lm__cuda_sample_params *dsp = dev(sizeof sp);
-    lm_device_copy(lm_device_cuda(0), dsp, lm_device_cpu(), &sp, sizeof sp);
-    sample_args sa = {out, 1, V, dsp, dslot, dev(lm__cuda_sample_workspace(32))};
-    report("sample greedy B1", time_us(run_sample, &sa), 4.0 * V, 0);
-    sa.rows = 32;
-    report("sample greedy B32", time_us(run_sample, &sa), 4.0 * V * 32, 0);
-    /* prefill: cuBLASLt GEMMs at T = 512 and the flash kernel */
+    /* token selection */
+    lm_sample_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.greedy = 1, sp.temperature = 1.f, sp.top_p = 1.f;
+    int64_t pb = LM_SAMPLE_PARAMS_BYTES;
+    lm_tensor *dsp = NULL;
+    if (lm_tensor_from_host(lm_device_cuda(0), LM_U8, 1, &pb, &sp, &dsp) != LM_OK) die("params");
+    int64_t wsb = (int64_t)lm_sample_workspace_bytes(lm_device_cuda(0), 32);
+    lm_tensor *swork = dev(LM_U8, 1, &wsb), *ids = dev_i32(32, slot);
+    for (int64_t b = 1; b <= 32; b *= 32) {
+        sample_args s;
+        lm_tensor_view lr = rows_of(out, b);
+        lm_tensor_view_slice(&lr, 1, 0, Vocab, 1, &s.logits);
+        s.params = *V(dsp), s.work = *V(swork), s.ids = rows_of(ids, b);
+        char name[80];
+        snprintf(name, sizeof name, "sample greedy B%lld", (long long)b);
+        report(name, time_us(run_sample, &s), 4.0 * Vocab * b, 0);
+    }
+    /* prefill: the GEMM form of lm_linear_out at T = 512, and the flash attention */
     struct {
         const char *name;
-        void *w;
+        lm_tensor *w;
         int64_t N, K;
-    } l[4] = {{"lt qkv T512", wqkv, nqkv, H}, {"lt o T512", wo, H, qd}, {"lt gate|up T512", wgu, 2 * I, H},
-              {"lt down T512", wd, H, I}};
+    } l[4] = {{"linear gemm qkv T512", wqkv, nqkv, H}, {"linear gemm o T512", wo, H, qd},
+              {"linear gemm gate|up T512", wgu, 2 * I, H}, {"linear gemm down T512", wd, H, I}};
     for (int i = 0; i < 4; i++) {
-        lt_args a = {blas, xb, l[i].w, out, T, l[i].N, l[i].K};
-        report(l[i].name, time_us(run_lt, &a), 2.0 * (l[i].N * l[i].K + T * l[i].K + 2 * T * l[i].N), 2.0 * T * l[i].N * l[i].K);
+        linear_args a;
+        memset(&a, 0, sizeof a);
+        lm_tensor_view xr = rows_of(xb, T), orow = rows_of(out, T);
+        lm_tensor_view_slice(&xr, 1, 0, l[i].K, 1, &a.x);
+        lm_tensor_view_slice(&orow, 1, 0, l[i].N, 1, &a.out);
+        a.w = *V(l[i].w);
+        a.p.input = LM_LINEAR_IN;
+        report(l[i].name, time_us(run_linear, &a), 2.0 * (l[i].N * l[i].K + T * l[i].K + 2 * T * l[i].N),
+               2.0 * T * l[i].N * l[i].K);
     }
-    for (int i = 0; i < 512; i++) pos[i] = i, slot[i] = 0;
-    lm_device_copy(lm_device_cuda(0), dpos, lm_device_cpu(), pos, sizeof pos);
-    lm_device_copy(lm_device_cuda(0), dslot, lm_device_cpu(), slot, sizeof slot);
-    attn_args f = {{xb, 1, dpos, dslot, T, (int)Hq, 0.125f, out, 1, NULL, NULL, 1}, kv, 1, T};
-    report("flash prefill T512", time_us(run_flash, &f), 0, 4.0 * Hq * hd * T * T / 2);
-    attn_args fr = {{xb, 1, dpos, dslot, T, (int)Hq, 0.125f, out, 1, partial, counters, nsplit}, kv, 1, T};
-    report("rows prefill T512 (fallback)", time_us(run_rows, &fr), 0, 4.0 * Hq * hd * T * T / 2);
+    for (int i = 0; i < 512; i++) pos[i] = i;
+    lm_tensor *ppos = dev_i32(512, pos);
+    attn_args f;
+    memset(&f, 0, sizeof f);
+    int64_t qh[2] = {Hq, hd}, p2[2] = {1, T};
+    int64_t qos[2] = {T, qd};
+    lm_tensor *qo = dev(LM_BF16, 2, qos);
+    f.q = tokens_of(xb, 1, T, 2, qh);
+    f.out = tokens_of(qo, 1, T, 2, qh);
+    f.kc = *V(kc), f.vc = *V(vc), f.slots = rows_of(dslot, 1);
+    lm_tensor_view pr = rows_of(ppos, T);
+    lm_tensor_view_reshape(&pr, 2, p2, &f.pos);
+    f.p.scale = 0.125f;
+    report("attention_cache prefill T512", time_us(run_attn, &f), 0, 4.0 * Hq * hd * T * T / 2);
+    lm_tensor *all[] = {x, out, nw, xb, wqkv, wo, wgu, wd, emb, kc, vc, dpos, dslot, inv, dsp, swork, ids, ppos, qo};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
     lm_ctx_destroy(g_ctx);
     return 0;
 }

@@ -106,6 +106,9 @@ lm_status lm_ag_swiglu(lm_ag *ag, lm_ag_var *gate, lm_ag_var *up, lm_ag_var **ou
 lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var **out);
 lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
                           lm_ag_var **out);
+/* The same with a sliding window (lm_attention_window_out; 0 = none). */
+lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
+                                 int64_t window, lm_ag_var **out);
 lm_status lm_ag_embedding(lm_ag *ag, lm_ag_var *table, const lm_tensor_view *ids, lm_ag_var **out);
 lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view *targets, int64_t ignore_index,
                               lm_ag_var **out);

@@ -37,17 +37,23 @@ lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tenso
 /* silu(x) = x * sigmoid(x) */
 lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
 lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out);
-/* out = silu(gate) * up (same shapes) */
+/* out = silu(gate) * up (same shapes); out may have another float dtype than gate and
+ * up (rounded on store; on CUDA: the packed f32 halves of one [M, 2I] block into
+ * contiguous bf16, the MLP's GEMM input). */
 lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out);
 lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, lm_tensor **out);
 
 /* ---- normalization ------------------------------------------------------------------ */
-/* out = x / sqrt(mean(x^2 over last dim) + eps) * weight; x [..., D], weight [D]. */
+/* out = x / sqrt(mean(x^2 over last dim) + eps) * weight; x [..., D], weight [D].
+ * out may have another float dtype than x and weight (rounded on store; on CUDA:
+ * contiguous f32 rows into bf16); in place only in x's dtype. */
 lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                          const lm_tensor_view *out);
 lm_status lm_rmsnorm(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps, lm_tensor **out);
 /* sum = x + residual; out = rmsnorm(sum) * weight. sum_out may be the same view as
- * residual (in-place residual stream update) but must not partially overlap inputs. */
+ * residual (in-place residual stream update) but must not partially overlap inputs.
+ * x, residual, weight and sum_out share a dtype; out may have another, as for
+ * lm_rmsnorm_out (on CUDA: f32 with sum_out residual's very view, into bf16). */
 lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *residual,
                              const lm_tensor_view *weight, float eps, const lm_tensor_view *sum_out,
                              const lm_tensor_view *out);
@@ -73,7 +79,8 @@ lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params
 lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, const lm_tensor_view *out);
 
 /* ---- embedding ---------------------------------------------------------------------- */
-/* out[..., :] = table[ids[...], :]; table [V, D], ids i32/i64 [...], out [..., D].
+/* out[..., :] = table[ids[...], :]; table [V, D], ids i32/i64 [...], out [..., D] in
+ * any float dtype (rows converted: e.g. bf16 embeddings widened into f32).
  * An id outside [0, V) is LM_OUT_OF_RANGE naming the position and value. */
 lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids,
                            const lm_tensor_view *out);
@@ -91,6 +98,12 @@ lm_status lm_softmax(lm_ctx *ctx, const lm_tensor_view *x, float scale, int caus
  * [B, T, H, D] buffer) are accepted. */
 lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                            float scale, int causal, const lm_tensor_view *out);
+/* The same with a sliding window (window > 0, causal only): query i also drops keys
+ * j <= i + (Tk - Tq) - window, keeping its last `window` positions (Hugging Face
+ * sliding-window attention). window 0 is lm_attention_out. */
+lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                  const lm_tensor_view *v, float scale, int causal, int64_t window,
+                                  const lm_tensor_view *out);
 
 /* ---- one model step over a KV cache ------------------------------------------------------
  * A cache holds, per slot, the keys (or values) of up to P positions: [S, Hkv, P, D].

@@ -58,6 +58,11 @@ lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm
 lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
                                     const lm_tensor_view *v, const lm_tensor_view *dout, float scale, int causal,
                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv);
+/* The gradients of lm_attention_window_out (window 0: the above). */
+lm_status lm_attention_backward_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                           const lm_tensor_view *v, const lm_tensor_view *dout, float scale,
+                                           int causal, int64_t window, const lm_tensor_view *dq,
+                                           const lm_tensor_view *dk, const lm_tensor_view *dv);
 
 /* ---- embedding (lm_embedding_out) -------------------------------------------------------------
  * ids [...] (i32/i64), dout [..., D]; dtable [V, D] is written completely: row v is

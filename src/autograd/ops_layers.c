@@ -129,12 +129,18 @@ lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var
 /* ---- attention ------------------------------------------------------------------------------------- */
 static lm_status attention_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     LM_TRY(lm__ag_grads_like(ag, n, gin));
-    return lm_attention_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->in[2]->value), V(gout[0]),
-                                     n->p.f, n->p.flag, lm__ag_opt(gin[0]), lm__ag_opt(gin[1]), lm__ag_opt(gin[2]));
+    return lm_attention_backward_window_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->in[2]->value),
+                                            V(gout[0]), n->p.f, n->p.flag, n->p.i0, lm__ag_opt(gin[0]),
+                                            lm__ag_opt(gin[1]), lm__ag_opt(gin[2]));
 }
 
 lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
                           lm_ag_var **out) {
+    return lm_ag_attention_window(ag, q, k, v, scale, causal, 0, out);
+}
+
+lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
+                                 int64_t window, lm_ag_var **out) {
     lm_ag_var *in[3] = {q, k, v};
     LM_TRY(lm__ag_check_inputs(ag, "ag_attention", 3, in));
     if (!out) return lm__error(LM_INVALID_ARGUMENT, "ag_attention: out is NULL");
@@ -144,7 +150,7 @@ lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, f
     int64_t shape[4] = {qv->shape[0], qv->shape[1], qv->shape[2], vv->shape[3]};
     lm_tensor *y = NULL;
     LM_TRY(lm__ag_tensor(ag, qv->dtype, 4, shape, &y));
-    lm_status st = lm_attention_out(ag->ctx, qv, V(k->value), vv, scale, causal, V(y));
+    lm_status st = lm_attention_window_out(ag->ctx, qv, V(k->value), vv, scale, causal, window, V(y));
     if (st != LM_OK) {
         lm_tensor_destroy(y);
         return st;
@@ -152,5 +158,6 @@ lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, f
     lm__ag_node n = lm__ag_node_make("ag_attention", attention_backward, 3, 1, q, k, v);
     n.p.f = scale;
     n.p.flag = causal != 0;
+    n.p.i0 = window;
     return lm__ag_finish(ag, &n, lm__ag_recording(ag, 3, in), &y, out);
 }

@@ -52,13 +52,10 @@ static lm_status leaf(tape *t, const lm__gop *op, const lm__ag_bindings *b) {
 /* q, k, v [B, T, H, D] -> lm_ag_attention on [B, H, T, D] -> back to [B, T, H, D]. */
 static lm_status attention(tape *t, const lm__gop *op, lm_ag_var **out) {
     lm_ag_var *q, *k, *v, *a;
-    if (op->i[1] > 0)
-        return lm__error(LM_UNSUPPORTED, "autograd executor: attention '%s' with a window of %lld", op->name,
-                         (long long)op->i[1]);
     LM_TRY(lm_ag_transpose(t->ag, t->var[op->in[0]], 1, 2, &q));
     LM_TRY(lm_ag_transpose(t->ag, t->var[op->in[1]], 1, 2, &k));
     LM_TRY(lm_ag_transpose(t->ag, t->var[op->in[2]], 1, 2, &v));
-    LM_TRY(lm_ag_attention(t->ag, q, k, v, (float)op->a, (int)op->i[0], &a));
+    LM_TRY(lm_ag_attention_window(t->ag, q, k, v, (float)op->a, (int)op->i[0], op->i[1], &a));
     return lm_ag_transpose(t->ag, a, 1, 2, out);
 }
 

@@ -98,10 +98,7 @@ static lm_status run_attention(lm_exec *e, lm_ctx *ctx, const lm__gop *op) {
     heads_first(&e->view[op->in[1]], &k);
     heads_first(&e->view[op->in[2]], &v);
     heads_first(&e->view[op->out], &o);
-    if (op->i[1] > 0)
-        return lm__error(LM_UNSUPPORTED, "executor: attention '%s' with a window of %lld (not yet in lm_attention_out)",
-                         op->name, (long long)op->i[1]);
-    return lm_attention_out(ctx, &q, &k, &v, (float)op->a, (int)op->i[0], &o);
+    return lm_attention_window_out(ctx, &q, &k, &v, (float)op->a, (int)op->i[0], op->i[1], &o);
 }
 
 lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {

@@ -48,9 +48,17 @@ typedef struct lm__step_prog {
     lm_decoder_output output;
     lm_exec *exec;
     lm_tensor_view ids, positions, slots, sample; /* executor-owned inputs ([B, T], [B, T], [B], params) */
-    int32_t *host_in;  /* host staging [2 * B * T + B] i32 (ids, positions, slots) */
+    lm_device device;  /* of the staging memory */
+    int32_t *host_in;  /* lm_host_alloc staging: ids [B*T], positions [B*T], slots [B], sampled ids [B],
+                          then the sampling record (pinned for a GPU, so the copies are queued) */
     int64_t last_used; /* for eviction */
 } lm__step_prog;
+
+/* Bytes of a step's host staging: 2 B T + 2 B i32, then an 8-aligned sampling record. */
+static inline size_t lm__step_staging_bytes(int64_t B, int64_t T) {
+    size_t n = sizeof(int32_t) * (size_t)(2 * B * T + 2 * B);
+    return ((n + 7) & ~(size_t)7) + sizeof(lm_sample_params);
+}
 
 struct lm_kv_cache {
     int layers, slots;

@@ -48,7 +48,7 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
 
 static void prog_free(lm__step_prog *p) {
     lm_exec_destroy(p->exec);
-    lm__free(p->host_in);
+    lm_host_free(p->device, p->host_in);
     memset(p, 0, sizeof *p);
 }
 
@@ -130,8 +130,11 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     LM_TRY(lm_exec_input(p->exec, "positions", &p->positions));
     LM_TRY(lm_exec_input(p->exec, "slots", &p->slots));
     if (p->output == LM_DECODER_OUT_SAMPLE) LM_TRY(lm_exec_input(p->exec, "sample_params", &p->sample));
-    p->host_in = lm__alloc(sizeof(int32_t) * (size_t)(2 * p->B * p->T + p->B), 64);
-    return p->host_in ? LM_OK : LM_OUT_OF_MEMORY;
+    p->device = lm_ctx_device(ctx);
+    void *h = NULL;
+    LM_TRY(lm_host_alloc(p->device, lm__step_staging_bytes(p->B, p->T), &h));
+    p->host_in = h;
+    return LM_OK;
 }
 
 lm_status lm__kv_cache_program(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, int64_t B, int64_t T,

@@ -2,7 +2,8 @@
  * out = softmax(q k^T * scale [causal]) v per head with q [B, Hq, Tq, D],
  * k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv]; Hq % Hkv == 0 and query
  * head h reads kv head h / (Hq / Hkv). Causal alignment is lm_softmax_out's (needs
- * Tk >= Tq). All four share one float dtype; any strides are accepted (e.g. permuted
+ * Tk >= Tq); a window (causal only) keeps each query's last `window` keys. All four
+ * share one float dtype; any strides are accepted (e.g. permuted
  * [B, T, H, D] buffers). out must not overlap itself or share memory with q, k or v.
  * On the CPU, views the tuned kernel accepts (f32, unit last-dim stride) run there
  * unless the context asks for the reference; others fall back to the reference, or
@@ -38,6 +39,12 @@ static lm_status check_attention_shapes(const char *op, const lm_tensor_view *q,
 
 lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                            float scale, int causal, const lm_tensor_view *out) {
+    return lm_attention_window_out(ctx, q, k, v, scale, causal, 0, out);
+}
+
+lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                  const lm_tensor_view *v, float scale, int causal, int64_t window,
+                                  const lm_tensor_view *out) {
     const char *op = "attention";
     const lm_tensor_view *vs[] = {q, k, v, out};
     static const char *const names[] = {"q", "k", "v", "out"};
@@ -47,6 +54,8 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     LM_TRY(lm__op_check_dtype(op, "v", v, q->dtype));
     LM_TRY(lm__op_check_dtype(op, "out", out, q->dtype));
     LM_TRY(check_attention_shapes(op, q, k, v, causal, out));
+    if (window < 0 || (window > 0 && !causal))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: window %lld (>= 0, and only with causal)", op, (long long)window);
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "k", k, 0));
@@ -54,12 +63,12 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->attention(q, k, v, scale, causal, out, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA) return cu->attention(q, k, v, scale, causal, window, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         char why[256];
         if (lm__cpu_attention_supported(q, k, v, out, why, sizeof why))
-            return lm__cpu_attention(lm_ctx_threadpool(ctx), q, k, v, scale, causal, 0, out);
+            return lm__cpu_attention(lm_ctx_threadpool(ctx), q, k, v, scale, causal, window, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
     }
-    return lm__ref_attention(q, k, v, scale, causal, 0, out);
+    return lm__ref_attention(q, k, v, scale, causal, window, out);
 }

@@ -28,6 +28,13 @@ static lm_status check_shapes(const char *op, const lm_tensor_view *q, const lm_
 lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
                                     const lm_tensor_view *v, const lm_tensor_view *dout, float scale, int causal,
                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv) {
+    return lm_attention_backward_window_out(ctx, q, k, v, dout, scale, causal, 0, dq, dk, dv);
+}
+
+lm_status lm_attention_backward_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                           const lm_tensor_view *v, const lm_tensor_view *dout, float scale,
+                                           int causal, int64_t window, const lm_tensor_view *dq,
+                                           const lm_tensor_view *dk, const lm_tensor_view *dv) {
     const char *op = "attention_backward";
     const lm_tensor_view *vs[] = {q, k, v, dout};
     static const char *const names[] = {"q", "k", "v", "dout"};
@@ -35,6 +42,8 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     LM_TRY(lm__op_check_float(op, "q", q));
     for (int i = 1; i < 4; i++) LM_TRY(lm__op_check_dtype(op, names[i], vs[i], q->dtype));
     LM_TRY(check_shapes(op, q, k, v, dout, causal));
+    if (window < 0 || (window > 0 && !causal))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: window %lld (>= 0, and only with causal)", op, (long long)window);
     LM_TRY(lm__op_check_grad(ctx, op, "dq", dq, q));
     LM_TRY(lm__op_check_grad(ctx, op, "dk", dk, k));
     LM_TRY(lm__op_check_grad(ctx, op, "dv", dv, v));
@@ -49,6 +58,6 @@ lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const 
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
     if (level == LM__LEVEL_CUDA)
-        return cu->attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, lm_ctx_stream(ctx));
-    return lm__ref_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv);
+        return cu->attention_backward(q, k, v, dout, scale, causal, window, dq, dk, dv, lm_ctx_stream(ctx));
+    return lm__ref_attention_backward(q, k, v, dout, scale, causal, window, dq, dk, dv);
 }

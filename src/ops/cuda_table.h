@@ -37,7 +37,7 @@ typedef struct lm__cuda_ops {
                            void *stream);
     lm_status (*softmax)(const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out, void *stream);
     lm_status (*attention)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
-                           int causal, const lm_tensor_view *out, void *stream);
+                           int causal, int64_t window, const lm_tensor_view *out, void *stream);
     /* a and b expanded to out's batch dims; cuBLASLt when it takes the layout, else
      * the readable kernel */
     lm_status (*matmul)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
@@ -58,8 +58,9 @@ typedef struct lm__cuda_ops {
     lm_status (*matmul_backward)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                  const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
     lm_status (*attention_backward)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                    const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
-                                    const lm_tensor_view *dk, const lm_tensor_view *dv, void *stream);
+                                    const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                    const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                    void *stream);
     /* dsum NULL for plain RMSNorm */
     lm_status (*rmsnorm_backward)(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                   const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
@@ -81,6 +82,25 @@ typedef struct lm__cuda_ops {
                                                const lm_tensor_view *targets, int64_t ignore_index,
                                                const lm_tensor_view *dloss, const lm_tensor_view *dx,
                                                const lm_tensor_view *dw);
+
+    /* ---- the model step (ops/cuda/step_cuda.c, kv.cu) ---- */
+    lm_status (*kv_store)(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,
+                          const lm_tensor_view *positions, void *stream);
+    lm_status (*attention_cache)(const lm_tensor_view *q, const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                 const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                 const lm_kv_attention_params *p, const lm_tensor_view *out, void *stream);
+    size_t (*attention_cache_workspace)(int64_t tokens, int64_t q_heads, int64_t head_dim, int64_t cache_tokens);
+    lm_status (*qkv_rope_store)(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                const lm_tensor_view *v_cache, const lm_tensor_view *q, void *stream);
+    /* 1 when linear runs these as one kernel without scratch (lm_linear_supported) */
+    int (*linear_supported)(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
+    /* LM_UNSUPPORTED (nothing queued) when no fused kernel takes the views */
+    lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                        const lm_linear_params *p, const lm_tensor_view *out);
+    lm_status (*sample)(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
+                        const lm_tensor_view *ids, void *stream);
+    size_t (*sample_workspace)(int64_t rows);
 } lm__cuda_ops;
 
 /* The table, or NULL in a build without CUDA. */

@@ -154,7 +154,9 @@ lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor
     const char *op = "swiglu";
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(unary_check(ctx, op, gate, out, 1, cu, &level));
+    LM_TRY(unary_check(ctx, op, gate, out, 0, cu, &level));
+    LM_TRY(lm__op_check_float(op, "gate", gate));
+    LM_TRY(lm__op_check_float(op, "out", out)); /* may round to another float dtype */
     const lm_tensor_view *vs[] = {up};
     static const char *const names[] = {"up"};
     LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));

@@ -1,8 +1,8 @@
 /* ops/embedding.c — public embedding lookup: validation and dispatch. table [V, D]
  * float, ids i32/i64 of any rank below LM_MAX_DIMS, out [..., D] = ids' shape + [D]
- * in table's dtype. out may share memory with neither table nor ids (detectable
+ * in any float dtype (rows converted to it; the allocating form uses table's). out may share memory with neither table nor ids (detectable
  * overlaps are rejected, ops/alias.h). On the CPU the tuned level (ops/cpu/pointwise.c)
- * copies whole rows when table and out rows have unit stride; other views run the
+ * copies whole rows when table and out share a dtype and rows have unit stride; other views run the
  * reference, which also reports an out-of-range id (the tuned path then writes nothing). */
 #include "ops/alias.h"
 #include "ops/cpu/pointwise.h"
@@ -30,7 +30,7 @@ lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_te
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
     LM_TRY(lm__op_check_float(op, "table", table));
     LM_TRY(lm__op_check_index(op, "ids", ids));
-    LM_TRY(lm__op_check_dtype(op, "out", out, table->dtype));
+    LM_TRY(lm__op_check_float(op, "out", out)); /* e.g. 16-bit rows widened into f32 */
     int nd = 0;
     int64_t shape[LM_MAX_DIMS];
     LM_TRY(out_shape(op, table, ids, &nd, shape));

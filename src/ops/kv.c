@@ -9,7 +9,8 @@
  * (keys [0, last position], causal, the window), exactly the reference's
  * decomposition; other layouts run the reference. qkv_rope_store is the fused front
  * of a step (bias, q/k norms, RoPE, the K/V stores and q), whose composition is the
- * reference.
+ * reference. On CUDA (ops/cuda/step_cuda.c) the caches must be contiguous bf16 (the
+ * model's device caches); other forms are LM_UNSUPPORTED naming what is needed.
  */
 #include "ops/alias.h"
 #include "runtime/internal.h"
@@ -65,8 +66,10 @@ lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_ten
     LM_TRY(lm__op_check_out(op, "cache", cache));
     LM_TRY(lm__op_check_alias(op, "cache", cache, "x", x, 0));
     LM_TRY(check_indices(op, x->shape[0], x->shape[1], cache->shape[0], cache->shape[2], slots, positions));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->kv_store(cache, x, slots, positions, lm_ctx_stream(ctx));
     lm__ref_kv_store(cache, x, slots, positions);
     return LM_OK;
 }
@@ -107,8 +110,10 @@ static lm_status cpu_attention_cache(lm_ctx *ctx, const lm_tensor_view *q, const
 
 size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
                                           int64_t cache_tokens) {
-    (void)d, (void)tokens, (void)q_heads, (void)head_dim, (void)cache_tokens;
-    return 0;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if (tokens < 1 || q_heads < 1 || head_dim < 1 || cache_tokens < 1 || lm__device_host_addressable(d) || !cu)
+        return 0; /* the CPU levels split no keys */
+    return cu->attention_cache_workspace(tokens, q_heads, head_dim, cache_tokens);
 }
 
 lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
@@ -138,8 +143,15 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
     LM_TRY(lm__op_check_alias(op, "out", out, "k_cache", k_cache, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "v_cache", v_cache, 0));
     LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    if (p->workspace) {
+        const lm_tensor_view *wv[] = {p->workspace};
+        static const char *const wn[] = {"workspace"};
+        LM_TRY(lm__op_check_devices(ctx, op, 1, wv, wn));
+    }
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 1, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->attention_cache(q, k_cache, v_cache, slots, positions, p, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         char why[256];
         if (lm__cpu_attention_supported(q, k_cache, v_cache, out, why, sizeof why))
@@ -194,7 +206,9 @@ lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm
     LM_TRY(lm__op_check_out(op, "v_cache", v_cache));
     LM_TRY(lm__op_check_alias(op, "q", q, "qkv", qkv, 0));
     LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q, lm_ctx_stream(ctx));
     return lm__ref_qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q);
 }

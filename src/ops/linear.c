@@ -5,9 +5,14 @@
  * x [M, K] (or [M, 2K] for SwiGLU), w [N, K], bias [N] f32 or NULL, norm_weight [K]
  * f32, out [M, N]. out may not overlap x, w or the bias; with accumulate it is read
  * before it is written (element by element, the residual stream in place).
+ * On CUDA the fused kernels (ops/cuda/step_cuda.c: the GEMV with its prologue, the
+ * cuBLASLt GEMM with its bias) run what lm_linear_supported admits; any other valid
+ * call runs the composition in f32 through the public operators, which allocates
+ * and waits for its temporaries (refused inside a capture).
  */
 #include "ops/alias.h"
 #include "ops/ref/linear.h"
+#include "runtime/internal.h"
 
 static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0};
 
@@ -43,8 +48,62 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
 }
 
 int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype) {
-    (void)d, (void)input, (void)rows, (void)K, (void)x_dtype, (void)w_dtype;
-    return 0;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if ((unsigned)input > LM_LINEAR_IN_SWIGLU || rows < 1 || K < 1 || lm__device_host_addressable(d) || !cu) return 0;
+    return cu->linear_supported(input, rows, K, x_dtype, w_dtype);
+}
+
+/* The composition lm_linear_out equals, through the public operators in f32 on the
+ * context's device: in(x) -> matmul with w^T -> + bias -> (+ out) -> out's dtype.
+ * Allocates its temporaries, so it may not run inside a capture. */
+static lm_status composed(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                          const lm_linear_params *p, const lm_tensor_view *out) {
+    if (lm_ctx_capturing(ctx))
+        return lm__error(LM_UNSUPPORTED, "linear: no fused kernel for this form (lm_linear_supported is 0), and the "
+                         "composition allocates, which a capture cannot");
+    lm_device d = lm_ctx_device(ctx);
+    int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
+    int64_t xs[2] = {M, x->shape[1]}, as[2] = {M, K}, ys[2] = {M, N};
+    lm_tensor *xf = NULL, *a = NULL, *y = NULL, *acc = NULL;
+    lm_status st = LM_OK;
+    const lm_tensor_view *xv = x, *av = x;
+    if (x->dtype != LM_F32) { /* widen once; every later step is f32 */
+        st = lm_tensor_create(d, LM_F32, 2, xs, &xf);
+        if (st == LM_OK) st = lm_cast_out(ctx, x, xv = lm_tensor_as_view(xf));
+    }
+    if (st == LM_OK && p->input != LM_LINEAR_IN) {
+        st = lm_tensor_create(d, LM_F32, 2, as, &a);
+        if (st == LM_OK) av = lm_tensor_as_view(a);
+        if (st == LM_OK && p->input == LM_LINEAR_IN_RMSNORM) st = lm_rmsnorm_out(ctx, xv, p->norm_weight, p->eps, av);
+        if (st == LM_OK && p->input == LM_LINEAR_IN_SWIGLU) {
+            lm_tensor_view gate, up;
+            lm_tensor_view_slice(xv, 1, 0, K, 1, &gate);
+            lm_tensor_view_slice(xv, 1, K, 2 * K, 1, &up);
+            st = lm_swiglu_out(ctx, &gate, &up, av);
+        }
+    } else {
+        av = xv;
+    }
+    lm_tensor_view wt;
+    if (st == LM_OK) st = lm_tensor_view_transpose(w, 0, 1, &wt);
+    if (st == LM_OK) st = lm_tensor_create(d, LM_F32, 2, ys, &y);
+    if (st == LM_OK) st = lm_matmul_out(ctx, av, &wt, lm_tensor_as_view(y));
+    if (st == LM_OK && bias) st = lm_add_out(ctx, lm_tensor_as_view(y), bias, lm_tensor_as_view(y)); /* broadcast */
+    if (st == LM_OK && p->accumulate) {
+        const lm_tensor_view *ov = out;
+        if (out->dtype != LM_F32) {
+            st = lm_tensor_create(d, LM_F32, 2, ys, &acc);
+            if (st == LM_OK) st = lm_cast_out(ctx, out, ov = lm_tensor_as_view(acc));
+        }
+        if (st == LM_OK) st = lm_add_out(ctx, lm_tensor_as_view(y), ov, lm_tensor_as_view(y));
+    }
+    if (st == LM_OK) st = lm_cast_out(ctx, lm_tensor_as_view(y), out);
+    if (st == LM_OK && !lm__device_host_addressable(d)) st = lm_ctx_synchronize(ctx); /* before the frees */
+    lm_tensor_destroy(acc);
+    lm_tensor_destroy(y);
+    lm_tensor_destroy(a);
+    lm_tensor_destroy(xf);
+    return st;
 }
 
 lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
@@ -65,7 +124,13 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
         LM_TRY(lm__op_check_devices(ctx, op, 1, nv, nn));
     }
     LM_TRY(check(op, x, w, bias, p, out));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) {
+        lm_status st = cu->linear(ctx, x, w, bias, p, out);
+        if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
+        return composed(ctx, x, w, bias, p, out);
+    }
     return lm__ref_linear(x, w, bias, p, out);
 }

@@ -1,10 +1,12 @@
 /* ops/norm.c — public RMSNorm and fused residual add + RMSNorm: validation and
- * dispatch. x [..., D] (at least 1-d), weight [D], all in one float dtype; eps must be
- * finite and >= 0. Aliasing: rmsnorm's out may be x's very view (in place);
+ * dispatch. x [..., D] (at least 1-d), weight [D] (and residual, sum_out) in one float
+ * dtype; out may have another float dtype (the normalized rows rounded to it, the
+ * step's f32 -> bf16 GEMM input); eps must be finite and >= 0. Aliasing: rmsnorm's out may be x's very view (in place);
  * add_rmsnorm's sum_out may be residual's (or x's) very view, the in-place residual
  * stream update, while out may share memory with no operand. Detectable partial
  * overlaps are rejected (ops/alias.h). On the CPU the tuned level (ops/cpu/norm.c)
- * takes f32 operands with unit-stride rows and weight; other views run the reference. */
+ * takes f32 operands with unit-stride rows and weight; other views run the reference. On CUDA the mixed forms need
+ * contiguous f32 rows and an f32 weight normalized into bf16. */
 #include "ops/alias.h"
 #include "ops/cpu/pointwise.h"
 #include "ops/ref/norm.h"
@@ -16,7 +18,7 @@ static lm_status norm_check(const char *op, const lm_tensor_view *x, const lm_te
                             const lm_tensor_view *out) {
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_dtype(op, "weight", weight, x->dtype));
-    LM_TRY(lm__op_check_dtype(op, "out", out, x->dtype));
+    LM_TRY(lm__op_check_float(op, "out", out)); /* may round to another float dtype */
     if (x->ndim < 1) return lm__error(LM_SHAPE_MISMATCH, "%s: x is a scalar; expected [..., D]", op);
     int64_t d = x->shape[x->ndim - 1];
     LM_TRY(lm__op_check_shape(op, "weight", weight, 1, &d));
@@ -33,7 +35,7 @@ lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_v
     static const char *const names[] = {"x", "weight", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
     LM_TRY(norm_check(op, x, weight, eps, out));
-    LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 1));
+    LM_TRY(lm__op_check_alias(op, "out", out, "x", x, out->dtype == x->dtype)); /* in place only in one dtype */
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));

@@ -2,8 +2,9 @@
  * logits f32 [R, V] with unit last stride, ids i32 [R], params one lm_sample_params
  * record in a u8 tensor. Host-readable parameters are checked field by field; on a
  * device they cannot be read without waiting, so the caller (the model's step)
- * checks them before it writes them there. */
+ * checks them before it writes them there (the CUDA sampler reads them as they are). */
 #include "ops/ref/sample.h"
+#include "runtime/internal.h"
 
 _Static_assert(sizeof(lm_sample_params) == LM_SAMPLE_PARAMS_BYTES, "lm_sample_params is a fixed 40-byte record");
 
@@ -15,8 +16,9 @@ static lm_status check_params(const char *op, const lm_sample_params *p) {
 }
 
 size_t lm_sample_workspace_bytes(lm_device d, int64_t rows) {
-    (void)d, (void)rows;
-    return 0;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if (rows < 1 || lm__device_host_addressable(d) || !cu) return 0; /* the reference needs none */
+    return cu->sample_workspace(rows);
 }
 
 lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
@@ -37,9 +39,25 @@ lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tens
     LM_TRY(lm__op_check_shape(op, "params", params, 1, ps));
     if (!lm_tensor_view_is_contiguous(params)) return lm__error(LM_UNSUPPORTED, "%s: params must be contiguous", op);
     LM_TRY(lm__op_check_out(op, "ids", ids));
-    (void)workspace;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, 0, &level));
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) {
+        size_t need = cu->sample_workspace(logits->shape[0]);
+        if (need) {
+            if (!workspace)
+                return lm__error(LM_INVALID_ARGUMENT, "%s: needs a workspace of %zu bytes (lm_sample_workspace_bytes)",
+                                 op, need);
+            const lm_tensor_view *wv[] = {workspace};
+            static const char *const wn[] = {"workspace"};
+            LM_TRY(lm__op_check_devices(ctx, op, 1, wv, wn));
+            if (!lm_tensor_view_is_contiguous(workspace) ||
+                (size_t)lm_tensor_view_numel(workspace) * lm_dtype_size(workspace->dtype) < need)
+                return lm__error(LM_INVALID_ARGUMENT, "%s: the workspace must be contiguous and hold %zu bytes", op,
+                                 need);
+        }
+        return cu->sample(logits, params, workspace, ids, lm_ctx_stream(ctx));
+    }
     lm_sample_params p;
     memcpy(&p, params->data, sizeof p);
     LM_TRY(check_params(op, &p));

@@ -3,7 +3,7 @@
  * strided poisoned output; scale, silu and swiglu on permuted inputs; casts between
  * every float pair, int -> float, int -> int with the range check (the first value
  * that does not fit is reported and nothing is written); and the forward pass's
- * swiglu_v2 (f32 [gate | up] rows -> bf16) against reference swiglu + cast.
+ * swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against reference swiglu + cast.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -173,7 +173,7 @@ static void test_cast_int_range_is_checked_first(void) {
     ct_pair_free(&x), ct_pair_free(&o);
 }
 
-static void test_swiglu_v2_matches_reference(void) {
+static void test_swiglu_packed_matches_reference(void) {
     lt_rng r = lt_rng_seed(14);
     int64_t rows = 7, I = 200, shape[2] = {rows, 2 * I}, oshape[2] = {rows, I};
     ct_pair gu = ct_random(&r, LM_F32, 2, shape, 2.0);
@@ -184,8 +184,8 @@ static void test_swiglu_v2_matches_reference(void) {
     LT_CHECK_OK(lm_swiglu_out(g_ref, &g, &u, lm_tensor_as_view(act32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(act32), lm_tensor_as_view(want)));
     ct_pair o = ct_poisoned(LM_BF16, 2, oshape);
-    LT_CHECK_OK(lm__cuda_swiglu_v2(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
-    ct_check(g_ctx, "swiglu_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+    LT_CHECK_OK(lm__cuda_swiglu_packed_to_bf16(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
+    ct_check(g_ctx, "swiglu_packed_to_bf16", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 20.0));
     ct_pair_free(&gu), ct_pair_free(&o);
     lm_tensor_destroy(act32), lm_tensor_destroy(want);
@@ -199,7 +199,7 @@ int main(void) {
     LT_RUN(test_scale_silu_swiglu);
     LT_RUN(test_cast_every_pair);
     LT_RUN(test_cast_int_range_is_checked_first);
-    LT_RUN(test_swiglu_v2_matches_reference);
+    LT_RUN(test_swiglu_packed_matches_reference);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -6,7 +6,7 @@
  *    Linear layout), one batch dim, and LM_UNSUPPORTED (nothing queued) for layouts it
  *    does not take;
  *  - linear_lt (bf16 x with a row stride > K, bf16 w, f32 bias epilogue, strided f32
- *    out) and gemv_v2 for M = 1, 3, 8 rows with each fused input (plain, RMSNorm,
+ *    out) and linear_gemv for M = 1, 3, 8 rows with each fused input (plain, RMSNorm,
  *    SwiGLU), bias, and accumulation into the output, against reference compositions.
  * cuBLASLt runs with f32 compute (no TF32), so f32 keeps the f32 gate. GEMV inputs are
  * f32 and weights bf16 (exact in f32): only f32 summation order and the fast
@@ -154,15 +154,15 @@ static void check_gemv(lm__cuda_gemv_in in, int M, int accumulate) {
     else LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
     lm__cuda_gemv_params p = {in, lm_tensor_data(x.d), xw, lm_tensor_data(nw.d), eps, lm_tensor_data(w.d),
                              lm_tensor_data(bias.d), lm_tensor_data(o.d), N, accumulate, M, N, K};
-    LT_CHECK_OK(lm__cuda_gemv_v2(&p, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_linear_gemv(&p, ct_stream(g_ctx)));
     char what[64];
-    snprintf(what, sizeof what, "gemv_v2 in %d M %d accumulate %d", (int)in, M, accumulate);
+    snprintf(what, sizeof what, "linear_gemv in %d M %d accumulate %d", (int)in, M, accumulate);
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-9, 2e-3);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&nw), ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(in32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
 }
 
-static void test_gemv_v2_fused_inputs(void) {
+static void test_linear_gemv_fused_inputs(void) {
     const int ms[3] = {1, 3, 8};
     for (int i = 0; i < 3; i++) {
         check_gemv(LM__CUDA_GEMV_PLAIN, ms[i], i == 1);
@@ -170,7 +170,7 @@ static void test_gemv_v2_fused_inputs(void) {
         check_gemv(LM__CUDA_GEMV_SWIGLU, ms[i], 1);
     }
     lm__cuda_gemv_params bad = {LM__CUDA_GEMV_PLAIN, NULL, 12, NULL, 0, NULL, NULL, NULL, 4, 0, 9, 4, 12};
-    LT_CHECK_STATUS(lm__cuda_gemv_v2(&bad, ct_stream(g_ctx)), LM_UNSUPPORTED); /* M = 9 > 8 */
+    LT_CHECK_STATUS(lm__cuda_linear_gemv(&bad, ct_stream(g_ctx)), LM_UNSUPPORTED); /* M = 9 > 8 */
 }
 
 int main(void) {
@@ -180,7 +180,7 @@ int main(void) {
     LT_RUN(test_readable_matmul);
     LT_RUN(test_cublaslt_matmul);
     LT_RUN(test_linear_lt_bias_strided);
-    LT_RUN(test_gemv_v2_fused_inputs);
+    LT_RUN(test_linear_gemv_fused_inputs);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -5,7 +5,7 @@
  * (and a 1100-row sum on the chunked path)
  * (max with a NaN that must stick); concat along a middle dim for a float and an
  * integer dtype (exact); cross-entropy with ignored rows, all rows ignored (NaN), and
- * a bad target; the forward pass's embed_rows_v2 (bf16 rows -> f32, exact).
+ * a bad target; the widening embedding of the model step (bf16 rows -> f32, exact).
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -196,7 +196,9 @@ static void test_cross_entropy(void) {
     }
 }
 
-static void test_embed_rows_v2(void) {
+/* The widening embedding (bf16 table into f32 rows, exact) through lm_embedding_out,
+ * and a bad id still refused by name before anything runs. */
+static void test_embedding_widen(void) {
     lt_rng r = lt_rng_seed(201);
     int64_t ts[2] = {100, 64}, n = 5, os[2] = {5, 64};
     int64_t vals[5] = {99, 0, 42, 42, 7};
@@ -205,9 +207,13 @@ static void test_embed_rows_v2(void) {
     lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, os), *want32 = NULL;
     LT_CHECK_OK(lm_embedding_out(g_ref, lm_tensor_as_view(table.h), lm_tensor_as_view(ids.h), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_cast(g_ref, lm_tensor_as_view(want), LM_F32, &want32));
-    LT_CHECK_OK(lm__cuda_embed_rows_v2(lm_tensor_data(table.d), lm_tensor_data(ids.d), n, 64, lm_tensor_data(o.d),
-                                      ct_stream(g_ctx)));
-    ct_check(g_ctx, "embed_rows_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want32), 0.0, 0.0);
+    LT_CHECK_OK(lm_embedding_out(g_ctx, lm_tensor_as_view(table.d), lm_tensor_as_view(ids.d), lm_tensor_as_view(o.d)));
+    ct_check(g_ctx, "embedding bf16 -> f32", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want32), 0.0, 0.0);
+    int64_t bad_vals[5] = {99, 0, 100, 42, 7};
+    ct_pair bad = ids_tensor(LM_I32, 1, &n, bad_vals);
+    LT_CHECK_STATUS(lm_embedding_out(g_ctx, lm_tensor_as_view(table.d), lm_tensor_as_view(bad.d), lm_tensor_as_view(o.d)),
+                    LM_OUT_OF_RANGE);
+    ct_pair_free(&bad);
     ct_pair_free(&table), ct_pair_free(&ids), ct_pair_free(&o);
     lm_tensor_destroy(want), lm_tensor_destroy(want32);
 }
@@ -219,7 +225,7 @@ int main(void) {
     LT_RUN(test_softmax);
     LT_RUN(test_sum_max_concat);
     LT_RUN(test_cross_entropy);
-    LT_RUN(test_embed_rows_v2);
+    LT_RUN(test_embedding_widen);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -68,7 +68,7 @@ static void test_add_rmsnorm_in_place_residual(void) {
     }
 }
 
-static void test_v2_norms_match_reference(void) {
+static void test_bf16_norms_match_reference(void) {
     lt_rng r = lt_rng_seed(41);
     int64_t rows = 5, D = 896, shape[2] = {rows, D};
     ct_pair x = ct_random(&r, LM_F32, 2, shape, 3.0), delta = ct_random(&r, LM_F32, 2, shape, 1.0);
@@ -80,18 +80,18 @@ static void test_v2_norms_match_reference(void) {
     /* plain: bf16(rmsnorm(x) * w) */
     LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps, lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm__cuda_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
+    LT_CHECK_OK(lm__cuda_rmsnorm_to_bf16(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
                                    ct_stream(g_ctx)));
-    ct_check(g_ctx, "rmsnorm_v2", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+    ct_check(g_ctx, "rmsnorm_to_bf16", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 10.0));
     /* fused add: x += delta, then the same */
     LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, lm_tensor_as_view(delta.h), lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps,
                                    lm_tensor_as_view(sum), lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm__cuda_add_rmsnorm_v2(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
+    LT_CHECK_OK(lm__cuda_add_rmsnorm_to_bf16(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
                                        lm_tensor_data(o.d), ct_stream(g_ctx)));
-    ct_check(g_ctx, "add_rmsnorm_v2 residual", &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
-    ct_check(g_ctx, "add_rmsnorm_v2 out", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+    ct_check(g_ctx, "add_rmsnorm_to_bf16 residual", &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
+    ct_check(g_ctx, "add_rmsnorm_to_bf16 out", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 10.0));
     ct_pair_free(&x), ct_pair_free(&delta), ct_pair_free(&w), ct_pair_free(&o);
     lm_tensor_destroy(n32), lm_tensor_destroy(want), lm_tensor_destroy(sum);
@@ -102,7 +102,7 @@ int main(void) {
     g_ref = ct_ref_ctx();
     LT_RUN(test_rmsnorm_strided_and_in_place);
     LT_RUN(test_add_rmsnorm_in_place_residual);
-    LT_RUN(test_v2_norms_match_reference);
+    LT_RUN(test_bf16_norms_match_reference);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -1,7 +1,7 @@
 /* CUDA RoPE kernels against the CPU reference: the readable rope per float dtype and
  * both pair styles, with [B, T] positions reaching 1e5 (and negative ones), a bias,
  * attn_factor, a permuted input into a strided output, and in place; the inverse
- * frequency table; and the forward pass's fused qkv_rope_v2 (bias, optional per-head
+ * frequency table; and the forward pass's fused qkv_rope_store (bias, optional per-head
  * q/k RMSNorm, RoPE, q to its buffer in f32 or bf16, k and v into a NaN-poisoned bf16
  * cache at each token's slot and position) against the reference composition
  * add -> rmsnorm -> rope -> cast. Cache entries no token owns must stay NaN.
@@ -110,18 +110,19 @@ static void check_qkv_rope(int64_t hd, int qk_norm, int with_bias, int q_bf16) {
     int64_t q4[3] = {ntok, Hq, hd};
     ct_pair q = ct_poisoned(q_bf16 ? LM_BF16 : LM_F32, 3, q4);
     float eps = 1e-6f;
+    /* six rows of one token each, every row its own slot */
     lm__cuda_qkv_params p = {lm_tensor_data(qkv.d), with_bias ? lm_tensor_data(bias.d) : NULL,
-                            qk_norm ? lm_tensor_data(qn.d) : NULL, qk_norm ? lm_tensor_data(kn.d) : NULL, eps,
-                            lm_tensor_data(inv.d), 0.8f, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, Hq, q_bf16,
-                            lm_tensor_data(q.d)};
-    lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), max_t, Hkv, (int)hd};
-    LT_CHECK_OK(lm__cuda_qkv_rope_v2(&p, &kv, ct_stream(g_ctx)));
+                             qk_norm ? lm_tensor_data(qn.d) : NULL, qk_norm ? lm_tensor_data(kn.d) : NULL, eps,
+                             lm_tensor_data(inv.d), 0.8f, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, 1, Hq,
+                             q_bf16, lm_tensor_data(q.d)};
+    lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), slots, max_t, Hkv, (int)hd};
+    LT_CHECK_OK(lm__cuda_qkv_rope_store(&p, &kv, ct_stream(g_ctx)));
     const lm_tensor *b = with_bias ? bias.h : NULL;
     lm_tensor *rq = ref_part(qkv.h, b, 0, Hq, hd, qk_norm ? qn.h : NULL, 1, inv.h, pos.h, eps);
     lm_tensor *rk = ref_part(qkv.h, b, Hq * hd, Hkv, hd, qk_norm ? kn.h : NULL, 1, inv.h, pos.h, eps);
     lm_tensor *rv = ref_part(qkv.h, b, (Hq + Hkv) * hd, Hkv, hd, NULL, 0, inv.h, pos.h, eps);
     char what[96];
-    snprintf(what, sizeof what, "qkv_rope_v2 q (hd %lld, norm %d, bias %d, %s)", (long long)hd, qk_norm, with_bias,
+    snprintf(what, sizeof what, "qkv_rope_store q (hd %lld, norm %d, bias %d, %s)", (long long)hd, qk_norm, with_bias,
              q_bf16 ? "bf16" : "f32");
     lm_tensor *want_q = lt_poisoned_tensor(q_bf16 ? LM_BF16 : LM_F32, 3, q4);
     lm_tensor_view rq3;
@@ -153,7 +154,7 @@ static void check_qkv_rope(int64_t hd, int qk_norm, int with_bias, int q_bf16) {
     ct_pair_free(&pos), ct_pair_free(&slot), ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q);
 }
 
-static void test_qkv_rope_v2_matches_reference(void) {
+static void test_qkv_rope_store_matches_reference(void) {
     check_qkv_rope(16, 0, 1, 0);
     check_qkv_rope(16, 1, 0, 1);
     check_qkv_rope(64, 0, 1, 1);
@@ -166,7 +167,7 @@ int main(void) {
     g_ref = ct_ref_ctx();
     LT_RUN(test_rope_styles_positions_bias);
     LT_RUN(test_inv_freq);
-    LT_RUN(test_qkv_rope_v2_matches_reference);
+    LT_RUN(test_qkv_rope_store_matches_reference);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -1,6 +1,6 @@
 /* CUDA selection kernels: argmax and top-k against the CPU reference (per float
  * dtype, i32 and i64 indices, permuted inputs, planted ties and NaNs, which rank
- * highest), exact; and the device sampler sample_v2: greedy equals argmax, top-k 1
+ * highest), exact; and the device sampler sample: greedy equals argmax, top-k 1
  * equals argmax, every draw under top-k / top-p / min-p lies in the set lm_sampler's
  * rules keep (computed here on the host by sorting), and with top-k 3 the empirical
  * frequencies of 3000 draws per row match the renormalized softmax within 0.04.
@@ -131,13 +131,13 @@ typedef struct sampler_fixture {
 static void draw_rows(sampler_fixture *f, lm__cuda_sample_params p, uint64_t draw, int32_t *ids) {
     p.draw = draw;
     LT_CHECK_OK(lm_device_copy(ct_gpu, f->params, lm_device_cpu(), &p, sizeof p));
-    LT_CHECK_OK(lm__cuda_sample_v2(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, lm_tensor_data(f->out.d),
+    LT_CHECK_OK(lm__cuda_sample(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, lm_tensor_data(f->out.d),
                                   f->work, ct_stream(g_ctx)));
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), ids, ct_gpu, lm_tensor_data(f->out.d), sizeof(int32_t) * (size_t)f->rows));
 }
 
-static void test_sample_v2_rules(void) {
+static void test_sample_rules(void) {
     lt_rng r = lt_rng_seed(151);
     sampler_fixture f = {{0}, NULL, NULL, {0}, 3, 1000};
     int64_t s[2] = {f.rows, f.V}, nr = f.rows;
@@ -171,7 +171,7 @@ static void test_sample_v2_rules(void) {
                 outside += ids[row] < 0 || ids[row] >= f.V || !keep[ids[row]];
             }
         }
-        LT_CHECK_MSG(outside == 0, "sample_v2 rule set %d: %d draws outside the kept set", k, outside);
+        LT_CHECK_MSG(outside == 0, "sample rule set %d: %d draws outside the kept set", k, outside);
     }
     /* frequencies under top-k 3 */
     lm__cuda_sample_params k3 = {0, 1.0f, 3, 1.0f, 0.0f, 11, 0};
@@ -192,7 +192,7 @@ static void test_sample_v2_rules(void) {
             double pw = keep[i] ? exp(lg[row * f.V + i] - mx) / z : 0.0;
             worst = fmax(worst, fabs(pw - counts[row][i]));
         }
-        LT_CHECK_MSG(worst < 0.04, "sample_v2 row %d: frequency off by %.3f", row, worst);
+        LT_CHECK_MSG(worst < 0.04, "sample row %d: frequency off by %.3f", row, worst);
     }
     free(keep);
     lm_device_free(ct_gpu, f.params);
@@ -204,7 +204,7 @@ int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_argmax_topk_exact);
-    LT_RUN(test_sample_v2_rules);
+    LT_RUN(test_sample_rules);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -268,6 +268,49 @@ static void test_sample_rules(void) {
     lm_tensor_destroy(lg), lm_tensor_destroy(ids);
 }
 
+/* The mixed forms the GPU step uses (f32 rows normalized into bf16, SwiGLU into
+ * bf16, bf16 rows widened into f32) equal the f32 form rounded once: within half a
+ * bf16 ulp of the f32 result plus its own f32 rounding (|d| <= 2^-8 |y| + 1e-6). */
+static void test_mixed_dtype_forms_round_once(void) {
+    lt_rng r = lt_rng_seed(41);
+    int64_t xs[2] = {5, 24}, ws[1] = {24};
+    lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1), *res = lt_random_tensor(&r, LM_F32, 2, xs, 1);
+    lm_tensor *w = lt_random_tensor(&r, LM_F32, 1, ws, 1), *up = lt_random_tensor(&r, LM_F32, 2, xs, 1);
+    lm_tensor *f = lt_poisoned_tensor(LM_F32, 2, xs), *b = lt_poisoned_tensor(LM_BF16, 2, xs);
+    lm_tensor *sum1 = lt_poisoned_tensor(LM_F32, 2, xs), *sum2 = lt_poisoned_tensor(LM_F32, 2, xs);
+#define V(t) lm_tensor_as_view(t)
+    for (int form = 0; form < 3; form++) {
+        if (form == 0) {
+            LT_CHECK_OK(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, V(f)));
+            LT_CHECK_OK(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, V(b)));
+        } else if (form == 1) {
+            LT_CHECK_OK(lm_add_rmsnorm_out(g_ctx, V(x), V(res), V(w), 1e-5f, V(sum1), V(f)));
+            LT_CHECK_OK(lm_add_rmsnorm_out(g_ctx, V(x), V(res), V(w), 1e-5f, V(sum2), V(b)));
+            LT_CHECK(memcmp(lm_tensor_data(sum1), lm_tensor_data(sum2), sizeof(float) * 120) == 0);
+        } else {
+            LT_CHECK_OK(lm_swiglu_out(g_ctx, V(x), V(up), V(f)));
+            LT_CHECK_OK(lm_swiglu_out(g_ctx, V(x), V(up), V(b)));
+        }
+        for (int64_t i = 0; i < 120; i++) {
+            float y = ((const float *)lm_tensor_data(f))[i], z = lm_bf16_to_f32(((const uint16_t *)lm_tensor_data(b))[i]);
+            LT_CHECK_MSG(fabsf(z - y) <= 0x1p-8f * fabsf(y) + 1e-6f, "form %d element %lld: bf16 %g, f32 %g", form,
+                         (long long)i, z, y);
+        }
+    }
+    /* in place is only for one dtype: out over x's memory in bf16 is refused */
+    lm_tensor_view xb = *V(x);
+    xb.dtype = LM_BF16;
+    LT_CHECK_STATUS(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, &xb), LM_INVALID_ARGUMENT);
+    /* an integer out is refused by name */
+    int64_t is[2] = {5, 24};
+    lm_tensor *oi = lt_poisoned_tensor(LM_I32, 2, is);
+    LT_CHECK(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, V(oi)) != LM_OK && strstr(lm_last_error(), "out"));
+    LT_CHECK(lm_swiglu_out(g_ctx, V(x), V(up), V(oi)) != LM_OK && strstr(lm_last_error(), "out"));
+#undef V
+    lm_tensor *all[] = {x, res, w, up, f, b, sum1, sum2, oi};
+    for (int i = 0; i < 9; i++) lm_tensor_destroy(all[i]);
+}
+
 int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_attention_cache_matches_double);
@@ -275,6 +318,7 @@ int main(void) {
     LT_RUN(test_qkv_rope_store_equals_its_composition);
     LT_RUN(test_linear_equals_its_composition);
     LT_RUN(test_sample_rules);
+    LT_RUN(test_mixed_dtype_forms_round_once);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }

@@ -188,7 +188,7 @@ static void gather_range(void *arg, int64_t begin, int64_t end) {
 
 int lm__cpu_embedding_supported(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out) {
     int64_t d = table->shape[1];
-    return d <= 1 || (table->stride[1] == 1 && out->stride[out->ndim - 1] == 1);
+    return table->dtype == out->dtype && (d <= 1 || (table->stride[1] == 1 && out->stride[out->ndim - 1] == 1));
 }
 
 int lm__cpu_embedding(lm_threadpool *pool, const lm_tensor_view *table, const lm_tensor_view *ids,

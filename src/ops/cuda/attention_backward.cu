@@ -3,7 +3,8 @@
  * visible keys, dp_j = dO . v_j and rowdot = sum_j p_j dp_j:
  *   ds_j = p_j (dp_j - rowdot);  dq = scale sum_j ds_j k_j
  *   dk_j = scale sum over (h, i) reading it of ds_j q_i;  dv_j = sum of p_j dO_i
- * Kernel 1, one block per query row (b, h, i): max, sum of exp and rowdot over the
+ * A window hides keys more than window - 1 before the query's position, as in the
+ * forward. Kernel 1, one block per query row (b, h, i): max, sum of exp and rowdot over the
  * keys (threads stride over keys, fixed block trees), then dq from chunks of
  * blockDim keys whose ds are staged in shared memory; the row's (max, sum, rowdot)
  * go to a [B, Hq, Tq, 3] workspace. Kernel 2, one block per key row (b, g, j): the
@@ -12,7 +13,7 @@
  * then each thread adds them into its own columns of dk and dv in a fixed order.
  * O(B Hq Tq Tk (D + Dv)) per kernel; shared memory (D + Dv + 2 blockDim) floats.
  * bf16 views with head dim 64 or 128 take the tensor-core flash kernels instead
- * (attention_train.cu).
+ * (attention_flash.cu).
  */
 #include "ops/cuda/backward.cuh"
 
@@ -23,7 +24,14 @@ struct att_bw_args {
     int64_t B, Hq, Hkv, Tq, Tk, D, Dv, group;
     float scale;
     int causal;
+    int64_t window; /* 0: none */
 };
+
+/* The keys query row i sees: [*first, *stop). */
+__device__ __forceinline__ void key_range(const att_bw_args &a, int64_t i, int64_t *first, int64_t *stop) {
+    *stop = a.causal ? i + (a.Tk - a.Tq) + 1 : a.Tk;
+    *first = a.window > 0 ? LM_MAX((int64_t)0, *stop - a.window) : 0;
+}
 
 __device__ __forceinline__ int64_t off4(const lm__cuda_nd &t, int64_t b, int64_t h, int64_t i) {
     return b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
@@ -45,26 +53,27 @@ __global__ void dq_kernel(const T *q, const T *k, const T *v, const T *dout, att
     int64_t rows = a.B * a.Hq * a.Tq;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         int64_t i = row % a.Tq, h = (row / a.Tq) % a.Hq, b = row / (a.Tq * a.Hq), g = h / a.group;
-        int64_t nkeys = a.causal ? i + (a.Tk - a.Tq) + 1 : a.Tk;
+        int64_t j_first, nkeys;
+        key_range(a, i, &j_first, &nkeys);
         int64_t q0 = off4(a.q, b, h, i), o0 = off4(a.o, b, h, i);
         for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) qs[d] = ld(q + q0 + d * a.q.stride[3]), acc[d] = 0.f;
         for (int64_t e = threadIdx.x; e < a.Dv; e += blockDim.x) os[e] = ld(dout + o0 + e * a.o.stride[3]);
         __syncthreads();
         float mx = -INFINITY;
-        for (int64_t j = threadIdx.x; j < nkeys; j += blockDim.x)
+        for (int64_t j = j_first + threadIdx.x; j < nkeys; j += blockDim.x)
             mx = fmaxf(mx, a.scale * dot_row(k, off4(a.k, b, g, j), a.k.stride[3], qs, a.D));
         mx = block_max(mx, red);
         float l = 0.f, pd = 0.f;
-        for (int64_t j = threadIdx.x; j < nkeys; j += blockDim.x) {
+        for (int64_t j = j_first + threadIdx.x; j < nkeys; j += blockDim.x) {
             float e = expf(a.scale * dot_row(k, off4(a.k, b, g, j), a.k.stride[3], qs, a.D) - mx);
             l += e;
             pd += e * dot_row(v, off4(a.v, b, g, j), a.v.stride[3], os, a.Dv);
         }
         l = block_sum(l, red);
         pd = block_sum(pd, red);
-        if (nkeys == 0) l = 1.f;
+        if (nkeys <= j_first) l = 1.f;
         float rowdot = pd / l;
-        for (int64_t j0 = 0; j0 < nkeys; j0 += blockDim.x) {
+        for (int64_t j0 = j_first; j0 < nkeys; j0 += blockDim.x) {
             int64_t j = j0 + threadIdx.x;
             float ds = 0.f;
             if (j < nkeys) {
@@ -105,7 +114,9 @@ __global__ void dkv_kernel(const T *q, const T *k, const T *v, const T *dout, at
             float p = 0.f, ds = 0.f;
             if (u < nq) {
                 int64_t h = g * a.group + u / a.Tq, i = u % a.Tq;
-                if (!a.causal || j <= i + (a.Tk - a.Tq)) {
+                int64_t jf, js;
+                key_range(a, i, &jf, &js);
+                if (j >= jf && j < js) {
                     const float *st = stats + 3 * ((b * a.Hq + h) * a.Tq + i);
                     p = expf(a.scale * dot_row(q, off4(a.q, b, h, i), a.q.stride[3], ks, a.D) - st[0]) / st[1];
                     ds = p * (dot_row(dout, off4(a.o, b, h, i), a.o.stride[3], vs, a.Dv) - st[2]) * a.scale;
@@ -135,19 +146,20 @@ __global__ void dkv_kernel(const T *q, const T *k, const T *v, const T *dout, at
 }
 
 lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                     const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
-                                     const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s) {
+                                      const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                      const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                      cudaStream_t s) {
     if (lm__cuda_flash_attention_supports(q, k, v, causal, dout) && lm__cuda_flash_attention_supports(q, k, v, causal, dq) &&
         lm__cuda_flash_attention_supports(q, k, v, causal, dk) && lm__cuda_flash_attention_supports(q, k, v, causal, dv) &&
         (!dout || dout->dtype == LM_BF16))
-        return lm__cuda_flash_attention_backward(q, k, v, dout, scale, causal, dq, dk, dv, s);
+        return lm__cuda_flash_attention_backward(q, k, v, dout, scale, causal, window, dq, dk, dv, s);
     att_bw_args a;
     memset(&a, 0, sizeof a);
     a.q = lm__cuda_nd_of(q), a.k = lm__cuda_nd_of(k), a.v = lm__cuda_nd_of(v), a.o = lm__cuda_nd_of(dout);
     a.B = q->shape[0], a.Hq = q->shape[1], a.Tq = q->shape[2], a.D = q->shape[3];
     a.Hkv = k->shape[1], a.Tk = k->shape[2], a.Dv = v->shape[3];
     a.group = a.Hkv ? a.Hq / a.Hkv : 1;
-    a.scale = scale, a.causal = causal;
+    a.scale = scale, a.causal = causal, a.window = causal ? window : 0;
     if (a.D > 8 * ATT_THREADS || a.Dv > 8 * ATT_THREADS)
         return lm__error(LM_UNSUPPORTED, "attention_backward: the CUDA kernel takes head dims up to %d", 8 * ATT_THREADS);
     int64_t qrows = a.B * a.Hq * a.Tq, krows = a.B * a.Hkv * a.Tk;

@@ -1,123 +1,218 @@
-/* ops/cuda/attention_flash.cu — v3: flash-style causal prefill attention on tensor
- * cores (mma.sync m16n8k16, bf16 in, f32 accumulate), grouped kv heads read in place.
+/* ops/cuda/attention_flash.cu — the flash attention of loom on tensor cores, one tile
+ * code for the forward, the backward and the KV-cache prefill: bf16 views [B, H, T, D]
+ * with any batch/head/token strides (the transposed views of [B, T, H, D]
+ * activations), grouped kv heads read in place, causal (bottom-right aligned: query
+ * i sees keys j <= i + Tk - Tq) or not, and a sliding window (query i also sees only
+ * keys j > i + Tk - Tq - window).
+ * Cache mode (forward only): batch row b reads the K/V of cache slot row_slot[b] and
+ * its T queries sit at positions start .. start + T - 1 (start = row_pos[b, 0]), so
+ * Tk = start + T for that row; a row whose slot or positions fall outside the cache
+ * writes NaN and reads nothing.
  *
- * Grid (query tiles of BR = 64, Hq, B); 4 warps per block, 16 query rows per warp.
- * Row b's T tokens sit at positions start_b + t and attend cache keys [0, start_b + t].
- * Per key tile of BC = 64: K is staged row-major and V transposed in shared memory
- * (rows padded by 16 bytes so fragment loads hit 32 distinct banks); S = Q K^T is 8
- * n-tiles of 16x8 per warp; causal masking, the running row max (shared by the 4
- * lanes of a row through two shuffles), exp2 with scale * log2(e) folded in, the
- * accumulator rescale, then O += P V with P re-packed from the S accumulators as the
- * A operand (the m16n8k16 C layout of two adjacent n-tiles is the A layout). Neither
- * K/V expansion nor a T x T matrix ever exists in memory. Keys at or past start_b + T
- * are staged as zeros (masked anyway; this keeps garbage out of P V).
- * Fragment layouts (PTX ISA, m16n8k16, g = lane / 4, c = lane % 4): A regs {(g, 2c),
- * (g+8, 2c), (g, 2c+8), (g+8, 2c+8)} pairs; B regs {(k 2c, n g), (k 2c+8, n g)} pairs;
- * C {(g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)}.
- * Work O(B * Hq * T * (start + T) * hd) on tensor cores.
+ * All products are mma.sync m16n8k16 (bf16 in, f32 accumulate); tiles of 64 rows per
+ * block, 16 per warp, 4 warps. Fragment layouts (PTX ISA; g = lane / 4, c = lane % 4):
+ * A {(g, 2c), (g+8, 2c), (g, 2c+8), (g+8, 2c+8)} pairs, B {(k 2c, n g), (k 2c+8, n g)}
+ * pairs read from shared memory laid out [n][k], C {(g, 2c), (g, 2c+1), (g+8, 2c),
+ * (g+8, 2c+1)}. The C layout of two adjacent n-tiles is the A layout of one k-chunk,
+ * so probabilities computed in registers feed the next product directly. Operands
+ * are staged row-major only; a B operand needed transposed (V, dO, Q, K as the
+ * k-by-n matrix of a product over rows) is read with ldmatrix.trans.
+ *
+ * forward   grid (query tiles, Hq, B): per key tile S = Q K^T, online softmax in the
+ *           exp2 domain (scale * log2 e folded in), O += P V; writes O and, when asked,
+ *           the row's log2-domain logsumexp L = m + log2(l).
+ * backward  (as FlashAttention-2, without atomics): the forward is recomputed for O and
+ *           L; D_i = dO_i . O_i; then
+ *           dK/dV kernel, grid (key tiles, Hq, B): each warp keeps 16 keys' K and V
+ *             fragments and dK, dV accumulators in registers and walks every query
+ *             tile of its query head that sees its keys: S^T = K Q^T,
+ *             P^T = exp2(S^T - L), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
+ *             dK += dS^T Q; finally dK *= scale. With grouped heads each query head
+ *             writes f32 partials and a last kernel adds the group's heads in order
+ *             (one block per kv head would leave most of the GPU idle);
+ *           dQ kernel, grid (query tiles, Hq, B): S = Q K^T, P, dP = dO V^T,
+ *             dS = P (dP - D), dQ += dS K over the visible key tiles; dQ *= scale.
+ *           Every gradient element is written once by one thread: run-independent.
+ * Requirements (lm__cuda_flash_attention_supports): bf16 q, k, v, dout; D = Dv in {64,
+ * 128}; unit stride in the last dim and 16-byte aligned rows; Tk >= Tq when causal.
+ * Gradients and the output may be bf16 or f32 (unit last stride).
+ * Work O(B Hq Tq Tk D) on tensor cores; nothing of size Tq x Tk exists.
  */
+#include "ops/cuda/cuda_backward.h"
 #include "ops/cuda/common.cuh"
 
-#define BR 64
-#define BC 64
-#define WARPS 4
-#define PAD 8 /* bf16 of padding per shared row */
+#define TILE 64
+#define NWARP 4
+#define PADE 8 /* bf16 of padding per shared row: fragment loads hit 32 distinct banks */
+#define LOG2E 1.4426950408889634f
 
-int lm__cuda_attention_prefill_v3_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+struct fa_view { /* a [B, H, T, D] view: element strides of b, h, t (d is unit) */
+    void *p;
+    int64_t sb, sh, st;
+};
 
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+struct fa_args {
+    fa_view q, k, v, o, dout, dq, dk, dv;
+    int o_f32, dq_f32, dk_f32, dv_f32;
+    int64_t Hq, Hkv, Tq, Tk;
+    float scale_log2, scale;
+    int causal;
+    int64_t window; /* > 0: keys more than window - 1 before the query's position are hidden */
+    /* cache mode (forward): k, v are caches [S, Hkv, P, D] indexed by slot */
+    const int32_t *row_slot; /* [B] or NULL */
+    const int32_t *row_pos;  /* [B, Tq] positions, consecutive per row */
+    int64_t nslots, cache_len;
+    float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
+    float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
+    float *pk, *pv; /* grouped heads: [B, Hq, Tk, D] f32 per-query-head dK, dV partials, else NULL */
+};
+
+static fa_view fa_of(const lm_tensor_view *v) {
+    fa_view f = {v ? v->data : NULL, 0, 0, 0};
+    if (v) f.sb = v->stride[0], f.sh = v->stride[1], f.st = v->stride[2];
+    return f;
+}
+
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+__device__ __forceinline__ uint32_t pk(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
 }
 
-__device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
-__device__ __forceinline__ void store2(bf16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ const bf16 *row_ptr(const fa_view &v, int64_t b, int64_t h, int64_t t) {
+    return (const bf16 *)v.p + b * v.sb + h * v.sh + t * v.st;
+}
 
-template <int HD, typename OT>
-__global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm__cuda_attn_params p, lm__cuda_kv kv, int64_t T) {
-    constexpr int CHUNKS = BC * HD / 8 / (WARPS * 32); /* 16-byte chunks of a K (or V) tile per thread */
-    static_assert(BC * HD / 8 % (WARPS * 32) == 0, "tile chunks must divide evenly among the threads");
-    __shared__ __align__(16) bf16 ks[BC][HD + PAD];  /* K tile, row-major [key][dim] */
-    __shared__ __align__(16) bf16 vt[HD][BC + PAD];  /* V tile, transposed [dim][key] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int h = blockIdx.y, Hq = p.q_heads, Hkv = kv.kv_heads, kvh = h / (Hq / Hkv);
-    const int64_t b = blockIdx.z, tok0 = b * T, start = p.tok_pos[tok0], slot = p.tok_slot[tok0];
-    const int64_t q0 = (int64_t)blockIdx.x * BR + warp * 16; /* first query row (t) of this warp */
-    const int64_t kend = start + T;                          /* keys [0, kend) exist after this call */
-    const bf16 *K = (const bf16 *)kv.k + (slot * Hkv + kvh) * kv.max_tokens * HD;
-    const bf16 *V = (const bf16 *)kv.v + (slot * Hkv + kvh) * kv.max_tokens * HD;
-
-    uint32_t qa[HD / 16][4]; /* Q fragments of rows q0 + g and q0 + g + 8 */
-    const bf16 *Q = (const bf16 *)p.q;
+/* A fragments of 16 rows [r0, r0 + 16) x HD of a view (rows past n read as 0). */
+template <int HD>
+__device__ __forceinline__ void load_a(uint32_t (*a)[4], const fa_view &v, int64_t b, int64_t h, int64_t r0,
+                                       int64_t n, int g, int c) {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            int64_t t = q0 + g + (r & 1) * 8;
+            int64_t t = r0 + g + (r & 1) * 8;
             int col = kk * 16 + 2 * c + (r >> 1) * 8;
-            qa[kk][r] = t < T ? *(const uint32_t *)(Q + ((tok0 + t) * Hq + h) * HD + col) : 0u;
+            a[kk][r] = t < n ? *(const uint32_t *)(row_ptr(v, b, h, t) + col) : 0u;
         }
+}
+
+/* Stages TILE rows [t0, t0 + TILE) of a view into shared memory, row-major
+ * rm[row][d] with a pitch of HD + PADE; rows past n are zeros. */
+template <int HD>
+__device__ __forceinline__ void stage(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n, bf16 *rm) {
+    constexpr int CH = TILE * HD / 8; /* 16-byte chunks */
+    for (int i = threadIdx.x; i < CH; i += NWARP * 32) {
+        int row = i / (HD / 8), ch = i % (HD / 8);
+        int64_t t = t0 + row;
+        uint4 x = t < n ? *(const uint4 *)(row_ptr(v, b, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(rm + row * (HD + PADE) + ch * 8) = x;
+    }
+}
+
+/* B fragments of two adjacent n-tiles [n0, n0 + 16) for k rows [k0, k0 + 16) of a
+ * shared row-major [k][n] array (pitch ld): ldmatrix.x4.trans, r[0..1] for n-tile n0,
+ * r[2..3] for n0 + 8. Rows are 16-byte aligned and the pitch spreads 8 rows over all
+ * banks. */
+__device__ __forceinline__ void frag_b_trans(const bf16 *sm, int ld, int k0, int n0, int lane, uint32_t *r) {
+    const bf16 *p = sm + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* B fragment pair at n-row nrow, k offset k0 of a shared [n][k] array with row pitch ld. */
+__device__ __forceinline__ void frag_b(const bf16 *sm, int ld, int nrow, int k0, int c, uint32_t *b0, uint32_t *b1) {
+    *b0 = *(const uint32_t *)(sm + nrow * ld + k0 + 2 * c);
+    *b1 = *(const uint32_t *)(sm + nrow * ld + k0 + 8 + 2 * c);
+}
+
+__device__ __forceinline__ void store_pair(void *base, int f32, int64_t off, float a, float b) {
+    if (f32) *(float2 *)((float *)base + off) = make_float2(a, b);
+    else *(__nv_bfloat162 *)((bf16 *)base + off) = __floats2bfloat162_rn(a, b);
+}
+
+/* 16 x HD accumulator rows (r0 + g, r0 + g + 8) scaled by mul into a view. */
+template <int HD>
+__device__ __forceinline__ void store_rows(const fa_view &v, int f32, int64_t b, int64_t h, int64_t r0, int64_t n,
+                                           float (*acc)[4], const float *mul, int g, int c) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t t = r0 + g + i * 8;
+        if (t >= n) continue;
+        int64_t off = b * v.sb + h * v.sh + t * v.st;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            store_pair(v.p, f32, off + dt * 8 + 2 * c, acc[dt][2 * i] * mul[i], acc[dt][2 * i + 1] * mul[i]);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+/* 1 when key kj is hidden from query qi (offset off = Tk - Tq). */
+__device__ __forceinline__ int hidden(const fa_args &a, int64_t qi, int64_t kj, int64_t Tk, int64_t off) {
+    return kj >= Tk || (a.causal && kj > qi + off) || (a.window > 0 && kj <= qi + off - a.window);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
+    __shared__ __align__(16) bf16 ks[TILE * (HD + PADE)];
+    __shared__ __align__(16) bf16 vs[TILE * (HD + PADE)];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv);
+    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    int64_t Tk = a.Tk, kb = b; /* keys of this row, and the batch index of its K/V */
     float o[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    if (a.row_slot) { /* cache mode: the row's slot and first position */
+        int64_t slot = a.row_slot[b], start = a.row_pos[b * a.Tq];
+        if (slot < 0 || slot >= a.nslots || start < 0 || start + a.Tq > a.cache_len) {
+            const float nan2[2] = {NAN, NAN};
+            store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
+            return;
+        }
+        Tk = start + a.Tq, kb = slot;
+    }
+    const int64_t off = Tk - a.Tq;
+    uint32_t qa[HD / 16][4];
+    load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    const int64_t last_q = LM_MIN(T, (int64_t)(blockIdx.x + 1) * BR) - 1; /* last row t of the block */
-    const int64_t ntiles = (start + last_q) / BC + 1;
-
-    for (int64_t kt = 0; kt < ntiles; kt++) {
-        __syncthreads(); /* the previous tile is no longer read */
-        uint4 reg[CHUNKS]; /* a thread's share of the tile: all loads in flight together */
-#pragma unroll
-        for (int r = 0; r < CHUNKS; r++) {
-            int i = threadIdx.x + r * WARPS * 32, row = i / (HD / 8), ch = i % (HD / 8); /* K: coalesced */
-            int64_t key = kt * BC + row;
-            reg[r] = key < kend ? *(const uint4 *)(K + key * HD + ch * 8) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int r = 0; r < CHUNKS; r++) {
-            int i = threadIdx.x + r * WARPS * 32;
-            *(uint4 *)&ks[i / (HD / 8)][(i % (HD / 8)) * 8] = reg[r];
-        }
-#pragma unroll
-        for (int r = 0; r < CHUNKS; r++) {
-            int i = threadIdx.x + r * WARPS * 32, vrow = i % BC, vch = i / BC; /* V: consecutive keys */
-            int64_t vkey = kt * BC + vrow;
-            reg[r] = vkey < kend ? *(const uint4 *)(V + vkey * HD + vch * 8) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int r = 0; r < CHUNKS; r++) {
-            int i = threadIdx.x + r * WARPS * 32, vrow = i % BC, vch = i / BC;
-            const bf16 *we = (const bf16 *)&reg[r];
-#pragma unroll
-            for (int e = 0; e < 8; e++) vt[vch * 8 + e][vrow] = we[e];
-        }
+    int64_t first_q = (int64_t)blockIdx.x * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    int64_t kend = a.causal ? LM_MIN(Tk, last_q + off + 1) : Tk;
+    int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
         __syncthreads();
-        float s[BC / 8][4];
+        stage<HD>(a.k, kb, kvh, k0, Tk, ks);
+        stage<HD>(a.v, kb, kvh, k0, Tk, vs);
+        __syncthreads();
+        float s[TILE / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++) {
+        for (int nt = 0; nt < TILE / 8; nt++) {
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t b0 = *(const uint32_t *)&ks[nt * 8 + g][kk * 16 + 2 * c];
-                uint32_t b1 = *(const uint32_t *)&ks[nt * 8 + g][kk * 16 + 8 + 2 * c];
-                mma_bf16(s[nt], qa[kk], b0, b1);
+                uint32_t b0, b1;
+                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(s[nt], qa[kk], b0, b1);
             }
         }
         float mloc[2] = {-INFINITY, -INFINITY};
+        /* warp-uniform: only tiles crossing the diagonal, the window's edge or the end of
+         * the keys need the mask */
+        const bool edge = k0 + TILE > Tk || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
+        for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int64_t qpos = start + q0 + g + (r >> 1) * 8, kpos = kt * BC + nt * 8 + 2 * c + (r & 1);
-                s[nt][r] = kpos > qpos ? -INFINITY : s[nt][r] * scale_log2;
+                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                s[nt][r] = edge && hidden(a, qi, kj, Tk, off) ? -INFINITY : s[nt][r] * a.scale_log2;
                 mloc[r >> 1] = fmaxf(mloc[r >> 1], s[nt][r]);
             }
         float alpha[2];
@@ -131,7 +226,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm__cuda_attn_params 
             l_run[i] *= alpha[i];
         }
 #pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
+        for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 float e = m_run[r >> 1] == -INFINITY ? 0.f : exp2f(s[nt][r] - m_run[r >> 1]);
@@ -144,47 +239,366 @@ __global__ void __launch_bounds__(WARPS * 32) flash_kernel(lm__cuda_attn_params 
             o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
         }
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t pa[4] = {pk(s[2 * kk][0], s[2 * kk][1]), pk(s[2 * kk][2], s[2 * kk][3]),
+                              pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int dt = 0; dt < HD / 8; dt++) {
-                uint32_t b0 = *(const uint32_t *)&vt[dt * 8 + g][kk * 16 + 2 * c];
-                uint32_t b1 = *(const uint32_t *)&vt[dt * 8 + g][kk * 16 + 8 + 2 * c];
-                mma_bf16(o[dt], a, b0, b1);
+            for (int dt = 0; dt < HD / 8; dt += 2) {
+                uint32_t r[4];
+                frag_b_trans(vs, HD + PADE, kk * 16, dt * 8, lane, r);
+                mma16816(o[dt], pa, r[0], r[1]);
+                mma16816(o[dt + 1], pa, r[2], r[3]);
             }
         }
     }
+    float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
         l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
+        int64_t t = q0 + g + i * 8;
+        if (a.lse && c == 0 && t < a.Tq)
+            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? m_run[i] + log2f(l_run[i]) : INFINITY;
     }
-    OT *out = (OT *)p.out;
+    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+}
+
+/* ---- backward: D = rowsum(dO * O), O f32 [B, Hq, Tq, HD] contiguous ------------------------ */
+template <int HD>
+__global__ void fa_dot(fa_args a, int64_t rows) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int64_t t = row % a.Tq, h = (row / a.Tq) % a.Hq, b = row / (a.Tq * a.Hq);
+    const bf16 *d = row_ptr(a.dout, b, h, t);
+    const float *o = (const float *)a.o.p + row * HD;
+    float acc = 0.f;
+    for (int e = lane; e < HD; e += 32) acc += __bfloat162float(d[e]) * o[e];
+    acc = warp_sum(acc);
+    if (lane == 0) a.dd[row] = acc;
+}
+
+/* ---- backward: dK, dV ----------------------------------------------------------------------- */
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16 *qs = (bf16 *)fa_smem;              /* [TILE][HD + PADE] Q row-major */
+    bf16 *ds = qs + TILE * (HD + PADE);      /* [TILE][HD + PADE] dO row-major */
+    float *lq = (float *)(ds + TILE * (HD + PADE)); /* [TILE] L of the tile's queries */
+    float *dq = lq + TILE;                    /* [TILE] D of the tile's queries */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16; /* block's and warp's first key */
+    uint32_t ka[HD / 16][4], va[HD / 16][4];
+    load_a<HD>(ka, a.k, b, kvh, kw, a.Tk, g, c);
+    load_a<HD>(va, a.v, b, kvh, kw, a.Tk, g, c);
+    float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
+    /* causal: query i sees key j when i >= j - off; the block's first key is k0. With a
+     * window, query i sees key j only while i <= j - off + window - 1. */
+    int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
+    int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+    {
+        for (int64_t q0 = qstart; q0 < qstop; q0 += TILE) {
+            __syncthreads();
+            stage<HD>(a.q, b, h, q0, a.Tq, qs);
+            stage<HD>(a.dout, b, h, q0, a.Tq, ds);
+            for (int i = threadIdx.x; i < TILE; i += NWARP * 32) {
+                int64_t t = q0 + i;
+                lq[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
+                dq[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+            }
+            __syncthreads();
+            float p[TILE / 8][4], dp[TILE / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < TILE / 8; nt++) {
+                p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
+                dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t b0, b1;
+                    frag_b(qs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(p[nt], ka[kk], b0, b1); /* S^T = K Q^T */
+                    frag_b(ds, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                    mma16816(dp[nt], va[kk], b0, b1); /* dP^T = V dO^T */
+                }
+            }
+            const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
+#pragma unroll
+            for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int col = nt * 8 + 2 * c + (r & 1);
+                    int masked = 0;
+                    if (edge) {
+                        int64_t kj = kw + g + (r >> 1) * 8, qi = q0 + col;
+                        masked = qi >= a.Tq || hidden(a, qi, kj, a.Tk, off);
+                    }
+                    float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - lq[col]);
+                    p[nt][r] = pv;
+                    dp[nt][r] = pv * (dp[nt][r] - dq[col]); /* dS^T */
+                }
+#pragma unroll
+            for (int kk = 0; kk < TILE / 16; kk++) {
+                uint32_t pa[4] = {pk(p[2 * kk][0], p[2 * kk][1]), pk(p[2 * kk][2], p[2 * kk][3]),
+                                  pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pk(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+                uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
+                                  pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+                for (int d8 = 0; d8 < HD / 8; d8 += 2) {
+                    uint32_t r[4];
+                    frag_b_trans(ds, HD + PADE, kk * 16, d8 * 8, lane, r);
+                    mma16816(dv[d8], pa, r[0], r[1]); /* dV += P^T dO */
+                    mma16816(dv[d8 + 1], pa, r[2], r[3]);
+                    frag_b_trans(qs, HD + PADE, kk * 16, d8 * 8, lane, r);
+                    mma16816(dk[d8], sa, r[0], r[1]); /* dK += dS^T Q */
+                    mma16816(dk[d8 + 1], sa, r[2], r[3]);
+                }
+            }
+        }
+    }
+    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
+    if (a.pk) { /* grouped: this query head's share, summed by fa_group_sum */
+        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
+        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
+        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
+        return;
+    }
+    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
+    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+}
+
+/* dK, dV [b, kvh, j, :] = sum over the group's query heads (in head order) of the
+ * partials; one thread per pair of elements. */
+template <int HD>
+__global__ void fa_group_sum(fa_args a, int64_t B) {
+    int64_t group = a.Hq / a.Hkv, n = B * a.Hkv * a.Tk * (HD / 2);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t d = (i % (HD / 2)) * 2, j = (i / (HD / 2)) % a.Tk, kvh = (i / (HD / 2 * a.Tk)) % a.Hkv;
+        int64_t b = i / (HD / 2 * a.Tk * a.Hkv);
+        float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
+        for (int64_t hh = 0; hh < group; hh++) {
+            int64_t o = ((b * a.Hq + kvh * group + hh) * a.Tk + j) * HD + d;
+            float2 pk = *(const float2 *)(a.pk + o), pv = *(const float2 *)(a.pv + o);
+            k0 += pk.x, k1 += pk.y, v0 += pv.x, v1 += pv.y;
+        }
+        if (a.dk.p) store_pair(a.dk.p, a.dk_f32, b * a.dk.sb + kvh * a.dk.sh + j * a.dk.st + d, k0, k1);
+        if (a.dv.p) store_pair(a.dv.p, a.dv_f32, b * a.dv.sb + kvh * a.dv.sh + j * a.dv.st + d, v0, v1);
+    }
+}
+
+/* ---- backward: dQ --------------------------------------------------------------------------- */
+template <int HD>
+__global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16 *ks = (bf16 *)fa_smem;         /* [TILE][HD + PADE] K row-major */
+    bf16 *vs = ks + TILE * (HD + PADE); /* [TILE][HD + PADE] V row-major */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    uint32_t qa[HD / 16][4], oa[HD / 16][4];
+    load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
+    load_a<HD>(oa, a.dout, b, h, q0, a.Tq, g, c);
+    float L[2], Dr[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int64_t t = q0 + g + i * 8;
-        if (t >= T) continue;
-        float inv = 1.f / l_run[i];
-        OT *orow = out + ((tok0 + t) * Hq + h) * HD;
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++) store2(orow + dt * 8 + 2 * c, o[dt][2 * i] * inv, o[dt][2 * i + 1] * inv);
+        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
+        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
     }
+    float dq[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    int64_t first_q = (int64_t)blockIdx.x * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
+    int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
+        __syncthreads();
+        stage<HD>(a.k, b, kvh, k0, a.Tk, ks);
+        stage<HD>(a.v, b, kvh, k0, a.Tk, vs);
+        __syncthreads();
+        float p[TILE / 8][4], dp[TILE / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++) {
+            p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
+            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t b0, b1;
+                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(p[nt], qa[kk], b0, b1); /* S = Q K^T */
+                frag_b(vs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
+                mma16816(dp[nt], oa[kk], b0, b1); /* dP = dO V^T */
+            }
+        }
+        const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
+#pragma unroll
+        for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int masked = 0;
+                if (edge) {
+                    int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
+                    masked = qi >= a.Tq || hidden(a, qi, kj, a.Tk, off);
+                }
+                float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - L[r >> 1]);
+                dp[nt][r] = pv * (dp[nt][r] - Dr[r >> 1]); /* dS */
+            }
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
+                              pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int d8 = 0; d8 < HD / 8; d8 += 2) {
+                uint32_t r[4];
+                frag_b_trans(ks, HD + PADE, kk * 16, d8 * 8, lane, r);
+                mma16816(dq[d8], sa, r[0], r[1]); /* dQ += dS K */
+                mma16816(dq[d8 + 1], sa, r[2], r[3]);
+            }
+        }
+    }
+    const float sc[2] = {a.scale, a.scale};
+    store_rows<HD>(a.dq, a.dq_f32, b, h, q0, a.Tq, dq, sc, g, c);
+}
+
+/* ---- host side -------------------------------------------------------------------------------- */
+static int view_ok(const lm_tensor_view *v, int64_t D, int bf16_only) {
+    if (!v) return 1;
+    if (v->ndim != 4 || v->shape[3] != D || v->stride[3] != 1) return 0;
+    if (bf16_only ? v->dtype != LM_BF16 : (v->dtype != LM_BF16 && v->dtype != LM_F32)) return 0;
+    if (((uintptr_t)v->data % 16) != 0) return 0;
+    for (int i = 0; i < 3; i++)
+        if (v->shape[i] > 1 && v->stride[i] % 8 != 0) return 0;
+    return 1;
+}
+
+int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                     int causal, const lm_tensor_view *out) {
+    int64_t D = q->shape[3];
+    if ((D != 64 && D != 128) || v->shape[3] != D || (causal && k->shape[2] < q->shape[2])) return 0;
+    return view_ok(q, D, 1) && view_ok(k, D, 1) && view_ok(v, D, 1) && view_ok(out, D, 0);
+}
+
+static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+                       int causal, int64_t window) {
+    fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_of(q), a.k = fa_of(k), a.v = fa_of(v);
+    a.Hq = q->shape[1], a.Hkv = k->shape[1], a.Tq = q->shape[2], a.Tk = k->shape[2];
+    a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = causal, a.window = causal ? window : 0;
+    return a;
 }
 
 template <int HD>
-static lm_status launch(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv, cudaStream_t s) {
-    dim3 grid((unsigned)((T + BR - 1) / BR), (unsigned)p->q_heads, (unsigned)B);
-    if (p->out_bf16) flash_kernel<HD, bf16><<<grid, WARPS * 32, 0, s>>>(*p, *kv, T);
-    else flash_kernel<HD, float><<<grid, WARPS * 32, 0, s>>>(*p, *kv, T);
-    return lm__cuda_launched("attention_prefill_v3");
+static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
+    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+    fa_fwd<HD><<<grid, NWARP * 32, 0, s>>>(a);
+    return lm__cuda_launched("flash attention forward");
 }
 
-lm_status lm__cuda_attention_prefill_v3(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv,
-                                       cudaStream_t s) {
-    if (!p->q_bf16 || !lm__cuda_attention_prefill_v3_supports(kv->head_dim))
-        return lm__error(LM_UNSUPPORTED, "attention_prefill_v3: needs bf16 q and head dim 64 or 128 (got %d)",
-                         kv->head_dim);
+lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                   float scale, int causal, int64_t window, const lm_tensor_view *out, cudaStream_t s) {
+    fa_args a = args_of(q, k, v, scale, causal, window);
+    a.o = fa_of(out), a.o_f32 = out->dtype == LM_F32;
+    if (lm_tensor_view_numel(out) == 0) return LM_OK;
+    return q->shape[3] == 64 ? forward<64>(a, q->shape[0], s) : forward<128>(a, q->shape[0], s);
+}
+
+template <int HD>
+static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
+    LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
+    int64_t rows = B * a.Hq * a.Tq;
+    fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
+    LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
+    if (a.dk.p || a.dv.p) {
+        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE) + sizeof(float) * 2 * TILE;
+        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                              "cudaFuncSetAttribute (flash dK/dV)"));
+        dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+        fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        LM_TRY(lm__cuda_launched("flash attention dK/dV"));
+        if (a.pk) {
+            int64_t n = B * a.Hkv * a.Tk * (HD / 2);
+            fa_group_sum<HD><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(a, B);
+            LM_TRY(lm__cuda_launched("flash attention dK/dV group sum"));
+        }
+    }
+    if (a.dq.p) {
+        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE);
+        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                              "cudaFuncSetAttribute (flash dQ)"));
+        dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+        fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        LM_TRY(lm__cuda_launched("flash attention dQ"));
+    }
+    return LM_OK;
+}
+
+lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                            const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
+                                            const lm_tensor_view *dv, cudaStream_t s) {
+    int64_t B = q->shape[0], D = q->shape[3], rows = B * q->shape[1] * q->shape[2];
+    if (rows == 0 || (!dq && !dk && !dv)) return LM_OK;
+    fa_args a = args_of(q, k, v, scale, causal, window);
+    a.dout = fa_of(dout), a.dq = fa_of(dq), a.dk = fa_of(dk), a.dv = fa_of(dv);
+    a.dq_f32 = dq && dq->dtype == LM_F32, a.dk_f32 = dk && dk->dtype == LM_F32, a.dv_f32 = dv && dv->dtype == LM_F32;
+    int grouped = q->shape[1] != k->shape[1] && (dk || dv);
+    int64_t krows = B * q->shape[1] * k->shape[2]; /* per-query-head dK/dV partial rows */
+    void *work = NULL; /* O f32 [rows, D], L and D [rows], then (grouped) dK and dV partials [krows, D] */
+    size_t bytes = sizeof(float) * ((size_t)rows * (size_t)(D + 2) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
+    LM_TRY(lm__cuda_check(cudaMallocAsync(&work, bytes, s), "cudaMallocAsync (flash attention backward)"));
+    float *o = (float *)work;
+    a.o = (fa_view){o, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
+    a.o_f32 = 1;
+    a.lse = o + rows * D;
+    a.dd = a.lse + rows;
+    if (grouped) a.pk = a.dd + rows, a.pv = a.pk + krows * D;
+    lm_status st = D == 64 ? backward<64>(a, B, s) : backward<128>(a, B, s);
+    cudaFreeAsync(work, s);
+    return st;
+}
+
+/* ---- cache mode: a prefill step's attention over its slots ----------------------------------- */
+int lm__cuda_attention_cache_flash_supports(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                            const lm_tensor_view *out) {
+    int64_t D = q->shape[3];
+    if ((D != 64 && D != 128) || q->dtype != LM_BF16 || k_cache->dtype != LM_BF16) return 0;
+    if (!lm_tensor_view_is_contiguous(k_cache) || q->stride[3] != 1 || out->stride[3] != 1) return 0;
+    if (out->dtype != LM_BF16 && out->dtype != LM_F32) return 0;
+    const lm_tensor_view *vs[2] = {q, out};
+    for (int i = 0; i < 2; i++) {
+        if (((uintptr_t)vs[i]->data % 16) != 0) return 0;
+        for (int d = 0; d < 3; d++)
+            if (vs[i]->shape[d] > 1 && vs[i]->stride[d] % 8 != 0) return 0;
+    }
+    return ((uintptr_t)k_cache->data % 16) == 0;
+}
+
+/* A token-major view [B, T, H, D] as the kernels' [B, H, T] strides. */
+static fa_view token_major(const lm_tensor_view *v) {
+    fa_view f = {v->data, v->stride[0], v->stride[2], v->stride[1]};
+    return f;
+}
+
+lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                         const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                         const lm_tensor_view *positions, float scale, int64_t window,
+                                         const lm_tensor_view *out, cudaStream_t s) {
+    fa_args a;
+    memset(&a, 0, sizeof a);
+    int64_t B = q->shape[0], T = q->shape[1], P = k_cache->shape[2], D = q->shape[3];
+    a.q = token_major(q), a.o = token_major(out), a.o_f32 = out->dtype == LM_F32;
+    a.k = (fa_view){k_cache->data, k_cache->stride[0], k_cache->stride[1], k_cache->stride[2]};
+    a.v = (fa_view){v_cache->data, v_cache->stride[0], v_cache->stride[1], v_cache->stride[2]};
+    a.Hq = q->shape[2], a.Hkv = k_cache->shape[1], a.Tq = T, a.Tk = P;
+    a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = 1, a.window = window;
+    a.row_slot = (const int32_t *)slots->data, a.row_pos = (const int32_t *)positions->data;
+    a.nslots = k_cache->shape[0], a.cache_len = P;
     if (B == 0 || T == 0) return LM_OK;
-    return kv->head_dim == 64 ? launch<64>(p, B, T, kv, s) : launch<128>(p, B, T, kv, s);
+    return D == 64 ? forward<64>(a, B, s) : forward<128>(a, B, s);
 }

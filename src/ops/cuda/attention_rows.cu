@@ -1,8 +1,10 @@
-/* ops/cuda/attention_rows.cu — v2: causal attention of single query tokens over the
- * bf16 KV cache, split along the keys (decode; also the prefill path for head dims
- * the tensor-core kernel does not take).
+/* ops/cuda/attention_rows.cu — causal attention of single query tokens over the bf16
+ * KV cache, split along the keys (decode; also the prefill path for head dims or
+ * query dtypes the tensor-core kernel does not take).
  *
- * Token tok (slot, position pos) attends keys [0, pos]. One block per (split, query
+ * Token tok (slot of its row tok / T, position pos) attends keys [lo, pos] with lo =
+ * max(0, pos + 1 - window) (0 without a window); a token whose slot or position is
+ * outside the cache writes NaN and reads nothing. One block per (split, query
  * head, token): query head h reads kv head h / (Hq / Hkv) in place, so a group's K/V
  * rows are read by each of its heads (from L2 after the first) and a one-token decode
  * still spreads over Hq blocks. A block walks its key range in tiles of TILE keys:
@@ -74,11 +76,17 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
     __shared__ int is_last;
     pdl_trigger(); /* the output projection's GEMV may start streaming its weights */
     const int split = blockIdx.x, h = blockIdx.y, kvh = h / (Hq / Hkv), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, slot = p.tok_slot[tok];
-    int64_t chunk = LM_MAX((len + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
-    const int used = (int)((len + chunk - 1) / chunk);
+    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, slot = p.row_slot[tok / p.T];
+    if (slot < 0 || slot >= kv.slots || len < 1 || len > kv.max_tokens) { /* a bad row: NaN, nothing read */
+        OT *bad = (OT *)p.out + (tok * Hq + h) * hd;
+        for (int i = threadIdx.x; split == 0 && i < hd; i += TILE) st(bad + i, NAN);
+        return;
+    }
+    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
+    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
+    const int used = (int)((nkeys + chunk - 1) / chunk);
     if (split >= used) return; /* no keys: the combine waits for `used` splits only */
-    const int64_t k0 = (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
+    const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
     const bf16 *K = (const bf16 *)kv.k + (slot * Hkv + kvh) * kv.max_tokens * hd;
     const bf16 *V = (const bf16 *)kv.v + (slot * Hkv + kvh) * kv.max_tokens * hd;
     const QT *q = (const QT *)p.q + (tok * Hq + h) * hd;
@@ -184,16 +192,16 @@ template <typename QT, typename OT>
 static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, size_t smem, cudaStream_t s) {
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
     attn_rows_kernel<QT, OT><<<grid, TILE, smem, s>>>(*p, *kv);
-    return lm__cuda_launched("attention_rows_v2");
+    return lm__cuda_launched("attention_rows");
 }
 
-lm_status lm__cuda_attention_rows_v2(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
+lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     if (p->ntok == 0) return LM_OK;
     int hd = kv->head_dim;
     if (hd % 2 || hd / 2 > TILE || p->nsplit < 1 || p->nsplit > MAX_SPLITS || p->q_heads % kv->kv_heads)
-        return lm__error(LM_UNSUPPORTED, "attention_rows_v2: head dim %d (even, <= %d), %d splits (1..%d)", hd, 2 * TILE,
+        return lm__error(LM_UNSUPPORTED, "attention_rows: head dim %d (even, <= %d), %d splits (1..%d)", hd, 2 * TILE,
                          p->nsplit, MAX_SPLITS);
-    if (p->ntok > 65535) return lm__error(LM_UNSUPPORTED, "attention_rows_v2: %lld tokens in one call", (long long)p->ntok);
+    if (p->ntok > 65535) return lm__error(LM_UNSUPPORTED, "attention_rows: %lld tokens in one call", (long long)p->ntok);
     size_t smem = sizeof(float) * (size_t)(2 * hd + TILE);
     if (p->q_bf16) return p->out_bf16 ? launch<bf16, bf16>(p, kv, smem, s) : launch<bf16, float>(p, kv, smem, s);
     return p->out_bf16 ? launch<float, bf16>(p, kv, smem, s) : launch<float, float>(p, kv, smem, s);

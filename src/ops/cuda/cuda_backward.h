@@ -38,15 +38,16 @@ lm_status lm__cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_vi
 /* attention_backward.cu: shapes as lm_attention_backward_out; readable kernels (no
  * atomics, nothing Tq x Tk), head dims D, Dv <= 1024. Views the flash kernels take
  * (lm__cuda_flash_attention_supports for q, k, v, dout and each gradient) go to
- * lm__cuda_flash_attention_backward (attention_train.cu). */
+ * lm__cuda_flash_attention_backward (attention_flash.cu). */
 lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                     const lm_tensor_view *dout, float scale, int causal, const lm_tensor_view *dq,
-                                     const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s);
+                                      const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                      const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                      cudaStream_t s);
 
 lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                           const lm_tensor_view *dout, float scale, int causal,
-                                           const lm_tensor_view *dq, const lm_tensor_view *dk,
-                                           const lm_tensor_view *dv, cudaStream_t s);
+                                            const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
+                                            const lm_tensor_view *dv, cudaStream_t s);
 
 /* norm_backward.cu: x [..., D] (the forward's input, or its sum for the fused add),
  * dsum NULL for plain RMSNorm. */

@@ -5,8 +5,10 @@
  *    operator passes them after validation (shapes, dtypes, devices and aliasing are
  *    already checked; broadcast inputs already expanded). Any strides, every float
  *    dtype, f32 accumulation. They are the CUDA level the public ops dispatch to.
- *  - tuned kernels (suffix _v2, _v3, _lt) on raw contiguous buffers for the decoder
- *    forward pass: fused, vectorized, tensor-core or vendor paths.
+ *  - tuned kernels of the model step, named by what they do (linear_gemv,
+ *    attention_rows, qkv_rope_store, ...), on raw contiguous buffers: fused,
+ *    vectorized, tensor-core or vendor paths. The public operators reach them through
+ *    step_cuda.c, which picks one when the views allow.
  * Every launcher queues work on `stream`, checks the launch, and returns without
  * waiting, except where a comment says it synchronizes (operators whose contract
  * is to reject bad index values before writing anything).
@@ -47,8 +49,9 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
 lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor_view *out, cudaStream_t s);
 
-/* embedding.cu: ids are checked first (synchronizes): LM_OUT_OF_RANGE names the
- * first bad position and value, and nothing is written. */
+/* embedding.cu: ids are checked first (synchronizes, except while the stream is
+ * capturing): LM_OUT_OF_RANGE names the first bad position and value, and nothing is
+ * written. out has table's dtype, or f32 under a contiguous bf16 table and i32 ids. */
 lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *ids, const lm_tensor_view *out,
                             cudaStream_t s);
 
@@ -58,15 +61,26 @@ lm_status lm__cuda_softmax(const lm_tensor_view *x, float scale, int causal, con
 /* Any Tk (keys are taken in chunks with an online softmax); Dv <= 1024. Views that
  * lm__cuda_flash_attention_supports accepts go to the tensor-core flash kernel. */
 lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
-                            int causal, const lm_tensor_view *out, cudaStream_t s);
+                             int causal, int64_t window, const lm_tensor_view *out, cudaStream_t s);
 
-/* attention_train.cu: flash attention on tensor cores for bf16 q, k, v with D = Dv
+/* attention_flash.cu: flash attention on tensor cores for bf16 q, k, v with D = Dv
  * in {64, 128}, unit last stride, 16-byte aligned rows (other strides multiples of 8),
- * Tk >= Tq when causal; out (or a gradient) bf16 or f32. */
+ * Tk >= Tq when causal; out (or a gradient) bf16 or f32; window as lm_attention_window_out. */
 int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                     int causal, const lm_tensor_view *out);
+                                      int causal, const lm_tensor_view *out);
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                  float scale, int causal, const lm_tensor_view *out, cudaStream_t s);
+                                   float scale, int causal, int64_t window, const lm_tensor_view *out, cudaStream_t s);
+/* attention_flash.cu, cache mode: a step of B rows x T tokens attending over their
+ * slots of bf16 caches [S, Hkv, P, D] (lm_attention_cache_out's contract; positions
+ * [B, T] i32 contiguous, slots [B] i32): bf16 q [B, T, Hq, D] with D 64 or 128, out
+ * bf16 or f32, rows 16-byte aligned (see _supports). A row with a bad slot or
+ * positions writes NaN. */
+int lm__cuda_attention_cache_flash_supports(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                            const lm_tensor_view *out);
+lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                         const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                         const lm_tensor_view *positions, float scale, int64_t window,
+                                         const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul.cu: a, b expanded to out's batch dims; b may be bf16/f16 with a f32 */
 lm_status lm__cuda_matmul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
@@ -97,29 +111,33 @@ lm_status lm__cuda_max(const lm_tensor_view *x, int dim, const lm_tensor_view *o
 lm_status lm__cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out,
                          cudaStream_t s);
 
-/* ---- tuned kernels for the decoder forward pass (raw contiguous device buffers) ---- */
-/* embedding.cu: x f32 [n, H] = table bf16 [V, H] rows ids[n] (ids already validated) */
-lm_status lm__cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
-                                cudaStream_t s);
+/* ---- tuned kernels of the model step (raw contiguous device buffers) ----------------
+ * Reached through the public operators (ops/cuda/step_cuda.c picks them when the
+ * views allow), never called from elsewhere. */
+/* embedding.cu: x f32 [n, H] = table bf16 [V, H] rows ids[n]; an id outside [0, V)
+ * gives a NaN row (nothing is read out of bounds). */
+lm_status lm__cuda_embedding_widen(const void *table, const int32_t *ids, int64_t n, int64_t V, int64_t H, float *x,
+                                   cudaStream_t s);
 /* norm.cu: out bf16 [rows, D] = x / rms(x) * w, x f32 [rows, D], w f32 [D] */
-lm_status lm__cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
-                             cudaStream_t s);
+lm_status lm__cuda_rmsnorm_to_bf16(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
+                                   cudaStream_t s);
 /* norm.cu: x += delta (the f32 residual stream, in place), then out bf16 = rmsnorm(x) * w */
-lm_status lm__cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
-                                 void *out, cudaStream_t s);
+lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows,
+                                       int64_t D, void *out, cudaStream_t s);
 /* elementwise.cu: act bf16 [rows, I] = silu(gu[:, :I]) * gu[:, I:], gu f32 [rows, 2I] */
-lm_status lm__cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
+lm_status lm__cuda_swiglu_packed_to_bf16(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
 
-/* One layer's slice of the bf16 KV cache: [slots, kv_heads, max_tokens, head_dim]. */
+/* One layer's bf16 KV cache: [slots, kv_heads, max_tokens, head_dim], contiguous. */
 typedef struct lm__cuda_kv {
     void *k, *v;
-    int64_t max_tokens;
+    int64_t slots, max_tokens;
     int kv_heads, head_dim;
 } lm__cuda_kv;
 
 /* rope.cu: bias + (qwen3) per-head RMSNorm + RoPE of fused q/k/v projections; q goes
- * to its attention buffer, k and v straight into the cache at each token's slot and
- * position. Angles are pos * inv_freq in double, like the CPU forward. */
+ * to its buffer, k and v straight into the cache at each token's slot and position
+ * (a token whose row's slot or position is outside the cache stores nothing and its
+ * q is NaN). Angles are pos * inv_freq in double, like the CPU. */
 typedef struct lm__cuda_qkv_params {
     const float *qkv;             /* [ntok, (Hq + 2 Hkv) * hd]: q heads, then k, then v */
     const float *bias;            /* [(Hq + 2 Hkv) * hd] or NULL */
@@ -127,40 +145,39 @@ typedef struct lm__cuda_qkv_params {
     float eps;
     const float *inv_freq; /* [hd / 2] */
     float attn_factor;
-    const int32_t *tok_pos, *tok_slot; /* [ntok] position and cache slot of each token */
-    int64_t ntok;
+    const int32_t *tok_pos;  /* [ntok] position of each token */
+    const int32_t *row_slot; /* [ntok / T] cache slot of each row of T tokens */
+    int64_t ntok, T;
     int q_heads;
     int q_bf16; /* q element type: 1 bf16, 0 f32 */
     void *q;    /* [ntok, Hq, hd] */
 } lm__cuda_qkv_params;
-lm_status lm__cuda_qkv_rope_v2(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s);
+lm_status lm__cuda_qkv_rope_store(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
-/* attention_rows.cu / attention_flash.cu: causal attention of each token's q heads over
- * its slot's cached keys [0, pos]. */
+/* attention_rows.cu: attention of each token's q heads over its row's slot, keys
+ * [max(0, pos + 1 - window), pos] (all of [0, pos] for window 0); a token whose row's
+ * slot or position is outside the cache writes NaN. */
 typedef struct lm__cuda_attn_params {
     const void *q; /* [ntok, Hq, hd] */
     int q_bf16;
-    const int32_t *tok_pos, *tok_slot; /* [ntok] */
-    int64_t ntok;
+    const int32_t *tok_pos;  /* [ntok] */
+    const int32_t *row_slot; /* [ntok / T] */
+    int64_t ntok, T;
     int q_heads;
     float scale;
+    int64_t window;
     void *out; /* [ntok, Hq * hd] */
     int out_bf16;
-    float *partial; /* rows kernel: lm__cuda_attention_rows_workspace() floats */
-    int *counters;  /* rows kernel: [ntok * q_heads] zero ints, left zero again */
-    int nsplit;     /* rows kernel: key splits per token (lm__cuda_attention_rows_splits) */
+    float *partial; /* lm__cuda_attention_rows_workspace() floats */
+    int *counters;  /* [ntok * q_heads] zero ints, left zero again */
+    int nsplit;     /* key splits per token (lm__cuda_attention_rows_splits); 1 needs no workspace */
 } lm__cuda_attn_params;
 /* Splits of the keys among blocks for a cache of max_tokens positions. */
 int lm__cuda_attention_rows_splits(int64_t max_tokens);
 size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit);
 /* Split-K over the cache, one block per (split, query head, token); the last block of
  * a (token, head) combines the splits. Any even hd <= 512. */
-lm_status lm__cuda_attention_rows_v2(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s);
-/* Flash prefill on tensor cores (mma.sync bf16, f32 accumulate): B rows of T tokens,
- * token index b * T + t, q bf16; head_dim 64 or 128 (see _supports). */
-int lm__cuda_attention_prefill_v3_supports(int head_dim);
-lm_status lm__cuda_attention_prefill_v3(const lm__cuda_attn_params *p, int B, int64_t T, const lm__cuda_kv *kv,
-                                       cudaStream_t s);
+lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
 /* gemv.cu: out f32 [M, N] (row stride ldo) = in [M, K] @ w^T (+ bias), w bf16 [N, K]
  * row-major, for M <= LM__CUDA_GEMV_MAX_ROWS (decode). The input is produced on the fly:
@@ -182,7 +199,7 @@ typedef struct lm__cuda_gemv_params {
     int M;
     int64_t N, K;
 } lm__cuda_gemv_params;
-lm_status lm__cuda_gemv_v2(const lm__cuda_gemv_params *p, cudaStream_t s);
+lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
 
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
  * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue). Algorithms are chosen once per
@@ -206,8 +223,37 @@ typedef struct lm__cuda_sample_params {
 } lm__cuda_sample_params;
 /* work: lm__cuda_sample_workspace(rows) bytes of device scratch (no initial contents). */
 size_t lm__cuda_sample_workspace(int64_t rows);
-lm_status lm__cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
-                            const lm__cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s);
+lm_status lm__cuda_sample(const float *logits, int64_t rows, int64_t V, int64_t ld, const lm__cuda_sample_params *params,
+                          int32_t *out_ids, void *work, cudaStream_t s);
+
+/* step_cuda.c: the model-step operators' CUDA level (views as validated by the public
+ * operators; the tuned kernels above where the views allow, LM_UNSUPPORTED naming the
+ * reason otherwise). */
+lm_status lm__cuda_kv_store(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,
+                            const lm_tensor_view *positions, cudaStream_t s);
+lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                   const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                   const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                   const lm_tensor_view *out, cudaStream_t s);
+size_t lm__cuda_attention_cache_workspace(int64_t tokens, int64_t q_heads, int64_t head_dim, int64_t cache_tokens);
+lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                        const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                        const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                        const lm_tensor_view *q, cudaStream_t s);
+int lm__cuda_linear_supported(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
+lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                          const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
+                          cudaStream_t s);
+lm_status lm__cuda_sample_views(const lm_tensor_view *logits, const lm_tensor_view *params,
+                                const lm_tensor_view *workspace, const lm_tensor_view *ids, cudaStream_t s);
+/* The fast paths of the basic operators' mixed-dtype forms (0 = not these views). */
+int lm__cuda_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *w, float eps, const lm_tensor_view *out,
+                          cudaStream_t s, lm_status *st);
+int lm__cuda_add_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *w,
+                              float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, cudaStream_t s,
+                              lm_status *st);
+int lm__cuda_swiglu_fast(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
+                         cudaStream_t s, lm_status *st);
 
 #ifdef __cplusplus
 }

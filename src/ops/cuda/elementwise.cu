@@ -1,5 +1,5 @@
 /* ops/cuda/elementwise.cu — readable CUDA kernels for add, mul, scale, silu, swiglu
- * and cast, plus the fused SwiGLU of the forward pass (v2).
+ * and cast, plus the fused SwiGLU of the model step (f32 gate|up rows to bf16).
  *
  * Readable kernels: one thread per output element in a grid-stride loop; every
  * operand is addressed through its own shape/strides (broadcast inputs arrive
@@ -9,7 +9,7 @@
  * multiple of 8 (b may also be a bias row broadcast over the leading dims), the same
  * arithmetic runs 8 elements per thread with 16-byte loads and stores (vec8_kernel):
  * identical results, several times the bandwidth.
- * swiglu_v2: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
+ * swiglu_packed_to_bf16: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
  */
 #include "ops/cuda/common.cuh"
 
@@ -217,8 +217,8 @@ lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cuda
     }
 }
 
-/* ---- v2: the forward pass's SwiGLU --------------------------------------------------- */
-__global__ void swiglu_v2_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
+/* ---- the model step's SwiGLU: packed f32 gate|up rows to bf16 ------------------------------- */
+__global__ void swiglu_packed_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
     int64_t n = rows * I;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / I, c = i - r * I;
@@ -227,8 +227,8 @@ __global__ void swiglu_v2_kernel(const float *gu, int64_t rows, int64_t I, bf16 
     }
 }
 
-lm_status lm__cuda_swiglu_v2(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
+lm_status lm__cuda_swiglu_packed_to_bf16(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
     if (rows * I == 0) return LM_OK;
-    swiglu_v2_kernel<<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
-    return lm__cuda_launched("swiglu_v2");
+    swiglu_packed_kernel<<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
+    return lm__cuda_launched("swiglu_packed_to_bf16");
 }

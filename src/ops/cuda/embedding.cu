@@ -2,10 +2,12 @@
  *
  * Readable: every id is checked first by a kernel that records the smallest bad
  * linear position (atomicMin), read back after a stream synchronization, so a bad id
- * fails with the reference's message before anything is written. Then one thread per
- * output element copies table[id, d] (same dtype: an exact copy). O(numel(out)).
- * v2 (forward pass): rows of a bf16 table widened to the f32 residual stream, ids
- * already validated on the host.
+ * fails with the reference's message before anything is written (while a context
+ * captures work it cannot synchronize: the copy kernel then writes NaN rows for bad
+ * ids and reads nothing out of bounds). Then one thread per output element copies
+ * table[id, d] (same dtype: an exact copy). O(numel(out)).
+ * embedding_widen (the model step): rows of a bf16 table widened to the f32 residual
+ * stream; a bad id gives a NaN row.
  */
 #include "ops/cuda/common.cuh"
 
@@ -22,12 +24,13 @@ __global__ void check_ids_kernel(const void *ids, int is64, lm__cuda_nd nid, int
 }
 
 template <typename T>
-__global__ void embedding_kernel(const T *table, int64_t ts0, int64_t ts1, const void *ids, int is64, lm__cuda_nd nid,
-                                 T *out, lm__cuda_nd no, int64_t n, int64_t D) {
+__global__ void embedding_kernel(const T *table, int64_t ts0, int64_t ts1, int64_t vocab, const void *ids, int is64,
+                                 lm__cuda_nd nid, T *out, lm__cuda_nd no, int64_t n, int64_t D) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / D, d = i - row * D;
         int64_t id = id_at(ids, is64, nd_offset(nid, row));
-        out[nd_offset(no, i)] = table[id * ts0 + d * ts1];
+        if (id >= 0 && id < vocab) out[nd_offset(no, i)] = table[id * ts0 + d * ts1];
+        else st(out + nd_offset(no, i), NAN); /* only unchecked (captured) calls reach this */
     }
 }
 
@@ -68,8 +71,10 @@ lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *
                             cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out), vocab = table->shape[0], D = table->shape[1];
     if (lm_tensor_view_numel(ids) == 0 || n == 0) return LM_OK;
-    int64_t pos, value;
-    LM_TRY(first_bad_id(ids, vocab, s, &pos, &value));
+    int64_t pos = -1, value = 0;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    LM_TRY(lm__cuda_check(cudaStreamIsCapturing(s, &cap), "cudaStreamIsCapturing"));
+    if (cap == cudaStreamCaptureStatusNone) LM_TRY(first_bad_id(ids, vocab, s, &pos, &value)); /* a capture cannot wait */
     if (pos >= 0) {
         char where[160];
         size_t k = (size_t)snprintf(where, sizeof where, "[");
@@ -83,27 +88,37 @@ lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *
         return lm__error(LM_OUT_OF_RANGE, "embedding: ids%s = %lld is outside [0, %lld) (vocab size %lld)", where,
                          (long long)value, (long long)vocab, (long long)vocab);
     }
+    if (out->dtype != table->dtype) { /* widening: the model step's bf16 table into the f32 residual stream */
+        if (table->dtype != LM_BF16 || out->dtype != LM_F32 || ids->dtype != LM_I32 ||
+            !lm_tensor_view_is_contiguous(table) || !lm_tensor_view_is_contiguous(ids) ||
+            !lm_tensor_view_is_contiguous(out))
+            return lm__error(LM_UNSUPPORTED, "embedding (cuda): a %s table into %s rows needs a contiguous bf16 table, "
+                             "i32 ids and f32 rows", lm_dtype_name(table->dtype), lm_dtype_name(out->dtype));
+        return lm__cuda_embedding_widen(table->data, (const int32_t *)ids->data, lm_tensor_view_numel(ids), vocab, D,
+                                        (float *)out->data, s);
+    }
     lm__cuda_nd nid = lm__cuda_nd_of(ids), no = lm__cuda_nd_of(out);
     int is64 = ids->dtype == LM_I64;
     LM__CUDA_FLOAT_SWITCH(table->dtype, T,
                          embedding_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
-                             (const T *)table->data, table->stride[0], table->stride[1], ids->data, is64, nid,
-                             (T *)out->data, no, n, D));
+                             (const T *)table->data, table->stride[0], table->stride[1], vocab, ids->data, is64,
+                             nid, (T *)out->data, no, n, D));
     return lm__cuda_launched("embedding kernel");
 }
 
-/* ---- v2: bf16 table rows -> f32 residual stream ----------------------------------------- */
-__global__ void embed_rows_v2_kernel(const bf16 *table, const int32_t *ids, int64_t n, int64_t H, float *x) {
+/* ---- the model step: bf16 table rows -> f32 residual stream ----------------------------------------- */
+__global__ void embedding_widen_kernel(const bf16 *table, const int32_t *ids, int64_t n, int64_t V, int64_t H,
+                                       float *x) {
     pdl_trigger(); /* the first projection's GEMV may start streaming its weights */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * H; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / H, d = i - r * H;
-        x[i] = __bfloat162float(table[(int64_t)ids[r] * H + d]);
+        int64_t r = i / H, d = i - r * H, id = ids[r];
+        x[i] = id >= 0 && id < V ? __bfloat162float(table[id * H + d]) : NAN; /* a bad id reads nothing */
     }
 }
 
-lm_status lm__cuda_embed_rows_v2(const void *table, const int32_t *ids, int64_t n, int64_t H, float *x,
-                                cudaStream_t s) {
+lm_status lm__cuda_embedding_widen(const void *table, const int32_t *ids, int64_t n, int64_t V, int64_t H, float *x,
+                                   cudaStream_t s) {
     if (n * H == 0) return LM_OK;
-    embed_rows_v2_kernel<<<lm__cuda_blocks(n * H, 256), 256, 0, s>>>((const bf16 *)table, ids, n, H, x);
-    return lm__cuda_launched("embed_rows_v2");
+    embedding_widen_kernel<<<lm__cuda_blocks(n * H, 256), 256, 0, s>>>((const bf16 *)table, ids, n, V, H, x);
+    return lm__cuda_launched("embedding_widen");
 }

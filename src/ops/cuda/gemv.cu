@@ -1,4 +1,4 @@
-/* ops/cuda/gemv.cu — v2: matrix-vector products for decode (M <= 8 rows), with the
+/* ops/cuda/gemv.cu — the Linear of a few rows: matrix-vector products for decode (M <= 8 rows), with the
  * preceding elementwise step fused into the input read and the residual add into
  * the output write.
  *
@@ -214,8 +214,8 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     cudaLaunchConfig_t cfg = {dim3((unsigned)blocks), dim3(THREADS), 0, s, &attr, 1};
     cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, 1>, *p)
                                 : cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, WARPS>, *p);
-    if (e != cudaSuccess) return lm__cuda_check((int)e, "gemv_v2 launch");
-    return lm__cuda_launched("gemv_v2");
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv launch");
+    return lm__cuda_launched("linear_gemv");
 }
 
 template <int IN>
@@ -232,10 +232,10 @@ static lm_status launch_m(const lm__cuda_gemv_params *p, cudaStream_t s) {
     }
 }
 
-lm_status lm__cuda_gemv_v2(const lm__cuda_gemv_params *p, cudaStream_t s) {
+lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
     if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % 8 != 0 || p->ldx % 4 != 0 || ((uintptr_t)p->w & 15) ||
         ((uintptr_t)p->x & 15))
-        return lm__error(LM_UNSUPPORTED, "gemv_v2: M = %d (1..%d), K = %lld (multiple of 8) or alignment not supported",
+        return lm__error(LM_UNSUPPORTED, "linear_gemv: M = %d (1..%d), K = %lld (multiple of 8) or alignment not supported",
                          p->M, LM__CUDA_GEMV_MAX_ROWS, (long long)p->K);
     if (p->N == 0) return LM_OK;
     switch (p->in) {

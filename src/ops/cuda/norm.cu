@@ -6,7 +6,7 @@
  * view of an input is safe (the block reduction's barriers separate all reads of pass
  * 1 from the writes of pass 2). add_rmsnorm stores the sum rounded to the dtype and
  * normalizes the stored value, as the reference does.
- * v2 (forward pass): the residual stream is f32 and stays f32, the normalized output
+ * The _to_bf16 forms (the model step): the residual stream is f32 and stays f32, the normalized output
  * is bf16 for the next GEMM. O(rows * D).
  */
 #include "ops/cuda/common.cuh"
@@ -87,8 +87,8 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
     return lm__cuda_launched("add_rmsnorm kernel");
 }
 
-/* ---- v2: f32 residual stream in, bf16 normalized rows out ------------------------------ */
-__global__ void rmsnorm_v2_kernel(float *x, const float *delta, const float *w, float eps, int64_t D, bf16 *out) {
+/* ---- the model step: f32 residual stream in, bf16 normalized rows out ------------------------------ */
+__global__ void rmsnorm_to_bf16_kernel(float *x, const float *delta, const float *w, float eps, int64_t D, bf16 *out) {
     __shared__ float red[32];
     float *xr = x + blockIdx.x * D;
     bf16 *orow = out + blockIdx.x * D;
@@ -105,16 +105,16 @@ __global__ void rmsnorm_v2_kernel(float *x, const float *delta, const float *w, 
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) orow[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
-lm_status lm__cuda_rmsnorm_v2(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
+lm_status lm__cuda_rmsnorm_to_bf16(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
                              cudaStream_t s) {
     if (rows == 0) return LM_OK;
-    rmsnorm_v2_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, NULL, w, eps, D, (bf16 *)out);
-    return lm__cuda_launched("rmsnorm_v2");
+    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, NULL, w, eps, D, (bf16 *)out);
+    return lm__cuda_launched("rmsnorm_to_bf16");
 }
 
-lm_status lm__cuda_add_rmsnorm_v2(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
+lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
                                  void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
-    rmsnorm_v2_kernel<<<(unsigned)rows, 256, 0, s>>>(x, delta, w, eps, D, (bf16 *)out);
-    return lm__cuda_launched("add_rmsnorm_v2");
+    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>(x, delta, w, eps, D, (bf16 *)out);
+    return lm__cuda_launched("add_rmsnorm_to_bf16");
 }

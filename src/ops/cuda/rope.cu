@@ -5,10 +5,11 @@
  * angle would be off by 1e-2 radians), scaled by attn_factor, then the pair (i, i+D/2)
  * or (2i, 2i+1) is read (plus bias) and rotated. Pairs are disjoint across threads and
  * each thread reads both members before writing, so in-place use is safe.
- * qkv_rope_v2 (forward pass): one warp per (token, head) of the fused q/k/v
+ * qkv_rope_store (the model step): one warp per (token, head) of the fused q/k/v
  * projection: bias, qwen3's per-head RMSNorm (a warp reduction), RoPE, and the stores:
- * q to its attention buffer, k and v (bf16) into the cache at the token's slot and
- * position. O(ntok * (Hq + 2 Hkv) * hd).
+ * q to its attention buffer, k and v (bf16) into the cache at the token's slot (its
+ * row's) and position; a token outside the cache stores nothing and gets a NaN q.
+ * O(ntok * (Hq + 2 Hkv) * hd).
  */
 #include "ops/cuda/common.cuh"
 
@@ -93,9 +94,9 @@ lm_status lm__cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor
     return lm__cuda_launched("rope_inv_freq kernel");
 }
 
-/* ---- v2: fused bias + q/k norm + RoPE + KV-cache store ------------------------------------- */
+/* ---- the model step: fused bias + q/k norm + RoPE + KV-cache store ---------------------------- */
 template <typename QT>
-__global__ void qkv_rope_v2_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
+__global__ void qkv_rope_store_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
     int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim, half = hd / 2, heads = Hq + 2 * Hkv;
     int64_t item = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (token, head), warp-uniform */
     if (item >= p.ntok * heads) return;
@@ -103,7 +104,12 @@ __global__ void qkv_rope_v2_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
     int h = (int)(item % heads), lane = threadIdx.x & 31;
     const float *src = p.qkv + tok * heads * hd + (int64_t)h * hd;
     const float *b = p.bias ? p.bias + (int64_t)h * hd : NULL;
-    int64_t pos = p.tok_pos[tok], slot = p.tok_slot[tok];
+    int64_t pos = p.tok_pos[tok], slot = p.row_slot[tok / p.T];
+    if (slot < 0 || slot >= kv.slots || pos < 0 || pos >= kv.max_tokens) { /* a bad row: no store, NaN q */
+        QT *q = (QT *)p.q + (tok * Hq + h) * hd;
+        for (int d = lane; h < Hq && d < hd; d += 32) st(q + d, NAN);
+        return;
+    }
     if (h >= Hq + Hkv) { /* v head: bias and store */
         bf16 *dst = (bf16 *)kv.v + ((slot * Hkv + (h - Hq - Hkv)) * kv.max_tokens + pos) * hd;
         for (int d = lane; d < hd; d += 32) dst[d] = __float2bfloat16_rn(src[d] + (b ? b[d] : 0.f));
@@ -141,11 +147,11 @@ __global__ void qkv_rope_v2_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
     }
 }
 
-lm_status lm__cuda_qkv_rope_v2(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
+lm_status lm__cuda_qkv_rope_store(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     int64_t items = p->ntok * (p->q_heads + 2 * kv->kv_heads);
     if (items == 0) return LM_OK;
     unsigned blocks = (unsigned)((items + 3) / 4); /* 4 warps per block */
-    if (p->q_bf16) qkv_rope_v2_kernel<bf16><<<blocks, 128, 0, s>>>(*p, *kv);
-    else qkv_rope_v2_kernel<float><<<blocks, 128, 0, s>>>(*p, *kv);
-    return lm__cuda_launched("qkv_rope_v2");
+    if (p->q_bf16) qkv_rope_store_kernel<bf16><<<blocks, 128, 0, s>>>(*p, *kv);
+    else qkv_rope_store_kernel<float><<<blocks, 128, 0, s>>>(*p, *kv);
+    return lm__cuda_launched("qkv_rope_store");
 }

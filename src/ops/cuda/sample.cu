@@ -1,4 +1,4 @@
-/* ops/cuda/sample.cu — v2: next-token selection on the device, one block per row, so
+/* ops/cuda/sample.cu — next-token selection on the device, one block per row, so
  * decoding never copies a logits row to the host.
  *
  * Greedy: the max of (value, index) keys (NaN highest, ties to the lower id), found in
@@ -207,13 +207,13 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, in
 
 size_t lm__cuda_sample_workspace(int64_t rows) { return (size_t)rows * PARTS * sizeof(unsigned long long); }
 
-lm_status lm__cuda_sample_v2(const float *logits, int64_t rows, int64_t V, int64_t ld,
+lm_status lm__cuda_sample(const float *logits, int64_t rows, int64_t V, int64_t ld,
                             const lm__cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s) {
     if (rows == 0) return LM_OK;
     if (V < 1 || V > 0x7FFFFFFF || rows > 65535)
-        return lm__error(LM_UNSUPPORTED, "sample_v2: %lld rows of a vocabulary of %lld", (long long)rows, (long long)V);
+        return lm__error(LM_UNSUPPORTED, "sample: %lld rows of a vocabulary of %lld", (long long)rows, (long long)V);
     partial_top_kernel<<<dim3(PARTS, (unsigned)rows), 256, 0, s>>>(logits, V, ld, (unsigned long long *)work);
-    LM_TRY(lm__cuda_launched("sample_v2 argmax pass"));
+    LM_TRY(lm__cuda_launched("sample argmax pass"));
     sample_kernel<<<(unsigned)rows, THREADS, 0, s>>>(logits, V, ld, params, (const unsigned long long *)work, out_ids);
-    return lm__cuda_launched("sample_v2");
+    return lm__cuda_launched("sample");
 }

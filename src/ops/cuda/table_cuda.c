@@ -27,7 +27,16 @@ static lm_status silu(const lm_tensor_view *x, const lm_tensor_view *out, void *
     return lm__cuda_silu(x, out, S(s));
 }
 
+/* The basic operators' mixed-dtype forms (f32 in, bf16 out) run only on the model
+ * step's fast paths; the readable kernels take one dtype. */
+static lm_status mixed_unsupported(const char *op) {
+    return lm__error(LM_UNSUPPORTED, "%s (cuda): mixed dtypes run only on contiguous f32 rows into bf16", op);
+}
+
 static lm_status swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out, void *s) {
+    lm_status st;
+    if (lm__cuda_swiglu_fast(gate, up, out, S(s), &st)) return st;
+    if (out->dtype != gate->dtype) return mixed_unsupported("swiglu");
     return lm__cuda_swiglu(gate, up, out, S(s));
 }
 
@@ -37,11 +46,17 @@ static lm_status cast(const lm_tensor_view *x, const lm_tensor_view *out, void *
 
 static lm_status rmsnorm(const lm_tensor_view *x, const lm_tensor_view *w, float eps, const lm_tensor_view *out,
                          void *s) {
+    lm_status st;
+    if (lm__cuda_rmsnorm_fast(x, w, eps, out, S(s), &st)) return st;
+    if (out->dtype != x->dtype) return mixed_unsupported("rmsnorm");
     return lm__cuda_rmsnorm(x, w, eps, out, S(s));
 }
 
 static lm_status add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *w,
                              float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, void *s) {
+    lm_status st;
+    if (lm__cuda_add_rmsnorm_fast(x, residual, w, eps, sum_out, out, S(s), &st)) return st;
+    if (out->dtype != x->dtype) return mixed_unsupported("add_rmsnorm");
     return lm__cuda_add_rmsnorm(x, residual, w, eps, sum_out, out, S(s));
 }
 
@@ -63,8 +78,8 @@ static lm_status softmax(const lm_tensor_view *x, float k, int causal, const lm_
 }
 
 static lm_status attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale_,
-                           int causal, const lm_tensor_view *out, void *s) {
-    return lm__cuda_attention(q, k, v, scale_, causal, out, S(s));
+                           int causal, int64_t window, const lm_tensor_view *out, void *s) {
+    return lm__cuda_attention(q, k, v, scale_, causal, window, out, S(s));
 }
 
 /* cuBLASLt when it takes the layout (LM_UNSUPPORTED queues nothing), else the
@@ -123,9 +138,10 @@ static lm_status matmul_backward(lm_ctx *ctx, const lm_tensor_view *a, const lm_
 }
 
 static lm_status attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                    const lm_tensor_view *dout, float scale_, int causal, const lm_tensor_view *dq,
-                                    const lm_tensor_view *dk, const lm_tensor_view *dv, void *s) {
-    return lm__cuda_attention_backward(q, k, v, dout, scale_, causal, dq, dk, dv, S(s));
+                                    const lm_tensor_view *dout, float scale_, int causal, int64_t window,
+                                    const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                    void *s) {
+    return lm__cuda_attention_backward(q, k, v, dout, scale_, causal, window, dq, dk, dv, S(s));
 }
 
 static lm_status rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *w, float eps,
@@ -172,6 +188,36 @@ static lm_status linear_cross_entropy_backward(lm_ctx *ctx, const lm_tensor_view
                                                   S(lm_ctx_stream(ctx)));
 }
 
+/* ---- the model step ---- */
+static lm_status kv_store(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,
+                          const lm_tensor_view *positions, void *s) {
+    return lm__cuda_kv_store(cache, x, slots, positions, S(s));
+}
+
+static lm_status attention_cache(const lm_tensor_view *q, const lm_tensor_view *kc, const lm_tensor_view *vc,
+                                 const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                 const lm_kv_attention_params *p, const lm_tensor_view *out, void *s) {
+    return lm__cuda_attention_cache(q, kc, vc, slots, positions, p, out, S(s));
+}
+
+static lm_status qkv_rope_store(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                const lm_tensor_view *positions, const lm_tensor_view *kc, const lm_tensor_view *vc,
+                                const lm_tensor_view *q, void *s) {
+    return lm__cuda_qkv_rope_store_views(qkv, p, slots, positions, kc, vc, q, S(s));
+}
+
+static lm_status linear(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                        const lm_linear_params *p, const lm_tensor_view *out) {
+    const lm__cuda_blas *blas;
+    LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
+    return lm__cuda_linear(blas, x, w, bias, p, out, S(lm_ctx_stream(ctx)));
+}
+
+static lm_status sample(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
+                        const lm_tensor_view *ids, void *s) {
+    return lm__cuda_sample_views(logits, params, workspace, ids, S(s));
+}
+
 static const lm__cuda_ops k_table = {
     .add = add,
     .mul = mul,
@@ -204,6 +250,14 @@ static const lm__cuda_ops k_table = {
     .cross_entropy_backward = cross_entropy_backward,
     .linear_cross_entropy = linear_cross_entropy,
     .linear_cross_entropy_backward = linear_cross_entropy_backward,
+    .kv_store = kv_store,
+    .attention_cache = attention_cache,
+    .attention_cache_workspace = lm__cuda_attention_cache_workspace,
+    .qkv_rope_store = qkv_rope_store,
+    .linear_supported = lm__cuda_linear_supported,
+    .linear = linear,
+    .sample = sample,
+    .sample_workspace = lm__cuda_sample_workspace,
 };
 
 const lm__cuda_ops *lm__cuda_ops_get(void) { return &k_table; }

@@ -5,7 +5,8 @@
  *   dv[g, j] += p_j dO                 dp_j = dO . v[g, j]
  *   ds_j = p_j (dp_j - sum_l p_l dp_l)  (softmax Jacobian; sum_l p_l dp_l = dO . out_i)
  *   dq[h, i] = scale sum_j ds_j k[g, j] dk[g, j] += scale ds_j q[h, i]
- * Only one row of Tk probabilities exists at a time (no Tq x Tk matrix). dk and dv
+ * A window (causal only) gives the keys before the query's last `window` probability
+ * 0, as in the forward. Only one row of Tk probabilities exists at a time (no Tq x Tk matrix). dk and dv
  * collect contributions from every query row and every head of the group in double
  * workspaces, rounded once at the end. O(B Hq Tq Tk (D + Dv)) time; workspaces of
  * numel(k) + numel(v) + Tk + D doubles.
@@ -20,19 +21,21 @@ static double ld4(const lm_tensor_view *t, int64_t base, int64_t d) {
     return lm__ld(t->dtype, t->data, base + d * t->stride[3]);
 }
 
-/* Normalized probabilities p[0..nkeys) of query row (b, h, i) against kv head g. */
+/* Normalized probabilities p[0..nkeys) of query row (b, h, i) against kv head g; keys
+ * before j0 (outside a window) get probability 0. */
 static void probabilities(const lm_tensor_view *q, const lm_tensor_view *k, int64_t b, int64_t h, int64_t g,
-                          int64_t i, int64_t nkeys, double scale, double *p) {
+                          int64_t i, int64_t j0, int64_t nkeys, double scale, double *p) {
     int64_t D = q->shape[3], q0 = off3(q, b, h, i);
     double mx = -INFINITY, sum = 0.0;
-    for (int64_t j = 0; j < nkeys; j++) {
+    for (int64_t j = 0; j < j0; j++) p[j] = -INFINITY;
+    for (int64_t j = j0; j < nkeys; j++) {
         int64_t k0 = off3(k, b, g, j);
         double dot = 0.0;
         for (int64_t d = 0; d < D; d++) dot += ld4(q, q0, d) * ld4(k, k0, d);
         p[j] = scale * dot;
         if (p[j] > mx) mx = p[j];
     }
-    for (int64_t j = 0; j < nkeys; j++) sum += (p[j] = exp(p[j] - mx));
+    for (int64_t j = 0; j < nkeys; j++) sum += (p[j] = j < j0 ? 0.0 : exp(p[j] - mx));
     for (int64_t j = 0; j < nkeys; j++) p[j] /= sum;
 }
 
@@ -83,8 +86,8 @@ static void store4(const lm_tensor_view *t, const double *w) {
 }
 
 lm_status lm__ref_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                     const lm_tensor_view *dout, double scale, int causal, const lm_tensor_view *dq,
-                                     const lm_tensor_view *dk, const lm_tensor_view *dv) {
+                                     const lm_tensor_view *dout, double scale, int causal, int64_t window,
+                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv) {
     int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     int64_t Hkv = k->shape[1], Tk = k->shape[2];
     int64_t nk = dk ? lm_tensor_view_numel(k) : 0, nv = dv ? lm_tensor_view_numel(v) : 0;
@@ -97,7 +100,8 @@ lm_status lm__ref_attention_backward(const lm_tensor_view *q, const lm_tensor_vi
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < Tq; i++) {
                 int64_t nkeys = causal ? i + (Tk - Tq) + 1 : Tk;
-                probabilities(q, k, b, h, h / group, i, nkeys, scale, p);
+                int64_t j0 = causal && window > 0 ? LM_MAX(0, nkeys - window) : 0;
+                probabilities(q, k, b, h, h / group, i, j0, nkeys, scale, p);
                 row_grads(q, k, v, dout, b, h, h / group, i, nkeys, scale, p, &w, dq);
             }
     if (dk) store4(dk, w.dk);

@@ -7,7 +7,7 @@
 #include "ops/internal.h"
 
 lm_status lm__ref_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                     const lm_tensor_view *dout, double scale, int causal, const lm_tensor_view *dq,
-                                     const lm_tensor_view *dk, const lm_tensor_view *dv);
+                                     const lm_tensor_view *dout, double scale, int causal, int64_t window,
+                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv);
 
 #endif

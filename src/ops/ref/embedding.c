@@ -1,8 +1,8 @@
 /* ops/ref/embedding.c — readable reference for the embedding lookup
  *   out[p, :] = table[ids[p], :]   for every index p of ids.
  * All ids are validated first, so a bad id leaves out untouched. Rows are copied
- * element by element with lm__ld/lm__st; table and out share a dtype, so the copy is
- * exact. O(numel(ids) * D). */
+ * element by element with lm__ld/lm__st, converted to out's dtype (exact when
+ * they share one or out is wider). O(numel(ids) * D). */
 #include "ops/ref/embedding.h"
 
 #include <stdio.h>

@@ -1,0 +1,184 @@
+/* ops/cuda/step_cuda.c — the CUDA level of the model-step operators: for views the
+ * public operators have validated, pick the tuned kernel the layout allows (the
+ * fused Linear's GEMV or cuBLASLt GEMM, the split-K or flash cache attention, the
+ * fused QKV front, the device sampler) or answer LM_UNSUPPORTED naming what the
+ * kernels need; and the fast paths of the basic operators' mixed-dtype forms the step
+ * uses (f32 rows normalized into bf16, the packed SwiGLU).
+ * Nothing here allocates or synchronizes, so a captured step may contain any of it.
+ */
+#include "ops/cuda/cuda_ops.h"
+
+#include <stddef.h>
+#include <string.h>
+
+_Static_assert(sizeof(lm__cuda_sample_params) == sizeof(lm_sample_params) &&
+                   offsetof(lm__cuda_sample_params, seed) == offsetof(lm_sample_params, seed) &&
+                   offsetof(lm__cuda_sample_params, draw) == offsetof(lm_sample_params, draw) &&
+                   offsetof(lm__cuda_sample_params, min_p) == offsetof(lm_sample_params, min_p),
+               "the device sampler reads lm_sample_params records as they are");
+
+static int contiguous(const lm_tensor_view *v) { return lm_tensor_view_is_contiguous(v); }
+/* rows with a unit last stride (any row stride) */
+static int unit_last(const lm_tensor_view *v) { return v->ndim == 0 || v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
+
+static lm__cuda_kv cache_of(const lm_tensor_view *k, const lm_tensor_view *v) {
+    lm__cuda_kv kv = {k->data, v->data, k->shape[0], k->shape[2], (int)k->shape[1], (int)k->shape[3]};
+    return kv;
+}
+
+/* ---- attention over the cache ----------------------------------------------------------------- */
+size_t lm__cuda_attention_cache_workspace(int64_t tokens, int64_t q_heads, int64_t head_dim, int64_t cache_tokens) {
+    int nsplit = lm__cuda_attention_rows_splits(cache_tokens);
+    if (nsplit <= 1) return 0;
+    return lm__cuda_attention_rows_workspace(tokens, (int)q_heads, (int)head_dim, nsplit) * sizeof(float) +
+           (size_t)(tokens * q_heads) * sizeof(int);
+}
+
+lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                   const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                   const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                   const lm_tensor_view *out, cudaStream_t s) {
+    if (k_cache->dtype != LM_BF16 || v_cache->dtype != LM_BF16 || !contiguous(k_cache) || !contiguous(v_cache) ||
+        !contiguous(slots) || !contiguous(positions))
+        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): needs contiguous bf16 caches and index tensors");
+    int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3];
+    if (T > 1 && lm__cuda_attention_cache_flash_supports(q, k_cache, out))
+        return lm__cuda_attention_cache_flash(q, k_cache, v_cache, slots, positions, p->scale, p->window, out, s);
+    if (!contiguous(q) || !contiguous(out) || q->dtype == LM_F16 || out->dtype == LM_F16)
+        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): q and out must be contiguous f32 or bf16");
+    int64_t ntok = B * T;
+    lm__cuda_attn_params ap;
+    memset(&ap, 0, sizeof ap);
+    ap.q = q->data, ap.q_bf16 = q->dtype == LM_BF16;
+    ap.tok_pos = (const int32_t *)positions->data, ap.row_slot = (const int32_t *)slots->data;
+    ap.ntok = ntok, ap.T = T, ap.q_heads = (int)Hq, ap.scale = p->scale, ap.window = p->window;
+    ap.out = out->data, ap.out_bf16 = out->dtype == LM_BF16;
+    ap.nsplit = 1;
+    size_t need = lm__cuda_attention_cache_workspace(ntok, Hq, D, k_cache->shape[2]);
+    if (p->workspace && need && (size_t)lm_tensor_view_numel(p->workspace) * lm_dtype_size(p->workspace->dtype) >= need) {
+        ap.nsplit = lm__cuda_attention_rows_splits(k_cache->shape[2]);
+        ap.partial = (float *)p->workspace->data;
+        ap.counters = (int *)((char *)p->workspace->data + lm__cuda_attention_rows_workspace(ntok, (int)Hq, (int)D,
+                                                                                             ap.nsplit) * sizeof(float));
+    }
+    lm__cuda_kv kv = cache_of(k_cache, v_cache);
+    return lm__cuda_attention_rows(&ap, &kv, s);
+}
+
+/* ---- the fused front of the attention --------------------------------------------------------- */
+lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                        const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                        const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                        const lm_tensor_view *q, cudaStream_t s) {
+    const lm_tensor_view *vec[4] = {p->bias, p->q_norm, p->k_norm, p->inv_freq};
+    int ok = qkv->dtype == LM_F32 && contiguous(qkv) && contiguous(q) && q->dtype != LM_F16 &&
+             k_cache->dtype == LM_BF16 && v_cache->dtype == LM_BF16 && contiguous(k_cache) && contiguous(v_cache) &&
+             contiguous(slots) && contiguous(positions);
+    for (int i = 0; i < 4; i++) ok = ok && (!vec[i] || contiguous(vec[i]));
+    if (!ok)
+        return lm__error(LM_UNSUPPORTED, "qkv_rope_store (cuda): needs contiguous f32 qkv and vectors, f32/bf16 q, "
+                                         "bf16 caches");
+    lm__cuda_qkv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.qkv = (const float *)qkv->data;
+    kp.bias = p->bias ? (const float *)p->bias->data : NULL;
+    kp.q_norm = p->q_norm ? (const float *)p->q_norm->data : NULL;
+    kp.k_norm = p->k_norm ? (const float *)p->k_norm->data : NULL;
+    kp.eps = p->eps, kp.inv_freq = (const float *)p->inv_freq->data, kp.attn_factor = p->attn_factor;
+    kp.tok_pos = (const int32_t *)positions->data, kp.row_slot = (const int32_t *)slots->data;
+    kp.ntok = qkv->shape[0] * qkv->shape[1], kp.T = qkv->shape[1];
+    kp.q_heads = (int)p->q_heads, kp.q_bf16 = q->dtype == LM_BF16, kp.q = q->data;
+    lm__cuda_kv kv = cache_of(k_cache, v_cache);
+    return lm__cuda_qkv_rope_store(&kp, &kv, s);
+}
+
+/* ---- the fused Linear --------------------------------------------------------------------------- */
+static int gemv_shape(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)input;
+    return rows >= 1 && rows <= LM__CUDA_GEMV_MAX_ROWS && K % 8 == 0 && x == LM_F32 && w == LM_BF16;
+}
+
+static int gemm_shape(lm_linear_input input, int64_t K, lm_dtype x, lm_dtype w) {
+    return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && K % 8 == 0;
+}
+
+int lm__cuda_linear_supported(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype) {
+    return gemv_shape(input, rows, K, x_dtype, w_dtype) || gemm_shape(input, K, x_dtype, w_dtype);
+}
+
+lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                          const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
+                          cudaStream_t s) {
+    int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
+    int layout = contiguous(w) && unit_last(x) && unit_last(out) && out->dtype == LM_F32 &&
+                 (!bias || contiguous(bias)) && (!p->norm_weight || contiguous(p->norm_weight));
+    if (layout && gemv_shape(p->input, M, K, x->dtype, w->dtype)) {
+        static const lm__cuda_gemv_in form[3] = {LM__CUDA_GEMV_PLAIN, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_SWIGLU};
+        lm__cuda_gemv_params gp = {form[p->input], (const float *)x->data, x->stride[0],
+                                   p->input == LM_LINEAR_IN_RMSNORM ? (const float *)p->norm_weight->data : NULL,
+                                   p->eps, w->data, bias ? (const float *)bias->data : NULL, (float *)out->data,
+                                   out->stride[0], p->accumulate, (int)M, N, K};
+        return lm__cuda_linear_gemv(&gp, s);
+    }
+    if (layout && !p->accumulate && gemm_shape(p->input, K, x->dtype, w->dtype))
+        return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, bias ? (const float *)bias->data : NULL,
+                                  (float *)out->data, out->stride[0], M, N, K, s);
+    return lm__error(LM_UNSUPPORTED, "linear (cuda): no fused kernel for %lld rows of %s over %s weights",
+                     (long long)M, lm_dtype_name(x->dtype), lm_dtype_name(w->dtype));
+}
+
+/* ---- token selection ------------------------------------------------------------------------------ */
+lm_status lm__cuda_sample_views(const lm_tensor_view *logits, const lm_tensor_view *params,
+                                const lm_tensor_view *workspace, const lm_tensor_view *ids, cudaStream_t s) {
+    int64_t R = logits->shape[0];
+    size_t need = lm__cuda_sample_workspace(R);
+    if (!contiguous(ids) || !workspace ||
+        (size_t)lm_tensor_view_numel(workspace) * lm_dtype_size(workspace->dtype) < need)
+        return lm__error(LM_INVALID_ARGUMENT, "sample (cuda): needs contiguous ids and a workspace of %zu bytes", need);
+    return lm__cuda_sample((const float *)logits->data, R, logits->shape[1], logits->stride[0],
+                           (const lm__cuda_sample_params *)params->data, (int32_t *)ids->data, workspace->data, s);
+}
+
+/* ---- fast paths of the basic operators' mixed forms ------------------------------------------------ */
+/* v is a row-major [rows, D] block: contiguous, last dim D. */
+static int rows_of(const lm_tensor_view *v, int64_t *rows, int64_t *D) {
+    if (v->ndim < 1 || !contiguous(v)) return 0;
+    *D = v->shape[v->ndim - 1];
+    *rows = *D ? lm_tensor_view_numel(v) / *D : 0;
+    return 1;
+}
+
+int lm__cuda_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *w, float eps, const lm_tensor_view *out,
+                          cudaStream_t s, lm_status *st) {
+    int64_t rows, D;
+    if (x->dtype != LM_F32 || out->dtype != LM_BF16 || w->dtype != LM_F32 || !contiguous(w) || !contiguous(out) ||
+        !rows_of(x, &rows, &D))
+        return 0;
+    *st = lm__cuda_rmsnorm_to_bf16((const float *)x->data, (const float *)w->data, eps, rows, D, out->data, s);
+    return 1;
+}
+
+int lm__cuda_add_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *w,
+                              float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, cudaStream_t s,
+                              lm_status *st) {
+    int64_t rows, D;
+    if (x->dtype != LM_F32 || residual->dtype != LM_F32 || out->dtype != LM_BF16 || w->dtype != LM_F32 ||
+        !contiguous(w) || !contiguous(out) || !contiguous(x) || !rows_of(residual, &rows, &D) ||
+        sum_out->data != residual->data || !contiguous(sum_out))
+        return 0; /* the kernel updates the residual stream in place */
+    *st = lm__cuda_add_rmsnorm_to_bf16((float *)residual->data, (const float *)x->data, (const float *)w->data, eps,
+                                       rows, D, out->data, s);
+    return 1;
+}
+
+int lm__cuda_swiglu_fast(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
+                         cudaStream_t s, lm_status *st) {
+    if (gate->ndim != 2 || gate->dtype != LM_F32 || up->dtype != LM_F32 || out->dtype != LM_BF16 || !contiguous(out))
+        return 0;
+    int64_t M = gate->shape[0], I = gate->shape[1];
+    int packed = gate->stride[1] == 1 && up->stride[1] == 1 && gate->stride[0] == 2 * I && up->stride[0] == 2 * I &&
+                 (const float *)up->data == (const float *)gate->data + I;
+    if (!packed) return 0; /* the two halves of one [M, 2I] gate|up block */
+    *st = lm__cuda_swiglu_packed_to_bf16((const float *)gate->data, M, I, out->data, s);
+    return 1;
+}

@@ -1,0 +1,203 @@
+/* The GPU's rewrite passes, checked on the CPU: the decoder step graph of every
+ * reference checkpoint goes through the CUDA pass pipeline (stacked q|k|v and
+ * gate|up linears, the fused QKV + RoPE + KV write, GEMV input forms and residual
+ * accumulation for few rows, fused add + RMSNorm and bf16 GEMM inputs for many),
+ * under the GPU's rule for which fused linears run as one kernel; the result runs
+ * on the CPU's operators (each fused operator's CPU level is its reference) and must
+ * give the logits the canonical graph gives, within the rounding the passes add
+ * (16-bit weights: NMSE <= 1e-4, max |d| <= 2% of max |logit|; f32: NMSE <= 1e-9).
+ * It also checks what was fused: every layer has one fused QKV op, and with bf16
+ * weights no RMSNorm, SwiGLU or residual add survives a decode step and a prefill
+ * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops).
+ * LM_TEST_LABELS: unit model
+ */
+#include "harness.h"
+
+#include "exec/internal.h"
+#include "nn/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *k_models[] = {"llama_gqa2_f32",     "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
+                                 "qwen2_bias_sharded", "qwen2_mqa_yarn",     "qwen3_headdim"};
+#define NMODELS (int)(sizeof k_models / sizeof k_models[0])
+
+static lm_ctx *g_ctx;
+
+/* The CUDA kernels' rule (ops/cuda/step_cuda.c, lm__cuda_linear_supported): GEMV for
+ * up to 8 rows of f32 input over bf16 weights with K % 8 == 0, any input form; GEMM
+ * for plain bf16 x bf16 with K % 8 == 0. */
+static int gpu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    if (rows >= 1 && rows <= 8 && K % 8 == 0 && x == LM_F32 && w == LM_BF16) return 1;
+    return in == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && K % 8 == 0;
+}
+
+typedef struct binder {
+    const lm_model *m;
+    lm_tensor *made[256]; /* stacked weights built for the fused graph */
+    int nmade;
+} binder;
+
+/* Rows of the named tensors stacked into one (the "qkv_proj" / "gate_up_proj" weights). */
+static lm_tensor *stack(const lm_model *m, const char *const *names, int n) {
+    const lm_tensor *t[3];
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(t[i] = lm__model_weight(m, names[i]))) return NULL;
+        rows += lm_tensor_dim(t[i], 0);
+    }
+    int nd = lm_tensor_ndim(t[0]);
+    int64_t shape[2] = {rows, nd == 2 ? lm_tensor_dim(t[0], 1) : 1};
+    lm_tensor *out = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), lm_tensor_dtype(t[0]), nd, shape, &out));
+    size_t off = 0;
+    for (int i = 0; out && i < n; i++) {
+        size_t bytes = (size_t)lm_tensor_numel(t[i]) * lm_dtype_size(lm_tensor_dtype(t[i]));
+        memcpy((char *)lm_tensor_data(out) + off, lm_tensor_data(t[i]), bytes);
+        off += bytes;
+    }
+    return out;
+}
+
+static lm_status lookup(void *user, const char *name, lm_tensor_view *out) {
+    binder *b = user;
+    const lm_tensor *t = lm__model_weight(b->m, name);
+    if (!t) {
+        char base[128], parts[3][160];
+        const char *p[3] = {parts[0], parts[1], parts[2]};
+        const char *stacked = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
+        if (!stacked) return lm__error(LM_NOT_FOUND, "no weight '%s'", name);
+        const char *tail = strchr(strstr(name, stacked), '.'); /* ".weight" or ".bias" */
+        snprintf(base, sizeof base, "%.*s", (int)LM_MIN(96, strstr(name, stacked) - name), name);
+        const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
+        int n = stacked[0] == 'q' ? 3 : 2;
+        for (int i = 0; i < n; i++) snprintf(parts[i], sizeof parts[i], "%s%s%.16s", base, n == 3 ? qkv[i] : gu[i], tail);
+        lm_tensor *s = stack(b->m, p, n);
+        if (!s) return lm__error(LM_NOT_FOUND, "cannot stack '%s'", name);
+        b->made[b->nmade++] = s;
+        t = s;
+    }
+    *out = *lm_tensor_as_view(t);
+    return LM_OK;
+}
+
+static int count(const lm_graph *g, lm__gopk k) {
+    int n = 0;
+    for (int64_t i = 0; i < g->nops; i++) n += g->ops[i].kind == k;
+    return n;
+}
+
+/* One step of B rows x T tokens (the rows at positions `start`, start + 3) through
+ * graph g on fresh zero caches; logits [B, V] into out. */
+static void run_step(const lm_model *m, const lm_graph *g, int64_t B, int64_t T, float *out) {
+    const lm_model_config *c = &m->cfg;
+    lm_exec_options o;
+    lm_exec_options_default(&o);
+    o.fuse = 0; /* run g as given */
+    o.poison = 1;
+    lm_exec *e = NULL;
+    LT_CHECK_OK(lm_exec_create(g_ctx, g, &o, &e));
+    if (!e) return;
+    binder b = {m, {0}, 0};
+    LT_CHECK_OK(lm_exec_bind_params(e, lookup, &b));
+    int64_t cs[4] = {B, c->num_key_value_heads, 64, c->head_dim};
+    lm_tensor *caches[64] = {0};
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s_cache.%d", kv ? "v" : "k", l);
+            LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &caches[2 * l + kv]));
+            LT_CHECK_OK(lm_exec_bind(e, name, lm_tensor_as_view(caches[2 * l + kv])));
+        }
+    lm_tensor_view ids, pos, slots;
+    LT_CHECK_OK(lm_exec_input(e, "ids", &ids));
+    LT_CHECK_OK(lm_exec_input(e, "positions", &pos));
+    LT_CHECK_OK(lm_exec_input(e, "slots", &slots));
+    lt_rng r = lt_rng_seed(77);
+    for (int64_t i = 0; i < B * T; i++) {
+        ((int32_t *)ids.data)[i] = (int32_t)lt_rng_int(&r, 0, c->vocab_size - 1);
+        ((int32_t *)pos.data)[i] = (int32_t)((i / T) * 3 + i % T);
+    }
+    for (int64_t i = 0; i < B; i++) ((int32_t *)slots.data)[i] = (int32_t)i;
+    LT_CHECK_OK(lm_exec_run(e, g_ctx));
+    lm_tensor_view y;
+    LT_CHECK_OK(lm_exec_output(e, 0, &y));
+    LT_CHECK_OK(lm_tensor_view_read(g_ctx, &y, out));
+    for (int i = 0; i < 2 * c->num_hidden_layers; i++) lm_tensor_destroy(caches[i]);
+    for (int i = 0; i < b.nmade; i++) lm_tensor_destroy(b.made[i]);
+    lm_exec_destroy(e);
+}
+
+static void check_model(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, name);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &m));
+    if (!m) return;
+    const lm_model_config *c = &m->cfg;
+    lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
+    int low = wdt != LM_F32, bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights only */
+    const int64_t shapes[2][2] = {{2, 1}, {2, 6}}; /* decode rows (GEMV) and a prefill (GEMM) */
+    for (int s = 0; s < 2; s++) {
+        int64_t B = shapes[s][0], T = shapes[s][1], V = c->vocab_size;
+        lm_decoder_options o;
+        lm_decoder_options_default(&o);
+        o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = 64;
+        o.matrix_dtype = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight")); /* as stored */
+        lm_graph *g = NULL, *h = NULL, *fused = NULL;
+        LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
+        static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,   lm__pass_linear,       lm__pass_stack_linears,
+                                          lm__pass_qkv_rope_store, lm__pass_linear_input, lm__pass_linear_residual,
+                                          lm__pass_add_rmsnorm,    lm__pass_gemm_inputs};
+        lm__pass_env env = {lm_device_cuda(0), gpu_rule};
+        LT_CHECK_OK(lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused));
+        static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
+        LT_CHECK_OK(lm__graph_run_passes(g, &env, 1, none, &h));
+        if (!fused || !h) return;
+        LT_CHECK_MSG(count(fused, LM__GOP_QKV_ROPE_STORE) == c->num_hidden_layers, "%s: %d fused QKV ops for %lld layers",
+                     name, count(fused, LM__GOP_QKV_ROPE_STORE), (long long)c->num_hidden_layers);
+        if (s == 0 && bf16) {
+            LT_CHECK_MSG(count(fused, LM__GOP_RMSNORM) + count(fused, LM__GOP_SWIGLU) + count(fused, LM__GOP_ADD) == 0,
+                         "%s decode: %d rmsnorm, %d swiglu, %d add left", name, count(fused, LM__GOP_RMSNORM),
+                         count(fused, LM__GOP_SWIGLU), count(fused, LM__GOP_ADD));
+        }
+        if (s == 1) {
+            int narrow = 0;
+            for (int64_t i = 0; i < fused->nops; i++)
+                if (fused->ops[i].kind == LM__GOP_ADD_RMSNORM)
+                    narrow += fused->values[fused->ops[i].out2].dtype == LM_BF16;
+            LT_CHECK_MSG(bf16 ? narrow > 0 : narrow == 0, "%s prefill: %d rows normalized into bf16 (weights %s)", name,
+                         narrow, lm_dtype_name(o.matrix_dtype));
+        }
+        float *want = malloc(sizeof(float) * (size_t)(B * V)), *got = malloc(sizeof(float) * (size_t)(B * V));
+        run_step(m, h, B, T, want);
+        run_step(m, fused, B, T, got);
+        double num = 0, den = 0, md = 0, mx = 0;
+        for (int64_t i = 0; i < B * V; i++) {
+            double d = (double)got[i] - want[i];
+            num += d * d, den += (double)want[i] * want[i];
+            md = fmax(md, fabs(d)), mx = fmax(mx, fabs(want[i]));
+        }
+        double nmse = num / (den > 0 ? den : 1), tol = low ? 1e-4 : 1e-9;
+        LT_CHECK_MSG(nmse <= tol && md <= (low ? 0.02 : 1e-4) * mx && isfinite(nmse),
+                     "%s %s: fused vs canonical nmse %.3g, max |d| %.3g of %.3g", name, s ? "prefill" : "decode", nmse,
+                     md, mx);
+        free(want), free(got);
+        lm_graph_destroy(g), lm_graph_destroy(h), lm_graph_destroy(fused);
+    }
+    lm_model_destroy(m);
+}
+
+static void test_gpu_passes_keep_the_logits(void) {
+    for (int i = 0; i < NMODELS; i++) check_model(k_models[i]);
+}
+
+int main(void) {
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
+    LT_RUN(test_gpu_passes_keep_the_logits);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
