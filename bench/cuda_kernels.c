@@ -181,9 +181,9 @@ int main(int argc, char **argv) {
         if (lm_tensor_zeros(lm_device_cuda(0), LM_U8, 1, &wn, &work) != LM_OK) die("workspace");
         attn_args a;
         memset(&a, 0, sizeof a);
-        int64_t qh[2] = {Hq, hd}, p2[2] = {b, 1};
-        a.q = tokens_of(x, b, 1, 2, qh);
-        a.out = tokens_of(out, b, 1, 2, qh);
+        int64_t qh[2] = {Hq, hd}, p2[2] = {b, 1}, q4[4] = {b, 1, Hq, hd};
+        lm_tensor *qt = dev(LM_F32, 4, q4), *ot = dev(LM_F32, 4, q4); /* contiguous, as the step's */
+        a.q = *V(qt), a.out = *V(ot);
         a.kc = *V(kc), a.vc = *V(vc);
         a.slots = rows_of(dslot, b);
         lm_tensor_view pr = rows_of(dpos, b);
@@ -194,14 +194,15 @@ int main(int argc, char **argv) {
         report(name, time_us(run_attn, &a), 2.0 * b * 2 * Hkv * (ctx + 1) * hd, 0);
         rope_args r;
         memset(&r, 0, sizeof r);
-        int64_t one[1] = {nqkv};
-        r.qkv = tokens_of(x, b, 1, 1, one);
-        r.q = tokens_of(xb, b, 1, 2, qh);
+        int64_t x3[3] = {b, 1, nqkv};
+        lm_tensor *qkv = dev(LM_F32, 3, x3); /* contiguous, as the stacked projection writes it */
+        r.qkv = *V(qkv);
+        r.q = *V(ot);
         r.kc = *V(kc), r.vc = *V(vc), r.slots = a.slots, r.pos = a.pos;
         r.p.q_heads = Hq, r.p.inv_freq = V(inv), r.p.attn_factor = 1.f, r.p.eps = 1e-6f;
         snprintf(name, sizeof name, "qkv_rope_store B%lld", (long long)b);
         report(name, time_us(run_rope, &r), 4.0 * b * nqkv, 0);
-        lm_tensor_destroy(work);
+        lm_tensor_destroy(work), lm_tensor_destroy(qt), lm_tensor_destroy(ot), lm_tensor_destroy(qkv);
     }
     /* token selection */
     lm_sample_params sp;

@@ -5,7 +5,8 @@
    make_reference_models.sh) the causal-LM loss of a fixed batch and the gradient of
    every parameter, from a plain-torch re-implementation of the Hugging Face forward
    (llama / mistral / qwen2 / qwen3: RMSNorm, q/k/v/o projections with optional
-   biases, qwen3 per-head q/k norms, rotate-half RoPE, grouped-query causal attention,
+   biases, qwen3 per-head q/k norms, rotate-half RoPE, grouped-query causal attention
+   with per-layer sliding windows,
    SwiGLU MLP, tied or untied head, mean cross-entropy with ignore_index -100). No
    transformers import: weights are read with make_random_model.read_checkpoint and
    RoPE frequencies with gen_fixtures_io_rope.reference (transformers'
@@ -22,8 +23,10 @@
    tests/data/train/adamw_ref.lmfx: "p0.K" initial parameters, "g<step>.K" gradients,
    "lr" [4], "wd" [3], "norm" [4] (pre-clip global norms), "p<step>.K" parameters
    after each step.
-Run from the repository root: /usr/bin/python3 scripts/gen_train_refs.py
-(Debian's python3-torch 1.13 and numpy are enough.)
+Run from the repository root: /usr/bin/python3 scripts/gen_train_refs.py [--only MODEL ...]
+(Debian's python3-torch 1.13 and numpy are enough; --only writes just those models'
+gradient references, not the AdamW one.) Sliding windows follow transformers 5's
+per-layer rule (layer_window below).
 """
 import json
 import math
@@ -41,7 +44,7 @@ import make_random_model  # noqa: E402
 
 ROOT = os.path.join(HERE, "..")
 MODELS = ["llama_gqa2_f32", "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
-          "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim"]
+          "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim", "mistral_window_f32", "qwen2_window_bf16"]
 B, T, SAMPLES = 2, 8, 48
 torch.set_default_dtype(torch.float64)
 
@@ -70,12 +73,26 @@ def linear(x, p, name):
     return y + p[name + ".bias"] if name + ".bias" in p else y
 
 
+def layer_window(cfg, n):
+    """The sliding window of layer n as transformers 5 derives it (0: full attention):
+    layer_types when given; else qwen2's use_sliding_window from layer max_window_layers
+    on; else mistral's sliding_window on every layer."""
+    w = cfg.get("sliding_window") or 0
+    if "layer_types" in cfg:
+        return w if cfg["layer_types"][n] == "sliding_attention" else 0
+    if cfg.get("model_type") in ("qwen2", "qwen3"):
+        return w if cfg.get("use_sliding_window") and n >= cfg.get("max_window_layers", 0) else 0
+    return w
+
+
 def forward_loss(cfg, p, ids, targets, inv_freq, attn):
     eps, hd = cfg["rms_norm_eps"], head_dim(cfg)
     hq, hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     x = p["model.embed_tokens.weight"][ids]            # [B, T, H]
-    mask = torch.ones(T, T).tril().bool()
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     for n in range(cfg["num_hidden_layers"]):
+        w = layer_window(cfg, n)                       # query i sees keys i - w < j <= i
+        mask = (j <= i) & ((i - j < w) if w else torch.ones(T, T, dtype=torch.bool))
         pre = f"model.layers.{n}."
         h = rms(x, p[pre + "input_layernorm.weight"], eps)
         q = linear(h, p, pre + "self_attn.q_proj").view(B, T, hq, hd)
@@ -162,11 +179,13 @@ def adamw_refs():
 
 
 def main():
+    only = sys.argv[sys.argv.index("--only") + 1:] if "--only" in sys.argv else None
     os.makedirs(os.path.join(ROOT, "tests", "data", "train", "grad_refs"), exist_ok=True)
     print(f"torch {torch.__version__}, numpy {np.__version__}, float64 on the CPU")
-    for name in MODELS:
+    for name in only or MODELS:
         model_refs(name)
-    adamw_refs()
+    if not only:
+        adamw_refs()
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_vie
 /* ---- normalization ------------------------------------------------------------------ */
 /* out = x / sqrt(mean(x^2 over last dim) + eps) * weight; x [..., D], weight [D].
  * out may have another float dtype than x and weight (rounded on store; on CUDA:
- * contiguous f32 rows into bf16); in place only in x's dtype. */
+ * f32 rows, at any row stride, into contiguous bf16); in place only in x's dtype. */
 lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                          const lm_tensor_view *out);
 lm_status lm_rmsnorm(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps, lm_tensor **out);
@@ -132,8 +132,9 @@ typedef struct lm_kv_attention_params {
 /* Attention of each new token over its row's slot: out[b, t, h, :] = sum over keys j
  * of slot s = slots[b] with p - window < j <= p (p = positions[b, t]; all j <= p when
  * window is 0) of softmax_j(q[b, t, h, :] . k_cache[s, g, j, :] * scale) v_cache[s, g,
- * j, :], with kv head g = h / (Hq / Hkv). q, out [B, T, Hq, D] share one float dtype;
- * the caches [S, Hkv, P, D] may have another. The keys up to p must already be stored
+ * j, :], with kv head g = h / (Hq / Hkv). q, out [B, T, Hq, D] and the caches [S, Hkv,
+ * P, D] may each have their own float dtype (out rounds once on store). On CUDA the
+ * caches must be contiguous bf16 and q, out contiguous f32 or bf16. The keys up to p must already be stored
  * (lm_kv_store_out before this call in the same step). */
 lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
                                  const lm_tensor_view *v_cache, const lm_tensor_view *slots,

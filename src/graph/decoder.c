@@ -15,8 +15,9 @@
  *   causal, the layer's window); x += attn Wo^T (+b); h = rmsnorm(x);
  *   x += (silu(h Wg^T) * h Wu^T) Wd^T.
  * The graph is canonical: no fused ops. Executors rewrite it for their device
- * (graph/passes.c). Parameters are named by their Hugging Face tensor names, plus
- * "rope.inv_freq"; inputs and outputs by the names in include/loom/graph.h.
+ * (graph/rewrite.c, graph/fuse.c). Parameters are named by their Hugging Face
+ * tensor names, plus "rope.inv_freq"; inputs and outputs by the names in
+ * include/loom/graph.h.
  */
 #include "graph/ir.h"
 

@@ -8,8 +8,8 @@
  *
  * Passes here are structural. hoist_leaves moves inputs and parameters to the front
  * (so a fused op may sit at any matched op's position); add_rmsnorm fuses a residual
- * add with the RMSNorm reading its sum. Device-specific passes (the CUDA executor's)
- * live in graph/fuse_cuda.c and use the same helpers (graph/rewrite.h).
+ * add with the RMSNorm reading its sum. Device-specific passes (the GPU's) live in
+ * graph/fuse.c and use the same helpers (graph/rewrite.h).
  */
 #include "graph/rewrite.h"
 

@@ -47,10 +47,11 @@ typedef struct lm__step_prog {
     int64_t B, T;
     lm_decoder_output output;
     lm_exec *exec;
-    lm_tensor_view ids, positions, slots, sample; /* executor-owned inputs ([B, T], [B, T], [B], params) */
+    lm_tensor_view ids, positions, slots, sample; /* the inputs ([B, T], [B, T], [B], params): views of dev_in */
     lm_device device;  /* of the staging memory */
     int32_t *host_in;  /* lm_host_alloc staging: ids [B*T], positions [B*T], slots [B], sampled ids [B],
-                          then the sampling record (pinned for a GPU, so the copies are queued) */
+                          then the sampling record (pinned for a GPU, so the copy is queued) */
+    lm_tensor *dev_in; /* the same layout on the device: one copy moves every input of a step */
     int64_t last_used; /* for eviction */
 } lm__step_prog;
 

@@ -4,8 +4,8 @@
  * The request is checked on the host first (rows, slots, cache room, token ids,
  * sampling parameters), so nothing is appended on error and the device kernels only
  * ever see valid indices. Inputs (ids, positions, slots [, sampling record]) are
- * staged in host memory from lm_host_alloc (pinned on a GPU) and queued into the step
- * executor's own buffers, the executor runs (captured and replayed on a GPU from the
+ * staged in host memory from lm_host_alloc (pinned on a GPU) and queued in one copy
+ * into the device block the step executor's inputs are bound to, the executor runs (captured and replayed on a GPU from the
  * second run of a shape), and the logits or sampled ids are read back after one
  * wait; the slots' lengths advance only on success.
  */
@@ -53,16 +53,16 @@ static lm_sample_params *staged_params(const lm__step_prog *p) {
     return (lm_sample_params *)((char *)p->host_in + ((n + 7) & ~(size_t)7));
 }
 
-/* Queues a copy of host staging into an executor input (contiguous, as the executor
- * allocates them); on a GPU it runs asynchronously from the pinned staging, which
- * stays untouched until the step's final synchronize. */
-static lm_status put(lm_ctx *ctx, const lm__step_prog *p, const lm_tensor_view *dst, const void *src) {
-    if (!lm_tensor_view_is_contiguous(dst)) return lm_tensor_view_write(ctx, dst, src);
-    size_t bytes = (size_t)lm_tensor_view_numel(dst) * lm_dtype_size(dst->dtype);
-    return lm_ctx_copy(ctx, dst->device, dst->data, p->device, src, bytes);
+/* Queues the copy of the whole host staging (inputs and, for sampling steps, the
+ * record) into the device block the executor's inputs are views of; on a GPU it runs
+ * asynchronously from the pinned staging, which stays untouched until the step's
+ * final synchronize. */
+static lm_status put_inputs(lm_ctx *ctx, const lm__step_prog *p) {
+    size_t bytes = lm__step_staging_bytes(p->B, p->T);
+    return lm_ctx_copy(ctx, p->device, lm_tensor_data(p->dev_in), lm_device_cpu(), p->host_in, bytes);
 }
 
-/* ids, positions and slots of the step into the executor's input buffers. */
+/* ids, positions and slots of the step into the host staging. */
 static lm_status write_inputs(lm_ctx *ctx, const lm_kv_cache *cache, lm__step_prog *p, const int *slots,
                               const int32_t *ids) {
     int64_t n = p->B * p->T;
@@ -74,9 +74,7 @@ static lm_status write_inputs(lm_ctx *ctx, const lm_kv_cache *cache, lm__step_pr
             hpos[b * p->T + t] = (int32_t)(cache->length[slots[b]] + t);
         }
     }
-    LM_TRY(put(ctx, p, &p->ids, hid));
-    LM_TRY(put(ctx, p, &p->positions, hpos));
-    return put(ctx, p, &p->slots, hslot);
+    return LM_OK;
 }
 
 static void advance(lm_kv_cache *cache, const int *slots, int B, int64_t T) {
@@ -93,6 +91,7 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
+    LM_TRY(put_inputs(ctx, p));
     LM_TRY(lm_exec_run(p->exec, ctx));
     if (logits) {
         lm_tensor_view y;
@@ -118,13 +117,13 @@ lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, LM_DECODER_OUT_SAMPLE, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
     *staged_params(p) = *params;
-    LM_TRY(put(ctx, p, &p->sample, staged_params(p)));
+    LM_TRY(put_inputs(ctx, p));
     LM_TRY(lm_exec_run(p->exec, ctx));
     lm_tensor_view y;
     LM_TRY(lm_exec_output(p->exec, 0, &y));
     if (lm_tensor_view_is_contiguous(&y)) { /* one queued copy back into the staging, then one wait */
         int32_t *hout = p->host_in + 2 * p->B * p->T + p->B;
-        LM_TRY(lm_ctx_copy(ctx, p->device, hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
+        LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
         LM_TRY(lm_ctx_synchronize(ctx));
         memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);
     } else {

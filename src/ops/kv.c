@@ -131,7 +131,7 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
     LM_TRY(check_cache(op, "k_cache [S, Hkv, P, D]", k_cache, -1, q->shape[3]));
     LM_TRY(check_cache(op, "v_cache [S, Hkv, P, D]", v_cache, k_cache->shape[1], q->shape[3]));
     LM_TRY(lm__op_check_same_shape(op, "v_cache", v_cache, k_cache));
-    LM_TRY(lm__op_check_dtype(op, "out", out, q->dtype));
+    LM_TRY(lm__op_check_float(op, "out", out)); /* may round to another float dtype */
     LM_TRY(lm__op_check_same_shape(op, "out", out, q));
     if (q->shape[2] % k_cache->shape[1])
         return lm__error(LM_SHAPE_MISMATCH, "%s: %lld query heads are not a multiple of %lld kv heads", op,

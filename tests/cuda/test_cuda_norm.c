@@ -80,7 +80,7 @@ static void test_bf16_norms_match_reference(void) {
     /* plain: bf16(rmsnorm(x) * w) */
     LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps, lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
-    LT_CHECK_OK(lm__cuda_rmsnorm_to_bf16(lm_tensor_data(x.d), lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
+    LT_CHECK_OK(lm__cuda_rmsnorm_to_bf16(lm_tensor_data(x.d), D, lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
                                    ct_stream(g_ctx)));
     ct_check(g_ctx, "rmsnorm_to_bf16", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
              ct_abs(LM_BF16, 10.0));

@@ -57,7 +57,7 @@ static void check_linear(const lin_case *c) {
     LT_CHECK_OK(lm_tensor_view_slice(HV(o), 1, 0, c->N, 1, &oh));
     LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(want), 1, 0, c->N, 1, &wh));
     lm_tensor_view xd = ct_mirror(x.h, &xh, x.d), od = ct_mirror(o.h, &oh, o.d);
-    if (!c->acc) LT_CHECK_OK(lm_tensor_view_poison(NULL, &od));
+    if (!c->acc) LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(o))); /* the whole parent: NaN wherever unwritten */
     lm_linear_params ph = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? HV(nw) : NULL, 1e-5f, c->acc};
     lm_linear_params pd = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? DV(nw) : NULL, 1e-5f, c->acc};
     LT_CHECK_OK(lm_linear_out(g_ref, &xh, HV(w), c->bias ? HV(b) : NULL, &ph, &wh));
@@ -72,12 +72,21 @@ static void check_linear(const lin_case *c) {
     for (int64_t i = 0; ref && i < c->M * c->N; i++) scale = fmax(scale, fabs(ref[i]));
     free(ref);
     ct_check(g_ctx, what, &o, &od, &wh, 1e-9, 1e-4 * scale);
-    /* the rows beyond N of a strided out are untouched */
+    /* the columns beyond N of a strided out are untouched: still the residual's values
+     * when accumulating, still NaN otherwise */
     if (c->strided) {
         lm_tensor_view rest_d, rest_h;
         LT_CHECK_OK(lm_tensor_view_slice(DV(o), 1, c->N, c->N + pad, 1, &rest_d));
         LT_CHECK_OK(lm_tensor_view_slice(HV(o), 1, c->N, c->N + pad, 1, &rest_h));
-        ct_check(g_ctx, "linear: out's other columns", &o, &rest_d, &rest_h, 0, 0);
+        if (c->acc) {
+            ct_check(g_ctx, "linear: out's other columns", &o, &rest_d, &rest_h, 0, 0);
+        } else {
+            double *rest = ct_read(g_ctx, &o, &rest_d);
+            int all_nan = 1;
+            for (int64_t i = 0; rest && i < c->M * pad; i++) all_nan &= isnan(rest[i]) != 0;
+            LT_CHECK_MSG(all_nan, "%s: wrote outside out's columns", what);
+            free(rest);
+        }
     }
     lm_tensor_destroy(want);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
@@ -237,6 +246,15 @@ static void test_mixed_forms(void) {
     LT_CHECK_OK(lm_rmsnorm_out(g_ref, HV(x), HV(w), 1e-6f, lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_rmsnorm_out(g_ctx, DV(x), DV(w), 1e-6f, DV(o)));
     ct_check(g_ctx, "rmsnorm f32 into bf16", &o, DV(o), lm_tensor_as_view(want), ct_nmse(LM_BF16), ct_abs(LM_BF16, 4.0));
+    /* rows at a stride (each sequence's last position before the output projection) */
+    lm_tensor_view xs_h, xs_d;
+    LT_CHECK_OK(lm_tensor_view_slice(HV(gu), 1, D, 2 * D, 1, &xs_h));
+    xs_d = ct_mirror(gu.h, &xs_h, gu.d);
+    LT_CHECK_OK(lm_rmsnorm_out(g_ref, &xs_h, HV(w), 1e-6f, lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(o)));
+    LT_CHECK_OK(lm_rmsnorm_out(g_ctx, &xs_d, DV(w), 1e-6f, DV(o)));
+    ct_check(g_ctx, "rmsnorm strided f32 rows into bf16", &o, DV(o), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+             ct_abs(LM_BF16, 4.0));
     /* add_rmsnorm: the residual stream updated in place, its normalized rows into bf16 */
     LT_CHECK_OK(lm_tensor_to_device(NULL, res.h, lm_device_cpu(), &rw));
     LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, HV(x), lm_tensor_as_view(rw), HV(w), 1e-6f, lm_tensor_as_view(rw),

@@ -1,4 +1,4 @@
-/* Training on CUDA against training on the CPU, on the seven reference checkpoints
+/* Training on CUDA against training on the CPU, on the nine reference checkpoints
  * (tests/data/models) with the batches of the committed gradient fixtures:
  *  - f32 compute: the loss within 1e-5 relative and every parameter's gradient with
  *    NMSE <= 1e-8 (both compute in f32; only summation orders differ);
@@ -27,7 +27,8 @@ int main(void) { lt_skip("built without CUDA"); }
 
 static lm_ctx *g_ctx, *g_cpu;
 static const char *k_models[] = {"llama_gqa2_f32", "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
-                                 "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim"};
+                                 "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim",
+                                 "mistral_window_f32", "qwen2_window_bf16"};
 
 typedef struct batch {
     int32_t *ids, *tgt;

@@ -17,7 +17,8 @@
 #include <string.h>
 
 static const char *k_models[] = {"llama_gqa2_f32",  "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
-                                 "qwen2_bias_sharded", "qwen2_mqa_yarn",  "qwen3_headdim"};
+                                 "qwen2_bias_sharded", "qwen2_mqa_yarn",  "qwen3_headdim",
+                                 "mistral_window_f32", "qwen2_window_bf16"};
 #define NMODELS (int)(sizeof k_models / sizeof k_models[0])
 
 static lm_ctx *g_ctx;

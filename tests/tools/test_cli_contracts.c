@@ -205,11 +205,11 @@ static void test_train_on_the_cpu(void) {
 }
 
 /* `loom plan layer`: a real checkpoint's decoder layer (GQA, qkv biases; qwen3's
- * head_dim and q/k norms) planned on a small tile machine, simulated, and checked
+ * head_dim and q/k norms; mistral's sliding window of 7 over 24 tokens) planned on a small tile machine, simulated, and checked
  * against the CPU executor; the JSON names the architecture and the agreement. */
 static void test_plan_layer_agrees_with_the_cpu_executor(void) {
-    const char *models[] = {"qwen2_bias_sharded", "qwen3_headdim"};
-    for (int i = 0; i < 2; i++) {
+    const char *models[] = {"qwen2_bias_sharded", "qwen3_headdim", "mistral_window_f32"};
+    for (int i = 0; i < 3; i++) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, LOOM " plan layer --model " MODELS "%s --tokens 24 --layer 1 --machine small16 --json",
                  models[i]);

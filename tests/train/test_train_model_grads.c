@@ -1,8 +1,9 @@
 /* Whole-model gradients of the training model.
  * 1. Against PyTorch (scripts/gen_train_refs.py: a float64 plain-torch forward of the
- *    same checkpoint and batch) for all seven reference checkpoints (llama GQA, llama3
+ *    same checkpoint and batch) for all nine reference checkpoints (llama GQA, llama3
  *    and linear RoPE scaling, mistral MHA, qwen2 biases + sharded + tied, qwen2 MQA +
- *    yarn, qwen3 q/k norms + explicit head_dim): the loss within 1e-6 relative; per
+ *    yarn, qwen3 q/k norms + explicit head_dim, mistral's sliding window on every
+ *    layer, qwen2's on the layers from max_window_layers on): the loss within 1e-6 relative; per
  *    tensor, the gradient's sum of squares within 1e-5 relative and the 48 sampled
  *    entries with NMSE <= 1e-10 (loom computes in f32: activations and gradients carry
  *    ~1e-7 relative rounding, amplified by the logit scale of these random models;
@@ -28,7 +29,8 @@
 
 static lm_ctx *g_ctx;
 static const char *k_models[] = {"llama_gqa2_f32", "llama3_scaled_bf16", "llama_linear_f16", "mistral_mha_f16",
-                                 "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim"};
+                                 "qwen2_bias_sharded", "qwen2_mqa_yarn", "qwen3_headdim",
+                                 "mistral_window_f32", "qwen2_window_bf16"};
 
 static int32_t *to_i32(const lt_fixture_tensor *t) {
     int32_t *out = malloc(sizeof(int32_t) * (size_t)t->numel);

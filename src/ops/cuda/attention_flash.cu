@@ -103,16 +103,28 @@ __device__ __forceinline__ void load_a(uint32_t (*a)[4], const fa_view &v, int64
         }
 }
 
-/* Stages TILE rows [t0, t0 + TILE) of a view into shared memory, row-major
- * rm[row][d] with a pitch of HD + PADE; rows past n are zeros. */
+/* Stages TILE rows [t0, t0 + TILE) of two views (K and V, or Q and dO) into shared
+ * memory, row-major rm[row][d] with a pitch of HD + PADE; rows past n are zeros. Every
+ * thread issues all its 16-byte loads of both tiles before its first store, so the
+ * loads are in flight together (one memory latency per tile pair, not one per chunk). */
 template <int HD>
-__device__ __forceinline__ void stage(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n, bf16 *rm) {
-    constexpr int CH = TILE * HD / 8; /* 16-byte chunks */
-    for (int i = threadIdx.x; i < CH; i += NWARP * 32) {
-        int row = i / (HD / 8), ch = i % (HD / 8);
+__device__ __forceinline__ void stage2(const fa_view &v0, int64_t b0, const fa_view &v1, int64_t b1, int64_t h,
+                                       int64_t t0, int64_t n, bf16 *rm0, bf16 *rm1) {
+    constexpr int PER = TILE * HD / 8 / (NWARP * 32); /* 16-byte chunks per thread per tile */
+    static_assert(TILE * HD / 8 % (NWARP * 32) == 0, "tile chunks divide evenly among the threads");
+    uint4 x0[PER], x1[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
         int64_t t = t0 + row;
-        uint4 x = t < n ? *(const uint4 *)(row_ptr(v, b, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
-        *(uint4 *)(rm + row * (HD + PADE) + ch * 8) = x;
+        x0[j] = t < n ? *(const uint4 *)(row_ptr(v0, b0, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
+        x1[j] = t < n ? *(const uint4 *)(row_ptr(v1, b1, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
+        *(uint4 *)(rm0 + row * (HD + PADE) + ch * 8) = x0[j];
+        *(uint4 *)(rm1 + row * (HD + PADE) + ch * 8) = x1[j];
     }
 }
 
@@ -189,8 +201,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
     for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
         __syncthreads();
-        stage<HD>(a.k, kb, kvh, k0, Tk, ks);
-        stage<HD>(a.v, kb, kvh, k0, Tk, vs);
+        stage2<HD>(a.k, kb, a.v, kb, kvh, k0, Tk, ks, vs);
         __syncthreads();
         float s[TILE / 8][4];
 #pragma unroll
@@ -305,8 +316,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
     {
         for (int64_t q0 = qstart; q0 < qstop; q0 += TILE) {
             __syncthreads();
-            stage<HD>(a.q, b, h, q0, a.Tq, qs);
-            stage<HD>(a.dout, b, h, q0, a.Tq, ds);
+            stage2<HD>(a.q, b, a.dout, b, h, q0, a.Tq, qs, ds);
             for (int i = threadIdx.x; i < TILE; i += NWARP * 32) {
                 int64_t t = q0 + i;
                 lq[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
@@ -418,8 +428,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
     int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
     for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
         __syncthreads();
-        stage<HD>(a.k, b, kvh, k0, a.Tk, ks);
-        stage<HD>(a.v, b, kvh, k0, a.Tk, vs);
+        stage2<HD>(a.k, b, a.v, b, kvh, k0, a.Tk, ks, vs);
         __syncthreads();
         float p[TILE / 8][4], dp[TILE / 8][4];
 #pragma unroll

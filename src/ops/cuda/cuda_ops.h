@@ -118,9 +118,10 @@ lm_status lm__cuda_concat(int n, const lm_tensor_view *const *inputs, int dim, c
  * gives a NaN row (nothing is read out of bounds). */
 lm_status lm__cuda_embedding_widen(const void *table, const int32_t *ids, int64_t n, int64_t V, int64_t H, float *x,
                                    cudaStream_t s);
-/* norm.cu: out bf16 [rows, D] = x / rms(x) * w, x f32 [rows, D], w f32 [D] */
-lm_status lm__cuda_rmsnorm_to_bf16(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
-                                   cudaStream_t s);
+/* norm.cu: out bf16 [rows, D] (contiguous) = x / rms(x) * w, x f32 rows of D with row
+ * stride ldx (e.g. each sequence's last position), w f32 [D] */
+lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, float eps, int64_t rows, int64_t D,
+                                   void *out, cudaStream_t s);
 /* norm.cu: x += delta (the f32 residual stream, in place), then out bf16 = rmsnorm(x) * w */
 lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows,
                                        int64_t D, void *out, cudaStream_t s);

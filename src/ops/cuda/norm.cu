@@ -88,9 +88,10 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
 }
 
 /* ---- the model step: f32 residual stream in, bf16 normalized rows out ------------------------------ */
-__global__ void rmsnorm_to_bf16_kernel(float *x, const float *delta, const float *w, float eps, int64_t D, bf16 *out) {
+__global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float *delta, const float *w, float eps, int64_t D,
+                                       bf16 *out) {
     __shared__ float red[32];
-    float *xr = x + blockIdx.x * D;
+    float *xr = x + blockIdx.x * ldx;
     bf16 *orow = out + blockIdx.x * D;
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
@@ -105,16 +106,16 @@ __global__ void rmsnorm_to_bf16_kernel(float *x, const float *delta, const float
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) orow[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
-lm_status lm__cuda_rmsnorm_to_bf16(const float *x, const float *w, float eps, int64_t rows, int64_t D, void *out,
-                             cudaStream_t s) {
+lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, float eps, int64_t rows, int64_t D,
+                                   void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
-    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, NULL, w, eps, D, (bf16 *)out);
+    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, ldx, NULL, w, eps, D, (bf16 *)out);
     return lm__cuda_launched("rmsnorm_to_bf16");
 }
 
 lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
                                  void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
-    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>(x, delta, w, eps, D, (bf16 *)out);
+    rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>(x, D, delta, w, eps, D, (bf16 *)out);
     return lm__cuda_launched("add_rmsnorm_to_bf16");
 }

@@ -150,11 +150,16 @@ static int rows_of(const lm_tensor_view *v, int64_t *rows, int64_t *D) {
 
 int lm__cuda_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *w, float eps, const lm_tensor_view *out,
                           cudaStream_t s, lm_status *st) {
-    int64_t rows, D;
-    if (x->dtype != LM_F32 || out->dtype != LM_BF16 || w->dtype != LM_F32 || !contiguous(w) || !contiguous(out) ||
-        !rows_of(x, &rows, &D))
+    int64_t rows, D, ldx;
+    if (x->dtype != LM_F32 || out->dtype != LM_BF16 || w->dtype != LM_F32 || !contiguous(w) || !contiguous(out))
         return 0;
-    *st = lm__cuda_rmsnorm_to_bf16((const float *)x->data, (const float *)w->data, eps, rows, D, out->data, s);
+    if (x->ndim == 2 && unit_last(x)) /* rows at any stride: e.g. the last position of each sequence */
+        rows = x->shape[0], D = x->shape[1], ldx = x->stride[0];
+    else if (rows_of(x, &rows, &D))
+        ldx = D;
+    else
+        return 0;
+    *st = lm__cuda_rmsnorm_to_bf16((const float *)x->data, ldx, (const float *)w->data, eps, rows, D, out->data, s);
     return 1;
 }
 

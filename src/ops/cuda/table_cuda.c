@@ -30,7 +30,7 @@ static lm_status silu(const lm_tensor_view *x, const lm_tensor_view *out, void *
 /* The basic operators' mixed-dtype forms (f32 in, bf16 out) run only on the model
  * step's fast paths; the readable kernels take one dtype. */
 static lm_status mixed_unsupported(const char *op) {
-    return lm__error(LM_UNSUPPORTED, "%s (cuda): mixed dtypes run only on contiguous f32 rows into bf16", op);
+    return lm__error(LM_UNSUPPORTED, "%s (cuda): mixed dtypes run only on f32 rows (unit last stride) into contiguous bf16", op);
 }
 
 static lm_status swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out, void *s) {
