@@ -58,11 +58,15 @@ __device__ __forceinline__ float dot8(uint4 raw, const float *x) {
     return s;
 }
 
-/* The final value of output (m, n): bias, then written or added. */
-__device__ __forceinline__ void emit(const lm__cuda_gemv_params &p, int m, int64_t n, float v) {
-    if (p.bias) v += p.bias[n];
-    float *o = p.out + m * p.ldo + n;
-    *o = p.accumulate ? *o + v : v;
+/* What output (m, n) adds to its product: the bias, and the residual when
+ * accumulating. Read at the start of a row group's iteration, by the thread that will
+ * store the element, so these loads overlap the weight stream instead of adding a
+ * memory round trip after it (always after pdl_wait: the residual is the previous
+ * kernel's output). */
+__device__ __forceinline__ float addend(const lm__cuda_gemv_params &p, int m, int64_t n) {
+    if (n >= p.N) return 0.f;
+    float v = p.bias ? p.bias[n] : 0.f;
+    return p.accumulate ? v + p.out[m * p.ldo + n] : v;
 }
 
 /* Issues the UNROLL x RPW weight loads of one batch (zeros past the row's end). */
@@ -119,6 +123,16 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     /* every warp of a block runs the same number of iterations (shared-memory combine) */
     for (int64_t g0 = (int64_t)blockIdx.x * groups_per_block; g0 < groups; g0 += (int64_t)gridDim.x * groups_per_block) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
+        float add[RPW][M]; /* KSPLIT == 1: lane 0's rows; else thread t < RPW * M's element (in add[0][0]) */
+        if (KSPLIT == 1) {
+            if (lane == 0 && grp < groups)
+#pragma unroll
+                for (int r = 0; r < RPW; r++)
+#pragma unroll
+                    for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n0 + r);
+        } else if (threadIdx.x < RPW * M) {
+            add[0][0] = addend(p, threadIdx.x % M, g0 * RPW + threadIdx.x / M);
+        }
         float acc[RPW][M];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
@@ -167,7 +181,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
                 for (int r = 0; r < RPW; r++)
                     if (n0 + r < p.N)
 #pragma unroll
-                        for (int m = 0; m < M; m++) emit(p, m, n0 + r, acc[r][m]);
+                        for (int m = 0; m < M; m++) p.out[m * p.ldo + n0 + r] = acc[r][m] + add[r][m];
         } else {
             if (lane == 0)
 #pragma unroll
@@ -182,7 +196,7 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
                     float v = 0.f;
 #pragma unroll
                     for (int s = 0; s < KSPLIT; s++) v += part[s][r][m];
-                    emit(p, m, n, v);
+                    p.out[m * p.ldo + n] = v + add[0][0];
                 }
             }
             __syncthreads();
