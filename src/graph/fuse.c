@@ -190,7 +190,8 @@ typedef struct qkv_match {
     int inv, pos, slots;
     double eps, factor;
     int64_t Hq;
-    int chain[12], nchain;    /* absorbed ops */
+    int chain[16], nchain;    /* absorbed ops */
+    int linear;               /* the stacked projection, absorbed to move its bias here, or -1 */
 } qkv_match;
 
 typedef struct qkvs {
@@ -256,6 +257,20 @@ static int match_qkv(const lm_graph *g, int64_t a, qkv_match *m) {
         return 0;
     for (int c = 0; c < m->nchain; c++) /* every absorbed op reads only this fusion's values */
         if (g->ops[m->chain[c]].region >= 0) return 0;
+    /* A plain projection with a bias feeding only the three slices: its bias moves into
+     * the fused op (one more load per element there, instead of an epilogue read at
+     * the end of the projection) and the projection is re-emitted without it. */
+    m->linear = -1;
+    const lm__gop *lin = producer(g, m->stack);
+    if (lin->kind == LM__GOP_LINEAR && lin->i[0] == LM_LINEAR_IN && lin->i[1] && !lin->i[3] && lin->region < 0) {
+        int uses = 0;
+        for (int64_t i = 0; i < g->nops; i++)
+            for (int k = 0; k < g->ops[i].nin; k++) uses += g->ops[i].in[k] == m->stack;
+        if (uses == 3 && !g->values[m->stack].output) {
+            m->linear = g->values[m->stack].op;
+            m->chain[m->nchain++] = m->linear;
+        }
+    }
     return 1;
 }
 
@@ -281,15 +296,27 @@ static lm_status emit_qkv(lm__rw *rw, int k, void *user) {
     const lm__gvalue *q = &g->values[m->q], *st = &g->values[m->stack];
     int64_t s3[3] = {q->dims[0], q->dims[1], st->dims[1]};
     char name[LM__G_NAME];
+    lm_graph_value stack = -1, bias = -1;
+    if (m->linear >= 0) { /* the projection again, without its bias */
+        const lm__gop *lin = &g->ops[m->linear];
+        int lin_in[5] = {lm__rw_in(rw, lin->in[0]), lm__rw_in(rw, lin->in[1]), -1, -1, -1};
+        lm__gop *lop;
+        LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, lin->name, lin_in, 5, st->ndim, st->dims, st->dtype, &lop,
+                                &stack));
+        lop->i[0] = LM_LINEAR_IN, lop->a = lin->a;
+        bias = lm__rw_in(rw, lin->in[2]);
+    } else {
+        stack = lm__rw_in(rw, m->stack);
+    }
     snprintf(name, sizeof name, "%.50s.rows", st->name);
     lm_graph_value x3, y;
-    LM_TRY(lm_graph_reshape(rw->dst, name, lm__rw_in(rw, m->stack), 3, s3, &x3));
-    int in[9] = {x3, -1, lm__rw_in(rw, m->qn), lm__rw_in(rw, m->kn), lm__rw_in(rw, m->inv), lm__rw_in(rw, m->pos),
+    LM_TRY(lm_graph_reshape(rw->dst, name, stack, 3, s3, &x3));
+    int in[9] = {x3, bias, lm__rw_in(rw, m->qn), lm__rw_in(rw, m->kn), lm__rw_in(rw, m->inv), lm__rw_in(rw, m->pos),
                  lm__rw_in(rw, m->slots), lm__rw_in(rw, m->kc0), lm__rw_in(rw, m->vc0)};
     lm__gop *op;
     LM_TRY(lm__graph_append(rw->dst, LM__GOP_QKV_ROPE_STORE, q->name, in, 9, 4, q->dims, q->dtype, &op, &y));
     op->a = m->qn >= 0 ? m->eps : 0.0, op->b = m->factor;
-    op->i[0] = m->Hq, op->i[1] = 0, op->i[2] = m->qn >= 0;
+    op->i[0] = m->Hq, op->i[1] = bias >= 0, op->i[2] = m->qn >= 0;
     rw->map[m->q] = y;
     rw->map[m->kc1] = lm__rw_in(rw, m->kc0); /* written in place: later readers see the stores in program order */
     rw->map[m->vc1] = lm__rw_in(rw, m->vc0);
