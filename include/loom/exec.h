@@ -31,6 +31,7 @@ typedef struct lm_exec_options {
     int fuse;    /* apply the device's rewrite passes (default 1); 0 runs the graph as built */
     int capture; /* capture and replay on devices that can (default 1) */
     int poison;  /* fill the arena with NaN before each run (tests: unwritten reads show) */
+    int external_arena; /* 1: allocate no arena; the caller provides one with lm_exec_set_arena */
 } lm_exec_options;
 
 void lm_exec_options_default(lm_exec_options *o);
@@ -49,6 +50,13 @@ lm_status lm_exec_bind_params(lm_exec *e, lm_exec_param_fn lookup, void *user);
 /* An executor-owned buffer for input `name` (allocated on first call, then the same
  * each time): the caller writes the input there before each run. */
 lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out);
+
+/* With external_arena: the activation arena, device memory of at least the
+ * executor's arena_bytes (lm_exec_get_stats) that the caller owns and keeps valid.
+ * Several executors may share one arena when their runs never overlap (one context,
+ * each run's outputs read before the next run starts). Setting it again (e.g. a
+ * larger shared block) counts as a binding change. */
+lm_status lm_exec_set_arena(lm_exec *e, void *base, size_t bytes);
 
 /* Runs the graph on ctx (the executor's device). Work is queued: the output is ready
  * after lm_ctx_synchronize (or a copy through ctx). Every input and parameter must be

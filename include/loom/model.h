@@ -47,6 +47,16 @@ typedef struct lm_kv_cache lm_kv_cache;
  * on the CPU and bf16 on CUDA. Caller owns *out. */
 lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out);
 void lm_kv_cache_destroy(lm_kv_cache *c); /* accepts NULL */
+/* The prepared steps of a cache (one executor per step shape in use, include/loom/
+ * exec.h): they share one activation arena, as large as the largest plan among them. */
+typedef struct lm_kv_cache_steps {
+    int64_t programs;      /* step executors held */
+    int64_t arena_bytes;   /* the shared activation arena */
+    int64_t planned_bytes; /* the largest executor's planned arena (= arena_bytes once it ran) */
+    int64_t live_bytes;    /* the largest live lower bound: what any plan of those steps needs */
+    int64_t owned_bytes;   /* operator workspaces, summed over the executors */
+} lm_kv_cache_steps;
+lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out);
 int lm_kv_cache_slots(const lm_kv_cache *c);
 int64_t lm_kv_cache_capacity(const lm_kv_cache *c);
 /* Tokens already stored in slot (its next position); -1 for an invalid slot. */

@@ -38,7 +38,7 @@ void lm_exec_destroy(lm_exec *e) {
         for (int64_t v = 0; e->owned && v < e->g->nvalues; v++) lm_device_free(e->device, e->owned[v]);
         for (int64_t i = 0; e->work && i < e->g->nops; i++) lm_device_free(e->device, e->work[i]);
     }
-    lm_device_free(e->device, e->arena);
+    if (!e->opt.external_arena) lm_device_free(e->device, e->arena);
     lm__free(e->view);
     lm__free(e->offset);
     lm__free(e->bound);
@@ -189,6 +189,17 @@ static lm_status capture(lm_exec *e, lm_ctx *ctx) {
     return lm_device_graph_launch(dg, ctx);
 }
 
+lm_status lm_exec_set_arena(lm_exec *e, void *base, size_t bytes) {
+    if (!e) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_set_arena: NULL executor");
+    if (!e->opt.external_arena)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_exec_set_arena: the executor owns its arena (external_arena is 0)");
+    if (bytes < (size_t)e->arena_bytes || (!base && e->arena_bytes))
+        return lm__error(LM_INVALID_ARGUMENT, "lm_exec_set_arena: %zu bytes at %p; the plan needs %lld", bytes, base,
+                         (long long)e->arena_bytes);
+    if (base != e->arena) e->arena = base, e->dirty = 1;
+    return LM_OK;
+}
+
 lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
     if (!e || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: NULL argument");
     if (!lm_device_equal(lm_ctx_device(ctx), e->device)) {
@@ -196,6 +207,9 @@ lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
         return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: the executor is for %s but the context runs on %s",
                          lm_device_format(e->device, a, sizeof a), lm_device_format(lm_ctx_device(ctx), b, sizeof b));
     }
+    if (!e->arena && e->arena_bytes)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: no arena (external_arena: call lm_exec_set_arena with %lld "
+                         "bytes)", (long long)e->arena_bytes);
     if (e->dirty) {
         lm_device_graph_destroy(e->captured);
         e->captured = NULL;

@@ -23,7 +23,7 @@ struct lm_exec {
     void **owned;          /* [nvalues] executor-owned input buffers (device memory) or NULL */
     void **work;           /* [nops] operator workspaces (device memory, zero-filled) or NULL */
     size_t *work_bytes;    /* [nops] */
-    void *arena;           /* [arena_bytes] device memory */
+    void *arena;           /* [arena_bytes] device memory (the caller's with external_arena) */
     int64_t arena_bytes, live_bytes, owned_bytes;
     int can_capture;       /* the device records work for replay (lm_device_caps.graph_capture) */
     int dirty;             /* bindings changed since the views were resolved */

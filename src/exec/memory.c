@@ -56,7 +56,7 @@ lm_status lm__exec_plan_memory(lm_exec *e) {
     lm__free(first);
     if (st != LM_OK) return st;
     e->arena_bytes = peak;
-    if (peak) LM_TRY(lm_device_alloc(e->device, (size_t)peak, &e->arena));
+    if (peak && !e->opt.external_arena) LM_TRY(lm_device_alloc(e->device, (size_t)peak, &e->arena));
     for (int64_t i = 0; i < nops; i++) {
         size_t bytes = lm__exec_workspace_bytes(g, i, e->device);
         if (!bytes) continue;

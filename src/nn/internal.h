@@ -69,6 +69,11 @@ struct lm_kv_cache {
     lm__step_prog *progs; /* [nprogs] executors of the step shapes seen (evicted least recently used) */
     int nprogs, cap_progs;
     int64_t clock;
+    /* One activation arena shared by every step executor: steps run one at a time and
+     * each is read back before the next, so the largest plan is all the memory needed. */
+    lm_device arena_device;
+    void *arena;
+    size_t arena_bytes;
 };
 
 /* nn/kv_cache.c: the prepared step of m for (B, T, output) on cache, built on first

@@ -58,10 +58,27 @@ void lm_kv_cache_destroy(lm_kv_cache *c) {
     if (!c) return;
     for (int i = 0; i < c->nprogs; i++) prog_free(&c->progs[i]);
     lm__free(c->progs);
+    lm_device_free(c->arena_device, c->arena);
     lm_tensor_destroy(c->k);
     lm_tensor_destroy(c->v);
     lm__free(c->length);
     lm__free(c);
+}
+
+lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out) {
+    if (!c || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_steps_get: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->arena_bytes = (int64_t)c->arena_bytes;
+    for (int i = 0; i < c->nprogs; i++) {
+        lm_exec_stats st;
+        if (!c->progs[i].exec) continue;
+        LM_TRY(lm_exec_get_stats(c->progs[i].exec, &st));
+        out->programs++;
+        out->live_bytes = LM_MAX(out->live_bytes, st.live_bytes);
+        out->planned_bytes = LM_MAX(out->planned_bytes, st.arena_bytes);
+        out->owned_bytes += st.owned_bytes;
+    }
+    return LM_OK;
 }
 
 int lm_kv_cache_slots(const lm_kv_cache *c) { return c->slots; }
@@ -110,6 +127,25 @@ static lm_status bind_caches(lm_exec *e, const lm_kv_cache *c) {
     return LM_OK;
 }
 
+/* Gives p's executor the cache's shared arena, first growing it (and moving every
+ * other executor onto the new block: they recapture on their next run) when p plans
+ * more than it holds. */
+static lm_status share_arena(lm_ctx *ctx, lm_kv_cache *c, lm__step_prog *p) {
+    lm_exec_stats st;
+    LM_TRY(lm_exec_get_stats(p->exec, &st));
+    if ((size_t)st.arena_bytes > c->arena_bytes) {
+        void *grown = NULL;
+        LM_TRY(lm_device_alloc(lm_ctx_device(ctx), (size_t)st.arena_bytes, &grown));
+        lm_status s = c->arena ? lm_ctx_synchronize(ctx) : LM_OK; /* nothing still reads the old block */
+        for (int i = 0; i < c->nprogs; i++) /* cannot fail: the new block is larger than every plan */
+            if (c->progs[i].exec && &c->progs[i] != p) (void)lm_exec_set_arena(c->progs[i].exec, grown, (size_t)st.arena_bytes);
+        lm_device_free(c->arena_device, c->arena);
+        c->arena = grown, c->arena_bytes = (size_t)st.arena_bytes, c->arena_device = lm_ctx_device(ctx);
+        LM_TRY(s);
+    }
+    return lm_exec_set_arena(p->exec, c->arena, c->arena_bytes);
+}
+
 static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__step_prog *p) {
     lm_decoder_options o;
     lm_decoder_options_default(&o);
@@ -123,9 +159,13 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     o.param_user = (void *)m;
     lm_graph *g = NULL;
     LM_TRY(lm_graph_build_decoder(&m->cfg, &o, &g));
-    lm_status st = lm_exec_create(ctx, g, NULL, &p->exec);
+    lm_exec_options eo;
+    lm_exec_options_default(&eo);
+    eo.external_arena = 1;
+    lm_status st = lm_exec_create(ctx, g, &eo, &p->exec);
     lm_graph_destroy(g);
     LM_TRY(st);
+    LM_TRY(share_arena(ctx, c, p));
     LM_TRY(lm_exec_bind_params(p->exec, lookup_weight, (void *)m));
     LM_TRY(bind_caches(p->exec, c));
     p->device = lm_ctx_device(ctx);

@@ -94,6 +94,10 @@ static void print_result(const bench_device_opts *o, run_state *s, int decode, d
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_device_format(dev, name, sizeof name),
            o->batch, (long long)o->prompt, (long long)toks, best, med, toks / best, toks / med, (long long)ms.peak_bytes,
            (long long)ms.peak_reserved_bytes, (long long)ms.backend_allocs);
+    lm_kv_cache_steps ks;
+    if (lm_kv_cache_steps_get(s->cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
+        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld", (long long)ks.programs,
+               (long long)ks.arena_bytes, (long long)ks.live_bytes);
     if (decode) {
         double kv_token = 2.0 * (double)(c->num_hidden_layers * c->num_key_value_heads * c->head_dim) * 2; /* K+V bf16 */
         double mean_ctx = (double)o->prompt + (double)o->tokens / 2;

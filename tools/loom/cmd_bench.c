@@ -115,6 +115,10 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
            "\"median_tok_per_s\":%.3f",
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_dtype_name(c->dtype), threads, B,
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
+    lm_kv_cache_steps ks;
+    if (lm_kv_cache_steps_get(cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
+        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld", (long long)ks.programs,
+               (long long)ks.arena_bytes, (long long)ks.live_bytes);
     if (decode) {
         double bw = measure_bandwidth(ctx);
         double bytes = (double)lm_model_weight_bytes(m);
