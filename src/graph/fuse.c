@@ -65,6 +65,17 @@ static lm_status run_plan(const lm_graph *g, plan *p, emit_fn emit, void *user, 
     return lm__rw_finish(&rw, out);
 }
 
+/* The tail of every fusing pass: emits what `planned` (the planning step's status)
+ * planned, or stops with its error; frees the plan and the pass's fusion list. */
+static lm_status finish_pass(const lm_graph *g, plan *p, lm_status planned, emit_fn emit, void *user, void *list,
+                             lm_graph **out) {
+    lm_status st = planned;
+    if (st == LM_OK) st = run_plan(g, p, emit, user, out); /* frees p->at */
+    else lm__free(p->at);
+    lm__free(list);
+    return st;
+}
+
 /* ---- stacked projections ------------------------------------------------------------------------ */
 typedef struct stack_group {
     int head;       /* the first member's op */
@@ -169,15 +180,8 @@ lm_status lm__pass_stack_linears(const lm_graph *g, const lm__pass_env *env, lm_
     plan p;
     stacks s = {g, NULL, 0, 0};
     LM_TRY(plan_init(&p, g));
-    lm_status st = plan_stacks(&s, &p);
-    if (st != LM_OK) {
-        lm__free(p.at);
-        lm__free(s.v);
-        return st;
-    }
-    st = run_plan(g, &p, emit_stack, &s, out);
-    lm__free(s.v);
-    return st;
+    lm_status planned = plan_stacks(&s, &p);
+    return finish_pass(g, &p, planned, emit_stack, &s, s.v, out);
 }
 
 /* ---- q|k|v -> bias, norms, RoPE, KV stores ---------------------------------------------------- */
@@ -329,15 +333,8 @@ lm_status lm__pass_qkv_rope_store(const lm_graph *g, const lm__pass_env *env, lm
     plan p;
     qkvs s = {g, NULL, 0, 0};
     LM_TRY(plan_init(&p, g));
-    lm_status st = plan_qkv(&s, &p);
-    if (st != LM_OK) {
-        lm__free(p.at);
-        lm__free(s.v);
-        return st;
-    }
-    st = run_plan(g, &p, emit_qkv, &s, out);
-    lm__free(s.v);
-    return st;
+    lm_status planned = plan_qkv(&s, &p);
+    return finish_pass(g, &p, planned, emit_qkv, &s, s.v, out);
 }
 
 /* ---- linear input forms and the residual add -------------------------------------------------- */
@@ -424,15 +421,8 @@ lm_status lm__pass_linear_input(const lm_graph *g, const lm__pass_env *env, lm_g
     plan p;
     lins s = {g, NULL, 0, 0};
     LM_TRY(plan_init(&p, g));
-    lm_status st = plan_inputs(&s, &p, env);
-    if (st != LM_OK) {
-        lm__free(p.at);
-        lm__free(s.v);
-        return st;
-    }
-    st = run_plan(g, &p, emit_linear, &s, out);
-    lm__free(s.v);
-    return st;
+    lm_status planned = plan_inputs(&s, &p, env);
+    return finish_pass(g, &p, planned, emit_linear, &s, s.v, out);
 }
 
 static lm_status plan_residuals(lins *s, plan *p, const lm__pass_env *env) {
@@ -465,15 +455,8 @@ lm_status lm__pass_linear_residual(const lm_graph *g, const lm__pass_env *env, l
     plan p;
     lins s = {g, NULL, 0, 0};
     LM_TRY(plan_init(&p, g));
-    lm_status st = plan_residuals(&s, &p, env);
-    if (st != LM_OK) {
-        lm__free(p.at);
-        lm__free(s.v);
-        return st;
-    }
-    st = run_plan(g, &p, emit_linear, &s, out);
-    lm__free(s.v);
-    return st;
+    lm_status planned = plan_residuals(&s, &p, env);
+    return finish_pass(g, &p, planned, emit_linear, &s, s.v, out);
 }
 
 /* ---- low-precision GEMM inputs ------------------------------------------------------------------- */

@@ -138,6 +138,27 @@ lm_status lm__pass_hoist_leaves(const lm_graph *g, const lm__pass_env *env, lm_g
     return lm__rw_finish(&rw, out);
 }
 
+/* A pass that walks the ops in order and lets `fuse` replace each one (and later
+ * ops it absorbs) or leave it to be copied. */
+typedef lm_status (*fuse_at_fn)(lm__rw *rw, int64_t i, int *fused);
+
+static lm_status walk_pass(const lm_graph *g, fuse_at_fn fuse, lm_graph **out) {
+    lm__rw rw;
+    LM_TRY(lm__rw_init(&rw, g));
+    lm_status st = LM_OK;
+    for (int64_t i = 0; st == LM_OK && i < g->nops; i++) {
+        if (rw.done[i]) continue;
+        int fused = 0;
+        st = fuse(&rw, i, &fused);
+        if (st == LM_OK && !fused) st = lm__rw_copy(&rw, i);
+    }
+    if (st != LM_OK) {
+        lm__rw_free(&rw);
+        return st;
+    }
+    return lm__rw_finish(&rw, out);
+}
+
 /* s = add(a, b) followed by rmsnorm(s, w): one add_rmsnorm at the rmsnorm's place,
  * when no op between them reads s (so computing s later changes nothing). The sum
  * keeps s's name and consumers; x = a, residual = b as the operator defines them. */
@@ -175,20 +196,7 @@ static lm_status fuse_add_rmsnorm(lm__rw *rw, int64_t i, int *fused) {
 
 lm_status lm__pass_add_rmsnorm(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
     (void)env;
-    lm__rw rw;
-    LM_TRY(lm__rw_init(&rw, g));
-    lm_status st = LM_OK;
-    for (int64_t i = 0; st == LM_OK && i < g->nops; i++) {
-        if (rw.done[i]) continue;
-        int fused = 0;
-        st = fuse_add_rmsnorm(&rw, i, &fused);
-        if (st == LM_OK && !fused) st = lm__rw_copy(&rw, i);
-    }
-    if (st != LM_OK) {
-        lm__rw_free(&rw);
-        return st;
-    }
-    return lm__rw_finish(&rw, out);
+    return walk_pass(g, fuse_add_rmsnorm, out);
 }
 
 /* matmul(x, permute(w, {1, 0})) with w a parameter [N, K] (+ bias_add of a [N]
@@ -224,20 +232,7 @@ static lm_status fuse_linear(lm__rw *rw, int64_t i, int *fused) {
 
 lm_status lm__pass_linear(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
     (void)env;
-    lm__rw rw;
-    LM_TRY(lm__rw_init(&rw, g));
-    lm_status st = LM_OK;
-    for (int64_t i = 0; st == LM_OK && i < g->nops; i++) {
-        if (rw.done[i]) continue;
-        int fused = 0;
-        st = fuse_linear(&rw, i, &fused);
-        if (st == LM_OK && !fused) st = lm__rw_copy(&rw, i);
-    }
-    if (st != LM_OK) {
-        lm__rw_free(&rw);
-        return st;
-    }
-    return lm__rw_finish(&rw, out);
+    return walk_pass(g, fuse_linear, out);
 }
 
 lm_status lm__graph_run_passes(const lm_graph *g, const lm__pass_env *env, int n, const lm__pass_fn *passes,
