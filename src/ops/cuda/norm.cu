@@ -88,7 +88,7 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
 }
 
 /* ---- v2: f32 residual stream in, bf16 normalized rows out ------------------------------ */
-__global__ void rmsnorm_v2_kernel(float *x, const float *delta, const float *w, float eps, int64_t D, bf16 *out) {
+static __global__ void rmsnorm_v2_kernel(float *x, const float *delta, const float *w, float eps, int64_t D, bf16 *out) {
     __shared__ float red[32];
     float *xr = x + blockIdx.x * D;
     bf16 *orow = out + blockIdx.x * D;
