@@ -114,8 +114,8 @@ typedef struct lm_optimizer lm_optimizer;
 lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_optimizer **out);
 void lm_optimizer_destroy(lm_optimizer *o); /* accepts NULL */
 int64_t lm_optimizer_steps(const lm_optimizer *o); /* updates done so far */
-/* One multi-tensor AdamW update of every parameter with learning rate lr, gradients
- * multiplied by grad_scale (clipping) first. */
+/* One AdamW update of every parameter (one lm_adamw_update call over all of them) with
+ * learning rate lr, gradients multiplied by grad_scale (clipping) first. */
 lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad_scale);
 
 /* ---- the training loop ------------------------------------------------------------------------------ */
