@@ -18,8 +18,18 @@
 #define LM__PRINTF(a, b)
 #endif
 
-/* Records "detail" for lm_last_error() and returns status. */
+/* Records "detail" for lm_last_error() and returns status. The macro hands status
+ * back through an inline function so the compiler knows a failure path returns a
+ * failure: with -fvisibility=hidden it inlines helpers of the same file, and a helper
+ * that fails before setting its out-parameters would otherwise make its LM_TRY
+ * callers warn "may be used uninitialized". status is evaluated twice: pass a
+ * constant or a variable. */
 lm_status lm__error(lm_status status, const char *fmt, ...) LM__PRINTF(2, 3);
+static inline lm_status lm__error_status(lm_status recorded, lm_status status) {
+    (void)recorded;
+    return status;
+}
+#define lm__error(status, ...) lm__error_status(lm__error((status), __VA_ARGS__), (status))
 /* Prefixes the current detail with "context: " (for errors passing up a layer). */
 lm_status lm__error_context(lm_status status, const char *fmt, ...) LM__PRINTF(2, 3);
 void lm__log(lm_log_level level, const char *fmt, ...) LM__PRINTF(2, 3);
