@@ -43,13 +43,13 @@ typedef struct lm_ag lm_ag;
 typedef struct lm_ag_var lm_ag_var;
 
 /* The tape runs every operation on ctx (borrowed: must outlive the tape). */
-lm_status lm_ag_create(lm_ctx *ctx, lm_ag **out);
-void lm_ag_destroy(lm_ag *ag); /* accepts NULL */
+LM_API lm_status lm_ag_create(lm_ctx *ctx, lm_ag **out);
+LM_API void lm_ag_destroy(lm_ag *ag); /* accepts NULL */
 /* Forgets every node and variable (their tensors are released); keeps capacity. */
-void lm_ag_reset(lm_ag *ag);
+LM_API void lm_ag_reset(lm_ag *ag);
 /* Gradient recording: on (1, the default) or off (0, no_grad). */
-void lm_ag_set_grad_enabled(lm_ag *ag, int enabled);
-int lm_ag_grad_enabled(const lm_ag *ag);
+LM_API void lm_ag_set_grad_enabled(lm_ag *ag, int enabled);
+LM_API int lm_ag_grad_enabled(const lm_ag *ag);
 
 typedef struct lm_ag_stats {
     int64_t nodes;         /* nodes recorded since the last reset */
@@ -58,67 +58,67 @@ typedef struct lm_ag_stats {
     int64_t inplace_sums;  /* ... added in place (single owner proven) */
     int64_t hooks_fired;   /* hook calls during backward */
 } lm_ag_stats;
-lm_ag_stats lm_ag_get_stats(const lm_ag *ag);
+LM_API lm_ag_stats lm_ag_get_stats(const lm_ag *ag);
 
 /* A leaf over value (a new reference to value's storage; the caller keeps its own).
  * requires_grad = 0 makes a constant. */
-lm_status lm_ag_leaf(lm_ag *ag, const lm_tensor *value, int requires_grad, lm_ag_var **out);
+LM_API lm_status lm_ag_leaf(lm_ag *ag, const lm_tensor *value, int requires_grad, lm_ag_var **out);
 /* Binds a caller-owned buffer (leaf's shape, leaf's dtype or f32) that receives the
  * leaf's gradient at the end of its contributions: accumulate = 0 writes it (zeros
  * when the root does not depend on the leaf), 1 adds into it (gradient accumulation
  * over micro-batches; the caller zeroes it before the first). The buffer must stay
  * valid until backward returns. The leaf's own gradient tensor is then released. */
-lm_status lm_ag_bind_grad(lm_ag_var *leaf, const lm_tensor_view *buffer, int accumulate);
+LM_API lm_status lm_ag_bind_grad(lm_ag_var *leaf, const lm_tensor_view *buffer, int accumulate);
 /* Called once per backward for the leaf (see above). grad is the final gradient: the
  * bound buffer when one is bound, else the leaf's gradient tensor, or NULL when the
  * root does not depend on the leaf and no buffer is bound. A non-OK status aborts
  * backward and is returned by lm_ag_backward. */
 typedef lm_status (*lm_ag_hook_fn)(void *user, lm_ag_var *leaf, const lm_tensor_view *grad);
-lm_status lm_ag_set_hook(lm_ag_var *leaf, lm_ag_hook_fn fn, void *user);
+LM_API lm_status lm_ag_set_hook(lm_ag_var *leaf, lm_ag_hook_fn fn, void *user);
 
-const lm_tensor *lm_ag_value(const lm_ag_var *v);      /* borrowed */
-int lm_ag_requires_grad(const lm_ag_var *v);
+LM_API const lm_tensor *lm_ag_value(const lm_ag_var *v);      /* borrowed */
+LM_API int lm_ag_requires_grad(const lm_ag_var *v);
 /* After lm_ag_backward: the gradient of an unbound leaf (NULL when it received no
  * contribution or a buffer is bound). Borrowed, valid until reset. */
-const lm_tensor *lm_ag_grad(const lm_ag_var *v);
+LM_API const lm_tensor *lm_ag_grad(const lm_ag_var *v);
 
 /* Backpropagates from root, which must hold one element and require gradients, with
  * d root = seed. Once per recorded graph: a second call before lm_ag_reset is
  * LM_INVALID_ARGUMENT. On failure the tape must be reset. */
-lm_status lm_ag_backward(lm_ag *ag, lm_ag_var *root, float seed);
+LM_API lm_status lm_ag_backward(lm_ag *ag, lm_ag_var *root, float seed);
 
 /* ---- operations (forward operator + recorded backward) -------------------------------
  * Outputs are new variables owned by the tape. Index operands (ids, targets,
  * positions) and rope tables are copied when recorded, so the caller may reuse them. */
-lm_status lm_ag_add(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out); /* broadcasting */
-lm_status lm_ag_mul(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out); /* broadcasting */
-lm_status lm_ag_scale(lm_ag *ag, lm_ag_var *x, float s, lm_ag_var **out);
-lm_status lm_ag_sum(lm_ag *ag, lm_ag_var *x, lm_ag_var **out); /* all elements -> scalar */
-lm_status lm_ag_matmul(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out);
+LM_API lm_status lm_ag_add(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out); /* broadcasting */
+LM_API lm_status lm_ag_mul(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out); /* broadcasting */
+LM_API lm_status lm_ag_scale(lm_ag *ag, lm_ag_var *x, float s, lm_ag_var **out);
+LM_API lm_status lm_ag_sum(lm_ag *ag, lm_ag_var *x, lm_ag_var **out); /* all elements -> scalar */
+LM_API lm_status lm_ag_matmul(lm_ag *ag, lm_ag_var *a, lm_ag_var *b, lm_ag_var **out);
 /* x [..., K] @ w[N, K]^T (+ bias [N]; NULL for none): a Hugging Face Linear. */
-lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, lm_ag_var **out);
-lm_status lm_ag_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *weight, float eps, lm_ag_var **out);
+LM_API lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, lm_ag_var **out);
+LM_API lm_status lm_ag_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *weight, float eps, lm_ag_var **out);
 /* sum = x + residual, out = rmsnorm(sum) * weight: two outputs. */
-lm_status lm_ag_add_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *residual, lm_ag_var *weight, float eps,
-                            lm_ag_var **sum, lm_ag_var **out);
-lm_status lm_ag_swiglu(lm_ag *ag, lm_ag_var *gate, lm_ag_var *up, lm_ag_var **out);
+LM_API lm_status lm_ag_add_rmsnorm(lm_ag *ag, lm_ag_var *x, lm_ag_var *residual, lm_ag_var *weight, float eps,
+                                   lm_ag_var **sum, lm_ag_var **out);
+LM_API lm_status lm_ag_swiglu(lm_ag *ag, lm_ag_var *gate, lm_ag_var *up, lm_ag_var **out);
 /* p->bias must be NULL (add biases with lm_ag_add or lm_ag_linear). */
-lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var **out);
-lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
-                          lm_ag_var **out);
+LM_API lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var **out);
+LM_API lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
+                                 lm_ag_var **out);
 /* The same with a sliding window (lm_attention_window_out; 0 = none). */
-lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
-                                 int64_t window, lm_ag_var **out);
-lm_status lm_ag_embedding(lm_ag *ag, lm_ag_var *table, const lm_tensor_view *ids, lm_ag_var **out);
-lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view *targets, int64_t ignore_index,
-                              lm_ag_var **out);
+LM_API lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
+                                        int64_t window, lm_ag_var **out);
+LM_API lm_status lm_ag_embedding(lm_ag *ag, lm_ag_var *table, const lm_tensor_view *ids, lm_ag_var **out);
+LM_API lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view *targets, int64_t ignore_index,
+                                     lm_ag_var **out);
 /* mean cross-entropy of x @ w^T, never materializing the logits (lm_linear_cross_entropy_out). */
-lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, const lm_tensor_view *targets,
-                                     int64_t ignore_index, lm_ag_var **out);
+LM_API lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, const lm_tensor_view *targets,
+                                            int64_t ignore_index, lm_ag_var **out);
 /* Views: zero-copy on the value, gradients mapped back to the base. */
-lm_status lm_ag_reshape(lm_ag *ag, lm_ag_var *x, int ndim, const int64_t *shape, lm_ag_var **out);
-lm_status lm_ag_transpose(lm_ag *ag, lm_ag_var *x, int d0, int d1, lm_ag_var **out);
-lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, int64_t stop, int64_t step, lm_ag_var **out);
+LM_API lm_status lm_ag_reshape(lm_ag *ag, lm_ag_var *x, int ndim, const int64_t *shape, lm_ag_var **out);
+LM_API lm_status lm_ag_transpose(lm_ag *ag, lm_ag_var *x, int d0, int d1, lm_ag_var **out);
+LM_API lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, int64_t stop, int64_t step, lm_ag_var **out);
 
 /* ---- profiling --------------------------------------------------------------------------
  * With LOOM_PROFILE=1 in the environment, each recorded forward operation and each
@@ -126,12 +126,12 @@ lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, int64_t s
  * mark to its name ("fwd ag_linear", "bwd ag_attention", ...): slower, but a per-
  * operation breakdown. Other phases mark themselves with lm_ag_profile_mark (name =
  * prefix + name); lm_ag_profile_report prints the totals, largest first. */
-int lm_ag_profile_enabled(void);
-void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name);
-void lm_ag_profile_report(FILE *f);
+LM_API int lm_ag_profile_enabled(void);
+LM_API void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name);
+LM_API void lm_ag_profile_report(FILE *f);
 /* Forgets the totals (e.g. after a first step that builds plans and caches); the next
  * mark starts a new interval. */
-void lm_ag_profile_reset(void);
+LM_API void lm_ag_profile_reset(void);
 
 #ifdef __cplusplus
 }

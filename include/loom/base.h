@@ -13,6 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* LM_API marks every public function: libloom is compiled with -fvisibility=hidden,
+ * so these are the only symbols libloom.so exports. scripts/mark_lm_api.py adds it
+ * to new declarations in the include/loom headers. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LM_API __attribute__((visibility("default")))
+#else
+#define LM_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,13 +48,13 @@ typedef enum lm_status {
 } lm_status;
 
 /* "LM_SHAPE_MISMATCH"; "LM_UNKNOWN_STATUS" for values outside the table. Static. */
-const char *lm_status_name(lm_status s);
+LM_API const char *lm_status_name(lm_status s);
 /* "shape mismatch": the generic message for the code. Static string. */
-const char *lm_status_str(lm_status s);
+LM_API const char *lm_status_str(lm_status s);
 /* The detail of the last failure on this thread ("" when none). Valid until the
  * next loom call on this thread that fails or clears it. */
-const char *lm_last_error(void);
-void lm_clear_error(void);
+LM_API const char *lm_last_error(void);
+LM_API void lm_clear_error(void);
 
 /* ---- allocation hook ---------------------------------------------------------
  * All host memory the library owns comes from these hooks (default: malloc family).
@@ -58,14 +67,14 @@ typedef struct lm_alloc_hooks {
 } lm_alloc_hooks;
 
 /* hooks == NULL restores the defaults. */
-void lm_set_alloc_hooks(const lm_alloc_hooks *hooks);
+LM_API void lm_set_alloc_hooks(const lm_alloc_hooks *hooks);
 
 /* ---- logging hook -------------------------------------------------------------
  * Silent by default. The CLI installs a stderr logger. */
 typedef enum lm_log_level { LM_LOG_ERROR = 0, LM_LOG_WARN = 1, LM_LOG_INFO = 2, LM_LOG_DEBUG = 3 } lm_log_level;
 typedef void (*lm_log_fn)(void *user, lm_log_level level, const char *msg);
 /* Messages at or below max_level reach fn. fn == NULL silences the library. */
-void lm_set_log_fn(lm_log_fn fn, void *user, lm_log_level max_level);
+LM_API void lm_set_log_fn(lm_log_fn fn, void *user, lm_log_level max_level);
 
 /* ---- CPU features (detected once at run time with cpuid/xgetbv) -------------- */
 typedef struct lm_cpu_features {
@@ -76,7 +85,7 @@ typedef struct lm_cpu_features {
 } lm_cpu_features;
 
 /* Pointer to a process-wide, immutable description. Never NULL. */
-const lm_cpu_features *lm_cpu_get_features(void);
+LM_API const lm_cpu_features *lm_cpu_get_features(void);
 
 /* ---- thread pool ----------------------------------------------------------------
  * A fixed set of workers that run one parallel-for at a time. The calling thread
@@ -86,12 +95,12 @@ typedef struct lm_threadpool lm_threadpool;
 typedef void (*lm_task_fn)(void *arg, int64_t task, int worker);
 
 /* nthreads <= 0 means one per logical CPU. The caller owns *out: lm_threadpool_destroy. */
-lm_status lm_threadpool_create(int nthreads, lm_threadpool **out);
-void lm_threadpool_destroy(lm_threadpool *pool); /* accepts NULL; joins workers */
-int lm_threadpool_size(const lm_threadpool *pool); /* 1 for NULL */
+LM_API lm_status lm_threadpool_create(int nthreads, lm_threadpool **out);
+LM_API void lm_threadpool_destroy(lm_threadpool *pool); /* accepts NULL; joins workers */
+LM_API int lm_threadpool_size(const lm_threadpool *pool); /* 1 for NULL */
 /* Runs fn for every task and returns when all are done. pool == NULL runs inline.
  * Not re-entrant: fn must not call lm_threadpool_run on the same pool. */
-void lm_threadpool_run(lm_threadpool *pool, int64_t ntasks, lm_task_fn fn, void *arg);
+LM_API void lm_threadpool_run(lm_threadpool *pool, int64_t ntasks, lm_task_fn fn, void *arg);
 
 /* ---- read-only file mapping ------------------------------------------------------ */
 typedef struct lm_file_map {
@@ -100,10 +109,10 @@ typedef struct lm_file_map {
 } lm_file_map;
 
 /* Maps a whole file read-only. Errors: LM_IO_ERROR naming path and errno text. */
-lm_status lm_file_map_open(const char *path, lm_file_map *map);
-void lm_file_map_close(lm_file_map *map); /* accepts a zeroed map; zeroes it */
+LM_API lm_status lm_file_map_open(const char *path, lm_file_map *map);
+LM_API void lm_file_map_close(lm_file_map *map); /* accepts a zeroed map; zeroes it */
 /* Reads a whole file into a NUL-terminated buffer owned by the caller (lm_free). */
-lm_status lm_file_read_all(const char *path, char **out, size_t *size);
+LM_API lm_status lm_file_read_all(const char *path, char **out, size_t *size);
 
 /* ---- random numbers: xoshiro256** seeded through splitmix64 ----------------------
  * The same seed gives the same stream on every machine; the whole state is four
@@ -113,15 +122,15 @@ typedef struct lm_rng {
     uint64_t s[4];
 } lm_rng;
 
-void lm_rng_seed(lm_rng *r, uint64_t seed);
-uint64_t lm_rng_next(lm_rng *r);
-double lm_rng_uniform(lm_rng *r);            /* [0, 1), 53 random bits */
-double lm_rng_normal(lm_rng *r);             /* N(0, 1), Box-Muller (one draw per call) */
-uint64_t lm_rng_below(lm_rng *r, uint64_t n); /* uniform in [0, n), n >= 1, unbiased */
+LM_API void lm_rng_seed(lm_rng *r, uint64_t seed);
+LM_API uint64_t lm_rng_next(lm_rng *r);
+LM_API double lm_rng_uniform(lm_rng *r);            /* [0, 1), 53 random bits */
+LM_API double lm_rng_normal(lm_rng *r);             /* N(0, 1), Box-Muller (one draw per call) */
+LM_API uint64_t lm_rng_below(lm_rng *r, uint64_t n); /* uniform in [0, n), n >= 1, unbiased */
 
 /* Memory from the allocation hook, for objects the library hands to callers. */
-void *lm_malloc(size_t nbytes);
-void lm_free(void *ptr);
+LM_API void *lm_malloc(size_t nbytes);
+LM_API void lm_free(void *ptr);
 
 #ifdef __cplusplus
 }

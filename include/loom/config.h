@@ -38,8 +38,8 @@ typedef enum lm_rope_type {
     LM_ROPE_YARN = 3
 } lm_rope_type;
 
-const char *lm_arch_name(lm_arch a);           /* "llama", "mistral", "qwen2", "qwen3"; "invalid" */
-const char *lm_rope_type_name(lm_rope_type t); /* "default", "linear", "llama3", "yarn"; "invalid" */
+LM_API const char *lm_arch_name(lm_arch a);           /* "llama", "mistral", "qwen2", "qwen3"; "invalid" */
+LM_API const char *lm_rope_type_name(lm_rope_type t); /* "default", "linear", "llama3", "yarn"; "invalid" */
 
 /* config.json "rope_scaling" (or transformers-5 "rope_parameters"). null, absent or
  * type "default" is LM_ROPE_DEFAULT; the type key is "rope_type" or legacy "type". */
@@ -108,23 +108,23 @@ typedef struct lm_model_config {
  * LM_UNSUPPORTED for an unknown architecture/model_type, hidden_act other than
  * "silu", a rope type other than default/linear/llama3/yarn, or an unknown dtype
  * (each naming the value). *out is fully written on success, zeroed on failure. */
-lm_status lm_model_config_parse(const char *json, size_t len, const char *source, lm_model_config *out);
+LM_API lm_status lm_model_config_parse(const char *json, size_t len, const char *source, lm_model_config *out);
 /* Merges generation_config.json text: eos ids (appended when new), bos/pad when
  * config.json had none, and the sampling defaults. Same error rules. On failure cfg
  * is left unchanged. */
-lm_status lm_model_config_merge_generation(lm_model_config *cfg, const char *json, size_t len, const char *source);
+LM_API lm_status lm_model_config_merge_generation(lm_model_config *cfg, const char *json, size_t len, const char *source);
 /* dir/config.json, plus dir/generation_config.json when it exists. */
-lm_status lm_model_config_load(const char *dir, lm_model_config *out);
+LM_API lm_status lm_model_config_load(const char *dir, lm_model_config *out);
 
 /* RoPE tables exactly as transformers' modeling_rope_utils computes them, but in
  * double precision (transformers uses float32; expect ~1e-7 relative differences).
  * inv_freq: [head_dim / 2] caller-owned. *attention_scaling: the factor transformers
  * multiplies cos and sin by (1 except for yarn). */
-lm_status lm_model_config_rope(const lm_model_config *cfg, double *inv_freq, double *attention_scaling);
+LM_API lm_status lm_model_config_rope(const lm_model_config *cfg, double *inv_freq, double *attention_scaling);
 
 /* The attention window of layer `layer` in tokens: a query at position p sees keys
  * (p - window, p]; 0 = full causal attention (also for a NULL config). */
-int64_t lm_model_config_layer_window(const lm_model_config *cfg, int64_t layer);
+LM_API int64_t lm_model_config_layer_window(const lm_model_config *cfg, int64_t layer);
 
 /* One tensor a checkpoint must hold for cfg, by its Hugging Face name. */
 typedef struct lm_tensor_spec {
@@ -137,14 +137,14 @@ typedef struct lm_tensor_spec {
  * input_layernorm, self_attn.{q,k,v}_proj (+bias), o_proj (+bias), q_norm/k_norm
  * (qwen3), post_attention_layernorm, mlp.{gate,up,down}_proj (+bias); model.norm.weight;
  * lm_head.weight unless tied. i outside [0, count) is LM_OUT_OF_RANGE. */
-int64_t lm_model_config_tensor_count(const lm_model_config *cfg);
-lm_status lm_model_config_tensor(const lm_model_config *cfg, int64_t i, lm_tensor_spec *spec);
+LM_API int64_t lm_model_config_tensor_count(const lm_model_config *cfg);
+LM_API lm_status lm_model_config_tensor(const lm_model_config *cfg, int64_t i, lm_tensor_spec *spec);
 /* Checks that ck holds every expected tensor with a float dtype and the expected
  * shape (and lm_head.weight's shape if a tied checkpoint still stores it). Extra
  * tensors are ignored. Errors name the tensor: LM_NOT_FOUND, LM_UNSUPPORTED,
  * LM_DTYPE_MISMATCH, or LM_SHAPE_MISMATCH such as
  * "tensor 'model.layers.3.mlp.up_proj.weight': shape [64,32] != expected [96,32]". */
-lm_status lm_model_config_check_checkpoint(const lm_model_config *cfg, const lm_checkpoint *ck);
+LM_API lm_status lm_model_config_check_checkpoint(const lm_model_config *cfg, const lm_checkpoint *ck);
 
 #ifdef __cplusplus
 }

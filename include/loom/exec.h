@@ -34,37 +34,37 @@ typedef struct lm_exec_options {
     int external_arena; /* 1: allocate no arena; the caller provides one with lm_exec_set_arena */
 } lm_exec_options;
 
-void lm_exec_options_default(lm_exec_options *o);
+LM_API void lm_exec_options_default(lm_exec_options *o);
 
 /* Prepares g for ctx's device. LM_UNSUPPORTED names an op the engine cannot run
  * (tile-compiler-only ops such as gelu or repeat regions). Caller owns *out. */
-lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *o, lm_exec **out);
-void lm_exec_destroy(lm_exec *e); /* accepts NULL */
+LM_API lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *o, lm_exec **out);
+LM_API void lm_exec_destroy(lm_exec *e); /* accepts NULL */
 
 /* Binds the input or parameter called name to v (shape, dtype and device must match
  * the graph's value; LM_NOT_FOUND for an unknown name). Rebinding is allowed. */
-lm_status lm_exec_bind(lm_exec *e, const char *name, const lm_tensor_view *v);
+LM_API lm_status lm_exec_bind(lm_exec *e, const char *name, const lm_tensor_view *v);
 /* Binds every parameter: lookup(user, name, &view) is asked once per parameter. */
 typedef lm_status (*lm_exec_param_fn)(void *user, const char *name, lm_tensor_view *out);
-lm_status lm_exec_bind_params(lm_exec *e, lm_exec_param_fn lookup, void *user);
+LM_API lm_status lm_exec_bind_params(lm_exec *e, lm_exec_param_fn lookup, void *user);
 /* An executor-owned buffer for input `name` (allocated on first call, then the same
  * each time): the caller writes the input there before each run. */
-lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out);
+LM_API lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out);
 
 /* With external_arena: the activation arena, device memory of at least the
  * executor's arena_bytes (lm_exec_get_stats) that the caller owns and keeps valid.
  * Several executors may share one arena when their runs never overlap (one context,
  * each run's outputs read before the next run starts). Setting it again (e.g. a
  * larger shared block) counts as a binding change. */
-lm_status lm_exec_set_arena(lm_exec *e, void *base, size_t bytes);
+LM_API lm_status lm_exec_set_arena(lm_exec *e, void *base, size_t bytes);
 
 /* Runs the graph on ctx (the executor's device). Work is queued: the output is ready
  * after lm_ctx_synchronize (or a copy through ctx). Every input and parameter must be
  * bound (LM_INVALID_ARGUMENT names the first one that is not). */
-lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx);
+LM_API lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx);
 /* The program output i (in value order; most graphs have one): a view into the
  * executor's arena, valid until the next run. */
-lm_status lm_exec_output(const lm_exec *e, int i, lm_tensor_view *out);
+LM_API lm_status lm_exec_output(const lm_exec *e, int i, lm_tensor_view *out);
 
 typedef struct lm_exec_stats {
     int64_t ops;            /* ops run per step after the passes (views included) */
@@ -75,9 +75,9 @@ typedef struct lm_exec_stats {
     int64_t runs, replays;  /* runs so far, and of them replays of a captured device graph */
 } lm_exec_stats;
 
-lm_status lm_exec_get_stats(const lm_exec *e, lm_exec_stats *out);
+LM_API lm_status lm_exec_get_stats(const lm_exec *e, lm_exec_stats *out);
 /* The graph as run (after the passes); borrowed, lives as long as e. */
-const lm_graph *lm_exec_graph(const lm_exec *e);
+LM_API const lm_graph *lm_exec_graph(const lm_exec *e);
 
 #ifdef __cplusplus
 }

@@ -49,8 +49,8 @@ typedef int (*lm_token_fn)(void *user, int32_t id, const char *text, size_t len)
  * name the problem: LM_INVALID_ARGUMENT for bad parameters or an empty prompt,
  * LM_OUT_OF_RANGE when prompt + max_new_tokens exceeds max_position_embeddings, and
  * any forward-pass error. res may be NULL. */
-lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, const int32_t *prompt, size_t n_prompt,
-                      const lm_generate_params *p, lm_token_fn on_token, void *user, lm_generate_result *res);
+LM_API lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, const int32_t *prompt, size_t n_prompt,
+                             const lm_generate_params *p, lm_token_fn on_token, void *user, lm_generate_result *res);
 
 #ifdef __cplusplus
 }

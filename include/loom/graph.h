@@ -26,76 +26,76 @@ typedef int32_t lm_graph_value;
 typedef enum lm_graph_unary_kind { LM_GRAPH_GELU = 0, LM_GRAPH_SILU = 1 } lm_graph_unary_kind;
 typedef enum lm_graph_binary_kind { LM_GRAPH_ADD = 0, LM_GRAPH_MUL = 1 } lm_graph_binary_kind;
 
-lm_status lm_graph_create(lm_graph **out);
-void lm_graph_destroy(lm_graph *g);
+LM_API lm_status lm_graph_create(lm_graph **out);
+LM_API void lm_graph_destroy(lm_graph *g);
 
 /* Activations fed by the caller; the simulator fills them with N(0, std^2). Shapes
  * have 1..4 dimensions; dtype f32 or f16. */
-lm_status lm_graph_input(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double std, lm_graph_value *out);
+LM_API lm_status lm_graph_input(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
+                                     double std, lm_graph_value *out);
 /* Resident parameters (weights, biases, norm scales) filled with mean + N(0, std^2).
  * Inside a Repeat body a parameter has one copy per iteration. */
-lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double mean, double std, lm_graph_value *out);
+LM_API lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
+                                     double mean, double std, lm_graph_value *out);
 /* a [..., M, K] x b [..., K, N] -> [..., M, N] in out_dt with f32 accumulation. a and
  * b have the same leading (batch) dims, or b has none (shared weights). */
-lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
-                               lm_graph_value *out);
+LM_API lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
+                                      lm_graph_value *out);
 /* x [..., N] + bias [N]. */
-lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
-                                 lm_graph_value *out);
+LM_API lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
+                                        lm_graph_value *out);
 /* GeLU uses the tanh approximation (gelu_pytorch_tanh). */
-lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
-                              lm_graph_value *out);
+LM_API lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
+                                     lm_graph_value *out);
 /* Same shapes and dtypes. */
-lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
-                               lm_graph_value *out);
+LM_API lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
+                                      lm_graph_value *out);
 /* softmax(scale * x) over the last axis. */
-lm_status lm_graph_softmax(lm_graph *g, const char *name, lm_graph_value x, double scale, lm_graph_value *out);
+LM_API lm_status lm_graph_softmax(lm_graph *g, const char *name, lm_graph_value x, double scale, lm_graph_value *out);
 /* Over the last axis; gamma/beta [N] (beta may be -1 for none). */
-lm_status lm_graph_layer_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma,
-                                   lm_graph_value beta, double eps, lm_graph_value *out);
-lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma, double eps,
-                                 lm_graph_value *out);
+LM_API lm_status lm_graph_layer_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma,
+                                          lm_graph_value beta, double eps, lm_graph_value *out);
+LM_API lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma, double eps,
+                                        lm_graph_value *out);
 /* Views (no data movement): reshape keeps the element order; permute reorders axes
  * (out axis i = in axis perm[i]). split_heads [T, H*D] -> [H, T, D] and merge_heads
  * [H, T, D] -> [T, H*D] are reshape+permute compositions. */
-lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
-                                lm_graph_value *out);
-lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
-                                lm_graph_value *out);
-lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
-                                    lm_graph_value *out);
-lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out);
+LM_API lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
+                                       lm_graph_value *out);
+LM_API lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
+                                       lm_graph_value *out);
+LM_API lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
+                                           lm_graph_value *out);
+LM_API lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out);
 /* Rotary position embedding of x [B, T, H, D] (D even) at positions [B, T] (i32
  * input) with inv_freq [D/2] (f32 parameter): each head's dims (i, i + D/2) rotate by
  * position * inv_freq[i] (Hugging Face llama's rotate_half pairing); attn_factor
  * scales cos and sin (yarn). Output: x's shape and dtype. */
-lm_status lm_graph_rope(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value positions,
-                        lm_graph_value inv_freq, double attn_factor, lm_graph_value *out);
+LM_API lm_status lm_graph_rope(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value positions,
+                               lm_graph_value inv_freq, double attn_factor, lm_graph_value *out);
 /* q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] -> [B, Tq, Hq, Dv] (token
  * major, as the projections produce them): softmax(q k^T * scale) v per head; query
  * head h reads kv head h / (Hq / Hkv).
  * causal: query i (at key position i + Tk - Tq) sees keys j <= i + Tk - Tq; window
  * > 0 (causal only) also drops keys j <= i + Tk - Tq - window, keeping the last
  * `window` positions up to the query's own (Hugging Face sliding-window attention). */
-lm_status lm_graph_attention(lm_graph *g, const char *name, lm_graph_value q, lm_graph_value k, lm_graph_value v,
-                             double scale, int causal, int64_t window, lm_graph_value *out);
+LM_API lm_status lm_graph_attention(lm_graph *g, const char *name, lm_graph_value q, lm_graph_value k, lm_graph_value v,
+                                    double scale, int causal, int64_t window, lm_graph_value *out);
 /* silu(gate) * up, same shapes and dtype. */
-lm_status lm_graph_swiglu(lm_graph *g, const char *name, lm_graph_value gate, lm_graph_value up,
-                          lm_graph_value *out);
+LM_API lm_status lm_graph_swiglu(lm_graph *g, const char *name, lm_graph_value gate, lm_graph_value up,
+                                 lm_graph_value *out);
 /* Repeat an identical block count times. outer[i] (defined before) seeds the body
  * input inner[i]; after the body, repeat_end(body_out) carries body_out[i] into the
  * next iteration's inner[i] (same shape and dtype) and returns the last iteration's
  * values as outer_out[i]. At most 4 carried values; no nesting. */
-lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_graph_value *outer,
-                                     lm_graph_value *inner);
-lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out, lm_graph_value *outer_out);
+LM_API lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_graph_value *outer,
+                                            lm_graph_value *inner);
+LM_API lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out, lm_graph_value *outer_out);
 /* Marks a value as a program output (compared with the reference). */
-lm_status lm_graph_output(lm_graph *g, lm_graph_value v);
+LM_API lm_status lm_graph_output(lm_graph *g, lm_graph_value v);
 /* A named value the simulator validates against the reference where it is produced
  * (every iteration inside a Repeat). */
-lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *name);
+LM_API lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *name);
 
 /* ---- the decoder builder: one description of llama / mistral / qwen2 / qwen3 ---------------
  * Builds the canonical graph of a model step from a config (architecture features are
@@ -140,10 +140,10 @@ typedef struct lm_decoder_options {
 } lm_decoder_options;
 
 /* Step mode, last-token logits, B = T = 1, every dtype f32. */
-void lm_decoder_options_default(lm_decoder_options *o);
+LM_API void lm_decoder_options_default(lm_decoder_options *o);
 /* The canonical graph (no fused ops) of config c for o. LM_INVALID_ARGUMENT names an
  * option that does not fit the mode. Caller owns *out. */
-lm_status lm_graph_build_decoder(const lm_model_config *c, const lm_decoder_options *o, lm_graph **out);
+LM_API lm_status lm_graph_build_decoder(const lm_model_config *c, const lm_decoder_options *o, lm_graph **out);
 
 #ifdef __cplusplus
 }

@@ -24,17 +24,17 @@ extern "C" {
 typedef struct lm_atomic_file lm_atomic_file;
 
 /* Creates path's temporary sibling for writing. Errors: LM_IO_ERROR naming the file. */
-lm_status lm_atomic_file_open(const char *path, lm_atomic_file **out);
-lm_status lm_atomic_file_write(lm_atomic_file *f, const void *data, size_t n);
+LM_API lm_status lm_atomic_file_open(const char *path, lm_atomic_file **out);
+LM_API lm_status lm_atomic_file_write(lm_atomic_file *f, const void *data, size_t n);
 /* fsync, close, rename over path, fsync the directory; frees f (also on failure, when
  * the temporary file is removed). */
-lm_status lm_atomic_file_commit(lm_atomic_file *f);
+LM_API lm_status lm_atomic_file_commit(lm_atomic_file *f);
 /* Removes the temporary file and frees f; accepts NULL. */
-void lm_atomic_file_abort(lm_atomic_file *f);
+LM_API void lm_atomic_file_abort(lm_atomic_file *f);
 /* The whole of data[0..n) to path, atomically. */
-lm_status lm_file_write_atomic(const char *path, const void *data, size_t n);
+LM_API lm_status lm_file_write_atomic(const char *path, const void *data, size_t n);
 /* fsync of a directory (after creating or renaming entries in it). */
-lm_status lm_dir_sync(const char *dir);
+LM_API lm_status lm_dir_sync(const char *dir);
 
 /* ---- safetensors ----------------------------------------------------------------------
  * Writes n tensors (any device: device tensors are copied to the host in chunks; any
@@ -43,8 +43,8 @@ lm_status lm_dir_sync(const char *dir);
  * Names must be distinct, non-empty, and shorter than 256 bytes; dtypes f32, bf16,
  * f16, i32, i64 or u8. Tensors are laid out in decreasing element size, then name
  * order, so each one's data is aligned to its element size. */
-lm_status lm_safetensors_write(lm_ctx *ctx, const char *path, int n, const char *const *names,
-                               const lm_tensor_view *tensors, const char *const *meta);
+LM_API lm_status lm_safetensors_write(lm_ctx *ctx, const char *path, int n, const char *const *names,
+                                      const lm_tensor_view *tensors, const char *const *meta);
 
 #ifdef __cplusplus
 }

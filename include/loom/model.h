@@ -33,20 +33,20 @@ typedef struct lm_model lm_model;
  * and maps the weights; for a CUDA device it also uploads them (LM_UNSUPPORTED in a
  * build without CUDA, LM_DEVICE_ERROR for a missing GPU). The caller owns *out:
  * lm_model_destroy. */
-lm_status lm_model_load(const char *dir, lm_device device, lm_model **out);
-void lm_model_destroy(lm_model *m); /* accepts NULL */
-const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
-lm_device lm_model_device(const lm_model *m);                  /* where the weights and forward pass live */
+LM_API lm_status lm_model_load(const char *dir, lm_device device, lm_model **out);
+LM_API void lm_model_destroy(lm_model *m); /* accepts NULL */
+LM_API const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
+LM_API lm_device lm_model_device(const lm_model *m);                  /* where the weights and forward pass live */
 /* Bytes of weights the forward pass reads per token (for roofline estimates). */
-int64_t lm_model_weight_bytes(const lm_model *m);
+LM_API int64_t lm_model_weight_bytes(const lm_model *m);
 
 typedef struct lm_kv_cache lm_kv_cache;
 
 /* A cache of `slots` independent sequences of up to max_tokens positions each:
  * K and V [layers, slots, kv_heads, max_tokens, head_dim] on the model's device, f32
  * on the CPU and bf16 on CUDA. Caller owns *out. */
-lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out);
-void lm_kv_cache_destroy(lm_kv_cache *c); /* accepts NULL */
+LM_API lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out);
+LM_API void lm_kv_cache_destroy(lm_kv_cache *c); /* accepts NULL */
 /* The prepared steps of a cache (one executor per step shape in use, include/loom/
  * exec.h): they share one activation arena, as large as the largest plan among them. */
 typedef struct lm_kv_cache_steps {
@@ -56,13 +56,13 @@ typedef struct lm_kv_cache_steps {
     int64_t live_bytes;    /* the largest live lower bound: what any plan of those steps needs */
     int64_t owned_bytes;   /* operator workspaces, summed over the executors */
 } lm_kv_cache_steps;
-lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out);
-int lm_kv_cache_slots(const lm_kv_cache *c);
-int64_t lm_kv_cache_capacity(const lm_kv_cache *c);
+LM_API lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out);
+LM_API int lm_kv_cache_slots(const lm_kv_cache *c);
+LM_API int64_t lm_kv_cache_capacity(const lm_kv_cache *c);
 /* Tokens already stored in slot (its next position); -1 for an invalid slot. */
-int64_t lm_kv_cache_length(const lm_kv_cache *c, int slot);
+LM_API int64_t lm_kv_cache_length(const lm_kv_cache *c, int slot);
 /* Forgets a slot's contents (length 0). */
-lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
+LM_API lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
 
 /* Runs T new tokens for each of B slots and appends them to the cache.
  * slots [B]: distinct slot indices; ids [B, T] row-major token ids.
@@ -71,8 +71,8 @@ lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
  * Errors: LM_OUT_OF_RANGE for an id outside the vocabulary or a slot that would
  * exceed the cache capacity or max_position_embeddings (nothing is appended then).
  * Sliding-window layers attend to the last sliding_window positions only. */
-lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
-                           const int32_t *ids, int64_t T, float *logits, int all_positions);
+LM_API lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                  const int32_t *ids, int64_t T, float *logits, int all_positions);
 
 /* Like lm_model_forward, but instead of returning logits it picks the next token of
  * each row from its last position's logits where they are (lm_sample_out's rules:
@@ -80,8 +80,8 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
  * host: next_ids[B]. Row b draws with (params->seed, params->draw, b): reproducible,
  * but not lm_sampler's random stream (repetition penalties need lm_sampler and the
  * logits). Parameters outside their ranges are LM_INVALID_ARGUMENT. */
-lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
-                                  const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids);
+LM_API lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                         const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids);
 
 #ifdef __cplusplus
 }

@@ -20,43 +20,43 @@ extern "C" {
 #endif
 
 /* ---- elementwise (numpy broadcasting of a and b to out's shape) ------------------ */
-lm_status lm_add_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
-lm_status lm_add(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
-lm_status lm_mul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
-lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+LM_API lm_status lm_add_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+LM_API lm_status lm_add(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+LM_API lm_status lm_mul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+LM_API lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
 /* out = x * s */
-lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out);
-lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **out);
+LM_API lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out);
+LM_API lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **out);
 /* Converts to out's dtype: float<->float (round to nearest even), int->int and
  * int->float; float->int is LM_UNSUPPORTED. Integer narrowing that does not fit is
  * LM_OUT_OF_RANGE. */
-lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
-lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tensor **out);
+LM_API lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+LM_API lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tensor **out);
 
 /* ---- activations ------------------------------------------------------------------ */
 /* silu(x) = x * sigmoid(x) */
-lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
-lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out);
+LM_API lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+LM_API lm_status lm_silu(lm_ctx *ctx, const lm_tensor_view *x, lm_tensor **out);
 /* out = silu(gate) * up (same shapes); out may have another float dtype than gate and
  * up (rounded on store; on CUDA: the packed f32 halves of one [M, 2I] block into
  * contiguous bf16, the MLP's GEMM input). */
-lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out);
-lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, lm_tensor **out);
+LM_API lm_status lm_swiglu_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out);
+LM_API lm_status lm_swiglu(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up, lm_tensor **out);
 
 /* ---- normalization ------------------------------------------------------------------ */
 /* out = x / sqrt(mean(x^2 over last dim) + eps) * weight; x [..., D], weight [D].
  * out may have another float dtype than x and weight (rounded on store; on CUDA:
  * f32 rows, at any row stride, into contiguous bf16); in place only in x's dtype. */
-lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
-                         const lm_tensor_view *out);
-lm_status lm_rmsnorm(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps, lm_tensor **out);
+LM_API lm_status lm_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+                                const lm_tensor_view *out);
+LM_API lm_status lm_rmsnorm(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps, lm_tensor **out);
 /* sum = x + residual; out = rmsnorm(sum) * weight. sum_out may be the same view as
  * residual (in-place residual stream update) but must not partially overlap inputs.
  * x, residual, weight and sum_out share a dtype; out may have another, as for
  * lm_rmsnorm_out (on CUDA: f32 with sum_out residual's very view, into bf16). */
-lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *residual,
-                             const lm_tensor_view *weight, float eps, const lm_tensor_view *sum_out,
-                             const lm_tensor_view *out);
+LM_API lm_status lm_add_rmsnorm_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *residual,
+                                    const lm_tensor_view *weight, float eps, const lm_tensor_view *sum_out,
+                                    const lm_tensor_view *out);
 
 /* ---- rotary position embedding -------------------------------------------------------- */
 typedef enum lm_rope_style {
@@ -74,36 +74,36 @@ typedef struct lm_rope_params {
 } lm_rope_params;
 
 /* x, out: [B, T, H, D] (D even). out may be the same view as x (in place). */
-lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out);
+LM_API lm_status lm_rope_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out);
 /* inv_freq[i] = theta^(-2i/D) for i < D/2, written to a [D/2] f32 view. */
-lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, const lm_tensor_view *out);
+LM_API lm_status lm_rope_inv_freq_out(lm_ctx *ctx, double theta, int64_t head_dim, const lm_tensor_view *out);
 
 /* ---- embedding ---------------------------------------------------------------------- */
 /* out[..., :] = table[ids[...], :]; table [V, D], ids i32/i64 [...], out [..., D] in
  * any float dtype (rows converted: e.g. bf16 embeddings widened into f32).
  * An id outside [0, V) is LM_OUT_OF_RANGE naming the position and value. */
-lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids,
-                           const lm_tensor_view *out);
-lm_status lm_embedding(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids, lm_tensor **out);
+LM_API lm_status lm_embedding_out(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids,
+                                  const lm_tensor_view *out);
+LM_API lm_status lm_embedding(lm_ctx *ctx, const lm_tensor_view *table, const lm_tensor_view *ids, lm_tensor **out);
 
 /* ---- softmax and attention --------------------------------------------------------------- */
 /* Softmax over the last dim of x*scale. causal: x is [..., Tq, Tk] and row i may see
  * columns j <= i + (Tk - Tq) (queries are the last Tq positions); needs Tk >= Tq. */
-lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out);
-lm_status lm_softmax(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, lm_tensor **out);
+LM_API lm_status lm_softmax_out(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, const lm_tensor_view *out);
+LM_API lm_status lm_softmax(lm_ctx *ctx, const lm_tensor_view *x, float scale, int causal, lm_tensor **out);
 /* out = softmax(q k^T * scale [causal]) v per head, with grouped KV heads:
  * q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv];
  * Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (no K/V copies).
  * Causal uses the same alignment as lm_softmax_out. Any strides (e.g. a permuted
  * [B, T, H, D] buffer) are accepted. */
-lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                           float scale, int causal, const lm_tensor_view *out);
+LM_API lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                  float scale, int causal, const lm_tensor_view *out);
 /* The same with a sliding window (window > 0, causal only): query i also drops keys
  * j <= i + (Tk - Tq) - window, keeping its last `window` positions (Hugging Face
  * sliding-window attention). window 0 is lm_attention_out. */
-lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
-                                  const lm_tensor_view *v, float scale, int causal, int64_t window,
-                                  const lm_tensor_view *out);
+LM_API lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                         const lm_tensor_view *v, float scale, int causal, int64_t window,
+                                         const lm_tensor_view *out);
 
 /* ---- one model step over a KV cache ------------------------------------------------------
  * A cache holds, per slot, the keys (or values) of up to P positions: [S, Hkv, P, D].
@@ -117,8 +117,8 @@ lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm
 
 /* cache[slots[b], :, positions[b, t], :] = x[b, t, :, :] for x [B, T, Hkv, D]; the
  * cache may have another float dtype than x (values are rounded to it). */
-lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_tensor_view *x,
-                          const lm_tensor_view *slots, const lm_tensor_view *positions);
+LM_API lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_tensor_view *x,
+                                 const lm_tensor_view *slots, const lm_tensor_view *positions);
 
 typedef struct lm_kv_attention_params {
     float scale;   /* applied to q . k, > 0 */
@@ -136,14 +136,14 @@ typedef struct lm_kv_attention_params {
  * P, D] may each have their own float dtype (out rounds once on store). On CUDA the
  * caches must be contiguous bf16 and q, out contiguous f32 or bf16. The keys up to p must already be stored
  * (lm_kv_store_out before this call in the same step). */
-lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
-                                 const lm_tensor_view *v_cache, const lm_tensor_view *slots,
-                                 const lm_tensor_view *positions, const lm_kv_attention_params *p,
-                                 const lm_tensor_view *out);
+LM_API lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                        const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                        const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                        const lm_tensor_view *out);
 /* Bytes of the optional workspace for `tokens` new tokens of q_heads heads of
  * head_dim over caches of cache_tokens positions on device d (0: none is used). */
-size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
-                                          int64_t cache_tokens);
+LM_API size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
+                                                 int64_t cache_tokens);
 
 /* The fused front of a step's attention: from the fused projection qkv [B, T,
  * (Hq + 2 Hkv) D] (q heads, then k heads, then v heads of each token), each head
@@ -161,10 +161,10 @@ typedef struct lm_qkv_rope_params {
     float attn_factor;              /* scales cos and sin (yarn); 1 = none */
 } lm_qkv_rope_params;
 
-lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
-                                const lm_tensor_view *slots, const lm_tensor_view *positions,
-                                const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
-                                const lm_tensor_view *q);
+LM_API lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                       const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                       const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                       const lm_tensor_view *q);
 
 /* ---- picking the next token where the logits are ----------------------------------------
  * One record, held in a u8 [LM_SAMPLE_PARAMS_BYTES] tensor on the context's device so
@@ -191,17 +191,17 @@ typedef struct lm_sample_params {
  * params: u8 [LM_SAMPLE_PARAMS_BYTES] holding one lm_sample_params (checked where
  * host-readable). workspace: lm_sample_workspace_bytes() bytes of scratch on the
  * context's device (no contents needed), or NULL when that is 0. */
-lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
-                        const lm_tensor_view *workspace, const lm_tensor_view *ids);
-size_t lm_sample_workspace_bytes(lm_device d, int64_t rows);
+LM_API lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
+                               const lm_tensor_view *workspace, const lm_tensor_view *ids);
+LM_API size_t lm_sample_workspace_bytes(lm_device d, int64_t rows);
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 /* out[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims broadcast. A transposed
  * operand is passed as a transposed view (e.g. a Linear weight [N, K] viewed [K, N]).
  * a and out share one float dtype; b has a's dtype, or is bf16/f16 when a is f32
  * (low-precision weights widened on the fly). Accumulation is at least f32. */
-lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
-lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
+LM_API lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
+LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
 
 /* ---- a Linear layer with its neighbours fused ------------------------------------------
  * out [M, N] = in(x) @ w^T (+ bias), w [N, K] (a Hugging Face Linear weight), bias [N]
@@ -226,31 +226,31 @@ typedef struct lm_linear_params {
 } lm_linear_params;
 
 /* p NULL: plain (LM_LINEAR_IN, no accumulate). */
-lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                        const lm_linear_params *p, const lm_tensor_view *out);
+LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                               const lm_linear_params *p, const lm_tensor_view *out);
 /* 1 when device d runs lm_linear_out of `rows` rows, K inputs and weights of dtype
  * w_dtype, with input form `input` and x of dtype x_dtype, in one fused kernel
  * that needs no scratch memory (so a captured step may contain it). */
-int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
+LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
 
 /* ---- losses and selections ----------------------------------------------------------------- */
 /* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping
  * targets equal to ignore_index; out is an f32 scalar. If every target is ignored
  * the mean is NaN (0/0), as in PyTorch. */
-lm_status lm_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
-                               int64_t ignore_index, const lm_tensor_view *out);
+LM_API lm_status lm_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
+                                      int64_t ignore_index, const lm_tensor_view *out);
 /* Index of the largest element over the last dim (first on ties; NaN counts as
  * largest); x [..., N] with N > 0, out i64/i32 [...]. */
-lm_status lm_argmax_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
+LM_API lm_status lm_argmax_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out);
 /* The k largest values over the last dim, sorted descending (ties: lower index first);
  * values [..., k] in x's dtype, indices i64/i32 [..., k]; 0 <= k <= N. */
-lm_status lm_topk_out(lm_ctx *ctx, const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
-                      const lm_tensor_view *indices);
+LM_API lm_status lm_topk_out(lm_ctx *ctx, const lm_tensor_view *x, int64_t k, const lm_tensor_view *values,
+                             const lm_tensor_view *indices);
 /* Reductions over one dim; out has x's shape without that dim. */
-lm_status lm_sum_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
-lm_status lm_max_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
+LM_API lm_status lm_sum_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
+LM_API lm_status lm_max_out(lm_ctx *ctx, const lm_tensor_view *x, int dim, const lm_tensor_view *out);
 /* Joins n inputs along dim; all other dims equal. */
-lm_status lm_concat_out(lm_ctx *ctx, int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out);
+LM_API lm_status lm_concat_out(lm_ctx *ctx, int n, const lm_tensor_view *const *inputs, int dim, const lm_tensor_view *out);
 
 #ifdef __cplusplus
 }

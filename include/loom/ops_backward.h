@@ -24,61 +24,61 @@ extern "C" {
  * da = dout @ b^T and db = a^T @ dout, each summed over the batch dims along which
  * its operand was broadcast. a [..., M, K], b [..., K, N], dout [..., M, N] (out's
  * broadcast shape, a's dtype); da has a's shape, db has b's shape. */
-lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
-                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
+LM_API lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                        const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
 
 /* ---- RMSNorm: out = x * r * weight, r = 1 / sqrt(mean(x^2) + eps) -------------------
  * x, dout, dx [..., D]; weight, dweight [D] (dweight is the sum over all rows). */
-lm_status lm_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
-                                  const lm_tensor_view *dout, const lm_tensor_view *dx, const lm_tensor_view *dweight);
+LM_API lm_status lm_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
+                                         const lm_tensor_view *dout, const lm_tensor_view *dx, const lm_tensor_view *dweight);
 /* Fused residual add + RMSNorm (lm_add_rmsnorm_out): sum = x + residual, out =
  * rmsnorm(sum) * weight. Given the forward's sum, dout = dL/dout and dsum = dL/dsum
  * from the other readers of sum (NULL when none), writes dx = dL/dx, which is also
  * dL/dresidual, and dweight. */
-lm_status lm_add_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *sum, const lm_tensor_view *weight, float eps,
-                                      const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
-                                      const lm_tensor_view *dweight);
+LM_API lm_status lm_add_rmsnorm_backward_out(lm_ctx *ctx, const lm_tensor_view *sum, const lm_tensor_view *weight, float eps,
+                                             const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
+                                             const lm_tensor_view *dweight);
 
 /* ---- SwiGLU: out = silu(gate) * up ------------------------------------------------------ */
-lm_status lm_swiglu_backward_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up,
-                                 const lm_tensor_view *dout, const lm_tensor_view *dgate, const lm_tensor_view *dup);
+LM_API lm_status lm_swiglu_backward_out(lm_ctx *ctx, const lm_tensor_view *gate, const lm_tensor_view *up,
+                                        const lm_tensor_view *dout, const lm_tensor_view *dgate, const lm_tensor_view *dup);
 
 /* ---- RoPE: out = rotate(x + bias) (lm_rope_out) -------------------------------------------
  * dout, dx [B, T, H, D]; p as in the forward (p->bias only matters through dbias,
  * [H, D], the sum of dx over B and T). The rotation R is orthogonal and the forward
  * scales it by attn_factor, so dx = attn_factor * R^T dout. */
-lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm_rope_params *p,
-                               const lm_tensor_view *dx, const lm_tensor_view *dbias);
+LM_API lm_status lm_rope_backward_out(lm_ctx *ctx, const lm_tensor_view *dout, const lm_rope_params *p,
+                                      const lm_tensor_view *dx, const lm_tensor_view *dbias);
 
 /* ---- attention (lm_attention_out) ------------------------------------------------------------
  * q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], dout [B, Hq, Tq, Dv]; dq, dk,
  * dv shaped like q, k, v. Grouped heads: dk and dv sum the contributions of all query
  * heads that read a kv head. Softmax rows are recomputed from q and k (nothing of
  * size Tq x Tk is stored or taken as input). */
-lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
-                                    const lm_tensor_view *v, const lm_tensor_view *dout, float scale, int causal,
-                                    const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv);
+LM_API lm_status lm_attention_backward_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                           const lm_tensor_view *v, const lm_tensor_view *dout, float scale, int causal,
+                                           const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv);
 /* The gradients of lm_attention_window_out (window 0: the above). */
-lm_status lm_attention_backward_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
-                                           const lm_tensor_view *v, const lm_tensor_view *dout, float scale,
-                                           int causal, int64_t window, const lm_tensor_view *dq,
-                                           const lm_tensor_view *dk, const lm_tensor_view *dv);
+LM_API lm_status lm_attention_backward_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                                  const lm_tensor_view *v, const lm_tensor_view *dout, float scale,
+                                                  int causal, int64_t window, const lm_tensor_view *dq,
+                                                  const lm_tensor_view *dk, const lm_tensor_view *dv);
 
 /* ---- embedding (lm_embedding_out) -------------------------------------------------------------
  * ids [...] (i32/i64), dout [..., D]; dtable [V, D] is written completely: row v is
  * the sum of dout over every position whose id is v (duplicates add; unused rows
  * are 0). An id outside [0, V) is LM_OUT_OF_RANGE and nothing is written. */
-lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                    const lm_tensor_view *dtable);
+LM_API lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                           const lm_tensor_view *dtable);
 
 /* ---- cross-entropy (lm_cross_entropy_out: mean over counted rows) -----------------------------
  * dlogits[r, :] = dloss * (softmax(logits[r, :]) - onehot(targets[r])) / counted for
  * rows whose target is not ignore_index, 0 for ignored rows (all rows when none is
  * counted). dloss is an f32 scalar view (dL/dloss) so the whole backward stays on
  * the device. */
-lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
-                                        int64_t ignore_index, const lm_tensor_view *dloss,
-                                        const lm_tensor_view *dlogits);
+LM_API lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *targets,
+                                               int64_t ignore_index, const lm_tensor_view *dloss,
+                                               const lm_tensor_view *dlogits);
 
 /* ---- fused output projection + cross-entropy --------------------------------------------------
  * loss = mean over counted rows r of CE(x[r, :] @ w^T, targets[r]) with x [N, H],
@@ -88,13 +88,13 @@ lm_status lm_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *logit
  * rows, at least 1). The backward recomputes each chunk's logits (one extra
  * N*V*H multiply-add pass) instead of storing them. loss is an f32 scalar; all rows
  * ignored gives NaN, as lm_cross_entropy_out. */
-lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
-                                      const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss);
+LM_API lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                             const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss);
 /* dx [N, H] and dw [V, H] of the loss above, scaled by the f32 scalar dloss. */
-lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
-                                               const lm_tensor_view *targets, int64_t ignore_index,
-                                               const lm_tensor_view *dloss, const lm_tensor_view *dx,
-                                               const lm_tensor_view *dw);
+LM_API lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                                      const lm_tensor_view *targets, int64_t ignore_index,
+                                                      const lm_tensor_view *dloss, const lm_tensor_view *dx,
+                                                      const lm_tensor_view *dw);
 
 /* ---- optimizer operators -------------------------------------------------------------------------
  * One AdamW step (Loshchilov & Hutter; torch.optim.AdamW's arithmetic) over n tensors
@@ -114,13 +114,13 @@ typedef struct lm_adamw_hparams {
     double grad_scale; /* gradients are multiplied by this first; 1 = none */
 } lm_adamw_hparams;
 
-lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
-                          const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
-                          const lm_adamw_hparams *hp);
+LM_API lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                                 const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                                 const lm_adamw_hparams *hp);
 
 /* out (an f32 scalar) = sum over the n tensors of sum(x^2), accumulated in double:
  * the squared global gradient norm for clipping. n = 0 gives 0. */
-lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const lm_tensor_view *out);
+LM_API lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const lm_tensor_view *out);
 
 #ifdef __cplusplus
 }

@@ -33,20 +33,20 @@ typedef struct lm_plan_machine lm_plan_machine;
 /* Presets: "ipu21" (1,472 tiles x 624 KiB, 1.5 GHz; constants and sources in
  * docs/PLAN.md), "small16" (16 tiles x 64 KiB) and "small4" (4 tiles x 32 KiB) with
  * ipu21's per-tile rates. LM_NOT_FOUND for other names. */
-lm_status lm_plan_machine_preset(const char *name, lm_plan_machine **out);
+LM_API lm_status lm_plan_machine_preset(const char *name, lm_plan_machine **out);
 /* A JSON object (see docs/PLAN.md): "base" names a preset to start from, other keys
  * override it. Errors name the source and the field (LM_PARSE_ERROR). */
-lm_status lm_plan_machine_parse(const char *json, const char *source, lm_plan_machine **out);
-lm_status lm_plan_machine_load(const char *path, lm_plan_machine **out);
-void lm_plan_machine_destroy(lm_plan_machine *m);
-const char *lm_plan_machine_name(const lm_plan_machine *m);
-int64_t lm_plan_machine_tiles(const lm_plan_machine *m);
-int64_t lm_plan_machine_sram_bytes(const lm_plan_machine *m); /* per tile */
-double lm_plan_machine_clock_hz(const lm_plan_machine *m);
+LM_API lm_status lm_plan_machine_parse(const char *json, const char *source, lm_plan_machine **out);
+LM_API lm_status lm_plan_machine_load(const char *path, lm_plan_machine **out);
+LM_API void lm_plan_machine_destroy(lm_plan_machine *m);
+LM_API const char *lm_plan_machine_name(const lm_plan_machine *m);
+LM_API int64_t lm_plan_machine_tiles(const lm_plan_machine *m);
+LM_API int64_t lm_plan_machine_sram_bytes(const lm_plan_machine *m); /* per tile */
+LM_API double lm_plan_machine_clock_hz(const lm_plan_machine *m);
 /* Matrix-unit FLOP per cycle per tile for operands of dtype (f16 or f32), 0 otherwise. */
-double lm_plan_machine_matmul_flops(const lm_plan_machine *m, lm_dtype dt);
+LM_API double lm_plan_machine_matmul_flops(const lm_plan_machine *m, lm_dtype dt);
 /* The complete description as a JSON object; caller frees *out with lm_free. */
-lm_status lm_plan_machine_to_json(const lm_plan_machine *m, char **out);
+LM_API lm_status lm_plan_machine_to_json(const lm_plan_machine *m, char **out);
 
 /* ---- workloads --------------------------------------------------------------------------- */
 typedef enum lm_plan_workload_kind {
@@ -65,10 +65,10 @@ typedef struct lm_plan_workload {
 } lm_plan_workload;
 
 /* SigLIP sizes: 729 tokens, width 1152, hidden 4304, 16 heads; gemm 4096^3; f16. */
-void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w);
-lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out);
+LM_API void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w);
+LM_API lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out);
 /* "gemm", "mlp", "attention", "mlp-repeat"; NULL for invalid kinds. */
-const char *lm_plan_workload_name(lm_plan_workload_kind kind);
+LM_API const char *lm_plan_workload_name(lm_plan_workload_kind kind);
 
 /* ---- compile ----------------------------------------------------------------------------- */
 typedef enum lm_plan_attention {
@@ -89,12 +89,12 @@ typedef struct lm_plan_options {
                               op the grid does not fit fails naming it; a matmul pattern runs materialized */
 } lm_plan_options;
 
-void lm_plan_options_default(lm_plan_options *o);
+LM_API void lm_plan_options_default(lm_plan_options *o);
 
 typedef struct lm_plan lm_plan;
 /* Plans g for m. LM_UNSUPPORTED (with the op and the reason) when no plan fits. */
-lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out);
-void lm_plan_destroy(lm_plan *p);
+LM_API lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_plan_options *o, lm_plan **out);
+LM_API void lm_plan_destroy(lm_plan *p);
 
 typedef struct lm_plan_summary {
     double predicted_cycles;   /* the planner's cost of the chosen mid program */
@@ -111,15 +111,15 @@ typedef struct lm_plan_summary {
     int64_t planner_peak_bytes; /* largest planner working memory (bytes) */
 } lm_plan_summary;
 
-lm_status lm_plan_get_summary(const lm_plan *p, lm_plan_summary *out);
+LM_API lm_status lm_plan_get_summary(const lm_plan *p, lm_plan_summary *out);
 /* The chosen plan: per graph op its implementation, then the mid program. Caller frees
  * *out with lm_free. */
-lm_status lm_plan_describe(const lm_plan *p, char **out);
+LM_API lm_status lm_plan_describe(const lm_plan *p, char **out);
 /* Runs the independent checkers on the low program: SRAM ownership (no live value is
  * overwritten, every access in bounds) and exchange hazards (one send and one receive
  * stream per tile per slot, no write overlapping another write or a read in the
  * same phase). LM_INTERNAL with the first violation in the detail. */
-lm_status lm_plan_check(const lm_plan *p);
+LM_API lm_status lm_plan_check(const lm_plan *p);
 
 /* ---- simulation ------------------------------------------------------------------------- */
 typedef struct lm_plan_sim lm_plan_sim;
@@ -146,12 +146,12 @@ typedef struct lm_plan_sim_options {
     void *fill_user;      /* passed to fill, borrowed */
 } lm_plan_sim_options;
 
-void lm_plan_sim_options_default(lm_plan_sim_options *o);
+LM_API void lm_plan_sim_options_default(lm_plan_sim_options *o);
 /* Executes the low program on real data and compares every checkpoint and output
  * with the CPU reference (which reads the same data). Returns LM_OK even when a
  * check fails: see the summary. */
-lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_plan_sim **out);
-void lm_plan_sim_destroy(lm_plan_sim *s);
+LM_API lm_status lm_plan_simulate(const lm_plan *p, const lm_plan_sim_options *o, lm_plan_sim **out);
+LM_API void lm_plan_sim_destroy(lm_plan_sim *s);
 
 typedef struct lm_plan_sim_summary {
     double cycles; /* total simulated cycles */
@@ -170,21 +170,21 @@ typedef struct lm_plan_check_result {
     int pass;
 } lm_plan_check_result;
 
-lm_status lm_plan_sim_get_summary(const lm_plan_sim *s, lm_plan_sim_summary *out);
-int lm_plan_sim_check_count(const lm_plan_sim *s);
-lm_status lm_plan_sim_check_get(const lm_plan_sim *s, int i, lm_plan_check_result *out);
+LM_API lm_status lm_plan_sim_get_summary(const lm_plan_sim *s, lm_plan_sim_summary *out);
+LM_API int lm_plan_sim_check_count(const lm_plan_sim *s);
+LM_API lm_status lm_plan_sim_check_get(const lm_plan_sim *s, int i, lm_plan_check_result *out);
 /* The simulated value of the program output named name (a value marked with
  * lm_graph_output): its n elements, dense row-major in the value's shape, as floats
  * (f16 values widened exactly) into dst, which the caller owns. LM_NOT_FOUND when no
  * output has that name (the detail lists the outputs), LM_SHAPE_MISMATCH when n is
  * not the output's element count, LM_INVALID_ARGUMENT when two outputs share it. */
-lm_status lm_plan_sim_output(const lm_plan_sim *s, const char *name, float *dst, int64_t n);
+LM_API lm_status lm_plan_sim_output(const lm_plan_sim *s, const char *name, float *dst, int64_t n);
 
 /* ---- reports (caller frees *out with lm_free) -------------------------------------------- */
-lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
-lm_status lm_plan_report_json(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
+LM_API lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
+LM_API lm_status lm_plan_report_json(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
 /* Per-phase timeline (compute, exchange, sync) as an SVG document; needs a simulation. */
-lm_status lm_plan_timeline_svg(const lm_plan *p, const lm_plan_sim *s, char **out);
+LM_API lm_status lm_plan_timeline_svg(const lm_plan *p, const lm_plan_sim *s, char **out);
 
 #ifdef __cplusplus
 }

@@ -57,24 +57,24 @@ typedef struct lm_safetensors lm_safetensors;
  * and listed; only their info/find/tensor calls fail with LM_UNSUPPORTED. Gaps between
  * tensors and bytes after the last one are allowed. I/O failures are LM_IO_ERROR.
  * The caller owns *out: lm_safetensors_close. */
-lm_status lm_safetensors_open(const char *path, lm_safetensors **out);
-void lm_safetensors_close(lm_safetensors *st); /* accepts NULL */
+LM_API lm_status lm_safetensors_open(const char *path, lm_safetensors **out);
+LM_API void lm_safetensors_close(lm_safetensors *st); /* accepts NULL */
 
-const char *lm_safetensors_path(const lm_safetensors *st);
-int64_t lm_safetensors_count(const lm_safetensors *st); /* tensors, "__metadata__" excluded */
+LM_API const char *lm_safetensors_path(const lm_safetensors *st);
+LM_API int64_t lm_safetensors_count(const lm_safetensors *st); /* tensors, "__metadata__" excluded */
 /* Entries are ordered by name (strcmp). i outside [0, count) is LM_OUT_OF_RANGE.
  * LM_UNSUPPORTED (naming tensor, file and dtype string) for unsupported dtypes or
  * ranks; *entry is still filled (dtype = (lm_dtype)-1) so listings can show it. */
-lm_status lm_safetensors_info(const lm_safetensors *st, int64_t i, lm_safetensors_entry *entry);
+LM_API lm_status lm_safetensors_info(const lm_safetensors *st, int64_t i, lm_safetensors_entry *entry);
 /* As info, by name; LM_NOT_FOUND naming the tensor and the file. */
-lm_status lm_safetensors_find(const lm_safetensors *st, const char *name, lm_safetensors_entry *entry);
+LM_API lm_status lm_safetensors_find(const lm_safetensors *st, const char *name, lm_safetensors_entry *entry);
 /* The "__metadata__" value for key, or NULL. Borrowed, valid while st is open. */
-const char *lm_safetensors_metadata(const lm_safetensors *st, const char *key);
+LM_API const char *lm_safetensors_metadata(const lm_safetensors *st, const char *key);
 /* A contiguous CPU tensor of the named entry. Zero-copy over the mapping when the
  * data is aligned to its element size (always for files from the reference writer);
  * otherwise an aligned private copy, so typed element access is always safe. The
  * tensor keeps the mapping alive after lm_safetensors_close. Caller owns *out. */
-lm_status lm_safetensors_tensor(const lm_safetensors *st, const char *name, lm_tensor **out);
+LM_API lm_status lm_safetensors_tensor(const lm_safetensors *st, const char *name, lm_tensor **out);
 
 /* ---- a checkpoint directory ------------------------------------------------------ */
 typedef struct lm_checkpoint lm_checkpoint;
@@ -88,19 +88,19 @@ typedef struct lm_checkpoint lm_checkpoint;
  * "weight_map" object, maps a name to a non-string or to a path that leaves the
  * directory; any lm_safetensors_open error of a shard. Tensors present in a shard but
  * absent from the weight map are not exposed (as in transformers). Caller owns *out. */
-lm_status lm_checkpoint_open(const char *path, lm_checkpoint **out);
-void lm_checkpoint_close(lm_checkpoint *ck); /* accepts NULL */
+LM_API lm_status lm_checkpoint_open(const char *path, lm_checkpoint **out);
+LM_API void lm_checkpoint_close(lm_checkpoint *ck); /* accepts NULL */
 
-const char *lm_checkpoint_path(const lm_checkpoint *ck);
-int64_t lm_checkpoint_count(const lm_checkpoint *ck);
+LM_API const char *lm_checkpoint_path(const lm_checkpoint *ck);
+LM_API int64_t lm_checkpoint_count(const lm_checkpoint *ck);
 /* Names ordered by strcmp, for iteration: i in [0, count), NULL otherwise. Borrowed. */
-const char *lm_checkpoint_name(const lm_checkpoint *ck, int64_t i);
-int lm_checkpoint_file_count(const lm_checkpoint *ck); /* 1 unless sharded */
+LM_API const char *lm_checkpoint_name(const lm_checkpoint *ck, int64_t i);
+LM_API int lm_checkpoint_file_count(const lm_checkpoint *ck); /* 1 unless sharded */
 /* LM_NOT_FOUND naming the tensor and the checkpoint path; LM_UNSUPPORTED as
  * lm_safetensors_info. */
-lm_status lm_checkpoint_find(const lm_checkpoint *ck, const char *name, lm_safetensors_entry *entry);
+LM_API lm_status lm_checkpoint_find(const lm_checkpoint *ck, const char *name, lm_safetensors_entry *entry);
 /* As lm_safetensors_tensor; the tensor stays valid after lm_checkpoint_close. */
-lm_status lm_checkpoint_tensor(const lm_checkpoint *ck, const char *name, lm_tensor **out);
+LM_API lm_status lm_checkpoint_tensor(const lm_checkpoint *ck, const char *name, lm_tensor **out);
 
 #ifdef __cplusplus
 }

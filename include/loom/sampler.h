@@ -26,21 +26,21 @@ typedef struct lm_sampler_params {
 } lm_sampler_params;
 
 /* Defaults: sampling at temperature 1 with every filter off and seed 0. */
-lm_sampler_params lm_sampler_params_default(void);
+LM_API lm_sampler_params lm_sampler_params_default(void);
 
 typedef struct lm_sampler lm_sampler;
 
 /* Validates params (LM_INVALID_ARGUMENT naming the field) and allocates scratch for a
  * vocabulary of vocab_size entries. The caller owns *out: lm_sampler_destroy. */
-lm_status lm_sampler_create(const lm_sampler_params *params, int64_t vocab_size, lm_sampler **out);
-void lm_sampler_destroy(lm_sampler *s); /* accepts NULL */
+LM_API lm_status lm_sampler_create(const lm_sampler_params *params, int64_t vocab_size, lm_sampler **out);
+LM_API void lm_sampler_destroy(lm_sampler *s); /* accepts NULL */
 /* Restarts the random stream from seed. */
-void lm_sampler_reseed(lm_sampler *s, uint64_t seed);
+LM_API void lm_sampler_reseed(lm_sampler *s, uint64_t seed);
 /* Picks the next token from logits [vocab_size] (not modified) given the ids seen so
  * far (prompt + generated; may be NULL when n_history == 0). NaN logits are an error
  * (LM_INVALID_ARGUMENT), history ids outside the vocabulary too. */
-lm_status lm_sampler_sample(lm_sampler *s, const float *logits, const int32_t *history, size_t n_history,
-                            int32_t *out_id);
+LM_API lm_status lm_sampler_sample(lm_sampler *s, const float *logits, const int32_t *history, size_t n_history,
+                                   int32_t *out_id);
 
 #ifdef __cplusplus
 }

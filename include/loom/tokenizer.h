@@ -36,23 +36,23 @@ typedef struct lm_tokenizer lm_tokenizer;
 /* Loads a tokenizer.json file. Errors: LM_IO_ERROR (file), LM_PARSE_ERROR (bad JSON or
  * inconsistent vocabulary/merges), LM_UNSUPPORTED (a component type or option loom
  * does not implement; the detail names it). The caller owns *out. */
-lm_status lm_tokenizer_load(const char *path, lm_tokenizer **out);
+LM_API lm_status lm_tokenizer_load(const char *path, lm_tokenizer **out);
 /* The same from a JSON text of len bytes (need not be NUL-terminated). */
-lm_status lm_tokenizer_load_json(const char *json, size_t len, lm_tokenizer **out);
-void lm_tokenizer_destroy(lm_tokenizer *tok); /* accepts NULL */
+LM_API lm_status lm_tokenizer_load_json(const char *json, size_t len, lm_tokenizer **out);
+LM_API void lm_tokenizer_destroy(lm_tokenizer *tok); /* accepts NULL */
 
 /* Number of id slots: max id + 1 over the model vocabulary and the added tokens.
  * 0 for NULL. */
-int32_t lm_tokenizer_vocab_size(const lm_tokenizer *tok);
+LM_API int32_t lm_tokenizer_vocab_size(const lm_tokenizer *tok);
 
 /* Encodes len bytes of UTF-8 text. *ids is allocated with lm_malloc (caller frees
  * with lm_free; NULL when *n == 0). */
-lm_status lm_tokenizer_encode(const lm_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n);
+LM_API lm_status lm_tokenizer_encode(const lm_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n);
 /* Encodes into a caller buffer of cap ids. *n receives the number of ids the text
  * needs; when that exceeds cap the first cap ids are written and LM_OUT_OF_RANGE
  * is returned. */
-lm_status lm_tokenizer_encode_out(const lm_tokenizer *tok, const char *text, size_t len, int32_t *ids, size_t cap,
-                                  size_t *n);
+LM_API lm_status lm_tokenizer_encode_out(const lm_tokenizer *tok, const char *text, size_t len, int32_t *ids, size_t cap,
+                                         size_t *n);
 
 /* Decode flags. */
 enum {
@@ -64,20 +64,20 @@ enum {
  * exact byte string, which may be invalid UTF-8 when a multi-byte character is cut
  * between ids. *text is NUL-terminated (the NUL is not counted in *len), allocated
  * with lm_malloc. An id without a token is LM_OUT_OF_RANGE. */
-lm_status lm_tokenizer_decode(const lm_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags, char **text,
-                              size_t *len);
+LM_API lm_status lm_tokenizer_decode(const lm_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags, char **text,
+                                     size_t *len);
 
 /* The token string of id as stored in tokenizer.json (byte-level form, e.g. "Ġthe";
  * added tokens give their content). Borrowed, NUL-terminated, valid while tok lives.
  * Errors: LM_OUT_OF_RANGE. */
-lm_status lm_tokenizer_id_to_token(const lm_tokenizer *tok, int32_t id, const char **token, size_t *len);
+LM_API lm_status lm_tokenizer_id_to_token(const lm_tokenizer *tok, int32_t id, const char **token, size_t *len);
 /* The raw bytes id decodes to (e.g. " the"). Borrowed, valid while tok lives. */
-lm_status lm_tokenizer_id_to_bytes(const lm_tokenizer *tok, int32_t id, const char **bytes, size_t *len);
+LM_API lm_status lm_tokenizer_id_to_bytes(const lm_tokenizer *tok, int32_t id, const char **bytes, size_t *len);
 /* Looks up a token string (added-token content first, then the model vocabulary in
  * its tokenizer.json form). Errors: LM_NOT_FOUND. */
-lm_status lm_tokenizer_token_to_id(const lm_tokenizer *tok, const char *token, size_t len, int32_t *id);
+LM_API lm_status lm_tokenizer_token_to_id(const lm_tokenizer *tok, const char *token, size_t len, int32_t *id);
 /* 1 if id is an added token marked "special", else 0 (also for invalid ids). */
-int lm_tokenizer_is_special(const lm_tokenizer *tok, int32_t id);
+LM_API int lm_tokenizer_is_special(const lm_tokenizer *tok, int32_t id);
 
 /* ---- streaming decoder --------------------------------------------------------
  * Turns ids arriving one at a time (generation) into text that is always complete
@@ -87,15 +87,15 @@ int lm_tokenizer_is_special(const lm_tokenizer *tok, int32_t id);
 typedef struct lm_tokenizer_stream lm_tokenizer_stream;
 
 /* flags: LM_TOKENIZER_SKIP_SPECIAL or 0. The stream borrows tok (must outlive it). */
-lm_status lm_tokenizer_stream_create(const lm_tokenizer *tok, unsigned flags, lm_tokenizer_stream **out);
-void lm_tokenizer_stream_destroy(lm_tokenizer_stream *s); /* accepts NULL */
+LM_API lm_status lm_tokenizer_stream_create(const lm_tokenizer *tok, unsigned flags, lm_tokenizer_stream **out);
+LM_API void lm_tokenizer_stream_destroy(lm_tokenizer_stream *s); /* accepts NULL */
 /* Adds one id; *text and *len receive the newly completed text (possibly empty). The
  * buffer is owned by the stream and valid until its next call. On error the
  * stream is unchanged. */
-lm_status lm_tokenizer_stream_push(lm_tokenizer_stream *s, int32_t id, const char **text, size_t *len);
+LM_API lm_status lm_tokenizer_stream_push(lm_tokenizer_stream *s, int32_t id, const char **text, size_t *len);
 /* Ends the sequence: returns the held-back bytes (an incomplete character becomes
  * U+FFFD) and resets the stream for a new sequence. */
-lm_status lm_tokenizer_stream_flush(lm_tokenizer_stream *s, const char **text, size_t *len);
+LM_API lm_status lm_tokenizer_stream_flush(lm_tokenizer_stream *s, const char **text, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -35,36 +35,36 @@ typedef struct lm_lr_schedule {
     int64_t warmup, total;
 } lm_lr_schedule;
 
-double lm_lr_at(const lm_lr_schedule *s, int64_t step);
+LM_API double lm_lr_at(const lm_lr_schedule *s, int64_t step);
 /* "cosine", "linear", "constant" -> kind; LM_INVALID_ARGUMENT otherwise. */
-lm_status lm_lr_schedule_parse(const char *name, lm_lr_schedule_kind *out);
+LM_API lm_status lm_lr_schedule_parse(const char *name, lm_lr_schedule_kind *out);
 
 /* ---- the training model -------------------------------------------------------------------- */
 typedef struct lm_train_model lm_train_model;
 
 /* A Hugging Face directory (config.json + safetensors in f32, bf16 or f16): weights
  * widened to f32 master copies on device. Caller owns *out. */
-lm_status lm_train_model_load(const char *dir, lm_device device, lm_train_model **out);
+LM_API lm_status lm_train_model_load(const char *dir, lm_device device, lm_train_model **out);
 /* A fresh model from a config.json file, initialised as transformers does: Linear
  * weights and embeddings N(0, initializer_range^2) (0.02 when absent), biases 0, norm
  * weights 1, drawn from lm_rng seeded with seed (the same seed gives the same bits). */
-lm_status lm_train_model_init(const char *config_path, uint64_t seed, lm_device device, lm_train_model **out);
-void lm_train_model_destroy(lm_train_model *m); /* accepts NULL */
+LM_API lm_status lm_train_model_init(const char *config_path, uint64_t seed, lm_device device, lm_train_model **out);
+LM_API void lm_train_model_destroy(lm_train_model *m); /* accepts NULL */
 
-const lm_model_config *lm_train_model_config(const lm_train_model *m);
-lm_device lm_train_model_device(const lm_train_model *m);
-int64_t lm_train_model_numel(const lm_train_model *m); /* trainable scalars */
-lm_dtype lm_train_model_compute_dtype(const lm_train_model *m);
+LM_API const lm_model_config *lm_train_model_config(const lm_train_model *m);
+LM_API lm_device lm_train_model_device(const lm_train_model *m);
+LM_API int64_t lm_train_model_numel(const lm_train_model *m); /* trainable scalars */
+LM_API lm_dtype lm_train_model_compute_dtype(const lm_train_model *m);
 /* LM_F32 on any device; LM_BF16 on a CUDA model (LM_UNSUPPORTED elsewhere): each
  * forward then refreshes one bf16 copy of the weights from the f32 masters and runs
  * every operator in bf16 (f32 accumulation inside), with the loss in f32 and the
  * gradients added into the f32 gradient buffer. */
-lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt);
+LM_API lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt);
 /* Training FLOPs per token at sequence length T, the usual model-FLOPs count:
  * 6 x (weights of every matmul, the output projection included) + 12 x layers x
  * query heads x head_dim x T (attention scores and mixing, causal mask ignored).
  * MFU = tokens/s x this / peak FLOP/s. */
-double lm_train_model_flops_per_token(const lm_train_model *m, int64_t T);
+LM_API double lm_train_model_flops_per_token(const lm_train_model *m, int64_t T);
 
 /* Parameter i in the Hugging Face order of lm_model_config_tensor (tied models have
  * no lm_head.weight): its name, f32 value and gradient views (borrowed, valid while m
@@ -75,33 +75,33 @@ typedef struct lm_train_param {
     lm_tensor_view grad;  /* f32, the accumulated gradient */
     int decay;
 } lm_train_param;
-int lm_train_model_param_count(const lm_train_model *m);
-lm_status lm_train_model_param(const lm_train_model *m, int i, lm_train_param *out);
+LM_API int lm_train_model_param_count(const lm_train_model *m);
+LM_API lm_status lm_train_model_param(const lm_train_model *m, int i, lm_train_param *out);
 /* LM_NOT_FOUND naming the tensor. */
-lm_status lm_train_model_find(const lm_train_model *m, const char *name, lm_train_param *out);
+LM_API lm_status lm_train_model_find(const lm_train_model *m, const char *name, lm_train_param *out);
 
 /* Sets every gradient to 0. */
-lm_status lm_train_model_zero_grad(lm_train_model *m, lm_ctx *ctx);
+LM_API lm_status lm_train_model_zero_grad(lm_train_model *m, lm_ctx *ctx);
 /* One micro-batch: ids and targets [B, T] host int32 (targets equal to -100 are
  * ignored). Runs forward and backward and ADDS grad_scale * d(mean loss) to the
  * gradients (grad_scale = 1 / accumulation steps). *loss = the micro-batch's mean
  * loss. Positions are 0..T-1 in every row (causal attention within the row). */
-lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
-                                          int B, int64_t T, float grad_scale, float *loss);
+LM_API lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
+                                                 int B, int64_t T, float grad_scale, float *loss);
 /* The same mean loss without gradients (no_grad: no graph is kept). */
-lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
-                              int64_t T, float *loss);
+LM_API lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
+                                     int64_t T, float *loss);
 /* Logits of one sequence of T ids: logits [T, vocab] host f32. */
-lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, int64_t T, float *logits);
+LM_API lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, int64_t T, float *logits);
 /* The global gradient norm sqrt(sum of squares over all gradients). */
-lm_status lm_train_model_grad_norm(lm_train_model *m, lm_ctx *ctx, double *norm);
+LM_API lm_status lm_train_model_grad_norm(lm_train_model *m, lm_ctx *ctx, double *norm);
 
 /* Writes a Hugging Face directory into dir (which must exist): model.safetensors (f32
  * master weights, tied models without lm_head.weight), config.json (the source config
  * with torch_dtype float32), generation_config.json when the source directory had
  * one, and tokenizer.json from tokenizer_path, or from the source directory when
  * tokenizer_path is NULL and it has one. Each file is written atomically. */
-lm_status lm_train_model_save(const lm_train_model *m, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
+LM_API lm_status lm_train_model_save(const lm_train_model *m, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
 
 /* ---- AdamW --------------------------------------------------------------------------------------- */
 typedef struct lm_adamw_config {
@@ -111,12 +111,12 @@ typedef struct lm_adamw_config {
 
 typedef struct lm_optimizer lm_optimizer;
 /* Zeroed moments for every parameter of m (borrowed: must outlive the optimizer). */
-lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_optimizer **out);
-void lm_optimizer_destroy(lm_optimizer *o); /* accepts NULL */
-int64_t lm_optimizer_steps(const lm_optimizer *o); /* updates done so far */
-/* One multi-tensor AdamW update of every parameter with learning rate lr, gradients
- * multiplied by grad_scale (clipping) first. */
-lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad_scale);
+LM_API lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_optimizer **out);
+LM_API void lm_optimizer_destroy(lm_optimizer *o); /* accepts NULL */
+LM_API int64_t lm_optimizer_steps(const lm_optimizer *o); /* updates done so far */
+/* One AdamW update of every parameter (one lm_adamw_update call over all of them) with
+ * learning rate lr, gradients multiplied by grad_scale (clipping) first. */
+LM_API lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad_scale);
 
 /* ---- the training loop ------------------------------------------------------------------------------ */
 typedef struct lm_train_options {
@@ -133,7 +133,7 @@ typedef struct lm_train_options {
 
 /* steps 100, batch 8, seq 256, accum 1, cosine, lr 3e-4, min_lr 3e-5, warmup 10,
  * clip 1.0, AdamW (0.9, 0.95, 1e-8, weight decay 0.1). */
-void lm_train_options_default(lm_train_options *o);
+LM_API void lm_train_options_default(lm_train_options *o);
 
 typedef struct lm_train_step_info {
     int64_t step;     /* 1-based number of the step just taken */
@@ -146,29 +146,29 @@ typedef struct lm_train_step_info {
 typedef struct lm_trainer lm_trainer;
 /* model and data are borrowed (must outlive the trainer). LM_INVALID_ARGUMENT for
  * options out of range or data whose vocabulary exceeds the model's. */
-lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const lm_train_options *o,
-                            lm_trainer **out);
-void lm_trainer_destroy(lm_trainer *t); /* accepts NULL */
-int64_t lm_trainer_step_count(const lm_trainer *t);
+LM_API lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const lm_train_options *o,
+                                   lm_trainer **out);
+LM_API void lm_trainer_destroy(lm_trainer *t); /* accepts NULL */
+LM_API int64_t lm_trainer_step_count(const lm_trainer *t);
 /* One optimizer step: zero gradients, grad_accum micro-batches of forward + backward,
  * clip, AdamW at the scheduled learning rate. */
-lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info);
+LM_API lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info);
 /* Mean loss over the first `batches` batches of val (rewound first, so every
  * evaluation sees the same data). */
-lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, int64_t batches, double *loss);
+LM_API lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, int64_t batches, double *loss);
 
 /* A checkpoint: lm_train_model_save's files plus train_state.bin (optimizer moments,
  * step, data loader position with its RNG, batch geometry, checksummed), built in a
  * temporary sibling directory and renamed to dir, so dir is either the old or the
  * complete new checkpoint. */
-lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
+LM_API lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
 /* Restores optimizer moments, step and data position from dir/train_state.bin. The
  * model must already hold dir's weights (lm_train_model_load(dir)). Errors:
  * LM_IO_ERROR; LM_PARSE_ERROR naming the file and what is wrong (magic, version,
  * truncation, checksum); LM_SHAPE_MISMATCH when the state belongs to a model of
  * another size; LM_INVALID_ARGUMENT when batch, seq or grad_accum differ (the resumed
  * run would not replay the same batches). Nothing changes on failure. */
-lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir);
+LM_API lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir);
 
 #ifdef __cplusplus
 }

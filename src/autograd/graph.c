@@ -163,20 +163,9 @@ lm_status lm__ag_check_inputs(const lm_ag *ag, const char *op, int n, lm_ag_var 
 }
 
 lm_status lm__ag_push(lm_ag *ag, const lm__ag_node *node) {
-    if (ag->nnodes == ag->cap_nodes) {
-        int64_t cap = ag->cap_nodes ? 2 * ag->cap_nodes : 64;
-        lm__ag_node *grown = lm__calloc((size_t)cap, sizeof *grown);
-        if (!grown) {
-            for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(node->saved[s]);
-            return LM_OUT_OF_MEMORY;
-        }
-        if (ag->nnodes) memcpy(grown, ag->nodes, (size_t)ag->nnodes * sizeof *grown);
-        lm__free(ag->nodes);
-        ag->nodes = grown;
-        ag->cap_nodes = cap;
-    }
-    ag->nodes[ag->nnodes++] = *node;
-    return LM_OK;
+    if (LM__PUSH(ag->nodes, ag->nnodes, ag->cap_nodes, *node) == LM_OK) return LM_OK;
+    for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(node->saved[s]);
+    return LM_OUT_OF_MEMORY;
 }
 
 lm_status lm__ag_tensor(lm_ag *ag, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out) {

@@ -53,34 +53,21 @@ lm_status lm_file_read_all(const char *path, char **out, size_t *size) {
     if (size) *size = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return lm__error(LM_IO_ERROR, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = lm__alloc(cap, 16);
-    if (!buf) {
-        fclose(f);
-        return LM_OUT_OF_MEMORY;
-    }
-    for (;;) {
-        if (len + 1 == cap) {
-            char *nb = lm__alloc(cap * 2, 16);
-            if (!nb) {
-                lm__free(buf);
-                fclose(f);
-                return LM_OUT_OF_MEMORY;
-            }
-            memcpy(nb, buf, len);
-            lm__free(buf);
-            buf = nb;
-            cap *= 2;
-        }
-        size_t n = fread(buf + len, 1, cap - 1 - len, f);
+    char *buf = NULL;
+    size_t len = 0;
+    int64_t cap = 0;
+    lm_status st;
+    /* room for at least one more byte and the NUL; the first buffer is 4 KiB */
+    while ((st = lm__reserve((void **)&buf, &cap, LM_MAX((int64_t)len + 2, 4096), 1)) == LM_OK) {
+        size_t n = fread(buf + len, 1, (size_t)cap - 1 - len, f);
         len += n;
         if (n == 0) break;
     }
     int err = ferror(f);
     fclose(f);
-    if (err) {
+    if (st != LM_OK || err) {
         lm__free(buf);
-        return lm__error(LM_IO_ERROR, "read error on '%s'", path);
+        return st != LM_OK ? st : lm__error(LM_IO_ERROR, "read error on '%s'", path);
     }
     buf[len] = '\0';
     *out = buf;

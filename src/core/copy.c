@@ -15,6 +15,8 @@
 #include <math.h>
 #include <string.h>
 
+_Static_assert(LM_MAX_DIMS <= LM__COPY_MAX_DIMS, "the runtime's strided copies walk at most LM__COPY_MAX_DIMS dims");
+
 static int same_shape(const lm_tensor_view *a, const lm_tensor_view *b) {
     if (a->ndim != b->ndim) return 0;
     for (int i = 0; i < a->ndim; i++)

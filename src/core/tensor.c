@@ -6,7 +6,6 @@
  * copy elements.
  */
 #include "base/internal.h"
-#include "loom/ops.h"
 #include "loom/tensor.h"
 
 #include <math.h>

@@ -216,6 +216,7 @@ lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, c
 
 lm_status lm__graph_begin_op(const lm_graph *g, const void *out, const char *name, char *buf, size_t n,
                              const char **nm) {
+    *nm = "?"; /* set on every path: callers name the op in their errors */
     if (!g || !out) return lm__error(LM_INVALID_ARGUMENT, "graph: NULL argument");
     *nm = op_label(g, name, buf, n);
     return check_name("op", *nm);

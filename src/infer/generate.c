@@ -18,19 +18,12 @@ typedef struct stop_filter {
     int n_stop;
     size_t longest;
     char *held; /* [cap] text not yet delivered */
-    size_t len, cap;
+    size_t len;
+    int64_t cap; /* int64_t: lm__reserve's capacity type */
 } stop_filter;
 
 static lm_status held_append(stop_filter *f, const char *text, size_t n) {
-    if (f->len + n + 1 > f->cap) {
-        size_t cap = (f->len + n + 1) * 2;
-        char *grown = lm__alloc(cap, 16);
-        if (!grown) return LM_OUT_OF_MEMORY;
-        if (f->len) memcpy(grown, f->held, f->len);
-        lm__free(f->held);
-        f->held = grown;
-        f->cap = cap;
-    }
+    LM_TRY(lm__reserve((void **)&f->held, &f->cap, (int64_t)(f->len + n + 1), 1));
     memcpy(f->held + f->len, text, n);
     f->len += n;
     return LM_OK;

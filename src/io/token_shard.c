@@ -140,18 +140,7 @@ static lm_status append_file(const lm_tokenizer *tok, const char *path, int32_t 
     LM_TRY(lm_file_read_all(path, &text, &size));
     lm_status st = lm_tokenizer_encode(tok, text, size, &part, &n);
     if (st != LM_OK) st = lm__error_context(st, "data prepare: '%s'", path);
-    int64_t need = *len + (int64_t)n + 1;
-    if (st == LM_OK && need > *cap) {
-        int64_t grown = LM_MAX(need, 2 * *cap);
-        int32_t *bigger = lm__alloc((size_t)grown * sizeof *bigger, 64);
-        if (!bigger) st = LM_OUT_OF_MEMORY;
-        else {
-            if (*len) memcpy(bigger, *ids, (size_t)*len * sizeof *bigger);
-            lm__free(*ids);
-            *ids = bigger;
-            *cap = grown;
-        }
-    }
+    if (st == LM_OK) st = lm__reserve((void **)ids, cap, *len + (int64_t)n + 1, sizeof **ids);
     if (st == LM_OK) {
         if (n) memcpy(*ids + *len, part, n * sizeof *part);
         *len += (int64_t)n;

@@ -58,7 +58,7 @@ lm_status lm__tok_parse_added(lm_tokenizer *tok, json_t *root) {
 
 /* ---- trie ---------------------------------------------------------------------------- */
 static lm_status trie_new_node(lm__tok_trie *t, uint8_t byte, int32_t *out) {
-    LM_TRY(lm__tok_grow((void **)&t->nodes, &t->cap, t->count + 1, sizeof *t->nodes));
+    LM_TRY(lm__reserve((void **)&t->nodes, &t->cap, (int64_t)t->count + 1, sizeof *t->nodes));
     t->nodes[t->count] = (lm__tok_trie_node){-1, -1, -1, byte};
     *out = (int32_t)t->count++;
     return LM_OK;
@@ -96,7 +96,7 @@ lm_status lm__tok_build_tries(lm_tokenizer *tok) {
         LM_TRY(trie_new_node(ts[k], 0, &root));
     }
     int32_t *ucs = NULL;
-    size_t ucs_cap = 0;
+    int64_t ucs_cap = 0;
     lm_status s = LM_OK;
     /* Hugging Face inserts special tokens before the others; with unique contents the
      * order does not matter, with repeated contents the later entry wins in both. */

@@ -12,20 +12,6 @@
 
 #include <string.h>
 
-lm_status lm__tok_grow(void **data, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return LM_OK;
-    size_t ncap = *cap ? *cap * 2 : 64;
-    if (ncap < need) ncap = need;
-    if (ncap > SIZE_MAX / elem) return lm__error(LM_OUT_OF_MEMORY, "tokenizer: buffer of %zu elements overflows", need);
-    void *p = lm__alloc(ncap * elem, 64);
-    if (!p) return LM_OUT_OF_MEMORY;
-    if (*data) memcpy(p, *data, *cap * elem);
-    lm__free(*data);
-    *data = p;
-    *cap = ncap;
-    return LM_OK;
-}
-
 /* 8 bytes per step, multiply-xorshift mixing; good enough spread for power-of-two tables. */
 uint64_t lm__tok_hash(const void *p, size_t n) {
     const uint8_t *s = p;
@@ -193,9 +179,7 @@ void lm__tok_state_destroy(lm__tok_state *st) {
 }
 
 lm_status lm__tok_push_id(lm__tok_state *st, int32_t id) {
-    if (st->n_out == st->out_cap) LM_TRY(lm__tok_grow((void **)&st->out, &st->out_cap, st->n_out + 1, sizeof(int32_t)));
-    st->out[st->n_out++] = id;
-    return LM_OK;
+    return LM__PUSH(st->out, st->n_out, st->out_cap, id);
 }
 
 /* ---- word cache ------------------------------------------------------------------------ */
@@ -334,7 +318,7 @@ static lm_status bpe_word(const lm_tokenizer *tok, lm__tok_state *st, const uint
     LM_TRY(reserve_symbols(st, n));
     size_t count = 0;
     LM_TRY(initial_symbols(tok, st, p, n, &count));
-    LM_TRY(lm__tok_grow((void **)&st->heap, &st->heap_cap, 3 * count + 1, sizeof(lm__tok_heap_item)));
+    LM_TRY(lm__reserve((void **)&st->heap, &st->heap_cap, 3 * (int64_t)count + 1, sizeof(lm__tok_heap_item)));
     size_t nh = 0;
     for (size_t i = 0; i + 1 < count; i++) push_pair(tok, st, &nh, (int32_t)i);
     while (nh) {
@@ -359,7 +343,7 @@ static lm_status bpe_word(const lm_tokenizer *tok, lm__tok_state *st, const uint
 /* ignore_merges: a piece that is itself a vocabulary token is emitted whole. */
 static int32_t whole_word_id(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *p, size_t n) {
     if (!tok->byte_level) return lm__tok_vocab_find(&tok->vocab, p, n);
-    if (lm__tok_grow((void **)&st->word, &st->word_cap, 2 * n, 1) != LM_OK) return -2;
+    if (lm__reserve((void **)&st->word, &st->word_cap, 2 * (int64_t)n, 1) != LM_OK) return -2;
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
         st->word[w++] = tok->byte_utf8[p[i]][0];
@@ -376,7 +360,7 @@ lm_status lm__tok_bpe_piece(const lm_tokenizer *tok, lm__tok_state *st, const ui
         h = lm__tok_hash(p, n);
         const lm__tok_cache_entry *c = cache_get(st, h, p, n);
         if (c) {
-            LM_TRY(lm__tok_grow((void **)&st->out, &st->out_cap, st->n_out + c->ids_len, sizeof(int32_t)));
+            LM_TRY(lm__reserve((void **)&st->out, &st->out_cap, (int64_t)(st->n_out + c->ids_len), sizeof(int32_t)));
             memcpy(st->out + st->n_out, st->cache_ids + c->ids_off, c->ids_len * sizeof(int32_t));
             st->n_out += c->ids_len;
             return LM_OK;

@@ -26,9 +26,6 @@
 enum { LM__KIND_MODEL = 1, LM__KIND_ADDED = 2, LM__KIND_SPECIAL = 4 };
 
 /* ---- small helpers ------------------------------------------------------------- */
-/* Grows *data (elements of elem bytes, capacity *cap) to hold at least need elements,
- * keeping the first *cap elements. Amortized doubling. */
-lm_status lm__tok_grow(void **data, size_t *cap, size_t need, size_t elem);
 uint64_t lm__tok_hash(const void *p, size_t n);
 
 /* Classifies the UTF-8 sequence at s[0..n), n >= 1. Returns its length; *kind is 0 for
@@ -112,7 +109,8 @@ typedef struct lm__tok_trie_node {
 
 typedef struct lm__tok_trie {
     lm__tok_trie_node *nodes; /* [cap]; node 0 is the root */
-    size_t count, cap;
+    size_t count;
+    int64_t cap; /* int64_t: lm__reserve's capacity type */
     int32_t first[256]; /* root's child per first byte (-1 none): skips most positions at once */
 } lm__tok_trie;
 
@@ -148,7 +146,9 @@ typedef struct lm__tok_state {
     int32_t *sym_id, *sym_prev, *sym_next; /* [sym_cap] BPE symbol linked list */
     lm__tok_heap_item *heap;               /* [heap_cap] pending merges */
     int32_t *out;                          /* [out_cap] ids of the current encode */
-    size_t ucs_cap, text2_cap, pa_cap, pb_cap, ev_cap, word_cap, sym_cap, heap_cap, out_cap;
+    /* int64_t: lm__reserve's capacity type */
+    int64_t ucs_cap, text2_cap, pa_cap, pb_cap, ev_cap, word_cap, heap_cap, out_cap;
+    size_t sym_cap;
     size_t n_out;
     /* word cache (absent in temporary states): fixed arenas, cleared when full */
     uint32_t *cache_slots; /* [LM__TOK_CACHE_SLOTS] entry + 1; 0 = empty */
@@ -208,7 +208,7 @@ lm_status lm__tok_parse_normalizer(lm_tokenizer *tok, json_t *j);
 lm_status lm__tok_parse_pretokenizer(lm_tokenizer *tok, json_t *j);
 void lm__tok_steps_free(lm_tokenizer *tok);
 /* NFC of s[0..n) into *ucs (grown as needed); *out points into *ucs or is s itself. */
-lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, size_t *ucs_cap, const uint8_t **out, size_t *out_n);
+lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, int64_t *ucs_cap, const uint8_t **out, size_t *out_n);
 /* Runs the pre-tokenizer steps on s[0..n): pieces end in st->pa[0..*count), with
  * offsets into *base. */
 lm_status lm__tok_pretokenize(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,

@@ -98,7 +98,7 @@ static lm_status load_merges(lm_tokenizer *tok, json_t *merges) {
     if (n >= UINT32_MAX) return lm__error(LM_PARSE_ERROR, "tokenizer.json: too many merges");
     LM_TRY(lm__tok_merges_init(&tok->merges, n));
     char *buf = NULL; /* left || right */
-    size_t cap = 0;
+    int64_t cap = 0;
     lm_status s = LM_OK;
     for (size_t i = 0; i < n && s == LM_OK; i++) {
         const char *l = NULL, *r = NULL;
@@ -112,7 +112,7 @@ static lm_status load_merges(lm_tokenizer *tok, json_t *merges) {
                           a < 0 ? (int)ln : (int)rn, a < 0 ? l : r);
             break;
         }
-        s = lm__tok_grow((void **)&buf, &cap, ln + rn, 1);
+        s = lm__reserve((void **)&buf, &cap, (int64_t)(ln + rn), 1);
         if (s != LM_OK) break;
         memcpy(buf, l, ln);
         memcpy(buf + ln, r, rn);

@@ -62,7 +62,7 @@ static int nfc_inert(uint32_t cp) {
     return lo < sizeof k_nfc_inert / sizeof k_nfc_inert[0] && k_nfc_inert[lo][0] <= cp;
 }
 
-lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, size_t *ucs_cap, const uint8_t **out, size_t *out_n) {
+lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, int64_t *ucs_cap, const uint8_t **out, size_t *out_n) {
     *out = s, *out_n = n;
     size_t i = 0, clen;
     while (i < n && (s[i] < 0x80 || nfc_inert(lm__utf8_decode(s + i, &clen)))) i += s[i] < 0x80 ? 1 : clen;
@@ -71,16 +71,14 @@ lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, size_t *ucs_cap
     for (;;) {
         utf8proc_ssize_t k = utf8proc_decompose(s, (utf8proc_ssize_t)n, *ucs, (utf8proc_ssize_t)*ucs_cap, opt);
         if (k < 0) return lm__error(LM_INTERNAL, "tokenizer: NFC failed: %s", utf8proc_errmsg(k));
-        if ((size_t)k < *ucs_cap) { /* +1: reencode writes a terminating NUL */
+        if (k < *ucs_cap) { /* +1: reencode writes a terminating NUL */
             utf8proc_ssize_t len = utf8proc_reencode(*ucs, k, opt);
             if (len < 0) return lm__error(LM_INTERNAL, "tokenizer: NFC failed: %s", utf8proc_errmsg(len));
             *out = (const uint8_t *)*ucs, *out_n = (size_t)len;
             return LM_OK;
         }
-        size_t cap = 0;
-        lm__free(*ucs), *ucs = NULL, *ucs_cap = 0;
-        LM_TRY(lm__tok_grow((void **)ucs, &cap, (size_t)k + 1, sizeof(int32_t)));
-        *ucs_cap = cap;
+        lm__free(*ucs), *ucs = NULL, *ucs_cap = 0; /* nothing to keep: decompose rewrites it */
+        LM_TRY(lm__reserve((void **)ucs, ucs_cap, (int64_t)k + 1, sizeof(int32_t)));
     }
 }
 
@@ -260,11 +258,9 @@ lm_status lm__tok_parse_pretokenizer(lm_tokenizer *tok, json_t *j) {
 }
 
 /* ---- running the steps ------------------------------------------------------------------------ */
-static lm_status push_piece(lm__tok_piece **list, size_t *cap, size_t *n, size_t off, size_t len) {
+static lm_status push_piece(lm__tok_piece **list, int64_t *cap, size_t *n, size_t off, size_t len) {
     if (!len) return LM_OK; /* Hugging Face drops empty splits */
-    if (*n == *cap) LM_TRY(lm__tok_grow((void **)list, cap, *n + 1, sizeof **list));
-    (*list)[(*n)++] = (lm__tok_piece){off, len};
-    return LM_OK;
+    return LM__PUSH(*list, *n, *cap, ((lm__tok_piece){off, len}));
 }
 
 /* All non-empty matches of step->re in the subject s[0..n), as events covering it. */
@@ -291,12 +287,12 @@ static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, const 
             at += clen;
             continue;
         }
-        LM_TRY(lm__tok_grow((void **)&st->ev, &st->ev_cap, k + 2, sizeof *st->ev));
+        LM_TRY(lm__reserve((void **)&st->ev, &st->ev_cap, (int64_t)k + 2, sizeof *st->ev));
         if (ms > prev) st->ev[k++] = (lm__tok_event){prev, ms, 0};
         st->ev[k++] = (lm__tok_event){ms, me, 1};
         prev = at = me;
     }
-    LM_TRY(lm__tok_grow((void **)&st->ev, &st->ev_cap, k + 1, sizeof *st->ev));
+    LM_TRY(lm__reserve((void **)&st->ev, &st->ev_cap, (int64_t)k + 1, sizeof *st->ev));
     if (prev < n) st->ev[k++] = (lm__tok_event){prev, n, 0};
     *count = k;
     return LM_OK;
@@ -305,7 +301,7 @@ static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, const 
 /* Applies the split behavior to the events (Hugging Face's NormalizedString::split
  * folds) and appends the resulting pieces, offset by base_off, to the list. */
 static lm_status apply_behavior(const lm__tok_step *step, lm__tok_event *ev, size_t k, size_t base_off,
-                                lm__tok_piece **list, size_t *cap, size_t *n) {
+                                lm__tok_piece **list, int64_t *cap, size_t *n) {
     if (step->invert)
         for (size_t i = 0; i < k; i++) ev[i].match = !ev[i].match;
     size_t m = 0; /* folded events are compacted into ev[0..m); .match now means "removed" */
@@ -338,7 +334,7 @@ static lm_status prefix_space(lm__tok_state *st, const uint8_t **base, size_t co
     size_t total = 0;
     for (size_t i = 0; i < count; i++) total += st->pa[i].len + 1;
     LM_ASSERT(*base != st->text2);
-    LM_TRY(lm__tok_grow((void **)&st->text2, &st->text2_cap, total, 1));
+    LM_TRY(lm__reserve((void **)&st->text2, &st->text2_cap, (int64_t)total, 1));
     size_t o = 0;
     for (size_t i = 0; i < count; i++) {
         const uint8_t *p = *base + st->pa[i].off;
@@ -370,7 +366,7 @@ lm_status lm__tok_pretokenize(const lm_tokenizer *tok, lm__tok_state *st, const 
             LM_TRY(apply_behavior(step, st->ev, k, st->pa[p].off, &st->pb, &st->pb_cap, &nb));
         }
         lm__tok_piece *t = st->pa;
-        size_t tc = st->pa_cap;
+        int64_t tc = st->pa_cap;
         st->pa = st->pb, st->pa_cap = st->pb_cap;
         st->pb = t, st->pb_cap = tc;
         na = nb;

@@ -2,8 +2,10 @@
  * out[..., M, N] = a[..., M, K] @ b[..., K, N]; both operands have ndim >= 2 and their
  * batch dims broadcast by numpy rules. a and out share one float dtype; b has a's
  * dtype, or is bf16/f16 when a is f32 (low-precision weights widened on the fly).
- * out must not overlap itself or share memory with a or b. Only the reference level
- * exists on the CPU so far.
+ * out must not overlap itself or share memory with a or b. Levels: the reference
+ * (ops/ref/matmul.c); the tuned CPU GEMM (ops/cpu/matmul.c) when the views map onto
+ * x [M, K] @ W[N, K]^T with unit inner strides; on CUDA, cuBLASLt when it takes the
+ * layout, else the readable kernel (the operator table's matmul).
  */
 #include "ops/alias.h"
 #include "ops/internal.h"

@@ -1,6 +1,7 @@
-/* ops/optim.c — public optimizer operators: one multi-tensor AdamW update and the sum
- * of squares over a list of tensors. Validation and dispatch (reference level on the
- * CPU, ops/cuda/optim.cu on CUDA). Every tensor of the list is checked before any is touched, so a bad entry
+/* ops/optim.c — public optimizer operators: one AdamW update over a list of tensors
+ * (one call; on CUDA one kernel launch per tensor) and the sum of squares over a list
+ * of tensors. Validation and dispatch (reference level on the CPU, ops/cuda/optim.cu
+ * on CUDA). Every tensor of the list is checked before any is touched, so a bad entry
  * leaves all parameters and moments unchanged.
  */
 #include "ops/backward_common.h"

@@ -161,23 +161,13 @@ static void grid_layouts(const gemm_shape *s, const int64_t *g, const lm__gvalue
     lm__plan_layout_canon(C);
 }
 
-static lm_status add_cand(lm__plan_cand **arr, int *n, int *cap, const lm__plan_cand *c) {
-    if (*n == *cap) {
-        int ncap = *cap ? *cap * 2 : 64;
-        lm__plan_cand *p = lm__alloc(sizeof *p * (size_t)ncap, 64);
-        if (!p) return LM_OUT_OF_MEMORY;
-        if (*n) memcpy(p, *arr, sizeof *p * (size_t)*n);
-        lm__free(*arr);
-        *arr = p;
-        *cap = ncap;
-    }
-    (*arr)[(*n)++] = *c;
-    return LM_OK;
+static lm_status add_cand(lm__plan_cand **arr, int *n, int64_t *cap, const lm__plan_cand *c) {
+    return LM__PUSH(*arr, *n, *cap, *c);
 }
 
 /* Candidates for one grid: every output option. */
 static lm_status grid_candidates(lm__plan_planner *P, int op, const gemm_shape *s, const grid_est *ge,
-                                 lm__plan_cand **arr, int *n, int *cap) {
+                                 lm__plan_cand **arr, int *n, int64_t *cap) {
     const lm_graph *g = P->g;
     const lm__gop *o = &g->ops[op];
     const lm__gvalue *va = &g->values[o->in[0]], *vb = &g->values[o->in[1]], *vo = &g->values[o->out];
@@ -365,7 +355,8 @@ lm_status lm__plan_gemm_candidates(lm__plan_planner *P, int op) {
     int64_t by_cost = keep - keep / 4;
     if (nall > by_cost) qsort(all + by_cost, (size_t)(nall - by_cost), sizeof *all, cmp_mem);
     lm__plan_cand *arr = NULL;
-    int n = 0, cap = 0;
+    int n = 0;
+    int64_t cap = 0;
     for (int64_t i = 0; i < nall && i < keep && st == LM_OK; i++)
         st = grid_candidates(P, op, &s, &all[i], &arr, &n, &cap);
     lm__free(all);

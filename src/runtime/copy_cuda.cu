@@ -11,15 +11,14 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "loom/tensor.h"
 #include "runtime/cuda.h"
 }
 
 typedef struct lm__copy_nd {
     int ndim;
-    int64_t shape[LM_MAX_DIMS];
-    int64_t dst_stride[LM_MAX_DIMS];
-    int64_t src_stride[LM_MAX_DIMS];
+    int64_t shape[LM__COPY_MAX_DIMS];
+    int64_t dst_stride[LM__COPY_MAX_DIMS];
+    int64_t src_stride[LM__COPY_MAX_DIMS];
 } lm__copy_nd;
 
 template <typename W>
@@ -65,7 +64,8 @@ static cudaError_t launch(void *dst, const void *src, const lm__copy_nd *nd, int
 extern "C" lm_status lm__cuda_copy_strided(void *stream, int ndim, const int64_t *shape, void *dst,
                                            const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                                            size_t elem_size) {
-    if (ndim < 0 || ndim > LM_MAX_DIMS) return lm__error(LM_INVALID_ARGUMENT, "strided device copy: %d dims", ndim);
+    if (ndim < 0 || ndim > LM__COPY_MAX_DIMS)
+        return lm__error(LM_INVALID_ARGUMENT, "strided device copy: %d dims", ndim);
     lm__copy_nd nd;
     nd.ndim = ndim;
     int64_t n = 1;

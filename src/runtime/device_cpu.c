@@ -6,7 +6,6 @@
  * monotonic host clock at record time (one heap double). Nothing can be captured for
  * replay and memory is not pooled: those entries answer LM_UNSUPPORTED.
  */
-#include "loom/tensor.h" /* LM_MAX_DIMS, as copy_cuda.cu */
 #include "runtime/internal.h"
 
 #include <stdio.h>
@@ -21,7 +20,7 @@ void lm__host_copy_strided(int ndim, const int64_t *shape, void *dst, const int6
     int64_t es = (int64_t)elem_size;
     int64_t inner = ndim ? shape[ndim - 1] : 1;
     int64_t ds = ndim ? dst_stride[ndim - 1] : 1, ss = ndim ? src_stride[ndim - 1] : 1;
-    int64_t rows = n / inner, idx[LM_MAX_DIMS] = {0};
+    int64_t rows = n / inner, idx[LM__COPY_MAX_DIMS] = {0};
     for (int64_t r = 0; r < rows; r++) {
         int64_t doff = 0, soff = 0;
         for (int d = 0; d < ndim - 1; d++) {

@@ -24,6 +24,11 @@ typedef enum lm__copy_kind {
     LM__COPY_HOST_TO_HOST = 3
 } lm__copy_kind;
 
+/* Most dimensions a strided copy (copy_strided, lm__host_copy_strided) walks: the
+ * copies keep per-dimension arrays of this size. Runtime sits below core, so it has
+ * its own bound; core/copy.c asserts that LM_MAX_DIMS does not exceed it. */
+#define LM__COPY_MAX_DIMS 8
+
 /* index: the device ordinal; stream, event, graph: the backend's opaque handles (NULL
  * stream = the backend runs work as it is issued). Statuses carry the detail in
  * lm_last_error(). Destroy/free entries accept NULL. */

@@ -34,7 +34,8 @@ typedef struct blk {
 typedef struct pool {
     pthread_mutex_t mu;
     blk *cached;        /* [ncached] free blocks, unordered */
-    size_t ncached, cached_cap;
+    size_t ncached;
+    int64_t cached_cap; /* int64_t: lm__reserve's capacity type */
     blk *live;          /* [live_cap] open-addressing hash of blocks in use (power-of-two size) */
     size_t live_cap, live_used; /* live_used counts occupied + tombstone slots */
     lm_device_memory_stats st;
@@ -101,19 +102,7 @@ static size_t live_take(pool *p, uintptr_t ptr) {
     }
 }
 
-static lm_status cached_push(pool *p, blk b) {
-    if (p->ncached == p->cached_cap) {
-        size_t cap = p->cached_cap ? p->cached_cap * 2 : 64;
-        blk *t = lm__calloc(cap, sizeof *t);
-        if (!t) return LM_OUT_OF_MEMORY;
-        for (size_t i = 0; i < p->ncached; i++) t[i] = p->cached[i];
-        lm__free(p->cached);
-        p->cached = t;
-        p->cached_cap = cap;
-    }
-    p->cached[p->ncached++] = b;
-    return LM_OK;
-}
+static lm_status cached_push(pool *p, blk b) { return LM__PUSH(p->cached, p->ncached, p->cached_cap, b); }
 
 /* Index of the smallest cached block fitting size within 1.25x, or -1. */
 static int64_t cached_find(const pool *p, size_t size) {

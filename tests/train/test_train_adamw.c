@@ -2,9 +2,9 @@
  * steps written out with their constants) and against torch.optim.AdamW
  * (scripts/gen_train_refs.py: four steps, per-step learning rates, per-group weight
  * decay, clip_grad_norm_ with max_norm 1 folded in as grad_scale); the sum of squares
- * behind the global norm; one multi-tensor call equals per-tensor calls; a bad entry
- * leaves every tensor unchanged; the schedules at their corners; and the optimizer
- * object applying decay to matrices only.
+ * behind the global norm; one call over several tensors equals one call per tensor;
+ * a bad entry leaves every tensor unchanged; the schedules at their corners; and the
+ * optimizer object applying decay to matrices only.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"

@@ -34,7 +34,7 @@ __global__ void binary_kernel(int op, const T *a, lm__cuda_nd na, const T *b, lm
 }
 
 /* b8 > 0: b is one row of b8 vectors broadcast over the rows (a bias). */
-__global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale) {
+static __global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         uint4 va = a[i], vb = b ? b[b8 ? i % b8 : i] : va, vo;
         const bf16 *xa = (const bf16 *)&va, *xb = (const bf16 *)&vb;
@@ -218,7 +218,7 @@ lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cuda
 }
 
 /* ---- the model step's SwiGLU: packed f32 gate|up rows to bf16 ------------------------------- */
-__global__ void swiglu_packed_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
+static __global__ void swiglu_packed_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
     int64_t n = rows * I;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / I, c = i - r * I;

@@ -15,7 +15,7 @@ __device__ __forceinline__ int64_t id_at(const void *ids, int is64, int64_t off)
     return is64 ? ((const int64_t *)ids)[off] : (int64_t)((const int32_t *)ids)[off];
 }
 
-__global__ void check_ids_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
+static __global__ void check_ids_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
                                  unsigned long long *first) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t id = id_at(ids, is64, nd_offset(nid, i));
@@ -107,7 +107,7 @@ lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *
 }
 
 /* ---- the model step: bf16 table rows -> f32 residual stream ----------------------------------------- */
-__global__ void embedding_widen_kernel(const bf16 *table, const int32_t *ids, int64_t n, int64_t V, int64_t H,
+static __global__ void embedding_widen_kernel(const bf16 *table, const int32_t *ids, int64_t n, int64_t V, int64_t H,
                                        float *x) {
     pdl_trigger(); /* the first projection's GEMV may start streaming its weights */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * H; i += (int64_t)gridDim.x * blockDim.x) {

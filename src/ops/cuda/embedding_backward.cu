@@ -14,7 +14,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-__global__ void check_ids_bw_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
+static __global__ void check_ids_bw_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t vocab,
                                     unsigned long long *first) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t id = ld_index_at(ids, is64, nd_offset(nid, i));
@@ -22,7 +22,7 @@ __global__ void check_ids_bw_kernel(const void *ids, int is64, lm__cuda_nd nid, 
     }
 }
 
-__global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
+static __global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         keys[i] = (int32_t)ld_index_at(ids, is64, nd_offset(nid, i));
         vals[i] = (int32_t)i;
@@ -30,7 +30,7 @@ __global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t
 }
 
 /* start[id] / end[id]: the run of id in the sorted keys (both 0 for absent ids). */
-__global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *start, int32_t *end) {
+static __global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *start, int32_t *end) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int32_t k = keys[i];
         if (i == 0 || keys[i - 1] != k) start[k] = (int32_t)i;

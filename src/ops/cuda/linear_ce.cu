@@ -28,7 +28,7 @@ __device__ __forceinline__ int64_t lce_target(const void *t, int is64, int64_t o
     return is64 ? ((const int64_t *)t)[off] : (int64_t)((const int32_t *)t)[off];
 }
 
-__global__ void lce_check_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
+static __global__ void lce_check_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
                                  unsigned long long *first, unsigned long long *count) {
     unsigned long long mine = 0;
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N; r += (int64_t)gridDim.x * blockDim.x) {
@@ -99,7 +99,7 @@ __global__ void lce_grad_rows(T *z, int64_t V, const void *t, int is64, int64_t 
     }
 }
 
-__global__ void lce_mean_kernel(const double *row_loss, int64_t N, double inv_counted, float *out) {
+static __global__ void lce_mean_kernel(const double *row_loss, int64_t N, double inv_counted, float *out) {
     if (threadIdx.x != 0) return;
     double total = 0.0;
     for (int64_t r = 0; r < N; r++) total += row_loss[r];

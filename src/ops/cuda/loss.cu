@@ -13,7 +13,7 @@ __device__ __forceinline__ int64_t target_at(const void *t, int is64, int64_t of
     return is64 ? ((const int64_t *)t)[off] : (int64_t)((const int32_t *)t)[off];
 }
 
-__global__ void check_targets_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
+static __global__ void check_targets_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
                                      unsigned long long *first) {
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N; r += (int64_t)gridDim.x * blockDim.x) {
         int64_t v = target_at(t, is64, r * ts);
@@ -21,7 +21,7 @@ __global__ void check_targets_kernel(const void *t, int is64, int64_t ts, int64_
     }
 }
 
-__device__ double block_sum_d(double v, double *scratch) {
+static __device__ double block_sum_d(double v, double *scratch) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
@@ -58,7 +58,7 @@ __global__ void row_loss_kernel(const T *x, int64_t s0, int64_t s1, int64_t V, c
     if (threadIdx.x == 0) loss[r] = lse - (double)ld(row + target * s1), counted[r] = 1;
 }
 
-__global__ void mean_kernel(const double *loss, const int *counted, int64_t N, float *out) {
+static __global__ void mean_kernel(const double *loss, const int *counted, int64_t N, float *out) {
     if (threadIdx.x != 0) return;
     double total = 0.0;
     int64_t n = 0;

@@ -9,7 +9,7 @@
  */
 #include "ops/cuda/backward.cuh"
 
-__global__ void check_targets_bw_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
+static __global__ void check_targets_bw_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t V, int64_t ignore,
                                         unsigned long long *first) {
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N; r += (int64_t)gridDim.x * blockDim.x) {
         int64_t v = ld_index_at(t, is64, r * ts);
@@ -18,7 +18,7 @@ __global__ void check_targets_bw_kernel(const void *t, int is64, int64_t ts, int
 }
 
 /* *scale = dloss / counted (0 when no row is counted), one block. */
-__global__ void scale_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t ignore, const float *dloss,
+static __global__ void scale_kernel(const void *t, int is64, int64_t ts, int64_t N, int64_t ignore, const float *dloss,
                              double *scale) {
     __shared__ double red[32];
     double c = 0.0;

@@ -25,7 +25,7 @@ __device__ __forceinline__ void unravel(const lm__cuda_nd &v, int nd, int64_t i,
 /* One gradient element of g = da (which = 0) or db (which = 1). x is the gradient's
  * operand (a or b), y the other one. For da: sum_n dout[z, m, n] y[z, k, n]; for db:
  * sum_m y[z, m, k] dout[z, m, n], over out batches z that read x's batch. */
-__global__ void matmul_grad_kernel(int which, lm__cuda_nd nx, const void *y, int ydt, lm__cuda_nd ny, const void *dout,
+static __global__ void matmul_grad_kernel(int which, lm__cuda_nd nx, const void *y, int ydt, lm__cuda_nd ny, const void *dout,
                                    int ddt, lm__cuda_nd nd_, void *g, int gdt, lm__cuda_nd ng, int64_t count) {
     int nx_b = nx.ndim - 2, ny_b = ny.ndim - 2, no_b = nd_.ndim - 2;
     int64_t M = nd_.shape[no_b], N = nd_.shape[no_b + 1], batches = 1;

@@ -88,7 +88,7 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
 }
 
 /* ---- the model step: f32 residual stream in, bf16 normalized rows out ------------------------------ */
-__global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float *delta, const float *w, float eps, int64_t D,
+static __global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float *delta, const float *w, float eps, int64_t D,
                                        bf16 *out) {
     __shared__ float red[32];
     float *xr = x + blockIdx.x * ldx;

@@ -58,7 +58,7 @@ __global__ void dweight_partial_kernel(const T *x, lm__cuda_nd rx, int64_t sx, c
     partial[(int64_t)blockIdx.y * D + i] = acc;
 }
 
-__global__ void dweight_sum_kernel(const float *partial, int64_t chunks, int64_t D, void *dw, int dw_dt, int64_t sw) {
+static __global__ void dweight_sum_kernel(const float *partial, int64_t chunks, int64_t D, void *dw, int dw_dt, int64_t sw) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < D; i += (int64_t)gridDim.x * blockDim.x) {
         double acc = 0.0;
         for (int64_t c = 0; c < chunks; c++) acc += partial[c * D + i];

@@ -76,7 +76,7 @@ __global__ void sum_squares_kernel(const T *x, lm__cuda_nd nx, int64_t n, double
 
 /* One block of SS_BLOCKS threads: thread t adds slot t of every tensor in list order,
  * then the fixed block tree adds the threads. */
-__global__ void sum_partials_kernel(const double *partial, int n, float *out) {
+static __global__ void sum_partials_kernel(const double *partial, int n, float *out) {
     __shared__ double red[32];
     double acc = 0.0;
     for (int i = 0; i < n; i++) acc += partial[(int64_t)i * SS_BLOCKS + threadIdx.x];

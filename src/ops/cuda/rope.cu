@@ -82,7 +82,7 @@ lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const 
     return lm__cuda_launched("rope kernel");
 }
 
-__global__ void inv_freq_kernel(double theta, int64_t head_dim, float *out, int64_t stride) {
+static __global__ void inv_freq_kernel(double theta, int64_t head_dim, float *out, int64_t stride) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < head_dim / 2) out[i * stride] = (float)pow(theta, -2.0 * (double)i / (double)head_dim);
 }

@@ -32,7 +32,7 @@ __device__ __forceinline__ unsigned long long key_of(float v, int64_t j) {
     return ((unsigned long long)u << 32) | (unsigned long long)(0xFFFFFFFFu - (unsigned)j);
 }
 
-__device__ unsigned long long block_max_key(unsigned long long v, unsigned long long *scratch) {
+static __device__ unsigned long long block_max_key(unsigned long long v, unsigned long long *scratch) {
     for (int o = 16; o > 0; o >>= 1) {
         unsigned long long w = __shfl_xor_sync(0xffffffffu, v, o);
         v = w > v ? w : v;
@@ -73,7 +73,7 @@ __device__ __forceinline__ float weight(const row_ctx &r, int mode, unsigned lon
 
 /* The key K with W(keys > K) < target <= W(keys >= K); falls back to the lowest key
  * of positive weight when rounding leaves the total just short of target. */
-__device__ unsigned long long radix_select(const row_ctx &r, int mode, float target, float *hist, float *sel_rem,
+static __device__ unsigned long long radix_select(const row_ctx &r, int mode, float target, float *hist, float *sel_rem,
                                            int *sel_digit) {
     unsigned long long prefix = 0;
     float remaining = target;
@@ -115,7 +115,7 @@ __device__ unsigned long long radix_select(const row_ctx &r, int mode, float tar
 
 /* Pass 1, grid (PARTS, rows): the best key of each 1/PARTS of a row -> work[row][part].
  * Dividing by a positive temperature keeps the order, so the raw logits rank alike. */
-__global__ void __launch_bounds__(256) partial_top_kernel(const float *logits, int64_t V, int64_t ld,
+static __global__ void __launch_bounds__(256) partial_top_kernel(const float *logits, int64_t V, int64_t ld,
                                                           unsigned long long *work) {
     __shared__ unsigned long long kscratch[32];
     const float *x = logits + blockIdx.y * ld;
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(256) partial_top_kernel(const float *logits, i
     if (threadIdx.x == 0) work[blockIdx.y * gridDim.x + blockIdx.x] = top;
 }
 
-__global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, int64_t V, int64_t ld,
+static __global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, int64_t V, int64_t ld,
                                                          const lm__cuda_sample_params *params,
                                                          const unsigned long long *work, int32_t *out) {
     __shared__ unsigned long long kscratch[32];

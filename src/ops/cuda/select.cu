@@ -24,7 +24,7 @@ __device__ __forceinline__ int64_t key_index(unsigned long long key) {
     return (int64_t)(0xFFFFFFFFu - (unsigned)(key & 0xFFFFFFFFull));
 }
 
-__device__ unsigned long long block_max_u64(unsigned long long v, unsigned long long *scratch) {
+static __device__ unsigned long long block_max_u64(unsigned long long v, unsigned long long *scratch) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     for (int o = 16; o > 0; o >>= 1) {
         unsigned long long other = __shfl_xor_sync(0xffffffffu, v, o);

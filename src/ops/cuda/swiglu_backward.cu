@@ -19,7 +19,7 @@ __global__ void swiglu_backward_kernel(const T *gate, lm__cuda_nd ng, const T *u
     }
 }
 
-__global__ void swiglu_backward_vec8(const uint4 *gate, const uint4 *up, const uint4 *dout, uint4 *dgate, uint4 *dup,
+static __global__ void swiglu_backward_vec8(const uint4 *gate, const uint4 *up, const uint4 *dout, uint4 *dgate, uint4 *dup,
                                     int64_t n8) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         uint4 vg = gate[i], vu = up[i], vd = dout[i], og, ou;
