@@ -73,6 +73,7 @@ lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, c
         return lm__error(LM_UNSUPPORTED, "attention (cuda): value head dim %lld exceeds %d", (long long)Dv, MAX_DV);
     size_t smem = sizeof(float) * (size_t)(CHUNK + Dv);
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(q->dtype));
     LM__CUDA_FLOAT_SWITCH(q->dtype, T,
                          attention_kernel<T><<<g, 256, smem, s>>>(
                              (const T *)q->data, lm__cuda_nd_of(q), (const T *)k->data, lm__cuda_nd_of(k),

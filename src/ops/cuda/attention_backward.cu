@@ -170,6 +170,7 @@ lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_v
     lm__cuda_nd none = {0, {0}, {0}, -1};
     size_t sh1 = sizeof(float) * (size_t)(2 * a.D + a.Dv + ATT_THREADS), sh2 = sizeof(float) * (size_t)(a.D + a.Dv + 2 * ATT_THREADS);
     lm_status st = LM_OK;
+    LM_TRY(lm__cuda_float_only(q->dtype));
     LM__CUDA_FLOAT_SWITCH(q->dtype, T, {
         if (qrows > 0) {
             dq_kernel<T><<<(unsigned)LM_MIN(qrows, 65535 * 8), ATT_THREADS, sh1, s>>>(

@@ -122,13 +122,21 @@ static inline lm_status lm__cuda_launched(const char *kernel) {
     return lm__cuda_check((int)e, kernel);
 }
 
-/* Calls F::template run<T>(args...) for the float dtype dt. */
-#define LM__CUDA_FLOAT_SWITCH(dt, T, ...)                            \
-    switch (dt) {                                                   \
-    case LM_F32: { typedef float T; __VA_ARGS__; } break;          \
-    case LM_BF16: { typedef bf16 T; __VA_ARGS__; } break;          \
-    case LM_F16: { typedef __half T; __VA_ARGS__; } break;         \
-    default: return lm__error(LM_UNSUPPORTED, "cuda: dtype %s is not a float dtype", lm_dtype_name(dt)); \
+/* LM_OK for a float dtype, else LM_UNSUPPORTED naming it: launchers check with
+ * LM_TRY(lm__cuda_float_only(dt)) before LM__CUDA_FLOAT_SWITCH. */
+static inline lm_status lm__cuda_float_only(lm_dtype dt) {
+    if (dt == LM_F32 || dt == LM_BF16 || dt == LM_F16) return LM_OK;
+    return lm__error(LM_UNSUPPORTED, "cuda: dtype %s is not a float dtype", lm_dtype_name(dt));
+}
+
+/* Runs the statements with T the C type of float dtype dt (checked before with
+ * lm__cuda_float_only; any other dtype runs nothing). */
+#define LM__CUDA_FLOAT_SWITCH(dt, T, ...)                   \
+    switch (dt) {                                          \
+    case LM_F32: { typedef float T; __VA_ARGS__; } break;  \
+    case LM_BF16: { typedef bf16 T; __VA_ARGS__; } break;  \
+    case LM_F16: { typedef __half T; __VA_ARGS__; } break; \
+    default: break;                                        \
     }
 
 #endif

@@ -86,6 +86,7 @@ static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_vie
     }
     lm__cuda_nd na = lm__cuda_nd_of(a), nb = lm__cuda_nd_of(b ? b : a), no = lm__cuda_nd_of(out);
     const void *pb = b ? b->data : a->data;
+    LM_TRY(lm__cuda_float_only(out->dtype));
     LM__CUDA_FLOAT_SWITCH(out->dtype, T,
                          binary_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              op, (const T *)a->data, na, (const T *)pb, nb, (T *)out->data, no, n, scale));

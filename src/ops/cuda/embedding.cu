@@ -99,6 +99,7 @@ lm_status lm__cuda_embedding(const lm_tensor_view *table, const lm_tensor_view *
     }
     lm__cuda_nd nid = lm__cuda_nd_of(ids), no = lm__cuda_nd_of(out);
     int is64 = ids->dtype == LM_I64;
+    LM_TRY(lm__cuda_float_only(table->dtype));
     LM__CUDA_FLOAT_SWITCH(table->dtype, T,
                          embedding_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              (const T *)table->data, table->stride[0], table->stride[1], vocab, ids->data, is64,

@@ -123,6 +123,7 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
         int threads = D >= 256 ? 256 : 64;
         lm__cuda_nd nrow = lm__cuda_nd_of(dout);
         nrow.ndim = dout->ndim - 1;
+        LM_TRY(lm__cuda_float_only(dout->dtype));
         LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
                              rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
                                                                   dout->stride[dout->ndim - 1], pos, start, end, V, D,

@@ -27,6 +27,8 @@ lm_status lm__cuda_kv_store(const lm_tensor_view *cache, const lm_tensor_view *x
     if (n == 0) return LM_OK;
     lm__cuda_nd nc = lm__cuda_nd_of(cache), nx = lm__cuda_nd_of(x);
     const int32_t *sl = (const int32_t *)slots->data, *po = (const int32_t *)positions->data;
+    LM_TRY(lm__cuda_float_only(x->dtype));
+    LM_TRY(lm__cuda_float_only(cache->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, TX,
                           LM__CUDA_FLOAT_SWITCH(cache->dtype, TC,
                                                 kv_store_kernel<TX, TC><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(

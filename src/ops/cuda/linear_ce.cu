@@ -180,6 +180,7 @@ lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tens
         st = chunk_logits(blas, x, w, r0, c, zt, &z, s);
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
+            LM_TRY(lm__cuda_float_only(z.dtype));
             LM__CUDA_FLOAT_SWITCH(z.dtype, T,
                                  lce_loss_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (const T *)z.data, V, tp, is64, targets->stride[0], ignore_index, row_loss + r0));
@@ -216,6 +217,7 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
         const lm_tensor_view dz = z;
         if (st == LM_OK) {
             const char *tp = (const char *)targets->data + r0 * targets->stride[0] * (int64_t)lm_dtype_size(targets->dtype);
+            LM_TRY(lm__cuda_float_only(dz.dtype));
             LM__CUDA_FLOAT_SWITCH(dz.dtype, T,
                                  lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (T *)z.data, V, tp, is64, targets->stride[0], ignore_index,

@@ -100,6 +100,7 @@ lm_status lm__cuda_cross_entropy(const lm_tensor_view *logits, const lm_tensor_v
     }
     if (st == LM_OK && N > 0) {
         int64_t s0 = logits->stride[0], s1 = logits->stride[1];
+        LM_TRY(lm__cuda_float_only(logits->dtype));
         LM__CUDA_FLOAT_SWITCH(logits->dtype, T,
                              row_loss_kernel<T><<<(unsigned)N, 256, 0, s>>>((const T *)logits->data, s0, s1, V,
                                                                            targets->data, is64, ts, ignore_index, loss,

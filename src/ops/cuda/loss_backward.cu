@@ -90,6 +90,7 @@ lm_status lm__cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm
     }
     if (st == LM_OK && dlogits && N > 0 && V > 0) {
         unsigned g = (unsigned)LM_MIN(N, 65535 * 8);
+        LM_TRY(lm__cuda_float_only(logits->dtype));
         LM__CUDA_FLOAT_SWITCH(logits->dtype, T,
                              ce_rows_kernel<T><<<g, 256, 0, s>>>((const T *)logits->data, logits->stride[0],
                                                                  logits->stride[1], N, V, targets->data, is64, ts,

@@ -65,6 +65,7 @@ lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight
     if (n == 0) return LM_OK;
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          rmsnorm_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rows_of(x), last_stride(x),
                                                              (const T *)weight->data, weight->stride[0], (T *)out->data,
@@ -78,6 +79,7 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
     if (n == 0) return LM_OK;
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          add_rmsnorm_kernel<T><<<g, 256, 0, s>>>(
                              (const T *)x->data, rows_of(x), last_stride(x), (const T *)residual->data,

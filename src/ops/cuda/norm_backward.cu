@@ -87,6 +87,7 @@ lm_status lm__cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_vie
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
     lm__cuda_nd none = {0, {0}, {0}, -1};
     lm_status st = LM_OK;
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
         norm_rows_kernel<T><<<g, 256, 0, s>>>(
             (const T *)x->data, rows_nd(x), last_stride(x), (const T *)weight->data, weight->stride[0],

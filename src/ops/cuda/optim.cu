@@ -53,6 +53,7 @@ lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_te
         a.decay = 1.0 - hp->lr * (double)weight_decay[i];
         unsigned blocks = lm__cuda_blocks(count, 256);
         lm__cuda_nd np = flat_nd(&params[i]), ng = flat_nd(&grads[i]), nm = flat_nd(&m[i]), nv = flat_nd(&v[i]);
+        LM_TRY(lm__cuda_float_only(grads[i].dtype));
         LM__CUDA_FLOAT_SWITCH(grads[i].dtype, G,
                              adamw_kernel<G><<<blocks, 256, 0, s>>>((float *)params[i].data, np,
                                                                     (const G *)grads[i].data, ng, (float *)m[i].data,

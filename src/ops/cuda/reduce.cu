@@ -70,6 +70,7 @@ static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_t
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)(chunks * count), s),
                               "cudaMallocAsync (sum)"));
         lm_status st = LM_OK;
+        LM_TRY(lm__cuda_float_only(x->dtype));
         LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
             sum_chunks_kernel<T><<<lm__cuda_blocks(count * chunks, 256), 256, 0, s>>>(
                 (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
@@ -83,6 +84,7 @@ static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_t
         cudaFreeAsync(part, s);
         return st;
     }
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          reduce_kernel<T><<<lm__cuda_blocks(count, 256), 256, 0, s>>>(
                              is_max, (const T *)x->data, drop_dim(x, dim), x->shape[dim], x->stride[dim],

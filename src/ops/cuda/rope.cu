@@ -75,6 +75,7 @@ lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const 
     a.B = x->shape[0], a.T = x->shape[1], a.H = x->shape[2], a.half = x->shape[3] / 2;
     const void *bias = p->bias ? p->bias->data : NULL;
     int64_t bs0 = p->bias ? p->bias->stride[0] : 0, bs1 = p->bias ? p->bias->stride[1] : 0;
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          rope_kernel<T><<<lm__cuda_blocks(n / 2, 256), 256, 0, s>>>(
                              (const T *)x->data, lm__cuda_nd_of(x), (const T *)bias, bs0, bs1, (T *)out->data,

@@ -93,12 +93,14 @@ lm_status lm__cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_param
     a.B = dout->shape[0], a.T = dout->shape[1], a.H = dout->shape[2], a.half = dout->shape[3] / 2;
     int64_t pairs = a.B * a.T * a.H * a.half, hp = a.H * a.half;
     if (dx && pairs > 0) {
+        LM_TRY(lm__cuda_float_only(dout->dtype));
         LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
                              rope_dx_kernel<T><<<lm__cuda_blocks(pairs, 256), 256, 0, s>>>(
                                  (const T *)dout->data, lm__cuda_nd_of(dout), dx->data, dx->dtype, lm__cuda_nd_of(dx), a));
         LM_TRY(lm__cuda_launched("rope_backward dx kernel"));
     }
     if (dbias && hp > 0) {
+        LM_TRY(lm__cuda_float_only(dout->dtype));
         LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
                              rope_dbias_kernel<T><<<lm__cuda_blocks(hp, 64), 64, 0, s>>>(
                                  (const T *)dout->data, lm__cuda_nd_of(dout), dbias->data, dbias->dtype,

@@ -96,6 +96,7 @@ lm_status lm__cuda_argmax(const lm_tensor_view *x, const lm_tensor_view *out, cu
     int64_t rows = lm_tensor_view_numel(out), n = x->shape[x->ndim - 1];
     if (rows == 0) return LM_OK;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          argmax_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, lead(x), x->stride[x->ndim - 1], n,
                                                             out->data, out->dtype == LM_I64, lm__cuda_nd_of(out), rows));
@@ -108,6 +109,7 @@ lm_status lm__cuda_topk(const lm_tensor_view *x, int64_t k, const lm_tensor_view
     int last = x->ndim - 1;
     int64_t n = x->shape[last], rows = lm_tensor_view_numel(x) / n;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          topk_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, lead(x), x->stride[last], n, k,
                                                           (T *)values->data, lead(values), values->stride[last],

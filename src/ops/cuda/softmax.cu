@@ -37,6 +37,7 @@ lm_status lm__cuda_softmax(const lm_tensor_view *x, float scale, int causal, con
     lm__cuda_nd rx = lm__cuda_nd_of(x), ro = lm__cuda_nd_of(out);
     rx.ndim = ro.ndim = last;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
+    LM_TRY(lm__cuda_float_only(x->dtype));
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          softmax_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rx, x->stride[last], (T *)out->data, ro,
                                                              out->stride[last], rows, n, tq, causal, scale));

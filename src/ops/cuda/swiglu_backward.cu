@@ -51,6 +51,7 @@ lm_status lm__cuda_swiglu_backward(const lm_tensor_view *gate, const lm_tensor_v
         return lm__cuda_launched("swiglu_backward kernel (vec8)");
     }
     lm__cuda_nd none = {0, {0}, {0}, -1};
+    LM_TRY(lm__cuda_float_only(gate->dtype));
     LM__CUDA_FLOAT_SWITCH(gate->dtype, T,
                          swiglu_backward_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
                              (const T *)gate->data, flat_nd(gate), (const T *)up->data, flat_nd(up),
