@@ -5,7 +5,7 @@
  * the input dtype only and store gradients through st_dt, which rounds an f32 value
  * to the output's runtime dtype (round to nearest even; ld_dt is the matching load).
  * flat_nd gives a contiguous
- * view a 1-d descriptor so nd_offset costs one multiply. block_sum_d is the double
+ * view a 1-d descriptor so nd_offset costs one multiply. block_sum_d (common.cuh) is the double
  * twin of block_sum (fixed reduction tree: results do not depend on timing).
  */
 #ifndef LOOM_OPS_CUDA_BACKWARD_CUH
@@ -30,17 +30,6 @@ __device__ __forceinline__ float ld_dt(const void *base, int dt, int64_t off) {
 
 __device__ __forceinline__ int64_t ld_index_at(const void *p, int is64, int64_t off) {
     return is64 ? ((const int64_t *)p)[off] : (int64_t)((const int32_t *)p)[off];
-}
-
-__device__ __forceinline__ double block_sum_d(double v, double *scratch) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) scratch[w] = v;
-    __syncthreads();
-    v = lane < nw ? scratch[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 /* Descriptor of v; a contiguous view becomes 1-d (numel, stride 1). */

@@ -122,6 +122,19 @@ static inline lm_status lm__cuda_launched(const char *kernel) {
     return lm__cuda_check((int)e, kernel);
 }
 
+/* The sum of v over the block in double, in a fixed order (warp shuffles, then the
+ * warps' partials): scratch holds 32 doubles; every thread gets the sum. */
+__device__ __forceinline__ double block_sum_d(double v, double *scratch) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) scratch[w] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* LM_OK for a float dtype, else LM_UNSUPPORTED naming it: launchers check with
  * LM_TRY(lm__cuda_float_only(dt)) before LM__CUDA_FLOAT_SWITCH. */
 static inline lm_status lm__cuda_float_only(lm_dtype dt) {

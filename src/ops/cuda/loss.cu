@@ -21,17 +21,6 @@ static __global__ void check_targets_kernel(const void *t, int is64, int64_t ts,
     }
 }
 
-static __device__ double block_sum_d(double v, double *scratch) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) scratch[w] = v;
-    __syncthreads();
-    v = lane < nw ? scratch[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* loss[r] = logsumexp(row r) - row[target], or NaN-free 0 with counted[r] = 0 when ignored. */
 template <typename T>
 __global__ void row_loss_kernel(const T *x, int64_t s0, int64_t s1, int64_t V, const void *t, int is64, int64_t ts,

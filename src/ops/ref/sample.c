@@ -36,6 +36,7 @@ static int cmp_rank(const void *a, const void *b) {
 
 static int64_t pick_row(const float *x, int64_t V, const lm_sample_params *p, uint64_t row, ranked *r,
                         unsigned char *kept) {
+    if (V < 1) return 0; /* lm_sample_out admits V >= 1 only */
     for (int64_t j = 0; j < V; j++) r[j].v = (double)x[j], r[j].id = j;
     qsort(r, (size_t)V, sizeof *r, cmp_rank);
     int64_t top = r[0].id;
