@@ -36,7 +36,11 @@ void lm_exec_destroy(lm_exec *e) {
     lm_device_graph_destroy(e->captured);
     if (e->g) {
         for (int64_t v = 0; e->owned && v < e->g->nvalues; v++) lm_device_free(e->device, e->owned[v]);
-        for (int64_t i = 0; e->work && i < e->g->nops; i++) lm_device_free(e->device, e->work[i]);
+        for (int64_t i = 0; e->work && i < e->g->nops; i++) { /* a kind's block, freed at its first user */
+            int first = e->work[i] != NULL;
+            for (int64_t j = 0; first && j < i; j++) first = e->work[j] != e->work[i];
+            if (first) lm_device_free(e->device, e->work[i]);
+        }
     }
     if (!e->opt.external_arena) lm_device_free(e->device, e->arena);
     lm__free(e->view);

@@ -21,7 +21,7 @@ struct lm_exec {
     int64_t *offset;       /* [nvalues] arena offset in bytes of values owning arena storage, else -1 */
     unsigned char *bound;  /* [nvalues] inputs and parameters with a binding */
     void **owned;          /* [nvalues] executor-owned input buffers (device memory) or NULL */
-    void **work;           /* [nops] operator workspaces (device memory, zero-filled) or NULL */
+    void **work;           /* [nops] operator workspaces (device memory, zero-filled; one block per op kind) or NULL */
     size_t *work_bytes;    /* [nops] */
     void *arena;           /* [arena_bytes] device memory (the caller's with external_arena) */
     int64_t arena_bytes, live_bytes, owned_bytes;

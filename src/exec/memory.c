@@ -6,8 +6,8 @@
  * to the end. Offsets come from the shared interval packer (base/pack.c: largest
  * first, lowest non-overlapping aligned offset), which also reports the live lower
  * bound the arena is judged against. Addresses never change after planning, which is
- * what lets a run be captured and replayed. Operator workspaces are separate,
- * zero-filled once, and persistent.
+ * what lets a run be captured and replayed. Operator workspaces are separate (one
+ * block per op kind, as large as its largest user), zero-filled once, and persistent.
  */
 #include "exec/internal.h"
 
@@ -57,14 +57,25 @@ lm_status lm__exec_plan_memory(lm_exec *e) {
     if (st != LM_OK) return st;
     e->arena_bytes = peak;
     if (peak && !e->opt.external_arena) LM_TRY(lm_device_alloc(e->device, (size_t)peak, &e->arena));
+    /* One workspace per op kind, as large as its largest user: ops run one after the
+     * other, and each kind leaves its block as the next user of that kind needs it (the
+     * split attention's counters back at zero). Kinds do not share: the sampler's
+     * scratch would break the attention's zero counters. */
     for (int64_t i = 0; i < nops; i++) {
         size_t bytes = lm__exec_workspace_bytes(g, i, e->device);
-        if (!bytes) continue;
+        if (!bytes || e->work[i]) continue;
+        lm__gopk kind = g->ops[i].kind;
+        for (int64_t j = i + 1; j < nops; j++)
+            if (g->ops[j].kind == kind) bytes = LM_MAX(bytes, lm__exec_workspace_bytes(g, j, e->device));
+        void *block = NULL;
         static const uint8_t zero = 0;
-        LM_TRY(lm_device_alloc(e->device, bytes, &e->work[i]));
-        LM_TRY(lm_device_fill(e->device, e->work[i], bytes, &zero, 1));
-        e->work_bytes[i] = bytes;
+        LM_TRY(lm_device_alloc(e->device, bytes, &block));
+        e->work[i] = block, e->work_bytes[i] = bytes; /* owned by its first user (freed once) */
+        LM_TRY(lm_device_fill(e->device, block, bytes, &zero, 1));
         e->owned_bytes += (int64_t)bytes;
+        for (int64_t j = i + 1; j < nops; j++)
+            if (g->ops[j].kind == kind && lm__exec_workspace_bytes(g, j, e->device))
+                e->work[j] = block, e->work_bytes[j] = bytes;
     }
     return LM_OK;
 }
