@@ -32,40 +32,40 @@ LM_API void lm_graph_destroy(lm_graph *g);
 /* Activations fed by the caller; the simulator fills them with N(0, std^2). Shapes
  * have 1..4 dimensions; dtype f32 or f16. */
 LM_API lm_status lm_graph_input(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                                     double std, lm_graph_value *out);
+                                double std, lm_graph_value *out);
 /* Resident parameters (weights, biases, norm scales) filled with mean + N(0, std^2).
  * Inside a Repeat body a parameter has one copy per iteration. */
 LM_API lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                                     double mean, double std, lm_graph_value *out);
+                                double mean, double std, lm_graph_value *out);
 /* a [..., M, K] x b [..., K, N] -> [..., M, N] in out_dt with f32 accumulation. a and
  * b have the same leading (batch) dims, or b has none (shared weights). */
 LM_API lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
-                                      lm_graph_value *out);
+                                 lm_graph_value *out);
 /* x [..., N] + bias [N]. */
 LM_API lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
-                                        lm_graph_value *out);
+                                   lm_graph_value *out);
 /* GeLU uses the tanh approximation (gelu_pytorch_tanh). */
 LM_API lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
-                                     lm_graph_value *out);
+                                lm_graph_value *out);
 /* Same shapes and dtypes. */
 LM_API lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
-                                      lm_graph_value *out);
+                                 lm_graph_value *out);
 /* softmax(scale * x) over the last axis. */
 LM_API lm_status lm_graph_softmax(lm_graph *g, const char *name, lm_graph_value x, double scale, lm_graph_value *out);
 /* Over the last axis; gamma/beta [N] (beta may be -1 for none). */
 LM_API lm_status lm_graph_layer_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma,
-                                          lm_graph_value beta, double eps, lm_graph_value *out);
+                                     lm_graph_value beta, double eps, lm_graph_value *out);
 LM_API lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma, double eps,
-                                        lm_graph_value *out);
+                                   lm_graph_value *out);
 /* Views (no data movement): reshape keeps the element order; permute reorders axes
  * (out axis i = in axis perm[i]). split_heads [T, H*D] -> [H, T, D] and merge_heads
  * [H, T, D] -> [T, H*D] are reshape+permute compositions. */
 LM_API lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
-                                       lm_graph_value *out);
+                                  lm_graph_value *out);
 LM_API lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
-                                       lm_graph_value *out);
+                                  lm_graph_value *out);
 LM_API lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
-                                           lm_graph_value *out);
+                                      lm_graph_value *out);
 LM_API lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value *out);
 /* Rotary position embedding of x [B, T, H, D] (D even) at positions [B, T] (i32
  * input) with inv_freq [D/2] (f32 parameter): each head's dims (i, i + D/2) rotate by
@@ -89,7 +89,7 @@ LM_API lm_status lm_graph_swiglu(lm_graph *g, const char *name, lm_graph_value g
  * next iteration's inner[i] (same shape and dtype) and returns the last iteration's
  * values as outer_out[i]. At most 4 carried values; no nesting. */
 LM_API lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_graph_value *outer,
-                                            lm_graph_value *inner);
+                                       lm_graph_value *inner);
 LM_API lm_status lm_graph_repeat_end(lm_graph *g, int n, const lm_graph_value *body_out, lm_graph_value *outer_out);
 /* Marks a value as a program output (compared with the reference). */
 LM_API lm_status lm_graph_output(lm_graph *g, lm_graph_value v);

@@ -205,12 +205,12 @@ static lm_status leaf(lm_graph *g, lm__gopk kind, const char *name, lm_dtype dt,
 }
 
 lm_status lm_graph_input(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double std, lm_graph_value *out) {
+                         double std, lm_graph_value *out) {
     return leaf(g, LM__GOP_INPUT, name, dt, ndim, shape, 0.0, std, out);
 }
 
 lm_status lm_graph_param(lm_graph *g, const char *name, lm_dtype dt, int ndim, const int64_t *shape,
-                              double mean, double std, lm_graph_value *out) {
+                         double mean, double std, lm_graph_value *out) {
     return leaf(g, LM__GOP_PARAM, name, dt, ndim, shape, mean, std, out);
 }
 
@@ -223,7 +223,7 @@ lm_status lm__graph_begin_op(const lm_graph *g, const void *out, const char *nam
 }
 
 lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_graph_value b, lm_dtype out_dt,
-                               lm_graph_value *out) {
+                          lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -253,7 +253,7 @@ lm_status lm_graph_matmul(lm_graph *g, const char *name, lm_graph_value a, lm_gr
 }
 
 lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value bias,
-                                 lm_graph_value *out) {
+                            lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -271,7 +271,7 @@ lm_status lm_graph_bias_add(lm_graph *g, const char *name, lm_graph_value x, lm_
 }
 
 lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, lm_graph_value x,
-                              lm_graph_value *out) {
+                         lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -285,7 +285,7 @@ lm_status lm_graph_unary(lm_graph *g, const char *name, lm_graph_unary_kind op, 
 }
 
 lm_status lm_graph_binary(lm_graph *g, const char *name, lm_graph_binary_kind op, lm_graph_value a, lm_graph_value b,
-                               lm_graph_value *out) {
+                          lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -341,17 +341,17 @@ static lm_status norm(lm_graph *g, lm__gopk kind, const char *name, lm_graph_val
 }
 
 lm_status lm_graph_layer_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma,
-                                   lm_graph_value beta, double eps, lm_graph_value *out) {
+                              lm_graph_value beta, double eps, lm_graph_value *out) {
     return norm(g, LM__GOP_LAYERNORM, name, x, gamma, beta, eps, out);
 }
 
 lm_status lm_graph_rms_norm(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value gamma, double eps,
-                                 lm_graph_value *out) {
+                            lm_graph_value *out) {
     return norm(g, LM__GOP_RMSNORM, name, x, gamma, -1, eps, out);
 }
 
 lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int ndim, const int64_t *shape,
-                                lm_graph_value *out) {
+                           lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -368,7 +368,7 @@ lm_status lm_graph_reshape(lm_graph *g, const char *name, lm_graph_value x, int 
 }
 
 lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, const int *perm,
-                                lm_graph_value *out) {
+                           lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -390,7 +390,7 @@ lm_status lm_graph_permute(lm_graph *g, const char *name, lm_graph_value x, cons
 }
 
 lm_status lm_graph_split_heads(lm_graph *g, const char *name, lm_graph_value x, int64_t heads,
-                                    lm_graph_value *out) {
+                               lm_graph_value *out) {
     char nm_buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, nm_buf, sizeof nm_buf, &nm));
@@ -426,7 +426,7 @@ lm_status lm_graph_merge_heads(lm_graph *g, const char *name, lm_graph_value x, 
 
 /* ---- repeat, outputs, checkpoints -------------------------------------------------------------- */
 lm_status lm_graph_repeat_begin(lm_graph *g, int64_t count, int n, const lm_graph_value *outer,
-                                     lm_graph_value *inner) {
+                                lm_graph_value *inner) {
     if (!g || !outer || !inner) return lm__error(LM_INVALID_ARGUMENT, "repeat_begin: NULL argument");
     if (g->open_region >= 0) return lm__error(LM_UNSUPPORTED, "repeat_begin: repeats do not nest");
     if (g->nregions >= (int)(sizeof g->regions / sizeof g->regions[0]))
