@@ -194,6 +194,9 @@ typedef struct lm_sample_params {
 LM_API lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
                                const lm_tensor_view *workspace, const lm_tensor_view *ids);
 LM_API size_t lm_sample_workspace_bytes(lm_device d, int64_t rows);
+/* LM_INVALID_ARGUMENT naming the field when a record breaks the ranges above; check
+ * a record before writing it to device memory (where lm_sample_out cannot read it). */
+LM_API lm_status lm_sample_params_check(const lm_sample_params *p);
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 /* out[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims broadcast. A transposed

@@ -164,10 +164,12 @@ lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out) {
     return LM_OK;
 }
 
+/* All-ones bytes: NaN read as f32, bf16 or f16 alike (values of any float dtype share
+ * the arena). */
 static lm_status poison(lm_exec *e) {
-    static const uint32_t nan32 = 0x7fc00000u;
+    static const uint8_t ones = 0xff;
     if (!e->arena_bytes) return LM_OK;
-    return lm_device_fill(e->device, e->arena, (size_t)e->arena_bytes / 4 * 4, &nan32, 4);
+    return lm_device_fill(e->device, e->arena, (size_t)e->arena_bytes, &ones, 1);
 }
 
 static lm_status run_ops(lm_exec *e, lm_ctx *ctx) {

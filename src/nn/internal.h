@@ -49,17 +49,14 @@ typedef struct lm__step_prog {
     lm_exec *exec;
     lm_tensor_view ids, positions, slots, sample; /* the inputs ([B, T], [B, T], [B], params): views of dev_in */
     lm_device device;  /* of the staging memory */
-    int32_t *host_in;  /* lm_host_alloc staging: ids [B*T], positions [B*T], slots [B], sampled ids [B],
-                          then the sampling record (pinned for a GPU, so the copy is queued) */
+    struct lm__step_layout {
+        size_t ids, positions, slots, next, params, bytes; /* byte offsets, and the size */
+    } layout;          /* of host_in and dev_in: ids [B*T], positions [B*T], slots [B], sampled ids [B]
+                          (i32), then the sampling record 8-aligned */
+    char *host_in;     /* lm_host_alloc staging (pinned for a GPU, so the copy is queued) */
     lm_tensor *dev_in; /* the same layout on the device: one copy moves every input of a step */
     int64_t last_used; /* for eviction */
 } lm__step_prog;
-
-/* Bytes of a step's host staging: 2 B T + 2 B i32, then an 8-aligned sampling record. */
-static inline size_t lm__step_staging_bytes(int64_t B, int64_t T) {
-    size_t n = sizeof(int32_t) * (size_t)(2 * B * T + 2 * B);
-    return ((n + 7) & ~(size_t)7) + sizeof(lm_sample_params);
-}
 
 struct lm_kv_cache {
     int layers, slots;

@@ -8,7 +8,7 @@
  * allocated once. A step shape (rows, tokens, output) gets its executor on first use:
  * the decoder graph of the model for that shape, bound to the model's weights, to
  * this cache's per-layer slices and to its inputs: views of one device block laid out
- * as the host staging (nn/internal.h), so a step's inputs travel in one copy. Executors keep
+ * as the host staging (lm__step_prog.layout), so a step's inputs travel in one copy. Executors keep
  * their arenas (and, on a GPU, captured replays), so the cache keeps up to
  * 2 * slots + 4 of them and evicts the least recently used beyond that.
  */
@@ -169,24 +169,27 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     LM_TRY(lm_exec_bind_params(p->exec, lookup_weight, (void *)m));
     LM_TRY(bind_caches(p->exec, c));
     p->device = lm_ctx_device(ctx);
+    size_t n = (size_t)(p->B * p->T) * sizeof(int32_t), nb = (size_t)p->B * sizeof(int32_t);
+    struct lm__step_layout *l = &p->layout;
+    l->ids = 0, l->positions = n, l->slots = 2 * n, l->next = 2 * n + nb;
+    l->params = (2 * n + 2 * nb + 7) & ~(size_t)7;
+    l->bytes = l->params + sizeof(lm_sample_params);
     void *h = NULL;
-    size_t bytes = lm__step_staging_bytes(p->B, p->T);
-    LM_TRY(lm_host_alloc(p->device, bytes, &h));
+    LM_TRY(lm_host_alloc(p->device, l->bytes, &h));
     p->host_in = h;
-    int64_t nb = (int64_t)bytes;
-    LM_TRY(lm_tensor_zeros(p->device, LM_U8, 1, &nb, &p->dev_in));
+    int64_t total = (int64_t)l->bytes;
+    LM_TRY(lm_tensor_zeros(p->device, LM_U8, 1, &total, &p->dev_in));
     /* the inputs are views of one device block laid out as the host staging */
     char *base = lm_tensor_data(p->dev_in);
-    int64_t n = p->B * p->T, bt[2] = {p->B, p->T}, b1[1] = {p->B}, pb[1] = {LM_SAMPLE_PARAMS_BYTES};
-    size_t off_params = bytes - sizeof(lm_sample_params);
-    LM_TRY(lm_tensor_view_init(&p->ids, base, LM_I32, p->device, 2, bt, NULL));
-    LM_TRY(lm_tensor_view_init(&p->positions, base + 4 * n, LM_I32, p->device, 2, bt, NULL));
-    LM_TRY(lm_tensor_view_init(&p->slots, base + 8 * n, LM_I32, p->device, 1, b1, NULL));
+    int64_t bt[2] = {p->B, p->T}, b1[1] = {p->B}, pb[1] = {LM_SAMPLE_PARAMS_BYTES};
+    LM_TRY(lm_tensor_view_init(&p->ids, base + l->ids, LM_I32, p->device, 2, bt, NULL));
+    LM_TRY(lm_tensor_view_init(&p->positions, base + l->positions, LM_I32, p->device, 2, bt, NULL));
+    LM_TRY(lm_tensor_view_init(&p->slots, base + l->slots, LM_I32, p->device, 1, b1, NULL));
     LM_TRY(lm_exec_bind(p->exec, "ids", &p->ids));
     LM_TRY(lm_exec_bind(p->exec, "positions", &p->positions));
     LM_TRY(lm_exec_bind(p->exec, "slots", &p->slots));
     if (p->output == LM_DECODER_OUT_SAMPLE) {
-        LM_TRY(lm_tensor_view_init(&p->sample, base + off_params, LM_U8, p->device, 1, pb, NULL));
+        LM_TRY(lm_tensor_view_init(&p->sample, base + l->params, LM_U8, p->device, 1, pb, NULL));
         LM_TRY(lm_exec_bind(p->exec, "sample_params", &p->sample));
     }
     return LM_OK;

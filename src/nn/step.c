@@ -47,26 +47,19 @@ static lm_status check_device(const char *fn, const lm_model *m, lm_ctx *ctx) {
                      lm_device_format(m->device, a, sizeof a), lm_device_format(lm_ctx_device(ctx), b, sizeof b));
 }
 
-/* The sampling record's place in the staging memory (lm__step_staging_bytes). */
-static lm_sample_params *staged_params(const lm__step_prog *p) {
-    size_t n = sizeof(int32_t) * (size_t)(2 * p->B * p->T + 2 * p->B);
-    return (lm_sample_params *)((char *)p->host_in + ((n + 7) & ~(size_t)7));
-}
-
 /* Queues the copy of the whole host staging (inputs and, for sampling steps, the
  * record) into the device block the executor's inputs are views of; on a GPU it runs
  * asynchronously from the pinned staging, which stays untouched until the step's
  * final synchronize. */
 static lm_status put_inputs(lm_ctx *ctx, const lm__step_prog *p) {
-    size_t bytes = lm__step_staging_bytes(p->B, p->T);
-    return lm_ctx_copy(ctx, p->device, lm_tensor_data(p->dev_in), lm_device_cpu(), p->host_in, bytes);
+    return lm_ctx_copy(ctx, p->device, lm_tensor_data(p->dev_in), lm_device_cpu(), p->host_in, p->layout.bytes);
 }
 
 /* ids, positions and slots of the step into the host staging. */
 static lm_status write_inputs(lm_ctx *ctx, const lm_kv_cache *cache, lm__step_prog *p, const int *slots,
                               const int32_t *ids) {
-    int64_t n = p->B * p->T;
-    int32_t *hid = p->host_in, *hpos = hid + n, *hslot = hpos + n;
+    int32_t *hid = (int32_t *)(p->host_in + p->layout.ids), *hpos = (int32_t *)(p->host_in + p->layout.positions);
+    int32_t *hslot = (int32_t *)(p->host_in + p->layout.slots);
     for (int64_t b = 0; b < p->B; b++) {
         hslot[b] = slots[b];
         for (int64_t t = 0; t < p->T; t++) {
@@ -108,21 +101,18 @@ lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c
     if (!m || !ctx || !cache || !params || !next_ids)
         return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: NULL argument");
     LM_TRY(check_device("lm_model_forward_sample", m, ctx));
-    if (!(params->temperature >= 0) || !(params->top_p > 0 && params->top_p <= 1) ||
-        !(params->min_p >= 0 && params->min_p < 1) || params->top_k < 0)
-        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: temperature %g, top_k %d, top_p %g, min_p %g",
-                         params->temperature, params->top_k, params->top_p, params->min_p);
+    LM_TRY(lm_sample_params_check(params)); /* the device sampler reads the record unchecked */
     LM_TRY(check_request(m, cache, slots, B, ids, T));
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, LM_DECODER_OUT_SAMPLE, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
-    *staged_params(p) = *params;
+    memcpy(p->host_in + p->layout.params, params, sizeof *params);
     LM_TRY(put_inputs(ctx, p));
     LM_TRY(lm_exec_run(p->exec, ctx));
     lm_tensor_view y;
     LM_TRY(lm_exec_output(p->exec, 0, &y));
     if (lm_tensor_view_is_contiguous(&y)) { /* one queued copy back into the staging, then one wait */
-        int32_t *hout = p->host_in + 2 * p->B * p->T + p->B;
+        char *hout = p->host_in + p->layout.next;
         LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
         LM_TRY(lm_ctx_synchronize(ctx));
         memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);

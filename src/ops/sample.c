@@ -8,10 +8,11 @@
 
 _Static_assert(sizeof(lm_sample_params) == LM_SAMPLE_PARAMS_BYTES, "lm_sample_params is a fixed 40-byte record");
 
-static lm_status check_params(const char *op, const lm_sample_params *p) {
+lm_status lm_sample_params_check(const lm_sample_params *p) {
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "sample: NULL parameters");
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p < 1) || p->top_k < 0)
-        return lm__error(LM_INVALID_ARGUMENT, "%s: temperature %g (>= 0), top_k %d (>= 0), top_p %g (0, 1], min_p %g "
-                         "[0, 1)", op, p->temperature, p->top_k, p->top_p, p->min_p);
+        return lm__error(LM_INVALID_ARGUMENT, "sample: temperature %g (>= 0), top_k %d (>= 0), top_p %g (0, 1], min_p %g "
+                         "[0, 1)", p->temperature, p->top_k, p->top_p, p->min_p);
     return LM_OK;
 }
 
@@ -60,6 +61,6 @@ lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tens
     }
     lm_sample_params p;
     memcpy(&p, params->data, sizeof p);
-    LM_TRY(check_params(op, &p));
+    LM_TRY(lm_sample_params_check(&p));
     return lm__ref_sample(logits, &p, ids);
 }

@@ -98,7 +98,7 @@ static void test_events_time_and_order(void) {
     LT_CHECK_OK(lm_event_synchronize(e1));
     double ms = -1;
     LT_CHECK_OK(lm_event_elapsed_ms(e0, e1, &ms));
-    LT_CHECK_MSG(ms > 0 && ms < 10000, "elapsed %g ms", ms);
+    LT_CHECK_MSG(ms > 0, "elapsed %g ms", ms); /* the second event follows the work; speed is not asserted */
     /* a second context waits for the first's event before reading */
     lm_ctx *other = NULL;
     LT_CHECK_OK(lm_ctx_create(ct_gpu, 1, &other));

@@ -5,7 +5,8 @@
  * under the GPU's rule for which fused linears run as one kernel; the result runs
  * on the CPU's operators (each fused operator's CPU level is its reference) and must
  * give the logits the canonical graph gives, within the rounding the passes add
- * (16-bit weights: NMSE <= 1e-4, max |d| <= 2% of max |logit|; f32: NMSE <= 1e-9).
+ * (a bf16 prefill, whose GEMM inputs are rounded to bf16: NMSE <= 1e-4, max |d| <= 2%
+ * of max |logit|, measured 4e-6..1.3e-5; everything else NMSE <= 1e-9, measured ~1e-13).
  * It also checks what was fused: every layer has one fused QKV op, and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a decode step and a prefill
  * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops).
@@ -140,7 +141,7 @@ static void check_model(const char *name) {
     if (!m) return;
     const lm_model_config *c = &m->cfg;
     lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
-    int low = wdt != LM_F32, bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights only */
+    int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights only */
     const int64_t shapes[2][2] = {{2, 1}, {2, 6}}; /* decode rows (GEMV) and a prefill (GEMM) */
     for (int s = 0; s < 2; s++) {
         int64_t B = shapes[s][0], T = shapes[s][1], V = c->vocab_size;
@@ -182,8 +183,9 @@ static void check_model(const char *name) {
             num += d * d, den += (double)want[i] * want[i];
             md = fmax(md, fabs(d)), mx = fmax(mx, fabs(want[i]));
         }
-        double nmse = num / (den > 0 ? den : 1), tol = low ? 1e-4 : 1e-9;
-        LT_CHECK_MSG(nmse <= tol && md <= (low ? 0.02 : 1e-4) * mx && isfinite(nmse),
+        int narrowed = bf16 && s == 1; /* only bf16 prefill rounds GEMM inputs to bf16 */
+        double nmse = num / (den > 0 ? den : 1), tol = narrowed ? 1e-4 : 1e-9;
+        LT_CHECK_MSG(nmse <= tol && md <= (narrowed ? 0.02 : 1e-4) * mx && isfinite(nmse),
                      "%s %s: fused vs canonical nmse %.3g, max |d| %.3g of %.3g", name, s ? "prefill" : "decode", nmse,
                      md, mx);
         free(want), free(got);

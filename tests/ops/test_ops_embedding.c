@@ -146,7 +146,10 @@ static void test_embedding_errors_name_the_problem(void) {
     LT_CHECK_OK(lm_embedding_out(g_ctx, vt, vi, lm_tensor_as_view(of)));
     for (int64_t i = 0; i < oshape[0] * oshape[1]; i++)
         LT_CHECK(((const float *)lm_tensor_data(of))[i] == lm_bf16_to_f32(((const uint16_t *)lm_tensor_data(o))[i]));
-    LT_CHECK(lm_embedding_out(g_ctx, vt, vi, lm_tensor_as_view(id8)) != LM_OK && strstr(lm_last_error(), "out"));
+    lm_tensor *oi = lt_poisoned_tensor(LM_I32, 2, oshape); /* the right shape, an integer dtype */
+    LT_CHECK_STATUS(lm_embedding_out(g_ctx, vt, vi, lm_tensor_as_view(oi)), LM_UNSUPPORTED);
+    LT_CHECK(strstr(lm_last_error(), "out") && strstr(lm_last_error(), "i32"));
+    lm_tensor_destroy(oi);
     LT_CHECK_STATUS(lm_embedding_out(g_ctx, vt, vi, lm_tensor_as_view(ob)), LM_SHAPE_MISMATCH);
     LT_CHECK_STATUS(lm_embedding_out(g_ctx, lm_tensor_as_view(t1), vi, vo), LM_SHAPE_MISMATCH);
     LT_CHECK(strstr(lm_last_error(), "table"));

@@ -4,8 +4,7 @@
  * (or against the composition of the basic operators it fuses), on fresh random
  * inputs with poisoned outputs; plus the errors that name bad slots, positions and
  * parameters.
- * Tolerances: f32 results vs double: NMSE 1e-12, max-abs 1e-5 (values O(1)); bf16
- * caches round each stored element once (relative 2^-9): NMSE 1e-5.
+ * Tolerances: f32 results vs double: NMSE 1e-12, max-abs 1e-5 (values O(1)).
  */
 #include "harness.h"
 
@@ -197,7 +196,7 @@ static void test_linear_equals_its_composition(void) {
             for (int64_t i = 0; acc && i < M * N; i++) w64[i] += res[i];
             char what[48];
             snprintf(what, sizeof what, "linear form %d accumulate %d", form, acc);
-            lt_check_close(what, got, w64, M * N, 1e-11, 1e-5);
+            lt_check_close(what, got, w64, M * N, 1e-12, 1e-5);
             free(got), free(w64), free(res);
             lm_tensor *all[] = {x, w, b, nw, out, in, mm, want};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
@@ -221,9 +220,9 @@ static lm_tensor *params_tensor(const lm_sample_params *p) {
     return t;
 }
 
-/* Greedy is the argmax; a draw repeats for the same (seed, draw, row); top-k 1 and
- * min-p near 1 leave the argmax; draws over a small vocabulary follow the softmax
- * (each frequency within 5 standard errors over 4000 draws). */
+/* Greedy is the argmax; a draw repeats for the same (seed, draw, row); top-k 1 leaves
+ * the argmax; top-p and min-p keep exactly their sets; draws over a small vocabulary
+ * follow the softmax (each frequency within 5 standard errors over 4000 draws). */
 static void test_sample_rules(void) {
     const int64_t R = 1, Vn = 5;
     int64_t ls[2] = {R, Vn}, is[1] = {R};
@@ -245,6 +244,7 @@ static void test_sample_rules(void) {
         pt = params_tensor(&s);
         LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
         int32_t id = ((int32_t *)lm_tensor_data(ids))[0];
+        LT_CHECK_MSG(id >= 0 && id < 5, "draw %llu: id %d outside the vocabulary", (unsigned long long)d, id);
         if (id >= 0 && id < 5) counts[id]++;
         if (d == 3) { /* the same draw again */
             LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
@@ -261,6 +261,27 @@ static void test_sample_rules(void) {
     LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
     LT_CHECK(((int32_t *)lm_tensor_data(ids))[0] == 1);
     lm_tensor_destroy(pt);
+    /* top-p 0.7 keeps the rank prefix {1, 3} (0.379 + 0.379 >= 0.7); min-p 0.3 keeps
+     * p >= 0.3 p_max: {1, 3, 4} (token 4 at 0.368 p_max, token 0 at 0.223). Every draw
+     * stays in the kept set, and each member of it is drawn. */
+    const struct {
+        float top_p, min_p;
+        unsigned kept; /* bit j: token j may be drawn */
+    } cut[2] = {{0.7f, 0.0f, (1u << 1) | (1u << 3)}, {1.0f, 0.3f, (1u << 1) | (1u << 3) | (1u << 4)}};
+    for (int c = 0; c < 2; c++) {
+        unsigned seen = 0;
+        for (uint64_t d = 0; d < 300; d++) {
+            lm_sample_params s = {.temperature = 1.0f, .top_p = cut[c].top_p, .min_p = cut[c].min_p, .seed = 11, .draw = d};
+            pt = params_tensor(&s);
+            LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)));
+            int32_t id = ((int32_t *)lm_tensor_data(ids))[0];
+            if (id >= 0 && id < 5) seen |= 1u << id;
+            else LT_CHECK_MSG(0, "id %d outside the vocabulary", id);
+            lm_tensor_destroy(pt);
+        }
+        LT_CHECK_MSG(seen == cut[c].kept, "top_p %g min_p %g: drew the set %#x, expected %#x", cut[c].top_p,
+                     cut[c].min_p, seen, cut[c].kept);
+    }
     lm_sample_params bad = {.temperature = -1.0f, .top_p = 1.0f};
     pt = params_tensor(&bad);
     LT_CHECK_STATUS(lm_sample_out(g_ctx, V(lg), V(pt), NULL, V(ids)), LM_INVALID_ARGUMENT);
@@ -278,7 +299,6 @@ static void test_mixed_dtype_forms_round_once(void) {
     lm_tensor *w = lt_random_tensor(&r, LM_F32, 1, ws, 1), *up = lt_random_tensor(&r, LM_F32, 2, xs, 1);
     lm_tensor *f = lt_poisoned_tensor(LM_F32, 2, xs), *b = lt_poisoned_tensor(LM_BF16, 2, xs);
     lm_tensor *sum1 = lt_poisoned_tensor(LM_F32, 2, xs), *sum2 = lt_poisoned_tensor(LM_F32, 2, xs);
-#define V(t) lm_tensor_as_view(t)
     for (int form = 0; form < 3; form++) {
         if (form == 0) {
             LT_CHECK_OK(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, V(f)));
@@ -306,7 +326,6 @@ static void test_mixed_dtype_forms_round_once(void) {
     lm_tensor *oi = lt_poisoned_tensor(LM_I32, 2, is);
     LT_CHECK(lm_rmsnorm_out(g_ctx, V(x), V(w), 1e-5f, V(oi)) != LM_OK && strstr(lm_last_error(), "out"));
     LT_CHECK(lm_swiglu_out(g_ctx, V(x), V(up), V(oi)) != LM_OK && strstr(lm_last_error(), "out"));
-#undef V
     lm_tensor *all[] = {x, res, w, up, f, b, sum1, sum2, oi};
     for (int i = 0; i < 9; i++) lm_tensor_destroy(all[i]);
 }
