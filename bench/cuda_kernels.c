@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
             lm_linear_params p = {g[i].in, g[i].in == LM_LINEAR_IN_RMSNORM ? V(nw) : NULL, 1e-6f, g[i].acc};
             if (g[i].in == LM_LINEAR_IN_RMSNORM && g[i].K != H) die("shape");
             a.p = p;
-            if (!lm_linear_supported(lm_device_cuda(0), g[i].in, m, g[i].K, LM_F32, LM_BF16)) die("not fused");
+            if (!lm_linear_supported(lm_device_cuda(0), g[i].in, g[i].acc, m, g[i].K, LM_F32, LM_BF16)) die("not fused");
             char name[80];
             snprintf(name, sizeof name, "%s M%d", g[i].name, m);
             report(name, time_us(run_linear, &a), 2.0 * g[i].N * g[i].K, 2.0 * m * g[i].N * g[i].K);

@@ -232,9 +232,10 @@ typedef struct lm_linear_params {
 LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                                const lm_linear_params *p, const lm_tensor_view *out);
 /* 1 when device d runs lm_linear_out of `rows` rows, K inputs and weights of dtype
- * w_dtype, with input form `input` and x of dtype x_dtype, in one fused kernel
- * that needs no scratch memory (so a captured step may contain it). */
-LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
+ * w_dtype, with input form `input`, accumulate (0/1) and x of dtype x_dtype, in one
+ * fused kernel that needs no scratch memory (so a captured step may contain it). */
+LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K,
+                               lm_dtype x_dtype, lm_dtype w_dtype);
 
 /* ---- losses and selections ----------------------------------------------------------------- */
 /* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping

@@ -354,9 +354,10 @@ typedef struct lins {
     int64_t n, cap;
 } lins;
 
-static int supported(const lm__pass_env *env, const lm_graph *g, int form, int x, int w) {
+static int supported(const lm__pass_env *env, const lm_graph *g, int form, int accumulate, int x, int w) {
     const lm__gvalue *vx = &g->values[x], *vw = &g->values[w];
-    return env->linear_supported(env->device, (lm_linear_input)form, vx->dims[0], vw->dims[1], vx->dtype, vw->dtype);
+    return env->linear_supported(env->device, (lm_linear_input)form, accumulate, vx->dims[0], vw->dims[1], vx->dtype,
+                                 vw->dtype);
 }
 
 static lm_status plan_inputs(lins *s, plan *p, const lm__pass_env *env) {
@@ -385,7 +386,7 @@ static lm_status plan_inputs(lins *s, plan *p, const lm__pass_env *env) {
         } else {
             continue;
         }
-        if (!supported(env, g, f.form, f.x, op->in[1])) continue;
+        if (!supported(env, g, f.form, (int)op->i[3], f.x, op->in[1])) continue;
         LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));
         for (int k = 0; k < 3; k++)
             if (absorbed[k] >= 0) p->at[absorbed[k]] = -2;
@@ -440,7 +441,7 @@ static lm_status plan_residuals(lins *s, plan *p, const lm__pass_env *env) {
                 continue;
             if (lm__gop_is_leaf(producer(g, root)->kind) || g->values[lin->in[0]].root == root) continue;
             if (!lm__graph_whole_storage(g, r) || !lm__graph_storage_dead_after(g, root, i)) continue;
-            if (!supported(env, g, (int)lin->i[0], lin->in[0], lin->in[1])) continue;
+            if (!supported(env, g, (int)lin->i[0], 1, lin->in[0], lin->in[1])) continue;
             lin_fusion f = {g->values[y].op, -1, (int)lin->i[0], -1, lin->a, r, add->out};
             LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));
             p->at[g->values[y].op] = -2;
@@ -479,7 +480,7 @@ static int only_gemm_inputs(const lm_graph *g, const lm__pass_env *env, int v, l
             if (!plain_linear(op) || k != 0 || (wd != LM_BF16 && wd != LM_F16) || (*low != LM_F32 && wd != *low)) return 0;
             *low = wd;
             const lm__gvalue *x = &g->values[v], *w = &g->values[op->in[1]];
-            if (!env->linear_supported(env->device, LM_LINEAR_IN, x->ndim == 2 ? x->dims[0] : 0, w->dims[1], wd, wd))
+            if (!env->linear_supported(env->device, LM_LINEAR_IN, 0, x->ndim == 2 ? x->dims[0] : 0, w->dims[1], wd, wd))
                 return 0;
         }
     }

@@ -45,8 +45,8 @@ int lm__graph_storage_dead_after(const lm_graph *g, int root, int64_t after);
  * another rule to run the GPU's rewrites on the CPU's operators). */
 typedef struct lm__pass_env {
     lm_device device;
-    int (*linear_supported)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
-                            lm_dtype w_dtype);
+    int (*linear_supported)(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K,
+                            lm_dtype x_dtype, lm_dtype w_dtype);
 } lm__pass_env;
 
 typedef lm_status (*lm__pass_fn)(const lm_graph *g, const lm__pass_env *env, lm_graph **out);

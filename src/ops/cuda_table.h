@@ -93,9 +93,8 @@ typedef struct lm__cuda_ops {
     lm_status (*qkv_rope_store)(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
                                 const lm_tensor_view *positions, const lm_tensor_view *k_cache,
                                 const lm_tensor_view *v_cache, const lm_tensor_view *q, void *stream);
-    /* 1 when linear runs these as one kernel without scratch (lm_linear_supported) */
-    int (*linear_supported)(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
-    /* LM_UNSUPPORTED (nothing queued) when no fused kernel takes the views */
+    /* for calls lm__linear_fused_rule admits; LM_UNSUPPORTED (nothing queued) when the
+     * views' layout does not suit the kernels */
     lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                         const lm_linear_params *p, const lm_tensor_view *out);
     lm_status (*sample)(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,

@@ -111,6 +111,14 @@ const char *lm__shape_str(const lm_tensor_view *v, char *buf, size_t size);
 /* ---- dispatch ------------------------------------------------------------------------------
  * The CUDA level is the table of ops/cuda_table.h (NULL in a build without CUDA). */
 typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 2 } lm__level;
+/* ops/linear.c: the shapes and dtypes the GPU's fused Linear kernels take (the
+ * GEMV for up to LM__LINEAR_GEMV_MAX_ROWS rows of f32 over bf16 weights, any input
+ * form; the cuBLASLt GEMM for plain bf16 x bf16 without accumulate; K a multiple of
+ * 8). The one rule behind lm_linear_supported, the CUDA dispatch (ops/cuda/
+ * step_cuda.c) and the tests that run the GPU's passes on the CPU. */
+#define LM__LINEAR_GEMV_MAX_ROWS 8
+int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
+
 /* Picks the implementation level for an operator on ctx's device given which levels
  * exist (has_cpu: a tuned CPU version, has_cuda: a CUDA version). Fails with
  * LM_UNSUPPORTED naming the operator when the request cannot be met. */

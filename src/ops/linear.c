@@ -47,10 +47,16 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
     return bias ? lm__op_check_alias(op, "out", out, "bias", bias, 0) : LM_OK;
 }
 
-int lm_linear_supported(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype) {
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
-    if ((unsigned)input > LM_LINEAR_IN_SWIGLU || rows < 1 || K < 1 || lm__device_host_addressable(d) || !cu) return 0;
-    return cu->linear_supported(input, rows, K, x_dtype, w_dtype);
+int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    if ((unsigned)input > LM_LINEAR_IN_SWIGLU || rows < 1 || K < 1 || K % 8 || w != LM_BF16) return 0;
+    if (rows <= LM__LINEAR_GEMV_MAX_ROWS && x == LM_F32) return 1;  /* the GEMV: every form */
+    return input == LM_LINEAR_IN && !accumulate && x == LM_BF16; /* the GEMM with its bias epilogue */
+}
+
+int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x_dtype,
+                        lm_dtype w_dtype) {
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0; /* the CPU runs the composition */
+    return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
 }
 
 /* The composition lm_linear_out equals, through the public operators in f32 on the
@@ -128,8 +134,11 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
     if (level == LM__LEVEL_CUDA) {
-        lm_status st = cu->linear(ctx, x, w, bias, p, out);
-        if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
+        if (lm__linear_fused_rule(p->input, p->accumulate, x->shape[0], w->shape[1], x->dtype, w->dtype)) {
+            lm_status st = cu->linear(ctx, x, w, bias, p, out);
+            if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
+            lm_clear_error();                    /* a layout the kernels refuse: the composition runs it */
+        }
         return composed(ctx, x, w, bias, p, out);
     }
     return lm__ref_linear(x, w, bias, p, out);

@@ -4,7 +4,8 @@
  *    bias and the residual accumulate, 1, 3 and 8 rows of f32 over bf16 weights (the
  *    fused GEMV), 40 rows of bf16 x bf16 (cuBLASLt), row-strided x and out, and forms
  *    no fused kernel takes (f32 weights, 40 f32 rows, f16) which run the composition;
- *    lm_linear_supported agrees with what runs without scratch;
+ *    every form lm_linear_supported admits also runs inside a capture (where the
+ *    composition would refuse to allocate) and replays to the same result;
  *  - lm_qkv_rope_store_out with bias and q/k norms into bf16 caches, f32 and bf16 q;
  *  - lm_kv_store_out between every float dtype pair, and a row naming a slot outside
  *    the cache writes nothing;
@@ -61,7 +62,7 @@ static void check_linear(const lin_case *c) {
     lm_linear_params ph = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? HV(nw) : NULL, 1e-5f, c->acc};
     lm_linear_params pd = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? DV(nw) : NULL, 1e-5f, c->acc};
     LT_CHECK_OK(lm_linear_out(g_ref, &xh, HV(w), c->bias ? HV(b) : NULL, &ph, &wh));
-    int fused = lm_linear_supported(ct_gpu, c->in, c->M, c->K, c->x_dt, c->w_dt);
+    int fused = lm_linear_supported(ct_gpu, c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt);
     LT_CHECK_OK(lm_linear_out(g_ctx, &xd, DV(w), c->bias ? DV(b) : NULL, &pd, &od));
     char what[160];
     snprintf(what, sizeof what, "linear form %d M %lld N %lld K %lld x %s w %s bias %d acc %d strided %d (%s)",
@@ -88,6 +89,27 @@ static void check_linear(const lin_case *c) {
             free(rest);
         }
     }
+    /* a form lm_linear_supported admits runs one fused kernel without scratch: it can
+     * be captured (the composition would refuse to allocate there) and replays to the
+     * same result, on a fresh copy of the residual */
+    if (fused) {
+        ct_pair o2 = {NULL, NULL};
+        LT_CHECK_OK(lm_tensor_to_device(NULL, o.h, ct_gpu, &o2.d));
+        LT_CHECK_OK(lm_tensor_to_device(NULL, o.h, lm_device_cpu(), &o2.h));
+        lm_tensor_view od2 = ct_mirror(o.h, &oh, o2.d);
+        if (!c->acc) LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(o2)));
+        lm_device_graph *graph = NULL;
+        LT_CHECK_OK(lm_ctx_capture_begin(g_ctx));
+        lm_status st = lm_linear_out(g_ctx, &xd, DV(w), c->bias ? DV(b) : NULL, &pd, &od2);
+        LT_CHECK_OK(lm_ctx_capture_end(g_ctx, &graph));
+        LT_CHECK_MSG(st == LM_OK, "%s: not capturable (%s)", what, lm_last_error());
+        if (graph) LT_CHECK_OK(lm_device_graph_launch(graph, g_ctx));
+        char cw[200];
+        snprintf(cw, sizeof cw, "%s, captured", what);
+        ct_check(g_ctx, cw, &o2, &od2, &wh, 1e-9, 1e-4 * scale);
+        lm_device_graph_destroy(graph);
+        ct_pair_free(&o2);
+    }
     lm_tensor_destroy(want);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
 }
@@ -98,12 +120,12 @@ static void test_linear_forms(void) {
         for (int m = 0; m < 3; m++)
             for (int v = 0; v < 2; v++) {
                 lin_case c = {(lm_linear_input)in, rows[m], 72, 96, LM_F32, LM_BF16, v, v ^ (m == 1), m == 2};
-                LT_CHECK_MSG(lm_linear_supported(ct_gpu, c.in, c.M, c.K, c.x_dt, c.w_dt), "GEMV form %d M %lld", in,
+                LT_CHECK_MSG(lm_linear_supported(ct_gpu, c.in, c.acc, c.M, c.K, c.x_dt, c.w_dt), "GEMV form %d M %lld", in,
                              (long long)c.M);
                 check_linear(&c);
             }
     lin_case gemm = {LM_LINEAR_IN, 40, 72, 96, LM_BF16, LM_BF16, 1, 0, 1};
-    LT_CHECK(lm_linear_supported(ct_gpu, gemm.in, gemm.M, gemm.K, gemm.x_dt, gemm.w_dt));
+    LT_CHECK(lm_linear_supported(ct_gpu, gemm.in, gemm.acc, gemm.M, gemm.K, gemm.x_dt, gemm.w_dt));
     check_linear(&gemm);
     gemm.bias = 0;
     check_linear(&gemm);
@@ -113,11 +135,12 @@ static void test_linear_forms(void) {
                          {LM_LINEAR_IN, 5, 24, 20, LM_F16, LM_F16, 1, 0, 0},
                          {LM_LINEAR_IN, 40, 72, 96, LM_F32, LM_BF16, 0, 0, 0}};
     for (int i = 0; i < 4; i++) {
-        LT_CHECK_MSG(!lm_linear_supported(ct_gpu, other[i].in, other[i].M, other[i].K, other[i].x_dt, other[i].w_dt),
+        LT_CHECK_MSG(!lm_linear_supported(ct_gpu, other[i].in, other[i].acc, other[i].M, other[i].K, other[i].x_dt,
+                                         other[i].w_dt),
                      "case %d claims a fused kernel", i);
         check_linear(&other[i]);
     }
-    LT_CHECK(!lm_linear_supported(lm_device_cpu(), LM_LINEAR_IN, 1, 96, LM_F32, LM_BF16));
+    LT_CHECK(!lm_linear_supported(lm_device_cpu(), LM_LINEAR_IN, 0, 1, 96, LM_F32, LM_BF16));
 }
 
 /* ---- the fused QKV front and the KV store ----------------------------------------------------- */

@@ -16,6 +16,7 @@
 
 #include "exec/internal.h"
 #include "nn/internal.h"
+#include "ops/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,13 +29,11 @@ static const char *k_models[] = {"llama_gqa2_f32",     "llama3_scaled_bf16", "ll
 
 static lm_ctx *g_ctx;
 
-/* The CUDA kernels' rule (ops/cuda/step_cuda.c, lm__cuda_linear_supported): GEMV for
- * up to 8 rows of f32 input over bf16 weights with K % 8 == 0, any input form; GEMM
- * for plain bf16 x bf16 with K % 8 == 0. */
-static int gpu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+/* The CUDA kernels' rule (lm__linear_fused_rule, the one lm_linear_supported applies
+ * to a GPU), whether or not this build has CUDA. */
+static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
     (void)d;
-    if (rows >= 1 && rows <= 8 && K % 8 == 0 && x == LM_F32 && w == LM_BF16) return 1;
-    return in == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && K % 8 == 0;
+    return lm__linear_fused_rule(in, accumulate, rows, K, x, w);
 }
 
 typedef struct binder {

@@ -270,7 +270,7 @@ lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const 
     }
     attn_job j = {.kern = kernels_for(lm__cpu_isa_active()), .q = q->data, .k = k->data, .v = v->data,
                   .out = out->data, .Hkv = k->shape[1], .Tq = q->shape[2], .Tk = k->shape[2], .D = q->shape[3],
-                  .Dv = v->shape[3], .causal = causal, .window = causal ? window : 0, .qscale = (float)((double)scale * LOG2E)};
+                  .Dv = v->shape[3], .causal = causal, .window = window, .qscale = (float)((double)scale * LOG2E)};
     j.G = q->shape[1] / j.Hkv;
     j.off = j.Tk - j.Tq;
     for (int d = 0; d < 3; d++)

@@ -78,6 +78,6 @@ lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, c
                          attention_kernel<T><<<g, 256, smem, s>>>(
                              (const T *)q->data, lm__cuda_nd_of(q), (const T *)k->data, lm__cuda_nd_of(k),
                              (const T *)v->data, lm__cuda_nd_of(v), (T *)out->data, lm__cuda_nd_of(out), q->shape[0],
-                             causal, causal ? window : 0, scale));
+                             causal, window, scale)); /* window is 0 unless causal (ops/attention.c) */
     return lm__cuda_launched("attention kernel");
 }

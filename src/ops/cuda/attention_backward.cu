@@ -159,7 +159,7 @@ lm_status lm__cuda_attention_backward(const lm_tensor_view *q, const lm_tensor_v
     a.B = q->shape[0], a.Hq = q->shape[1], a.Tq = q->shape[2], a.D = q->shape[3];
     a.Hkv = k->shape[1], a.Tk = k->shape[2], a.Dv = v->shape[3];
     a.group = a.Hkv ? a.Hq / a.Hkv : 1;
-    a.scale = scale, a.causal = causal, a.window = causal ? window : 0;
+    a.scale = scale, a.causal = causal, a.window = window; /* 0 unless causal (ops/attention_backward.c) */
     if (a.D > 8 * ATT_THREADS || a.Dv > 8 * ATT_THREADS)
         return lm__error(LM_UNSUPPORTED, "attention_backward: the CUDA kernel takes head dims up to %d", 8 * ATT_THREADS);
     int64_t qrows = a.B * a.Hq * a.Tq, krows = a.B * a.Hkv * a.Tk;

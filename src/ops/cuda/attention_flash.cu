@@ -61,7 +61,7 @@ struct fa_args {
     /* cache mode (forward): k, v are caches [S, Hkv, P, D] indexed by slot */
     const int32_t *row_slot; /* [B] or NULL */
     const int32_t *row_pos;  /* [B, Tq] positions, consecutive per row */
-    int64_t nslots, cache_len;
+    int64_t nslots; /* and Tk = P, the positions a slot holds */
     float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
     float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
     float *pk, *pv; /* grouped heads: [B, Hq, Tk, D] f32 per-query-head dK, dV partials, else NULL */
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     if (a.row_slot) { /* cache mode: the row's slot and first position */
         int64_t slot = a.row_slot[b], start = a.row_pos[b * a.Tq];
-        if (slot < 0 || slot >= a.nslots || start < 0 || start + a.Tq > a.cache_len) {
+        if (slot < 0 || slot >= a.nslots || start < 0 || start + a.Tq > a.Tk) {
             const float nan2[2] = {NAN, NAN};
             store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
             return;
@@ -498,7 +498,7 @@ static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const l
     memset(&a, 0, sizeof a);
     a.q = fa_of(q), a.k = fa_of(k), a.v = fa_of(v);
     a.Hq = q->shape[1], a.Hkv = k->shape[1], a.Tq = q->shape[2], a.Tk = k->shape[2];
-    a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = causal, a.window = causal ? window : 0;
+    a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = causal, a.window = window; /* 0 unless causal (ops) */
     return a;
 }
 
@@ -574,18 +574,10 @@ lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_te
 
 /* ---- cache mode: a prefill step's attention over its slots ----------------------------------- */
 int lm__cuda_attention_cache_flash_supports(const lm_tensor_view *q, const lm_tensor_view *k_cache,
-                                            const lm_tensor_view *out) {
-    int64_t D = q->shape[3];
-    if ((D != 64 && D != 128) || q->dtype != LM_BF16 || k_cache->dtype != LM_BF16) return 0;
-    if (!lm_tensor_view_is_contiguous(k_cache) || q->stride[3] != 1 || out->stride[3] != 1) return 0;
-    if (out->dtype != LM_BF16 && out->dtype != LM_F32) return 0;
-    const lm_tensor_view *vs[2] = {q, out};
-    for (int i = 0; i < 2; i++) {
-        if (((uintptr_t)vs[i]->data % 16) != 0) return 0;
-        for (int d = 0; d < 3; d++)
-            if (vs[i]->shape[d] > 1 && vs[i]->stride[d] % 8 != 0) return 0;
-    }
-    return ((uintptr_t)k_cache->data % 16) == 0;
+                                            const lm_tensor_view *v_cache, const lm_tensor_view *out) {
+    int64_t D = q->shape[3]; /* token-major q, out [B, T, H, D] and caches [S, Hkv, P, D]: the same rules */
+    return (D == 64 || D == 128) && view_ok(q, D, 1) && view_ok(k_cache, D, 1) && view_ok(v_cache, D, 1) &&
+           view_ok(out, D, 0);
 }
 
 /* A token-major view [B, T, H, D] as the kernels' [B, H, T] strides. */
@@ -602,12 +594,11 @@ lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tenso
     memset(&a, 0, sizeof a);
     int64_t B = q->shape[0], T = q->shape[1], P = k_cache->shape[2], D = q->shape[3];
     a.q = token_major(q), a.o = token_major(out), a.o_f32 = out->dtype == LM_F32;
-    a.k = (fa_view){k_cache->data, k_cache->stride[0], k_cache->stride[1], k_cache->stride[2]};
-    a.v = (fa_view){v_cache->data, v_cache->stride[0], v_cache->stride[1], v_cache->stride[2]};
+    a.k = fa_of(k_cache), a.v = fa_of(v_cache); /* [S, Hkv, P, D]: the slot indexes the batch stride */
     a.Hq = q->shape[2], a.Hkv = k_cache->shape[1], a.Tq = T, a.Tk = P;
     a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = 1, a.window = window;
     a.row_slot = (const int32_t *)slots->data, a.row_pos = (const int32_t *)positions->data;
-    a.nslots = k_cache->shape[0], a.cache_len = P;
+    a.nslots = k_cache->shape[0];
     if (B == 0 || T == 0) return LM_OK;
     return D == 64 ? forward<64>(a, B, s) : forward<128>(a, B, s);
 }

@@ -76,7 +76,7 @@ lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view
  * bf16 or f32, rows 16-byte aligned (see _supports). A row with a bad slot or
  * positions writes NaN. */
 int lm__cuda_attention_cache_flash_supports(const lm_tensor_view *q, const lm_tensor_view *k_cache,
-                                            const lm_tensor_view *out);
+                                            const lm_tensor_view *v_cache, const lm_tensor_view *out);
 lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tensor_view *k_cache,
                                          const lm_tensor_view *v_cache, const lm_tensor_view *slots,
                                          const lm_tensor_view *positions, float scale, int64_t window,
@@ -184,7 +184,7 @@ lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_
  * row-major, for M <= LM__CUDA_GEMV_MAX_ROWS (decode). The input is produced on the fly:
  * PLAIN reads x f32; RMSNORM normalizes x f32 rows with norm_w; SWIGLU reads
  * x f32 [M, 2K] (gate | up) and uses silu(gate) * up. accumulate: out += result. */
-#define LM__CUDA_GEMV_MAX_ROWS 8
+#define LM__CUDA_GEMV_MAX_ROWS 8 /* = LM__LINEAR_GEMV_MAX_ROWS (ops/internal.h) */
 typedef enum lm__cuda_gemv_in { LM__CUDA_GEMV_PLAIN = 0, LM__CUDA_GEMV_RMSNORM = 1, LM__CUDA_GEMV_SWIGLU = 2 } lm__cuda_gemv_in;
 typedef struct lm__cuda_gemv_params {
     lm__cuda_gemv_in in;
@@ -241,7 +241,6 @@ lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_
                                         const lm_tensor_view *slots, const lm_tensor_view *positions,
                                         const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
                                         const lm_tensor_view *q, cudaStream_t s);
-int lm__cuda_linear_supported(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                           const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
                           cudaStream_t s);

@@ -7,6 +7,7 @@
  * Nothing here allocates or synchronizes, so a captured step may contain any of it.
  */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/internal.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -42,7 +43,7 @@ lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view
         !contiguous(slots) || !contiguous(positions))
         return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): needs contiguous bf16 caches and index tensors");
     int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3];
-    if (T > 1 && lm__cuda_attention_cache_flash_supports(q, k_cache, out))
+    if (T > 1 && lm__cuda_attention_cache_flash_supports(q, k_cache, v_cache, out))
         return lm__cuda_attention_cache_flash(q, k_cache, v_cache, slots, positions, p->scale, p->window, out, s);
     if (!contiguous(q) || !contiguous(out) || q->dtype == LM_F16 || out->dtype == LM_F16)
         return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): q and out must be contiguous f32 or bf16");
@@ -93,26 +94,13 @@ lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_
 }
 
 /* ---- the fused Linear --------------------------------------------------------------------------- */
-static int gemv_shape(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)input;
-    return rows >= 1 && rows <= LM__CUDA_GEMV_MAX_ROWS && K % 8 == 0 && x == LM_F32 && w == LM_BF16;
-}
-
-static int gemm_shape(lm_linear_input input, int64_t K, lm_dtype x, lm_dtype w) {
-    return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && K % 8 == 0;
-}
-
-int lm__cuda_linear_supported(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype) {
-    return gemv_shape(input, rows, K, x_dtype, w_dtype) || gemm_shape(input, K, x_dtype, w_dtype);
-}
-
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                           const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
                           cudaStream_t s) {
     int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
     int layout = contiguous(w) && unit_last(x) && unit_last(out) && out->dtype == LM_F32 &&
                  (!bias || contiguous(bias)) && (!p->norm_weight || contiguous(p->norm_weight));
-    if (layout && gemv_shape(p->input, M, K, x->dtype, w->dtype)) {
+    if (layout && M <= LM__LINEAR_GEMV_MAX_ROWS && x->dtype == LM_F32) { /* lm__linear_fused_rule admitted it */
         static const lm__cuda_gemv_in form[3] = {LM__CUDA_GEMV_PLAIN, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_SWIGLU};
         lm__cuda_gemv_params gp = {form[p->input], (const float *)x->data, x->stride[0],
                                    p->input == LM_LINEAR_IN_RMSNORM ? (const float *)p->norm_weight->data : NULL,
@@ -120,7 +108,7 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
                                    out->stride[0], p->accumulate, (int)M, N, K};
         return lm__cuda_linear_gemv(&gp, s);
     }
-    if (layout && !p->accumulate && gemm_shape(p->input, K, x->dtype, w->dtype))
+    if (layout)
         return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, bias ? (const float *)bias->data : NULL,
                                   (float *)out->data, out->stride[0], M, N, K, s);
     return lm__error(LM_UNSUPPORTED, "linear (cuda): no fused kernel for %lld rows of %s over %s weights",

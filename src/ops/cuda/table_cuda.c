@@ -254,7 +254,6 @@ static const lm__cuda_ops k_table = {
     .attention_cache = attention_cache,
     .attention_cache_workspace = lm__cuda_attention_cache_workspace,
     .qkv_rope_store = qkv_rope_store,
-    .linear_supported = lm__cuda_linear_supported,
     .linear = linear,
     .sample = sample,
     .sample_workspace = lm__cuda_sample_workspace,
