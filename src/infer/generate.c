@@ -1,58 +1,15 @@
 /* infer/generate.c — prefill + sampled decode with streaming text and stop strings.
  *
- * Text path: ids -> tokenizer stream decoder (complete UTF-8 only) -> stop filter.
- * The stop filter holds back the last (longest stop string - 1) bytes, rounded back
- * to a character boundary, because they could still begin a stop string; everything
- * before that is final and goes to the callback. Memory: one KV cache of
+ * Text path: ids -> tokenizer stream decoder (complete UTF-8 only) -> stop filter
+ * (infer/stop.c) -> the callback. Memory: one KV cache of
  * prompt + max_new_tokens positions and one logits row. A model on a CUDA device
  * picks its tokens on the device (lm_model_forward_sample: no logits row crosses to
  * the host) unless a repetition penalty needs the host sampler.
  */
-#include "base/internal.h"
+#include "infer/internal.h"
 #include "loom/generate.h"
 
 #include <string.h>
-
-typedef struct stop_filter {
-    const char *const *stop;
-    int n_stop;
-    size_t longest;
-    char *held; /* [cap] text not yet delivered */
-    size_t len;
-    int64_t cap; /* int64_t: lm__reserve's capacity type */
-} stop_filter;
-
-static lm_status held_append(stop_filter *f, const char *text, size_t n) {
-    LM_TRY(lm__reserve((void **)&f->held, &f->cap, (int64_t)(f->len + n + 1), 1));
-    memcpy(f->held + f->len, text, n);
-    f->len += n;
-    return LM_OK;
-}
-
-/* Position of the earliest stop string in held, or -1. */
-static int64_t find_stop(const stop_filter *f) {
-    int64_t best = -1;
-    for (int i = 0; i < f->n_stop; i++) {
-        size_t sl = strlen(f->stop[i]);
-        for (size_t p = 0; sl && p + sl <= f->len; p++)
-            if (memcmp(f->held + p, f->stop[i], sl) == 0) {
-                if (best < 0 || (int64_t)p < best) best = (int64_t)p;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Bytes of held that are final: all but the last longest-1, backed up to a UTF-8
- * character start. */
-static size_t final_prefix(const stop_filter *f, int at_end) {
-    if (at_end || f->longest <= 1) return f->len;
-    size_t keep = f->longest - 1;
-    if (f->len <= keep) return 0;
-    size_t n = f->len - keep;
-    while (n > 0 && ((unsigned char)f->held[n] & 0xC0) == 0x80) n--;
-    return n;
-}
 
 typedef struct run {
     const lm_model *m;
@@ -60,7 +17,7 @@ typedef struct run {
     lm_kv_cache *cache;
     lm_sampler *sampler;
     lm_tokenizer_stream *stream;
-    stop_filter filter;
+    lm__stop_filter filter;
     float *logits;    /* [vocab] */
     int32_t *history; /* [n_prompt + max_new] */
     size_t n_history;
@@ -89,19 +46,16 @@ static lm_status forward(run *r, const int32_t *ids, int64_t n, uint64_t draw, i
 /* Feeds new text through the stop filter and delivers what is final. Sets *stopped
  * to the reason when a stop string or the callback ends generation. */
 static lm_status deliver(run *r, int32_t id, const char *text, size_t n, int at_end, int *stopped) {
-    stop_filter *f = &r->filter;
-    LM_TRY(held_append(f, text, n));
-    int64_t hit = find_stop(f);
-    size_t give = hit >= 0 ? (size_t)hit : final_prefix(f, at_end);
+    lm__stop_filter *f = &r->filter;
+    size_t give;
+    int hit;
+    LM_TRY(lm__stop_filter_push(f, text, n, at_end, &give, &hit));
     int want_stop = r->cb ? r->cb(r->user, id, f->held, give) : 0;
-    memmove(f->held, f->held + give, f->len - give);
-    f->len -= give;
-    if (hit >= 0) {
-        f->len = 0; /* the stop string and anything after it are dropped */
+    lm__stop_filter_consume(f, give, hit);
+    if (hit)
         *stopped = LM_STOP_STRING + 1;
-    } else if (want_stop) {
+    else if (want_stop)
         *stopped = LM_STOP_CALLBACK + 1;
-    }
     return LM_OK;
 }
 
@@ -180,14 +134,14 @@ lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, c
     if (!res) res = &local;
     memset(res, 0, sizeof *res);
     res->prompt_tokens = (int64_t)n_prompt;
-    run r = {m, ctx, NULL, NULL, NULL, {p->stop, p->n_stop, 0, NULL, 0, 0}, NULL, NULL, 0, on_token, user, NULL};
+    run r = {m, ctx, NULL, NULL, NULL, {0}, NULL, NULL, 0, on_token, user, NULL};
+    lm__stop_filter_init(&r.filter, p->stop, p->n_stop);
     /* Where the logits are not host memory, pick tokens beside them (no logits copy per
      * step), unless the repetition penalty needs the host sampler's history. */
     lm_device_caps caps;
     if (lm_device_caps_get(lm_model_device(m), &caps) == LM_OK && !caps.host_addressable &&
         p->sampler.repetition_penalty == 1.0f)
         r.device_sampler = &p->sampler;
-    for (int i = 0; i < p->n_stop; i++) r.filter.longest = LM_MAX(r.filter.longest, strlen(p->stop[i]));
     size_t cap = n_prompt + (size_t)p->max_new_tokens;
     lm_status st = lm_kv_cache_create(m, 1, (int64_t)cap, &r.cache);
     if (st == LM_OK) st = lm_sampler_create(&p->sampler, c->vocab_size, &r.sampler);
@@ -200,7 +154,7 @@ lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, c
         r.n_history = n_prompt;
         st = loop(&r, prompt, n_prompt, p, res);
     }
-    lm__free(r.filter.held);
+    lm__stop_filter_free(&r.filter);
     lm__free(r.logits);
     lm__free(r.history);
     lm_tokenizer_stream_destroy(r.stream);

@@ -1,0 +1,57 @@
+/* serve/internal.h — the request record and its token path, shared by the serving
+ * sources (never installed).
+ *
+ * A request owns copies of its prompt and stop strings, its host sampler, its
+ * streaming detokenizer and stop filter, and its history (prompt + generated ids,
+ * which the repetition penalty reads). serve/request.c turns one row of logits into
+ * the request's next token and events; serve/scheduler.c decides which requests run
+ * in which model step.
+ */
+#ifndef LOOM_SERVE_INTERNAL_H
+#define LOOM_SERVE_INTERNAL_H
+
+#include "infer/internal.h"
+#include "loom/serve.h"
+
+typedef enum lm__req_state {
+    LM__REQ_PENDING = 0, /* queued, no slot */
+    LM__REQ_PREFILL,     /* holds a slot, prompt not yet run */
+    LM__REQ_RUNNING,     /* prompt run; `next` is the id to feed */
+    LM__REQ_DONE
+} lm__req_state;
+
+typedef struct lm__req {
+    int64_t id;
+    lm_serve_params p;
+    char **stop; /* [p.n_stop] owned copies; p.stop points here */
+    lm_serve_event_fn cb;
+    void *user;
+    lm__req_state state;
+    int cancel; /* asked for by lm_scheduler_cancel (read and written under the scheduler's lock) */
+    int bucket, slot;
+    int64_t order; /* admission order within the bucket: the prefill queue's order */
+    int32_t *history; /* [n_prompt + max_tokens]: the prompt, then the generated ids */
+    int64_t n_prompt, n_history;
+    int32_t next; /* RUNNING: the last generated id, fed to the next decode step */
+    lm_sampler *sampler;
+    lm_tokenizer_stream *stream; /* NULL without a tokenizer */
+    lm__stop_filter filter;
+    double submitted, first_token, finished;
+    lm_finish_reason reason;
+} lm__req;
+
+/* serve/request.c */
+/* Validates p against the model (vocabulary, ranges) and builds the record; the caller
+ * owns *out (lm__req_free). */
+lm_status lm__req_create(const lm_model_config *c, const lm_tokenizer *tok, const int32_t *prompt, size_t n_prompt,
+                         const lm_serve_params *p, lm_serve_event_fn cb, void *user, lm__req **out);
+void lm__req_free(lm__req *r); /* accepts NULL */
+/* Picks the request's next token from its logits row ([vocab]; used as scratch),
+ * records it and sends the TOKEN event. *finished = 1 when the request ended (length,
+ * eos, stop string or its callback asked to cancel); then the FINISH event was sent. */
+lm_status lm__req_accept(lm__req *r, const lm_model_config *c, float *logits, int *finished);
+/* Sends the FINISH event: flushes held text (unless a stop string ended it) and
+ * records the reason. status/message describe an error finish. */
+void lm__req_finish(lm__req *r, lm_finish_reason reason, lm_status status, const char *message);
+
+#endif

@@ -1,0 +1,468 @@
+/* serve/scheduler.c — the reference, continuous-batching and length-bucketed
+ * schedulers (loom/serve.h).
+ *
+ * All three are one machine: a list of buckets, each a KV cache with a fixed number
+ * of slots and a context length, and the requests placed in them. The continuous
+ * scheduler is one bucket; the bucketed one several; the reference scheduler is one
+ * single-slot bucket whose cache is made for each request (prompt + max_tokens
+ * positions), so it is exactly lm_generate's serial path.
+ *
+ * A step: take cancellations, admit pending requests (FIFO; each into the lowest
+ * free slot of its bucket), then per bucket one model step: if any admitted request
+ * has not run its prompt, the oldest such prompt's length L is chosen and every
+ * waiting prompt of length L runs in one [rows, L] prefill; otherwise every running
+ * row decodes one token in one [rows, 1] step, each row at its own position (the
+ * step's positions and slot indices are inputs of the graph). Logits come back to the
+ * host and each request picks its token there (serve/request.c).
+ *
+ * Locking: `mu` guards the request lists and counters that other threads read or
+ * write (submit, cancel, stats, snapshots); the stepping thread releases it while a
+ * model step or a callback runs.
+ */
+#include "serve/internal.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SNAPSHOTS 4096 /* finished requests' snapshots kept until taken */
+
+typedef struct bucket {
+    int slots;
+    int64_t context;
+    lm_kv_cache *cache;   /* NULL for the reference scheduler between requests */
+    lm__req **slot_req;   /* [slots] the request in each slot, or NULL */
+    int64_t admitted;     /* admission counter: orders the prefill queue */
+} bucket;
+
+struct lm_scheduler {
+    const lm_model *m;
+    const lm_tokenizer *tok;
+    lm_sched_options o;
+    int per_request_cache; /* the reference scheduler */
+    bucket b[LM_SCHED_MAX_BUCKETS];
+    int nb;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int woken;
+    lm__req **live; /* [nlive] pending and running, in submission order */
+    int64_t nlive, cap_live;
+    lm_serve_snapshot *done; /* [ndone] finished, not yet taken */
+    int64_t ndone, cap_done;
+    int64_t next_id;
+    lm_sched_stats st;
+    /* step scratch (stepping thread only) */
+    int *rows_slot;
+    lm__req **rows;
+    int32_t *ids;
+    float *logits;
+    int64_t cap_rows, cap_ids, cap_logits;
+};
+
+double lm_scheduler_now(void) { return lm__now_seconds(); }
+
+void lm_sched_options_default(lm_sched_options *o) {
+    memset(o, 0, sizeof *o);
+    o->kind = LM_SCHED_CONTINUOUS;
+    o->slots = 8;
+    o->context = 2048;
+}
+
+static lm_status check_options(const lm_model_config *c, const lm_sched_options *o) {
+    if (o->max_queue < 0) return lm__error(LM_INVALID_ARGUMENT, "scheduler: max_queue %d must be >= 0", o->max_queue);
+    switch (o->kind) {
+    case LM_SCHED_REFERENCE:
+        if (o->context < 0 || o->context > c->max_position_embeddings)
+            return lm__error(LM_INVALID_ARGUMENT, "scheduler: context %lld outside [0, max_position_embeddings %lld]",
+                             (long long)o->context, (long long)c->max_position_embeddings);
+        return LM_OK;
+    case LM_SCHED_CONTINUOUS:
+        if (o->slots < 1 || o->context < 1 || o->context > c->max_position_embeddings)
+            return lm__error(LM_INVALID_ARGUMENT, "scheduler: %d slots x context %lld (slots >= 1, context in [1, %lld])",
+                             o->slots, (long long)o->context, (long long)c->max_position_embeddings);
+        return LM_OK;
+    case LM_SCHED_BUCKETED:
+        if (o->n_buckets < 1 || o->n_buckets > LM_SCHED_MAX_BUCKETS)
+            return lm__error(LM_INVALID_ARGUMENT, "scheduler: %d buckets (1 to %d)", o->n_buckets, LM_SCHED_MAX_BUCKETS);
+        for (int i = 0; i < o->n_buckets; i++) {
+            if (o->bucket_slots[i] < 1 || o->bucket_context[i] < 1 || o->bucket_context[i] > c->max_position_embeddings)
+                return lm__error(LM_INVALID_ARGUMENT, "scheduler: bucket %d has %d slots x context %lld", i,
+                                 o->bucket_slots[i], (long long)o->bucket_context[i]);
+            if (i > 0 && o->bucket_context[i] <= o->bucket_context[i - 1])
+                return lm__error(LM_INVALID_ARGUMENT, "scheduler: bucket contexts must increase (%lld after %lld)",
+                                 (long long)o->bucket_context[i], (long long)o->bucket_context[i - 1]);
+        }
+        return LM_OK;
+    }
+    return lm__error(LM_INVALID_ARGUMENT, "scheduler: unknown kind %d", (int)o->kind);
+}
+
+lm_status lm_scheduler_create(const lm_model *m, const lm_tokenizer *tok, const lm_sched_options *o, lm_scheduler **out) {
+    if (!m || !o || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_scheduler_create: NULL argument");
+    *out = NULL;
+    const lm_model_config *c = lm_model_get_config(m);
+    LM_TRY(check_options(c, o));
+    lm_scheduler *s = lm__calloc(1, sizeof *s);
+    if (!s) return LM_OUT_OF_MEMORY;
+    s->m = m, s->tok = tok, s->o = *o;
+    if (!s->o.max_queue) s->o.max_queue = 1024;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->next_id = 1;
+    lm_status st = LM_OK;
+    if (o->kind == LM_SCHED_REFERENCE) {
+        s->per_request_cache = 1;
+        s->nb = 1;
+        s->b[0].slots = 1;
+        s->b[0].context = o->context ? o->context : c->max_position_embeddings;
+    } else if (o->kind == LM_SCHED_CONTINUOUS) {
+        s->nb = 1;
+        s->b[0].slots = o->slots;
+        s->b[0].context = o->context;
+    } else {
+        s->nb = o->n_buckets;
+        for (int i = 0; i < s->nb; i++) s->b[i].slots = o->bucket_slots[i], s->b[i].context = o->bucket_context[i];
+    }
+    for (int i = 0; st == LM_OK && i < s->nb; i++) {
+        bucket *b = &s->b[i];
+        if (!(b->slot_req = lm__calloc((size_t)b->slots, sizeof *b->slot_req))) st = LM_OUT_OF_MEMORY;
+        if (st == LM_OK && !s->per_request_cache) {
+            st = lm_kv_cache_create(m, b->slots, b->context, &b->cache);
+            if (st != LM_OK)
+                st = lm__error_context(st, "scheduler: the KV cache of %d slots x %lld tokens", b->slots, (long long)b->context);
+        }
+        s->st.slots_total += b->slots;
+        if (!s->per_request_cache) s->st.kv_tokens_capacity += (int64_t)b->slots * b->context;
+    }
+    if (st != LM_OK) {
+        lm_scheduler_destroy(s);
+        return st;
+    }
+    *out = s;
+    return LM_OK;
+}
+
+void lm_scheduler_destroy(lm_scheduler *s) {
+    if (!s) return;
+    for (int64_t i = 0; i < s->nlive; i++) lm__req_free(s->live[i]);
+    lm__free(s->live);
+    lm__free(s->done);
+    for (int i = 0; i < s->nb; i++) {
+        lm_kv_cache_destroy(s->b[i].cache);
+        lm__free(s->b[i].slot_req);
+    }
+    lm__free(s->rows_slot);
+    lm__free(s->rows);
+    lm__free(s->ids);
+    lm__free(s->logits);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    lm__free(s);
+}
+
+/* The bucket a request of `need` positions goes to, given the free slots now; -1
+ * when none can ever hold it; -2 when its buckets are full (it waits). */
+static int route(const lm_scheduler *s, int64_t need, int admit) {
+    int first = -1;
+    for (int i = 0; i < s->nb; i++)
+        if (need <= s->b[i].context) {
+            first = i;
+            break;
+        }
+    if (first < 0) return -1;
+    if (!admit) return first;
+    int last = s->o.spill_to_larger ? s->nb - 1 : first;
+    for (int i = first; i <= last; i++)
+        for (int k = 0; k < s->b[i].slots; k++)
+            if (!s->b[i].slot_req[k]) return i;
+    return -2;
+}
+
+lm_status lm_scheduler_submit(lm_scheduler *s, const int32_t *prompt, size_t n_prompt, const lm_serve_params *p,
+                              lm_serve_event_fn cb, void *user, int64_t *id) {
+    if (!s || !p || !id) return lm__error(LM_INVALID_ARGUMENT, "lm_scheduler_submit: NULL argument");
+    *id = 0;
+    const lm_model_config *c = lm_model_get_config(s->m);
+    int64_t need = (int64_t)n_prompt + p->max_tokens;
+    if (p->max_tokens >= 1 && n_prompt > 0 && route(s, need, 0) < 0) {
+        pthread_mutex_lock(&s->mu);
+        s->st.rejected++;
+        pthread_mutex_unlock(&s->mu);
+        return lm__error(LM_OUT_OF_RANGE, "request: %zu prompt tokens + max_tokens %lld = %lld exceed the context of %lld",
+                         n_prompt, (long long)p->max_tokens, (long long)need, (long long)s->b[s->nb - 1].context);
+    }
+    lm__req *r = NULL;
+    LM_TRY(lm__req_create(c, s->tok, prompt, n_prompt, p, cb, user, &r));
+    r->submitted = lm_scheduler_now();
+    pthread_mutex_lock(&s->mu);
+    lm_status st = LM_OK;
+    int64_t pending = s->st.pending;
+    if (pending >= s->o.max_queue) {
+        s->st.rejected++;
+        st = lm__error(LM_UNSUPPORTED, "request: the queue is full (%lld pending)", (long long)pending);
+    } else if ((st = LM__PUSH(s->live, s->nlive, s->cap_live, r)) == LM_OK) {
+        r->id = s->next_id++;
+        *id = r->id;
+        s->st.submitted++;
+        s->st.pending++;
+        s->woken = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (st != LM_OK) lm__req_free(r);
+    return st;
+}
+
+void lm_scheduler_cancel(lm_scheduler *s, int64_t id) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < s->nlive; i++)
+        if (s->live[i]->id == id) s->live[i]->cancel = 1;
+    s->woken = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void lm_scheduler_wake(lm_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    s->woken = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int lm_scheduler_wait(lm_scheduler *s, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double t = (double)until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)t;
+    until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&s->mu);
+    while (s->nlive == 0 && !s->woken)
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0) break;
+    s->woken = 0;
+    int work = s->nlive > 0;
+    pthread_mutex_unlock(&s->mu);
+    return work;
+}
+
+void lm_scheduler_stats_get(lm_scheduler *s, lm_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void snapshot_of(const lm__req *r, lm_serve_snapshot *o) {
+    memset(o, 0, sizeof *o);
+    o->request = r->id;
+    o->bucket = r->bucket, o->slot = r->slot;
+    o->prompt_tokens = r->n_prompt;
+    o->completion_tokens = r->n_history - r->n_prompt;
+    o->submitted = r->submitted, o->first_token = r->first_token, o->finished = r->finished;
+    o->done = r->state == LM__REQ_DONE;
+    o->reason = r->reason;
+}
+
+lm_status lm_scheduler_snapshot(lm_scheduler *s, int64_t id, int take, lm_serve_snapshot *out) {
+    if (!s || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_scheduler_snapshot: NULL argument");
+    lm_status st = LM_OK;
+    pthread_mutex_lock(&s->mu);
+    int found = 0;
+    for (int64_t i = 0; i < s->nlive && !found; i++)
+        if (s->live[i]->id == id) snapshot_of(s->live[i], out), found = 1;
+    for (int64_t i = 0; i < s->ndone && !found; i++)
+        if (s->done[i].request == id) {
+            *out = s->done[i], found = 1;
+            if (take) s->done[i] = s->done[--s->ndone];
+        }
+    if (!found) st = lm__error(LM_NOT_FOUND, "scheduler: no request %lld", (long long)id);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* ---- the stepping thread ----------------------------------------------------------------- */
+
+/* Frees r's slot and moves it from the live list to the snapshots (under the lock). */
+static void retire_locked(lm_scheduler *s, lm__req *r) {
+    if (r->slot >= 0) {
+        bucket *b = &s->b[r->bucket];
+        b->slot_req[r->slot] = NULL;
+        s->st.running--;
+        s->st.slots_used--;
+        s->st.kv_tokens_used -= s->per_request_cache ? r->n_prompt + r->p.max_tokens : b->context;
+        if (s->per_request_cache) {
+            lm_kv_cache_destroy(b->cache);
+            b->cache = NULL;
+            s->st.kv_tokens_capacity = 0;
+        }
+    } else {
+        s->st.pending--;
+    }
+    s->st.finished++;
+    if (r->reason == LM_FINISH_CANCELLED) s->st.cancelled++;
+    if (r->reason == LM_FINISH_ERROR) s->st.failed++;
+    s->st.completion_tokens += r->n_history - r->n_prompt;
+    for (int64_t i = 0; i < s->nlive; i++)
+        if (s->live[i] == r) {
+            memmove(s->live + i, s->live + i + 1, (size_t)(s->nlive - i - 1) * sizeof *s->live);
+            s->nlive--;
+            break;
+        }
+    lm_serve_snapshot snap;
+    snapshot_of(r, &snap);
+    if (s->ndone == MAX_SNAPSHOTS) { /* forget the oldest */
+        memmove(s->done, s->done + 1, (size_t)(s->ndone - 1) * sizeof *s->done);
+        s->ndone--;
+    }
+    if (LM__PUSH(s->done, s->ndone, s->cap_done, snap) != LM_OK) lm_clear_error(); /* a lost snapshot only */
+    lm__req_free(r);
+}
+
+static void retire(lm_scheduler *s, lm__req *r) {
+    pthread_mutex_lock(&s->mu);
+    retire_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Requests the caller asked to cancel: finished (event sent without the lock). */
+static void take_cancellations(lm_scheduler *s) {
+    for (;;) {
+        lm__req *r = NULL;
+        pthread_mutex_lock(&s->mu);
+        for (int64_t i = 0; i < s->nlive && !r; i++)
+            if (s->live[i]->cancel && s->live[i]->state != LM__REQ_DONE) r = s->live[i];
+        pthread_mutex_unlock(&s->mu);
+        if (!r) return;
+        lm__req_finish(r, LM_FINISH_CANCELLED, LM_OK, NULL);
+        retire(s, r);
+    }
+}
+
+/* Places pending requests into free slots, oldest first. A reference-scheduler
+ * request whose cache cannot be made ends with the error. */
+static void admit(lm_scheduler *s) {
+    lm__req *failed = NULL;
+    lm_status st = LM_OK;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < s->nlive && !failed; i++) {
+        lm__req *r = s->live[i];
+        if (r->state != LM__REQ_PENDING || r->cancel) continue;
+        int bi = route(s, r->n_prompt + r->p.max_tokens, 1);
+        if (bi < 0) continue;
+        bucket *b = &s->b[bi];
+        int k = 0;
+        while (b->slot_req[k]) k++;
+        int64_t need = r->n_prompt + r->p.max_tokens;
+        st = s->per_request_cache ? lm_kv_cache_create(s->m, 1, need, &b->cache) : lm_kv_cache_reset(b->cache, k);
+        if (st != LM_OK) {
+            failed = r;
+            break;
+        }
+        if (s->per_request_cache) s->st.kv_tokens_capacity = need;
+        b->slot_req[k] = r;
+        r->bucket = bi, r->slot = k;
+        r->state = LM__REQ_PREFILL;
+        r->order = b->admitted++;
+        s->st.pending--;
+        s->st.running++;
+        s->st.slots_used++;
+        s->st.kv_tokens_used += s->per_request_cache ? need : b->context;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lm_last_error());
+        lm_clear_error();
+        lm__req_finish(failed, LM_FINISH_ERROR, st, msg);
+        retire(s, failed);
+    }
+}
+
+static lm_status reserve_rows(lm_scheduler *s, int64_t rows, int64_t ids, int64_t vocab) {
+    int64_t cr = s->cap_rows;
+    LM_TRY(lm__reserve((void **)&s->rows_slot, &cr, rows, sizeof *s->rows_slot));
+    LM_TRY(lm__reserve((void **)&s->rows, &s->cap_rows, rows, sizeof *s->rows));
+    LM_TRY(lm__reserve((void **)&s->ids, &s->cap_ids, ids, sizeof *s->ids));
+    return lm__reserve((void **)&s->logits, &s->cap_logits, rows * vocab, sizeof *s->logits);
+}
+
+/* Ends every request of the failed step with the error (their slots are freed). */
+static void fail_rows(lm_scheduler *s, int64_t n, lm_status st) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lm_last_error());
+    for (int64_t i = 0; i < n; i++) {
+        lm__req_finish(s->rows[i], LM_FINISH_ERROR, st, msg);
+        retire(s, s->rows[i]);
+    }
+    lm_clear_error();
+}
+
+/* One model step in bucket bi: a prefill group if any prompt waits, else one decode. */
+static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
+    bucket *b = &s->b[bi];
+    const lm_model_config *c = lm_model_get_config(s->m);
+    *ran = 0;
+    lm__req *oldest = NULL;
+    int64_t n = 0;
+    for (int k = 0; k < b->slots; k++) {
+        lm__req *r = b->slot_req[k];
+        if (r && r->state == LM__REQ_PREFILL && (!oldest || r->order < oldest->order)) oldest = r;
+    }
+    int64_t T = oldest ? oldest->n_prompt : 1;
+    LM_TRY(reserve_rows(s, b->slots, (int64_t)b->slots * T, c->vocab_size));
+    for (int k = 0; k < b->slots; k++) { /* rows in slot order */
+        lm__req *r = b->slot_req[k];
+        if (!r || r->cancel) continue;
+        if (oldest ? (r->state == LM__REQ_PREFILL && r->n_prompt == T) : r->state == LM__REQ_RUNNING) {
+            s->rows[n] = r;
+            s->rows_slot[n] = k;
+            if (oldest)
+                memcpy(s->ids + n * T, r->history, (size_t)T * sizeof *s->ids);
+            else
+                s->ids[n] = r->next;
+            n++;
+        }
+    }
+    if (n == 0) return LM_OK;
+    *ran = 1;
+    lm_status st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->logits, 0);
+    pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    if (oldest) s->st.prefill_steps++, s->st.prompt_tokens += n * T;
+    else s->st.decode_steps++;
+    pthread_mutex_unlock(&s->mu);
+    if (st != LM_OK) {
+        fail_rows(s, n, st);
+        return LM_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        lm__req *r = s->rows[i];
+        if (oldest) r->state = LM__REQ_RUNNING;
+        int finished = 0;
+        lm_status rs = lm__req_accept(r, c, s->logits + i * c->vocab_size, &finished);
+        if (rs != LM_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", lm_last_error());
+            lm_clear_error();
+            lm__req_finish(r, LM_FINISH_ERROR, rs, msg);
+            finished = 1;
+        }
+        if (finished) retire(s, r);
+    }
+    return LM_OK;
+}
+
+lm_status lm_scheduler_step(lm_scheduler *s, lm_ctx *ctx, int *busy) {
+    if (!s || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_scheduler_step: NULL argument");
+    take_cancellations(s);
+    admit(s);
+    for (int i = 0; i < s->nb; i++) {
+        int ran = 0;
+        LM_TRY(step_bucket(s, ctx, i, &ran));
+    }
+    if (busy) {
+        pthread_mutex_lock(&s->mu);
+        *busy = s->nlive > 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return LM_OK;
+}
