@@ -104,7 +104,8 @@ LM_API lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *
  *            mode); "slots" [B] i32 (step: the cache slot of each row); "k_cache.L",
  *            "v_cache.L" [slots, kv_heads, cache_tokens, head_dim] per layer L (step);
  *            "targets" [B*T] i32 (train, loss; -100 = ignored); "sample_params" u8
- *            [LM_SAMPLE_PARAMS_BYTES] (step, sample); "hidden" [T, hidden] (layer)
+ *            [B * LM_SAMPLE_PARAMS_BYTES] (step, sample: one record per row);
+ *            "hidden" [T, hidden] (layer)
  *   params   the Hugging Face tensor names ("model.layers.3.mlp.up_proj.weight", ...)
  *            plus "rope.inv_freq" [head_dim / 2] f32 (lm_model_config_rope's table)
  *   outputs  the single program output: logits f32 [B, V] (last token of each row) or

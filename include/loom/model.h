@@ -82,6 +82,11 @@ LM_API lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c
  * logits). Parameters outside their ranges are LM_INVALID_ARGUMENT. */
 LM_API lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                                          const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids);
+/* The same with one record per row: params [B] (row b's settings, seed and draw; with
+ * LM_SAMPLE_OWN_STREAM a row's draws do not depend on its place in the batch). */
+LM_API lm_status lm_model_forward_sample_rows(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                              const int32_t *ids, int64_t T, const lm_sample_params *params,
+                                              int32_t *next_ids);
 
 #ifdef __cplusplus
 }

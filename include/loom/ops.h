@@ -167,29 +167,32 @@ LM_API lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, c
                                        const lm_tensor_view *q);
 
 /* ---- picking the next token where the logits are ----------------------------------------
- * One record, held in a u8 [LM_SAMPLE_PARAMS_BYTES] tensor on the context's device so
- * a captured step replays with new values. Rules and order are lm_sampler's (infer):
+ * One record for every row, or one per row, held in a u8 tensor on the context's
+ * device so a captured step replays with new values. Rules and order are lm_sampler's (infer):
  * logits / temperature; top-k keeps the k highest-ranked tokens (rank: value, then
  * lower id); top-p then keeps the shortest rank prefix of those whose probability,
  * renormalized over the top-k survivors, reaches top_p; min-p keeps tokens with p >=
  * min_p * p_max (always the top one). The draw is u = splitmix64(seed, draw, row)
  * in [0, 1) times the kept mass, and the token is found by summing the kept masses in
- * id order: reproducible for (seed, draw, row), but not lm_sampler's random stream. */
+ * id order: reproducible for (seed, draw, row), but not lm_sampler's random stream.
+ * With LM_SAMPLE_OWN_STREAM in flags the row index is left out of the hash (row 0's
+ * stream), so a row's draws do not depend on where it sits in the batch. */
 typedef struct lm_sample_params {
     int32_t greedy;    /* 1: the argmax (lowest id on ties), as is temperature 0 */
     float temperature; /* >= 0 */
     int32_t top_k;     /* 0: off */
     float top_p;       /* (0, 1]; 1: off */
     float min_p;       /* [0, 1); 0: off */
-    uint32_t reserved; /* 0 */
+    uint32_t flags;    /* 0 or LM_SAMPLE_OWN_STREAM */
     uint64_t seed;
     uint64_t draw; /* e.g. the step number */
 } lm_sample_params;
 #define LM_SAMPLE_PARAMS_BYTES 40
+#define LM_SAMPLE_OWN_STREAM 1u
 
 /* ids i32 [R] = the next token of each row of logits f32 [R, V] (unit last stride).
- * params: u8 [LM_SAMPLE_PARAMS_BYTES] holding one lm_sample_params (checked where
- * host-readable). workspace: lm_sample_workspace_bytes() bytes of scratch on the
+ * params: u8 [LM_SAMPLE_PARAMS_BYTES] holding one lm_sample_params for every row, or
+ * u8 [R * LM_SAMPLE_PARAMS_BYTES] holding one per row (checked where host-readable). workspace: lm_sample_workspace_bytes() bytes of scratch on the
  * context's device (no contents needed), or NULL when that is 0. */
 LM_API lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tensor_view *params,
                                const lm_tensor_view *workspace, const lm_tensor_view *ids);

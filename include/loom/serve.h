@@ -23,8 +23,7 @@
  * lm_scheduler_step (and so every callback) runs on one thread at a time, the one
  * that owns the lm_ctx. Greedy tokens do not depend on the arrival order or on what
  * else shares a batch on the CPU; on CUDA the batched kernels round differently from
- * the single-row ones unless the scheduler is deterministic (then every step runs
- * through the same row-independent kernels).
+ * the single-row ones (a batch-invariant CUDA mode is not built yet).
  */
 #ifndef LOOM_SERVE_H
 #define LOOM_SERVE_H
@@ -50,7 +49,8 @@ typedef struct lm_sched_options {
     int64_t bucket_context[LM_SCHED_MAX_BUCKETS]; /* strictly increasing */
     int spill_to_larger;    /* BUCKETED: a full bucket may hand a request to a larger one */
     int max_queue;          /* pending requests accepted before submit refuses (0: 1024) */
-    int deterministic;      /* batch-invariant kernels: a request's tokens do not depend on its batch */
+    int deterministic;      /* batch-invariant kernels: a request's tokens do not depend on its batch
+                               (the CPU always is; on CUDA not implemented yet: LM_UNSUPPORTED) */
 } lm_sched_options;
 
 LM_API void lm_sched_options_default(lm_sched_options *o); /* CONTINUOUS, 8 slots, context 2048 */

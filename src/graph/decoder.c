@@ -255,7 +255,7 @@ static lm_status outputs(builder *b, lm_graph_value x) {
     LM_TRY(lm_graph_permute(b->g, "lm_head.wT", w, tr, &wt));
     LM_TRY(lm_graph_matmul(b->g, "logits", h, wt, LM_F32, &y));
     if (o->output == LM_DECODER_OUT_SAMPLE) {
-        int64_t ps[1] = {LM_SAMPLE_PARAMS_BYTES};
+        int64_t ps[1] = {o->batch * LM_SAMPLE_PARAMS_BYTES}; /* one record per row */
         lm_graph_value p;
         LM_TRY(lm_graph_input(b->g, "sample_params", LM_U8, 1, ps, 1.0, &p));
         LM_TRY(lm__graph_sample(b->g, "next_ids", y, p, &y));

@@ -57,7 +57,7 @@ typedef enum lm__gopk {
     LM__GOP_ATTENTION_CACHE, /* q [B, T, Hq, D], k_cache, v_cache [S, Hkv, P, D], slots [B], positions [B, T];
                                 a = scale, i[1] = window; out [B, T, Hq, D] */
     LM__GOP_LINEAR_CE, /* x [N, H], w [V, H], targets [N] i32; i[0] = ignore_index; out f32 scalar loss */
-    LM__GOP_SAMPLE,    /* logits [R, V] f32, params u8 [LM_SAMPLE_PARAMS_BYTES] -> ids [R] i32 */
+    LM__GOP_SAMPLE,    /* logits [R, V] f32, params u8 [LM_SAMPLE_PARAMS_BYTES or R * that] -> ids [R] i32 */
     /* ---- fused ops (made by rewrite passes, each a public operator) ---- */
     LM__GOP_ADD_RMSNORM, /* x, residual, weight; a = eps; out = x + residual, out2 = rmsnorm(out) * weight;
                             i[0] = 1: out is written in place into the residual */

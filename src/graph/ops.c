@@ -6,6 +6,7 @@
  * than in the middle of a step. Shapes follow include/loom/ops.h.
  */
 #include "graph/ir.h"
+#include "loom/ops.h"
 
 #include <math.h>
 
@@ -284,6 +285,10 @@ lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits,
     if (vl->ndim != 2 || vl->dtype != LM_F32)
         return lm__error(LM_SHAPE_MISMATCH, "sample '%s': logits must be f32 [R, V]", nm);
     if (g->values[params].dtype != LM_U8) return lm__error(LM_DTYPE_MISMATCH, "sample '%s': params must be u8", nm);
+    const lm__gvalue *vp = &g->values[params];
+    if (vp->ndim != 1 || (vp->dims[0] != LM_SAMPLE_PARAMS_BYTES && vp->dims[0] != vl->dims[0] * LM_SAMPLE_PARAMS_BYTES))
+        return lm__error(LM_SHAPE_MISMATCH, "sample '%s': params must be u8 [%d] or [R * %d]", nm, LM_SAMPLE_PARAMS_BYTES,
+                         LM_SAMPLE_PARAMS_BYTES);
     int64_t rs[1] = {vl->dims[0]};
     int in[2] = {logits, params};
     return lm__graph_append(g, LM__GOP_SAMPLE, nm, in, 2, 1, rs, LM_I32, NULL, out);

@@ -52,7 +52,7 @@ typedef struct lm__step_prog {
     struct lm__step_layout {
         size_t ids, positions, slots, next, params, bytes; /* byte offsets, and the size */
     } layout;          /* of host_in and dev_in: ids [B*T], positions [B*T], slots [B], sampled ids [B]
-                          (i32), then the sampling record 8-aligned */
+                          (i32), then one sampling record per row, 8-aligned */
     char *host_in;     /* lm_host_alloc staging (pinned for a GPU, so the copy is queued) */
     lm_tensor *dev_in; /* the same layout on the device: one copy moves every input of a step */
     int64_t last_used; /* for eviction */

@@ -173,7 +173,7 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     struct lm__step_layout *l = &p->layout;
     l->ids = 0, l->positions = n, l->slots = 2 * n, l->next = 2 * n + nb;
     l->params = (2 * n + 2 * nb + 7) & ~(size_t)7;
-    l->bytes = l->params + sizeof(lm_sample_params);
+    l->bytes = l->params + (size_t)p->B * sizeof(lm_sample_params);
     void *h = NULL;
     LM_TRY(lm_host_alloc(p->device, l->bytes, &h));
     p->host_in = h;
@@ -181,7 +181,7 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     LM_TRY(lm_tensor_zeros(p->device, LM_U8, 1, &total, &p->dev_in));
     /* the inputs are views of one device block laid out as the host staging */
     char *base = lm_tensor_data(p->dev_in);
-    int64_t bt[2] = {p->B, p->T}, b1[1] = {p->B}, pb[1] = {LM_SAMPLE_PARAMS_BYTES};
+    int64_t bt[2] = {p->B, p->T}, b1[1] = {p->B}, pb[1] = {p->B * LM_SAMPLE_PARAMS_BYTES};
     LM_TRY(lm_tensor_view_init(&p->ids, base + l->ids, LM_I32, p->device, 2, bt, NULL));
     LM_TRY(lm_tensor_view_init(&p->positions, base + l->positions, LM_I32, p->device, 2, bt, NULL));
     LM_TRY(lm_tensor_view_init(&p->slots, base + l->slots, LM_I32, p->device, 1, b1, NULL));

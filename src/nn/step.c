@@ -96,30 +96,39 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     return LM_OK;
 }
 
-lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
-                                  const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids) {
-    if (!m || !ctx || !cache || !params || !next_ids)
-        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_sample: NULL argument");
-    LM_TRY(check_device("lm_model_forward_sample", m, ctx));
-    LM_TRY(lm_sample_params_check(params)); /* the device sampler reads the record unchecked */
+/* records: 1 (params applies to every row) or B (one per row). */
+static lm_status forward_sample(const char *fn, const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots,
+                                int B, const int32_t *ids, int64_t T, const lm_sample_params *params, int records,
+                                int32_t *next_ids) {
+    if (!m || !ctx || !cache || !params || !next_ids) return lm__error(LM_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    LM_TRY(check_device(fn, m, ctx));
+    for (int r = 0; r < records; r++) /* the device sampler reads the records unchecked */
+        if (lm_sample_params_check(&params[r]) != LM_OK) return lm__error_context(LM_INVALID_ARGUMENT, "%s: row %d", fn, r);
     LM_TRY(check_request(m, cache, slots, B, ids, T));
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, LM_DECODER_OUT_SAMPLE, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
-    memcpy(p->host_in + p->layout.params, params, sizeof *params);
+    lm_sample_params *rec = (lm_sample_params *)(p->host_in + p->layout.params);
+    for (int b = 0; b < B; b++) rec[b] = params[records > 1 ? b : 0];
     LM_TRY(put_inputs(ctx, p));
     LM_TRY(lm_exec_run(p->exec, ctx));
     lm_tensor_view y;
     LM_TRY(lm_exec_output(p->exec, 0, &y));
-    if (lm_tensor_view_is_contiguous(&y)) { /* one queued copy back into the staging, then one wait */
-        char *hout = p->host_in + p->layout.next;
-        LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
-        LM_TRY(lm_ctx_synchronize(ctx));
-        memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);
-    } else {
-        LM_TRY(lm_tensor_view_read(ctx, &y, next_ids));
-        LM_TRY(lm_ctx_synchronize(ctx));
-    }
+    LM_ASSERT(lm_tensor_view_is_contiguous(&y)); /* the sampler's own output */
+    char *hout = p->host_in + p->layout.next; /* one queued copy back into the staging, then one wait */
+    LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
+    LM_TRY(lm_ctx_synchronize(ctx));
+    memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);
     advance(cache, slots, B, T);
     return LM_OK;
+}
+
+lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                  const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids) {
+    return forward_sample("lm_model_forward_sample", m, ctx, cache, slots, B, ids, T, params, 1, next_ids);
+}
+
+lm_status lm_model_forward_sample_rows(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
+                                       const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids) {
+    return forward_sample("lm_model_forward_sample_rows", m, ctx, cache, slots, B, ids, T, params, B, next_ids);
 }

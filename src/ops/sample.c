@@ -1,6 +1,6 @@
 /* ops/sample.c — lm_sample_out: validation and dispatch of next-token selection.
  * logits f32 [R, V] with unit last stride, ids i32 [R], params one lm_sample_params
- * record in a u8 tensor. Host-readable parameters are checked field by field; on a
+ * record (every row) or R of them (one per row) in a u8 tensor. Host-readable parameters are checked field by field; on a
  * device they cannot be read without waiting, so the caller (the model's step)
  * checks them before it writes them there (the CUDA sampler reads them as they are). */
 #include "ops/ref/sample.h"
@@ -13,6 +13,7 @@ lm_status lm_sample_params_check(const lm_sample_params *p) {
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p < 1) || p->top_k < 0)
         return lm__error(LM_INVALID_ARGUMENT, "sample: temperature %g (>= 0), top_k %d (>= 0), top_p %g (0, 1], min_p %g "
                          "[0, 1)", p->temperature, p->top_k, p->top_p, p->min_p);
+    if (p->flags & ~LM_SAMPLE_OWN_STREAM) return lm__error(LM_INVALID_ARGUMENT, "sample: unknown flags 0x%x", p->flags);
     return LM_OK;
 }
 
@@ -33,11 +34,15 @@ lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tens
     LM_TRY(lm__op_check_shape(op, "logits [R, V]", logits, 2, ls));
     if (logits->shape[1] < 1 || (logits->shape[1] > 1 && logits->stride[1] != 1))
         return lm__error(LM_UNSUPPORTED, "%s: logits need V >= 1 and a unit last stride", op);
-    int64_t is[1] = {logits->shape[0]}, ps[1] = {LM_SAMPLE_PARAMS_BYTES};
+    int64_t is[1] = {logits->shape[0]}, ps[1] = {-1};
     LM_TRY(lm__op_check_dtype(op, "ids", ids, LM_I32));
     LM_TRY(lm__op_check_shape(op, "ids [R]", ids, 1, is));
     LM_TRY(lm__op_check_dtype(op, "params", params, LM_U8));
     LM_TRY(lm__op_check_shape(op, "params", params, 1, ps));
+    int64_t records = params->shape[0] / LM_SAMPLE_PARAMS_BYTES;
+    if (params->shape[0] % LM_SAMPLE_PARAMS_BYTES || (records != 1 && records != logits->shape[0]))
+        return lm__error(LM_SHAPE_MISMATCH, "%s: params hold %lld bytes: one record (%d bytes) or one per row (%lld rows)",
+                         op, (long long)params->shape[0], LM_SAMPLE_PARAMS_BYTES, (long long)logits->shape[0]);
     if (!lm_tensor_view_is_contiguous(params)) return lm__error(LM_UNSUPPORTED, "%s: params must be contiguous", op);
     LM_TRY(lm__op_check_out(op, "ids", ids));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
@@ -59,8 +64,14 @@ lm_status lm_sample_out(lm_ctx *ctx, const lm_tensor_view *logits, const lm_tens
         }
         return cu->sample(logits, params, workspace, ids, lm_ctx_stream(ctx));
     }
-    lm_sample_params p;
-    memcpy(&p, params->data, sizeof p);
-    LM_TRY(lm_sample_params_check(&p));
-    return lm__ref_sample(logits, &p, ids);
+    lm_sample_params *p = lm__alloc(sizeof *p * (size_t)records, 64);
+    if (!p) return lm__error_context(LM_OUT_OF_MEMORY, "%s: %lld parameter records", op, (long long)records);
+    memcpy(p, params->data, sizeof *p * (size_t)records);
+    lm_status st = LM_OK;
+    for (int64_t r = 0; r < records && st == LM_OK; r++)
+        if ((st = lm_sample_params_check(&p[r])) != LM_OK && records > 1)
+            st = lm__error_context(st, "%s: the record of row %lld", op, (long long)r);
+    if (st == LM_OK) st = lm__ref_sample(logits, p, records, ids);
+    lm__free(p);
+    return st;
 }

@@ -50,8 +50,19 @@ void lm__req_free(lm__req *r); /* accepts NULL */
  * records it and sends the TOKEN event. *finished = 1 when the request ended (length,
  * eos, stop string or its callback asked to cancel); then the FINISH event was sent. */
 lm_status lm__req_accept(lm__req *r, const lm_model_config *c, float *logits, int *finished);
+/* The same with the token already picked on the device (lm_model_forward_sample_rows). */
+lm_status lm__req_accept_id(lm__req *r, const lm_model_config *c, int32_t id, int *finished);
+/* Whether the device sampler can pick the request's tokens: no log-probabilities and
+ * no penalties (those need the logits on the host). */
+int lm__req_device_samplable(const lm__req *r);
+/* The device sampler's record for the request's next draw: its own stream (seed,
+ * number of tokens generated so far). */
+lm_sample_params lm__req_device_params(const lm__req *r);
 /* Sends the FINISH event: flushes held text (unless a stop string ended it) and
  * records the reason. status/message describe an error finish. */
 void lm__req_finish(lm__req *r, lm_finish_reason reason, lm_status status, const char *message);
+
+/* serve/scheduler.c: asks every pending and running request to end (thread-safe). */
+void lm__scheduler_cancel_all(lm_scheduler *s);
 
 #endif

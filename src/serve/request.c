@@ -174,6 +174,8 @@ void lm__req_finish(lm__req *r, lm_finish_reason reason, lm_status status, const
     r->filter.len = 0;
 }
 
+static lm_status commit(lm__req *r, const lm_model_config *c, int32_t id, lm_serve_event *ev, int *finished);
+
 lm_status lm__req_accept(lm__req *r, const lm_model_config *c, float *logits, int *finished) {
     *finished = 0;
     lm_serve_event ev = {0};
@@ -189,6 +191,34 @@ lm_status lm__req_accept(lm__req *r, const lm_model_config *c, float *logits, in
         float raw = logits[id] + (count ? r->p.presence_penalty + r->p.frequency_penalty * (float)count : 0.0f);
         ev.logprob = (float)((double)raw - lse);
     }
+    return commit(r, c, id, &ev, finished);
+}
+
+int lm__req_device_samplable(const lm__req *r) {
+    return !r->p.logprobs && r->p.presence_penalty == 0 && r->p.frequency_penalty == 0 &&
+           r->p.sampler.repetition_penalty == 1.0f;
+}
+
+lm_sample_params lm__req_device_params(const lm__req *r) {
+    const lm_sampler_params *s = &r->p.sampler;
+    lm_sample_params p = {s->greedy, s->temperature, s->top_k, s->top_p, s->min_p, LM_SAMPLE_OWN_STREAM, s->seed,
+                          (uint64_t)(r->n_history - r->n_prompt)};
+    return p;
+}
+
+lm_status lm__req_accept_id(lm__req *r, const lm_model_config *c, int32_t id, int *finished) {
+    *finished = 0;
+    if (id < 0 || id >= c->vocab_size)
+        return lm__error(LM_INTERNAL, "request %lld: the device sampler returned id %d", (long long)r->id, id);
+    lm_serve_event ev = {0};
+    ev.kind = LM_SERVE_TOKEN;
+    return commit(r, c, id, &ev, finished);
+}
+
+/* Records id as the request's next token, sends its TOKEN event (ev carries the
+ * logprobs, if any) and finishes the request when it ended. */
+static lm_status commit(lm__req *r, const lm_model_config *c, int32_t id, lm_serve_event *ev_in, int *finished) {
+    lm_serve_event ev = *ev_in;
     const char *text = "";
     size_t n = 0;
     int eos = !r->p.ignore_eos && is_eos(c, id);

@@ -12,8 +12,10 @@
  * has not run its prompt, the oldest such prompt's length L is chosen and every
  * waiting prompt of length L runs in one [rows, L] prefill; otherwise every running
  * row decodes one token in one [rows, 1] step, each row at its own position (the
- * step's positions and slot indices are inputs of the graph). Logits come back to the
- * host and each request picks its token there (serve/request.c).
+ * step's positions and slot indices are inputs of the graph). On the CPU the logits
+ * rows are read where they are and each request picks its token (serve/request.c); on
+ * a GPU the tokens are picked on the device, one sampling record per row, unless a
+ * row needs its logits on the host (log-probabilities, penalties).
  *
  * Locking: `mu` guards the request lists and counters that other threads read or
  * write (submit, cancel, stats, snapshots); the stepping thread releases it while a
@@ -40,6 +42,7 @@ struct lm_scheduler {
     const lm_tokenizer *tok;
     lm_sched_options o;
     int per_request_cache; /* the reference scheduler */
+    int device_sampling;   /* the logits live off the host: sample there when every row allows it */
     bucket b[LM_SCHED_MAX_BUCKETS];
     int nb;
     pthread_mutex_t mu;
@@ -54,9 +57,10 @@ struct lm_scheduler {
     /* step scratch (stepping thread only) */
     int *rows_slot;
     lm__req **rows;
-    int32_t *ids;
+    int32_t *ids, *next;
+    lm_sample_params *records;
     float *logits;
-    int64_t cap_rows, cap_ids, cap_logits;
+    int64_t cap_rows, cap_ids, cap_logits, cap_next, cap_records;
 };
 
 double lm_scheduler_now(void) { return lm__now_seconds(); }
@@ -102,9 +106,14 @@ lm_status lm_scheduler_create(const lm_model *m, const lm_tokenizer *tok, const 
     *out = NULL;
     const lm_model_config *c = lm_model_get_config(m);
     LM_TRY(check_options(c, o));
+    lm_device_caps caps;
+    if (o->deterministic && (lm_device_caps_get(lm_model_device(m), &caps) != LM_OK || !caps.host_addressable))
+        return lm__error(LM_UNSUPPORTED, "scheduler: the batch-invariant (deterministic) mode is not implemented on this "
+                                         "device yet (on the CPU every scheduler is batch-invariant)");
     lm_scheduler *s = lm__calloc(1, sizeof *s);
     if (!s) return LM_OUT_OF_MEMORY;
     s->m = m, s->tok = tok, s->o = *o;
+    s->device_sampling = lm_device_caps_get(lm_model_device(m), &caps) == LM_OK && !caps.host_addressable;
     if (!s->o.max_queue) s->o.max_queue = 1024;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -154,6 +163,8 @@ void lm_scheduler_destroy(lm_scheduler *s) {
     lm__free(s->rows_slot);
     lm__free(s->rows);
     lm__free(s->ids);
+    lm__free(s->next);
+    lm__free(s->records);
     lm__free(s->logits);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -218,6 +229,14 @@ void lm_scheduler_cancel(lm_scheduler *s, int64_t id) {
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < s->nlive; i++)
         if (s->live[i]->id == id) s->live[i]->cancel = 1;
+    s->woken = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void lm__scheduler_cancel_all(lm_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < s->nlive; i++) s->live[i]->cancel = 1;
     s->woken = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -382,6 +401,8 @@ static lm_status reserve_rows(lm_scheduler *s, int64_t rows, int64_t ids, int64_
     LM_TRY(lm__reserve((void **)&s->rows_slot, &cr, rows, sizeof *s->rows_slot));
     LM_TRY(lm__reserve((void **)&s->rows, &s->cap_rows, rows, sizeof *s->rows));
     LM_TRY(lm__reserve((void **)&s->ids, &s->cap_ids, ids, sizeof *s->ids));
+    LM_TRY(lm__reserve((void **)&s->next, &s->cap_next, rows, sizeof *s->next));
+    LM_TRY(lm__reserve((void **)&s->records, &s->cap_records, rows, sizeof *s->records));
     return lm__reserve((void **)&s->logits, &s->cap_logits, rows * vocab, sizeof *s->logits);
 }
 
@@ -424,7 +445,16 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     }
     if (n == 0) return LM_OK;
     *ran = 1;
-    lm_status st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->logits, 0);
+    /* Off the host, the tokens are picked beside the logits when no row needs them here. */
+    int on_device = s->device_sampling;
+    for (int64_t i = 0; i < n && on_device; i++) on_device = lm__req_device_samplable(s->rows[i]);
+    lm_status st;
+    if (on_device) {
+        for (int64_t i = 0; i < n; i++) s->records[i] = lm__req_device_params(s->rows[i]);
+        st = lm_model_forward_sample_rows(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->records, s->next);
+    } else {
+        st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->logits, 0);
+    }
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     if (oldest) s->st.prefill_steps++, s->st.prompt_tokens += n * T;
@@ -438,7 +468,8 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
         lm__req *r = s->rows[i];
         if (oldest) r->state = LM__REQ_RUNNING;
         int finished = 0;
-        lm_status rs = lm__req_accept(r, c, s->logits + i * c->vocab_size, &finished);
+        lm_status rs = on_device ? lm__req_accept_id(r, c, s->next[i], &finished)
+                                 : lm__req_accept(r, c, s->logits + i * c->vocab_size, &finished);
         if (rs != LM_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", lm_last_error());

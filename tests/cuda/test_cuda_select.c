@@ -131,7 +131,7 @@ typedef struct sampler_fixture {
 static void draw_rows(sampler_fixture *f, lm__cuda_sample_params p, uint64_t draw, int32_t *ids) {
     p.draw = draw;
     LT_CHECK_OK(lm_device_copy(ct_gpu, f->params, lm_device_cpu(), &p, sizeof p));
-    LT_CHECK_OK(lm__cuda_sample(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, lm_tensor_data(f->out.d),
+    LT_CHECK_OK(lm__cuda_sample(lm_tensor_data(f->logits.d), f->rows, f->V, f->V, f->params, 0, lm_tensor_data(f->out.d),
                                   f->work, ct_stream(g_ctx)));
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), ids, ct_gpu, lm_tensor_data(f->out.d), sizeof(int32_t) * (size_t)f->rows));

@@ -253,6 +253,35 @@ static void test_sample_public(void) {
         lm_tensor_destroy(want);
         ct_pair_free(&params), ct_pair_free(&ids);
     }
+    /* one record per row, own streams, temperature draws (no top-p: no float-atomic
+     * boundary): the rows reversed with their records give the ids reversed, and the
+     * greedy and top_k-1 rows equal the argmax */
+    lm_sample_params rec[R], rev[R];
+    for (int i = 0; i < (int)R; i++)
+        rec[i] = (lm_sample_params){.greedy = i == 0, .temperature = 0.6f + 0.1f * (float)i, .top_k = i == 1 ? 1 : 0,
+                                    .top_p = 1.0f, .flags = LM_SAMPLE_OWN_STREAM, .seed = 9 + (uint64_t)i, .draw = 2};
+    for (int i = 0; i < (int)R; i++) rev[i] = rec[R - 1 - i];
+    int64_t pr = R * LM_SAMPLE_PARAMS_BYTES;
+    lm_tensor *rh = NULL, *vh = NULL, *lh = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, &pr, rec, &rh));
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, &pr, rev, &vh));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 2, ls, &lh));
+    const float *src = lm_tensor_data(logits.h);
+    for (int i = 0; i < (int)R; i++) memcpy((float *)lm_tensor_data(lh) + i * V, src + (R - 1 - i) * V, sizeof(float) * V);
+    ct_pair prec = ct_pair_of(rh), prev = ct_pair_of(vh), lrev = ct_pair_of(lh);
+    ct_pair a = ct_poisoned(LM_I32, 1, is), b = ct_poisoned(LM_I32, 1, is);
+    LT_CHECK_OK(lm_sample_out(g_ctx, DV(logits), DV(prec), lm_tensor_as_view(work), DV(a)));
+    LT_CHECK_OK(lm_sample_out(g_ctx, DV(lrev), DV(prev), lm_tensor_as_view(work), DV(b)));
+    int32_t ha[R], hb[R];
+    LT_CHECK_OK(lm_tensor_view_read(g_ctx, DV(a), ha));
+    LT_CHECK_OK(lm_tensor_view_read(g_ctx, DV(b), hb));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    for (int i = 0; i < (int)R; i++) LT_CHECK_MSG(ha[i] == hb[R - 1 - i], "per-row sample: row %d %d, reversed %d", i, ha[i], hb[R - 1 - i]);
+    lm_tensor *want = lt_poisoned_tensor(LM_I32, 1, is);
+    LT_CHECK_OK(lm_argmax_out(g_ref, HV(logits), lm_tensor_as_view(want)));
+    LT_CHECK(ha[0] == ((int32_t *)lm_tensor_data(want))[0] && ha[1] == ((int32_t *)lm_tensor_data(want))[1]);
+    lm_tensor_destroy(want);
+    ct_pair_free(&prec), ct_pair_free(&prev), ct_pair_free(&lrev), ct_pair_free(&a), ct_pair_free(&b);
     lm_tensor_destroy(work);
     ct_pair_free(&logits);
 }

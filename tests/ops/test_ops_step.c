@@ -289,6 +289,56 @@ static void test_sample_rules(void) {
     lm_tensor_destroy(lg), lm_tensor_destroy(ids);
 }
 
+/* One record per row: the same record repeated equals the single record; with
+ * LM_SAMPLE_OWN_STREAM a row's token does not depend on its place (permuting the rows
+ * and their records permutes the ids); a record count other than 1 or R, and unknown
+ * flags, are refused. */
+static void test_sample_per_row_records(void) {
+    lt_rng g = lt_rng_seed(5);
+    enum { R = 6, VN = 50 };
+    int64_t ls[2] = {R, VN}, is[1] = {R}, pb[1] = {R * LM_SAMPLE_PARAMS_BYTES};
+    lm_tensor *lg = lt_random_tensor(&g, LM_F32, 2, ls, 2.0), *perm_lg = lt_random_tensor(&g, LM_F32, 2, ls, 1.0);
+    lm_tensor *ids = lt_poisoned_tensor(LM_I32, 1, is), *ids2 = lt_poisoned_tensor(LM_I32, 1, is);
+    lm_sample_params one = {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .seed = 77, .draw = 4}, rec[R];
+    for (int i = 0; i < R; i++) rec[i] = one;
+    lm_tensor *pt1 = params_tensor(&one), *ptr = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, pb, rec, &ptr));
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(pt1), NULL, V(ids)));
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(ptr), NULL, V(ids2)));
+    LT_CHECK(memcmp(lm_tensor_data(ids), lm_tensor_data(ids2), sizeof(int32_t) * R) == 0);
+    lm_tensor_destroy(ptr);
+    /* own streams, different settings per row; then the rows reversed */
+    for (int i = 0; i < R; i++) {
+        rec[i] = (lm_sample_params){.greedy = i == 0, .temperature = 0.5f + 0.2f * (float)i, .top_k = i == 1 ? 1 : 0,
+                                    .top_p = 1.0f, .flags = LM_SAMPLE_OWN_STREAM, .seed = 100 + (uint64_t)i, .draw = (uint64_t)i};
+    }
+    lm_sample_params rev[R];
+    float *a = lm_tensor_data(lg), *b = lm_tensor_data(perm_lg);
+    for (int i = 0; i < R; i++) rev[i] = rec[R - 1 - i], memcpy(b + i * VN, a + (R - 1 - i) * VN, sizeof(float) * VN);
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, pb, rec, &ptr));
+    lm_tensor *ptv = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, pb, rev, &ptv));
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(lg), V(ptr), NULL, V(ids)));
+    LT_CHECK_OK(lm_sample_out(g_ctx, V(perm_lg), V(ptv), NULL, V(ids2)));
+    const int32_t *x = lm_tensor_data(ids), *y = lm_tensor_data(ids2);
+    for (int i = 0; i < R; i++) LT_CHECK_MSG(x[i] == y[R - 1 - i], "row %d: %d, reversed %d", i, x[i], y[R - 1 - i]);
+    int32_t amax0 = 0, amax1 = 0;
+    for (int j = 1; j < VN; j++) amax0 = a[j] > a[amax0] ? j : amax0, amax1 = a[VN + j] > a[VN + amax1] ? j : amax1;
+    LT_CHECK(x[0] == amax0 && x[1] == amax1); /* greedy, and top_k 1 */
+    /* 2 records for 6 rows; unknown flags */
+    int64_t two[1] = {2 * LM_SAMPLE_PARAMS_BYTES};
+    lm_tensor *pt2 = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, two, rec, &pt2));
+    LT_CHECK_STATUS(lm_sample_out(g_ctx, V(lg), V(pt2), NULL, V(ids)), LM_SHAPE_MISMATCH);
+    rec[3].flags = 6;
+    lm_tensor *ptb = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_U8, 1, pb, rec, &ptb));
+    LT_CHECK_STATUS(lm_sample_out(g_ctx, V(lg), V(ptb), NULL, V(ids)), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "row 3") != NULL);
+    lm_tensor_destroy(pt1), lm_tensor_destroy(ptr), lm_tensor_destroy(ptv), lm_tensor_destroy(pt2), lm_tensor_destroy(ptb);
+    lm_tensor_destroy(lg), lm_tensor_destroy(perm_lg), lm_tensor_destroy(ids), lm_tensor_destroy(ids2);
+}
+
 /* The mixed forms the GPU step uses (f32 rows normalized into bf16, SwiGLU into
  * bf16, bf16 rows widened into f32) equal the f32 form rounded once: within half a
  * bf16 ulp of the f32 result plus its own f32 rounding (|d| <= 2^-8 |y| + 1e-6). */
@@ -337,6 +387,7 @@ int main(void) {
     LT_RUN(test_qkv_rope_store_equals_its_composition);
     LT_RUN(test_linear_equals_its_composition);
     LT_RUN(test_sample_rules);
+    LT_RUN(test_sample_per_row_records);
     LT_RUN(test_mixed_dtype_forms_round_once);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

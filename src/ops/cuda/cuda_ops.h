@@ -212,20 +212,22 @@ lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t l
  * leaving the device. params lives in device memory (so a captured graph can be
  * replayed with new values): greedy or temperature 0 takes the argmax; otherwise
  * temperature, top-k, top-p, min-p (lm_sampler's rules and order, ties broken by
- * lower id) and a draw u = hash(seed, draw, row) in [0, 1). */
+ * lower id) and a draw u = hash(seed, draw, row) in [0, 1). per_row: params holds one
+ * record per row (else one for all). */
 typedef struct lm__cuda_sample_params {
     int greedy;
     float temperature;
     int top_k;
     float top_p;
     float min_p;
+    unsigned flags; /* LM_SAMPLE_OWN_STREAM: the row index is left out of the hash */
     uint64_t seed;
     uint64_t draw;
 } lm__cuda_sample_params;
 /* work: lm__cuda_sample_workspace(rows) bytes of device scratch (no initial contents). */
 size_t lm__cuda_sample_workspace(int64_t rows);
 lm_status lm__cuda_sample(const float *logits, int64_t rows, int64_t V, int64_t ld, const lm__cuda_sample_params *params,
-                          int32_t *out_ids, void *work, cudaStream_t s);
+                          int per_row, int32_t *out_ids, void *work, cudaStream_t s);
 
 /* step_cuda.c: the model-step operators' CUDA level (views as validated by the public
  * operators; the tuned kernels above where the views allow, LM_UNSUPPORTED naming the

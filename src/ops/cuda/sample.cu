@@ -131,13 +131,13 @@ static __global__ void __launch_bounds__(256) partial_top_kernel(const float *lo
 }
 
 static __global__ void __launch_bounds__(THREADS) sample_kernel(const float *logits, int64_t V, int64_t ld,
-                                                         const lm__cuda_sample_params *params,
+                                                         const lm__cuda_sample_params *params, int per_row,
                                                          const unsigned long long *work, int32_t *out) {
     __shared__ unsigned long long kscratch[32];
     __shared__ float fscratch[32], hist[256], part[THREADS];
     __shared__ float sel_rem;
     __shared__ int sel_digit, picked;
-    const lm__cuda_sample_params P = *params;
+    const lm__cuda_sample_params P = params[per_row ? blockIdx.x : 0];
     const float *x = logits + blockIdx.x * ld;
     row_ctx r = {x, V, P.temperature, 0.f, 0ull};
     int greedy = P.greedy || P.temperature == 0.f;
@@ -186,7 +186,7 @@ static __global__ void __launch_bounds__(THREADS) sample_kernel(const float *log
         fscratch[0] = acc;
     }
     __syncthreads();
-    float u = (float)(draw_uniform(P.seed, P.draw, blockIdx.x) * (double)fscratch[0]);
+    float u = (float)(draw_uniform(P.seed, P.draw, (P.flags & 1u) ? 0u : blockIdx.x) * (double)fscratch[0]);
     float base = part[threadIdx.x], next = threadIdx.x + 1 < blockDim.x ? part[threadIdx.x + 1] : fscratch[0];
     if (u >= base && u < next) { /* the token lies in this thread's id range */
         float acc = base;
@@ -208,12 +208,14 @@ static __global__ void __launch_bounds__(THREADS) sample_kernel(const float *log
 size_t lm__cuda_sample_workspace(int64_t rows) { return (size_t)rows * PARTS * sizeof(unsigned long long); }
 
 lm_status lm__cuda_sample(const float *logits, int64_t rows, int64_t V, int64_t ld,
-                            const lm__cuda_sample_params *params, int32_t *out_ids, void *work, cudaStream_t s) {
+                            const lm__cuda_sample_params *params, int per_row, int32_t *out_ids, void *work,
+                            cudaStream_t s) {
     if (rows == 0) return LM_OK;
     if (V < 1 || V > 0x7FFFFFFF || rows > 65535)
         return lm__error(LM_UNSUPPORTED, "sample: %lld rows of a vocabulary of %lld", (long long)rows, (long long)V);
     partial_top_kernel<<<dim3(PARTS, (unsigned)rows), 256, 0, s>>>(logits, V, ld, (unsigned long long *)work);
     LM_TRY(lm__cuda_launched("sample argmax pass"));
-    sample_kernel<<<(unsigned)rows, THREADS, 0, s>>>(logits, V, ld, params, (const unsigned long long *)work, out_ids);
+    sample_kernel<<<(unsigned)rows, THREADS, 0, s>>>(logits, V, ld, params, per_row, (const unsigned long long *)work,
+                                                     out_ids);
     return lm__cuda_launched("sample");
 }

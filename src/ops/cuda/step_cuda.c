@@ -15,7 +15,8 @@
 _Static_assert(sizeof(lm__cuda_sample_params) == sizeof(lm_sample_params) &&
                    offsetof(lm__cuda_sample_params, seed) == offsetof(lm_sample_params, seed) &&
                    offsetof(lm__cuda_sample_params, draw) == offsetof(lm_sample_params, draw) &&
-                   offsetof(lm__cuda_sample_params, min_p) == offsetof(lm_sample_params, min_p),
+                   offsetof(lm__cuda_sample_params, min_p) == offsetof(lm_sample_params, min_p) &&
+                   offsetof(lm__cuda_sample_params, flags) == offsetof(lm_sample_params, flags),
                "the device sampler reads lm_sample_params records as they are");
 
 static int contiguous(const lm_tensor_view *v) { return lm_tensor_view_is_contiguous(v); }
@@ -124,7 +125,8 @@ lm_status lm__cuda_sample_views(const lm_tensor_view *logits, const lm_tensor_vi
         (size_t)lm_tensor_view_numel(workspace) * lm_dtype_size(workspace->dtype) < need)
         return lm__error(LM_INVALID_ARGUMENT, "sample (cuda): needs contiguous ids and a workspace of %zu bytes", need);
     return lm__cuda_sample((const float *)logits->data, R, logits->shape[1], logits->stride[0],
-                           (const lm__cuda_sample_params *)params->data, (int32_t *)ids->data, workspace->data, s);
+                           (const lm__cuda_sample_params *)params->data, params->shape[0] > LM_SAMPLE_PARAMS_BYTES,
+                           (int32_t *)ids->data, workspace->data, s);
 }
 
 /* ---- fast paths of the basic operators' mixed forms ------------------------------------------------ */

@@ -68,7 +68,7 @@ static int64_t pick_row(const float *x, int64_t V, const lm_sample_params *p, ui
     return top; /* u rounded to the very end of the mass */
 }
 
-lm_status lm__ref_sample(const lm_tensor_view *logits, const lm_sample_params *p, const lm_tensor_view *ids) {
+lm_status lm__ref_sample(const lm_tensor_view *logits, const lm_sample_params *p, int64_t records, const lm_tensor_view *ids) {
     int64_t R = logits->shape[0], V = logits->shape[1];
     ranked *r = lm__alloc(sizeof *r * (size_t)V, 64);
     unsigned char *kept = lm__alloc((size_t)V, 64);
@@ -79,7 +79,8 @@ lm_status lm__ref_sample(const lm_tensor_view *logits, const lm_sample_params *p
     }
     for (int64_t row = 0; row < R; row++) {
         const float *x = (const float *)logits->data + row * logits->stride[0];
-        int64_t id = pick_row(x, V, p, (uint64_t)row, r, kept);
+        const lm_sample_params *q = &p[records > 1 ? row : 0];
+        int64_t id = pick_row(x, V, q, (q->flags & LM_SAMPLE_OWN_STREAM) ? 0 : (uint64_t)row, r, kept);
         lm__st_index(ids->dtype, ids->data, row * ids->stride[0], id);
     }
     lm__free(r);
