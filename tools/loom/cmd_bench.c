@@ -6,6 +6,7 @@
  *                                   measured read bandwidth)
  *   bench prefill --model DIR       tokens/s of a T-token prompt forward pass
  *   bench tokenize --tokenizer FILE encode throughput (MB/s) over a text corpus
+ *   bench serve   --url URL         load test of an OpenAI-compatible server (cmd_bench_serve.c)
  * Timings use the monotonic clock; each result reports the best of --repeat runs and
  * their median, so a noisy neighbour shows up as a gap between the two.
  * --device cuda measures on a GPU instead (bench_device.c).
@@ -186,9 +187,11 @@ int cmd_bench(int argc, char **argv) {
         {"batch", CLI_INT, &o.batch, "B: sequences per step (default 1)"},
         {"device", CLI_STRING, &o.device, "DEV: cpu (default), cuda or cuda:N (bandwidth, decode, prefill)"},
         {NULL, 0, NULL, NULL}};
+    if (argc > 0 && !strcmp(argv[0], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     const char *pos[1];
     int npos;
-    int rc = cli_parse("bench", "bandwidth|decode|prefill|tokenize [options]", opts, argc, argv, pos, 1, &npos);
+    int rc = cli_parse("bench", "bandwidth|decode|prefill|tokenize [options]  (serve: see loom bench serve --help)", opts,
+                       argc, argv, pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : rc;
     const char *what = npos ? pos[0] : "";
     int decode = !strcmp(what, "decode"), prefill = !strcmp(what, "prefill");
@@ -205,7 +208,7 @@ int cmd_bench(int argc, char **argv) {
         return bench_tokenize(&o);
     }
     if (!decode && !prefill && strcmp(what, "bandwidth")) {
-        fprintf(stderr, "loom bench: expected bandwidth, decode, prefill or tokenize\n");
+        fprintf(stderr, "loom bench: expected bandwidth, decode, prefill, tokenize or serve\n");
         return 2;
     }
     if ((decode || prefill) && !o.model) {
