@@ -10,7 +10,7 @@
  *   LM_SCHED_CONTINUOUS  a fixed number of slots over one KV cache. Requests are
  *                        admitted at step boundaries into the lowest free slot;
  *                        pending prompts of equal length prefill together in one
- *                        step; all running rows, each at its own position, decode in
+ *                        step (up to max_prefill_tokens); all running rows, each at its own position, decode in
  *                        one batched step. A finished or cancelled request frees its
  *                        slot at once.
  *   LM_SCHED_BUCKETED    several continuous schedulers ("buckets", each with its own
@@ -23,7 +23,8 @@
  * lm_scheduler_step (and so every callback) runs on one thread at a time, the one
  * that owns the lm_ctx. Greedy tokens do not depend on the arrival order or on what
  * else shares a batch on the CPU; on CUDA the batched kernels round differently from
- * the single-row ones (a batch-invariant CUDA mode is not built yet).
+ * the single-row ones unless the scheduler is deterministic (then a request's steps
+ * run through row-independent kernels: slower, but equal to the reference's).
  */
 #ifndef LOOM_SERVE_H
 #define LOOM_SERVE_H
@@ -49,8 +50,14 @@ typedef struct lm_sched_options {
     int64_t bucket_context[LM_SCHED_MAX_BUCKETS]; /* strictly increasing */
     int spill_to_larger;    /* BUCKETED: a full bucket may hand a request to a larger one */
     int max_queue;          /* pending requests accepted before submit refuses (0: 1024) */
-    int deterministic;      /* batch-invariant kernels: a request's tokens do not depend on its batch
-                               (the CPU always is; on CUDA not implemented yet: LM_UNSUPPORTED) */
+    int64_t max_prefill_tokens; /* a prefill step takes equal-length prompts up to this many tokens in all
+                               (at least one prompt); 0: 2048. Smaller: earlier first tokens for the
+                               first of many simultaneous arrivals */
+    int deterministic;      /* batch-invariant steps: a request's tokens do not depend on what shares
+                               its steps. The CPU always is; on CUDA prompts then run one per step and
+                               decode steps take at most 8 rows (the row-independent GEMV), and the
+                               reference scheduler's caches take `context` positions (the attention's
+                               reduction depends on the cache's capacity) */
 } lm_sched_options;
 
 LM_API void lm_sched_options_default(lm_sched_options *o); /* CONTINUOUS, 8 slots, context 2048 */

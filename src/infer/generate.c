@@ -68,7 +68,14 @@ static int is_eos(const lm_model_config *c, int32_t id) {
 static lm_status token_text(run *r, int32_t id, const char **text, size_t *n) {
     *text = "";
     *n = 0;
-    return r->stream ? lm_tokenizer_stream_push(r->stream, id, text, n) : LM_OK;
+    if (!r->stream) return LM_OK;
+    lm_status st = lm_tokenizer_stream_push(r->stream, id, text, n);
+    if (st == LM_OUT_OF_RANGE) { /* an id of the model's padded vocabulary with no token: no text, as in HF */
+        lm_clear_error();
+        *text = "", *n = 0;
+        return LM_OK;
+    }
+    return st;
 }
 
 static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_generate_params *p,

@@ -29,7 +29,8 @@ typedef struct lm__req {
     lm__req_state state;
     int cancel; /* asked for by lm_scheduler_cancel (read and written under the scheduler's lock) */
     int bucket, slot;
-    int64_t order; /* admission order within the bucket: the prefill queue's order */
+    int64_t order;    /* admission order within the bucket: the prefill queue's order */
+    int64_t reserved; /* KV positions its slot holds (the stats' kv_tokens_used) */
     int32_t *history; /* [n_prompt + max_tokens]: the prompt, then the generated ids */
     int64_t n_prompt, n_history;
     int32_t next; /* RUNNING: the last generated id, fed to the next decode step */

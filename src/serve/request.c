@@ -222,7 +222,15 @@ static lm_status commit(lm__req *r, const lm_model_config *c, int32_t id, lm_ser
     const char *text = "";
     size_t n = 0;
     int eos = !r->p.ignore_eos && is_eos(c, id);
-    if (r->stream && !eos) LM_TRY(lm_tokenizer_stream_push(r->stream, id, &text, &n));
+    if (r->stream && !eos) {
+        lm_status ts = lm_tokenizer_stream_push(r->stream, id, &text, &n);
+        if (ts == LM_OUT_OF_RANGE) { /* an id of the model's padded vocabulary with no token: no text, as in HF */
+            lm_clear_error();
+            text = "", n = 0;
+        } else if (ts != LM_OK) {
+            return ts;
+        }
+    }
     r->history[r->n_history++] = id;
     r->next = id;
     if (r->first_token == 0) r->first_token = lm_scheduler_now();

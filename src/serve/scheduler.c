@@ -9,8 +9,9 @@
  *
  * A step: take cancellations, admit pending requests (FIFO; each into the lowest
  * free slot of its bucket), then per bucket one model step: if any admitted request
- * has not run its prompt, the oldest such prompt's length L is chosen and every
- * waiting prompt of length L runs in one [rows, L] prefill; otherwise every running
+ * has not run its prompt, the oldest such prompt's length L is chosen and the waiting
+ * prompts of length L (the oldest among them, up to max_prefill_tokens in all) run in
+ * one [rows, L] prefill; otherwise every running
  * row decodes one token in one [rows, 1] step, each row at its own position (the
  * step's positions and slot indices are inputs of the graph). On the CPU the logits
  * rows are read where they are and each request picks its token (serve/request.c); on
@@ -21,6 +22,7 @@
  * write (submit, cancel, stats, snapshots); the stepping thread releases it while a
  * model step or a callback runs.
  */
+#include "ops/internal.h"
 #include "serve/internal.h"
 
 #include <pthread.h>
@@ -28,6 +30,10 @@
 #include <time.h>
 
 #define MAX_SNAPSHOTS 4096 /* finished requests' snapshots kept until taken */
+/* Deterministic mode: rows per decode step. Up to the GEMV's row limit a row's
+ * projections, attention and sampling do not depend on the other rows of the step. */
+#define DETERMINISTIC_ROWS 8
+_Static_assert(DETERMINISTIC_ROWS == LM__LINEAR_GEMV_MAX_ROWS, "the batch-invariant GEMV row limit");
 
 typedef struct bucket {
     int slots;
@@ -74,6 +80,8 @@ void lm_sched_options_default(lm_sched_options *o) {
 
 static lm_status check_options(const lm_model_config *c, const lm_sched_options *o) {
     if (o->max_queue < 0) return lm__error(LM_INVALID_ARGUMENT, "scheduler: max_queue %d must be >= 0", o->max_queue);
+    if (o->max_prefill_tokens < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "scheduler: max_prefill_tokens %lld must be >= 0", (long long)o->max_prefill_tokens);
     switch (o->kind) {
     case LM_SCHED_REFERENCE:
         if (o->context < 0 || o->context > c->max_position_embeddings)
@@ -107,14 +115,12 @@ lm_status lm_scheduler_create(const lm_model *m, const lm_tokenizer *tok, const 
     const lm_model_config *c = lm_model_get_config(m);
     LM_TRY(check_options(c, o));
     lm_device_caps caps;
-    if (o->deterministic && (lm_device_caps_get(lm_model_device(m), &caps) != LM_OK || !caps.host_addressable))
-        return lm__error(LM_UNSUPPORTED, "scheduler: the batch-invariant (deterministic) mode is not implemented on this "
-                                         "device yet (on the CPU every scheduler is batch-invariant)");
     lm_scheduler *s = lm__calloc(1, sizeof *s);
     if (!s) return LM_OUT_OF_MEMORY;
     s->m = m, s->tok = tok, s->o = *o;
     s->device_sampling = lm_device_caps_get(lm_model_device(m), &caps) == LM_OK && !caps.host_addressable;
     if (!s->o.max_queue) s->o.max_queue = 1024;
+    if (!s->o.max_prefill_tokens) s->o.max_prefill_tokens = 2048;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->next_id = 1;
@@ -307,7 +313,7 @@ static void retire_locked(lm_scheduler *s, lm__req *r) {
         b->slot_req[r->slot] = NULL;
         s->st.running--;
         s->st.slots_used--;
-        s->st.kv_tokens_used -= s->per_request_cache ? r->n_prompt + r->p.max_tokens : b->context;
+        s->st.kv_tokens_used -= r->reserved;
         if (s->per_request_cache) {
             lm_kv_cache_destroy(b->cache);
             b->cache = NULL;
@@ -371,6 +377,9 @@ static void admit(lm_scheduler *s) {
         int k = 0;
         while (b->slot_req[k]) k++;
         int64_t need = r->n_prompt + r->p.max_tokens;
+        /* deterministic: the reference's cache has the scheduler's context, like the others' (the
+         * attention's reduction over the cache depends on its capacity) */
+        if (s->per_request_cache && s->o.deterministic && s->o.context) need = s->o.context;
         st = s->per_request_cache ? lm_kv_cache_create(s->m, 1, need, &b->cache) : lm_kv_cache_reset(b->cache, k);
         if (st != LM_OK) {
             failed = r;
@@ -384,7 +393,8 @@ static void admit(lm_scheduler *s) {
         s->st.pending--;
         s->st.running++;
         s->st.slots_used++;
-        s->st.kv_tokens_used += s->per_request_cache ? need : b->context;
+        r->reserved = s->per_request_cache ? need : b->context;
+        s->st.kv_tokens_used += r->reserved;
     }
     pthread_mutex_unlock(&s->mu);
     if (failed) {
@@ -430,12 +440,17 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     }
     int64_t T = oldest ? oldest->n_prompt : 1;
     LM_TRY(reserve_rows(s, b->slots, (int64_t)b->slots * T, c->vocab_size));
-    for (int k = 0; k < b->slots; k++) { /* rows in slot order */
-        lm__req *r = b->slot_req[k];
+    /* the rows: the oldest waiting prompt first, then others of its length in slot
+     * order while the step holds max_prefill_tokens; or every running row */
+    for (int k = -1; k < b->slots; k++) {
+        lm__req *r = k < 0 ? oldest : b->slot_req[k];
         if (!r || r->cancel) continue;
-        if (oldest ? (r->state == LM__REQ_PREFILL && r->n_prompt == T) : r->state == LM__REQ_RUNNING) {
+        int take = oldest ? (k < 0 || (r != oldest && r->state == LM__REQ_PREFILL && r->n_prompt == T &&
+                                       (n + 1) * T <= s->o.max_prefill_tokens && !s->o.deterministic))
+                          : k >= 0 && r->state == LM__REQ_RUNNING;
+        if (take) {
             s->rows[n] = r;
-            s->rows_slot[n] = k;
+            s->rows_slot[n] = r->slot;
             if (oldest)
                 memcpy(s->ids + n * T, r->history, (size_t)T * sizeof *s->ids);
             else
@@ -448,12 +463,19 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     /* Off the host, the tokens are picked beside the logits when no row needs them here. */
     int on_device = s->device_sampling;
     for (int64_t i = 0; i < n && on_device; i++) on_device = lm__req_device_samplable(s->rows[i]);
-    lm_status st;
-    if (on_device) {
+    lm_status st = LM_OK;
+    if (on_device)
         for (int64_t i = 0; i < n; i++) s->records[i] = lm__req_device_params(s->rows[i]);
-        st = lm_model_forward_sample_rows(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->records, s->next);
-    } else {
-        st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot, (int)n, s->ids, T, s->logits, 0);
+    /* deterministic: at most DETERMINISTIC_ROWS rows per model step (one when prefilling) */
+    int64_t chunk = s->o.deterministic ? (oldest ? 1 : DETERMINISTIC_ROWS) : n;
+    for (int64_t at = 0; at < n && st == LM_OK; at += chunk) {
+        int rows = (int)LM_MIN(chunk, n - at);
+        if (on_device)
+            st = lm_model_forward_sample_rows(s->m, ctx, b->cache, s->rows_slot + at, rows, s->ids + at * T, T,
+                                              s->records + at, s->next + at);
+        else
+            st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot + at, rows, s->ids + at * T, T,
+                                  s->logits + at * c->vocab_size, 0);
     }
     pthread_mutex_lock(&s->mu);
     s->st.steps++;

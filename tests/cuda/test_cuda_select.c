@@ -152,15 +152,15 @@ static void test_sample_rules(void) {
         for (int i = 1; i < f.V; i++) best = lg[row * f.V + i] > lg[row * f.V + best] ? i : best;
         want[row] = best;
     }
-    lm__cuda_sample_params greedy = {1, 1.0f, 0, 1.0f, 0.0f, 7, 0}, k1 = {0, 0.7f, 1, 1.0f, 0.0f, 7, 0};
+    lm__cuda_sample_params greedy = {1, 1.0f, 0, 1.0f, 0.0f, 0, 7, 0}, k1 = {0, 0.7f, 1, 1.0f, 0.0f, 0, 7, 0};
     draw_rows(&f, greedy, 0, ids);
     LT_CHECK(ids[0] == want[0] && ids[1] == want[1] && ids[2] == want[2]);
     draw_rows(&f, k1, 3, ids);
     LT_CHECK(ids[0] == want[0] && ids[1] == want[1] && ids[2] == want[2]);
-    const lm__cuda_sample_params rules[4] = {{0, 1.0f, 5, 1.0f, 0.0f, 9, 0},
-                                            {0, 0.8f, 0, 0.5f, 0.0f, 9, 0},
-                                            {0, 1.3f, 40, 0.9f, 0.0f, 9, 0},
-                                            {0, 1.0f, 0, 1.0f, 0.2f, 9, 0}};
+    const lm__cuda_sample_params rules[4] = {{0, 1.0f, 5, 1.0f, 0.0f, 0, 9, 0},
+                                            {0, 0.8f, 0, 0.5f, 0.0f, 0, 9, 0},
+                                            {0, 1.3f, 40, 0.9f, 0.0f, 0, 9, 0},
+                                            {0, 1.0f, 0, 1.0f, 0.2f, 0, 9, 0}};
     unsigned char *keep = malloc((size_t)f.V);
     for (int k = 0; k < 4; k++) {
         int outside = 0;
@@ -174,7 +174,7 @@ static void test_sample_rules(void) {
         LT_CHECK_MSG(outside == 0, "sample rule set %d: %d draws outside the kept set", k, outside);
     }
     /* frequencies under top-k 3 */
-    lm__cuda_sample_params k3 = {0, 1.0f, 3, 1.0f, 0.0f, 11, 0};
+    lm__cuda_sample_params k3 = {0, 1.0f, 3, 1.0f, 0.0f, 0, 11, 0};
     double counts[3][1000] = {{0}};
     const int draws = 3000;
     for (int d = 0; d < draws; d++) {

@@ -391,6 +391,28 @@ static void test_penalties_on_synthetic_logits(void) {
     lm__req_free(r);
 }
 
+/* A model vocabulary padded beyond the tokenizer's: such ids are tokens without text
+ * (as Hugging Face decodes them), not errors. */
+static void test_ids_beyond_the_tokenizer(void) {
+    lm_model_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 400; /* the tokenizer has 384 */
+    lm_serve_params p;
+    lm_serve_params_default(&p);
+    p.max_tokens = 3;
+    int32_t prompt[1] = {5};
+    outcome o = {0};
+    lm__req *r = NULL;
+    LT_CHECK_OK(lm__req_create(&c, g_tok, prompt, 1, &p, on_event, &o, &r));
+    int fin = 0;
+    LT_CHECK_OK(lm__req_accept_id(r, &c, 390, &fin));
+    LT_CHECK_OK(lm__req_accept_id(r, &c, 72, &fin)); /* 'h'-like byte token of the small tokenizer */
+    LT_CHECK_OK(lm__req_accept_id(r, &c, 399, &fin));
+    LT_CHECK(fin && o.finishes == 1 && o.n == 3 && o.ids[0] == 390 && o.reason == LM_FINISH_LENGTH);
+    LT_CHECK_STATUS(lm__req_accept_id(r, &c, 400, &fin), LM_INTERNAL); /* outside the model's vocabulary */
+    lm__req_free(r);
+}
+
 int main(void) {
     LT_CHECK_OK(lm_model_load(MODEL, lm_device_cpu(), &g_model));
     LT_CHECK_OK(lm_tokenizer_load(TOKENIZER, &g_tok));
@@ -403,6 +425,7 @@ int main(void) {
     LT_RUN(test_refusals);
     LT_RUN(test_logprobs);
     LT_RUN(test_penalties_on_synthetic_logits);
+    LT_RUN(test_ids_beyond_the_tokenizer);
     lm_ctx_destroy(g_ctx);
     lm_tokenizer_destroy(g_tok);
     lm_model_destroy(g_model);
