@@ -1,6 +1,7 @@
 #!/bin/sh
 # Sourced on the GPU machine, whose image has CUDA and PyTorch but not the Debian
-# development packages loom builds against (jansson, PCRE2, utf8proc, pkg-config).
+# development packages loom builds against (jansson, PCRE2, utf8proc, libmicrohttpd,
+# pkg-config).
 # Unpacks the .deb files carried in third_party/debs (fetched on a Debian machine
 # with `apt-get download`) into /tmp/loomdeps and points the build at them.
 d=/tmp/loomdeps
@@ -13,6 +14,7 @@ export PKG_CONFIG_PATH="$lib/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$d"
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export CMAKE_PREFIX_PATH="$d/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 if ! command -v pkg-config >/dev/null 2>&1; then
   export PATH="$d/usr/bin:$PATH"
   export PKG_CONFIG_LIBDIR="$lib/pkgconfig"

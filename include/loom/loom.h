@@ -20,6 +20,9 @@
 #include "loom/train.h"
 #include "loom/exec.h"
 #include "loom/plan.h"
+#include "loom/chat.h"
+#include "loom/serve.h"
+#include "loom/server.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

@@ -5,7 +5,8 @@
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
  * --dtype errors), `loom plan layer` on real checkpoints (its simulation agrees with
- * the CPU executor), and the exit codes and messages of bad invocations.
+ * the CPU executor), `loom chat` over stdin, and the exit codes and messages of bad
+ * invocations.
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -225,6 +226,39 @@ static void test_plan_layer_agrees_with_the_cpu_executor(void) {
     }
 }
 
+/* `loom chat` reads messages from stdin: one streamed reply line per message, /reset
+ * clears the conversation, end of input quits with 0; the reply to the same first
+ * message at temperature 0 is the same after a reset. A model without a chat
+ * template is refused naming the problem. */
+static void test_chat_reads_stdin(void) {
+    const char *dir = LOOM_BINARY_DIR "/cli_chat_model";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && ln -sf " MODELS "qwen3_headdim/config.json " MODELS "qwen3_headdim/model.safetensors %s/ && "
+             "ln -sf " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json %s/ && printf '%%s' "
+             "'{\"chat_template\": \"{%% for m in messages %%}<{{ m.role }}>{{ m.content }}\\n{%% endfor %%}<assistant>\"}' "
+             "> %s/tokenizer_config.json",
+             dir, dir, dir, dir);
+    LT_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd,
+             "printf 'hello there\n/reset\nhello there\nand more\n' | " LOOM " chat --model %s --temperature 0 "
+             "--max-tokens 6 --threads 1",
+             dir);
+    run_result r = run(cmd);
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    LT_CHECK(r.err && strstr(r.err, "(conversation cleared)"));
+    int lines = 0;
+    for (const char *p = r.out ? r.out : ""; *p; p++) lines += *p == '\n';
+    LT_CHECK_MSG(lines >= 3, "%d reply lines", lines);
+    /* the first reply repeats after /reset (same conversation, greedy) */
+    const char *second = r.out ? strchr(r.out, '\n') : NULL;
+    LT_CHECK(second && !strncmp(r.out, second + 1, (size_t)(second - r.out)));
+    run_free(&r);
+    r = run("printf 'hi\n' | " LOOM " chat --model " MODELS "qwen3_headdim");
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "chat template"));
+    run_free(&r);
+}
+
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
     struct {
         const char *cmd;
@@ -256,6 +290,7 @@ int main(void) {
     LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
     LT_RUN(test_train_on_the_cpu);
     LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
+    LT_RUN(test_chat_reads_stdin);
     LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
     return lt_finish();
 }

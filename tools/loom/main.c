@@ -15,10 +15,12 @@ static void usage(FILE *f) {
             "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
             "  logits         run one forward pass and print logits per position (JSON lines)\n"
             "  train          train or fine-tune a model on token shards\n"
+            "  serve          an OpenAI-compatible HTTP server (completions, chat, streaming, metrics)\n"
+            "  chat           an interactive chat in the terminal (the model's chat template)\n"
             "  data           'data prepare': tokenize text files into a token shard\n"
             "  plot-loss      draw a training log's loss curve as SVG\n"
             "  plan           compile a workload (or a model's decoder layer) for a tile machine and simulate it\n"
-            "  bench          measure speed (bandwidth, decode, prefill, tokenize) as JSON\n"
+            "  bench          measure speed (bandwidth, decode, prefill, tokenize, serve) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  version        print the loom version and build features\n"
             "run 'loom <command> --help' for a command's options\n");
@@ -52,6 +54,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot-loss")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
