@@ -101,7 +101,8 @@ LM_API lm_status lm_graph_checkpoint(lm_graph *g, lm_graph_value v, const char *
  * Builds the canonical graph of a model step from a config (architecture features are
  * the config's flags). Names the executors bind by:
  *   inputs   "ids" [B, T] i32 (step, train); "positions" [B, T] i32 ([1, T] in layer
- *            mode); "slots" [B] i32 (step: the cache slot of each row); "k_cache.L",
+ *            mode); "slots" [B] i32 (step: the cache slot of each row; [B, NB], the rows'
+ *            block tables, for a paged cache); "k_cache.L",
  *            "v_cache.L" [slots, kv_heads, cache_tokens, head_dim] per layer L (step);
  *            "targets" [B*T] i32 (train, loss; -100 = ignored); "sample_params" u8
  *            [B * LM_SAMPLE_PARAMS_BYTES] (step, sample: one record per row);
@@ -129,7 +130,9 @@ typedef struct lm_decoder_options {
     lm_decoder_mode mode;
     lm_decoder_output output;
     int64_t batch, tokens;             /* B rows of T tokens (layer mode: B = 1) */
-    int64_t cache_slots, cache_tokens; /* step: the KV cache geometry */
+    int64_t cache_slots, cache_tokens; /* step: the KV cache geometry (paged: blocks, and positions per block) */
+    int64_t cache_blocks_per_row;      /* step: 0 = one slot per row ("slots" [B]); NB > 0 = a paged cache
+                                          ("slots" is the block table [B, NB], see lm_kv_store_out) */
     int64_t layer;                     /* layer mode: which layer */
     lm_dtype act_dtype;                /* residual stream and activations */
     lm_dtype matrix_dtype;             /* 2-d weights (unless param_dtype says otherwise) */

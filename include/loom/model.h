@@ -64,6 +64,18 @@ LM_API int64_t lm_kv_cache_length(const lm_kv_cache *c, int slot);
 /* Forgets a slot's contents (length 0). */
 LM_API lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot);
 
+/* A paged cache: a pool of `blocks` blocks of `block_size` positions each, K and V
+ * [layers, blocks, kv_heads, block_size, head_dim] (f32 in host memory, bf16 on a
+ * device). Its sequences are the caller's: each step names every row's block table
+ * (up to max_blocks_per_row blocks, so a row holds up to max_blocks_per_row *
+ * block_size positions) and where the row's new tokens start; rows may share blocks
+ * they only read (a common prefix), as lm_kv_store_out says. lm_kv_cache_slots gives
+ * the number of blocks and lm_kv_cache_capacity the block size; the slot functions
+ * (lm_model_forward, lm_kv_cache_length, lm_kv_cache_reset) refuse a paged cache. */
+LM_API lm_status lm_kv_cache_create_paged(const lm_model *m, int64_t blocks, int64_t block_size,
+                                          int64_t max_blocks_per_row, lm_kv_cache **out);
+LM_API int64_t lm_kv_cache_blocks_per_row(const lm_kv_cache *c); /* 0 for a cache of slots */
+
 /* Runs T new tokens for each of B slots and appends them to the cache.
  * slots [B]: distinct slot indices; ids [B, T] row-major token ids.
  * logits: f32 written as [B, T, vocab] when all_positions, else [B, vocab] for the
@@ -87,6 +99,21 @@ LM_API lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_c
 LM_API lm_status lm_model_forward_sample_rows(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                                               const int32_t *ids, int64_t T, const lm_sample_params *params,
                                               int32_t *next_ids);
+
+/* A step of B rows over a paged cache: tables [B, max_blocks_per_row] i32 (row-major;
+ * entries past a row's last position are not read), start [B] the position of each
+ * row's first new token (the positions before it are already stored in its blocks),
+ * ids [B, T]. logits as lm_model_forward. Errors: LM_OUT_OF_RANGE for a block outside
+ * the pool, a row past its table or max_position_embeddings, an id outside the
+ * vocabulary; LM_INVALID_ARGUMENT for a block two rows write. Nothing is stored then. */
+LM_API lm_status lm_model_forward_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
+                                        const int64_t *start, int B, const int32_t *ids, int64_t T, float *logits,
+                                        int all_positions);
+/* The same, picking each row's next token where the logits are (one sampling record
+ * per row, as lm_model_forward_sample_rows). */
+LM_API lm_status lm_model_forward_paged_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
+                                               const int64_t *start, int B, const int32_t *ids, int64_t T,
+                                               const lm_sample_params *params, int32_t *next_ids);
 
 #ifdef __cplusplus
 }

@@ -106,17 +106,26 @@ LM_API lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, c
                                          const lm_tensor_view *out);
 
 /* ---- one model step over a KV cache ------------------------------------------------------
- * A cache holds, per slot, the keys (or values) of up to P positions: [S, Hkv, P, D].
- * A step appends T new tokens to each of B rows: slots [B] i32 names each row's slot
- * (distinct), positions [B, T] i32 each token's position, consecutive within a row
- * (positions[b, t] = positions[b, 0] + t). Where the index tensors are host memory
- * their values are checked (LM_OUT_OF_RANGE / LM_INVALID_ARGUMENT name the row);
- * device kernels cannot report them, so on a GPU an out-of-range row is skipped
- * (kv_store writes nothing for it, attention writes NaN) and nothing outside the
- * caches is ever read or written. */
+ * A cache is a pool of S blocks of P positions, keys (or values) [S, Hkv, P, D]. A
+ * step appends T new tokens to each of B rows; positions [B, T] i32 gives each token's
+ * position, consecutive within a row (positions[b, t] = positions[b, 0] + t). Each
+ * row's block table is slots:
+ *   - i32 [B]: one block per row (its slot; the row holds up to P positions), the
+ *     rows' slots distinct;
+ *   - i32 [B, NB]: a paged cache: position p of row b lives in block slots[b, p / P]
+ *     at offset p % P, so a row holds up to NB * P positions. Rows may share blocks
+ *     they only read (a common prompt prefix); a block this step writes (one holding
+ *     a position in positions) belongs to one row. Entries past a row's last position
+ *     are not read.
+ * The [B] form is the [B, 1] form. Where the index tensors are host memory their
+ * values are checked (LM_OUT_OF_RANGE / LM_INVALID_ARGUMENT name the row); device
+ * kernels cannot report them, so on a GPU a row with a position or a block out of
+ * range is skipped (kv_store writes nothing for it, attention writes NaN) and nothing
+ * outside the caches is ever read or written. */
 
-/* cache[slots[b], :, positions[b, t], :] = x[b, t, :, :] for x [B, T, Hkv, D]; the
- * cache may have another float dtype than x (values are rounded to it). */
+/* cache[block, :, p % P, :] = x[b, t, :, :] for x [B, T, Hkv, D], p = positions[b, t]
+ * and block = slots[b, p / P] (slots[b] in the [B] form); the cache may have another
+ * float dtype than x (values are rounded to it). */
 LM_API lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_tensor_view *x,
                                  const lm_tensor_view *slots, const lm_tensor_view *positions);
 
@@ -129,19 +138,21 @@ typedef struct lm_kv_attention_params {
     const lm_tensor_view *workspace;
 } lm_kv_attention_params;
 
-/* Attention of each new token over its row's slot: out[b, t, h, :] = sum over keys j
- * of slot s = slots[b] with p - window < j <= p (p = positions[b, t]; all j <= p when
- * window is 0) of softmax_j(q[b, t, h, :] . k_cache[s, g, j, :] * scale) v_cache[s, g,
- * j, :], with kv head g = h / (Hq / Hkv). q, out [B, T, Hq, D] and the caches [S, Hkv,
+/* Attention of each new token over its row's cached positions: out[b, t, h, :] = sum
+ * over positions j of row b with p - window < j <= p (p = positions[b, t]; all j <= p
+ * when window is 0) of softmax_j(q[b, t, h, :] . K_b(g, j) * scale) V_b(g, j), with kv
+ * head g = h / (Hq / Hkv) and K_b(g, j) = k_cache[block, g, j % P, :], block =
+ * slots[b, j / P] (slots[b] in the [B] form). q, out [B, T, Hq, D] and the caches [S, Hkv,
  * P, D] may each have their own float dtype (out rounds once on store). On CUDA the
- * caches must be contiguous bf16 and q, out contiguous f32 or bf16. The keys up to p must already be stored
- * (lm_kv_store_out before this call in the same step). */
+ * caches must be contiguous bf16 and q, out contiguous f32 or bf16. The keys up to p
+ * must already be stored (lm_kv_store_out before this call in the same step). */
 LM_API lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k_cache,
                                         const lm_tensor_view *v_cache, const lm_tensor_view *slots,
                                         const lm_tensor_view *positions, const lm_kv_attention_params *p,
                                         const lm_tensor_view *out);
 /* Bytes of the optional workspace for `tokens` new tokens of q_heads heads of
- * head_dim over caches of cache_tokens positions on device d (0: none is used). */
+ * head_dim over rows of up to cache_tokens positions (P, or NB * P when paged) on
+ * device d (0: none is used). */
 LM_API size_t lm_attention_cache_workspace_bytes(lm_device d, int64_t tokens, int64_t q_heads, int64_t head_dim,
                                                  int64_t cache_tokens);
 

@@ -183,9 +183,11 @@ lm_status lm__exec_check_ops(const lm_graph *g) {
 size_t lm__exec_workspace_bytes(const lm_graph *g, int64_t i, lm_device d) {
     const lm__gop *op = &g->ops[i];
     const lm__gvalue *a = &g->values[op->in[0]];
-    if (op->kind == LM__GOP_ATTENTION_CACHE)
-        return lm_attention_cache_workspace_bytes(d, a->dims[0] * a->dims[1], a->dims[2], a->dims[3],
-                                                  g->values[op->in[1]].dims[2]);
+    if (op->kind == LM__GOP_ATTENTION_CACHE) { /* a row holds P positions, or NB blocks of P when paged */
+        const lm__gvalue *table = &g->values[op->in[3]];
+        int64_t P = g->values[op->in[1]].dims[2], row = table->ndim == 2 ? table->dims[1] * P : P;
+        return lm_attention_cache_workspace_bytes(d, a->dims[0] * a->dims[1], a->dims[2], a->dims[3], row);
+    }
     if (op->kind == LM__GOP_SAMPLE) return lm_sample_workspace_bytes(d, a->dims[0]);
     return 0;
 }

@@ -207,9 +207,9 @@ static lm_status inputs(builder *b) {
     int64_t ps[2] = {o->mode == LM_DECODER_LAYER ? 1 : b->B, b->T}, fs[1] = {b->c->head_dim / 2};
     LM_TRY(lm_graph_input(b->g, "positions", LM_I32, 2, ps, 1.0, &b->positions));
     LM_TRY(lm_graph_param(b->g, "rope.inv_freq", LM_F32, 1, fs, 0.0, 0.0, &b->inv_freq));
-    if (o->mode == LM_DECODER_STEP) {
-        int64_t ss[1] = {b->B};
-        LM_TRY(lm_graph_input(b->g, "slots", LM_I32, 1, ss, 1.0, &b->slots));
+    if (o->mode == LM_DECODER_STEP) { /* each row's slot, or its block table (paged) */
+        int64_t ss[2] = {b->B, o->cache_blocks_per_row};
+        LM_TRY(lm_graph_input(b->g, "slots", LM_I32, o->cache_blocks_per_row ? 2 : 1, ss, 1.0, &b->slots));
     }
     return LM_OK;
 }
@@ -273,10 +273,18 @@ static lm_status check_options(const lm_model_config *c, const lm_decoder_option
              : o->mode == LM_DECODER_TRAIN ? o->output == LM_DECODER_OUT_LOSS || o->output == LM_DECODER_OUT_ALL_LOGITS
                                            : 1;
     if (!ok) return lm__error(LM_INVALID_ARGUMENT, "decoder graph (%s): output %d does not apply", m, (int)o->output);
-    if (o->mode == LM_DECODER_STEP && (o->cache_slots < o->batch || o->cache_tokens < o->tokens))
+    if (o->mode == LM_DECODER_STEP && o->cache_blocks_per_row < 0)
+        return lm__error(LM_INVALID_ARGUMENT, "decoder graph (step): %lld blocks per row", (long long)o->cache_blocks_per_row);
+    if (o->mode == LM_DECODER_STEP && !o->cache_blocks_per_row &&
+        (o->cache_slots < o->batch || o->cache_tokens < o->tokens))
         return lm__error(LM_INVALID_ARGUMENT, "decoder graph (step): a cache of %lld slots x %lld tokens cannot take %lld "
                          "rows x %lld tokens", (long long)o->cache_slots, (long long)o->cache_tokens,
                          (long long)o->batch, (long long)o->tokens);
+    if (o->mode == LM_DECODER_STEP && o->cache_blocks_per_row &&
+        (o->cache_slots < 1 || o->cache_tokens < 1 || o->cache_blocks_per_row * o->cache_tokens < o->tokens))
+        return lm__error(LM_INVALID_ARGUMENT, "decoder graph (step): a paged cache of %lld blocks of %lld tokens, %lld per "
+                         "row, cannot take rows of %lld tokens", (long long)o->cache_slots, (long long)o->cache_tokens,
+                         (long long)o->cache_blocks_per_row, (long long)o->tokens);
     if (o->mode == LM_DECODER_LAYER && (o->layer < 0 || o->layer >= c->num_hidden_layers || o->batch != 1))
         return lm__error(LM_INVALID_ARGUMENT, "decoder graph (layer): layer %lld of %lld, one row", (long long)o->layer,
                          (long long)c->num_hidden_layers);

@@ -190,13 +190,13 @@ lm_status lm__graph_embedding(lm_graph *g, const char *name, lm_graph_value tabl
 }
 
 /* Checks of the cache-step operands shared by kv_store and attention_cache: a cache
- * [S, Hkv, P, D], slots [B] i32 and positions [B, T] i32. */
+ * [S, Hkv, P, D], slots (the block table) [B] or [B, NB] i32 and positions [B, T] i32. */
 static lm_status check_cache_step(const lm_graph *g, const char *nm, const char *role, lm_graph_value cache,
                                   lm_graph_value slots, lm_graph_value positions, int64_t B, int64_t T) {
     if (g->values[cache].ndim != 4) return lm__error(LM_SHAPE_MISMATCH, "op '%s': %s must be [S, Hkv, P, D]", nm, role);
-    int64_t bs[1] = {B}, ps[2] = {B, T};
+    int64_t bs[2] = {B, -1}, ps[2] = {B, T};
     LM_TRY(want_i32(g, nm, "slots", slots));
-    LM_TRY(want_shape(g, nm, "slots", slots, 1, bs));
+    LM_TRY(want_shape(g, nm, "slots", slots, g->values[slots].ndim == 2 ? 2 : 1, bs));
     LM_TRY(want_i32(g, nm, "positions", positions));
     return want_shape(g, nm, "positions", positions, 2, ps);
 }

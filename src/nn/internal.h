@@ -47,11 +47,13 @@ typedef struct lm__step_prog {
     int64_t B, T;
     lm_decoder_output output;
     lm_exec *exec;
-    lm_tensor_view ids, positions, slots, sample; /* the inputs ([B, T], [B, T], [B], params): views of dev_in */
+    lm_tensor_view ids, positions, slots, sample; /* the inputs ([B, T], [B, T], [B] or [B, NB], params): views
+                                                     of dev_in */
     lm_device device;  /* of the staging memory */
     struct lm__step_layout {
         size_t ids, positions, slots, next, params, bytes; /* byte offsets, and the size */
-    } layout;          /* of host_in and dev_in: ids [B*T], positions [B*T], slots [B], sampled ids [B]
+    } layout;          /* of host_in and dev_in: ids [B*T], positions [B*T], slots [B] (or block
+                          tables [B*NB]), sampled ids [B]
                           (i32), then one sampling record per row, 8-aligned */
     char *host_in;     /* lm_host_alloc staging (pinned for a GPU, so the copy is queued) */
     lm_tensor *dev_in; /* the same layout on the device: one copy moves every input of a step */
@@ -59,10 +61,11 @@ typedef struct lm__step_prog {
 } lm__step_prog;
 
 struct lm_kv_cache {
-    int layers, slots;
-    int64_t kv_heads, max_tokens, head_dim;
+    int layers, slots;                 /* slots: the slots, or the blocks of a paged cache */
+    int64_t kv_heads, max_tokens, head_dim; /* max_tokens: positions per slot, or per block */
+    int64_t blocks_per_row;            /* 0: a cache of slots; NB: paged, block tables [B, NB] */
     lm_tensor *k, *v; /* [layers, slots, kv_heads, max_tokens, head_dim]: f32 in host memory, bf16 on a device */
-    int64_t *length;  /* [slots] tokens stored per slot */
+    int64_t *length;  /* [slots] tokens stored per slot (NULL when paged: the caller tracks lengths) */
     lm__step_prog *progs; /* [nprogs] executors of the step shapes seen (evicted least recently used) */
     int nprogs, cap_progs;
     int64_t clock;

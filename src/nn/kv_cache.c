@@ -3,7 +3,9 @@
  *
  * Layout [layers, slots, kv_heads, max_tokens, head_dim]: one slot's keys for one
  * head are contiguous over positions, so attention reads a [kv_heads, t, head_dim]
- * view without gathering. f32 in host memory, bf16 (zero-filled) on a device.
+ * view without gathering. A paged cache has the same layout over blocks
+ * [layers, blocks, kv_heads, block_size, head_dim]; its steps take the rows' block
+ * tables instead of slots, and the caller tracks each sequence's length. f32 in host memory, bf16 (zero-filled) on a device.
  * Memory: 2 * layers * slots * kv_heads * max_tokens * head_dim * (4 or 2) bytes,
  * allocated once. A step shape (rows, tokens, output) gets its executor on first use:
  * the decoder graph of the model for that shape, bound to the model's weights, to
@@ -17,16 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
-lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out) {
-    if (!m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_create: NULL argument");
-    *out = NULL;
+/* slots blocks of max_tokens positions; blocks_per_row 0: a cache of slots. */
+static lm_status create(const lm_model *m, int slots, int64_t max_tokens, int64_t blocks_per_row, lm_kv_cache **out) {
     const lm_model_config *c = &m->cfg;
-    if (slots < 1 || max_tokens < 1)
-        return lm__error(LM_INVALID_ARGUMENT, "kv cache: %d slots x %lld tokens (both must be >= 1)", slots,
-                         (long long)max_tokens);
-    if (max_tokens > c->max_position_embeddings)
-        return lm__error(LM_INVALID_ARGUMENT, "kv cache: %lld tokens exceed max_position_embeddings %lld",
-                         (long long)max_tokens, (long long)c->max_position_embeddings);
     lm_kv_cache *kv = lm__calloc(1, sizeof *kv);
     if (!kv) return LM_OUT_OF_MEMORY;
     kv->layers = (int)c->num_hidden_layers;
@@ -34,11 +29,13 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
     kv->kv_heads = c->num_key_value_heads;
     kv->max_tokens = max_tokens;
     kv->head_dim = c->head_dim;
+    kv->blocks_per_row = blocks_per_row;
     int64_t shape[5] = {kv->layers, slots, kv->kv_heads, max_tokens, kv->head_dim};
     lm_dtype dt = lm__model_on_host(m) ? LM_F32 : LM_BF16;
     lm_status st = lm_tensor_zeros(m->device, dt, 5, shape, &kv->k);
     if (st == LM_OK) st = lm_tensor_zeros(m->device, dt, 5, shape, &kv->v);
-    if (st == LM_OK && !(kv->length = lm__calloc((size_t)slots, sizeof *kv->length))) st = LM_OUT_OF_MEMORY;
+    if (st == LM_OK && !blocks_per_row && !(kv->length = lm__calloc((size_t)slots, sizeof *kv->length)))
+        st = LM_OUT_OF_MEMORY;
     if (st != LM_OK) {
         lm_kv_cache_destroy(kv);
         return st;
@@ -46,6 +43,31 @@ lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, l
     *out = kv;
     return LM_OK;
 }
+
+lm_status lm_kv_cache_create(const lm_model *m, int slots, int64_t max_tokens, lm_kv_cache **out) {
+    if (!m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_create: NULL argument");
+    *out = NULL;
+    if (slots < 1 || max_tokens < 1)
+        return lm__error(LM_INVALID_ARGUMENT, "kv cache: %d slots x %lld tokens (both must be >= 1)", slots,
+                         (long long)max_tokens);
+    if (max_tokens > m->cfg.max_position_embeddings)
+        return lm__error(LM_INVALID_ARGUMENT, "kv cache: %lld tokens exceed max_position_embeddings %lld",
+                         (long long)max_tokens, (long long)m->cfg.max_position_embeddings);
+    return create(m, slots, max_tokens, 0, out);
+}
+
+lm_status lm_kv_cache_create_paged(const lm_model *m, int64_t blocks, int64_t block_size, int64_t max_blocks_per_row,
+                                   lm_kv_cache **out) {
+    if (!m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_create_paged: NULL argument");
+    *out = NULL;
+    if (blocks < 1 || blocks > INT32_MAX || block_size < 1 || max_blocks_per_row < 1 ||
+        max_blocks_per_row > INT32_MAX / block_size)
+        return lm__error(LM_INVALID_ARGUMENT, "paged kv cache: %lld blocks of %lld tokens, %lld per row (each >= 1)",
+                         (long long)blocks, (long long)block_size, (long long)max_blocks_per_row);
+    return create(m, (int)blocks, block_size, max_blocks_per_row, out);
+}
+
+int64_t lm_kv_cache_blocks_per_row(const lm_kv_cache *c) { return c ? c->blocks_per_row : 0; }
 
 static void prog_free(lm__step_prog *p) {
     lm_exec_destroy(p->exec);
@@ -85,10 +107,11 @@ int lm_kv_cache_slots(const lm_kv_cache *c) { return c->slots; }
 int64_t lm_kv_cache_capacity(const lm_kv_cache *c) { return c->max_tokens; }
 
 int64_t lm_kv_cache_length(const lm_kv_cache *c, int slot) {
-    return (slot >= 0 && slot < c->slots) ? c->length[slot] : -1;
+    return (c->length && slot >= 0 && slot < c->slots) ? c->length[slot] : -1;
 }
 
 lm_status lm_kv_cache_reset(lm_kv_cache *c, int slot) {
+    if (c && c->blocks_per_row) return lm__error(LM_INVALID_ARGUMENT, "kv cache: a paged cache has no slots to reset");
     if (!c || slot < 0 || slot >= c->slots)
         return lm__error(LM_OUT_OF_RANGE, "kv cache: slot %d outside [0, %d)", slot, c ? c->slots : 0);
     c->length[slot] = 0;
@@ -152,7 +175,7 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     o.mode = LM_DECODER_STEP;
     o.output = p->output;
     o.batch = p->B, o.tokens = p->T;
-    o.cache_slots = c->slots, o.cache_tokens = c->max_tokens;
+    o.cache_slots = c->slots, o.cache_tokens = c->max_tokens, o.cache_blocks_per_row = c->blocks_per_row;
     o.act_dtype = o.vector_dtype = LM_F32;
     o.kv_dtype = lm_tensor_dtype(c->k);
     o.param_dtype = weight_dtype;
@@ -169,10 +192,11 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     LM_TRY(lm_exec_bind_params(p->exec, lookup_weight, (void *)m));
     LM_TRY(bind_caches(p->exec, c));
     p->device = lm_ctx_device(ctx);
-    size_t n = (size_t)(p->B * p->T) * sizeof(int32_t), nb = (size_t)p->B * sizeof(int32_t);
+    int64_t NB = c->blocks_per_row ? c->blocks_per_row : 1;
+    size_t n = (size_t)(p->B * p->T) * sizeof(int32_t), nb = (size_t)p->B * sizeof(int32_t), ns = nb * (size_t)NB;
     struct lm__step_layout *l = &p->layout;
-    l->ids = 0, l->positions = n, l->slots = 2 * n, l->next = 2 * n + nb;
-    l->params = (2 * n + 2 * nb + 7) & ~(size_t)7;
+    l->ids = 0, l->positions = n, l->slots = 2 * n, l->next = 2 * n + ns;
+    l->params = (2 * n + ns + nb + 7) & ~(size_t)7;
     l->bytes = l->params + (size_t)p->B * sizeof(lm_sample_params);
     void *h = NULL;
     LM_TRY(lm_host_alloc(p->device, l->bytes, &h));
@@ -181,10 +205,10 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     LM_TRY(lm_tensor_zeros(p->device, LM_U8, 1, &total, &p->dev_in));
     /* the inputs are views of one device block laid out as the host staging */
     char *base = lm_tensor_data(p->dev_in);
-    int64_t bt[2] = {p->B, p->T}, b1[1] = {p->B}, pb[1] = {p->B * LM_SAMPLE_PARAMS_BYTES};
+    int64_t bt[2] = {p->B, p->T}, b1[2] = {p->B, NB}, pb[1] = {p->B * LM_SAMPLE_PARAMS_BYTES};
     LM_TRY(lm_tensor_view_init(&p->ids, base + l->ids, LM_I32, p->device, 2, bt, NULL));
     LM_TRY(lm_tensor_view_init(&p->positions, base + l->positions, LM_I32, p->device, 2, bt, NULL));
-    LM_TRY(lm_tensor_view_init(&p->slots, base + l->slots, LM_I32, p->device, 1, b1, NULL));
+    LM_TRY(lm_tensor_view_init(&p->slots, base + l->slots, LM_I32, p->device, c->blocks_per_row ? 2 : 1, b1, NULL));
     LM_TRY(lm_exec_bind(p->exec, "ids", &p->ids));
     LM_TRY(lm_exec_bind(p->exec, "positions", &p->positions));
     LM_TRY(lm_exec_bind(p->exec, "slots", &p->slots));

@@ -10,6 +10,7 @@
  * wait; the slots' lengths advance only on success.
  */
 #include "nn/internal.h"
+#include "ops/internal.h"
 
 #include <string.h>
 
@@ -19,6 +20,8 @@ static lm_status check_request(const lm_model *m, const lm_kv_cache *cache, cons
     if (B < 1 || T < 1 || !slots || !ids) return lm__error(LM_INVALID_ARGUMENT, "forward: %d rows x %lld tokens", B, (long long)T);
     if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
         return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache was made for a different model");
+    if (cache->blocks_per_row)
+        return lm__error(LM_INVALID_ARGUMENT, "forward: a paged KV cache takes block tables (lm_model_forward_paged)");
     if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
         return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache lives on another device than the model");
     for (int b = 0; b < B; b++) {
@@ -96,6 +99,21 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     return LM_OK;
 }
 
+/* Runs a staged sampling step and reads the B picked ids back: one queued copy into
+ * the staging, then one wait. */
+static lm_status run_sample(lm_ctx *ctx, const lm__step_prog *p, int B, int32_t *next_ids) {
+    LM_TRY(put_inputs(ctx, p));
+    LM_TRY(lm_exec_run(p->exec, ctx));
+    lm_tensor_view y;
+    LM_TRY(lm_exec_output(p->exec, 0, &y));
+    LM_ASSERT(lm_tensor_view_is_contiguous(&y)); /* the sampler's own output */
+    char *hout = p->host_in + p->layout.next;
+    LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
+    LM_TRY(lm_ctx_synchronize(ctx));
+    memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);
+    return LM_OK;
+}
+
 /* records: 1 (params applies to every row) or B (one per row). */
 static lm_status forward_sample(const char *fn, const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots,
                                 int B, const int32_t *ids, int64_t T, const lm_sample_params *params, int records,
@@ -110,15 +128,7 @@ static lm_status forward_sample(const char *fn, const lm_model *m, lm_ctx *ctx, 
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
     lm_sample_params *rec = (lm_sample_params *)(p->host_in + p->layout.params);
     for (int b = 0; b < B; b++) rec[b] = params[records > 1 ? b : 0];
-    LM_TRY(put_inputs(ctx, p));
-    LM_TRY(lm_exec_run(p->exec, ctx));
-    lm_tensor_view y;
-    LM_TRY(lm_exec_output(p->exec, 0, &y));
-    LM_ASSERT(lm_tensor_view_is_contiguous(&y)); /* the sampler's own output */
-    char *hout = p->host_in + p->layout.next; /* one queued copy back into the staging, then one wait */
-    LM_TRY(lm_ctx_copy(ctx, lm_device_cpu(), hout, y.device, y.data, sizeof(int32_t) * (size_t)B));
-    LM_TRY(lm_ctx_synchronize(ctx));
-    memcpy(next_ids, hout, sizeof(int32_t) * (size_t)B);
+    LM_TRY(run_sample(ctx, p, B, next_ids));
     advance(cache, slots, B, T);
     return LM_OK;
 }
@@ -131,4 +141,84 @@ lm_status lm_model_forward_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c
 lm_status lm_model_forward_sample_rows(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int *slots, int B,
                                        const int32_t *ids, int64_t T, const lm_sample_params *params, int32_t *next_ids) {
     return forward_sample("lm_model_forward_sample_rows", m, ctx, cache, slots, B, ids, T, params, B, next_ids);
+}
+
+/* ---- paged caches ------------------------------------------------------------------------- */
+/* Stages a paged step (ids, positions from start, the block tables) and checks it on the
+ * host: the same rules as the operators (lm__kv_check_indices), before anything runs. */
+static lm_status stage_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
+                             const int64_t *start, int B, const int32_t *ids, int64_t T, lm_decoder_output out,
+                             lm__step_prog **prog) {
+    const lm_model_config *c = &m->cfg;
+    if (B < 1 || T < 1 || !tables || !start || !ids)
+        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): %d rows x %lld tokens", B, (long long)T);
+    if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
+        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache was made for a different model");
+    if (!cache->blocks_per_row)
+        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache has slots, not blocks (lm_model_forward)");
+    if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
+        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache lives on another device than the model");
+    for (int b = 0; b < B; b++) {
+        int64_t end = start[b] + T;
+        if (start[b] < 0 || end > c->max_position_embeddings)
+            return lm__error(LM_OUT_OF_RANGE, "forward (paged): row %d would hold positions [%lld, %lld), past "
+                             "max_position_embeddings %lld", b, (long long)start[b], (long long)end,
+                             (long long)c->max_position_embeddings);
+    }
+    for (int64_t i = 0; i < (int64_t)B * T; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return lm__error(LM_OUT_OF_RANGE, "forward (paged): token id %d at row %lld, position %lld is outside the "
+                             "vocabulary of %lld", ids[i], (long long)(i / T), (long long)(i % T), (long long)c->vocab_size);
+    lm__step_prog *p = NULL;
+    LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
+    int64_t NB = cache->blocks_per_row;
+    int32_t *hid = (int32_t *)(p->host_in + p->layout.ids), *hpos = (int32_t *)(p->host_in + p->layout.positions);
+    int32_t *htab = (int32_t *)(p->host_in + p->layout.slots);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            hid[b * T + t] = ids[b * T + t];
+            hpos[b * T + t] = (int32_t)(start[b] + t);
+        }
+    memcpy(htab, tables, sizeof(int32_t) * (size_t)(B * NB));
+    lm_tensor_view tv, pv; /* host views of the staging: the operators' checks, on the host */
+    int64_t ts[2] = {B, NB}, ps[2] = {B, T};
+    LM_TRY(lm_tensor_view_init(&tv, htab, LM_I32, lm_device_cpu(), 2, ts, NULL));
+    LM_TRY(lm_tensor_view_init(&pv, hpos, LM_I32, lm_device_cpu(), 2, ps, NULL));
+    LM_TRY(lm__kv_check_indices("forward (paged)", B, T, cache->slots, cache->max_tokens, &tv, &pv));
+    *prog = p;
+    return LM_OK;
+}
+
+lm_status lm_model_forward_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
+                                 const int64_t *start, int B, const int32_t *ids, int64_t T, float *logits,
+                                 int all_positions) {
+    if (!m || !ctx || !cache) return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_paged: NULL argument");
+    LM_TRY(check_device("lm_model_forward_paged", m, ctx));
+    lm_decoder_output out = !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS
+                                                                          : LM_DECODER_OUT_LAST_LOGITS;
+    lm__step_prog *p = NULL;
+    LM_TRY(stage_paged(m, ctx, cache, tables, start, B, ids, T, out, &p));
+    LM_TRY(put_inputs(ctx, p));
+    LM_TRY(lm_exec_run(p->exec, ctx));
+    if (logits) {
+        lm_tensor_view y;
+        LM_TRY(lm_exec_output(p->exec, 0, &y));
+        LM_TRY(lm_tensor_view_read(ctx, &y, logits));
+    }
+    return lm_ctx_synchronize(ctx);
+}
+
+lm_status lm_model_forward_paged_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
+                                        const int64_t *start, int B, const int32_t *ids, int64_t T,
+                                        const lm_sample_params *params, int32_t *next_ids) {
+    if (!m || !ctx || !cache || !params || !next_ids)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_paged_sample: NULL argument");
+    LM_TRY(check_device("lm_model_forward_paged_sample", m, ctx));
+    for (int r = 0; r < B; r++) /* the device sampler reads the records unchecked */
+        if (lm_sample_params_check(&params[r]) != LM_OK)
+            return lm__error_context(LM_INVALID_ARGUMENT, "lm_model_forward_paged_sample: row %d", r);
+    lm__step_prog *p = NULL;
+    LM_TRY(stage_paged(m, ctx, cache, tables, start, B, ids, T, LM_DECODER_OUT_SAMPLE, &p));
+    memcpy(p->host_in + p->layout.params, params, sizeof *params * (size_t)B);
+    return run_sample(ctx, p, B, next_ids);
 }

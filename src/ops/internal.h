@@ -58,6 +58,20 @@ static inline int64_t lm__index_at(const lm_tensor_view *v, int64_t r) {
     return lm__ld_index(v->dtype, v->data, r * v->stride[0]);
 }
 
+/* The cache block that holds position p of row b: slots i32 [B] (one block per row)
+ * or [B, NB] (a paged cache, blocks of P positions: slots[b, p / P]). */
+static inline int64_t lm__kv_block(const lm_tensor_view *slots, int64_t b, int64_t p, int64_t P) {
+    if (slots->ndim == 1) return lm__index_at(slots, b);
+    return lm__ld_index(slots->dtype, slots->data, b * slots->stride[0] + (p / P) * slots->stride[1]);
+}
+/* ops/kv.c: the checks of a step's block table (slots [B] or [B, NB]) and positions
+ * [B, T] over caches of S blocks of P positions (include/loom/ops.h); the values only
+ * where the tensors are host memory. */
+lm_status lm__kv_check_indices(const char *op, int64_t B, int64_t T, int64_t S, int64_t P, const lm_tensor_view *slots,
+                               const lm_tensor_view *positions);
+/* Blocks per row of a block table (1 for the [B] form). */
+static inline int64_t lm__kv_blocks_per_row(const lm_tensor_view *slots) { return slots->ndim == 2 ? slots->shape[1] : 1; }
+
 /* log(sum_j exp(x_j)) over the n elements of dtype dt at base[x0 + j * step], in
  * double with the max subtracted (no overflow); an infinite max is returned as is
  * (all -inf gives -inf, any +inf gives +inf). */

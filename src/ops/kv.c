@@ -1,12 +1,13 @@
 /* ops/kv.c — the KV-cache step operators: storing a step's keys/values and attending
  * over a slot's cached positions. Validation and dispatch.
  *
- * Shapes: cache [S, Hkv, P, D]; x, q, out [B, T, heads, D]; slots [B] i32; positions
- * [B, T] i32, consecutive within a row. Host-readable index tensors are checked
- * value by value here (slot in [0, S), distinct slots, positions in [0, P) and
- * consecutive), so the kernels below may trust them. The tuned CPU level of
- * attention_cache runs the tuned attention per row over views of the row's slot
- * (keys [0, last position], causal, the window), exactly the reference's
+ * Shapes: cache [S, Hkv, P, D] (S blocks of P positions); x, q, out [B, T, heads, D];
+ * slots (the block table) [B] or [B, NB] i32; positions [B, T] i32, consecutive within
+ * a row. Host-readable index tensors are checked value by value here (positions in
+ * [0, NB * P) and consecutive, blocks in [0, S), no block written by two rows), so
+ * the kernels below may trust them. The tuned CPU level of attention_cache runs the
+ * tuned attention per row over the row's keys [0, last position] (a view of its slot,
+ * or gathered from its blocks), causal, the window: exactly the reference's
  * decomposition; other layouts run the reference. qkv_rope_store is the fused front
  * of a step (bias, q/k norms, RoPE, the K/V stores and q), whose composition is the
  * reference. On CUDA (ops/cuda/step_cuda.c) the caches must be contiguous bf16 (the
@@ -17,33 +18,57 @@
 #include "ops/cpu/attention.h"
 #include "ops/ref/kv.h"
 
-static lm_status check_indices(const char *op, int64_t B, int64_t T, int64_t S, int64_t P, const lm_tensor_view *slots,
+/* The block table (slots [B] or [B, NB]) and positions [B, T] of a step over caches of
+ * S blocks of P positions; host-readable values are checked (ops.h): positions in
+ * [0, NB * P) and consecutive, every block a row reads in [0, S), and no block written
+ * by two rows. */
+lm_status lm__kv_check_indices(const char *op, int64_t B, int64_t T, int64_t S, int64_t P, const lm_tensor_view *slots,
                                const lm_tensor_view *positions) {
-    int64_t bs[1] = {B}, ps[2] = {B, T};
+    int64_t bs[2] = {B, -1}, ps[2] = {B, T};
     LM_TRY(lm__op_check_dtype(op, "slots", slots, LM_I32));
-    LM_TRY(lm__op_check_shape(op, "slots [B]", slots, 1, bs));
+    if (slots->ndim == 2) LM_TRY(lm__op_check_shape(op, "slots [B, NB]", slots, 2, bs));
+    else LM_TRY(lm__op_check_shape(op, "slots [B]", slots, 1, bs));
     LM_TRY(lm__op_check_dtype(op, "positions", positions, LM_I32));
     LM_TRY(lm__op_check_shape(op, "positions [B, T]", positions, 2, ps));
+    int64_t NB = lm__kv_blocks_per_row(slots);
+    if (NB < 1) return lm__error(LM_SHAPE_MISMATCH, "%s: the block table has no column", op);
     if (!lm__device_host_addressable(slots->device)) return LM_OK; /* device kernels skip bad rows (ops.h) */
     for (int64_t b = 0; b < B; b++) {
-        int64_t s = lm__index_at(slots, b);
-        if (s < 0 || s >= S) return lm__error(LM_OUT_OF_RANGE, "%s: row %lld names slot %lld, outside [0, %lld)", op, (long long)b, (long long)s, (long long)S);
-        for (int64_t o = 0; o < b; o++)
-            if (lm__index_at(slots, o) == s)
-                return lm__error(LM_INVALID_ARGUMENT, "%s: rows %lld and %lld both name slot %lld", op, (long long)o,
-                                 (long long)b, (long long)s);
         int64_t p0 = lm__ld_index(LM_I32, positions->data, b * positions->stride[0]);
         for (int64_t t = 0; t < T; t++) {
             int64_t p = lm__ld_index(LM_I32, positions->data, b * positions->stride[0] + t * positions->stride[1]);
-            if (p < 0 || p >= P)
-                return lm__error(LM_OUT_OF_RANGE, "%s: row %lld token %lld at position %lld, outside the cache's [0, %lld)",
-                                 op, (long long)b, (long long)t, (long long)p, (long long)P);
+            if (p < 0 || p >= NB * P)
+                return lm__error(LM_OUT_OF_RANGE, "%s: row %lld token %lld at position %lld, outside the row's [0, %lld)",
+                                 op, (long long)b, (long long)t, (long long)p, (long long)(NB * P));
             if (p != p0 + t)
                 return lm__error(LM_INVALID_ARGUMENT, "%s: row %lld positions are not consecutive (token %lld at %lld "
                                  "after %lld)", op, (long long)b, (long long)t, (long long)p, (long long)p0);
         }
+        int64_t last = p0 + T - 1;
+        for (int64_t k = 0; k <= last / P; k++) { /* the blocks the row reads */
+            int64_t s = lm__kv_block(slots, b, k * P, P);
+            if (s < 0 || s >= S)
+                return lm__error(LM_OUT_OF_RANGE, "%s: row %lld names %s %lld (entry %lld), outside [0, %lld)", op,
+                                 (long long)b, NB == 1 ? "slot" : "block", (long long)s, (long long)k, (long long)S);
+        }
+        for (int64_t k = p0 / P; k <= last / P; k++) { /* the blocks it writes: no other row writes them */
+            int64_t s = lm__kv_block(slots, b, k * P, P);
+            for (int64_t o = 0; o < b; o++) {
+                int64_t q0 = lm__ld_index(LM_I32, positions->data, o * positions->stride[0]), ql = q0 + T - 1;
+                for (int64_t m = q0 / P; m <= ql / P; m++)
+                    if (lm__kv_block(slots, o, m * P, P) == s)
+                        return lm__error(LM_INVALID_ARGUMENT, "%s: rows %lld and %lld both write %s %lld", op,
+                                         (long long)o, (long long)b, NB == 1 ? "slot" : "block", (long long)s);
+            }
+        }
     }
     return LM_OK;
+}
+
+/* The CUDA kernels index caches of slots; block tables reach them once they read them. */
+static lm_status cuda_paged_guard(const char *op, const lm_tensor_view *slots) {
+    if (slots->ndim == 1) return LM_OK;
+    return lm__error(LM_UNSUPPORTED, "%s: paged caches (block tables [B, NB]) are not implemented on CUDA yet", op);
 }
 
 /* cache [S, Hkv, P, D] whose head and dim counts match `heads` and D (heads < 0: any). */
@@ -65,10 +90,11 @@ lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_ten
     LM_TRY(check_cache(op, "cache [S, Hkv, P, D]", cache, x->shape[2], x->shape[3]));
     LM_TRY(lm__op_check_out(op, "cache", cache));
     LM_TRY(lm__op_check_alias(op, "cache", cache, "x", x, 0));
-    LM_TRY(check_indices(op, x->shape[0], x->shape[1], cache->shape[0], cache->shape[2], slots, positions));
+    LM_TRY(lm__kv_check_indices(op, x->shape[0], x->shape[1], cache->shape[0], cache->shape[2], slots, positions));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->kv_store(cache, x, slots, positions, lm_ctx_stream(ctx));
     lm__ref_kv_store(cache, x, slots, positions);
     return LM_OK;
@@ -83,27 +109,23 @@ static void row_heads(const lm_tensor_view *v, int64_t b, lm_tensor_view *out) {
     lm_tensor_view_split_axis(&r, 0, 2, f, out);
 }
 
-/* Slot s of a cache [S, H, P, D], positions [0, n), as [1, H, n, D]. */
-static void slot_keys(const lm_tensor_view *c, int64_t s, int64_t n, lm_tensor_view *out) {
-    lm_tensor_view r;
-    lm_tensor_view_slice(c, 0, s, s + 1, 1, &r);
-    lm_tensor_view_slice(&r, 2, 0, n, 1, out);
-}
-
 static lm_status cpu_attention_cache(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *kc,
                                      const lm_tensor_view *vc, const lm_tensor_view *slots,
                                      const lm_tensor_view *positions, const lm_kv_attention_params *p,
                                      const lm_tensor_view *out) {
     int64_t B = q->shape[0], T = q->shape[1];
     for (int64_t b = 0; b < B; b++) {
-        int64_t s = lm__index_at(slots, b);
         int64_t last = lm__ld_index(LM_I32, positions->data, b * positions->stride[0] + (T - 1) * positions->stride[1]);
         lm_tensor_view qr, orow, kr, vr;
         row_heads(q, b, &qr);
         row_heads(out, b, &orow);
-        slot_keys(kc, s, last + 1, &kr);
-        slot_keys(vc, s, last + 1, &vr);
-        LM_TRY(lm__cpu_attention(lm_ctx_threadpool(ctx), &qr, &kr, &vr, p->scale, 1, p->window, &orow));
+        void *kb = NULL, *vb = NULL; /* a paged row's positions gathered from its blocks */
+        lm_status st = lm__kv_gather_row(kc, slots, b, last + 1, &kr, &kb);
+        if (st == LM_OK) st = lm__kv_gather_row(vc, slots, b, last + 1, &vr, &vb);
+        if (st == LM_OK) st = lm__cpu_attention(lm_ctx_threadpool(ctx), &qr, &kr, &vr, p->scale, 1, p->window, &orow);
+        lm__free(kb);
+        lm__free(vb);
+        LM_TRY(st);
     }
     return LM_OK;
 }
@@ -142,7 +164,7 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
     LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "k_cache", k_cache, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "v_cache", v_cache, 0));
-    LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    LM_TRY(lm__kv_check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
     if (p->workspace) {
         const lm_tensor_view *wv[] = {p->workspace};
         static const char *const wn[] = {"workspace"};
@@ -151,6 +173,7 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->attention_cache(q, k_cache, v_cache, slots, positions, p, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         char why[256];
@@ -205,10 +228,11 @@ lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm
     LM_TRY(lm__op_check_out(op, "k_cache", k_cache));
     LM_TRY(lm__op_check_out(op, "v_cache", v_cache));
     LM_TRY(lm__op_check_alias(op, "q", q, "qkv", qkv, 0));
-    LM_TRY(check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
+    LM_TRY(lm__kv_check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q, lm_ctx_stream(ctx));
     return lm__ref_qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q);
 }

@@ -143,6 +143,68 @@ static void test_batched_rows_equal_single_rows(void) {
     lm_model_destroy(m);
 }
 
+/* A paged cache (blocks of 4 positions) gives the contiguous cache's logits: two
+ * prompts prefilled together at random blocks, a third sequence that shares the
+ * first prompt's first block (a common 4-token prefix) and prefills only its tail,
+ * then decode steps of all three at different positions crossing block boundaries;
+ * each row equals the same sequence run alone in a slot. Refusals: a block outside
+ * the pool, two rows writing one block, a row past its table, the slot API on a paged
+ * cache; nothing is stored by a refused step. */
+static void test_paged_cache_equals_slots(void) {
+    lm_model *m = load("qwen3_headdim");
+    if (!m) return;
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    enum { NB = 4, BS = 4 };
+    lm_kv_cache *paged = NULL, *solo = NULL;
+    LT_CHECK_OK(lm_kv_cache_create_paged(m, 20, BS, NB, &paged));
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, NB * BS, &solo));
+    LT_CHECK(lm_kv_cache_blocks_per_row(paged) == NB && lm_kv_cache_blocks_per_row(solo) == 0);
+    int32_t seq[3][12] = {{5, 17, 33, 2, 9, 41, 8, 90, 12, 3, 77, 6},
+                          {7, 7, 100, 3, 60, 1, 4, 4, 200, 31, 2, 9},
+                          {5, 17, 33, 2, 50, 51, 52, 53, 54, 55, 56, 57}}; /* seq 2 shares seq 0's first block */
+    int32_t tab[3][NB] = {{11, 3, 17, 0}, {6, 19, 2, 14}, {11, 8, 5, 9}};
+    float *lp = malloc(sizeof(float) * 3 * (size_t)V), *ls = malloc(sizeof(float) * (size_t)V);
+    int64_t len[3] = {0, 0, 0};
+    /* prefill rows 0 and 1 (6 tokens each), then row 2's tail after the shared block */
+    int32_t ids01[12], t01[2 * NB];
+    memcpy(ids01, seq[0], 6 * sizeof(int32_t)), memcpy(ids01 + 6, seq[1], 6 * sizeof(int32_t));
+    memcpy(t01, tab[0], sizeof tab[0]), memcpy(t01 + NB, tab[1], sizeof tab[1]);
+    LT_CHECK_OK(lm_model_forward_paged(m, g_ctx, paged, t01, len, 2, ids01, 6, lp, 0));
+    len[0] = len[1] = 6, len[2] = 4;
+    LT_CHECK_OK(lm_model_forward_paged(m, g_ctx, paged, tab[2], &len[2], 1, seq[2] + 4, 2, lp + 2 * V, 0));
+    len[2] = 6;
+    /* decode: all three rows, 5 steps (positions 6..10 cross the block at 8) */
+    for (int step = 0; step < 5; step++) {
+        int32_t ids[3] = {seq[0][len[0]], seq[1][len[1]], seq[2][len[2]]};
+        LT_CHECK_OK(lm_model_forward_paged(m, g_ctx, paged, &tab[0][0], len, 3, ids, 1, lp, 0));
+        for (int r = 0; r < 3; r++) len[r]++;
+    }
+    for (int r = 0; r < 3; r++) { /* each sequence alone in a slot: the same last logits */
+        int s0 = 0;
+        LT_CHECK_OK(lm_kv_cache_reset(solo, 0));
+        LT_CHECK_OK(lm_model_forward(m, g_ctx, solo, &s0, 1, seq[r], 11, ls, 0));
+        double md = 0;
+        for (int64_t i = 0; i < V; i++) md = fmax(md, fabs(lp[r * V + i] - ls[i]));
+        LT_CHECK_MSG(md < 1e-4, "row %d: paged vs slot max diff %g", r, md);
+    }
+    /* refusals: nothing stored (the next valid step still equals the slot run) */
+    int32_t bad[NB] = {11, 3, 20, 0}, twice[2 * NB] = {11, 3, 17, 0, 6, 19, 17, 14};
+    int64_t at8[1] = {8}, at15[1] = {15}, at10[2] = {10, 10};
+    int32_t one = 5, two[2] = {5, 6};
+    LT_CHECK_STATUS(lm_model_forward_paged(m, g_ctx, paged, bad, at8, 1, &one, 1, NULL, 0), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "block 20") != NULL);
+    LT_CHECK_STATUS(lm_model_forward_paged(m, g_ctx, paged, twice, at10, 2, two, 1, NULL, 0), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_model_forward_paged(m, g_ctx, paged, tab[0], at15, 1, two, 2, NULL, 0), LM_OUT_OF_RANGE);
+    int s0 = 0;
+    LT_CHECK_STATUS(lm_model_forward(m, g_ctx, paged, &s0, 1, &one, 1, NULL, 0), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_model_forward_paged(m, g_ctx, solo, tab[0], at8, 1, &one, 1, NULL, 0), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_kv_cache_reset(paged, 0), LM_INVALID_ARGUMENT);
+    free(lp), free(ls);
+    lm_kv_cache_destroy(paged);
+    lm_kv_cache_destroy(solo);
+    lm_model_destroy(m);
+}
+
 static void test_bad_requests_leave_the_cache_untouched(void) {
     lm_model *m = load("llama_gqa2_f32");
     if (!m) return;
@@ -189,6 +251,7 @@ int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_logits_and_greedy_match_transformers);
     LT_RUN(test_batched_rows_equal_single_rows);
+    LT_RUN(test_paged_cache_equals_slots);
     LT_RUN(test_bad_requests_leave_the_cache_untouched);
     LT_RUN(test_load_errors_name_the_problem);
     lm_ctx_destroy(g_ctx);

@@ -116,6 +116,116 @@ static void test_kv_store_writes_only_its_rows(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
 }
 
+/* A paged cache (blocks of P positions, block tables [B, NB]) gives exactly what the
+ * contiguous cache (one slot of NB * P positions per row) gives, for kv_store,
+ * attention_cache (with and without a window) and qkv_rope_store: rows whose tables are
+ * permutations of pool blocks, one row sharing another's first block read-only (a
+ * common prefix); blocks no table names stay untouched; a block out of the pool, a
+ * position past the table and a block written by two rows are refused naming them. */
+static void test_paged_cache_equals_contiguous(void) {
+    lt_rng r = lt_rng_seed(17);
+    enum { B = 3, T = 2, Hq = 4, Hkv = 2, D = 8, P = 4, NB = 4, S = 14, PC = NB * P };
+    int64_t pool[4] = {S, Hkv, P, D}, flat[4] = {B, Hkv, PC, D}, xs[4] = {B, T, Hkv, D}, qs[4] = {B, T, Hq, D};
+    int64_t ts[2] = {B, NB}, bs[1] = {B}, ps[2] = {B, T};
+    /* row 0: blocks 3 9 1 12; row 1 shares block 3 (its positions 0..3), then 5 0 7; row 2: 11 2 6 8 */
+    int32_t table[B * NB] = {3, 9, 1, 12, 3, 5, 0, 7, 11, 2, 6, 8}, slots[B] = {0, 1, 2};
+    int32_t pos[B * T] = {5, 6, 9, 10, 14, 15};
+    lm_tensor *tb = i32(2, ts, table), *sl = i32(1, bs, slots), *po = i32(2, ps, pos);
+    lm_tensor *kc = lt_random_tensor(&r, LM_F32, 4, flat, 1.0), *vc = lt_random_tensor(&r, LM_F32, 4, flat, 1.0);
+    float *k = lm_tensor_data(kc), *v = lm_tensor_data(vc);
+    for (int h = 0; h < Hkv; h++) /* row 1's first block is row 0's */
+        for (int j = 0; j < P; j++)
+            for (int d = 0; d < D; d++) {
+                k[((1 * Hkv + h) * PC + j) * D + d] = k[((0 * Hkv + h) * PC + j) * D + d];
+                v[((1 * Hkv + h) * PC + j) * D + d] = v[((0 * Hkv + h) * PC + j) * D + d];
+            }
+    lm_tensor *kp = lt_random_tensor(&r, LM_F32, 4, pool, 1.0), *vp = lt_random_tensor(&r, LM_F32, 4, pool, 1.0);
+    float *kpd = lm_tensor_data(kp), *vpd = lm_tensor_data(vp);
+    for (int b = 0; b < B; b++) /* scatter the contiguous rows into their blocks */
+        for (int h = 0; h < Hkv; h++)
+            for (int j = 0; j < PC; j++)
+                for (int d = 0; d < D; d++) {
+                    int64_t blk = table[b * NB + j / P];
+                    kpd[((blk * Hkv + h) * P + j % P) * D + d] = k[((b * Hkv + h) * PC + j) * D + d];
+                    vpd[((blk * Hkv + h) * P + j % P) * D + d] = v[((b * Hkv + h) * PC + j) * D + d];
+                }
+    double *unnamed_before = lt_view_to_f64(V(kp)); /* blocks 4, 10, 13 belong to no row */
+    lm_tensor *x = lt_random_tensor(&r, LM_F32, 4, xs, 1.0), *xv = lt_random_tensor(&r, LM_F32, 4, xs, 1.0);
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(kc), V(x), V(sl), V(po)));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(vc), V(xv), V(sl), V(po)));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(kp), V(x), V(tb), V(po)));
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(vp), V(xv), V(tb), V(po)));
+    int same = 1;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hkv; h++)
+            for (int j = 0; j <= pos[b * T + T - 1]; j++)
+                for (int d = 0; d < D; d++) {
+                    int64_t blk = table[b * NB + j / P];
+                    same &= kpd[((blk * Hkv + h) * P + j % P) * D + d] == k[((b * Hkv + h) * PC + j) * D + d];
+                    same &= vpd[((blk * Hkv + h) * P + j % P) * D + d] == v[((b * Hkv + h) * PC + j) * D + d];
+                }
+    LT_CHECK_MSG(same, "kv_store: the paged rows differ from the contiguous rows");
+    static const int unnamed[3] = {4, 10, 13};
+    for (int u = 0; u < 3; u++)
+        for (int64_t i = 0; i < Hkv * P * D; i++)
+            same &= kpd[unnamed[u] * Hkv * P * D + i] == (float)unnamed_before[unnamed[u] * Hkv * P * D + i];
+    LT_CHECK_MSG(same, "kv_store: a block no table names changed");
+    /* attention over both layouts, without and with a window */
+    lm_tensor *q = lt_random_tensor(&r, LM_F32, 4, qs, 1.0);
+    for (int64_t window = 0; window <= 5; window += 5) {
+        lm_tensor *o1 = lt_poisoned_tensor(LM_F32, 4, qs), *o2 = lt_poisoned_tensor(LM_F32, 4, qs);
+        lm_kv_attention_params ap = {0.35f, window, NULL};
+        LT_CHECK_OK(lm_attention_cache_out(g_ctx, V(q), V(kc), V(vc), V(sl), V(po), &ap, V(o1)));
+        LT_CHECK_OK(lm_attention_cache_out(g_ctx, V(q), V(kp), V(vp), V(tb), V(po), &ap, V(o2)));
+        double *a = lt_view_to_f64(V(o1)), *b2 = lt_view_to_f64(V(o2));
+        lt_check_close(window ? "paged attention, window 5" : "paged attention", b2, a, B * T * Hq * D, 1e-12, 1e-6);
+        lm_ctx_set_impl(g_ctx, LM_IMPL_REF); /* the reference level too */
+        LT_CHECK_OK(lm_attention_cache_out(g_ctx, V(q), V(kp), V(vp), V(tb), V(po), &ap, V(o2)));
+        lm_ctx_set_impl(g_ctx, LM_IMPL_AUTO);
+        double *c = lt_view_to_f64(V(o2));
+        lt_check_close("paged attention, reference level", c, a, B * T * Hq * D, 1e-10, 1e-5);
+        free(a), free(b2), free(c);
+        lm_tensor_destroy(o1), lm_tensor_destroy(o2);
+    }
+    /* refusals */
+    int32_t bad_block[B * NB] = {3, 9, 1, 12, 3, 5, 14, 7, 11, 2, 6, 8}; /* row 1 entry 2: block 14 of 14 */
+    int32_t shared_read[B * NB] = {3, 9, 1, 12, 3, 5, 0, 7, 3, 2, 6, 8}; /* all three rows read block 3: fine */
+    int32_t double_write[B * NB] = {3, 9, 1, 12, 3, 5, 9, 7, 11, 2, 6, 8}; /* rows 0 and 1 both write block 9 */
+    int32_t past[B * T] = {5, 6, 9, 10, 15, 16};
+    lm_tensor *t1 = i32(2, ts, bad_block), *t2 = i32(2, ts, shared_read), *t3 = i32(2, ts, double_write);
+    lm_tensor *p4 = i32(2, ps, past);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(kp), V(x), V(t1), V(po)), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "block 14") != NULL);
+    LT_CHECK_OK(lm_kv_store_out(g_ctx, V(kp), V(x), V(t2), V(po)));
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(kp), V(x), V(t3), V(po)), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "both write block 9") != NULL);
+    LT_CHECK_STATUS(lm_kv_store_out(g_ctx, V(kp), V(x), V(tb), V(p4)), LM_OUT_OF_RANGE);
+    /* qkv_rope_store: the same q, and the stored rows land in their blocks */
+    const int64_t W = (Hq + 2 * Hkv) * D;
+    int64_t ws3[3] = {B, T, W}, fs[1] = {D / 2};
+    lm_tensor *qkv = lt_random_tensor(&r, LM_F32, 3, ws3, 1.0), *inv = lt_random_tensor(&r, LM_F32, 1, fs, 0.5);
+    lm_tensor *q1 = lt_poisoned_tensor(LM_F32, 4, qs), *q2 = lt_poisoned_tensor(LM_F32, 4, qs);
+    lm_qkv_rope_params rp = {Hq, NULL, NULL, NULL, 1e-6f, V(inv), 1.0f};
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, V(qkv), &rp, V(sl), V(po), V(kc), V(vc), V(q1)));
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, V(qkv), &rp, V(tb), V(po), V(kp), V(vp), V(q2)));
+    double *a = lt_view_to_f64(V(q1)), *b2 = lt_view_to_f64(V(q2));
+    lt_check_close("paged qkv_rope_store q", b2, a, B * T * Hq * D, 0, 0);
+    same = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < Hkv; h++)
+                for (int d = 0; d < D; d++) {
+                    int j = pos[b * T + t];
+                    int64_t blk = table[b * NB + j / P];
+                    same &= kpd[((blk * Hkv + h) * P + j % P) * D + d] == k[((b * Hkv + h) * PC + j) * D + d];
+                    same &= vpd[((blk * Hkv + h) * P + j % P) * D + d] == v[((b * Hkv + h) * PC + j) * D + d];
+                }
+    LT_CHECK_MSG(same, "qkv_rope_store: the paged rows differ from the contiguous rows");
+    free(a), free(b2), free(unnamed_before);
+    lm_tensor *all[] = {tb, sl, po, kc, vc, kp, vp, x, xv, q, t1, t2, t3, p4, qkv, inv, q1, q2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+}
+
 /* qkv_rope_store equals slice -> bias -> rmsnorm -> rope -> kv_store through the
  * public operators, for q, the k cache and the v cache. */
 static void test_qkv_rope_store_equals_its_composition(void) {
@@ -385,6 +495,7 @@ int main(void) {
     LT_RUN(test_attention_cache_matches_double);
     LT_RUN(test_kv_store_writes_only_its_rows);
     LT_RUN(test_qkv_rope_store_equals_its_composition);
+    LT_RUN(test_paged_cache_equals_contiguous);
     LT_RUN(test_linear_equals_its_composition);
     LT_RUN(test_sample_rules);
     LT_RUN(test_sample_per_row_records);
