@@ -31,7 +31,7 @@ static lm__scope *scope_new(lm__crt *c, const lm__cnode *at, lm__scope *parent) 
     return s;
 }
 
-static int scope_set(lm__crt *c, const lm__cnode *at, lm__scope *s, int32_t id, lm__cv v) {
+int lm__chat_scope_set(lm__crt *c, const lm__cnode *at, lm__scope *s, int32_t id, lm__cv v) {
     for (int32_t i = 0; i < s->n; i++)
         if (s->ids[i] == id) {
             s->vals[i] = v;
@@ -563,7 +563,7 @@ static int bind_params(lm__crt *c, const lm__cnode *at, const char *name, const 
             have = 1;
         }
         if (!have) v = lm__cv_undef(lm__crt_printf(c, at, "parameter '%s' was not provided", pn));
-        if (rc == 0 && scope_set(c, at, s, ps->ids[i], v)) rc = -1;
+        if (rc == 0 && lm__chat_scope_set(c, at, s, ps->ids[i], v)) rc = -1;
     }
     c->scope = saved;
     if (rc) return -1;
@@ -572,11 +572,11 @@ static int bind_params(lm__crt *c, const lm__cnode *at, const char *name, const 
         lm__cv_list *l = lm__crt_list(c, at, extra, CL_TUPLE);
         if (!l) return -1;
         for (int64_t i = 0; i < extra; i++) l->v[i] = a->v[ps->n + i];
-        if (scope_set(c, at, s, c->t->id_varargs, lm__cv_of_list(l))) return -1;
+        if (lm__chat_scope_set(c, at, s, c->t->id_varargs, lm__cv_of_list(l))) return -1;
     }
-    if (kwargs && scope_set(c, at, s, c->t->id_kwargs, (lm__cv){.kind = CV_DICT, .u.d = kwargs})) return -1;
+    if (kwargs && lm__chat_scope_set(c, at, s, c->t->id_kwargs, (lm__cv){.kind = CV_DICT, .u.d = kwargs})) return -1;
     if (ps->uses_caller &&
-        scope_set(c, at, s, c->t->id_caller, cal ? *cal : lm__cv_undef("no caller was given to this macro")))
+        lm__chat_scope_set(c, at, s, c->t->id_caller, cal ? *cal : lm__cv_undef("no caller was given to this macro")))
         return -1;
     return 0;
 }
@@ -802,7 +802,7 @@ int lm__chat_eval(lm__crt *c, const lm__cnode *e, lm__cv *out) {
 
 /* ---- statements ---------------------------------------------------------------------------------------- */
 static int assign(lm__crt *c, const lm__cnode *target, const lm__cv *v, lm__scope *s) {
-    if (target->type == N_NAME) return scope_set(c, target, s, target->id, *v);
+    if (target->type == N_NAME) return lm__chat_scope_set(c, target, s, target->id, *v);
     if (target->type == N_NSREF) {
         lm__cv *ns = scope_find(s, target->id);
         if (!ns || ns->kind != CV_NS)
@@ -879,7 +879,7 @@ static int exec_for(lm__crt *c, const lm__cnode *e) {
                                 (long long)c->max_iter);
         loop->i = i;
         s->n = 0;
-        if (scope_set(c, e, s, c->t->id_loop, loopv) || assign(c, e->a, &items[i], s)) return -1;
+        if (lm__chat_scope_set(c, e, s, c->t->id_loop, loopv) || assign(c, e->a, &items[i], s)) return -1;
         int r = lm__chat_exec(c, e->kids, e->n, s);
         if (r < 0) return -1;
         if (r == LM__EXEC_BREAK) break;
@@ -922,7 +922,7 @@ static int exec_stmt(lm__crt *c, const lm__cnode *e) {
         f->kind = CF_MACRO;
         f->node = e;
         f->closure = c->scope;
-        return scope_set(c, e, c->scope, e->id, (lm__cv){.kind = CV_FUNC, .u.fn = f});
+        return lm__chat_scope_set(c, e, c->scope, e->id, (lm__cv){.kind = CV_FUNC, .u.fn = f});
     }
     case N_CALLBLOCK: {
         lm__cv_func *f = lm__crt_alloc(c, e, sizeof *f);

@@ -416,6 +416,9 @@ int lm__chat_eval(lm__crt *c, const lm__cnode *e, lm__cv *out);
  * LM__EXEC_BREAK / LM__EXEC_CONTINUE. */
 enum { LM__EXEC_BREAK = 1, LM__EXEC_CONTINUE = 2 };
 int lm__chat_exec(lm__crt *c, lm__cnode *const *body, int32_t n, lm__scope *s);
+/* Sets (or adds) variable id in scope s; -1 with the error recorded when out of memory
+ * (at: the node to name, or NULL). */
+int lm__chat_scope_set(lm__crt *c, const lm__cnode *at, lm__scope *s, int32_t id, lm__cv v);
 int lm__chat_call(lm__crt *c, const lm__cnode *at, const lm__cv *fn, const lm__cargs *args, lm__cv *out);
 /* Sandboxed obj.name and obj[key] (missing -> Undefined with Jinja's message). */
 int lm__chat_getattr(lm__crt *c, const lm__cnode *at, const lm__cv *obj, const char *name, size_t n, lm__cv *out);

@@ -367,6 +367,24 @@ static lm__cnode *parse_postfix(parser *p, lm__cnode *e) {
     return e;
 }
 
+/* A filter or test name, dotted parts joined ("a.b"), into name[cap] (cut at cap - 1);
+ * 0 after recording the error when a part is not a name. */
+static int dotted_name(parser *p, char *name, size_t cap, size_t *n) {
+    *n = 0;
+    for (;;) {
+        const lm__ctok *q = cur(p);
+        if (q->type != T_NAME) {
+            unexpected(p, "a name"); /* records the error; returns NULL */
+            return 0;
+        }
+        int w = snprintf(name + *n, cap - *n, "%s%.*s", *n ? "." : "", (int)q->n, q->p);
+        *n = LM_MIN(cap - 1, *n + (size_t)LM_MAX(w, 0));
+        next(p);
+        if (!is_op(cur(p), TO_DOT)) return 1;
+        next(p);
+    }
+}
+
 static lm__cnode *parse_filter(parser *p, lm__cnode *operand, int start_inline) {
     lm__cnode *e = operand;
     while (is_op(cur(p), TO_PIPE) || start_inline) {
@@ -376,15 +394,7 @@ static lm__cnode *parse_filter(parser *p, lm__cnode *operand, int start_inline) 
         if (k->type != T_NAME) return unexpected(p, "a filter name");
         char name[128];
         size_t n = 0;
-        for (;;) { /* dotted names are syntax; no filter has one */
-            const lm__ctok *q = cur(p);
-            if (q->type != T_NAME) return unexpected(p, "a name");
-            int w = snprintf(name + n, sizeof name - n, "%s%.*s", n ? "." : "", (int)q->n, q->p);
-            n = LM_MIN(sizeof name - 1, n + (size_t)LM_MAX(w, 0));
-            next(p);
-            if (!is_op(cur(p), TO_DOT)) break;
-            next(p);
-        }
+        if (!dotted_name(p, name, sizeof name, &n)) return NULL; /* dotted names are syntax; no filter has one */
         int id = lm__chat_filter_id(name, n);
         if (id == -2) return fail(p, LM_UNSUPPORTED, k, "unsupported filter '%s'", name);
         if (id < 0) return fail(p, LM_PARSE_ERROR, k, "unknown filter '%s'", name);
@@ -411,15 +421,7 @@ static lm__cnode *parse_test(parser *p, lm__cnode *operand) {
     if (k->type != T_NAME) return unexpected(p, "a test name");
     char name[128];
     size_t n = 0;
-    for (;;) {
-        const lm__ctok *q = cur(p);
-        if (q->type != T_NAME) return unexpected(p, "a name");
-        int w = snprintf(name + n, sizeof name - n, "%s%.*s", n ? "." : "", (int)q->n, q->p);
-        n = LM_MIN(sizeof name - 1, n + (size_t)LM_MAX(w, 0));
-        next(p);
-        if (!is_op(cur(p), TO_DOT)) break;
-        next(p);
-    }
+    if (!dotted_name(p, name, sizeof name, &n)) return NULL;
     int id = lm__chat_test_id(name, n);
     if (id == -2) return fail(p, LM_UNSUPPORTED, k, "unsupported test '%s'", name);
     if (id < 0) return fail(p, LM_PARSE_ERROR, k, "unknown test '%s'", name);

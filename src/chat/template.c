@@ -334,27 +334,7 @@ static const char *json_kind(json_t *j) {
 /* Binds name to v in the root scope when the template mentions name. */
 static int bind_var(lm__crt *c, const char *name, lm__cv v) {
     int32_t id = lm__chat_name_id(c->t, name, strlen(name));
-    if (id < 0) return 0;
-    lm__scope *s = c->root;
-    for (int32_t i = 0; i < s->n; i++)
-        if (s->ids[i] == id) {
-            s->vals[i] = v;
-            return 0;
-        }
-    if (s->n == s->cap) {
-        int32_t cap = s->cap ? 2 * s->cap : 16;
-        int32_t *ids = lm__crt_alloc(c, NULL, (size_t)cap * sizeof *ids);
-        lm__cv *vals = ids ? lm__crt_alloc(c, NULL, (size_t)cap * sizeof *vals) : NULL;
-        if (!vals) return -1;
-        if (s->n) {
-            memcpy(ids, s->ids, (size_t)s->n * sizeof *ids);
-            memcpy(vals, s->vals, (size_t)s->n * sizeof *vals);
-        }
-        s->ids = ids, s->vals = vals, s->cap = cap;
-    }
-    s->ids[s->n] = id;
-    s->vals[s->n++] = v;
-    return 0;
+    return id < 0 ? 0 : lm__chat_scope_set(c, NULL, c->root, id, v);
 }
 
 static int bind_all(lm__crt *c, json_t *msgs, json_t *tools, json_t *extra, int agp) {
