@@ -50,6 +50,11 @@ typedef struct lm_sched_options {
     int64_t bucket_context[LM_SCHED_MAX_BUCKETS]; /* strictly increasing */
     int spill_to_larger;    /* BUCKETED: a full bucket may hand a request to a larger one */
     int max_queue;          /* pending requests accepted before submit refuses (0: 1024) */
+    int paged;              /* CONTINUOUS: a paged KV cache: blocks of block_size positions taken as
+                               requests grow, shared by equal prompt prefixes (prefix caching); when
+                               blocks run out the newest request is preempted and later recomputed */
+    int64_t block_size;     /* paged: positions per block (0: 16) */
+    int64_t kv_blocks;      /* paged: blocks in the pool (0: enough for every slot's whole context) */
     int64_t max_prefill_tokens; /* a prefill step takes equal-length prompts up to this many tokens in all
                                (at least one prompt); 0: 2048. Smaller: earlier first tokens for the
                                first of many simultaneous arrivals */
@@ -128,6 +133,10 @@ typedef struct lm_sched_stats {
     int64_t prompt_tokens, completion_tokens;
     int64_t slots_total, slots_used;     /* over every bucket */
     int64_t kv_tokens_capacity, kv_tokens_used;
+    int64_t kv_blocks_total, kv_blocks_used;  /* paged: the pool, and blocks held by requests */
+    int64_t kv_blocks_cached;                 /* paged: registered for prefix reuse (held or not) */
+    int64_t prefix_query_tokens, prefix_hit_tokens; /* paged: prompt tokens admitted, and those found cached */
+    int64_t preemptions;
 } lm_sched_stats;
 
 typedef struct lm_scheduler lm_scheduler;

@@ -769,14 +769,16 @@ static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
 
 static void metric(char **buf, size_t *len, int64_t *cap, const char *fmt, ...) LM__PRINTF(4, 5);
 static void metric(char **buf, size_t *len, int64_t *cap, const char *fmt, ...) {
-    char line[512];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap); /* measured first: lines of any length */
     va_end(ap);
-    if (n < 0 || lm__reserve((void **)buf, cap, (int64_t)(*len + (size_t)n + 1), 1) != LM_OK) return;
-    memcpy(*buf + *len, line, (size_t)n + 1);
-    *len += (size_t)n;
+    if (n >= 0 && lm__reserve((void **)buf, cap, (int64_t)(*len + (size_t)n + 1), 1) == LM_OK) {
+        vsnprintf(*buf + *len, (size_t)n + 1, fmt, again);
+        *len += (size_t)n;
+    }
+    va_end(again);
 }
 
 static void metric_hist(char **b, size_t *n, int64_t *cap, const histogram *h) {
@@ -839,6 +841,25 @@ static enum MHD_Result handle_metrics(lm_server *s, struct MHD_Connection *c) {
            "loom_kv_tokens_capacity %lld\n",
            (long long)st.slots_used, (long long)(st.slots_total - st.slots_used), (long long)st.kv_tokens_used,
            (long long)st.kv_tokens_capacity);
+    if (st.kv_blocks_total)
+        metric(&b, &n, &cap,
+               "# HELP loom_kv_blocks_used Paged KV-cache blocks held by requests.\n# TYPE loom_kv_blocks_used gauge\n"
+               "loom_kv_blocks_used %lld\n# HELP loom_kv_blocks_free Paged KV-cache blocks no request holds.\n"
+               "# TYPE loom_kv_blocks_free gauge\nloom_kv_blocks_free %lld\n"
+               "# HELP loom_kv_blocks_cached Blocks registered for prefix reuse (held or not).\n"
+               "# TYPE loom_kv_blocks_cached gauge\nloom_kv_blocks_cached %lld\n"
+               "# HELP loom_prefix_cache_query_tokens_total Prompt tokens looked up in the prefix cache.\n"
+               "# TYPE loom_prefix_cache_query_tokens_total counter\nloom_prefix_cache_query_tokens_total %lld\n"
+               "# HELP loom_prefix_cache_hit_tokens_total Prompt tokens found cached (not computed).\n"
+               "# TYPE loom_prefix_cache_hit_tokens_total counter\nloom_prefix_cache_hit_tokens_total %lld\n"
+               "# HELP loom_prefix_cache_hit_rate Hit tokens over query tokens so far.\n"
+               "# TYPE loom_prefix_cache_hit_rate gauge\nloom_prefix_cache_hit_rate %.6f\n"
+               "# HELP loom_preemptions_total Requests preempted for blocks (recomputed later).\n"
+               "# TYPE loom_preemptions_total counter\nloom_preemptions_total %lld\n",
+               (long long)st.kv_blocks_used, (long long)(st.kv_blocks_total - st.kv_blocks_used),
+               (long long)st.kv_blocks_cached, (long long)st.prefix_query_tokens, (long long)st.prefix_hit_tokens,
+               st.prefix_query_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens : 0.0,
+               (long long)st.preemptions);
     metric(&b, &n, &cap,
            "# HELP loom_model_steps_total Model steps run, by kind.\n# TYPE loom_model_steps_total counter\n"
            "loom_model_steps_total{kind=\"prefill\"} %lld\nloom_model_steps_total{kind=\"decode\"} %lld\n",

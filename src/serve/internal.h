@@ -30,6 +30,13 @@ typedef struct lm__req {
     int cancel; /* asked for by lm_scheduler_cancel (read and written under the scheduler's lock) */
     int bucket, slot;
     int64_t order;    /* admission order within the bucket: the prefill queue's order */
+    /* paged caches */
+    int32_t *table;      /* [blocks per row] the blocks holding its positions */
+    int64_t nblk;        /* entries of table in use */
+    int64_t computed;    /* positions stored in its blocks */
+    int64_t prefill_end; /* PREFILL: positions [computed, prefill_end) are to be run */
+    int recompute;       /* readmitted after preemption: its prefill picks no token */
+    int64_t preempted;   /* times it was preempted */
     int64_t reserved; /* KV positions its slot holds (the stats' kv_tokens_used) */
     int32_t *history; /* [n_prompt + max_tokens]: the prompt, then the generated ids */
     int64_t n_prompt, n_history;
@@ -62,6 +69,35 @@ lm_sample_params lm__req_device_params(const lm__req *r);
 /* Sends the FINISH event: flushes held text (unless a stop string ended it) and
  * records the reason. status/message describe an error finish. */
 void lm__req_finish(lm__req *r, lm_finish_reason reason, lm_status status, const char *message);
+
+/* serve/blocks.c: the block pool of a paged cache with prefix caching. */
+typedef struct lm__blocks {
+    int64_t n, bs;          /* blocks, positions per block */
+    int32_t *ref;           /* [n] requests holding each block */
+    uint64_t *hash, *parent; /* [n] registered blocks: the chain hash of the prefix they end, and the one before */
+    uint8_t *cached;        /* [n] registered for prefix reuse */
+    int64_t *last_use;      /* [n] for least-recently-used eviction */
+    int32_t *tokens;        /* [n * bs] a registered block's tokens */
+    int32_t *chain_next, *bucket; /* hash chains: [n] and [nbuckets] (-1 ends) */
+    int64_t nbuckets;
+    int32_t *free_list;     /* [nfree] blocks nobody holds that are not registered */
+    int64_t nfree, evictable, ncached, clock;
+} lm__blocks;
+lm_status lm__blocks_init(lm__blocks *bm, int64_t nblocks, int64_t bs);
+void lm__blocks_free(lm__blocks *bm);
+/* Takes the registered blocks equal to the full blocks of tokens[0, n - 1) (the last
+ * token is always left to compute) into table[0..], one reference each; returns how
+ * many (the longest matching prefix). */
+int64_t lm__blocks_match(lm__blocks *bm, const int32_t *tokens, int64_t n, int32_t *table);
+/* One block with one reference: free, else the least recently used evictable one; -1
+ * when every block is held. */
+int lm__blocks_alloc(lm__blocks *bm, int32_t *out);
+int64_t lm__blocks_available(const lm__blocks *bm); /* blocks lm__blocks_alloc can still give */
+/* Drops one reference of each of table[0, n). */
+void lm__blocks_release(lm__blocks *bm, const int32_t *table, int64_t n);
+/* Registers blk as block k of tokens (full, stored) for prefix reuse, unless an equal
+ * block is registered already. */
+void lm__blocks_register(lm__blocks *bm, const int32_t *tokens, int64_t k, int32_t blk);
 
 /* serve/scheduler.c: asks every pending and running request to end (thread-safe). */
 void lm__scheduler_cancel_all(lm_scheduler *s);

@@ -87,6 +87,7 @@ void lm__req_free(lm__req *r) {
     for (int i = 0; r->stop && i < r->p.n_stop; i++) lm__free(r->stop[i]);
     lm__free(r->stop);
     lm__free(r->history);
+    lm__free(r->table);
     lm_sampler_destroy(r->sampler);
     lm_tokenizer_stream_destroy(r->stream);
     lm__stop_filter_free(&r->filter);

@@ -49,6 +49,9 @@ struct lm_scheduler {
     lm_sched_options o;
     int per_request_cache; /* the reference scheduler */
     int device_sampling;   /* the logits live off the host: sample there when every row allows it */
+    int paged;             /* one bucket over a paged cache (blocks, prefix caching, preemption) */
+    lm__blocks bm;
+    int64_t nb_row;        /* paged: table entries per row */
     bucket b[LM_SCHED_MAX_BUCKETS];
     int nb;
     pthread_mutex_t mu;
@@ -63,10 +66,11 @@ struct lm_scheduler {
     /* step scratch (stepping thread only) */
     int *rows_slot;
     lm__req **rows;
-    int32_t *ids, *next;
+    int32_t *ids, *next, *tables;
+    int64_t *starts;
     lm_sample_params *records;
     float *logits;
-    int64_t cap_rows, cap_ids, cap_logits, cap_next, cap_records;
+    int64_t cap_rows, cap_ids, cap_logits, cap_next, cap_records, cap_tables, cap_starts;
 };
 
 double lm_scheduler_now(void) { return lm__now_seconds(); }
@@ -80,6 +84,11 @@ void lm_sched_options_default(lm_sched_options *o) {
 
 static lm_status check_options(const lm_model_config *c, const lm_sched_options *o) {
     if (o->max_queue < 0) return lm__error(LM_INVALID_ARGUMENT, "scheduler: max_queue %d must be >= 0", o->max_queue);
+    if (o->paged && o->kind != LM_SCHED_CONTINUOUS)
+        return lm__error(LM_INVALID_ARGUMENT, "scheduler: a paged cache goes with the continuous scheduler");
+    if (o->block_size < 0 || o->kv_blocks < 0 || o->kv_blocks > INT32_MAX)
+        return lm__error(LM_INVALID_ARGUMENT, "scheduler: block_size %lld and kv_blocks %lld must be >= 0",
+                         (long long)o->block_size, (long long)o->kv_blocks);
     if (o->max_prefill_tokens < 0)
         return lm__error(LM_INVALID_ARGUMENT, "scheduler: max_prefill_tokens %lld must be >= 0", (long long)o->max_prefill_tokens);
     switch (o->kind) {
@@ -138,9 +147,24 @@ lm_status lm_scheduler_create(const lm_model *m, const lm_tokenizer *tok, const 
         s->nb = o->n_buckets;
         for (int i = 0; i < s->nb; i++) s->b[i].slots = o->bucket_slots[i], s->b[i].context = o->bucket_context[i];
     }
+    s->paged = o->kind == LM_SCHED_CONTINUOUS && o->paged;
     for (int i = 0; st == LM_OK && i < s->nb; i++) {
         bucket *b = &s->b[i];
         if (!(b->slot_req = lm__calloc((size_t)b->slots, sizeof *b->slot_req))) st = LM_OUT_OF_MEMORY;
+        if (st == LM_OK && s->paged) {
+            int64_t bs = o->block_size ? o->block_size : 16;
+            s->nb_row = (b->context + bs - 1) / bs;
+            int64_t blocks = o->kv_blocks ? o->kv_blocks : (int64_t)b->slots * s->nb_row;
+            st = lm_kv_cache_create_paged(m, blocks, bs, s->nb_row, &b->cache);
+            if (st == LM_OK) st = lm__blocks_init(&s->bm, blocks, bs);
+            if (st != LM_OK)
+                st = lm__error_context(st, "scheduler: the paged KV cache of %lld blocks x %lld tokens", (long long)blocks,
+                                       (long long)bs);
+            s->st.kv_blocks_total = blocks;
+            s->st.kv_tokens_capacity = blocks * bs;
+            s->st.slots_total += b->slots;
+            continue;
+        }
         if (st == LM_OK && !s->per_request_cache) {
             st = lm_kv_cache_create(m, b->slots, b->context, &b->cache);
             if (st != LM_OK)
@@ -170,6 +194,9 @@ void lm_scheduler_destroy(lm_scheduler *s) {
     lm__free(s->rows);
     lm__free(s->ids);
     lm__free(s->next);
+    lm__free(s->tables);
+    lm__free(s->starts);
+    if (s->paged) lm__blocks_free(&s->bm);
     lm__free(s->records);
     lm__free(s->logits);
     pthread_cond_destroy(&s->cv);
@@ -207,6 +234,14 @@ lm_status lm_scheduler_submit(lm_scheduler *s, const int32_t *prompt, size_t n_p
         pthread_mutex_unlock(&s->mu);
         return lm__error(LM_OUT_OF_RANGE, "request: %zu prompt tokens + max_tokens %lld = %lld exceed the context of %lld",
                          n_prompt, (long long)p->max_tokens, (long long)need, (long long)s->b[s->nb - 1].context);
+    }
+    if (s->paged && p->max_tokens >= 1 && (need + s->bm.bs - 1) / s->bm.bs > s->bm.n) {
+        pthread_mutex_lock(&s->mu);
+        s->st.rejected++;
+        pthread_mutex_unlock(&s->mu);
+        return lm__error(LM_OUT_OF_RANGE, "request: %lld positions need %lld blocks of %lld; the pool has %lld",
+                         (long long)need, (long long)((need + s->bm.bs - 1) / s->bm.bs), (long long)s->bm.bs,
+                         (long long)s->bm.n);
     }
     lm__req *r = NULL;
     LM_TRY(lm__req_create(c, s->tok, prompt, n_prompt, p, cb, user, &r));
@@ -306,6 +341,13 @@ lm_status lm_scheduler_snapshot(lm_scheduler *s, int64_t id, int take, lm_serve_
 
 /* ---- the stepping thread ----------------------------------------------------------------- */
 
+/* The pool's counts into the stats (under the lock). */
+static void paged_stats_locked(lm_scheduler *s) {
+    s->st.kv_blocks_used = s->bm.n - s->bm.nfree - s->bm.evictable;
+    s->st.kv_blocks_cached = s->bm.ncached;
+    s->st.kv_tokens_used = s->st.kv_blocks_used * s->bm.bs;
+}
+
 /* Frees r's slot and moves it from the live list to the snapshots (under the lock). */
 static void retire_locked(lm_scheduler *s, lm__req *r) {
     if (r->slot >= 0) {
@@ -314,6 +356,11 @@ static void retire_locked(lm_scheduler *s, lm__req *r) {
         s->st.running--;
         s->st.slots_used--;
         s->st.kv_tokens_used -= r->reserved;
+        if (s->paged) {
+            lm__blocks_release(&s->bm, r->table, r->nblk);
+            r->nblk = 0;
+            paged_stats_locked(s);
+        }
         if (s->per_request_cache) {
             lm_kv_cache_destroy(b->cache);
             b->cache = NULL;
@@ -362,6 +409,29 @@ static void take_cancellations(lm_scheduler *s) {
     }
 }
 
+/* Paged admission of r: the registered blocks equal to its prompt's leading full blocks,
+ * then fresh blocks for the rest of what it must run (the prompt, or after a
+ * preemption everything but its last token); *ok = 0 (nothing taken) when the pool
+ * cannot give them now. */
+static lm_status paged_admit(lm_scheduler *s, lm__req *r, int *ok) {
+    *ok = 0;
+    if (!r->table && !(r->table = lm__calloc((size_t)s->nb_row, sizeof *r->table))) return LM_OUT_OF_MEMORY;
+    int64_t len = r->recompute ? r->n_history - 1 : r->n_prompt, bs = s->bm.bs;
+    int64_t matched = lm__blocks_match(&s->bm, r->history, len, r->table), blocks = (len + bs - 1) / bs;
+    if (lm__blocks_available(&s->bm) < blocks - matched) {
+        lm__blocks_release(&s->bm, r->table, matched);
+        return LM_OK;
+    }
+    for (int64_t k = matched; k < blocks; k++) LM_ASSERT(lm__blocks_alloc(&s->bm, &r->table[k]) == 0);
+    r->nblk = blocks;
+    r->computed = matched * bs;
+    r->prefill_end = len;
+    s->st.prefix_query_tokens += len;
+    s->st.prefix_hit_tokens += matched * bs;
+    *ok = 1;
+    return LM_OK;
+}
+
 /* Places pending requests into free slots, oldest first. A reference-scheduler
  * request whose cache cannot be made ends with the error. */
 static void admit(lm_scheduler *s) {
@@ -377,10 +447,20 @@ static void admit(lm_scheduler *s) {
         int k = 0;
         while (b->slot_req[k]) k++;
         int64_t need = r->n_prompt + r->p.max_tokens;
+        if (s->paged) {
+            int ok = 0;
+            st = paged_admit(s, r, &ok);
+            if (st != LM_OK) {
+                failed = r;
+                break;
+            }
+            if (!ok) break; /* not enough blocks yet: later requests wait too (FIFO) */
+        }
         /* deterministic: the reference's cache has the scheduler's context, like the others' (the
          * attention's reduction over the cache depends on its capacity) */
         if (s->per_request_cache && s->o.deterministic && s->o.context) need = s->o.context;
-        st = s->per_request_cache ? lm_kv_cache_create(s->m, 1, need, &b->cache) : lm_kv_cache_reset(b->cache, k);
+        st = s->paged ? LM_OK
+             : s->per_request_cache ? lm_kv_cache_create(s->m, 1, need, &b->cache) : lm_kv_cache_reset(b->cache, k);
         if (st != LM_OK) {
             failed = r;
             break;
@@ -393,8 +473,9 @@ static void admit(lm_scheduler *s) {
         s->st.pending--;
         s->st.running++;
         s->st.slots_used++;
-        r->reserved = s->per_request_cache ? need : b->context;
+        r->reserved = s->paged ? 0 : s->per_request_cache ? need : b->context;
         s->st.kv_tokens_used += r->reserved;
+        if (s->paged) paged_stats_locked(s);
     }
     pthread_mutex_unlock(&s->mu);
     if (failed) {
@@ -413,6 +494,8 @@ static lm_status reserve_rows(lm_scheduler *s, int64_t rows, int64_t ids, int64_
     LM_TRY(lm__reserve((void **)&s->ids, &s->cap_ids, ids, sizeof *s->ids));
     LM_TRY(lm__reserve((void **)&s->next, &s->cap_next, rows, sizeof *s->next));
     LM_TRY(lm__reserve((void **)&s->records, &s->cap_records, rows, sizeof *s->records));
+    LM_TRY(lm__reserve((void **)&s->tables, &s->cap_tables, rows * LM_MAX(s->nb_row, 1), sizeof *s->tables));
+    LM_TRY(lm__reserve((void **)&s->starts, &s->cap_starts, rows, sizeof *s->starts));
     return lm__reserve((void **)&s->logits, &s->cap_logits, rows * vocab, sizeof *s->logits);
 }
 
@@ -427,6 +510,65 @@ static void fail_rows(lm_scheduler *s, int64_t n, lm_status st) {
     lm_clear_error();
 }
 
+/* Paged: takes running request v off its slot and its blocks, back to the queue; it is
+ * readmitted later and recomputes its prompt and the tokens it has made so far. */
+static void preempt(lm_scheduler *s, bucket *b, lm__req *v) {
+    pthread_mutex_lock(&s->mu);
+    lm__blocks_release(&s->bm, v->table, v->nblk);
+    v->nblk = 0, v->computed = 0;
+    b->slot_req[v->slot] = NULL;
+    v->slot = v->bucket = -1;
+    v->state = LM__REQ_PENDING;
+    v->recompute = 1;
+    v->preempted++;
+    s->st.preemptions++;
+    s->st.running--, s->st.slots_used--, s->st.pending++;
+    paged_stats_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Paged: a block for each running row whose next position starts one; when the pool is
+ * out, the newest running request is preempted (possibly the row itself). */
+static void paged_grow(lm_scheduler *s, bucket *b) {
+    for (int k = 0; k < b->slots; k++) {
+        lm__req *r = b->slot_req[k];
+        if (!r || r->state != LM__REQ_RUNNING || r->cancel || r->computed < r->nblk * s->bm.bs) continue;
+        while (b->slot_req[k] == r && lm__blocks_alloc(&s->bm, &r->table[r->nblk]) != 0) {
+            lm__req *v = NULL;
+            for (int j = 0; j < b->slots; j++) {
+                lm__req *q = b->slot_req[j];
+                if (q && q->state == LM__REQ_RUNNING && (!v || q->order > v->order)) v = q;
+            }
+            preempt(s, b, v);
+        }
+        if (b->slot_req[k] == r) r->nblk++;
+    }
+}
+
+/* Runs rows [at, at + rows) of the step's staging: ids [rows, T], the paged tables and
+ * starts or the slots; picks tokens on the device or returns logits. */
+static lm_status forward_rows(lm_scheduler *s, lm_ctx *ctx, bucket *b, int64_t at, int rows, int64_t T, int on_device) {
+    const lm_model_config *c = lm_model_get_config(s->m);
+    const int32_t *ids = s->ids + at * T;
+    if (s->paged) {
+        const int32_t *tab = s->tables + at * s->nb_row;
+        return on_device ? lm_model_forward_paged_sample(s->m, ctx, b->cache, tab, s->starts + at, rows, ids, T,
+                                                         s->records + at, s->next + at)
+                         : lm_model_forward_paged(s->m, ctx, b->cache, tab, s->starts + at, rows, ids, T,
+                                                  s->logits + at * c->vocab_size, 0);
+    }
+    return on_device ? lm_model_forward_sample_rows(s->m, ctx, b->cache, s->rows_slot + at, rows, ids, T,
+                                                    s->records + at, s->next + at)
+                     : lm_model_forward(s->m, ctx, b->cache, s->rows_slot + at, rows, ids, T,
+                                        s->logits + at * c->vocab_size, 0);
+}
+
+/* What a waiting request runs in its prefill: its prompt, or (paged) the tail past
+ * the cached prefix, or everything but its last token after a preemption. */
+static int64_t prefill_len(const lm_scheduler *s, const lm__req *r) {
+    return s->paged ? r->prefill_end - r->computed : r->n_prompt;
+}
+
 /* One model step in bucket bi: a prefill group if any prompt waits, else one decode. */
 static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     bucket *b = &s->b[bi];
@@ -438,25 +580,30 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
         lm__req *r = b->slot_req[k];
         if (r && r->state == LM__REQ_PREFILL && (!oldest || r->order < oldest->order)) oldest = r;
     }
-    int64_t T = oldest ? oldest->n_prompt : 1;
+    if (!oldest && s->paged) paged_grow(s, b);
+    int64_t T = oldest ? prefill_len(s, oldest) : 1;
     LM_TRY(reserve_rows(s, b->slots, (int64_t)b->slots * T, c->vocab_size));
     /* the rows: the oldest waiting prompt first, then others of its length in slot
      * order while the step holds max_prefill_tokens; or every running row */
     for (int k = -1; k < b->slots; k++) {
         lm__req *r = k < 0 ? oldest : b->slot_req[k];
         if (!r || r->cancel) continue;
-        int take = oldest ? (k < 0 || (r != oldest && r->state == LM__REQ_PREFILL && r->n_prompt == T &&
+        int take = oldest ? (k < 0 || (r != oldest && r->state == LM__REQ_PREFILL && prefill_len(s, r) == T &&
                                        (n + 1) * T <= s->o.max_prefill_tokens && !s->o.deterministic))
                           : k >= 0 && r->state == LM__REQ_RUNNING;
-        if (take) {
-            s->rows[n] = r;
-            s->rows_slot[n] = r->slot;
-            if (oldest)
-                memcpy(s->ids + n * T, r->history, (size_t)T * sizeof *s->ids);
-            else
-                s->ids[n] = r->next;
-            n++;
+        if (!take) continue;
+        s->rows[n] = r;
+        s->rows_slot[n] = r->slot;
+        int64_t from = s->paged ? r->computed : 0;
+        if (oldest)
+            memcpy(s->ids + n * T, r->history + from, (size_t)T * sizeof *s->ids);
+        else
+            s->ids[n] = r->next;
+        if (s->paged) {
+            for (int64_t e = 0; e < s->nb_row; e++) s->tables[n * s->nb_row + e] = e < r->nblk ? r->table[e] : -1;
+            s->starts[n] = r->computed;
         }
+        n++;
     }
     if (n == 0) return LM_OK;
     *ran = 1;
@@ -468,15 +615,8 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
         for (int64_t i = 0; i < n; i++) s->records[i] = lm__req_device_params(s->rows[i]);
     /* deterministic: at most DETERMINISTIC_ROWS rows per model step (one when prefilling) */
     int64_t chunk = s->o.deterministic ? (oldest ? 1 : DETERMINISTIC_ROWS) : n;
-    for (int64_t at = 0; at < n && st == LM_OK; at += chunk) {
-        int rows = (int)LM_MIN(chunk, n - at);
-        if (on_device)
-            st = lm_model_forward_sample_rows(s->m, ctx, b->cache, s->rows_slot + at, rows, s->ids + at * T, T,
-                                              s->records + at, s->next + at);
-        else
-            st = lm_model_forward(s->m, ctx, b->cache, s->rows_slot + at, rows, s->ids + at * T, T,
-                                  s->logits + at * c->vocab_size, 0);
-    }
+    for (int64_t at = 0; at < n && st == LM_OK; at += chunk)
+        st = forward_rows(s, ctx, b, at, (int)LM_MIN(chunk, n - at), T, on_device);
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     if (oldest) s->st.prefill_steps++, s->st.prompt_tokens += n * T;
@@ -488,7 +628,17 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     }
     for (int64_t i = 0; i < n; i++) {
         lm__req *r = s->rows[i];
+        if (s->paged) { /* the positions now stored; blocks that filled up become reusable prefixes */
+            int64_t before = r->computed;
+            r->computed += T;
+            for (int64_t k = before / s->bm.bs; k < r->computed / s->bm.bs; k++)
+                lm__blocks_register(&s->bm, r->history, k, r->table[k]);
+        }
         if (oldest) r->state = LM__REQ_RUNNING;
+        if (oldest && r->recompute) { /* its next token is known already */
+            r->recompute = 0;
+            continue;
+        }
         int finished = 0;
         lm_status rs = on_device ? lm__req_accept_id(r, c, s->next[i], &finished)
                                  : lm__req_accept(r, c, s->logits + i * c->vocab_size, &finished);
@@ -500,6 +650,11 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
             finished = 1;
         }
         if (finished) retire(s, r);
+    }
+    if (s->paged) {
+        pthread_mutex_lock(&s->mu);
+        paged_stats_locked(s);
+        pthread_mutex_unlock(&s->mu);
     }
     return LM_OK;
 }

@@ -59,7 +59,7 @@ static inline void *run_server(void *arg) {
     return NULL;
 }
 
-static inline void start(const char *api_key, int slots) {
+static inline void start_paged(const char *api_key, int slots, int paged) {
     lm_server_options o;
     lm_server_options_default(&o);
     o.port = 0;
@@ -69,11 +69,14 @@ static inline void start(const char *api_key, int slots) {
     o.idle_timeout_s = 2;
     o.sched.slots = slots;
     o.sched.context = 1024;
+    o.sched.paged = paged, o.sched.block_size = 8;
     LT_CHECK_OK(lm_server_create(g_model, DIR, &o, &g_srv));
     g_port = lm_server_port(g_srv);
     LT_CHECK(g_port > 0);
     pthread_create(&g_thread, NULL, run_server, g_srv);
 }
+
+static inline void start(const char *api_key, int slots) { start_paged(api_key, slots, 0); }
 
 static inline void stop(void) {
     lm_server_stop(g_srv);

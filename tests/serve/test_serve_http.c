@@ -210,6 +210,42 @@ static void test_many_concurrent_streams(void) {
 
 static void test_hostile_barrage(void) { hostile_barrage(300); }
 
+/* The same server on a paged cache: the same greedy text as the slot cache, and
+ * prompts with a common prefix find its blocks cached (/metrics). */
+static void test_paged_server(void) {
+    const char *body = "{\"prompt\": [5, 17, 99, 200, 31, 8, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, %d], "
+                       "\"max_tokens\": 9, \"temperature\": 0, \"ignore_eos\": true}";
+    char b[512];
+    char *want[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) { /* the slot cache's answers */
+        snprintf(b, sizeof b, body, 40 + i);
+        response r = request("POST", "/v1/completions", b, NULL);
+        json_t *o = body_json(&r);
+        const char *t = json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text"));
+        LT_CHECK(r.status == 200 && t);
+        want[i] = strdup(t ? t : "");
+        json_decref(o);
+        response_free(&r);
+    }
+    stop();
+    start_paged(NULL, 4, 1);
+    for (int i = 0; i < 3; i++) {
+        snprintf(b, sizeof b, body, 40 + i);
+        response r = request("POST", "/v1/completions", b, NULL);
+        json_t *o = body_json(&r);
+        const char *t = json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text"));
+        LT_CHECK_MSG(r.status == 200 && t && !strcmp(t, want[i]), "paged request %d: '%s' vs '%s'", i, t ? t : "", want[i]);
+        json_decref(o);
+        response_free(&r);
+        free(want[i]);
+    }
+    int64_t hits = metric("loom_prefix_cache_hit_tokens_total");
+    LT_CHECK_MSG(hits == 2 * 16, "%lld prompt tokens found cached", (long long)hits); /* two full blocks of 8, twice */
+    LT_CHECK(metric("loom_kv_blocks_used") == 0 && metric("loom_kv_blocks_free") > 0);
+    stop();
+    start(NULL, 4);
+}
+
 static void *stop_thread(void *arg) {
     (void)arg;
     stop();
@@ -257,6 +293,7 @@ int main(void) {
     LT_RUN(test_disconnect_cancels);
     LT_RUN(test_many_concurrent_streams);
     LT_RUN(test_hostile_barrage);
+    LT_RUN(test_paged_server);
     LT_RUN(test_stop_finishes_in_flight);
     stop();
     lm_model_destroy(g_model);

@@ -391,6 +391,99 @@ static void test_penalties_on_synthetic_logits(void) {
     lm__req_free(r);
 }
 
+static lm_scheduler *make_paged(int slots, int64_t context, int64_t block, int64_t blocks) {
+    lm_sched_options o;
+    lm_sched_options_default(&o);
+    o.slots = slots, o.context = context, o.paged = 1, o.block_size = block, o.kv_blocks = blocks;
+    lm_scheduler *s = NULL;
+    LT_CHECK_OK(lm_scheduler_create(g_model, g_tok, &o, &s));
+    return s;
+}
+
+/* The paged cache: the reference's tokens for random arrival orders, a pool roomy
+ * enough for everyone and one so small that requests are preempted and recomputed;
+ * blocks all return to the pool at the end. */
+static void test_paged_equals_reference(void) {
+    lt_rng r = lt_rng_seed(21);
+    static const struct {
+        int slots;
+        int64_t block, blocks; /* 0: the default pool */
+    } cfg[] = {{3, 4, 0}, {5, 8, 0}, {12, 4, 0}, {4, 4, 14}, {6, 4, 16}, {12, 2, 30}};
+    for (int trial = 0; trial < (int)(sizeof cfg / sizeof *cfg); trial++) {
+        int order[NREQ], arrive[NREQ];
+        for (int i = 0; i < NREQ; i++) order[i] = i;
+        for (int i = NREQ - 1; i > 0; i--) {
+            int k = (int)lt_rng_int(&r, 0, i), t = order[i];
+            order[i] = order[k], order[k] = t;
+        }
+        for (int i = 0; i < NREQ; i++) arrive[i] = trial % 2 ? (int)lt_rng_int(&r, 0, 25) : 0;
+        for (int i = 1; i < NREQ; i++) arrive[i] = arrive[i] < arrive[i - 1] ? arrive[i - 1] : arrive[i];
+        lm_scheduler *s = make_paged(cfg[trial].slots, 64, cfg[trial].block, cfg[trial].blocks);
+        outcome got[NREQ];
+        run_jobs(s, order, arrive, got);
+        char what[96];
+        snprintf(what, sizeof what, "paged, %d slots, blocks of %lld, pool %lld", cfg[trial].slots,
+                 (long long)cfg[trial].block, (long long)cfg[trial].blocks);
+        expect_same(what, got);
+        lm_sched_stats st;
+        lm_scheduler_stats_get(s, &st);
+        LT_CHECK_MSG(st.kv_blocks_used == 0 && st.running == 0 && st.finished == NREQ, "%s: %lld blocks still held", what,
+                     (long long)st.kv_blocks_used);
+        if (cfg[trial].blocks) LT_CHECK_MSG(st.preemptions > 0, "%s: no request was preempted", what);
+        printf("%s: %lld preemptions, %lld of %lld prompt tokens found cached\n", what, (long long)st.preemptions,
+               (long long)st.prefix_hit_tokens, (long long)st.prefix_query_tokens);
+        lm_scheduler_destroy(s);
+    }
+}
+
+/* Prompts with a common prefix share its blocks: after the first request ran, the
+ * others find its full blocks cached (and compute only their tails), and every
+ * request's tokens equal the same request run alone. */
+static void test_prefix_sharing(void) {
+    enum { N = 6, PREFIX = 10, TAIL = 3 };
+    lm_scheduler *s = make_paged(4, 64, 4, 0);
+    lt_rng r = lt_rng_seed(31);
+    int32_t prompts[N][PREFIX + TAIL];
+    for (int t = 0; t < PREFIX; t++) prompts[0][t] = (int32_t)lt_rng_int(&r, 3, 383);
+    for (int i = 0; i < N; i++) {
+        memcpy(prompts[i], prompts[0], PREFIX * sizeof(int32_t));
+        for (int t = PREFIX; t < PREFIX + TAIL; t++) prompts[i][t] = (int32_t)lt_rng_int(&r, 3, 383);
+    }
+    lm_serve_params p;
+    lm_serve_params_default(&p);
+    p.max_tokens = 7;
+    p.ignore_eos = 1;
+    outcome got[N], ref[N];
+    memset(got, 0, sizeof got);
+    int64_t id;
+    int busy = 1;
+    LT_CHECK_OK(lm_scheduler_submit(s, prompts[0], PREFIX + TAIL, &p, on_event, &got[0], &id));
+    LT_CHECK_OK(lm_scheduler_step(s, g_ctx, &busy)); /* its prefill registers the prefix blocks */
+    for (int i = 1; i < N; i++) LT_CHECK_OK(lm_scheduler_submit(s, prompts[i], PREFIX + TAIL, &p, on_event, &got[i], &id));
+    for (int step = 0; busy && step < 1000; step++) LT_CHECK_OK(lm_scheduler_step(s, g_ctx, &busy));
+    lm_sched_stats st;
+    lm_scheduler_stats_get(s, &st);
+    LT_CHECK_MSG(st.prefix_hit_tokens == (N - 1) * 8, "%lld prompt tokens found cached, want %d",
+                 (long long)st.prefix_hit_tokens, (N - 1) * 8); /* 2 full blocks of the 10-token prefix each */
+    LT_CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached > 0);
+    lm_scheduler_destroy(s);
+    s = make(LM_SCHED_REFERENCE, 0, 0);
+    memset(ref, 0, sizeof ref);
+    for (int i = 0; i < N; i++) LT_CHECK_OK(lm_scheduler_submit(s, prompts[i], PREFIX + TAIL, &p, on_event, &ref[i], &id));
+    busy = 1;
+    for (int step = 0; busy && step < 1000; step++) LT_CHECK_OK(lm_scheduler_step(s, g_ctx, &busy));
+    lm_scheduler_destroy(s);
+    for (int i = 0; i < N; i++)
+        LT_CHECK_MSG(got[i].n == 7 && !memcmp(got[i].ids, ref[i].ids, sizeof(int32_t) * 7),
+                     "request %d differs from the reference", i);
+    /* a request that needs more blocks than the pool holds is refused at once */
+    s = make_paged(2, 64, 4, 5);
+    p.max_tokens = 20;
+    LT_CHECK_STATUS(lm_scheduler_submit(s, prompts[0], PREFIX + TAIL, &p, on_event, &got[0], &id), LM_OUT_OF_RANGE);
+    LT_CHECK(strstr(lm_last_error(), "blocks") != NULL);
+    lm_scheduler_destroy(s);
+}
+
 /* A model vocabulary padded beyond the tokenizer's: such ids are tokens without text
  * (as Hugging Face decodes them), not errors. */
 static void test_ids_beyond_the_tokenizer(void) {
@@ -426,6 +519,8 @@ int main(void) {
     LT_RUN(test_logprobs);
     LT_RUN(test_penalties_on_synthetic_logits);
     LT_RUN(test_ids_beyond_the_tokenizer);
+    LT_RUN(test_paged_equals_reference);
+    LT_RUN(test_prefix_sharing);
     lm_ctx_destroy(g_ctx);
     lm_tokenizer_destroy(g_tok);
     lm_model_destroy(g_model);

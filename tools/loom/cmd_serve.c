@@ -57,7 +57,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *device_text = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL;
     const char *buckets = NULL, *scheduler = NULL, *bos_text = "auto";
     int port = 8080, slots = 0, threads = 0, spill = 0, max_queue = 0, verbose = 0, deterministic = 0;
-    int max_connections = 512, max_prefill = 0;
+    int max_connections = 512, max_prefill = 0, paged = 0, block_size = 16;
     int64_t context = 0;
     float kv_memory_gib = 0, grace = 10, idle = 30;
     int context_i = 0;
@@ -72,6 +72,8 @@ int cmd_serve(int argc, char **argv) {
         {"slots", CLI_INT, &slots, "N: requests decoded together (default 8 on the CPU; on CUDA what --kv-memory holds, at most 256)"},
         {"context", CLI_INT, &context_i, "N: positions per slot, prompt + output (default min(4096, max_position_embeddings))"},
         {"kv-memory", CLI_FLOAT, &kv_memory_gib, "GIB: KV-cache budget that sizes --slots (CUDA default: half the memory beside the weights)"},
+        {"paged", CLI_FLAG, &paged, "a paged KV cache: blocks taken as requests grow, shared by equal prompt prefixes"},
+        {"block-size", CLI_INT, &block_size, "N: positions per block of the paged cache (default 16)"},
         {"buckets", CLI_STRING, &buckets, "LIST: length buckets, e.g. 16x512,4x4096 (slots x context each)"},
         {"spill", CLI_FLAG, &spill, "a full bucket may hand a request to a larger bucket with a free slot"},
         {"max-queue", CLI_INT, &max_queue, "N: pending requests before 429 (default 1024)"},
@@ -94,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
     }
     context = context_i;
     if (port < 0 || port > 65535 || slots < 0 || context < 0 || threads < 0 || max_queue < 0 || max_connections < 1 ||
-        max_prefill < 0 ||
+        max_prefill < 0 || block_size < 1 ||
         !(kv_memory_gib >= 0) || !(grace >= 0) || !(idle > 0)) {
         fprintf(stderr, "loom serve: a numeric option is out of range (port 0-65535; counts, sizes and times >= 0)\n");
         return 2;
@@ -130,6 +132,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "loom serve: --scheduler must be continuous, bucketed or reference\n");
         return 2;
     }
+    if (paged && o.sched.kind != LM_SCHED_CONTINUOUS) {
+        fprintf(stderr, "loom serve: --paged goes with the continuous scheduler\n");
+        return 2;
+    }
     if (buckets && o.sched.kind != LM_SCHED_BUCKETED) {
         fprintf(stderr, "loom serve: --buckets goes with --scheduler bucketed\n");
         return 2;
@@ -151,19 +157,37 @@ int cmd_serve(int argc, char **argv) {
         double budget = kv_memory_gib > 0 ? kv_memory_gib * 1073741824.0 : 0;
         if (!budget && !host_mem && caps.memory_bytes > 0) /* half of the GPU's memory beside the weights */
             budget = 0.5 * (double)(caps.memory_bytes - lm_model_weight_bytes(m));
-        if (!slots) {
-            double fit = budget > 0 ? budget / (double)per_slot : 8;
-            slots = fit > 256 ? 256 : (int)fit;
+        if (paged) { /* the budget buys blocks; slots only bound the rows decoded together */
+            int64_t per_block = kv_bytes_per_token(m) * block_size;
+            int64_t blocks = budget > 0 ? (int64_t)(budget / (double)per_block) : 0;
+            if (!slots) slots = host_mem ? 8 : 256;
+            if (!blocks) blocks = (int64_t)slots * ((context + block_size - 1) / block_size);
+            if (blocks < (context + block_size - 1) / block_size) {
+                fprintf(stderr, "loom serve: the KV budget holds %lld blocks, fewer than one request of %lld positions "
+                        "needs\n", (long long)blocks, (long long)context);
+                goto done;
+            }
+            o.sched.paged = 1, o.sched.block_size = block_size, o.sched.kv_blocks = blocks;
+            o.sched.slots = slots;
+            o.sched.context = context;
+            fprintf(stderr, "loom serve: paged KV cache %lld blocks x %d positions = %.1f MiB; up to %d requests of %lld "
+                    "positions decode together\n", (long long)blocks, block_size,
+                    (double)per_block * (double)blocks / 1048576.0, slots, (long long)context);
+        } else {
+            if (!slots) {
+                double fit = budget > 0 ? budget / (double)per_slot : 8;
+                slots = fit > 256 ? 256 : (int)fit;
+            }
+            if (slots < 1) {
+                fprintf(stderr, "loom serve: --kv-memory %.2f GiB holds no slot of %lld positions (%.1f MiB each)\n",
+                        budget / 1073741824.0, (long long)context, (double)per_slot / 1048576.0);
+                goto done;
+            }
+            o.sched.slots = slots;
+            o.sched.context = context;
+            fprintf(stderr, "loom serve: KV cache %d slots x %lld positions = %.1f MiB\n", slots, (long long)context,
+                    (double)per_slot * slots / 1048576.0);
         }
-        if (slots < 1) {
-            fprintf(stderr, "loom serve: --kv-memory %.2f GiB holds no slot of %lld positions (%.1f MiB each)\n",
-                    budget / 1073741824.0, (long long)context, (double)per_slot / 1048576.0);
-            goto done;
-        }
-        o.sched.slots = slots;
-        o.sched.context = context;
-        fprintf(stderr, "loom serve: KV cache %d slots x %lld positions = %.1f MiB\n", slots, (long long)context,
-                (double)per_slot * slots / 1048576.0);
     } else if (o.sched.kind == LM_SCHED_REFERENCE) {
         o.sched.context = context;
     }
