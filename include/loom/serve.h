@@ -62,7 +62,9 @@ typedef struct lm_sched_options {
                                its steps. The CPU always is; on CUDA prompts then run one per step and
                                decode steps take at most 8 rows (the row-independent GEMV), and the
                                reference scheduler's caches take `context` positions (the attention's
-                               reduction depends on the cache's capacity) */
+                               reduction depends on the cache's capacity). With a paged cache it turns
+                               prefix reuse off; a request preempted for blocks recomputes its
+                               positions in a prefill, which on CUDA may round differently */
 } lm_sched_options;
 
 LM_API void lm_sched_options_default(lm_sched_options *o); /* CONTINUOUS, 8 slots, context 2048 */

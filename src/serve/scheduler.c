@@ -417,7 +417,9 @@ static lm_status paged_admit(lm_scheduler *s, lm__req *r, int *ok) {
     *ok = 0;
     if (!r->table && !(r->table = lm__calloc((size_t)s->nb_row, sizeof *r->table))) return LM_OUT_OF_MEMORY;
     int64_t len = r->recompute ? r->n_history - 1 : r->n_prompt, bs = s->bm.bs;
-    int64_t matched = lm__blocks_match(&s->bm, r->history, len, r->table), blocks = (len + bs - 1) / bs;
+    /* deterministic: no prefix reuse (a tail computed alone rounds differently from the whole prompt on a GPU) */
+    int64_t matched = s->o.deterministic ? 0 : lm__blocks_match(&s->bm, r->history, len, r->table);
+    int64_t blocks = (len + bs - 1) / bs;
     if (lm__blocks_available(&s->bm) < blocks - matched) {
         lm__blocks_release(&s->bm, r->table, matched);
         return LM_OK;
