@@ -65,12 +65,6 @@ lm_status lm__kv_check_indices(const char *op, int64_t B, int64_t T, int64_t S, 
     return LM_OK;
 }
 
-/* The CUDA kernels index caches of slots; block tables reach them once they read them. */
-static lm_status cuda_paged_guard(const char *op, const lm_tensor_view *slots) {
-    if (slots->ndim == 1) return LM_OK;
-    return lm__error(LM_UNSUPPORTED, "%s: paged caches (block tables [B, NB]) are not implemented on CUDA yet", op);
-}
-
 /* cache [S, Hkv, P, D] whose head and dim counts match `heads` and D (heads < 0: any). */
 static lm_status check_cache(const char *op, const char *name, const lm_tensor_view *c, int64_t heads, int64_t D) {
     LM_TRY(lm__op_check_float(op, name, c));
@@ -94,7 +88,6 @@ lm_status lm_kv_store_out(lm_ctx *ctx, const lm_tensor_view *cache, const lm_ten
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->kv_store(cache, x, slots, positions, lm_ctx_stream(ctx));
     lm__ref_kv_store(cache, x, slots, positions);
     return LM_OK;
@@ -173,7 +166,6 @@ lm_status lm_attention_cache_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->attention_cache(q, k_cache, v_cache, slots, positions, p, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         char why[256];
@@ -232,7 +224,6 @@ lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) LM_TRY(cuda_paged_guard(op, slots));
     if (level == LM__LEVEL_CUDA) return cu->qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q, lm_ctx_stream(ctx));
     return lm__ref_qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q);
 }

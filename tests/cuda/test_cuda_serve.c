@@ -3,6 +3,7 @@
  *  - deterministic mode: for random arrival orders and slot counts, every request's
  *    tokens (greedy, and seeded temperature sampling) equal the deterministic
  *    reference scheduler's exactly — the batch-invariant mode;
+ *  - the paged cache, deterministic: the reference's tokens too;
  *  - the default (batched) mode, with one request asking for logprobs (the host path in
  *    the same steps): every request finishes with its max_tokens; how many greedy
  *    requests equal the reference is printed (the batched kernels round differently,
@@ -60,11 +61,12 @@ static void make_jobs(void) {
     }
 }
 
-static void run(lm_sched_kind kind, int slots, int deterministic, const int *order, const int *arrive, outcome *out,
-                int logprobs_request) {
+static void run_opts(lm_sched_kind kind, int slots, int deterministic, int64_t paged_blocks, const int *order,
+                     const int *arrive, outcome *out, int logprobs_request) {
     lm_sched_options o;
     lm_sched_options_default(&o);
     o.kind = kind, o.slots = slots, o.context = CONTEXT, o.deterministic = deterministic;
+    if (paged_blocks >= 0) o.paged = 1, o.block_size = 16, o.kv_blocks = paged_blocks;
     lm_scheduler *s = NULL;
     LT_CHECK_OK(lm_scheduler_create(g_model, g_tok, &o, &s));
     memset(out, 0, sizeof(outcome) * NREQ);
@@ -83,6 +85,11 @@ static void run(lm_sched_kind kind, int slots, int deterministic, const int *ord
         LT_CHECK_MSG(out[i].finishes == 1 && out[i].n == g_p[i].max_tokens && out[i].reason == LM_FINISH_LENGTH,
                      "request %d: %d finishes, %d tokens", i, out[i].finishes, out[i].n);
     lm_scheduler_destroy(s);
+}
+
+static void run(lm_sched_kind kind, int slots, int deterministic, const int *order, const int *arrive, outcome *out,
+                int logprobs_request) {
+    run_opts(kind, slots, deterministic, -1, order, arrive, out, logprobs_request);
 }
 
 static void shuffled(lt_rng *r, int *order, int *arrive, int spread) {
@@ -111,6 +118,24 @@ static void test_deterministic_equals_reference(void) {
     }
 }
 
+/* The paged cache on the GPU, deterministic (no prefix reuse; a pool roomy enough that
+ * nobody is preempted): the reference's tokens. */
+static void test_paged_deterministic_equals_reference(void) {
+    int order[NREQ], arrive[NREQ] = {0};
+    for (int i = 0; i < NREQ; i++) order[i] = i;
+    outcome ref[NREQ], got[NREQ];
+    run(LM_SCHED_REFERENCE, 1, 1, order, arrive, ref, -1);
+    lt_rng r = lt_rng_seed(13);
+    static const int64_t pools[2] = {0, 40};
+    for (int trial = 0; trial < 2; trial++) {
+        shuffled(&r, order, arrive, 15);
+        run_opts(LM_SCHED_CONTINUOUS, 8, 1, pools[trial], order, arrive, got, -1);
+        for (int i = 0; i < NREQ; i++)
+            LT_CHECK_MSG(got[i].n == ref[i].n && memcmp(got[i].ids, ref[i].ids, sizeof(int32_t) * (size_t)ref[i].n) == 0,
+                         "paged (pool %lld): request %d differs from the reference", (long long)pools[trial], i);
+    }
+}
+
 static void test_batched_mode(void) {
     int order[NREQ], arrive[NREQ] = {0};
     for (int i = 0; i < NREQ; i++) order[i] = i;
@@ -136,6 +161,7 @@ int main(void) {
     LT_CHECK_OK(lm_tokenizer_load(TOKENIZER, &g_tok));
     make_jobs();
     LT_RUN(test_deterministic_equals_reference);
+    LT_RUN(test_paged_deterministic_equals_reference);
     LT_RUN(test_batched_mode);
     lm_tokenizer_destroy(g_tok);
     lm_model_destroy(g_model);

@@ -9,13 +9,26 @@
  *  - lm_qkv_rope_store_out with bias and q/k norms into bf16 caches, f32 and bf16 q;
  *  - lm_kv_store_out between every float dtype pair, and a row naming a slot outside
  *    the cache writes nothing;
+ *  - paged caches (slots [B, NB] block tables over a pool of S blocks of P positions):
+ *    kv_store, qkv_rope_store and attention_cache (split-K decode with and without the
+ *    workspace, a bad split combined with a good one; flash prefill with blocks of 16
+ *    and 32 positions, several per 64-key tile, and of 80, tiles straddling blocks)
+ *    equal the same calls on the contiguous form (slots [B], P' = NB * P)
+ *    gathered from / scattered back to the pool on the host; tables are random
+ *    permutations of the pool, two rows share a first block they only read, entries
+ *    past a row's last position hold values outside the pool (never read), and a row
+ *    with an out-of-range block stores nothing, gets a NaN q and NaN attention while
+ *    the other rows are unchanged. The contiguous attention is also checked against
+ *    the CPU reference, and the [B, 1] form of kv_store equals the [B] form;
  *  - lm_sample_out: greedy equals the CPU argmax; top_k = 1 sampling equals greedy;
  *    a missing workspace is refused by name;
  *  - the mixed forms of rmsnorm, add_rmsnorm, swiglu (f32 into bf16) and embedding
  *    (bf16 rows into f32), and a mixed form without a kernel refused by name.
  * Gates: GEMV/GEMM accumulate in f32 where the reference uses double: NMSE 1e-9 and
  * max-abs 1e-4 of the output scale for f32 outputs; bf16 outputs ct_nmse(bf16) and
- * one bf16 ulp (ct_abs).
+ * one bf16 ulp (ct_abs). Paged against contiguous: stores and q exact (one kernel,
+ * the same arithmetic); attention within test_cuda_attention's gates (split-K: f32
+ * out NMSE 1e-9, bf16 out ct_nmse; flash: NMSE 2e-5 / 5e-5, max-abs 0.03).
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -224,6 +237,324 @@ static void test_kv_store_dtypes_and_bad_row(void) {
     ct_pair_free(&x), ct_pair_free(&cache), ct_pair_free(&sb), ct_pair_free(&so), ct_pair_free(&po);
 }
 
+/* ---- paged caches: the block-table forms against the contiguous form -------------------------- */
+#define PG_ROWS 4
+#define PG_MAX_NB 16
+
+/* B rows of NB table entries over a pool of S blocks of P positions. Entries holding
+ * positions up to a row's last one are distinct blocks of a random permutation of the
+ * pool, except that row 1's first entry is row 0's (both rows' tokens of the step lie
+ * past it: a shared prefix they only read); entries past the last position hold
+ * values outside the pool (-1 or S + e: never read); bad_row >= 0 gets an entry out
+ * of the pool at bad_entry. */
+typedef struct paged {
+    int64_t B, NB, P, S;
+    int64_t last[PG_ROWS]; /* each row's last position after this step */
+    int32_t tab[PG_ROWS * PG_MAX_NB];
+} paged;
+
+static void paged_init(paged *g, lt_rng *r, int64_t B, int64_t NB, int64_t P, int64_t S, const int64_t *last,
+                       int bad_row, int64_t bad_entry) {
+    LT_CHECK(B >= 2 && B <= PG_ROWS && NB <= PG_MAX_NB && S <= 256);
+    g->B = B, g->NB = NB, g->P = P, g->S = S;
+    int32_t perm[256];
+    for (int64_t i = 0; i < S; i++) perm[i] = (int32_t)i;
+    for (int64_t i = S - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = lt_rng_int(r, 0, i);
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int64_t k = 0;
+    for (int64_t b = 0; b < B; b++) {
+        g->last[b] = last[b];
+        LT_CHECK(last[b] < NB * P);
+        for (int64_t e = 0; e < NB; e++)
+            g->tab[b * NB + e] = e <= last[b] / P ? perm[k++] : e % 2 ? -1 : (int32_t)(S + e);
+    }
+    LT_CHECK(k <= S);
+    g->tab[NB] = g->tab[0];
+    if (bad_row >= 0) g->tab[bad_row * NB + bad_entry] = (int32_t)(S + 1000);
+}
+
+/* Entry e of row b names a pool block and holds positions up to the row's last. */
+static int paged_entry_ok(const paged *g, int64_t b, int64_t e) {
+    int32_t blk = g->tab[b * g->NB + e];
+    return e <= g->last[b] / g->P && blk >= 0 && blk < g->S;
+}
+
+/* Host copies between a pool [S, H, P, D] and the contiguous form [B, H, NB * P, D]
+ * (row b in slot b), over every entry paged_entry_ok admits: gather (pool into
+ * contiguous) or scatter (contiguous back into the pool). Same dtype on both sides. */
+static void paged_copy(const paged *g, lm_tensor *pool, lm_tensor *contig, int scatter) {
+    const lm_tensor_view *pv = lm_tensor_as_view(pool);
+    int64_t H = pv->shape[1], D = pv->shape[3], P = g->P, NB = g->NB;
+    size_t row = (size_t)D * lm_dtype_size(pv->dtype);
+    char *pp = lm_tensor_data(pool), *cp = lm_tensor_data(contig);
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t e = 0; e < NB; e++) {
+            if (!paged_entry_ok(g, b, e)) continue;
+            int64_t blk = g->tab[b * NB + e];
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t o = 0; o < P; o++) {
+                    char *a = pp + (size_t)((blk * H + h) * P + o) * row;
+                    char *c = cp + (size_t)((b * H + h) * NB * P + e * P + o) * row;
+                    if (scatter) memcpy(a, c, row);
+                    else memcpy(c, a, row);
+                }
+        }
+}
+
+/* The contiguous form of a host pool: NaN (r NULL) or random where no admitted entry
+ * lands, gathered elsewhere. */
+static lm_tensor *paged_gather(const paged *g, lm_tensor *pool, lt_rng *r) {
+    const lm_tensor_view *pv = lm_tensor_as_view(pool);
+    int64_t cs[4] = {g->B, pv->shape[1], g->NB * g->P, pv->shape[3]};
+    lm_tensor *c = r ? lt_random_tensor(r, pv->dtype, 4, cs, 1.0) : lt_poisoned_tensor(pv->dtype, 4, cs);
+    paged_copy(g, pool, c, 0);
+    return c;
+}
+
+/* A host copy of device tensor d (after the context's work). */
+static lm_tensor *download(lm_tensor *d) {
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    LT_CHECK_OK(lm_tensor_to_device(NULL, d, lm_device_cpu(), &h));
+    return h;
+}
+
+/* want = the pool after the contiguous call: the pool before it, with the device
+ * contiguous result scattered back over the admitted entries. */
+static lm_tensor *paged_expected(const paged *g, lm_tensor *pool_before, lm_tensor *contig_d) {
+    lm_tensor *want = NULL, *back = download(contig_d);
+    LT_CHECK_OK(lm_tensor_to_device(NULL, pool_before, lm_device_cpu(), &want));
+    paged_copy(g, want, back, 1);
+    lm_tensor_destroy(back);
+    return want;
+}
+
+/* 1 when every element of rows [b0, b1) of device tensor p.d [B, ...] is NaN. */
+static int rows_all_nan(const ct_pair *p, int64_t b0, int64_t b1) {
+    lm_tensor_view v;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(p->d), 0, b0, b1, 1, &v));
+    double *got = ct_read(g_ctx, p, &v);
+    int all = 1;
+    for (int64_t i = 0; got && i < lm_tensor_view_numel(&v); i++) all &= isnan(got[i]) != 0;
+    free(got);
+    return all;
+}
+
+/* Rows [0, nrows) of device tensor dp.d against rows [0, nrows) of host tensor want. */
+static void check_rows(const char *what, const ct_pair *dp, lm_tensor *want, int64_t nrows, double nmse,
+                       double abs_tol) {
+    lm_tensor_view dv, wv;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(dp->d), 0, 0, nrows, 1, &dv));
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(want), 0, 0, nrows, 1, &wv));
+    ct_check(g_ctx, what, dp, &dv, &wv, nmse, abs_tol);
+}
+
+/* Positions [B, T]: row b at start[b] .. start[b] + T - 1. */
+static ct_pair positions_of(int64_t B, int64_t T, const int64_t *start) {
+    int32_t pos[PG_ROWS * 64];
+    LT_CHECK(B <= PG_ROWS && T <= 64);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) pos[b * T + t] = (int32_t)(start[b] + t);
+    int64_t ps[2] = {B, T};
+    return ints(2, ps, pos);
+}
+
+/* kv_store through a table [B, NB] viewed out of a wider [B, NB + 3] tensor (strided
+ * rows): rows 0 and 1 share their first block and store past it, row 1 straddles two
+ * blocks, row 2 fills the last entry, row 3's entry is outside the pool (it stores
+ * nothing). Also the [B, 1] form of the contiguous call equals its [B] form. */
+static void test_kv_store_paged(void) {
+    lt_rng r = lt_rng_seed(61);
+    const int64_t B = 4, T = 5, H = 2, D = 8, P = 16, NB = 6, S = 40;
+    const int64_t start[4] = {P + 3, 3 * P - 2, 5 * P + 10, P + 1};
+    int64_t last[4], xs[4] = {B, T, H, D}, ps[4] = {S, H, P, D}, ts[2] = {B, NB + 3}, ss[1] = {B};
+    for (int b = 0; b < 4; b++) last[b] = start[b] + T - 1;
+    paged g;
+    paged_init(&g, &r, B, NB, P, S, last, 3, start[3] / P);
+    int32_t wide[PG_ROWS * (PG_MAX_NB + 3)], ident[PG_ROWS] = {0, 1, 2, 3};
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t e = 0; e < NB + 3; e++) wide[b * (NB + 3) + e] = e < NB ? g.tab[b * NB + e] : 12345;
+    ct_pair tw = ints(2, ts, wide), so = ints(1, ss, ident), po = positions_of(B, T, start);
+    lm_tensor_view tab_h, tab_d, s1_d;
+    LT_CHECK_OK(lm_tensor_view_slice(HV(tw), 1, 0, NB, 1, &tab_h));
+    tab_d = ct_mirror(tw.h, &tab_h, tw.d);
+    int64_t b1[2] = {B, 1};
+    LT_CHECK_OK(lm_tensor_view_split_axis(DV(so), 0, 2, b1, &s1_d));
+    const lm_dtype pairs[2][2] = {{LM_F32, LM_BF16}, {LM_BF16, LM_F32}};
+    for (int k = 0; k < 2; k++) {
+        ct_pair x = ct_random(&r, pairs[k][0], 4, xs, 1.0), pool = ct_random(&r, pairs[k][1], 4, ps, 1.0);
+        lm_tensor *cont = paged_gather(&g, pool.h, &r); /* finite everywhere: compared whole below */
+        ct_pair c1 = ct_pair_of(cont), c2 = {NULL, NULL};
+        LT_CHECK_OK(lm_tensor_to_device(NULL, c1.h, lm_device_cpu(), &c2.h));
+        c2.d = ct_upload(c2.h);
+        LT_CHECK_OK(lm_kv_store_out(g_ctx, DV(pool), DV(x), &tab_d, DV(po)));
+        LT_CHECK_OK(lm_kv_store_out(g_ctx, DV(c1), DV(x), DV(so), DV(po)));
+        LT_CHECK_OK(lm_kv_store_out(g_ctx, DV(c2), DV(x), &s1_d, DV(po)));
+        lm_tensor *want = paged_expected(&g, pool.h, c1.d), *want1 = download(c1.d);
+        char what[96];
+        snprintf(what, sizeof what, "kv_store paged %s into %s (row 3 out of the pool)", lm_dtype_name(pairs[k][0]),
+                 lm_dtype_name(pairs[k][1]));
+        ct_check(g_ctx, what, &pool, DV(pool), lm_tensor_as_view(want), 0, 0);
+        ct_check(g_ctx, "kv_store: slots [B, 1] = slots [B]", &c2, DV(c2), lm_tensor_as_view(want1), 0, 0);
+        lm_tensor_destroy(want), lm_tensor_destroy(want1);
+        ct_pair_free(&x), ct_pair_free(&pool), ct_pair_free(&c1), ct_pair_free(&c2);
+    }
+    ct_pair_free(&tw), ct_pair_free(&so), ct_pair_free(&po);
+}
+
+/* qkv_rope_store into paged bf16 caches (f32 and bf16 q, bias and q/k norms), rows as
+ * in test_kv_store_paged: q and both pools equal the contiguous call's (scattered
+ * back); row 3's q is NaN and it stores nothing. */
+static void check_qkv_paged(lm_dtype q_dt) {
+    lt_rng r = lt_rng_seed(67 + (uint64_t)q_dt);
+    const int64_t B = 4, T = 5, Hq = 4, Hkv = 2, D = 16, P = 16, NB = 6, S = 40, nq = (Hq + 2 * Hkv) * D;
+    const int64_t start[4] = {P + 3, 3 * P - 2, 5 * P + 10, P + 1};
+    int64_t last[4], xs[3] = {B, T, nq}, ps[4] = {S, Hkv, P, D}, qs[4] = {B, T, Hq, D}, fs[1] = {D / 2};
+    int64_t ds[1] = {D}, bs[1] = {nq}, ts[2] = {B, NB}, ss[1] = {B};
+    for (int b = 0; b < 4; b++) last[b] = start[b] + T - 1;
+    paged g;
+    paged_init(&g, &r, B, NB, P, S, last, 3, start[3] / P);
+    int32_t ident[PG_ROWS] = {0, 1, 2, 3};
+    ct_pair tab = ints(2, ts, g.tab), so = ints(1, ss, ident), po = positions_of(B, T, start);
+    ct_pair qkv = ct_random(&r, LM_F32, 3, xs, 1.0), bias = ct_random(&r, LM_F32, 1, bs, 0.5);
+    ct_pair qn = ct_random(&r, LM_F32, 1, ds, 1.0), kn = ct_random(&r, LM_F32, 1, ds, 1.0);
+    ct_pair kp = ct_random(&r, LM_BF16, 4, ps, 1.0), vp = ct_random(&r, LM_BF16, 4, ps, 1.0);
+    ct_pair kc = ct_pair_of(paged_gather(&g, kp.h, NULL)), vc = ct_pair_of(paged_gather(&g, vp.h, NULL));
+    ct_pair q1 = ct_poisoned(q_dt, 4, qs), q2 = ct_poisoned(q_dt, 4, qs);
+    lm_tensor *inv = NULL, *invd = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 1, fs, &inv));
+    LT_CHECK_OK(lm_rope_inv_freq_out(g_ref, 10000.0, D, lm_tensor_as_view(inv)));
+    invd = ct_upload(inv);
+    lm_qkv_rope_params pd = {Hq, DV(bias), DV(qn), DV(kn), 1e-6f, NULL, 1.0f};
+    pd.inv_freq = lm_tensor_as_view(invd);
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv), &pd, DV(tab), DV(po), DV(kp), DV(vp), DV(q1)));
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv), &pd, DV(so), DV(po), DV(kc), DV(vc), DV(q2)));
+    lm_tensor *kw = paged_expected(&g, kp.h, kc.d), *vw = paged_expected(&g, vp.h, vc.d), *qw = download(q2.d);
+    char what[96];
+    snprintf(what, sizeof what, "qkv_rope_store paged q %s: q of the good rows", lm_dtype_name(q_dt));
+    check_rows(what, &q1, qw, 3, 0, 0);
+    LT_CHECK_MSG(rows_all_nan(&q1, 3, 4), "qkv_rope_store paged: a row out of the pool must get a NaN q");
+    ct_check(g_ctx, "qkv_rope_store paged: k pool", &kp, DV(kp), lm_tensor_as_view(kw), 0, 0);
+    ct_check(g_ctx, "qkv_rope_store paged: v pool", &vp, DV(vp), lm_tensor_as_view(vw), 0, 0);
+    lm_tensor_destroy(inv), lm_tensor_destroy(invd), lm_tensor_destroy(kw), lm_tensor_destroy(vw);
+    lm_tensor_destroy(qw);
+    ct_pair_free(&tab), ct_pair_free(&so), ct_pair_free(&po), ct_pair_free(&qkv), ct_pair_free(&bias);
+    ct_pair_free(&qn), ct_pair_free(&kn), ct_pair_free(&kp), ct_pair_free(&vp), ct_pair_free(&kc), ct_pair_free(&vc);
+    ct_pair_free(&q1), ct_pair_free(&q2);
+}
+
+static void test_qkv_rope_store_paged(void) {
+    check_qkv_paged(LM_F32);
+    check_qkv_paged(LM_BF16);
+}
+
+/* attention_cache over paged bf16 caches: 4 rows of T tokens, row 0 filling its whole
+ * table (the last token at NB * P - 1), row 1 sharing row 0's first block, row 2 a
+ * fresh prompt from position 0, row 3 with the entry of its first position outside the
+ * pool, 40 positions short of a full table (with two splits, the second split of its
+ * decode token is the bad one). Pool positions no row holds are NaN (never read). */
+typedef struct paged_attn_case {
+    int64_t T, Hq, Hkv, D, P, NB, window;
+    lm_dtype q_dt, out_dt;
+    int workspace;
+} paged_attn_case;
+
+static lm_tensor *widened(const lm_tensor *t) {
+    lm_tensor *o = NULL;
+    LT_CHECK_OK(lm_cast(g_ref, lm_tensor_as_view(t), LM_F32, &o));
+    return o;
+}
+
+/* A random bf16 pool [S, Hkv, P, D] whose positions no row of g holds are NaN. */
+static ct_pair paged_pool(lt_rng *r, const paged *g, int64_t Hkv, int64_t D) {
+    int64_t ps[4] = {g->S, Hkv, g->P, D};
+    lm_tensor *h = lt_random_tensor(r, LM_BF16, 4, ps, 1.0);
+    uint16_t *p = lm_tensor_data(h);
+    unsigned char held[256 * 128];
+    LT_CHECK(g->S * g->P <= (int64_t)sizeof held);
+    memset(held, 0, sizeof held);
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t e = 0; e < g->NB; e++)
+            for (int64_t o = 0; paged_entry_ok(g, b, e) && o < g->P && e * g->P + o <= g->last[b]; o++)
+                held[g->tab[b * g->NB + e] * g->P + o] = 1;
+    for (int64_t s = 0; s < g->S; s++)
+        for (int64_t kh = 0; kh < Hkv; kh++)
+            for (int64_t o = 0; o < g->P; o++)
+                for (int64_t d = 0; !held[s * g->P + o] && d < D; d++) p[((s * Hkv + kh) * g->P + o) * D + d] = 0x7fc0;
+    return ct_pair_of(h);
+}
+
+static void check_attention_paged(const paged_attn_case *c) {
+    lt_rng r = lt_rng_seed(73 + (uint64_t)(c->P * 3 + c->T + c->D));
+    const int64_t B = 4, T = c->T, P = c->P, NB = c->NB, S = B * NB + 8, cap = NB * P;
+    const int64_t start[4] = {cap - T, P + 7, 0, cap - T - 40};
+    int64_t last[4], qs[4] = {B, T, c->Hq, c->D}, ts[2] = {B, NB}, ss[1] = {B};
+    for (int b = 0; b < 4; b++) last[b] = start[b] + T - 1;
+    LT_CHECK(start[0] >= P); /* rows 0 and 1 only read their shared first block */
+    paged g;
+    paged_init(&g, &r, B, NB, P, S, last, 3, start[3] / P);
+    int32_t ident[PG_ROWS] = {0, 1, 2, 3};
+    ct_pair tab = ints(2, ts, g.tab), so = ints(1, ss, ident), po = positions_of(B, T, start);
+    ct_pair kp = paged_pool(&r, &g, c->Hkv, c->D), vp = paged_pool(&r, &g, c->Hkv, c->D);
+    ct_pair kc = ct_pair_of(paged_gather(&g, kp.h, NULL)), vc = ct_pair_of(paged_gather(&g, vp.h, NULL));
+    ct_pair q = ct_random(&r, c->q_dt, 4, qs, 1.0);
+    ct_pair o1 = ct_poisoned(c->out_dt, 4, qs), o2 = ct_poisoned(c->out_dt, 4, qs);
+    int64_t wsn = (int64_t)lm_attention_cache_workspace_bytes(ct_gpu, B * T, c->Hq, c->D, cap);
+    lm_tensor *ws = NULL;
+    if (c->workspace && wsn) LT_CHECK_OK(lm_tensor_zeros(ct_gpu, LM_U8, 1, &wsn, &ws));
+    lm_kv_attention_params p = {1.0f / sqrtf((float)c->D), c->window, ws ? lm_tensor_as_view(ws) : NULL};
+    lm_kv_attention_params pr = {p.scale, p.window, NULL};
+    int flash = T > 1 && c->q_dt == LM_BF16 && (c->D == 64 || c->D == 128);
+    double nmse = flash ? (c->out_dt == LM_BF16 ? 5e-5 : 2e-5) : c->out_dt == LM_BF16 ? ct_nmse(LM_BF16) : 1e-9;
+    double abs_tol = flash ? 0.03 : ct_abs(c->out_dt, 1.0);
+    char what[192];
+    int n = snprintf(what, sizeof what, "attention_cache paged %s T %lld G %lld D %lld P %lld NB %lld window %lld q %s "
+                     "out %s ws %d", flash ? "flash" : "rows", (long long)T, (long long)(c->Hq / c->Hkv),
+                     (long long)c->D, (long long)P, (long long)NB, (long long)c->window, lm_dtype_name(c->q_dt),
+                     lm_dtype_name(c->out_dt), ws != NULL);
+    /* the contiguous form against the CPU reference (rows 0..2; row 3's keys are NaN there) */
+    LT_CHECK_OK(lm_attention_cache_out(g_ctx, DV(q), DV(kc), DV(vc), DV(so), DV(po), &p, DV(o2)));
+    lm_tensor *q32 = widened(q.h), *k32 = widened(kc.h), *v32 = widened(vc.h), *w32 = lt_poisoned_tensor(LM_F32, 4, qs);
+    lm_tensor *want = lt_poisoned_tensor(c->out_dt, 4, qs);
+    LT_CHECK_OK(lm_attention_cache_out(g_ref, lm_tensor_as_view(q32), lm_tensor_as_view(k32), lm_tensor_as_view(v32),
+                                       HV(so), HV(po), &pr, lm_tensor_as_view(w32)));
+    LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(w32), lm_tensor_as_view(want)));
+    snprintf(what + n, sizeof what - (size_t)n, ": contiguous vs reference");
+    check_rows(what, &o2, want, 3, nmse, abs_tol);
+    lm_tensor *cont = download(o2.d);
+    for (int rep = 0; rep < 2; rep++) { /* twice: the split counters are back at zero */
+        LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(o1)));
+        LT_CHECK_OK(lm_attention_cache_out(g_ctx, DV(q), DV(kp), DV(vp), DV(tab), DV(po), &p, DV(o1)));
+        snprintf(what + n, sizeof what - (size_t)n, ": paged vs contiguous, run %d", rep);
+        check_rows(what, &o1, cont, 3, nmse, abs_tol);
+        LT_CHECK_MSG(rows_all_nan(&o1, 3, 4), "%s: the row with a block out of the pool is not NaN", what);
+    }
+    lm_tensor_destroy(ws), lm_tensor_destroy(q32), lm_tensor_destroy(k32), lm_tensor_destroy(v32);
+    lm_tensor_destroy(w32), lm_tensor_destroy(want), lm_tensor_destroy(cont);
+    ct_pair_free(&tab), ct_pair_free(&so), ct_pair_free(&po), ct_pair_free(&kp), ct_pair_free(&vp);
+    ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&o1), ct_pair_free(&o2);
+}
+
+/* Decode (T = 1, the split-K rows kernel: rows of 384 and 400 positions are two
+ * splits with the workspace, one without), then prefill (T = 40, the flash kernel:
+ * blocks of 16 and 32 positions inside a 64-key tile, blocks of 80 straddling tiles),
+ * windows included. */
+static void test_attention_cache_paged(void) {
+    paged_attn_case dec[4] = {{1, 8, 2, 64, 32, 12, 0, LM_F32, LM_F32, 1},
+                              {1, 8, 2, 64, 32, 12, 0, LM_BF16, LM_BF16, 0},
+                              {1, 4, 4, 16, 80, 5, 100, LM_F32, LM_F32, 1},
+                              {1, 14, 2, 64, 16, 8, 0, LM_BF16, LM_F32, 1}};
+    for (int i = 0; i < 4; i++) check_attention_paged(&dec[i]);
+    paged_attn_case pre[4] = {{40, 4, 2, 64, 32, 12, 0, LM_BF16, LM_F32, 1},
+                              {40, 4, 2, 64, 16, 8, 0, LM_BF16, LM_BF16, 1},
+                              {40, 4, 2, 128, 80, 5, 50, LM_BF16, LM_BF16, 1},
+                              {40, 2, 2, 64, 80, 5, 0, LM_BF16, LM_F32, 1}};
+    for (int i = 0; i < 4; i++) check_attention_paged(&pre[i]);
+}
+
 /* ---- token selection --------------------------------------------------------------------------- */
 static void test_sample_public(void) {
     lt_rng r = lt_rng_seed(47);
@@ -348,6 +679,9 @@ int main(void) {
     LT_RUN(test_linear_forms);
     LT_RUN(test_qkv_rope_store);
     LT_RUN(test_kv_store_dtypes_and_bad_row);
+    LT_RUN(test_kv_store_paged);
+    LT_RUN(test_qkv_rope_store_paged);
+    LT_RUN(test_attention_cache_paged);
     LT_RUN(test_sample_public);
     LT_RUN(test_mixed_forms);
     lm_ctx_destroy(g_ref);

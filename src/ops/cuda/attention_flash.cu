@@ -4,10 +4,18 @@
  * activations), grouped kv heads read in place, causal (bottom-right aligned: query
  * i sees keys j <= i + Tk - Tq) or not, and a sliding window (query i also sees only
  * keys j > i + Tk - Tq - window).
- * Cache mode (forward only): batch row b reads the K/V of cache slot row_slot[b] and
- * its T queries sit at positions start .. start + T - 1 (start = row_pos[b, 0]), so
- * Tk = start + T for that row; a row whose slot or positions fall outside the cache
- * writes NaN and reads nothing.
+ * Cache mode (forward only): batch row b's T queries sit at positions start .. start +
+ * T - 1 (start = row_pos[b, 0]), so Tk = start + T for that row, and its key j lives
+ * in block row_table[b, j / P] of the caches [S, Hkv, P, D] at offset j % P. With one
+ * entry per row (nb = 1, the row's slot) the slot is the K/V batch index, as in
+ * training; with nb > 1 (a paged cache) each key row of a tile finds its block through
+ * the table (a tile may straddle blocks): one thread per row looks the next tile's
+ * entries up while the current tile computes, so staging reads them from shared memory
+ * and the table adds no round trip. A row whose positions pass nb * P, or one of
+ * whose table entries holding keys its queries see (from the first query's window
+ * start to Tk - 1) is outside the pool, writes NaN and reads no keys; staged rows
+ * before the window whose entry is out of range (e.g. freed blocks) load as zeros, and
+ * are masked.
  *
  * All products are mma.sync m16n8k16 (bf16 in, f32 accumulate); tiles of 64 rows per
  * block, 16 per warp, 4 warps. Fragment layouts (PTX ISA; g = lane / 4, c = lane % 4):
@@ -58,10 +66,10 @@ struct fa_args {
     float scale_log2, scale;
     int causal;
     int64_t window; /* > 0: keys more than window - 1 before the query's position are hidden */
-    /* cache mode (forward): k, v are caches [S, Hkv, P, D] indexed by slot */
-    const int32_t *row_slot; /* [B] or NULL */
-    const int32_t *row_pos;  /* [B, Tq] positions, consecutive per row */
-    int64_t nslots; /* and Tk = P, the positions a slot holds */
+    /* cache mode (forward): k, v are pools of blocks [S, Hkv, P, D] */
+    const int32_t *row_table; /* [B, nb] each row's blocks, or NULL (not cache mode) */
+    const int32_t *row_pos;   /* [B, Tq] positions, consecutive per row */
+    int64_t nblocks, nb, P;   /* S, table entries per row, positions per block (Tk = nb * P) */
     float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
     float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
     float *pk, *pv; /* grouped heads: [B, Hq, Tk, D] f32 per-query-head dK, dV partials, else NULL */
@@ -128,6 +136,40 @@ __device__ __forceinline__ void stage2(const fa_view &v0, int64_t b0, const fa_v
     }
 }
 
+/* Cache mode, paged: the table entry (a block, not yet checked; -1 past the row's n
+ * keys) and the offset in it of key t, the load left in flight until the entry is
+ * used. 32-bit division: keys are i32 positions and P < 2^31 (the launcher checks). */
+static __device__ __forceinline__ void key_entry(const fa_args &a, const int32_t *tab, int64_t t, int64_t n,
+                                                 int32_t *block, int32_t *off) {
+    uint32_t e = (uint32_t)t / (uint32_t)a.P;
+    *block = t < n ? tab[e] : -1;
+    *off = (int32_t)(t - (int64_t)e * a.P);
+}
+
+/* stage2 of a tile's TILE key rows from a paged cache, row r at element offset kofs[r]
+ * of the K cache and vofs[r] of the V cache (shared memory; the rows' blocks and kv
+ * head already applied), or -1: a block outside the pool (past the keys, or a hidden
+ * key before a window: the row check covers every visible one), staged as zeros. */
+template <int HD>
+__device__ __forceinline__ void stage2_paged(const fa_args &a, const int64_t *kofs, const int64_t *vofs, bf16 *rm0,
+                                             bf16 *rm1) {
+    constexpr int PER = TILE * HD / 8 / (NWARP * 32);
+    uint4 x0[PER], x1[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
+        int64_t ko = kofs[row], vo = vofs[row];
+        x0[j] = ko >= 0 ? *(const uint4 *)((const bf16 *)a.k.p + ko + ch * 8) : make_uint4(0, 0, 0, 0);
+        x1[j] = vo >= 0 ? *(const uint4 *)((const bf16 *)a.v.p + vo + ch * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
+        *(uint4 *)(rm0 + row * (HD + PADE) + ch * 8) = x0[j];
+        *(uint4 *)(rm1 + row * (HD + PADE) + ch * 8) = x1[j];
+    }
+}
+
 /* B fragments of two adjacent n-tiles [n0, n0 + 16) for k rows [k0, k0 + 16) of a
  * shared row-major [k][n] array (pitch ld): ldmatrix.x4.trans, r[0..1] for n-tile n0,
  * r[2..3] for n0 + 8. Rows are 16-byte aligned and the pitch spreads 8 rows over all
@@ -172,25 +214,38 @@ __device__ __forceinline__ int hidden(const fa_args &a, int64_t qi, int64_t kj, 
     return kj >= Tk || (a.causal && kj > qi + off) || (a.window > 0 && kj <= qi + off - a.window);
 }
 
-template <int HD>
+/* PAGED: cache mode with nb != 1 (keys through the row's block table). */
+template <int HD, bool PAGED>
 __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     __shared__ __align__(16) bf16 ks[TILE * (HD + PADE)];
     __shared__ __align__(16) bf16 vs[TILE * (HD + PADE)];
+    __shared__ int64_t kofs[PAGED ? TILE : 1], vofs[PAGED ? TILE : 1]; /* PAGED: the tile's key rows */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv);
     const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
     int64_t Tk = a.Tk, kb = b; /* keys of this row, and the batch index of its K/V */
+    const int32_t *tab = NULL; /* cache mode: the row's block table [nb] */
     float o[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    if (a.row_slot) { /* cache mode: the row's slot and first position */
-        int64_t slot = a.row_slot[b], start = a.row_pos[b * a.Tq];
-        if (slot < 0 || slot >= a.nslots || start < 0 || start + a.Tq > a.Tk) {
+    if (a.row_table) { /* cache mode: the row's first position and its blocks */
+        int64_t start = a.row_pos[b * a.Tq];
+        tab = a.row_table + b * a.nb, Tk = start + a.Tq;
+        int bad = start < 0 || Tk > a.nb * a.P;
+        if (PAGED) { /* every entry holding a key some query sees; block-uniform verdict */
+            int64_t lo = a.window > 0 ? LM_MAX((int64_t)0, start + 1 - a.window) : 0;
+            for (int64_t e = lo / a.P + threadIdx.x; !bad && e <= (Tk - 1) / a.P; e += NWARP * 32)
+                bad = tab[e] < 0 || tab[e] >= a.nblocks;
+            bad = __syncthreads_or(bad);
+        } else if (!bad) { /* one entry: the row's slot is the K/V batch index */
+            kb = tab[0];
+            bad = kb < 0 || kb >= a.nblocks;
+        }
+        if (bad) {
             const float nan2[2] = {NAN, NAN};
             store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
             return;
         }
-        Tk = start + a.Tq, kb = slot;
     }
     const int64_t off = Tk - a.Tq;
     uint32_t qa[HD / 16][4];
@@ -199,9 +254,22 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     int64_t first_q = (int64_t)blockIdx.x * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
     int64_t kend = a.causal ? LM_MIN(Tk, last_q + off + 1) : Tk;
     int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    int32_t nblk = -1, noff = 0; /* PAGED, thread r < TILE: the entry of row r of the coming tile */
+    if (PAGED && threadIdx.x < TILE) key_entry(a, tab, kbegin + threadIdx.x, Tk, &nblk, &noff);
     for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
         __syncthreads();
-        stage2<HD>(a.k, kb, a.v, kb, kvh, k0, Tk, ks, vs);
+        if (PAGED) {
+            if (threadIdx.x < TILE) {
+                bool in = nblk >= 0 && nblk < a.nblocks;
+                kofs[threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
+                vofs[threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
+                if (k0 + TILE < kend) key_entry(a, tab, k0 + TILE + threadIdx.x, Tk, &nblk, &noff); /* in flight */
+            }
+            __syncthreads();
+            stage2_paged<HD>(a, kofs, vofs, ks, vs);
+        } else {
+            stage2<HD>(a.k, kb, a.v, kb, kvh, k0, Tk, ks, vs);
+        }
         __syncthreads();
         float s[TILE / 8][4];
 #pragma unroll
@@ -505,7 +573,8 @@ static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const l
 template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
     dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-    fa_fwd<HD><<<grid, NWARP * 32, 0, s>>>(a);
+    if (a.row_table && a.nb != 1) fa_fwd<HD, true><<<grid, NWARP * 32, 0, s>>>(a);
+    else fa_fwd<HD, false><<<grid, NWARP * 32, 0, s>>>(a);
     return lm__cuda_launched("flash attention forward");
 }
 
@@ -594,11 +663,13 @@ lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tenso
     memset(&a, 0, sizeof a);
     int64_t B = q->shape[0], T = q->shape[1], P = k_cache->shape[2], D = q->shape[3];
     a.q = token_major(q), a.o = token_major(out), a.o_f32 = out->dtype == LM_F32;
-    a.k = fa_of(k_cache), a.v = fa_of(v_cache); /* [S, Hkv, P, D]: the slot indexes the batch stride */
-    a.Hq = q->shape[2], a.Hkv = k_cache->shape[1], a.Tq = T, a.Tk = P;
+    a.k = fa_of(k_cache), a.v = fa_of(v_cache); /* [S, Hkv, P, D]: a block indexes the batch stride */
+    a.nb = slots->ndim == 2 ? slots->shape[1] : 1, a.P = P, a.nblocks = k_cache->shape[0];
+    a.Hq = q->shape[2], a.Hkv = k_cache->shape[1], a.Tq = T, a.Tk = a.nb * P;
     a.scale = scale, a.scale_log2 = scale * LOG2E, a.causal = 1, a.window = window;
-    a.row_slot = (const int32_t *)slots->data, a.row_pos = (const int32_t *)positions->data;
-    a.nslots = k_cache->shape[0];
+    a.row_table = (const int32_t *)slots->data, a.row_pos = (const int32_t *)positions->data;
+    if (a.nb != 1 && P > INT32_MAX)
+        return lm__error(LM_UNSUPPORTED, "attention_cache (flash): blocks of %lld positions", (long long)P);
     if (B == 0 || T == 0) return LM_OK;
     return D == 64 ? forward<64>(a, B, s) : forward<128>(a, B, s);
 }

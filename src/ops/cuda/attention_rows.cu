@@ -2,10 +2,20 @@
  * KV cache, split along the keys (decode; also the prefill path for head dims or
  * query dtypes the tensor-core kernel does not take).
  *
- * Token tok (slot of its row tok / T, position pos) attends keys [lo, pos] with lo =
- * max(0, pos + 1 - window) (0 without a window); a token whose slot or position is
- * outside the cache writes NaN and reads nothing. One block per (split, query
- * head, token): query head h reads kv head h / (Hq / Hkv) in place, so a group's K/V
+ * Token tok (row tok / T, position pos) attends keys [lo, pos] with lo =
+ * max(0, pos + 1 - window) (0 without a window). Key j of the row lives in block
+ * table[row, j / P] of the pool at offset j % P. With one entry per row (nb = 1: the
+ * row's slot) the kernel keeps a slot's base pointer and indexes keys directly; with
+ * nb > 1 (a paged cache) the thread scoring key j looks its block up (32-bit division;
+ * the first tile's entry loads beside q, so a one-tile split pays no extra round trip)
+ * and leaves the key's cache row in shared memory for the P V step. Keeping this
+ * state small holds the kernel at 64 registers (4 blocks per SM): a variant that
+ * prefetched every next tile's entries took 71 (3 blocks per SM) and ran decode 75%
+ * slower on an H200. A token whose position is past nb * P writes NaN and reads
+ * nothing; a split meeting a key whose block is outside the pool stops reading and
+ * leaves NaN, which the combine carries into the token's output (only the entries of
+ * keys [lo, pos] are read). One block per (split, query head, token): query head h
+ * reads kv head h / (Hq / Hkv) in place, so a group's K/V
  * rows are read by each of its heads (from L2 after the first) and a one-token decode
  * still spreads over Hq blocks. A block walks its key range in tiles of TILE keys:
  * thread j scores key j (its K row loaded BATCH 16-byte chunks at a time), one warp
@@ -15,7 +25,7 @@
  * least MIN_CHUNK keys; with one split the block normalizes and writes the output
  * directly, otherwise each split leaves (acc, max, sum) in the workspace and the last
  * block to finish (a per (token, head) counter, reset by that block so a captured graph
- * can replay) combines them. The grid depends only on the cache capacity, never on the
+ * can replay) combines them. The grid depends only on the row capacity nb * P, never on the
  * current lengths, which live in device memory: this is what makes decode capturable.
  * Work O(ntok * Hq * pos * hd); bytes ~ 2 * pos * hd * 2 per (token, kv head) from HBM.
  */
@@ -26,8 +36,8 @@
 #define BATCH 8       /* loads issued together before their values are used */
 #define MAX_SPLITS 32
 
-int lm__cuda_attention_rows_splits(int64_t max_tokens) {
-    int64_t n = (max_tokens + MIN_CHUNK - 1) / MIN_CHUNK;
+int lm__cuda_attention_rows_splits(int64_t capacity) {
+    int64_t n = (capacity + MIN_CHUNK - 1) / MIN_CHUNK;
     return (int)LM_MAX(1, LM_MIN(n, MAX_SPLITS));
 }
 
@@ -67,18 +77,32 @@ __device__ __forceinline__ float score_key(const bf16 *kr, const float *qs, int 
     return a * scale;
 }
 
-template <typename QT, typename OT>
+/* The table entry (a block, not yet checked) and the offset in it of key j: 32-bit
+ * division (keys are i32 positions, P < 2^31 by the launcher). The load is left in
+ * flight until the entry is used. */
+static __device__ __forceinline__ void key_entry(const int32_t *table, int64_t j, int64_t P, int32_t *block,
+                                                 int32_t *off) {
+    uint32_t e = (uint32_t)j / (uint32_t)P;
+    *block = table[e];
+    *off = (int32_t)(j - (int64_t)e * P);
+}
+
+/* PAGED: nb != 1, keys found through the row's block table; else nb = 1, the row's slot. */
+template <typename QT, typename OT, bool PAGED>
 __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
     extern __shared__ float sm[];
     const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim;
     float *qs = sm, *acc = qs + hd, *sc = acc + hd; /* q [hd], acc [hd], sc [TILE] */
+    int32_t *krow = (int32_t *)(sc + TILE);          /* PAGED: [TILE] cache row of each key of the tile */
     __shared__ float mx, sum, alpha;
     __shared__ int is_last;
     pdl_trigger(); /* the output projection's GEMV may start streaming its weights */
     const int split = blockIdx.x, h = blockIdx.y, kvh = h / (Hq / Hkv), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, slot = p.row_slot[tok / p.T];
-    if (slot < 0 || slot >= kv.slots || len < 1 || len > kv.max_tokens) { /* a bad row: NaN, nothing read */
-        OT *bad = (OT *)p.out + (tok * Hq + h) * hd;
+    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int32_t *table = p.row_table + (tok / p.T) * kv.nb;
+    const int64_t slot = PAGED ? 0 : table[0];
+    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
+        OT *bad = (OT *)p.out + (tok * Hq + h) * hd; /* a bad row: NaN, nothing read */
         for (int i = threadIdx.x; split == 0 && i < hd; i += TILE) st(bad + i, NAN);
         return;
     }
@@ -87,8 +111,11 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
     const int used = (int)((nkeys + chunk - 1) / chunk);
     if (split >= used) return; /* no keys: the combine waits for `used` splits only */
     const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
-    const bf16 *K = (const bf16 *)kv.k + (slot * Hkv + kvh) * kv.max_tokens * hd;
-    const bf16 *V = (const bf16 *)kv.v + (slot * Hkv + kvh) * kv.max_tokens * hd;
+    /* nb = 1: the slot's keys of head kvh, indexed by position; paged: the pool, by krow */
+    const bf16 *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
+    if (!PAGED) K += (slot * Hkv + kvh) * P * hd, V += (slot * Hkv + kvh) * P * hd;
+    int32_t nblock = 0, noff = 0; /* PAGED: the entry of this thread's key in the first tile */
+    if (PAGED && threadIdx.x < k1 - k0) key_entry(table, k0 + threadIdx.x, P, &nblock, &noff);
     const QT *q = (const QT *)p.q + (tok * Hq + h) * hd;
     for (int i = threadIdx.x; i < hd; i += TILE) {
         qs[i] = ld(q + i);
@@ -98,11 +125,28 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
     /* P V: thread (grp, d2) owns dims 2*d2, 2*d2+1 for keys j = grp mod kg */
     const int npairs = hd / 2, kg = TILE / npairs, d2 = threadIdx.x % npairs, grp = threadIdx.x / npairs;
     float2 o = make_float2(0.f, 0.f);
+    bool bad = false; /* PAGED: a key of this split sits in a block outside the pool (block-uniform) */
     __syncthreads();
     for (int64_t t0 = k0; t0 < k1; t0 += TILE) {
         int n = (int)LM_MIN((int64_t)TILE, k1 - t0);
-        if (threadIdx.x < n) sc[threadIdx.x] = score_key(K + (t0 + threadIdx.x) * hd, qs, hd, p.scale);
-        __syncthreads();
+        if (PAGED) { /* thread j scores key t0 + j; the P V step reads its row from krow */
+            int miss = 0;
+            if (threadIdx.x < n) {
+                int32_t block = nblock, off = noff;
+                if (t0 > k0) key_entry(table, t0 + threadIdx.x, P, &block, &off);
+                miss = block < 0 || block >= kv.blocks;
+                int32_t row = ((miss ? 0 : block) * Hkv + kvh) * (int32_t)P + off; /* < 2^31: the launcher */
+                krow[threadIdx.x] = row;
+                if (!miss) sc[threadIdx.x] = score_key(K + (int64_t)row * hd, qs, hd, p.scale);
+            }
+            if (__syncthreads_or(miss)) {
+                bad = true;
+                break;
+            }
+        } else {
+            if (threadIdx.x < n) sc[threadIdx.x] = score_key(K + (t0 + threadIdx.x) * hd, qs, hd, p.scale);
+            __syncthreads();
+        }
         if (warp == 0) { /* online softmax update */
             float m = -INFINITY;
             for (int j = lane; j < n; j += 32) m = fmaxf(m, sc[j]);
@@ -128,8 +172,10 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
 #pragma unroll
                 for (int u = 0; u < BATCH; u++) {
                     int j = j0 + u * kg;
-                    v[u] = j < n ? __bfloat1622float2(*(const __nv_bfloat162 *)(V + (t0 + j) * hd + 2 * d2))
-                                 : make_float2(0.f, 0.f);
+                    v[u] = make_float2(0.f, 0.f);
+                    if (j < n)
+                        v[u] = __bfloat1622float2(
+                            *(const __nv_bfloat162 *)(V + (PAGED ? (int64_t)krow[j] : t0 + j) * hd + 2 * d2));
                 }
 #pragma unroll
                 for (int u = 0; u < BATCH; u++) {
@@ -146,6 +192,11 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
         atomicAdd(&acc[2 * d2 + 1], o.y);
     }
     __syncthreads();
+    if (PAGED && bad) { /* NaN for this split: written directly, or carried by the combine (its den is NaN) */
+        for (int i = threadIdx.x; i < hd; i += TILE) acc[i] = NAN;
+        if (threadIdx.x == 0) mx = sum = NAN;
+        __syncthreads();
+    }
     OT *out = (OT *)p.out + (tok * Hq + h) * hd;
     if (used == 1) {
         for (int i = threadIdx.x; i < hd; i += TILE) st(out + i, acc[i] / sum);
@@ -191,7 +242,8 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
 template <typename QT, typename OT>
 static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, size_t smem, cudaStream_t s) {
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
-    attn_rows_kernel<QT, OT><<<grid, TILE, smem, s>>>(*p, *kv);
+    if (kv->nb != 1) attn_rows_kernel<QT, OT, true><<<grid, TILE, smem + sizeof(int32_t) * TILE, s>>>(*p, *kv);
+    else attn_rows_kernel<QT, OT, false><<<grid, TILE, smem, s>>>(*p, *kv);
     return lm__cuda_launched("attention_rows");
 }
 
@@ -201,6 +253,9 @@ lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_
     if (hd % 2 || hd / 2 > TILE || p->nsplit < 1 || p->nsplit > MAX_SPLITS || p->q_heads % kv->kv_heads)
         return lm__error(LM_UNSUPPORTED, "attention_rows: head dim %d (even, <= %d), %d splits (1..%d)", hd, 2 * TILE,
                          p->nsplit, MAX_SPLITS);
+    if (kv->nb != 1 && (kv->block_tokens > INT32_MAX || kv->blocks * kv->kv_heads * kv->block_tokens > INT32_MAX))
+        return lm__error(LM_UNSUPPORTED, "attention_rows: a paged cache of %lld x %d x %lld key rows (int32 indices)",
+                         (long long)kv->blocks, kv->kv_heads, (long long)kv->block_tokens);
     if (p->ntok > 65535) return lm__error(LM_UNSUPPORTED, "attention_rows: %lld tokens in one call", (long long)p->ntok);
     size_t smem = sizeof(float) * (size_t)(2 * hd + TILE);
     if (p->q_bf16) return p->out_bf16 ? launch<bf16, bf16>(p, kv, smem, s) : launch<bf16, float>(p, kv, smem, s);

@@ -71,10 +71,11 @@ int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_v
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                    float scale, int causal, int64_t window, const lm_tensor_view *out, cudaStream_t s);
 /* attention_flash.cu, cache mode: a step of B rows x T tokens attending over their
- * slots of bf16 caches [S, Hkv, P, D] (lm_attention_cache_out's contract; positions
- * [B, T] i32 contiguous, slots [B] i32): bf16 q [B, T, Hq, D] with D 64 or 128, out
- * bf16 or f32, rows 16-byte aligned (see _supports). A row with a bad slot or
- * positions writes NaN. */
+ * cached positions in bf16 caches [S, Hkv, P, D] (lm_attention_cache_out's contract;
+ * positions [B, T] i32 contiguous, slots the contiguous i32 block tables [B] or [B, NB]):
+ * bf16 q [B, T, Hq, D] with D 64 or 128, out bf16 or f32, rows 16-byte aligned (see
+ * _supports). A row with positions past NB * P, or a block out of range among those
+ * holding the keys its queries see, writes NaN. */
 int lm__cuda_attention_cache_flash_supports(const lm_tensor_view *q, const lm_tensor_view *k_cache,
                                             const lm_tensor_view *v_cache, const lm_tensor_view *out);
 lm_status lm__cuda_attention_cache_flash(const lm_tensor_view *q, const lm_tensor_view *k_cache,
@@ -128,17 +129,23 @@ lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float
 /* elementwise.cu: act bf16 [rows, I] = silu(gu[:, :I]) * gu[:, I:], gu f32 [rows, 2I] */
 lm_status lm__cuda_swiglu_packed_to_bf16(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
 
-/* One layer's bf16 KV cache: [slots, kv_heads, max_tokens, head_dim], contiguous. */
+/* One layer's bf16 KV cache, a pool of `blocks` blocks of `block_tokens` positions
+ * (lm_attention_cache_out's S and P), addressed through per-row block tables of `nb`
+ * entries: position p of row b lives in block table[b * nb + p / block_tokens] at
+ * offset p % block_tokens, so a row holds up to nb * block_tokens positions. nb = 1 is
+ * the slot-per-row cache ([B] slots), whose kernels keep the direct slot arithmetic. */
 typedef struct lm__cuda_kv {
-    void *k, *v;
-    int64_t slots, max_tokens;
+    void *k, *v; /* [blocks, kv_heads, block_tokens, head_dim] bf16 each, contiguous */
+    int64_t blocks, block_tokens;
+    int64_t nb; /* table entries per row */
     int kv_heads, head_dim;
 } lm__cuda_kv;
 
 /* rope.cu: bias + (qwen3) per-head RMSNorm + RoPE of fused q/k/v projections; q goes
- * to its buffer, k and v straight into the cache at each token's slot and position
- * (a token whose row's slot or position is outside the cache stores nothing and its
- * q is NaN). Angles are pos * inv_freq in double, like the CPU. */
+ * to its buffer, k and v straight into the cache at each token's block and offset
+ * (a token whose position is past the row's nb * block_tokens, or whose block is
+ * outside the pool, stores nothing and its q is NaN). Angles are pos * inv_freq in
+ * double, like the CPU. */
 typedef struct lm__cuda_qkv_params {
     const float *qkv;             /* [ntok, (Hq + 2 Hkv) * hd]: q heads, then k, then v */
     const float *bias;            /* [(Hq + 2 Hkv) * hd] or NULL */
@@ -146,8 +153,8 @@ typedef struct lm__cuda_qkv_params {
     float eps;
     const float *inv_freq; /* [hd / 2] */
     float attn_factor;
-    const int32_t *tok_pos;  /* [ntok] position of each token */
-    const int32_t *row_slot; /* [ntok / T] cache slot of each row of T tokens */
+    const int32_t *tok_pos;   /* [ntok] position of each token */
+    const int32_t *row_table; /* [ntok / T, nb] block table of each row of T tokens */
     int64_t ntok, T;
     int q_heads;
     int q_bf16; /* q element type: 1 bf16, 0 f32 */
@@ -155,14 +162,15 @@ typedef struct lm__cuda_qkv_params {
 } lm__cuda_qkv_params;
 lm_status lm__cuda_qkv_rope_store(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
-/* attention_rows.cu: attention of each token's q heads over its row's slot, keys
- * [max(0, pos + 1 - window), pos] (all of [0, pos] for window 0); a token whose row's
- * slot or position is outside the cache writes NaN. */
+/* attention_rows.cu: attention of each token's q heads over its row's cached keys
+ * [max(0, pos + 1 - window), pos] (all of [0, pos] for window 0); a token whose
+ * position is past nb * block_tokens, or one of whose keys sits in a block outside the
+ * pool, writes NaN (only the table entries of those keys are read). */
 typedef struct lm__cuda_attn_params {
     const void *q; /* [ntok, Hq, hd] */
     int q_bf16;
-    const int32_t *tok_pos;  /* [ntok] */
-    const int32_t *row_slot; /* [ntok / T] */
+    const int32_t *tok_pos;   /* [ntok] */
+    const int32_t *row_table; /* [ntok / T, nb] */
     int64_t ntok, T;
     int q_heads;
     float scale;
@@ -173,8 +181,9 @@ typedef struct lm__cuda_attn_params {
     int *counters;  /* [ntok * q_heads] zero ints, left zero again */
     int nsplit;     /* key splits per token (lm__cuda_attention_rows_splits); 1 needs no workspace */
 } lm__cuda_attn_params;
-/* Splits of the keys among blocks for a cache of max_tokens positions. */
-int lm__cuda_attention_rows_splits(int64_t max_tokens);
+/* Splits of the keys among blocks for rows of up to `capacity` positions (nb *
+ * block_tokens): the grid depends on it, never on the current lengths. */
+int lm__cuda_attention_rows_splits(int64_t capacity);
 size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit);
 /* Split-K over the cache, one block per (split, query head, token); the last block of
  * a (token, head) combines the splits. Any even hd <= 512. */
@@ -231,7 +240,9 @@ lm_status lm__cuda_sample(const float *logits, int64_t rows, int64_t V, int64_t 
 
 /* step_cuda.c: the model-step operators' CUDA level (views as validated by the public
  * operators; the tuned kernels above where the views allow, LM_UNSUPPORTED naming the
- * reason otherwise). */
+ * reason otherwise). slots is a block table [B] or [B, NB] (ops.h); kv_store (kv.cu)
+ * takes any strides, the others contiguous index tensors. The workspace is sized by
+ * the row capacity cache_tokens = NB * P (P alone for [B] slots). */
 lm_status lm__cuda_kv_store(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,
                             const lm_tensor_view *positions, cudaStream_t s);
 lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view *k_cache,

@@ -7,8 +7,10 @@
  * each thread reads both members before writing, so in-place use is safe.
  * qkv_rope_store (the model step): one warp per (token, head) of the fused q/k/v
  * projection: bias, qwen3's per-head RMSNorm (a warp reduction), RoPE, and the stores:
- * q to its attention buffer, k and v (bf16) into the cache at the token's slot (its
- * row's) and position; a token outside the cache stores nothing and gets a NaN q.
+ * q to its attention buffer, k and v (bf16) into the cache at the token's position p:
+ * block table[row, p / P], offset p % P (with one entry per row, the row's slot and p
+ * itself, no division); a token whose position is past the row's NB * P or whose
+ * block is outside the pool stores nothing and gets a NaN q.
  * O(ntok * (Hq + 2 Hkv) * hd).
  */
 #include "ops/cuda/common.cuh"
@@ -105,14 +107,19 @@ __global__ void qkv_rope_store_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
     int h = (int)(item % heads), lane = threadIdx.x & 31;
     const float *src = p.qkv + tok * heads * hd + (int64_t)h * hd;
     const float *b = p.bias ? p.bias + (int64_t)h * hd : NULL;
-    int64_t pos = p.tok_pos[tok], slot = p.row_slot[tok / p.T];
-    if (slot < 0 || slot >= kv.slots || pos < 0 || pos >= kv.max_tokens) { /* a bad row: no store, NaN q */
+    const int64_t P = kv.block_tokens;
+    int64_t pos = p.tok_pos[tok], block = -1, off = pos; /* the token's block and offset in it */
+    if (pos >= 0 && pos < kv.nb * P) {
+        int64_t e = kv.nb == 1 ? 0 : pos / P;
+        block = p.row_table[(tok / p.T) * kv.nb + e], off = pos - e * P;
+    }
+    if (block < 0 || block >= kv.blocks) { /* a bad token: no store, NaN q */
         QT *q = (QT *)p.q + (tok * Hq + h) * hd;
         for (int d = lane; h < Hq && d < hd; d += 32) st(q + d, NAN);
         return;
     }
     if (h >= Hq + Hkv) { /* v head: bias and store */
-        bf16 *dst = (bf16 *)kv.v + ((slot * Hkv + (h - Hq - Hkv)) * kv.max_tokens + pos) * hd;
+        bf16 *dst = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * P + off) * hd;
         for (int d = lane; d < hd; d += 32) dst[d] = __float2bfloat16_rn(src[d] + (b ? b[d] : 0.f));
         return;
     }
@@ -141,7 +148,7 @@ __global__ void qkv_rope_store_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
             st(q + i, ra);
             st(q + i + half, rb);
         } else {
-            bf16 *k = (bf16 *)kv.k + ((slot * Hkv + (h - Hq)) * kv.max_tokens + pos) * hd;
+            bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * P + off) * hd;
             k[i] = __float2bfloat16_rn(ra);
             k[i + half] = __float2bfloat16_rn(rb);
         }

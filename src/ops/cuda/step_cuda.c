@@ -4,6 +4,9 @@
  * fused QKV front, the device sampler) or answer LM_UNSUPPORTED naming what the
  * kernels need; and the fast paths of the basic operators' mixed-dtype forms the step
  * uses (f32 rows normalized into bf16, the packed SwiGLU).
+ * KV caches are pools of blocks [S, Hkv, P, D] addressed through slots, the block
+ * tables [B] (NB = 1) or [B, NB]: a row holds up to NB * P positions, and that row
+ * capacity (not P) sizes the split-K attention's splits and workspace.
  * Nothing here allocates or synchronizes, so a captured step may contain any of it.
  */
 #include "ops/cuda/cuda_ops.h"
@@ -23,8 +26,12 @@ static int contiguous(const lm_tensor_view *v) { return lm_tensor_view_is_contig
 /* rows with a unit last stride (any row stride) */
 static int unit_last(const lm_tensor_view *v) { return v->ndim == 0 || v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
 
-static lm__cuda_kv cache_of(const lm_tensor_view *k, const lm_tensor_view *v) {
-    lm__cuda_kv kv = {k->data, v->data, k->shape[0], k->shape[2], (int)k->shape[1], (int)k->shape[3]};
+/* Table entries per row: slots [B, NB] or [B] (one). */
+static int64_t blocks_per_row(const lm_tensor_view *slots) { return slots->ndim == 2 ? slots->shape[1] : 1; }
+
+static lm__cuda_kv cache_of(const lm_tensor_view *k, const lm_tensor_view *v, const lm_tensor_view *slots) {
+    lm__cuda_kv kv = {k->data, v->data, k->shape[0], k->shape[2], blocks_per_row(slots), (int)k->shape[1],
+                      (int)k->shape[3]};
     return kv;
 }
 
@@ -52,18 +59,19 @@ lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view
     lm__cuda_attn_params ap;
     memset(&ap, 0, sizeof ap);
     ap.q = q->data, ap.q_bf16 = q->dtype == LM_BF16;
-    ap.tok_pos = (const int32_t *)positions->data, ap.row_slot = (const int32_t *)slots->data;
+    ap.tok_pos = (const int32_t *)positions->data, ap.row_table = (const int32_t *)slots->data;
     ap.ntok = ntok, ap.T = T, ap.q_heads = (int)Hq, ap.scale = p->scale, ap.window = p->window;
     ap.out = out->data, ap.out_bf16 = out->dtype == LM_BF16;
     ap.nsplit = 1;
-    size_t need = lm__cuda_attention_cache_workspace(ntok, Hq, D, k_cache->shape[2]);
+    int64_t capacity = blocks_per_row(slots) * k_cache->shape[2]; /* NB * P positions a row holds */
+    size_t need = lm__cuda_attention_cache_workspace(ntok, Hq, D, capacity);
     if (p->workspace && need && (size_t)lm_tensor_view_numel(p->workspace) * lm_dtype_size(p->workspace->dtype) >= need) {
-        ap.nsplit = lm__cuda_attention_rows_splits(k_cache->shape[2]);
+        ap.nsplit = lm__cuda_attention_rows_splits(capacity);
         ap.partial = (float *)p->workspace->data;
         ap.counters = (int *)((char *)p->workspace->data + lm__cuda_attention_rows_workspace(ntok, (int)Hq, (int)D,
                                                                                              ap.nsplit) * sizeof(float));
     }
-    lm__cuda_kv kv = cache_of(k_cache, v_cache);
+    lm__cuda_kv kv = cache_of(k_cache, v_cache, slots);
     return lm__cuda_attention_rows(&ap, &kv, s);
 }
 
@@ -87,10 +95,10 @@ lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_
     kp.q_norm = p->q_norm ? (const float *)p->q_norm->data : NULL;
     kp.k_norm = p->k_norm ? (const float *)p->k_norm->data : NULL;
     kp.eps = p->eps, kp.inv_freq = (const float *)p->inv_freq->data, kp.attn_factor = p->attn_factor;
-    kp.tok_pos = (const int32_t *)positions->data, kp.row_slot = (const int32_t *)slots->data;
+    kp.tok_pos = (const int32_t *)positions->data, kp.row_table = (const int32_t *)slots->data;
     kp.ntok = qkv->shape[0] * qkv->shape[1], kp.T = qkv->shape[1];
     kp.q_heads = (int)p->q_heads, kp.q_bf16 = q->dtype == LM_BF16, kp.q = q->data;
-    lm__cuda_kv kv = cache_of(k_cache, v_cache);
+    lm__cuda_kv kv = cache_of(k_cache, v_cache, slots);
     return lm__cuda_qkv_rope_store(&kp, &kv, s);
 }
 
