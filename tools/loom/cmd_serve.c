@@ -1,10 +1,11 @@
 /* tools/loom/cmd_serve.c — `loom serve`: the OpenAI-compatible HTTP server
  * (loom/server.h) on one model, until SIGINT or SIGTERM.
  *
- * The KV cache is sized at start and printed: --slots rows of --context positions
- * each, or as many slots (at most 256) as --kv-memory holds (on CUDA the default
- * budget is half of the GPU's memory beside the weights). --buckets 8x512,4x4096 makes a
- * length-bucketed scheduler instead.
+ * The KV cache is sized at start and printed. On CUDA it is paged by default: a pool
+ * of blocks (--block-size positions each) as large as --kv-memory (default: half of
+ * the GPU's memory beside the weights), up to --slots (default 256) requests decoding
+ * together; --slot-cache gives each request a slot of --context positions instead,
+ * the CPU's default. --buckets 8x512,4x4096 makes a length-bucketed scheduler.
  */
 #include "args.h"
 #include "commands.h"
@@ -57,7 +58,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *device_text = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL;
     const char *buckets = NULL, *scheduler = NULL, *bos_text = "auto";
     int port = 8080, slots = 0, threads = 0, spill = 0, max_queue = 0, verbose = 0, deterministic = 0;
-    int max_connections = 512, max_prefill = 0, paged = 0, block_size = 16;
+    int max_connections = 512, max_prefill = 0, paged = 0, slot_cache = 0, block_size = 16;
     int64_t context = 0;
     float kv_memory_gib = 0, grace = 10, idle = 30;
     int context_i = 0;
@@ -72,7 +73,9 @@ int cmd_serve(int argc, char **argv) {
         {"slots", CLI_INT, &slots, "N: requests decoded together (default 8 on the CPU; on CUDA what --kv-memory holds, at most 256)"},
         {"context", CLI_INT, &context_i, "N: positions per slot, prompt + output (default min(4096, max_position_embeddings))"},
         {"kv-memory", CLI_FLOAT, &kv_memory_gib, "GIB: KV-cache budget that sizes --slots (CUDA default: half the memory beside the weights)"},
-        {"paged", CLI_FLAG, &paged, "a paged KV cache: blocks taken as requests grow, shared by equal prompt prefixes"},
+        {"paged", CLI_FLAG, &paged, "a paged KV cache: blocks taken as requests grow, shared by equal prompt prefixes "
+                                    "(the default on CUDA)"},
+        {"slot-cache", CLI_FLAG, &slot_cache, "one KV slot of --context positions per request (the default on the CPU)"},
         {"block-size", CLI_INT, &block_size, "N: positions per block of the paged cache (default 16)"},
         {"buckets", CLI_STRING, &buckets, "LIST: length buckets, e.g. 16x512,4x4096 (slots x context each)"},
         {"spill", CLI_FLAG, &spill, "a full bucket may hand a request to a larger bucket with a free slot"},
@@ -132,6 +135,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "loom serve: --scheduler must be continuous, bucketed or reference\n");
         return 2;
     }
+    if (paged && slot_cache) {
+        fprintf(stderr, "loom serve: --paged and --slot-cache exclude each other\n");
+        return 2;
+    }
     if (paged && o.sched.kind != LM_SCHED_CONTINUOUS) {
         fprintf(stderr, "loom serve: --paged goes with the continuous scheduler\n");
         return 2;
@@ -157,6 +164,8 @@ int cmd_serve(int argc, char **argv) {
         double budget = kv_memory_gib > 0 ? kv_memory_gib * 1073741824.0 : 0;
         if (!budget && !host_mem && caps.memory_bytes > 0) /* half of the GPU's memory beside the weights */
             budget = 0.5 * (double)(caps.memory_bytes - lm_model_weight_bytes(m));
+        /* paged by default on a GPU; on the CPU a paged row's keys are gathered each step */
+        if (!paged && !slot_cache && !host_mem) paged = 1;
         if (paged) { /* the budget buys blocks; slots only bound the rows decoded together */
             int64_t per_block = kv_bytes_per_token(m) * block_size;
             int64_t blocks = budget > 0 ? (int64_t)(budget / (double)per_block) : 0;
