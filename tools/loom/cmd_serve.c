@@ -70,9 +70,9 @@ int cmd_serve(int argc, char **argv) {
         {"name", CLI_STRING, &name, "NAME: the model id clients use (default: the directory's name)"},
         {"api-key", CLI_STRING, &api_key, "KEY: require 'Authorization: Bearer KEY' on /v1/"},
         {"scheduler", CLI_STRING, &scheduler, "KIND: continuous (default), bucketed (with --buckets) or reference"},
-        {"slots", CLI_INT, &slots, "N: requests decoded together (default 8 on the CPU; on CUDA what --kv-memory holds, at most 256)"},
-        {"context", CLI_INT, &context_i, "N: positions per slot, prompt + output (default min(4096, max_position_embeddings))"},
-        {"kv-memory", CLI_FLOAT, &kv_memory_gib, "GIB: KV-cache budget that sizes --slots (CUDA default: half the memory beside the weights)"},
+        {"slots", CLI_INT, &slots, "N: requests decoded together (default 8 on the CPU, 256 on CUDA; with --slot-cache on CUDA: what --kv-memory holds, at most 256)"},
+        {"context", CLI_INT, &context_i, "N: positions one request may hold, prompt + output (default min(4096, max_position_embeddings))"},
+        {"kv-memory", CLI_FLOAT, &kv_memory_gib, "GIB: KV-cache budget: the paged pool, or what sizes --slots with --slot-cache (CUDA default: half the memory beside the weights)"},
         {"paged", CLI_FLAG, &paged, "a paged KV cache: blocks taken as requests grow, shared by equal prompt prefixes "
                                     "(the default on CUDA)"},
         {"slot-cache", CLI_FLAG, &slot_cache, "one KV slot of --context positions per request (the default on the CPU)"},
