@@ -1,7 +1,7 @@
 /* The server under load on loopback (tiny random model, CPU): 256 concurrent
- * streaming clients over 16 slots, three rounds: zero failed requests, every stream
- * complete with [DONE], the KV-cache slots and the queue back to zero after each
- * round, and the process's resident memory flat from the second round to the third
+ * streaming clients over 16 rows of a paged cache, three rounds: zero failed requests,
+ * every stream complete with [DONE], the KV-cache blocks and the queue back to zero
+ * after each round, and the process's resident memory flat from the second round to the third
  * (bounded growth). Then 1,000 generated malformed or hostile requests, each answered
  * with an error object or closed, and correct answers throughout.
  * LM_TEST_LABELS: slow model
@@ -35,7 +35,7 @@ static void round_of_streams(int round) {
     for (int i = 0; i < CLIENTS; i++) pthread_join(th[i], NULL), ok += cl[i].ok;
     LT_CHECK_MSG(ok == CLIENTS, "round %d: %d of %d streams completed", round, ok, CLIENTS);
     LT_CHECK(wait_metric("loom_kv_slots_used", 0) && metric("loom_queue_length") == 0 &&
-             metric("loom_requests_running") == 0);
+             metric("loom_requests_running") == 0 && metric("loom_kv_blocks_used") == 0);
 }
 
 static void test_256_concurrent_streams_memory_flat(void) {
@@ -75,7 +75,7 @@ int main(void) {
     }
     make_model_dir();
     LT_CHECK_OK(lm_model_load(DIR, lm_device_cpu(), &g_model));
-    start(NULL, 16);
+    start_paged(NULL, 16, 1); /* the paged cache: every block must come back */
     LT_RUN(test_256_concurrent_streams_memory_flat);
     LT_RUN(test_1000_hostile_requests);
     stop();
