@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
         if (lm_tensor_zeros(lm_device_cuda(0), LM_U8, 1, &wn, &work) != LM_OK) die("workspace");
         attn_args a;
         memset(&a, 0, sizeof a);
-        int64_t qh[2] = {Hq, hd}, p2[2] = {b, 1}, q4[4] = {b, 1, Hq, hd};
+        int64_t p2[2] = {b, 1}, q4[4] = {b, 1, Hq, hd};
         lm_tensor *qt = dev(LM_F32, 4, q4), *ot = dev(LM_F32, 4, q4); /* contiguous, as the step's */
         a.q = *V(qt), a.out = *V(ot);
         a.kc = *V(kc), a.vc = *V(vc);

@@ -36,7 +36,7 @@ const char *lm_status_str(lm_status s) {
 const char *lm_last_error(void) { return lm__errbuf; }
 void lm_clear_error(void) { lm__errbuf[0] = '\0'; }
 
-lm_status (lm__error)(lm_status status, const char *fmt, ...) {
+lm_status lm__error(lm_status status, const char *fmt, ...) {
     /* format off to the side: the arguments may quote lm_last_error() itself */
     char msg[LM__ERRBUF];
     va_list ap;

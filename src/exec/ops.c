@@ -86,18 +86,16 @@ lm_status lm__exec_resolve(lm_exec *e) {
 }
 
 /* [B, T, H, D] as [B, H, T, D] */
-static void heads_first(const lm_tensor_view *v, lm_tensor_view *out) {
-    *out = *v;
-    out->shape[1] = v->shape[2], out->stride[1] = v->stride[2];
-    out->shape[2] = v->shape[1], out->stride[2] = v->stride[1];
+static lm_status heads_first(const lm_tensor_view *v, lm_tensor_view *out) {
+    return lm_tensor_view_transpose(v, 1, 2, out);
 }
 
 static lm_status run_attention(lm_exec *e, lm_ctx *ctx, const lm__gop *op) {
     lm_tensor_view q, k, v, o;
-    heads_first(&e->view[op->in[0]], &q);
-    heads_first(&e->view[op->in[1]], &k);
-    heads_first(&e->view[op->in[2]], &v);
-    heads_first(&e->view[op->out], &o);
+    LM_TRY(heads_first(&e->view[op->in[0]], &q));
+    LM_TRY(heads_first(&e->view[op->in[1]], &k));
+    LM_TRY(heads_first(&e->view[op->in[2]], &v));
+    LM_TRY(heads_first(&e->view[op->out], &o));
     return lm_attention_window_out(ctx, &q, &k, &v, (float)op->a, (int)op->i[0], op->i[1], &o);
 }
 

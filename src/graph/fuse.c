@@ -267,10 +267,7 @@ static int match_qkv(const lm_graph *g, int64_t a, qkv_match *m) {
     m->linear = -1;
     const lm__gop *lin = producer(g, m->stack);
     if (lin->kind == LM__GOP_LINEAR && lin->i[0] == LM_LINEAR_IN && lin->i[1] && !lin->i[3] && lin->region < 0) {
-        int uses = 0;
-        for (int64_t i = 0; i < g->nops; i++)
-            for (int k = 0; k < g->ops[i].nin; k++) uses += g->ops[i].in[k] == m->stack;
-        if (uses == 3 && !g->values[m->stack].output) {
+        if (g->values[m->stack].nuses == 3 && !g->values[m->stack].output) {
             m->linear = g->values[m->stack].op;
             m->chain[m->nchain++] = m->linear;
         }

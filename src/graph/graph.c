@@ -74,25 +74,6 @@ double lm__graph_matmul_flops(const lm_graph *g) {
     return f;
 }
 
-lm_status lm__graph_uses(const lm_graph *g, int v, int **uses, int *n) {
-    *uses = NULL;
-    *n = 0;
-    int count = g->values[v].nuses;
-    if (!count) return LM_OK;
-    int *u = lm__alloc(sizeof(int) * (size_t)count, 16);
-    if (!u) return LM_OUT_OF_MEMORY;
-    int k = 0;
-    for (int64_t i = 0; i < g->nops && k < count; i++)
-        for (int j = 0; j < g->ops[i].nin; j++)
-            if (g->ops[i].in[j] == v) {
-                u[k++] = (int)i;
-                break;
-            }
-    *uses = u;
-    *n = k;
-    return LM_OK;
-}
-
 /* ---- builders ---------------------------------------------------------------------------------- */
 static const char *op_label(const lm_graph *g, const char *name, char *buf, size_t n) {
     if (name && *name) return name;

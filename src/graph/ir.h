@@ -119,8 +119,6 @@ struct lm_graph {
     int64_t nchecks, cap_checks;
 };
 
-/* Consumers of value v in op order (array owned by the caller: lm__free). */
-lm_status lm__graph_uses(const lm_graph *g, int v, int **uses, int *n);
 int lm__gop_is_view(lm__gopk k);
 int lm__gop_is_elementwise(lm__gopk k); /* output follows the layout of in[0] */
 int lm__gop_is_rows(lm__gopk k);        /* needs whole rows (last axis unsplit) */

@@ -95,13 +95,6 @@ int lm__graph_first_use(const lm_graph *g, int v, int64_t from) {
     return -1;
 }
 
-int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to) {
-    for (int64_t i = from; i < to; i++)
-        for (int k = 0; k < g->ops[i].nin; k++)
-            if (g->ops[i].in[k] == v) return 1;
-    return 0;
-}
-
 int lm__gop_is_leaf(lm__gopk k) { return k == LM__GOP_INPUT || k == LM__GOP_PARAM; }
 
 int lm__graph_whole_storage(const lm_graph *g, int v) {

@@ -30,8 +30,6 @@ lm_status lm__rw_copy_rest(lm__rw *rw, int64_t i);
 int lm__graph_sole_use(const lm_graph *g, int v, int64_t from);
 /* The first op at or after `from` reading v, or -1. */
 int lm__graph_first_use(const lm_graph *g, int v, int64_t from);
-/* 1 when an op in [from, to) reads v. */
-int lm__graph_used_between(const lm_graph *g, int v, int64_t from, int64_t to);
 int lm__gop_is_leaf(lm__gopk k); /* input or parameter */
 /* 1 when v is its storage's own value or reshapes of it (every element, row-major):
  * writing v in place then writes exactly its storage. */

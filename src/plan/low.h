@@ -190,9 +190,6 @@ struct lm_plan {
     lm_plan_summary summary;
 };
 
-/* Deep copy of a graph (the plan outlives the caller's graph). */
-lm_status lm__graph_clone(const lm_graph *g, lm_graph **out);
-
 /* data.c: the inputs and parameters a simulation starts from (the caller's data
  * source or generated data, see data.c), rounded to their dtypes. */
 typedef struct lm__plan_data {

@@ -36,7 +36,6 @@ struct lm_train_model {
     lm_tensor *flat_low;         /* [numel] bf16 copy of flat under bf16 compute; NULL: f32 compute */
     int embed, head;             /* parameter indices; head == embed when tied */
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */
-    float rope_attn_factor;
 };
 
 struct lm_optimizer {

@@ -71,7 +71,6 @@ static lm_status load_rope(lm_train_model *m) {
     lm_status st = freq && f32 ? lm_model_config_rope(&m->cfg, freq, &scaling) : LM_OUT_OF_MEMORY;
     for (int64_t i = 0; st == LM_OK && i < half; i++) f32[i] = (float)freq[i]; /* f32 as transformers keeps it */
     if (st == LM_OK) st = lm_tensor_from_host(m->device, LM_F32, 1, &half, f32, &m->inv_freq);
-    m->rope_attn_factor = (float)scaling;
     lm__free(freq);
     lm__free(f32);
     return st;

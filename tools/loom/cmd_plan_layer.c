@@ -28,8 +28,7 @@ typedef struct layer_data {
     float *hidden;   /* [T, H] the layer's input (f16-rounded embedding rows) */
     float *inv_freq; /* [head_dim / 2] */
     lm_tensor **f32; /* [nkeep] f32 copies of the f16-rounded weights, for the CPU executor */
-    char (*names)[96];
-    int nkeep;
+    int nkeep, cap_keep;
 } layer_data;
 
 static float round_f16(float v) { return lm_f16_to_f32(lm_f32_to_f16(v)); }
@@ -104,11 +103,15 @@ static lm_status bind_param(void *user, const char *name, lm_tensor_view *out) {
         if ((st = read_weight(d, name, &w, &n)) != LM_OK) return st;
     }
     lm_tensor *t = NULL;
+    if (d->nkeep >= d->cap_keep) {
+        free(w);
+        fprintf(stderr, "loom plan layer: more parameters than the %d expected (at '%s')\n", d->cap_keep, name);
+        return LM_OUT_OF_RANGE;
+    }
     lm_status st = lm_tensor_from_host(lm_device_cpu(), LM_F32, ndim, shape, w ? w : d->inv_freq, &t);
     free(w);
     if (st != LM_OK) return st;
-    d->f32[d->nkeep] = t;
-    snprintf(d->names[d->nkeep++], sizeof d->names[0], "%s", name);
+    d->f32[d->nkeep++] = t;
     *out = *lm_tensor_as_view(t);
     return LM_OK;
 }
@@ -126,8 +129,8 @@ static int prepare(layer_data *d, const char *dir, uint64_t seed) {
     double *freq = malloc(sizeof(double) * (size_t)half), factor = 1;
     int64_t cap = 4 * c->num_hidden_layers * 8 + 8;
     d->f32 = calloc((size_t)cap, sizeof *d->f32);
-    d->names = calloc((size_t)cap, sizeof *d->names);
-    if (!d->hidden || !d->inv_freq || !freq || !d->f32 || !d->names) {
+    d->cap_keep = (int)cap;
+    if (!d->hidden || !d->inv_freq || !freq || !d->f32) {
         free(emb), free(freq);
         return cli_fail("plan layer", "memory", LM_OUT_OF_MEMORY);
     }
@@ -146,7 +149,7 @@ static int prepare(layer_data *d, const char *dir, uint64_t seed) {
 
 static void release(layer_data *d) {
     for (int i = 0; i < d->nkeep; i++) lm_tensor_destroy(d->f32[i]);
-    free(d->f32), free(d->names), free(d->hidden), free(d->inv_freq);
+    free(d->f32), free(d->hidden), free(d->inv_freq);
     lm_checkpoint_close(d->ck);
 }
 
@@ -230,7 +233,7 @@ int cmd_plan_layer(int argc, char **argv) {
         fprintf(stderr, "loom plan layer: --layer %d but the model has %lld layers\n", layer, (long long)cfg.num_hidden_layers);
         return 2;
     }
-    layer_data d = {NULL, &cfg, tokens, NULL, NULL, NULL, NULL, 0};
+    layer_data d = {NULL, &cfg, tokens, NULL, NULL, NULL, 0, 0};
     lm_plan_machine *m = NULL;
     lm_graph *g = NULL;
     lm_plan *p = NULL;
