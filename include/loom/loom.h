@@ -20,6 +20,7 @@
 #include "loom/train.h"
 #include "loom/exec.h"
 #include "loom/plan.h"
+#include "loom/tokenizer_train.h"
 #include "loom/chat.h"
 #include "loom/serve.h"
 #include "loom/server.h"

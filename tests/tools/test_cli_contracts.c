@@ -5,7 +5,7 @@
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
  * --dtype errors), `loom plan layer` on real checkpoints (its simulation agrees with
- * the CPU executor), `loom chat` over stdin, and the exit codes and messages of bad
+ * the CPU executor), `loom chat` over stdin, `loom tokenizer train`, and the exit codes and messages of bad
  * invocations.
  * LM_TEST_LABELS: unit model
  */
@@ -259,6 +259,28 @@ static void test_chat_reads_stdin(void) {
     run_free(&r);
 }
 
+/* `loom tokenizer train` writes a tokenizer.json that `loom tokenize` loads and that
+ * round-trips the corpus' first line; a vocabulary smaller than the byte alphabet is
+ * refused naming the size. */
+static void test_tokenizer_train(void) {
+    const char *out = LOOM_BINARY_DIR "/cli_trained_tokenizer.json";
+    run_result r = run(LOOM " tokenizer train --vocab 400 --special '<|endoftext|>' " LOOM_SOURCE_DIR
+                            "/tests/data/train/corpus.txt -o " LOOM_BINARY_DIR "/cli_trained_tokenizer.json");
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    LT_CHECK(r.out && strstr(r.out, "\"vocab_size\":400"));
+    run_free(&r);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "echo '\"Hello, tokenizer! <|endoftext|>\"' | " LOOM " tokenize --tokenizer %s | " LOOM
+             " tokenize --tokenizer %s --decode", out, out);
+    r = run(cmd);
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "Hello, tokenizer! <|endoftext|>"), "round trip: %s / %s",
+                 r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+    r = run(LOOM " tokenizer train --vocab 10 " LOOM_SOURCE_DIR "/tests/data/train/corpus.txt -o /tmp/never.json");
+    LT_CHECK(r.status != 0 && r.err && strstr(r.err, "10"));
+    run_free(&r);
+}
+
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
     struct {
         const char *cmd;
@@ -291,6 +313,7 @@ int main(void) {
     LT_RUN(test_train_on_the_cpu);
     LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
     LT_RUN(test_chat_reads_stdin);
+    LT_RUN(test_tokenizer_train);
     LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
     return lt_finish();
 }

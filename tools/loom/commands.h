@@ -7,6 +7,7 @@
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv); /* `loom tokenizer train` */
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv); /* `loom bench serve` */

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  generate       continue a prompt with a model (streams text)\n"
             "  info           describe a model directory (JSON)\n"
             "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
+            "  tokenizer      'tokenizer train': learn a byte-level BPE tokenizer.json from text files\n"
             "  logits         run one forward pass and print logits per position (JSON lines)\n"
             "  train          train or fine-tune a model on token shards\n"
             "  serve          an OpenAI-compatible HTTP server (completions, chat, streaming, metrics)\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
