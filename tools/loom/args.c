@@ -30,9 +30,14 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v) {
     errno = 0;
     switch (o->kind) {
     case CLI_STRING: *(const char **)o->dest = v; return 0;
-    case CLI_INT: {
+    case CLI_INT:
+    case CLI_COUNT: {
         long x = strtol(v, &end, 10);
         if (errno || *end || end == v || x < INT_MIN || x > INT_MAX) break;
+        if (o->kind == CLI_COUNT && x < 0) {
+            fprintf(stderr, "loom %s: --%s must be >= 0 (got %ld)\n", cmd, o->name, x);
+            return 2;
+        }
         *(int *)o->dest = (int)x;
         return 0;
     }
@@ -42,9 +47,14 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v) {
         *(uint64_t *)o->dest = x;
         return 0;
     }
-    case CLI_FLOAT: {
+    case CLI_FLOAT:
+    case CLI_NONNEG: {
         float x = strtof(v, &end);
         if (errno || *end || end == v || !isfinite(x)) break;
+        if (o->kind == CLI_NONNEG && x < 0) {
+            fprintf(stderr, "loom %s: --%s must be >= 0 (got %s)\n", cmd, o->name, v);
+            return 2;
+        }
         *(float *)o->dest = x;
         return 0;
     }
@@ -121,6 +131,11 @@ int cli_parse_ids(const char *text, int32_t **ids, size_t *n) {
             cap *= 2;
         }
         out[len++] = (int32_t)v;
+        if (*end == ',' && end[1] == '\0') { /* "1,2," */
+            fprintf(stderr, "loom: invalid token id list '%s' (it ends with a comma)\n", text);
+            free(out);
+            return 0;
+        }
         p = *end ? end + 1 : end;
     }
     if (!out || len == 0) {

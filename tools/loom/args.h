@@ -10,12 +10,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum cli_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT, CLI_U64 } cli_kind;
+/* CLI_COUNT and CLI_NONNEG are CLI_INT and CLI_FLOAT that refuse negative values
+ * (thread counts, sizes, temperatures), naming the option and the value. */
+typedef enum cli_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT, CLI_U64, CLI_COUNT, CLI_NONNEG } cli_kind;
 
 typedef struct cli_opt {
     const char *name; /* without the leading "--" */
     cli_kind kind;
-    void *dest;       /* int* (FLAG/INT), const char** (STRING), float* (FLOAT), uint64_t* (U64) */
+    void *dest;       /* int* (FLAG/INT/COUNT), const char** (STRING), float* (FLOAT/NONNEG), uint64_t* (U64) */
     const char *help; /* one line; "VALUE: text" shows the value's name */
 } cli_opt;
 
@@ -26,7 +28,8 @@ typedef struct cli_opt {
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, int argc, char **argv,
               const char **positional, int max_positional, int *npositional);
 void cli_usage(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
-/* Parses "1,2,3" into a new malloc'd int32 array; returns 0 and prints an error on failure. */
+/* Parses "1,2,3" into a new malloc'd int32 array; returns 0 and prints an error on failure
+ * (an empty entry, e.g. a trailing comma, is an error). */
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n);
 
 #endif

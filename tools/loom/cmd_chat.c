@@ -60,7 +60,7 @@ int cmd_chat(int argc, char **argv) {
         {"top-p", CLI_FLOAT, &top_p, "P: nucleus sampling (default 1 = off)"},
         {"seed", CLI_U64, &seed, "S: random seed (default 0)"},
         {"context", CLI_INT, &context, "N: conversation length limit in tokens (default min(4096, the model's))"},
-        {"threads", CLI_INT, &threads, "N: CPU threads (default: all)"},
+        {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;

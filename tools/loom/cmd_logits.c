@@ -38,9 +38,9 @@ int cmd_logits(int argc, char **argv) {
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (required)"},
         {"ids", CLI_STRING, &ids_text, "1,2,3: token ids to run (required)"},
-        {"top", CLI_INT, &top, "K: how many of the largest logits to print per position (default 5)"},
+        {"top", CLI_COUNT, &top, "K: how many of the largest logits to print per position (default 5)"},
         {"probe", CLI_STRING, &probe_text, "a,b,c: token ids whose logits to print at every position"},
-        {"threads", CLI_INT, &threads, "N: CPU threads (default: all)"},
+        {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];

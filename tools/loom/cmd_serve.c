@@ -86,7 +86,7 @@ int cmd_serve(int argc, char **argv) {
         {"shutdown-grace", CLI_FLOAT, &grace, "S: on SIGINT/SIGTERM, seconds in-flight requests may finish (default 10)"},
         {"idle-timeout", CLI_FLOAT, &idle, "S: close connections idle this long (default 30)"},
         {"deterministic", CLI_FLAG, &deterministic, "batch-invariant mode: a request's tokens do not depend on its batch"},
-        {"threads", CLI_INT, &threads, "N: CPU threads (default: all)"},
+        {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"verbose", CLI_FLAG, &verbose, "log each step's detail"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];

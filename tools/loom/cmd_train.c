@@ -71,7 +71,7 @@ static int parse(int argc, char **argv, train_args *a) {
         {"seed", CLI_U64, &a->seed, "N: seed of the initialisation and the data order (default 1)"},
         {"val-every", CLI_INT, &a->val_every, "N: validate every N steps (default: only at the end)"},
         {"val-batches", CLI_INT, &a->val_batches, "N: batches per validation (default 4)"},
-        {"save-every", CLI_INT, &a->save_every, "N: checkpoint every N steps (default: only at the end)"},
+        {"save-every", CLI_COUNT, &a->save_every, "N: checkpoint every N steps (default: only at the end)"},
         {"tokenizer", CLI_STRING, &a->tokenizer, "FILE: tokenizer.json copied into checkpoints"},
         {"device", CLI_STRING, &a->device, "cpu|cuda[:N]: where to train (default cpu)"},
         {"dtype", CLI_STRING, &a->dtype, "f32|bf16: compute dtype (default bf16 on CUDA, f32 on the CPU); master "
@@ -79,7 +79,7 @@ static int parse(int argc, char **argv, train_args *a) {
         {"no-shuffle", CLI_FLAG, &a->no_shuffle, "serve the training windows in file order"},
         {"peak-tflops", CLI_FLOAT, &a->peak_tflops, "X: the GPU's peak dense bf16 TFLOP/s for MFU (default 989.4, "
                                                     "H100/H200 SXM)"},
-        {"threads", CLI_INT, &a->threads, "N: CPU threads (default: all)"},
+        {"threads", CLI_COUNT, &a->threads, "N: CPU threads (default: all)"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
