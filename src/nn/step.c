@@ -14,16 +14,31 @@
 
 #include <string.h>
 
+/* What every step checks, slots or paged: the shape, the cache made for this model on
+ * its device and of the right kind (paged or not), the ids inside the vocabulary. */
+static lm_status check_common(const char *fn, const lm_model *m, const lm_kv_cache *cache, int paged, int B,
+                              const int32_t *ids, int64_t T) {
+    const lm_model_config *c = &m->cfg;
+    if (B < 1 || T < 1 || !ids) return lm__error(LM_INVALID_ARGUMENT, "%s: %d rows x %lld tokens", fn, B, (long long)T);
+    if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: the KV cache was made for a different model", fn);
+    if (!cache->blocks_per_row != !paged)
+        return lm__error(LM_INVALID_ARGUMENT, paged ? "%s: the KV cache has slots, not blocks (lm_model_forward)"
+                                                    : "%s: a paged KV cache takes block tables (lm_model_forward_paged)",
+                         fn);
+    if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: the KV cache lives on another device than the model", fn);
+    for (int64_t i = 0; i < (int64_t)B * T; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return lm__error(LM_OUT_OF_RANGE, "%s: token id %d at row %lld, position %lld is outside the vocabulary of %lld",
+                             fn, ids[i], (long long)(i / T), (long long)(i % T), (long long)c->vocab_size);
+    return LM_OK;
+}
+
 static lm_status check_request(const lm_model *m, const lm_kv_cache *cache, const int *slots, int B,
                                const int32_t *ids, int64_t T) {
-    const lm_model_config *c = &m->cfg;
-    if (B < 1 || T < 1 || !slots || !ids) return lm__error(LM_INVALID_ARGUMENT, "forward: %d rows x %lld tokens", B, (long long)T);
-    if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
-        return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache was made for a different model");
-    if (cache->blocks_per_row)
-        return lm__error(LM_INVALID_ARGUMENT, "forward: a paged KV cache takes block tables (lm_model_forward_paged)");
-    if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
-        return lm__error(LM_INVALID_ARGUMENT, "forward: the KV cache lives on another device than the model");
+    if (!slots) return lm__error(LM_INVALID_ARGUMENT, "forward: NULL slots");
+    LM_TRY(check_common("forward", m, cache, 0, B, ids, T));
     for (int b = 0; b < B; b++) {
         int slot = slots[b];
         if (slot < 0 || slot >= cache->slots)
@@ -35,10 +50,6 @@ static lm_status check_request(const lm_model *m, const lm_kv_cache *cache, cons
             return lm__error(LM_OUT_OF_RANGE, "forward: slot %d would hold %lld tokens, cache capacity is %lld", slot,
                              (long long)end, (long long)cache->max_tokens);
     }
-    for (int64_t i = 0; i < (int64_t)B * T; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab_size)
-            return lm__error(LM_OUT_OF_RANGE, "forward: token id %d at row %lld, position %lld is outside the vocabulary of %lld",
-                             ids[i], (long long)(i / T), (long long)(i % T), (long long)c->vocab_size);
     return LM_OK;
 }
 
@@ -73,6 +84,23 @@ static lm_status write_inputs(lm_ctx *ctx, const lm_kv_cache *cache, lm__step_pr
     return LM_OK;
 }
 
+/* The step's output for a logits buffer (NULL: none) of all or last positions. */
+static lm_decoder_output logits_output(const float *logits, int all_positions) {
+    return !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS : LM_DECODER_OUT_LAST_LOGITS;
+}
+
+/* Runs a staged step and reads its logits (if any) back, then waits. */
+static lm_status run_logits(lm_ctx *ctx, const lm__step_prog *p, float *logits) {
+    LM_TRY(put_inputs(ctx, p));
+    LM_TRY(lm_exec_run(p->exec, ctx));
+    if (logits) {
+        lm_tensor_view y;
+        LM_TRY(lm_exec_output(p->exec, 0, &y));
+        LM_TRY(lm_tensor_view_read(ctx, &y, logits));
+    }
+    return lm_ctx_synchronize(ctx);
+}
+
 static void advance(lm_kv_cache *cache, const int *slots, int B, int64_t T) {
     for (int b = 0; b < B; b++) cache->length[slots[b]] += T;
 }
@@ -82,19 +110,11 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     if (!m || !ctx || !cache) return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward: NULL argument");
     LM_TRY(check_device("lm_model_forward", m, ctx));
     LM_TRY(check_request(m, cache, slots, B, ids, T));
-    lm_decoder_output out = !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS
-                                                                          : LM_DECODER_OUT_LAST_LOGITS;
+    lm_decoder_output out = logits_output(logits, all_positions);
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
-    LM_TRY(put_inputs(ctx, p));
-    LM_TRY(lm_exec_run(p->exec, ctx));
-    if (logits) {
-        lm_tensor_view y;
-        LM_TRY(lm_exec_output(p->exec, 0, &y));
-        LM_TRY(lm_tensor_view_read(ctx, &y, logits));
-    }
-    LM_TRY(lm_ctx_synchronize(ctx));
+    LM_TRY(run_logits(ctx, p, logits));
     advance(cache, slots, B, T);
     return LM_OK;
 }
@@ -150,14 +170,8 @@ static lm_status stage_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache,
                              const int64_t *start, int B, const int32_t *ids, int64_t T, lm_decoder_output out,
                              lm__step_prog **prog) {
     const lm_model_config *c = &m->cfg;
-    if (B < 1 || T < 1 || !tables || !start || !ids)
-        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): %d rows x %lld tokens", B, (long long)T);
-    if (cache->layers != c->num_hidden_layers || cache->kv_heads != c->num_key_value_heads || cache->head_dim != c->head_dim)
-        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache was made for a different model");
-    if (!cache->blocks_per_row)
-        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache has slots, not blocks (lm_model_forward)");
-    if (!lm_device_equal(lm_tensor_device(cache->k), m->device))
-        return lm__error(LM_INVALID_ARGUMENT, "forward (paged): the KV cache lives on another device than the model");
+    if (!tables || !start) return lm__error(LM_INVALID_ARGUMENT, "forward (paged): NULL block tables or starts");
+    LM_TRY(check_common("forward (paged)", m, cache, 1, B, ids, T));
     for (int b = 0; b < B; b++) {
         int64_t end = start[b] + T;
         if (start[b] < 0 || end > c->max_position_embeddings)
@@ -165,10 +179,6 @@ static lm_status stage_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache,
                              "max_position_embeddings %lld", b, (long long)start[b], (long long)end,
                              (long long)c->max_position_embeddings);
     }
-    for (int64_t i = 0; i < (int64_t)B * T; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab_size)
-            return lm__error(LM_OUT_OF_RANGE, "forward (paged): token id %d at row %lld, position %lld is outside the "
-                             "vocabulary of %lld", ids[i], (long long)(i / T), (long long)(i % T), (long long)c->vocab_size);
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
     int64_t NB = cache->blocks_per_row;
@@ -194,18 +204,10 @@ lm_status lm_model_forward_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *ca
                                  int all_positions) {
     if (!m || !ctx || !cache) return lm__error(LM_INVALID_ARGUMENT, "lm_model_forward_paged: NULL argument");
     LM_TRY(check_device("lm_model_forward_paged", m, ctx));
-    lm_decoder_output out = !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS
-                                                                          : LM_DECODER_OUT_LAST_LOGITS;
+    lm_decoder_output out = logits_output(logits, all_positions);
     lm__step_prog *p = NULL;
     LM_TRY(stage_paged(m, ctx, cache, tables, start, B, ids, T, out, &p));
-    LM_TRY(put_inputs(ctx, p));
-    LM_TRY(lm_exec_run(p->exec, ctx));
-    if (logits) {
-        lm_tensor_view y;
-        LM_TRY(lm_exec_output(p->exec, 0, &y));
-        LM_TRY(lm_tensor_view_read(ctx, &y, logits));
-    }
-    return lm_ctx_synchronize(ctx);
+    return run_logits(ctx, p, logits);
 }
 
 lm_status lm_model_forward_paged_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,

@@ -20,13 +20,19 @@ static uint64_t mix(uint64_t h, uint64_t x) {
     return h ^ (h >> 31);
 }
 
-/* The chain hash of the first k + 1 blocks of tokens. */
+#define CHAIN_SEED 0x51ED270B27A3F1ull /* the hash of the empty prefix */
+
+/* The chain hash of block k of tokens given the hash of the blocks before it. */
+static uint64_t block_hash(const lm__blocks *bm, const int32_t *tokens, int64_t k, uint64_t parent) {
+    uint64_t h = parent;
+    for (int64_t i = 0; i < bm->bs; i++) h = mix(h, (uint32_t)tokens[k * bm->bs + i]);
+    return h;
+}
+
+/* The chain hash of the first k + 1 blocks of tokens; *parent that of the first k. */
 static uint64_t chain_hash(const lm__blocks *bm, const int32_t *tokens, int64_t k, uint64_t *parent) {
-    uint64_t h = 0x51ED270B27A3F1ull, prev = 0;
-    for (int64_t b = 0; b <= k; b++) {
-        prev = h;
-        for (int64_t i = 0; i < bm->bs; i++) h = mix(h, (uint32_t)tokens[b * bm->bs + i]);
-    }
+    uint64_t h = CHAIN_SEED, prev = CHAIN_SEED;
+    for (int64_t b = 0; b <= k; b++) prev = h, h = block_hash(bm, tokens, b, h);
     *parent = prev;
     return h;
 }
@@ -70,9 +76,9 @@ static void unregister(lm__blocks *bm, int32_t blk) {
     bm->ncached--;
 }
 
-/* A registered block holding exactly block k of tokens, or -1. */
-static int32_t find(const lm__blocks *bm, const int32_t *tokens, int64_t k) {
-    uint64_t parent, h = chain_hash(bm, tokens, k, &parent);
+/* A registered block holding exactly block k of tokens (chain hash h, parent's hash
+ * parent), or -1. */
+static int32_t find(const lm__blocks *bm, const int32_t *tokens, int64_t k, uint64_t h, uint64_t parent) {
     for (int32_t b = bm->bucket[h & (uint64_t)(bm->nbuckets - 1)]; b >= 0; b = bm->chain_next[b])
         if (bm->hash[b] == h && bm->parent[b] == parent &&
             !memcmp(bm->tokens + b * bm->bs, tokens + k * bm->bs, sizeof *tokens * (size_t)bm->bs))
@@ -82,8 +88,11 @@ static int32_t find(const lm__blocks *bm, const int32_t *tokens, int64_t k) {
 
 int64_t lm__blocks_match(lm__blocks *bm, const int32_t *tokens, int64_t n, int32_t *table) {
     int64_t k = 0;
+    uint64_t parent = CHAIN_SEED;
     for (; (k + 1) * bm->bs <= n - 1; k++) { /* full blocks, leaving the last token to compute */
-        int32_t b = find(bm, tokens, k);
+        uint64_t h = block_hash(bm, tokens, k, parent); /* the chain grows one block at a time */
+        int32_t b = find(bm, tokens, k, h, parent);
+        parent = h;
         if (b < 0) break;
         if (bm->ref[b]++ == 0) bm->evictable--;
         bm->last_use[b] = ++bm->clock;
@@ -122,8 +131,8 @@ void lm__blocks_release(lm__blocks *bm, const int32_t *table, int64_t n) {
 
 void lm__blocks_register(lm__blocks *bm, const int32_t *tokens, int64_t k, int32_t blk) {
     if (bm->cached[blk]) return;
-    if (find(bm, tokens, k) >= 0) return; /* an equal block is registered already: this one stays private */
     uint64_t parent, h = chain_hash(bm, tokens, k, &parent);
+    if (find(bm, tokens, k, h, parent) >= 0) return; /* an equal block is registered already: this one stays private */
     bm->hash[blk] = h, bm->parent[blk] = parent;
     memcpy(bm->tokens + blk * bm->bs, tokens + k * bm->bs, sizeof *tokens * (size_t)bm->bs);
     int32_t *head = &bm->bucket[h & (uint64_t)(bm->nbuckets - 1)];

@@ -64,7 +64,9 @@ lm_status lm__req_create(const lm_model_config *c, const lm_tokenizer *tok, cons
     r->bucket = r->slot = -1;
     r->n_prompt = r->n_history = (int64_t)n_prompt;
     lm_status st = LM_OK;
-    if (!(r->history = lm__calloc(n_prompt + (size_t)p->max_tokens, sizeof *r->history))) st = LM_OUT_OF_MEMORY;
+    /* the history (prompt + generated), then room to sort the generated ids (penalties) */
+    size_t scratch = p->presence_penalty != 0 || p->frequency_penalty != 0 ? (size_t)p->max_tokens : 0;
+    if (!(r->history = lm__calloc(n_prompt + (size_t)p->max_tokens + scratch, sizeof *r->history))) st = LM_OUT_OF_MEMORY;
     if (st == LM_OK && p->n_stop > 0 && !(r->stop = lm__calloc((size_t)p->n_stop, sizeof *r->stop))) st = LM_OUT_OF_MEMORY;
     for (int i = 0; st == LM_OK && i < p->n_stop; i++)
         if (!(r->stop[i] = lm__strdup(p->stop[i]))) st = LM_OUT_OF_MEMORY;
@@ -123,21 +125,25 @@ static double fill_logprobs(const lm__req *r, const float *logits, int64_t V, lm
     return lse;
 }
 
-/* OpenAI's presence and frequency penalties over the generated ids. Each distinct id
- * is adjusted once: its count is found by a scan of the (short) generated list. */
-static void apply_penalties(const lm__req *r, float *logits) {
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* OpenAI's presence and frequency penalties over the generated ids: the ids sorted in
+ * the request's scratch, each distinct id adjusted once by its count. O(n log n) per
+ * token, no allocation. */
+static void apply_penalties(lm__req *r, float *logits) {
     if (r->p.presence_penalty == 0 && r->p.frequency_penalty == 0) return;
-    const int32_t *gen = r->history + r->n_prompt;
     int64_t n = r->n_history - r->n_prompt;
-    for (int64_t i = 0; i < n; i++) {
-        int first = 1;
-        int64_t count = 0;
-        for (int64_t j = 0; j < n; j++) {
-            if (gen[j] != gen[i]) continue;
-            if (j < i) first = 0;
-            count++;
-        }
-        if (first) logits[gen[i]] -= r->p.presence_penalty + r->p.frequency_penalty * (float)count;
+    int32_t *ids = r->history + r->n_prompt + r->p.max_tokens; /* the scratch after the history */
+    memcpy(ids, r->history + r->n_prompt, sizeof *ids * (size_t)n);
+    qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j < n && ids[j] == ids[i]) j++;
+        logits[ids[i]] -= r->p.presence_penalty + r->p.frequency_penalty * (float)(j - i);
+        i = j;
     }
 }
 
