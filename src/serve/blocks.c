@@ -5,7 +5,8 @@
  * tokens and every token before them, so equal hashes mean equal K/V contents): a
  * later request whose prompt starts with the same tokens takes those blocks instead of
  * computing them. Unreferenced blocks are free (never registered) or evictable
- * (registered, reused least recently used first when no free block is left).
+ * (registered, kept in release order and reused oldest first when no free block is
+ * left: O(1) per allocation).
  * Lookups go through a chained hash table keyed by the chain hash; a match is
  * confirmed on the block's tokens and its parent's hash, so a hash collision is
  * never trusted.
@@ -46,12 +47,14 @@ lm_status lm__blocks_init(lm__blocks *bm, int64_t nblocks, int64_t bs) {
     bm->hash = lm__calloc((size_t)nblocks, sizeof *bm->hash);
     bm->parent = lm__calloc((size_t)nblocks, sizeof *bm->parent);
     bm->cached = lm__calloc((size_t)nblocks, 1);
-    bm->last_use = lm__calloc((size_t)nblocks, sizeof *bm->last_use);
+    bm->lru_prev = lm__calloc((size_t)nblocks, sizeof *bm->lru_prev);
+    bm->lru_next = lm__calloc((size_t)nblocks, sizeof *bm->lru_next);
+    bm->lru_head = bm->lru_tail = -1;
     bm->tokens = lm__calloc((size_t)(nblocks * bs), sizeof *bm->tokens);
     bm->chain_next = lm__calloc((size_t)nblocks, sizeof *bm->chain_next);
     bm->bucket = lm__calloc((size_t)bm->nbuckets, sizeof *bm->bucket);
     bm->free_list = lm__calloc((size_t)nblocks, sizeof *bm->free_list);
-    if (!bm->ref || !bm->hash || !bm->parent || !bm->cached || !bm->last_use || !bm->tokens || !bm->chain_next ||
+    if (!bm->ref || !bm->hash || !bm->parent || !bm->cached || !bm->lru_prev || !bm->lru_next || !bm->tokens || !bm->chain_next ||
         !bm->bucket || !bm->free_list) {
         lm__blocks_free(bm);
         return lm__error(LM_OUT_OF_MEMORY, "paged cache: the table of %lld blocks", (long long)nblocks);
@@ -63,9 +66,28 @@ lm_status lm__blocks_init(lm__blocks *bm, int64_t nblocks, int64_t bs) {
 }
 
 void lm__blocks_free(lm__blocks *bm) {
-    lm__free(bm->ref), lm__free(bm->hash), lm__free(bm->parent), lm__free(bm->cached), lm__free(bm->last_use);
+    lm__free(bm->ref), lm__free(bm->hash), lm__free(bm->parent), lm__free(bm->cached), lm__free(bm->lru_prev);
+    lm__free(bm->lru_next);
     lm__free(bm->tokens), lm__free(bm->chain_next), lm__free(bm->bucket), lm__free(bm->free_list);
     memset(bm, 0, sizeof *bm);
+}
+
+/* The evictable list: a registered block joins its tail when its last holder lets go
+ * and leaves it when it is taken again (prefix hit) or evicted (from the head). */
+static void lru_push(lm__blocks *bm, int32_t b) {
+    bm->lru_prev[b] = bm->lru_tail, bm->lru_next[b] = -1;
+    if (bm->lru_tail >= 0) bm->lru_next[bm->lru_tail] = b;
+    else bm->lru_head = b;
+    bm->lru_tail = b;
+    bm->evictable++;
+}
+
+static void lru_unlink(lm__blocks *bm, int32_t b) {
+    if (bm->lru_prev[b] >= 0) bm->lru_next[bm->lru_prev[b]] = bm->lru_next[b];
+    else bm->lru_head = bm->lru_next[b];
+    if (bm->lru_next[b] >= 0) bm->lru_prev[bm->lru_next[b]] = bm->lru_prev[b];
+    else bm->lru_tail = bm->lru_prev[b];
+    bm->evictable--;
 }
 
 static void unregister(lm__blocks *bm, int32_t blk) {
@@ -94,8 +116,7 @@ int64_t lm__blocks_match(lm__blocks *bm, const int32_t *tokens, int64_t n, int32
         int32_t b = find(bm, tokens, k, h, parent);
         parent = h;
         if (b < 0) break;
-        if (bm->ref[b]++ == 0) bm->evictable--;
-        bm->last_use[b] = ++bm->clock;
+        if (bm->ref[b]++ == 0) lru_unlink(bm, b);
         table[k] = b;
     }
     return k;
@@ -105,15 +126,13 @@ int lm__blocks_alloc(lm__blocks *bm, int32_t *out) {
     int32_t b = -1;
     if (bm->nfree > 0) {
         b = bm->free_list[--bm->nfree];
-    } else if (bm->evictable > 0) { /* the least recently used registered block nobody holds */
-        for (int32_t i = 0; i < bm->n; i++)
-            if (bm->cached[i] && bm->ref[i] == 0 && (b < 0 || bm->last_use[i] < bm->last_use[b])) b = i;
+    } else if (bm->lru_head >= 0) { /* the least recently released registered block */
+        b = bm->lru_head;
+        lru_unlink(bm, b);
         unregister(bm, b);
-        bm->evictable--;
     }
     if (b < 0) return -1;
     bm->ref[b] = 1;
-    bm->last_use[b] = ++bm->clock;
     *out = b;
     return 0;
 }
@@ -124,7 +143,7 @@ void lm__blocks_release(lm__blocks *bm, const int32_t *table, int64_t n) {
     for (int64_t k = 0; k < n; k++) {
         int32_t b = table[k];
         if (--bm->ref[b] > 0) continue;
-        if (bm->cached[b]) bm->evictable++;
+        if (bm->cached[b]) lru_push(bm, b);
         else bm->free_list[bm->nfree++] = b;
     }
 }

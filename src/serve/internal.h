@@ -76,12 +76,13 @@ typedef struct lm__blocks {
     int32_t *ref;           /* [n] requests holding each block */
     uint64_t *hash, *parent; /* [n] registered blocks: the chain hash of the prefix they end, and the one before */
     uint8_t *cached;        /* [n] registered for prefix reuse */
-    int64_t *last_use;      /* [n] for least-recently-used eviction */
+    int32_t *lru_prev, *lru_next; /* [n] the evictable blocks, least recently released first (-1 ends) */
+    int32_t lru_head, lru_tail;
     int32_t *tokens;        /* [n * bs] a registered block's tokens */
     int32_t *chain_next, *bucket; /* hash chains: [n] and [nbuckets] (-1 ends) */
     int64_t nbuckets;
     int32_t *free_list;     /* [nfree] blocks nobody holds that are not registered */
-    int64_t nfree, evictable, ncached, clock;
+    int64_t nfree, evictable, ncached;
 } lm__blocks;
 lm_status lm__blocks_init(lm__blocks *bm, int64_t nblocks, int64_t bs);
 void lm__blocks_free(lm__blocks *bm);
