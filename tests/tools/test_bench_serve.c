@@ -14,6 +14,7 @@
 
 #include "../../tools/loom/args.c"
 #include "../../tools/loom/cmd_bench_serve.c"
+#define LOOM_DEFAULT_MODEL_DIR LOOM_SOURCE_DIR "/models/default"
 #include "../../tools/loom/common.c"
 #include "../../tools/loom/http_client.c"
 

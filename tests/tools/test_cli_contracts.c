@@ -5,8 +5,9 @@
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
  * --dtype errors), `loom plan layer` on real checkpoints (its simulation agrees with
- * the CPU executor), `loom chat` over stdin, `loom tokenizer train`, and the exit codes and messages of bad
- * invocations.
+ * the CPU executor), `loom chat` over stdin, `loom tokenizer train`, `loom convert` (exact rounding both ways,
+ * refusals), `loom eval` (equal to the library's loss), the default model (held-out loss, used without --model),
+ * and the exit codes and messages of bad invocations.
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,6 +283,183 @@ static void test_tokenizer_train(void) {
     run_free(&r);
 }
 
+/* Reads element i of an entry as a float (f32, bf16 or f16). */
+static float entry_float(const lm_safetensors_entry *e, int64_t i) {
+    if (e->dtype == LM_F32) {
+        float x;
+        memcpy(&x, (const char *)e->data + 4 * i, 4);
+        return x;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)e->data + 2 * i, 2);
+    return e->dtype == LM_BF16 ? lm_bf16_to_f32(h) : lm_f16_to_f32(h);
+}
+
+/* Every tensor of `got` holds the `want` tensor's values rounded to got's dtype. */
+static void check_converted(const char *want_dir, const char *got_dir, lm_dtype dt) {
+    lm_checkpoint *a = NULL, *b = NULL;
+    LT_CHECK_OK(lm_checkpoint_open(want_dir, &a));
+    LT_CHECK_OK(lm_checkpoint_open(got_dir, &b));
+    if (!a || !b) goto out;
+    LT_CHECK(lm_checkpoint_count(a) == lm_checkpoint_count(b));
+    for (int64_t t = 0; t < lm_checkpoint_count(a); t++) {
+        lm_safetensors_entry ea, eb;
+        LT_CHECK_OK(lm_checkpoint_find(a, lm_checkpoint_name(a, t), &ea));
+        if (lm_checkpoint_find(b, ea.name, &eb) != LM_OK) {
+            LT_CHECK_MSG(0, "tensor %s missing after convert", ea.name);
+            continue;
+        }
+        LT_CHECK_MSG(eb.dtype == dt && eb.ndim == ea.ndim, "%s: dtype %d ndim %d", ea.name, (int)eb.dtype, eb.ndim);
+        int64_t n = (int64_t)(ea.nbytes / lm_dtype_size(ea.dtype)), bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float x = entry_float(&ea, i), want = dt == LM_BF16 ? lm_bf16_to_f32(lm_f32_to_bf16(x)) : x;
+            bad += entry_float(&eb, i) != want;
+        }
+        LT_CHECK_MSG(bad == 0, "%s: %lld of %lld elements differ", ea.name, (long long)bad, (long long)n);
+    }
+out:
+    lm_checkpoint_close(a);
+    lm_checkpoint_close(b);
+}
+
+static void test_convert_round_trips_and_refuses_bad_output(void) {
+    const char *bf = LOOM_BINARY_DIR "/cli_conv_bf16", *f32 = LOOM_BINARY_DIR "/cli_conv_f32";
+    run_result r = run("rm -rf " LOOM_BINARY_DIR "/cli_conv_bf16 " LOOM_BINARY_DIR "/cli_conv_f32 " LOOM_BINARY_DIR
+                       "/cli_conv_big && " LOOM " convert --model " MODELS "llama_gqa2_f32 --dtype bf16 -o " LOOM_BINARY_DIR
+                       "/cli_conv_bf16");
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"dtype\":\"bf16\""), "exit %d: %s %s", r.status,
+                 r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+    check_converted(MODELS "llama_gqa2_f32", bf, LM_BF16);
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", bf);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    LT_CHECK_MSG(cfg && !strcmp(json_string_value(json_object_get(cfg, "torch_dtype")) ?: "", "bfloat16"),
+                 "config.json torch_dtype not bfloat16");
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/generation_config.json", bf);
+    FILE *f = fopen(path, "r");
+    LT_CHECK_MSG(f != NULL, "generation_config.json was not copied");
+    if (f) fclose(f);
+    /* back to f32: exact */
+    r = run(LOOM " convert --model " LOOM_BINARY_DIR "/cli_conv_bf16 --dtype f32 -o " LOOM_BINARY_DIR "/cli_conv_f32");
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    run_free(&r);
+    check_converted(bf, f32, LM_F32);
+    /* an f32 value beyond f16's range is refused, naming the tensor */
+    const char *big = LOOM_BINARY_DIR "/cli_conv_big";
+    LT_CHECK(mkdir(big, 0777) == 0);
+    float vals[2] = {1.0f, 1e6f};
+    lm_tensor *t = NULL;
+    LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_F32, 1, (int64_t[]){2}, vals, &t));
+    lm_ctx *ctx = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &ctx));
+    const char *names[1] = {"big.weight"};
+    snprintf(path, sizeof path, "%s/model.safetensors", big);
+    LT_CHECK_OK(lm_safetensors_write(ctx, path, 1, names, lm_tensor_as_view(t), NULL));
+    lm_tensor_destroy(t);
+    lm_ctx_destroy(ctx);
+    r = run("cp " MODELS "llama_gqa2_f32/config.json " LOOM_BINARY_DIR "/cli_conv_big/ && " LOOM " convert --model " LOOM_BINARY_DIR
+            "/cli_conv_big --dtype f16 -o " LOOM_BINARY_DIR "/cli_conv_big_f16");
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "'big.weight'") && strstr(r.err, "does not fit f16"),
+                 "exit %d: %s", r.status, r.err ? r.err : "");
+    run_free(&r);
+    struct {
+        const char *cmd;
+        int status;
+        const char *needle;
+    } bad[] = {{LOOM " convert --model " MODELS "llama_gqa2_f32 --dtype bf16 -o " MODELS "llama_gqa2_f32", 1,
+                "is the source directory"},
+               {LOOM " convert --model " MODELS "llama_gqa2_f32 --dtype i32 -o /tmp/never", 2, "--dtype 'i32'"},
+               {LOOM " convert --model " MODELS "llama_gqa2_f32 --dtype bf16", 2, "required"},
+               {LOOM " convert --model /nonexistent/dir --dtype bf16 -o " LOOM_BINARY_DIR "/cli_conv_none", 1,
+                "/nonexistent/dir"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = run(bad[i].cmd);
+        LT_CHECK_MSG(r.status == bad[i].status && r.err && strstr(r.err, bad[i].needle), "'%s': exit %d, stderr '%s'",
+                     bad[i].cmd, r.status, r.err ? r.err : "");
+        run_free(&r);
+    }
+}
+
+/* `loom eval` prints the windows-weighted mean of the library's no-grad loss. */
+static void test_eval_equals_the_library_loss(void) {
+    const char *model = LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint", *shard = LOOM_BINARY_DIR "/cli_eval.bin";
+    run_result r = run(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
+                            "/tests/data/train/heldout.txt -o " LOOM_BINARY_DIR "/cli_eval.bin");
+    LT_CHECK_MSG(r.status == 0, "data prepare: %s", r.err ? r.err : "");
+    run_free(&r);
+    r = run(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
+                 "/cli_eval.bin --seq 16 --batch 3 --threads 1 --quiet");
+    LT_CHECK_MSG(r.status == 0, "eval: exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *o = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    LT_CHECK_MSG(o != NULL, "eval printed '%s'", r.out ? r.out : "");
+    run_free(&r);
+    lm_train_model *m = NULL;
+    lm_data_loader *dl = NULL;
+    lm_ctx *ctx = NULL;
+    LT_CHECK_OK(lm_train_model_load(model, lm_device_cpu(), &m));
+    LT_CHECK_OK(lm_data_loader_create(1, &shard, 16, 0, 0, &dl));
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &ctx));
+    int64_t windows = dl ? lm_data_loader_windows(dl) : 0;
+    double sum = 0;
+    int32_t in[3 * 16], tg[3 * 16];
+    for (int64_t w = 0; m && dl && w < windows; w += 3) {
+        int b = windows - w < 3 ? (int)(windows - w) : 3;
+        float loss = 0;
+        LT_CHECK_OK(lm_data_loader_next(dl, b, in, tg));
+        LT_CHECK_OK(lm_train_model_loss(m, ctx, in, tg, b, 16, &loss));
+        sum += (double)loss * b;
+    }
+    double want = windows ? sum / (double)windows : 0, got = json_number_value(json_object_get(o, "loss"));
+    LT_CHECK_MSG(windows > 3 && json_integer_value(json_object_get(o, "windows")) == windows, "windows %lld",
+                 (long long)windows);
+    LT_CHECK_MSG(fabs(got - want) < 2e-6, "eval loss %.7f, library %.7f", got, want);
+    LT_CHECK(fabs(json_number_value(json_object_get(o, "perplexity")) - exp(want)) < 1e-3 * exp(want));
+    json_decref(o);
+    lm_ctx_destroy(ctx);
+    lm_data_loader_destroy(dl);
+    lm_train_model_destroy(m);
+    /* a shard made with a larger vocabulary than the model's is refused */
+    int32_t ids[40] = {0};
+    LT_CHECK_OK(lm_token_shard_write(LOOM_BINARY_DIR "/cli_eval_big.bin", ids, 40, 100000));
+    r = run(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
+                 "/cli_eval_big.bin --seq 16");
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "vocabulary of 100000"), "exit %d: %s", r.status,
+                 r.err ? r.err : "");
+    run_free(&r);
+}
+
+/* The shipped default model predicts held-out English far better than chance (ln 8192
+ * = 9.01 nats) and `loom generate` uses it when --model is not given. */
+static void test_default_model_reads_english(void) {
+    run_result r = run("(" LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/models/default/tokenizer.json " LOOM_SOURCE_DIR
+                       "/tests/data/default_model/heldout.txt -o " LOOM_BINARY_DIR "/cli_default_heldout.bin >/dev/null) && " LOOM
+                       " eval --model " LOOM_SOURCE_DIR "/models/default --data " LOOM_BINARY_DIR
+                       "/cli_default_heldout.bin --seq 256 --batch 4 --quiet");
+    json_t *o = r.status == 0 && r.out ? json_loads(r.out, 0, NULL) : NULL;
+    double loss = o ? json_number_value(json_object_get(o, "loss")) : 99;
+    printf("  default model: held-out loss %.4f nats/token\n", loss);
+    LT_CHECK_MSG(loss < 3.8, "held-out loss %.4f (exit %d: %s)", loss, r.status, r.err ? r.err : "");
+    json_decref(o);
+    run_free(&r);
+    r = run(LOOM " generate --prompt 'It was a fine morning, and' --max-new 40 --seed 1");
+    LT_CHECK_MSG(r.status == 0 && r.err && strstr(r.err, "using the default model"), "exit %d: %s", r.status,
+                 r.err ? r.err : "");
+    size_t n = r.out ? strlen(r.out) : 0, plain = 0, spaces = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)r.out[i];
+        plain += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || strchr(" ,.;:'\"!?-\n", c);
+        spaces += c == ' ';
+    }
+    LT_CHECK_MSG(n > 60 && plain * 100 >= n * 95 && spaces >= 8, "not English-looking text: '%s'", r.out ? r.out : "");
+    run_free(&r);
+    r = run("LOOM_DEFAULT_MODEL=/nonexistent/model " LOOM " generate --prompt hi");
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "/nonexistent/model") && strstr(r.err, "--model"),
+                 "exit %d: %s", r.status, r.err ? r.err : "");
+    run_free(&r);
+}
+
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
     struct {
         const char *cmd;
@@ -321,6 +500,9 @@ int main(void) {
     LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
     LT_RUN(test_chat_reads_stdin);
     LT_RUN(test_tokenizer_train);
+    LT_RUN(test_convert_round_trips_and_refuses_bad_output);
+    LT_RUN(test_eval_equals_the_library_loss);
+    LT_RUN(test_default_model_reads_english);
     LT_RUN(test_bad_invocations_exit_nonzero_with_a_reason);
     return lt_finish();
 }

@@ -73,6 +73,17 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, int ar
             cli_usage(stdout, cmd, synopsis, opts);
             return 1;
         }
+        const cli_opt *out_opt = NULL; /* "-o" stands for --out / --output where a command has one */
+        for (const cli_opt *o = opts; strcmp(a, "-o") == 0 && o->name && !out_opt; o++)
+            if (!strcmp(o->name, "out") || !strcmp(o->name, "output")) out_opt = o;
+        if (out_opt) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "loom %s: -o needs a value\n", cmd);
+                return 2;
+            }
+            if (set_value(cmd, out_opt, argv[++i])) return 2;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
             if (*npositional >= max_positional) {
                 fprintf(stderr, "loom %s: unexpected argument '%s'\n", cmd, a);

@@ -22,7 +22,8 @@ typedef struct cli_opt {
 } cli_opt;
 
 /* Parses argv[0..argc) against opts (terminated by a {NULL} entry). Positional
- * arguments are stored in positional[0..*npositional) up to max_positional.
+ * arguments are stored in positional[0..*npositional) up to max_positional. "-o X" is
+ * "--out X" (or "--output X") in a table that has such an option.
  * Returns 0 on success, prints an error to stderr and returns 2 otherwise. "--help"
  * prints usage to stdout and returns 1. */
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, int argc, char **argv,

@@ -24,14 +24,9 @@ int cmd_data(int argc, char **argv) {
         {"separator", CLI_STRING, &sep_text, "TOKEN: token appended after each file, e.g. <|endoftext|>"},
         {"separator-id", CLI_INT, &sep_id, "N: token id appended after each file"},
         {NULL, 0, NULL, NULL}};
-    /* accept -o as --out */
-    char **args = malloc(sizeof(char *) * (size_t)(argc > 1 ? argc : 1));
-    if (!args) return 1;
-    for (int i = 1; i < argc; i++) args[i - 1] = strcmp(argv[i], "-o") ? argv[i] : (char *)"--out";
     const char **inputs = malloc(sizeof(char *) * (size_t)(argc > 1 ? argc : 1));
     int n = 0;
-    int rc = inputs ? cli_parse("data prepare", k_synopsis, opts, argc - 1, args, inputs, argc, &n) : 1;
-    free(args);
+    int rc = inputs ? cli_parse("data prepare", k_synopsis, opts, argc - 1, argv + 1, inputs, argc, &n) : 1;
     if (rc) {
         free(inputs);
         return rc == 1 ? 0 : rc;

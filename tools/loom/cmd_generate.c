@@ -35,7 +35,7 @@ int cmd_generate(int argc, char **argv) {
     float temperature = -1, top_p = -1, min_p = 0, rep = 1;
     uint64_t seed = 0;
     const cli_opt opts[] = {
-        {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (required)"},
+        {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (default: loom's default model)"},
         {"prompt", CLI_STRING, &prompt, "TEXT: prompt text (encoded with the model's tokenizer.json)"},
         {"ids", CLI_STRING, &ids_text, "1,2,3: prompt as token ids instead of text"},
         {"tokenizer", CLI_STRING, &tok_path, "FILE: tokenizer.json (default: DIR/tokenizer.json)"},
@@ -57,10 +57,10 @@ int cmd_generate(int argc, char **argv) {
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
-    int rc = cli_parse("generate", "--model DIR (--prompt TEXT | --ids 1,2,3) [options]", opts, argc, argv, pos, 0, &npos);
+    int rc = cli_parse("generate", "[--model DIR] (--prompt TEXT | --ids 1,2,3) [options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : rc;
-    if (!model_dir || (!prompt == !ids_text)) {
-        fprintf(stderr, "loom generate: --model and exactly one of --prompt or --ids are required\n");
+    if (!prompt == !ids_text) {
+        fprintf(stderr, "loom generate: exactly one of --prompt or --ids is required\n");
         return 2;
     }
     if (max_new < 1) {
@@ -69,6 +69,7 @@ int cmd_generate(int argc, char **argv) {
     }
     lm_device device;
     if (!cli_parse_device("generate", device_text, &device)) return 2;
+    if (!model_dir && !(model_dir = cli_default_model("generate"))) return 1;
     lm_model *m = NULL;
     lm_tokenizer *tok = NULL;
     lm_ctx *ctx = NULL;

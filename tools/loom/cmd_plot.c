@@ -168,13 +168,9 @@ int cmd_plot(int argc, char **argv) {
                             {"width", CLI_INT, &width, "PX: image width (default 800)"},
                             {"height", CLI_INT, &height, "PX: image height (default 480)"},
                             {NULL, 0, NULL, NULL}};
-    char **args = malloc(sizeof(char *) * (size_t)(argc > 0 ? argc : 1));
-    if (!args) return 1;
-    for (int i = 0; i < argc; i++) args[i] = strcmp(argv[i], "-o") ? argv[i] : (char *)"--out";
     const char *pos[1];
     int npos = 0;
-    int rc = cli_parse("plot-loss", "LOG.jsonl -o loss.svg [--title T]", opts, argc, args, pos, 1, &npos);
-    free(args);
+    int rc = cli_parse("plot-loss", "LOG.jsonl -o loss.svg [--title T]", opts, argc, argv, pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : rc;
     if (npos != 1 || !out || width < 200 || height < 150) {
         fprintf(stderr, "loom plot-loss: give one log file, -o FILE, and a size of at least 200 x 150\n");

@@ -36,8 +36,8 @@ static void on_progress(void *user, const lm_tokenizer_train_progress *p) {
     fflush(stderr);
 }
 
-/* Moves every "--special X" / "--special=X" out of argv into specials, and turns
- * "-o" into "--output". Returns the remaining count, or -1 on a missing value. */
+/* Moves every "--special X" / "--special=X" out of argv into specials. Returns the
+ * remaining count, or -1 on a missing value. */
 static int take_specials(int argc, char **argv, char **rest, const char **specials, int *n_special) {
     int n = 0;
     *n_special = 0;
@@ -48,7 +48,7 @@ static int take_specials(int argc, char **argv, char **rest, const char **specia
         } else if (strncmp(argv[i], "--special=", 10) == 0) {
             specials[(*n_special)++] = argv[i] + 10;
         } else {
-            rest[n++] = strcmp(argv[i], "-o") ? argv[i] : (char *)"--output";
+            rest[n++] = argv[i];
         }
     }
     return n;

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 double cli_now(void) {
@@ -83,4 +84,19 @@ lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device) 
 const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size) {
     snprintf(buf, size, "%s/tokenizer.json", dir);
     return buf;
+}
+
+const char *cli_default_model(const char *cmd) {
+    const char *env = getenv("LOOM_DEFAULT_MODEL");
+    const char *dir = env && *env ? env : LOOM_DEFAULT_MODEL_DIR;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "loom %s: no --model given, and the default model %s'%s' has no config.json; pass --model DIR\n",
+                cmd, env && *env ? "(LOOM_DEFAULT_MODEL) " : "", dir);
+        return NULL;
+    }
+    fprintf(stderr, "loom %s: no --model given; using the default model %s\n", cmd, dir);
+    return dir;
 }

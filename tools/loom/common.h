@@ -25,6 +25,10 @@ int cli_parse_device(const char *cmd, const char *text, lm_device *out);
 double cli_now(void);
 /* Sorts times[0..n) (n >= 1) and returns the fastest in *best and the median in *median. */
 void cli_best_median(double *times, int n, double *best, double *median);
+/* The model used when --model is not given: $LOOM_DEFAULT_MODEL when set and not
+ * empty, else the default model of the source tree (models/default). Prints which one
+ * to stderr; prints why and returns NULL when it has no config.json. */
+const char *cli_default_model(const char *cmd);
 /* Finds the tokenizer.json beside a model: dir/tokenizer.json. Returns buf. */
 const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size);
 

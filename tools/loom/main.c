@@ -12,6 +12,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  generate       continue a prompt with a model (streams text)\n"
             "  info           describe a model directory (JSON)\n"
+            "  convert        copy a model directory with its weights in another dtype (bf16, f16, f32)\n"
+            "  eval           a model's loss and perplexity over a token shard (JSON)\n"
             "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
             "  tokenizer      'tokenizer train': learn a byte-level BPE tokenizer.json from text files\n"
             "  logits         run one forward pass and print logits per position (JSON lines)\n"
@@ -54,6 +56,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
