@@ -130,7 +130,9 @@ static void check_cache_attention(const cache_case *c) {
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(want32), lm_tensor_as_view(want)));
     ct_pair o = ct_poisoned(c->out_dt, 4, qs);
     int flash = c->T > 1 && c->q_dt == LM_BF16 && (c->hd == 64 || c->hd == 128);
-    for (int rep = 0; rep < 2; rep++) { /* twice: the split counters must be back at zero */
+    for (int rep = 0; rep < 4; rep++) { /* twice per kernel: the split counters must be back at zero */
+        const char *kernel = rep < 2 ? "head" : "group";
+        setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
         LT_CHECK_OK(lm_attention_cache_out(g_ctx, lm_tensor_as_view(q.d), lm_tensor_as_view(kc.d),
                                            lm_tensor_as_view(vc.d), lm_tensor_as_view(so.d), lm_tensor_as_view(po.d),
@@ -138,7 +140,7 @@ static void check_cache_attention(const cache_case *c) {
         char what[192];
         snprintf(what, sizeof what,
                  "attention_cache %s B %d T %lld G %d hd %lld max_t %lld window %lld q %s out %s ws %d run %d",
-                 flash ? "flash" : "rows", c->B, (long long)c->T, c->Hq / c->Hkv, (long long)c->hd,
+                 flash ? "flash" : kernel, c->B, (long long)c->T, c->Hq / c->Hkv, (long long)c->hd,
                  (long long)c->max_t, (long long)c->window, lm_dtype_name(c->q_dt), lm_dtype_name(c->out_dt),
                  ws != NULL, rep);
         /* rows keep probabilities in f32; flash rounds P to bf16 for P V (NMSE ~1e-6) */
@@ -146,14 +148,16 @@ static void check_cache_attention(const cache_case *c) {
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), nmse,
                  flash ? 0.03 : ct_abs(c->out_dt, 1.0));
     }
+    unsetenv("LOOM_CUDA_ATTN_ROWS");
     lm_tensor_destroy(ws), lm_tensor_destroy(q32), lm_tensor_destroy(k32), lm_tensor_destroy(v32);
     lm_tensor_destroy(want32), lm_tensor_destroy(want);
     ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&po), ct_pair_free(&so), ct_pair_free(&o);
 }
 
-/* Decode rows (T = 1) at different positions and slots: one split up to eight splits of
- * 256 keys combined by the last block (with the workspace), groups of 1, 4 and 7,
- * head dims 12, 16 and 64, f32 and bf16 q and out, windows. */
+/* Decode rows (T = 1) at different positions and slots: one split up to 32 splits
+ * combined by the last block (with the workspace), groups of 1, 3, 4, 7, 8 and 16, head
+ * dims 12, 16, 32, 64 and 128, f32 and bf16 q and out, windows. Each case runs the
+ * per-head and (for groups 2..8) the grouped kernel (LOOM_CUDA_ATTN_ROWS). */
 static void test_cache_attention_decode(void) {
     const int64_t st_a[3] = {0, 300, 63};
     const int sl_a[3] = {0, 1, 2};
@@ -175,6 +179,25 @@ static void test_cache_attention_decode(void) {
     const int sl_c[2] = {1, 0};
     cache_case c = {2, 4, 4, 1, 12, 40, 3, st_c, sl_c, LM_F32, LM_BF16, 1};
     check_cache_attention(&c);
+    /* a long row: 32 splits of 512 keys, group 7 */
+    const int64_t st_d[1] = {16000};
+    const int sl_d[1] = {1};
+    cache_case d = {1, 14, 2, 1, 64, 16384, 0, st_d, sl_d, LM_BF16, LM_BF16, 1};
+    check_cache_attention(&d);
+    d.window = 4000;
+    check_cache_attention(&d);
+    /* groups of 3 (the default model), 8 with head dim 128 (the largest grouped one) and
+     * 16 (the per-head kernel) */
+    const int64_t st_e[3] = {1500, 20, 700};
+    const int sl_e[3] = {0, 1, 2};
+    cache_case e = {3, 6, 2, 1, 64, 2048, 0, st_e, sl_e, LM_F32, LM_F32, 1};
+    check_cache_attention(&e);
+    cache_case f = {3, 16, 2, 1, 128, 2048, 0, st_e, sl_e, LM_BF16, LM_F32, 1};
+    check_cache_attention(&f);
+    f.workspace = 0;
+    check_cache_attention(&f);
+    cache_case g = {3, 16, 1, 1, 32, 2048, 0, st_e, sl_e, LM_F32, LM_BF16, 1};
+    check_cache_attention(&g);
 }
 
 /* Prefill rows (T > 1): the flash kernel for bf16 q with head dims 64 and 128 (two rows

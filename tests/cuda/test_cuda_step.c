@@ -538,8 +538,8 @@ static void check_attention_paged(const paged_attn_case *c) {
     ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&o1), ct_pair_free(&o2);
 }
 
-/* Decode (T = 1, the split-K rows kernel: rows of 384 and 400 positions are two
- * splits with the workspace, one without), then prefill (T = 40, the flash kernel:
+/* Decode (T = 1, the split-K rows kernel, per head and grouped: rows of 384 and 400
+ * positions are two splits with the workspace, one without), then prefill (T = 40, the flash kernel:
  * blocks of 16 and 32 positions inside a 64-key tile, blocks of 80 straddling tiles),
  * windows included. */
 static void test_attention_cache_paged(void) {
@@ -547,7 +547,11 @@ static void test_attention_cache_paged(void) {
                               {1, 8, 2, 64, 32, 12, 0, LM_BF16, LM_BF16, 0},
                               {1, 4, 4, 16, 80, 5, 100, LM_F32, LM_F32, 1},
                               {1, 14, 2, 64, 16, 8, 0, LM_BF16, LM_F32, 1}};
-    for (int i = 0; i < 4; i++) check_attention_paged(&dec[i]);
+    for (int k = 0; k < 2; k++) { /* the per-head kernel, then the grouped one (groups 4 and 7) */
+        setenv("LOOM_CUDA_ATTN_ROWS", k ? "group" : "head", 1);
+        for (int i = 0; i < 4; i++) check_attention_paged(&dec[i]);
+    }
+    unsetenv("LOOM_CUDA_ATTN_ROWS");
     paged_attn_case pre[4] = {{40, 4, 2, 64, 32, 12, 0, LM_BF16, LM_F32, 1},
                               {40, 4, 2, 64, 16, 8, 0, LM_BF16, LM_BF16, 1},
                               {40, 4, 2, 128, 80, 5, 50, LM_BF16, LM_BF16, 1},

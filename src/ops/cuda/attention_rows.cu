@@ -28,6 +28,15 @@
  * can replay) combines them. The grid depends only on the row capacity nb * P, never on the
  * current lengths, which live in device memory: this is what makes decode capturable.
  * Work O(ntok * Hq * pos * hd); bytes ~ 2 * pos * hd * 2 per (token, kv head) from HBM.
+ *
+ * Grouped variant (attn_group_kernel, for 2..GMAX query heads per kv head): one block
+ * per (split, kv head, token) serves the whole group, so each key and value row is read
+ * once per step rather than once per query head: thread j loads key j's row once and
+ * scores it against the G queries (held in shared memory), warp g keeps head g's
+ * running max and sum, and each P V thread applies one loaded value pair to all G
+ * accumulators. Splits, the combine and the NaN rules are those of the per-head
+ * kernel, per head of the group. It is chosen for calls of many rows over long
+ * caches (use_group_kernel says when and why).
  */
 #include "ops/cuda/common.cuh"
 
@@ -35,6 +44,7 @@
 #define MIN_CHUNK 256 /* fewest keys worth a split (a split costs a combine step) */
 #define BATCH 8       /* loads issued together before their values are used */
 #define MAX_SPLITS 32
+#define GMAX 8 /* the grouped kernel's largest group (the block's warps) */
 
 int lm__cuda_attention_rows_splits(int64_t capacity) {
     int64_t n = (capacity + MIN_CHUNK - 1) / MIN_CHUNK;
@@ -239,10 +249,253 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
     }
 }
 
+
+/* scale * q_g . k for the G queries of a group (qs [G][hd] in shared memory) against
+ * key row kr, loaded once; the scores go to out[g * TILE]. */
+__device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs, int G, int hd, float scale,
+                                                float *out) {
+    float a[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; g++) a[g] = 0.f;
+    if (hd % 8 == 0) {
+        for (int c0 = 0; c0 < hd / 8; c0 += BATCH) {
+            uint4 raw[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; u++)
+                raw[u] = c0 + u < hd / 8 ? *(const uint4 *)(kr + (c0 + u) * 8) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < BATCH; u++) {
+                if (c0 + u >= hd / 8) break;
+                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw[u];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float2 kf = __bfloat1622float2(k2[i]);
+                    int d = (c0 + u) * 8 + 2 * i;
+#pragma unroll
+                    for (int g = 0; g < GMAX; g++) {
+                        if (g >= G) break;
+                        float2 qv = *(const float2 *)&qs[g * hd + d];
+                        a[g] += kf.x * qv.x + kf.y * qv.y;
+                    }
+                }
+            }
+        }
+    } else {
+        const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)kr;
+        for (int d2 = 0; d2 < hd / 2; d2++) {
+            float2 kf = __bfloat1622float2(k2[d2]);
+#pragma unroll
+            for (int g = 0; g < GMAX; g++) {
+                if (g >= G) break;
+                float2 qv = *(const float2 *)&qs[g * hd + 2 * d2];
+                a[g] += kf.x * qv.x + kf.y * qv.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; g++)
+        if (g < G) out[g * TILE] = a[g] * scale;
+}
+
+/* One block per (split, kv head, token) for the G = Hq / Hkv query heads of the kv
+ * head (2 <= G <= GMAX); see the file comment. */
+template <typename QT, typename OT, bool PAGED>
+__global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
+    extern __shared__ float sm[];
+    const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim, G = Hq / Hkv;
+    float *qs = sm, *acc = qs + G * hd, *sc = acc + G * hd; /* q [G][hd], acc [G][hd], sc [G][TILE] */
+    int32_t *krow = (int32_t *)(sc + G * TILE);             /* PAGED: [TILE] cache row of each key of the tile */
+    __shared__ float mx[GMAX], sum[GMAX], alpha[GMAX];
+    __shared__ int is_last;
+    pdl_trigger();
+    const int split = blockIdx.x, kvh = blockIdx.y, h0 = kvh * G, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int32_t *table = p.row_table + (tok / p.T) * kv.nb;
+    const int64_t slot = PAGED ? 0 : table[0];
+    OT *out = (OT *)p.out + (tok * Hq + h0) * hd; /* the group's G heads are adjacent: [G][hd] */
+    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
+        for (int i = threadIdx.x; split == 0 && i < G * hd; i += TILE) st(out + i, NAN);
+        return;
+    }
+    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
+    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
+    const int used = (int)((nkeys + chunk - 1) / chunk);
+    if (split >= used) return;
+    const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
+    const bf16 *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
+    if (!PAGED) K += (slot * Hkv + kvh) * P * hd, V += (slot * Hkv + kvh) * P * hd;
+    int32_t nblock = 0, noff = 0;
+    if (PAGED && threadIdx.x < k1 - k0) key_entry(table, k0 + threadIdx.x, P, &nblock, &noff);
+    const QT *q = (const QT *)p.q + (tok * Hq + h0) * hd;
+    for (int i = threadIdx.x; i < G * hd; i += TILE) {
+        qs[i] = ld(q + i);
+        acc[i] = 0.f;
+    }
+    if (threadIdx.x < G) mx[threadIdx.x] = -INFINITY, sum[threadIdx.x] = 0.f;
+    const int npairs = hd / 2, kg = TILE / npairs, d2 = threadIdx.x % npairs, grp = threadIdx.x / npairs;
+    float2 o[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; g++) o[g] = make_float2(0.f, 0.f);
+    bool bad = false;
+    __syncthreads();
+    for (int64_t t0 = k0; t0 < k1; t0 += TILE) {
+        int n = (int)LM_MIN((int64_t)TILE, k1 - t0);
+        if (PAGED) {
+            int miss = 0;
+            if (threadIdx.x < n) {
+                int32_t block = nblock, off = noff;
+                if (t0 > k0) key_entry(table, t0 + threadIdx.x, P, &block, &off);
+                miss = block < 0 || block >= kv.blocks;
+                int32_t row = ((miss ? 0 : block) * Hkv + kvh) * (int32_t)P + off;
+                krow[threadIdx.x] = row;
+                if (!miss) score_key_group(K + (int64_t)row * hd, qs, G, hd, p.scale, sc + threadIdx.x);
+            }
+            if (__syncthreads_or(miss)) {
+                bad = true;
+                break;
+            }
+        } else {
+            if (threadIdx.x < n) score_key_group(K + (t0 + threadIdx.x) * hd, qs, G, hd, p.scale, sc + threadIdx.x);
+            __syncthreads();
+        }
+        if (warp < G) { /* warp g: the online softmax update of head g */
+            float *sg = sc + warp * TILE, m = -INFINITY;
+            for (int j = lane; j < n; j += 32) m = fmaxf(m, sg[j]);
+            m = fmaxf(warp_max(m), mx[warp]);
+            float s = 0.f;
+            for (int j = lane; j < n; j += 32) {
+                float e = __expf(sg[j] - m);
+                sg[j] = e;
+                s += e;
+            }
+            s = warp_sum(s);
+            if (lane == 0) {
+                alpha[warp] = __expf(mx[warp] - m);
+                sum[warp] = sum[warp] * alpha[warp] + s;
+                mx[warp] = m;
+            }
+        }
+        __syncthreads();
+        if (grp < kg) {
+#pragma unroll
+            for (int g = 0; g < GMAX; g++)
+                if (g < G) o[g].x *= alpha[g], o[g].y *= alpha[g];
+            for (int j0 = grp; j0 < n; j0 += BATCH * kg) {
+                float2 v[BATCH];
+#pragma unroll
+                for (int u = 0; u < BATCH; u++) {
+                    int j = j0 + u * kg;
+                    v[u] = make_float2(0.f, 0.f);
+                    if (j < n)
+                        v[u] = __bfloat1622float2(
+                            *(const __nv_bfloat162 *)(V + (PAGED ? (int64_t)krow[j] : t0 + j) * hd + 2 * d2));
+                }
+#pragma unroll
+                for (int u = 0; u < BATCH; u++) {
+                    int j = j0 + u * kg;
+                    if (j >= n) break;
+#pragma unroll
+                    for (int g = 0; g < GMAX; g++) {
+                        if (g >= G) break;
+                        float w = sc[g * TILE + j];
+                        o[g].x += w * v[u].x, o[g].y += w * v[u].y;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (grp < kg) {
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            if (g >= G) break;
+            atomicAdd(&acc[g * hd + 2 * d2], o[g].x);
+            atomicAdd(&acc[g * hd + 2 * d2 + 1], o[g].y);
+        }
+    }
+    __syncthreads();
+    if (PAGED && bad) {
+        for (int i = threadIdx.x; i < G * hd; i += TILE) acc[i] = NAN;
+        if (threadIdx.x < G) mx[threadIdx.x] = sum[threadIdx.x] = NAN;
+        __syncthreads();
+    }
+    if (used == 1) {
+        for (int i = threadIdx.x; i < G * hd; i += TILE) st(out + i, acc[i] / sum[i / hd]);
+        return;
+    }
+    /* partials per head: [tok][h][split][hd + 2], as the per-head kernel lays them out */
+    float *part = p.partial + ((tok * Hq + h0) * p.nsplit) * (int64_t)(hd + 2);
+    const int64_t head_stride = (int64_t)p.nsplit * (hd + 2);
+    for (int i = threadIdx.x; i < G * hd; i += TILE)
+        part[(i / hd) * head_stride + (int64_t)split * (hd + 2) + i % hd] = acc[i];
+    if (threadIdx.x < G) {
+        float *mine = part + threadIdx.x * head_stride + (int64_t)split * (hd + 2);
+        mine[hd] = mx[threadIdx.x], mine[hd + 1] = sum[threadIdx.x];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *counter = p.counters + tok * Hq + h0; /* the group's first head's counter */
+        is_last = atomicAdd(counter, 1) == used - 1;
+        if (is_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    float *wsplit = sc; /* [G][MAX_SPLITS] weights of the splits; sc is free now */
+    for (int i = threadIdx.x; i < G * used; i += TILE)
+        wsplit[(i / used) * MAX_SPLITS + i % used] =
+            __ldcg(part + (i / used) * head_stride + (int64_t)(i % used) * (hd + 2) + hd);
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const int g = threadIdx.x;
+        float *w = wsplit + g * MAX_SPLITS, m = -INFINITY, den = 0.f;
+        for (int s = 0; s < used; s++) m = fmaxf(m, w[s]);
+        for (int s = 0; s < used; s++) {
+            w[s] = __expf(w[s] - m);
+            den += w[s] * __ldcg(part + g * head_stride + (int64_t)s * (hd + 2) + hd + 1);
+        }
+        alpha[g] = 1.f / den;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += TILE) {
+        const int g = i / hd;
+        const float *pg = part + g * head_stride + i % hd, *w = wsplit + g * MAX_SPLITS;
+        float num = 0.f;
+        for (int s = 0; s < used; s++) num += __ldcg(pg + (int64_t)s * (hd + 2)) * w[s];
+        st(out + i, num * alpha[g]);
+    }
+}
+
+/* The grouped kernel for 2..GMAX query heads per kv head once a call is large enough
+ * to be bound by reading the cache: GROUP_MIN_TOKENS rows of GROUP_MIN_CAPACITY or
+ * more positions. On an H200 (Qwen2.5-0.5B shape, group 7, bench/NOTES.md) it decodes
+ * B32 at context 4,096 1.51x faster than the per-head kernel, but B1 (whose few
+ * blocks run one after another through the group's heads) 18% slower at context 16
+ * and 4,096, and B32 at context 16 12% slower. LOOM_CUDA_ATTN_ROWS=head|group
+ * overrides the choice (for comparisons). */
+#define GROUP_MIN_TOKENS 8
+#define GROUP_MIN_CAPACITY 2048
+static int use_group_kernel(int G, int64_t ntok, int64_t capacity) {
+    const char *e = getenv("LOOM_CUDA_ATTN_ROWS");
+    if (G < 2 || G > GMAX || (e && strcmp(e, "head") == 0)) return 0;
+    return (e && strcmp(e, "group") == 0) || (ntok >= GROUP_MIN_TOKENS && capacity >= GROUP_MIN_CAPACITY);
+}
+
 template <typename QT, typename OT>
-static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, size_t smem, cudaStream_t s) {
+static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
+    const int hd = kv->head_dim, G = p->q_heads / kv->kv_heads;
+    const size_t paged = kv->nb != 1 ? sizeof(int32_t) * TILE : 0;
+    if (use_group_kernel(G, p->ntok, kv->nb * kv->block_tokens)) {
+        dim3 grid((unsigned)p->nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
+        size_t smem = sizeof(float) * (size_t)(2 * G * hd + G * TILE) + paged;
+        if (paged) attn_group_kernel<QT, OT, true><<<grid, TILE, smem, s>>>(*p, *kv);
+        else attn_group_kernel<QT, OT, false><<<grid, TILE, smem, s>>>(*p, *kv);
+        return lm__cuda_launched("attention_rows (grouped)");
+    }
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
-    if (kv->nb != 1) attn_rows_kernel<QT, OT, true><<<grid, TILE, smem + sizeof(int32_t) * TILE, s>>>(*p, *kv);
+    size_t smem = sizeof(float) * (size_t)(2 * hd + TILE) + paged;
+    if (paged) attn_rows_kernel<QT, OT, true><<<grid, TILE, smem, s>>>(*p, *kv);
     else attn_rows_kernel<QT, OT, false><<<grid, TILE, smem, s>>>(*p, *kv);
     return lm__cuda_launched("attention_rows");
 }
@@ -257,7 +510,6 @@ lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_
         return lm__error(LM_UNSUPPORTED, "attention_rows: a paged cache of %lld x %d x %lld key rows (int32 indices)",
                          (long long)kv->blocks, kv->kv_heads, (long long)kv->block_tokens);
     if (p->ntok > 65535) return lm__error(LM_UNSUPPORTED, "attention_rows: %lld tokens in one call", (long long)p->ntok);
-    size_t smem = sizeof(float) * (size_t)(2 * hd + TILE);
-    if (p->q_bf16) return p->out_bf16 ? launch<bf16, bf16>(p, kv, smem, s) : launch<bf16, float>(p, kv, smem, s);
-    return p->out_bf16 ? launch<float, bf16>(p, kv, smem, s) : launch<float, float>(p, kv, smem, s);
+    if (p->q_bf16) return p->out_bf16 ? launch<bf16, bf16>(p, kv, s) : launch<bf16, float>(p, kv, s);
+    return p->out_bf16 ? launch<float, bf16>(p, kv, s) : launch<float, float>(p, kv, s);
 }
