@@ -35,6 +35,11 @@ LM_API void lm_atomic_file_abort(lm_atomic_file *f);
 LM_API lm_status lm_file_write_atomic(const char *path, const void *data, size_t n);
 /* fsync of a directory (after creating or renaming entries in it). */
 LM_API lm_status lm_dir_sync(const char *dir);
+/* Fault injection for tests: after `after` more successful lm_atomic_file_write calls
+ * in this process (counted from this call, every file together), each later one fails
+ * with errno err without writing, as a full disk (ENOSPC) or a failing device (EIO)
+ * would; after < 0 turns injection off (the default). Process-wide. */
+LM_API void lm_atomic_file_inject_fault(int64_t after, int err);
 
 /* ---- safetensors ----------------------------------------------------------------------
  * Writes n tensors (any device: device tensors are copied to the host in chunks; any

@@ -158,17 +158,40 @@ LM_API lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info 
 LM_API lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, int64_t batches, double *loss);
 
 /* A checkpoint: lm_train_model_save's files plus train_state.bin (optimizer moments,
- * step, data loader position with its RNG, batch geometry, checksummed), built in a
- * temporary sibling directory and renamed to dir, so dir is either the old or the
- * complete new checkpoint. */
+ * step, data loader position with its RNG, batch geometry, checksummed), built in the
+ * sibling directory "<dir>.tmp-<pid>" and then put in place: renamed to dir when it
+ * is new, atomically exchanged with it where the filesystem can (Linux renameat2),
+ * else the previous one is renamed to "<dir>.old-<pid>" first and removed after. A
+ * crash at any point leaves dir holding the old or the complete new checkpoint, or
+ * leaves the old one as "<dir>.old-<pid>" for lm_train_checkpoints_recover to put
+ * back. Errors name dir and the failing file (e.g. "No space left on device"); dir is
+ * unchanged then. */
 LM_API lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
 /* Restores optimizer moments, step and data position from dir/train_state.bin. The
  * model must already hold dir's weights (lm_train_model_load(dir)). Errors:
- * LM_IO_ERROR; LM_PARSE_ERROR naming the file and what is wrong (magic, version,
- * truncation, checksum); LM_SHAPE_MISMATCH when the state belongs to a model of
- * another size; LM_INVALID_ARGUMENT when batch, seq or grad_accum differ (the resumed
- * run would not replay the same batches). Nothing changes on failure. */
+ * LM_IO_ERROR (dir missing); LM_NOT_FOUND naming the files a partial checkpoint lacks;
+ * LM_PARSE_ERROR naming the file and what is wrong (magic, version, truncation,
+ * checksum, a field out of range); LM_SHAPE_MISMATCH when the state belongs to a model
+ * of another size; LM_INVALID_ARGUMENT when batch, seq or grad_accum differ (the
+ * resumed run would not replay the same batches). Nothing changes on failure. */
 LM_API lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir);
+
+/* Whether dir is a complete checkpoint: config.json, model.safetensors and a
+ * train_state.bin whose header, size and fields are valid (the checksum over the
+ * moments is left to lm_trainer_resume: this check only maps the file, O(1)). *step
+ * (may be NULL) receives its step. Errors: LM_IO_ERROR when dir is missing,
+ * LM_NOT_FOUND naming every missing file, LM_PARSE_ERROR naming the bad field. */
+LM_API lm_status lm_train_checkpoint_check(const char *dir, int64_t *step);
+
+/* Receives one line of text per action of lm_train_checkpoints_recover. */
+typedef void (*lm_train_report_fn)(void *user, const char *line);
+/* Cleans up after interrupted saves in the output directory out, looking only at
+ * entries "<name>.tmp-<pid>" and "<name>.old-<pid>" whose process no longer runs:
+ * "<name>.old-<pid>" is renamed back to name when name is missing and it is a
+ * complete checkpoint; every other such entry (a partial or replaced checkpoint, a
+ * temporary file) is removed. Calls report (may be NULL) once per directory or file
+ * restored or removed. A missing out is not an error. */
+LM_API lm_status lm_train_checkpoints_recover(const char *out, lm_train_report_fn report, void *user);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,15 @@
 /* io/atomic_write.c — crash-safe file replacement (see loom/io_write.h): write a
  * "<path>.tmp-<pid>" sibling, fsync it, rename it over path, fsync the directory.
  * Every failure removes the temporary file and names the path and errno text.
+ * lm_atomic_file_inject_fault makes writes fail on purpose, so tests can show what a
+ * full disk does to the callers; its counters are atomics, off (-1) by default.
  */
 #include "io/internal.h"
 #include "loom/io_write.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -44,7 +47,23 @@ lm_status lm_atomic_file_open(const char *path, lm_atomic_file **out) {
     return LM_OK;
 }
 
+static _Atomic int64_t g_fault_after = -1; /* successful writes allowed; -1: no injection */
+static _Atomic int64_t g_fault_count;      /* writes since lm_atomic_file_inject_fault */
+static _Atomic int g_fault_errno;
+
+void lm_atomic_file_inject_fault(int64_t after, int err) {
+    atomic_store(&g_fault_after, -1); /* off while the other fields change */
+    atomic_store(&g_fault_count, 0);
+    atomic_store(&g_fault_errno, err);
+    atomic_store(&g_fault_after, after < 0 ? -1 : after);
+}
+
 lm_status lm_atomic_file_write(lm_atomic_file *f, const void *data, size_t n) {
+    int64_t after = atomic_load(&g_fault_after);
+    if (after >= 0 && atomic_fetch_add(&g_fault_count, 1) >= after) {
+        errno = atomic_load(&g_fault_errno);
+        return io_fail("cannot write", f->tmp);
+    }
     const char *p = data;
     while (n > 0) {
         ssize_t w = write(f->fd, p, n);

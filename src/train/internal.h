@@ -67,5 +67,9 @@ lm_status lm__train_state_write(lm_ctx *ctx, const char *path, const lm__train_s
  * m1 and m2 (which must have s->numel elements: checked against expect_numel first). */
 lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t expect_nparams, lm__train_state *s,
                                lm_tensor *m1, lm_tensor *m2);
+/* Validates path's header, size and field ranges without a model and without the
+ * checksum pass (lm__train_state_read does that), filling *s: the test of a complete
+ * checkpoint, O(1) in the file size. */
+lm_status lm__train_state_check(const char *path, lm__train_state *s);
 
 #endif

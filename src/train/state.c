@@ -5,14 +5,18 @@
  *   u64 data loader rng[4], i64 epoch, i64 cursor       (48 bytes)
  *   f32 first moments [numel], f32 second moments [numel]
  *   u64 FNV-1a 64 checksum of every byte before it
- * Reading validates size, magic, version, geometry and checksum before anything is
- * copied out, so a damaged file changes nothing and the error says what is wrong.
+ * Reading validates size, magic, version, geometry, checksum and the range of every
+ * field before anything is copied out, so a damaged file changes nothing and the
+ * error names what is wrong. lm__train_state_check does the same without a model and
+ * without the checksum pass (O(1): it only maps the file), to tell a complete
+ * checkpoint from a partial one.
  */
 #include "train/internal.h"
 #include "runtime/internal.h"
 
 #include "loom/io_write.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define STATE_MAGIC "LMTRSTAT"
@@ -85,8 +89,12 @@ lm_status lm__train_state_write(lm_ctx *ctx, const char *path, const lm__train_s
     return lm_atomic_file_commit(f);
 }
 
-static lm_status check_layout(const char *path, const lm_file_map *map, int64_t expect_numel, int64_t expect_nparams,
-                              lm__train_state *s) {
+/* The plausibility limit of step, seq and the data position: 2^40 steps are ~35 years
+ * at one step per millisecond, so anything larger is a damaged or forged file. */
+#define STATE_FIELD_MAX ((int64_t)1 << 40)
+
+/* Decodes the header into *s after checking size, magic and version. */
+static lm_status decode_header(const char *path, const lm_file_map *map, lm__train_state *s) {
     const uint8_t *d = map->data;
     if (map->size < STATE_HEADER + 8)
         return lm__error(LM_PARSE_ERROR, "training state '%s': truncated (%zu bytes; the header alone needs %d)", path,
@@ -101,20 +109,66 @@ static lm_status check_layout(const char *path, const lm_file_map *map, int64_t 
     for (int i = 0; i < 12; i++) f[i] = get64(d + 16 + 8 * i);
     *s = (lm__train_state){(int64_t)f[0], (int64_t)f[1], (int64_t)f[2], (int64_t)f[3], (int64_t)f[4], (int64_t)f[5],
                            {{f[6], f[7], f[8], f[9]}, (int64_t)f[10], (int64_t)f[11]}};
+    return LM_OK;
+}
+
+/* The file size the header's numel implies (the moments, the header and the checksum). */
+static lm_status check_size(const char *path, const lm_file_map *map, const lm__train_state *s) {
+    if (s->numel < 1 || (uint64_t)s->numel > (UINT64_MAX - STATE_HEADER - 8) / 8)
+        return lm__error(LM_PARSE_ERROR, "training state '%s': numel %lld is out of range", path, (long long)s->numel);
+    uint64_t want = STATE_HEADER + 8 * (uint64_t)s->numel + 8;
+    if (map->size != want)
+        return lm__error(LM_PARSE_ERROR, "training state '%s': %zu bytes, expected %llu (truncated or extended)", path,
+                         map->size, (unsigned long long)want);
+    return LM_OK;
+}
+
+/* Ranges of the decoded fields, each refusal naming its field: a checksum proves the
+ * file is what was written, not that what was written makes sense. */
+static lm_status check_fields(const char *path, const lm__train_state *s) {
+    const struct {
+        const char *name;
+        int64_t value, lo, hi;
+    } f[] = {{"step", s->step, 0, STATE_FIELD_MAX},
+             {"nparams", s->nparams, 1, INT32_MAX},
+             {"batch", s->batch, 1, INT32_MAX},
+             {"seq", s->seq, 1, STATE_FIELD_MAX},
+             {"grad_accum", s->grad_accum, 1, INT32_MAX},
+             {"data epoch", s->data.epoch, 0, STATE_FIELD_MAX},
+             {"data cursor", s->data.cursor, 0, STATE_FIELD_MAX}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].value < f[i].lo || f[i].value > f[i].hi)
+            return lm__error(LM_PARSE_ERROR, "training state '%s': %s %lld is out of range [%lld, %lld]", path, f[i].name,
+                             (long long)f[i].value, (long long)f[i].lo, (long long)f[i].hi);
+    /* xoshiro256** never leaves the all-zero state (it would draw zeros forever) and
+     * lm_rng_seed never produces it, so such a state was not written by a loader */
+    if ((s->data.rng[0] | s->data.rng[1] | s->data.rng[2] | s->data.rng[3]) == 0)
+        return lm__error(LM_PARSE_ERROR, "training state '%s': the data loader rng state is all zero", path);
+    return LM_OK;
+}
+
+static lm_status check_layout(const char *path, const lm_file_map *map, int64_t expect_numel, int64_t expect_nparams,
+                              lm__train_state *s) {
+    LM_TRY(decode_header(path, map, s));
     if (s->numel != expect_numel || s->nparams != expect_nparams)
         return lm__error(LM_SHAPE_MISMATCH, "training state '%s': saved for %lld parameters in %lld tensors, but the model "
                                             "has %lld in %lld",
                          path, (long long)s->numel, (long long)s->nparams, (long long)expect_numel,
                          (long long)expect_nparams);
-    uint64_t want = STATE_HEADER + 8 * (uint64_t)s->numel + 8;
-    if (map->size != want)
-        return lm__error(LM_PARSE_ERROR, "training state '%s': %zu bytes, expected %llu (truncated or extended)", path,
-                         map->size, (unsigned long long)want);
-    if (fnv1a(FNV_START, d, map->size - 8) != get64(d + map->size - 8))
+    LM_TRY(check_size(path, map, s));
+    if (fnv1a(FNV_START, map->data, map->size - 8) != get64(map->data + map->size - 8))
         return lm__error(LM_PARSE_ERROR, "training state '%s': checksum mismatch (the file is corrupt)", path);
-    if (s->step < 0 || s->batch < 1 || s->seq < 1 || s->grad_accum < 1 || s->data.epoch < 0 || s->data.cursor < 0)
-        return lm__error(LM_PARSE_ERROR, "training state '%s': out-of-range fields", path);
-    return LM_OK;
+    return check_fields(path, s);
+}
+
+lm_status lm__train_state_check(const char *path, lm__train_state *s) {
+    lm_file_map map = {0};
+    LM_TRY(lm_file_map_open(path, &map));
+    lm_status st = decode_header(path, &map, s);
+    if (st == LM_OK) st = check_size(path, &map, s);
+    if (st == LM_OK) st = check_fields(path, s);
+    lm_file_map_close(&map);
+    return st;
 }
 
 lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t expect_nparams, lm__train_state *s,

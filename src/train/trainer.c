@@ -1,19 +1,57 @@
 /* train/trainer.c — the training loop: one optimizer step = zeroed gradients, then
  * grad_accum micro-batches of forward + backward (each scaled by 1 / grad_accum, so
  * the update follows the mean loss), global-norm clipping folded into the AdamW pass,
- * and the scheduled learning rate. Also evaluation, and checkpoints (weights +
- * train_state.bin) assembled in a temporary directory and renamed into place.
+ * and the scheduled learning rate. Also evaluation, and crash-safe checkpoints.
  * Everything the next step depends on (weights, moments, step, data position) is in
  * a checkpoint, so a resumed run replays the same steps bit for bit.
+ *
+ * Checkpoint protocol. In an output directory a checkpoint NAME only ever appears as
+ *   NAME          a complete checkpoint: the only name readers and --resume take;
+ *   NAME.tmp-PID  being built by process PID or, after an exchange, the replaced
+ *                 checkpoint being removed: never taken for a checkpoint;
+ *   NAME.old-PID  the replaced checkpoint moved aside (fallback scheme below).
+ * Complete = config.json, model.safetensors and a valid train_state.bin
+ * (lm_train_checkpoint_check). A save (lm_trainer_save):
+ *   1. builds NAME.tmp-PID: the model files, then train_state.bin LAST, each file
+ *      written atomically, then fsyncs the directory;
+ *   2. NAME absent: rename(tmp, NAME), atomic;
+ *      NAME present: renameat2(tmp, NAME, RENAME_EXCHANGE) swaps the two in one step
+ *      (Linux 3.15+, glibc 2.28+), so NAME goes from the old complete checkpoint to the
+ *      new one, and tmp now holds the old one;
+ *      where the filesystem cannot exchange (EINVAL, ENOSYS, EOPNOTSUPP): rename(NAME,
+ *      NAME.old-PID), then rename(tmp, NAME); between the two NAME is missing and the
+ *      old complete checkpoint is NAME.old-PID;
+ *   3. fsyncs the parent directory, then removes the replaced checkpoint,
+ *      train_state.bin first, so a half-removed directory is never complete.
+ * Recovery (lm_train_checkpoints_recover, run by `loom train` on its output directory
+ * before anything else) looks at the .tmp-PID / .old-PID entries of processes that no
+ * longer run: NAME.old-PID is renamed back to NAME when NAME is missing and it is
+ * complete; every other such entry is removed (a .tmp- directory is never promoted:
+ * it may be partial). So at every instant the old or the new complete checkpoint is
+ * NAME, or NAME.old-PID until the next start puts it back.
+ *
+ * Test hooks, read from the environment at each save:
+ *   LOOM_TEST_KILL_AT=PHASE:N      the process raises SIGKILL at PHASE of the trainer's
+ *                                  Nth save (1-based); PHASE is after-weights,
+ *                                  after-state, before-swap, after-move-aside
+ *                                  (fallback only), after-swap, before-remove-old or
+ *                                  mid-remove-old;
+ *   LOOM_TEST_NO_RENAME_EXCHANGE=1 uses the fallback scheme even where exchange works.
  */
+#define _GNU_SOURCE /* renameat2 and RENAME_EXCHANGE in <stdio.h> (glibc 2.28+) */
 #include "train/internal.h"
 
 #include "loom/io_write.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +62,7 @@ struct lm_trainer {
     lm_train_options o;
     lm_optimizer *opt;
     int32_t *ids, *targets; /* [batch * seq] host micro-batch */
+    int64_t saves;          /* lm_trainer_save calls so far (LOOM_TEST_KILL_AT counts them) */
 };
 
 void lm_train_options_default(lm_train_options *o) {
@@ -118,17 +157,18 @@ lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, i
     return LM_OK;
 }
 
-/* ---- checkpoints --------------------------------------------------------------------------- */
+/* ---- checkpoints (protocol at the top of the file) ------------------------------------------- */
 static lm_status sys_fail(const char *what, const char *path) {
     return lm__error(LM_IO_ERROR, "%s '%s': %s", what, path, strerror(errno));
 }
 
-/* Removes the regular files of dir, then dir itself (a checkpoint has no subfolders). */
+/* Removes the regular files of dir, then dir itself (a checkpoint has no subfolders).
+ * A missing dir is not an error. */
 static lm_status remove_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? LM_OK : sys_fail("cannot open directory", dir);
     struct dirent *e;
-    char path[4096];
+    char path[4400];
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -141,6 +181,14 @@ static lm_status remove_dir(const char *dir) {
     return rmdir(dir) == 0 ? LM_OK : sys_fail("cannot remove directory", dir);
 }
 
+/* LOOM_TEST_KILL_AT=PHASE:N: dies here, as `kill -9` or a power cut would, when this
+ * is PHASE of the Nth save. */
+static void test_kill_point(const lm_trainer *t, const char *phase) {
+    const char *e = getenv("LOOM_TEST_KILL_AT");
+    size_t n = strlen(phase);
+    if (e && !strncmp(e, phase, n) && e[n] == ':' && strtoll(e + n + 1, NULL, 10) == t->saves) raise(SIGKILL);
+}
+
 static lm_status write_state(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
@@ -149,7 +197,7 @@ static lm_status write_state(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     return lm__train_state_write(ctx, path, &s, t->opt->m1, t->opt->m2);
 }
 
-/* The parent directory of dir, for the fsync after the rename. */
+/* The parent directory of dir, for the fsync after a rename. */
 static void parent_of(const char *dir, char *buf, size_t size) {
     const char *slash = strrchr(dir, '/');
     if (!slash) snprintf(buf, size, ".");
@@ -157,34 +205,234 @@ static void parent_of(const char *dir, char *buf, size_t size) {
     else snprintf(buf, size, "%.*s", (int)(slash - dir), dir);
 }
 
+/* Swaps the names a and b atomically (both must exist); -1 with errno ENOSYS where the
+ * platform has no such call, EINVAL or EOPNOTSUPP where the filesystem refuses it. */
+static int rename_exchange(const char *a, const char *b) {
+    const char *off = getenv("LOOM_TEST_NO_RENAME_EXCHANGE");
+    if (off && !strcmp(off, "1")) {
+        errno = ENOSYS;
+        return -1;
+    }
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static int exchange_unsupported(int err) {
+    return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == ENOTSUP;
+}
+
+/* Step 2 of a save: the complete checkpoint tmp becomes dir. *replaced receives the
+ * directory that now holds the previous checkpoint (tmp or old), or NULL when dir was
+ * new. On failure dir is unchanged and tmp still holds the new checkpoint. */
+static lm_status put_in_place(const lm_trainer *t, const char *tmp, const char *dir, const char *old,
+                              const char **replaced) {
+    struct stat sb;
+    *replaced = NULL;
+    if (lstat(dir, &sb) != 0) {
+        if (errno != ENOENT) return sys_fail("cannot inspect", dir);
+        if (rename(tmp, dir) != 0) return sys_fail("cannot rename the checkpoint into place", dir);
+        test_kill_point(t, "after-swap");
+        return LM_OK;
+    }
+    if (rename_exchange(tmp, dir) == 0) {
+        test_kill_point(t, "after-swap");
+        *replaced = tmp;
+        return LM_OK;
+    }
+    if (!exchange_unsupported(errno)) return sys_fail("cannot exchange the checkpoint with", dir);
+    if (rename(dir, old) != 0) return sys_fail("cannot move the previous checkpoint aside", dir);
+    test_kill_point(t, "after-move-aside");
+    if (rename(tmp, dir) != 0) {
+        lm_status st = sys_fail("cannot rename the checkpoint into place", dir);
+        /* if this fails too, recovery at the next start renames old back */
+        if (rename(old, dir) != 0) lm__log(LM_LOG_WARN, "the previous checkpoint '%s' is now '%s'", dir, old);
+        return st;
+    }
+    test_kill_point(t, "after-swap");
+    *replaced = old;
+    return LM_OK;
+}
+
+/* Removes a replaced checkpoint, train_state.bin first: from the first unlink on it
+ * no longer passes for a complete checkpoint. */
+static lm_status remove_replaced(const lm_trainer *t, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_state.bin", dir);
+    if (unlink(path) != 0 && errno != ENOENT) return sys_fail("cannot remove", path);
+    test_kill_point(t, "mid-remove-old");
+    return remove_dir(dir);
+}
+
 lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_save: NULL argument");
     char tmp[4096], old[4096], parent[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
     snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());
-    LM_TRY(remove_dir(tmp)); /* a leftover of an interrupted save by this process id */
-    if (mkdir(tmp, 0755) != 0) return sys_fail("cannot create directory", tmp);
-    lm_status st = lm_train_model_save(t->model, ctx, tmp, tokenizer_path);
-    if (st == LM_OK) st = write_state(t, ctx, tmp);
-    if (st == LM_OK) st = lm_dir_sync(tmp);
-    struct stat sb;
-    int had = stat(dir, &sb) == 0;
-    if (st == LM_OK && had && rename(dir, old) != 0) st = sys_fail("cannot move the previous checkpoint aside", dir);
-    if (st == LM_OK && rename(tmp, dir) != 0) {
-        st = sys_fail("cannot rename the checkpoint into place", dir);
-        if (had) rename(old, dir);
+    t->saves++;
+    lm_status st = remove_dir(tmp); /* a leftover of an interrupted save by an earlier process of this id */
+    if (st == LM_OK && mkdir(tmp, 0755) != 0) st = sys_fail("cannot create directory", tmp);
+    if (st != LM_OK) return lm__error_context(st, "checkpoint '%s'", dir);
+    st = lm_train_model_save(t->model, ctx, tmp, tokenizer_path);
+    if (st == LM_OK) {
+        test_kill_point(t, "after-weights");
+        st = write_state(t, ctx, tmp); /* last: its presence marks the directory complete */
+    }
+    if (st == LM_OK) {
+        test_kill_point(t, "after-state");
+        st = lm_dir_sync(tmp);
+    }
+    const char *replaced = NULL;
+    if (st == LM_OK) {
+        test_kill_point(t, "before-swap");
+        st = put_in_place(t, tmp, dir, old, &replaced);
     }
     if (st != LM_OK) {
+        char keep[1024]; /* the size of the error buffer; remove_dir may record its own */
+        snprintf(keep, sizeof keep, "%s", lm_last_error());
         remove_dir(tmp);
-        return st;
+        lm__error(st, "%s", keep);
+        return lm__error_context(st, "checkpoint '%s'", dir);
     }
     parent_of(dir, parent, sizeof parent);
-    st = lm_dir_sync(parent);
-    return st == LM_OK && had ? remove_dir(old) : st;
+    st = lm_dir_sync(parent); /* a leftover replaced checkpoint is removed at the next start */
+    if (st != LM_OK) return lm__error_context(st, "checkpoint '%s'", dir);
+    test_kill_point(t, "before-remove-old");
+    /* the new checkpoint is in place: failing to remove the old one is only untidy */
+    if (replaced && remove_replaced(t, replaced) != LM_OK)
+        lm__log(LM_LOG_WARN, "checkpoint '%s' saved, but the previous one is left in '%s': %s", dir, replaced,
+                lm_last_error());
+    return LM_OK;
+}
+
+/* The files of a complete checkpoint are present (train_state.bin unchecked). */
+static lm_status check_files(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return sys_fail("cannot open checkpoint", dir);
+    if (!S_ISDIR(sb.st_mode)) return lm__error(LM_INVALID_ARGUMENT, "checkpoint '%s' is not a directory", dir);
+    static const char *const need[] = {"config.json", "model.safetensors", "train_state.bin"};
+    char missing[256] = "", path[4200];
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, need[i]);
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s", missing[0] ? ", " : "",
+                     need[i]);
+    }
+    if (missing[0])
+        return lm__error(LM_NOT_FOUND, "checkpoint '%s' is incomplete (missing %s): a directory left by an interrupted "
+                                       "save?",
+                         dir, missing);
+    return LM_OK;
+}
+
+lm_status lm_train_checkpoint_check(const char *dir, int64_t *step) {
+    if (!dir) return lm__error(LM_INVALID_ARGUMENT, "lm_train_checkpoint_check: NULL directory");
+    LM_TRY(check_files(dir));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_state.bin", dir);
+    lm__train_state s;
+    LM_TRY(lm__train_state_check(path, &s));
+    if (step) *step = s.step;
+    return LM_OK;
+}
+
+/* name = BASE.tmp-PID or BASE.old-PID: returns PID and sets *is_old; 0 for any other name. */
+static long leftover_pid(const char *name, int *is_old) {
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name || (strncmp(dot, ".tmp-", 5) && strncmp(dot, ".old-", 5)) || !dot[5]) return 0;
+    long pid = 0;
+    for (const char *p = dot + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || pid > INT_MAX / 10) return 0;
+        pid = pid * 10 + (*p - '0');
+    }
+    *is_old = dot[1] == 'o';
+    return pid;
+}
+
+/* Whether a process of that id runs (EPERM: it does, under another user). */
+static int process_runs(long pid) { return pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH; }
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void report_line(lm_train_report_fn report, void *user, const char *fmt, ...) LM__PRINTF(3, 4);
+static void report_line(lm_train_report_fn report, void *user, const char *fmt, ...) {
+    if (!report) return;
+    char line[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    report(user, line);
+}
+
+/* The leftovers of dead processes among the entries of out, sorted (so recovery is
+ * deterministic). Caller frees each name and the array. */
+static lm_status list_leftovers(const char *out, char ***names, int64_t *n) {
+    *names = NULL, *n = 0;
+    DIR *d = opendir(out);
+    if (!d) return errno == ENOENT ? LM_OK : sys_fail("cannot open directory", out);
+    int64_t cap = 0;
+    lm_status st = LM_OK;
+    struct dirent *e;
+    int is_old;
+    while (st == LM_OK && (e = readdir(d)) != NULL) {
+        long pid = leftover_pid(e->d_name, &is_old);
+        if (pid <= 0 || process_runs(pid)) continue;
+        char *copy = lm__strdup(e->d_name);
+        st = copy ? LM__PUSH(*names, *n, cap, copy) : LM_OUT_OF_MEMORY;
+        if (st != LM_OK) lm__free(copy);
+    }
+    closedir(d);
+    if (*n > 1) qsort(*names, (size_t)*n, sizeof **names, cmp_names);
+    return st;
+}
+
+lm_status lm_train_checkpoints_recover(const char *out, lm_train_report_fn report, void *user) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_train_checkpoints_recover: NULL directory");
+    char **names = NULL;
+    int64_t n = 0;
+    lm_status st = list_leftovers(out, &names, &n);
+    char path[4400], base[4400];
+    struct stat sb;
+    int is_old, changed = 0;
+    /* first the restores, so that no removal can take the only copy of a checkpoint */
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        long pid = leftover_pid(names[i], &is_old);
+        snprintf(path, sizeof path, "%s/%s", out, names[i]);
+        snprintf(base, sizeof base, "%s/%.*s", out, (int)(strrchr(names[i], '.') - names[i]), names[i]);
+        if (!is_old || lstat(base, &sb) == 0 || errno != ENOENT || lm_train_checkpoint_check(path, NULL) != LM_OK)
+            continue;
+        if (rename(path, base) != 0) st = sys_fail("cannot restore a checkpoint from", path);
+        else {
+            changed = 1;
+            names[i][0] = '\0'; /* handled */
+            report_line(report, user, "restored '%s' from '%s' (process %ld stopped between the renames of a save)",
+                        base, path, pid);
+        }
+    }
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        if (!names[i][0]) continue;
+        long pid = leftover_pid(names[i], &is_old);
+        snprintf(path, sizeof path, "%s/%s", out, names[i]);
+        if (lstat(path, &sb) != 0) continue; /* gone meanwhile */
+        st = S_ISDIR(sb.st_mode) ? remove_dir(path) : unlink(path) == 0 ? LM_OK : sys_fail("cannot remove", path);
+        if (st == LM_OK) {
+            changed = 1;
+            report_line(report, user, "removed '%s', left by process %ld (no longer running)", path, pid);
+        }
+    }
+    if (st == LM_OK && changed) st = lm_dir_sync(out);
+    for (int64_t i = 0; i < n; i++) lm__free(names[i]);
+    lm__free(names);
+    return st;
 }
 
 lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_resume: NULL argument");
+    LM_TRY(check_files(dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     lm_tensor *m1 = NULL, *m2 = NULL;

@@ -11,19 +11,28 @@
  *   - the checkpoint loads with lm_model_load and gives the trained model's logits, its
  *     safetensors file reads back with the existing reader bit for bit, config.json
  *     says float32 and the tokenizer was copied;
- *   - damaged or foreign state files are refused with clear errors and change nothing.
+ *   - damaged or foreign state files are refused with clear errors and change nothing,
+ *     also those with a valid checksum but an absurd field (step, rng state); partial
+ *     checkpoint directories are refused naming the missing files;
+ *   - a save that fails (a full disk, injected with lm_atomic_file_inject_fault, at
+ *     every write of a save in turn; a read-only directory unless running as root)
+ *     reports the path and the reason and leaves the previous checkpoint intact.
  * Prints the measured tokens/s.
  * LM_TEST_LABELS: model
  */
 #include "harness.h"
+#include "loom/io_write.h"
 #include "loom/model.h"
 #include "loom/safetensors.h"
 #include "loom/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STEPS 100
 #define MID 50
@@ -199,6 +208,32 @@ static void check_state_errors(void) {
                      cases[i].what, lm_last_error());
         LT_CHECK(lm_trainer_step_count(r.trainer) == 0); /* nothing restored */
     }
+    /* fields that pass the checksum (recomputed here) but cannot come from a real run */
+    struct {
+        const char *what;
+        size_t offset, len; /* bytes of the header set to value */
+        uint64_t value;
+        const char *msg;
+    } fields[] = {{"step 2^62", 16, 8, (uint64_t)1 << 62, "step 4611686018427387904 is out of range"},
+                  {"negative step", 16, 8, (uint64_t)-3, "step -3 is out of range"},
+                  {"zero rng", 64, 32, 0, "rng state is all zero"}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        uint8_t *copy = malloc(n);
+        memcpy(copy, good, n);
+        for (size_t b = 0; b < fields[i].len; b++) copy[fields[i].offset + b] = (uint8_t)(fields[i].value >> (8 * (b % 8)));
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 of everything before the checksum */
+        for (size_t b = 0; b < n - 8; b++) h = (h ^ copy[b]) * 0x100000001b3ull;
+        for (int b = 0; b < 8; b++) copy[n - 8 + b] = (uint8_t)(h >> (8 * b));
+        FILE *f = fopen(dst, "wb");
+        if (f) fwrite(copy, 1, n, f), fclose(f);
+        free(copy);
+        LT_CHECK_STATUS(lm_trainer_resume(r.trainer, g_ctx, dir), LM_PARSE_ERROR);
+        LT_CHECK_MSG(strstr(lm_last_error(), fields[i].msg) && strstr(lm_last_error(), "train_state.bin"), "%s: %s",
+                     fields[i].what, lm_last_error());
+        LT_CHECK_STATUS(lm_train_checkpoint_check(dir, NULL), LM_PARSE_ERROR);
+        LT_CHECK(strstr(lm_last_error(), fields[i].msg) != NULL);
+        LT_CHECK(lm_trainer_step_count(r.trainer) == 0);
+    }
     run_free(&r);
     /* a state saved with another batch geometry */
     lm_train_options o;
@@ -216,6 +251,113 @@ static void check_state_errors(void) {
     LT_CHECK_STATUS(lm_trainer_resume(t, g_ctx, LOOM_BINARY_DIR "/no_such_checkpoint"), LM_IO_ERROR);
     lm_trainer_destroy(t), lm_data_loader_destroy(dl), lm_train_model_destroy(m);
     lm_free(good);
+}
+
+/* Copies of the middle checkpoint with files missing, as an interrupted save leaves
+ * them: never taken for a checkpoint, and the error names what is missing. */
+static void check_partial_checkpoints(void) {
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/train_run_ckpt_partial", LOOM_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, g_mid, dir);
+    LT_CHECK(system(cmd) == 0);
+    int64_t step = -1;
+    LT_CHECK_OK(lm_train_checkpoint_check(dir, &step));
+    LT_CHECK(step == MID);
+    run r;
+    if (!run_open(&r, g_mid)) return;
+    static const char *const drop[] = {"model.safetensors", "train_state.bin"};
+    for (int i = 0; i < 2; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", dir, drop[i]);
+        LT_CHECK(remove(path) == 0);
+        LT_CHECK_STATUS(lm_train_checkpoint_check(dir, NULL), LM_NOT_FOUND);
+        LT_CHECK_MSG(strstr(lm_last_error(), "incomplete") && strstr(lm_last_error(), drop[i]), "%s", lm_last_error());
+        LT_CHECK_STATUS(lm_trainer_resume(r.trainer, g_ctx, dir), LM_NOT_FOUND);
+        LT_CHECK(lm_trainer_step_count(r.trainer) == 0);
+    }
+    LT_CHECK(strstr(lm_last_error(), "model.safetensors, train_state.bin") != NULL); /* both named */
+    LT_CHECK_STATUS(lm_train_checkpoint_check(LOOM_BINARY_DIR "/no_such_checkpoint", NULL), LM_IO_ERROR);
+    run_free(&r);
+}
+
+static char *file_bytes(const char *dir, const char *name, size_t *n) {
+    char path[1024], *data = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *n = 0;
+    return lm_file_read_all(path, &data, n) == LM_OK ? data : NULL;
+}
+
+/* dir still holds exactly the checkpoint whose files are w (weights) and s (state),
+ * loads, and no temporary sibling of this process is left. */
+static int intact(const char *dir, const char *w, size_t nw, const char *s, size_t ns) {
+    size_t n1 = 0, n2 = 0;
+    char *w1 = file_bytes(dir, "model.safetensors", &n1), *s1 = file_bytes(dir, "train_state.bin", &n2), tmp[700];
+    int same = w1 && s1 && n1 == nw && n2 == ns && !memcmp(w1, w, nw) && !memcmp(s1, s, ns);
+    lm_free(w1), lm_free(s1);
+    lm_train_model *m = NULL;
+    same = same && lm_train_checkpoint_check(dir, NULL) == LM_OK && lm_train_model_load(dir, lm_device_cpu(), &m) == LM_OK;
+    lm_train_model_destroy(m);
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
+    struct stat sb;
+    return same && stat(tmp, &sb) != 0;
+}
+
+/* Saves of the trained run that fail: the disk fills up at each write of the save in
+ * turn (k = 0, 1, ... writes succeed, then ENOSPC), and a read-only parent directory.
+ * Each failure names the checkpoint and the reason and leaves the previous checkpoint
+ * (one step older) as it was. Takes one more training step. */
+static void check_failed_saves(run *a) {
+    char dir[600], fresh[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/train_run_ckpt_faults", LOOM_BINARY_DIR);
+    snprintf(fresh, sizeof fresh, "%s/train_run_ckpt_faults_new", LOOM_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, fresh);
+    LT_CHECK(system(cmd) == 0);
+    LT_CHECK_OK(lm_trainer_save(a->trainer, g_ctx, dir, g_tok));
+    size_t nw = 0, ns = 0;
+    char *w = file_bytes(dir, "model.safetensors", &nw), *s = file_bytes(dir, "train_state.bin", &ns);
+    lm_train_step_info info;
+    LT_CHECK_OK(lm_trainer_step(a->trainer, g_ctx, &info)); /* the next save differs */
+    lm_status st = LM_INTERNAL;
+    int failures = 0;
+    for (int64_t k = 0; k < 1000 && st != LM_OK; k++) {
+        lm_atomic_file_inject_fault(k, ENOSPC);
+        st = lm_trainer_save(a->trainer, g_ctx, dir, g_tok);
+        lm_atomic_file_inject_fault(-1, 0);
+        if (st == LM_OK) break;
+        failures++;
+        LT_CHECK_MSG(st == LM_IO_ERROR && strstr(lm_last_error(), "No space left on device") &&
+                         strstr(lm_last_error(), dir),
+                     "write %lld: %s: %s", (long long)k, lm_status_name(st), lm_last_error());
+        LT_CHECK_MSG(intact(dir, w, nw, s, ns), "write %lld: the previous checkpoint changed", (long long)k);
+    }
+    int64_t step = 0;
+    LT_CHECK_OK(lm_train_checkpoint_check(dir, &step));
+    printf("  a full disk at each of the %d writes of a save: clear error, previous checkpoint intact\n", failures);
+    LT_CHECK(st == LM_OK && failures >= 5 && step == STEPS + 1);
+    /* a new name: nothing appears */
+    lm_atomic_file_inject_fault(0, ENOSPC);
+    LT_CHECK_STATUS(lm_trainer_save(a->trainer, g_ctx, fresh, g_tok), LM_IO_ERROR);
+    lm_atomic_file_inject_fault(-1, 0);
+    struct stat sb;
+    LT_CHECK(stat(fresh, &sb) != 0);
+    lm_free(w), lm_free(s);
+    if (geteuid() == 0) {
+        printf("  (running as root, which ignores permissions: the read-only directory part is skipped)\n");
+        return;
+    }
+    char ro[600], ck[700];
+    snprintf(ro, sizeof ro, "%s/train_run_readonly", LOOM_BINARY_DIR);
+    snprintf(ck, sizeof ck, "%s/ck", ro);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", ro, ro);
+    LT_CHECK(system(cmd) == 0);
+    LT_CHECK_OK(lm_trainer_save(a->trainer, g_ctx, ck, g_tok));
+    w = file_bytes(ck, "model.safetensors", &nw), s = file_bytes(ck, "train_state.bin", &ns);
+    LT_CHECK(chmod(ro, 0555) == 0);
+    LT_CHECK_STATUS(lm_trainer_save(a->trainer, g_ctx, ck, g_tok), LM_IO_ERROR);
+    LT_CHECK_MSG(strstr(lm_last_error(), "Permission denied") && strstr(lm_last_error(), ck), "%s", lm_last_error());
+    LT_CHECK(intact(ck, w, nw, s, ns));
+    chmod(ro, 0755);
+    lm_free(w), lm_free(s);
 }
 
 static void test_training_run_learns_and_resumes_bit_exactly(void) {
@@ -261,6 +403,8 @@ static void test_training_run_learns_and_resumes_bit_exactly(void) {
     run_free(&b);
     check_checkpoint_interop(a.model);
     check_state_errors();
+    check_partial_checkpoints();
+    check_failed_saves(&a);
     run_free(&a);
     lm_data_loader_destroy(val);
 }

@@ -2,24 +2,30 @@
  * (from `loom data prepare`) with AdamW, writing Hugging Face checkpoints.
  *
  * Output: a live progress line on stderr (step, loss, learning rate, tokens/s, MFU on
- * CUDA, ETA;
- * redrawn in place on a terminal, one line per ~5% otherwise), a JSON line per step
- * and per validation in OUT/log.jsonl (appended to when resuming), checkpoints in
- * OUT/checkpoint-NNNNNN every --save-every steps and the last one in OUT/final. Each
- * checkpoint is a Hugging Face directory plus train_state.bin; --resume CHECKPOINT
- * continues from it and replays the remaining steps bit for bit.
+ * CUDA, ETA; redrawn in place on a terminal, one line per ~5% otherwise), a JSON line
+ * per step and per validation in OUT/log.jsonl, checkpoints in OUT/checkpoint-NNNNNN
+ * every --save-every steps and the last one in OUT/final. Each checkpoint is a Hugging
+ * Face directory plus train_state.bin; --resume CHECKPOINT continues from it and
+ * replays the remaining steps bit for bit, after cutting log.jsonl back to the
+ * checkpoint's step.
+ *
+ * Every input is checked before the first step (output directory writable, tokenizer
+ * loadable, token ids inside the model's vocabulary, the resumed step below --steps),
+ * so a run never trains for hours to fail at its first save. Before that, leftovers
+ * of interrupted saves in OUT are recovered or removed (lm_train_checkpoints_recover).
  */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "loom/io_write.h"
 #include "loom/train.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 
 typedef struct train_args {
     const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype;
@@ -107,11 +113,129 @@ static int split_paths(const char *list, char *buf, size_t size, const char **pa
     return n;
 }
 
+static void print_recovery(void *user, const char *line) { fprintf(stderr, "loom train: %s\n", line); }
+
+/* Creates OUT when needed, proves it writable (a file is created there and removed),
+ * then recovers or removes the leftovers of interrupted saves. */
+static int prepare_out(const char *out) {
+    struct stat sb;
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "loom train: cannot create the output directory '%s': %s\n", out, strerror(errno));
+        return 1;
+    }
+    if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "loom train: --out '%s' is not a directory\n", out);
+        return 1;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/log.jsonl", out);
+    lm_atomic_file *f = NULL;
+    lm_status st = lm_atomic_file_open(probe, &f); /* creates log.jsonl.tmp-PID */
+    lm_atomic_file_abort(f);
+    if (st != LM_OK) return fail("the output directory is not writable", st);
+    if ((st = lm_train_checkpoints_recover(out, print_recovery, NULL)) != LM_OK)
+        return fail("cannot clean up after an interrupted run", st);
+    return 0;
+}
+
+/* --tokenizer must be a regular file that loads as a tokenizer (it is copied into
+ * every checkpoint; finding it broken at the first save would waste the run). */
+static int check_tokenizer(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "loom train: --tokenizer '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "loom train: --tokenizer '%s' is not a regular file\n", path);
+        return 1;
+    }
+    lm_tokenizer *tok = NULL;
+    lm_status st = lm_tokenizer_load(path, &tok);
+    lm_tokenizer_destroy(tok);
+    return st == LM_OK ? 0 : fail("--tokenizer does not load", st);
+}
+
+/* Every token of the shard at path must be a valid id of the model (vocab ids). A
+ * shard records its vocabulary size (every id below it) or 0 when it does not: then
+ * its ids are scanned for the largest, O(tokens). */
+static int check_shard_vocab(const char *path, const char *option, int64_t vocab) {
+    char what[64];
+    snprintf(what, sizeof what, "cannot open %s", option);
+    lm_token_shard *sh = NULL;
+    lm_status st = lm_token_shard_open(path, &sh);
+    if (st != LM_OK) return fail(what, st);
+    int64_t recorded = lm_token_shard_vocab(sh), n = lm_token_shard_count(sh), max_id = -1, at = 0;
+    int32_t buf[16384];
+    for (int64_t i = 0; st == LM_OK && recorded == 0 && i < n; i += 16384) {
+        int64_t k = n - i < 16384 ? n - i : 16384;
+        st = lm_token_shard_read(sh, i, k, buf);
+        for (int64_t j = 0; st == LM_OK && j < k; j++)
+            if (buf[j] > max_id) max_id = buf[j], at = i + j;
+    }
+    lm_token_shard_close(sh);
+    if (st != LM_OK) return fail(what, st);
+    if (recorded > vocab) {
+        fprintf(stderr, "loom train: %s '%s' was made with a vocabulary of %lld ids, but the model has %lld\n", option,
+                path, (long long)recorded, (long long)vocab);
+        return 1;
+    }
+    if (max_id >= vocab) {
+        fprintf(stderr, "loom train: %s '%s' records no vocabulary and holds token id %lld (at index %lld), outside "
+                        "the model's vocabulary of %lld\n",
+                option, path, (long long)max_id, (long long)at, (long long)vocab);
+        return 1;
+    }
+    return 0;
+}
+
+/* The log of a resumed run: the lines before the first one of a step after `step`
+ * are kept (validation lines of kept steps too; a torn last line of a killed run is
+ * dropped), so the steps the resumed run replays are not logged twice. The file is
+ * replaced atomically. */
+static int truncate_log(const char *path, int64_t step) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
+    char *text = NULL;
+    size_t n = 0, keep = 0, dropped = 0;
+    lm_status st = lm_file_read_all(path, &text, &n);
+    if (st != LM_OK) return fail("cannot read the log", st);
+    while (keep < n) {
+        const char *line = text + keep, *nl = memchr(line, '\n', n - keep);
+        if (!nl) break;
+        json_t *j = json_loadb(line, (size_t)(nl - line), 0, NULL), *s = j ? json_object_get(j, "step") : NULL;
+        int later = s && json_is_integer(s) && json_integer_value(s) > step;
+        json_decref(j);
+        if (later) break;
+        keep = (size_t)(nl - text) + 1;
+    }
+    for (size_t i = keep; i < n; i++) dropped += text[i] == '\n' || i + 1 == n;
+    if (keep < n) st = lm_file_write_atomic(path, text, keep);
+    lm_free(text);
+    if (st != LM_OK) return fail("cannot rewrite the log", st);
+    if (dropped)
+        fprintf(stderr, "loom train: %s: dropped %zu line%s logged after step %lld (those steps are trained again)\n",
+                path, dropped, dropped == 1 ? "" : "s", (long long)step);
+    return 0;
+}
+
 static int open_all(session *s) {
     const train_args *a = &s->a;
     lm_device dev;
     lm_status st = lm_device_parse(a->device, &dev);
     if (st != LM_OK) return fail("bad --device", st);
+    int rc = a->tokenizer ? check_tokenizer(a->tokenizer) : 0;
+    if (rc || (rc = prepare_out(a->out))) return rc;
+    if (a->resume) {
+        int64_t saved = 0;
+        if ((st = lm_train_checkpoint_check(a->resume, &saved)) != LM_OK) return fail("cannot resume", st);
+        if (saved >= a->steps) {
+            fprintf(stderr, "loom train: --steps %d is not beyond step %lld of the checkpoint '%s': nothing to train "
+                            "(give the whole run's length)\n",
+                    a->steps, (long long)saved, a->resume);
+            return 2;
+        }
+    }
     if ((st = lm_ctx_create(dev, a->threads, &s->ctx)) != LM_OK) return fail("cannot create a context", st);
     if (a->resume) st = lm_train_model_load(a->resume, dev, &s->model);
     else if (a->model) st = lm_train_model_load(a->model, dev, &s->model);
@@ -130,6 +254,10 @@ static int open_all(session *s) {
     char buf[8192];
     const char *paths[64];
     int n = split_paths(a->data, buf, sizeof buf, paths);
+    int64_t vocab = lm_train_model_config(s->model)->vocab_size;
+    for (int i = 0; i < n; i++)
+        if ((rc = check_shard_vocab(paths[i], "--data", vocab))) return rc;
+    if (a->val_data && (rc = check_shard_vocab(a->val_data, "--val-data", vocab))) return rc;
     if ((st = lm_data_loader_create(n, paths, a->seq, a->seed, !a->no_shuffle, &s->data)) != LM_OK) return fail("cannot open --data", st);
     if (a->val_data && (st = lm_data_loader_create(1, &a->val_data, a->seq, 0, 0, &s->val)) != LM_OK)
         return fail("cannot open --val-data", st);
@@ -140,16 +268,13 @@ static int open_all(session *s) {
     if ((st = lm_lr_schedule_parse(a->schedule, &s->o.schedule)) != LM_OK) return fail("bad --schedule", st);
     if ((st = lm_trainer_create(s->model, s->data, &s->o, &s->trainer)) != LM_OK) return fail("bad options", st);
     if (a->resume && (st = lm_trainer_resume(s->trainer, s->ctx, a->resume)) != LM_OK) return fail("cannot resume", st);
-    if (mkdir(a->out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "loom train: cannot create '%s': %s\n", a->out, strerror(errno));
-        return 1;
-    }
+    s->first_step = lm_trainer_step_count(s->trainer);
     snprintf(buf, sizeof buf, "%s/log.jsonl", a->out);
+    if (a->resume && (rc = truncate_log(buf, s->first_step))) return rc;
     if (!(s->log = fopen(buf, a->resume ? "a" : "w"))) {
         fprintf(stderr, "loom train: cannot write '%s': %s\n", buf, strerror(errno));
         return 1;
     }
-    s->first_step = lm_trainer_step_count(s->trainer);
     return 0;
 }
 
