@@ -68,7 +68,7 @@ static lm_status shard_for(lm_checkpoint *ck, const char *index_path, const char
     char *full = lm__io_path_join(ck->path, f);
     if (!full) return LM_OUT_OF_MEMORY;
     lm_status s = LM_OK;
-    if (!lm__io_is_file(full))
+    if (!lm__io_exists(full))
         s = lm__error(LM_NOT_FOUND, "checkpoint '%s': index maps tensor '%s' to shard '%s', which does not exist",
                       ck->path, tensor, f);
     int i = ck->nfiles;
@@ -129,9 +129,11 @@ static lm_status open_dir(lm_checkpoint *ck) {
     char *single = lm__io_path_join(ck->path, "model.safetensors");
     lm_status s = LM_OUT_OF_MEMORY;
     if (index && single) {
-        /* the order transformers' from_pretrained tries them in */
-        if (lm__io_is_file(single)) s = open_single(ck, single);
-        else if (lm__io_is_file(index)) s = open_sharded(ck, index);
+        /* the order transformers' from_pretrained tries them in; a name that is there
+         * but is no regular file (a directory, a FIFO) is opened all the same, so the
+         * error says what is wrong with it instead of calling it absent */
+        if (lm__io_exists(single)) s = open_single(ck, single);
+        else if (lm__io_exists(index)) s = open_sharded(ck, index);
         else
             s = lm__error(LM_NOT_FOUND,
                           "checkpoint '%s' has neither model.safetensors nor model.safetensors.index.json", ck->path);

@@ -419,7 +419,7 @@ lm_status lm_model_config_load(const char *dir, lm_model_config *out) {
     LM_TRY(parse_file(dir, "config.json", &cfg, 0));
     char *gen = lm__io_path_join(dir, "generation_config.json");
     if (!gen) return LM_OUT_OF_MEMORY;
-    int has_gen = lm__io_is_file(gen);
+    int has_gen = lm__io_exists(gen); /* absent is fine; a directory or FIFO is an error */
     lm__free(gen);
     if (has_gen) LM_TRY(parse_file(dir, "generation_config.json", &cfg, 1));
     *out = cfg;

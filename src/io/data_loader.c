@@ -3,7 +3,8 @@
  * per-shard window counts to (shard, start = k * seq); a window never crosses a shard
  * boundary. An epoch's permutation is drawn from the RNG state stored for the start
  * of that epoch, and the next epoch starts from the state the draw left behind, so a
- * restored state replays the same order. O(windows) memory.
+ * restored state replays the same order. O(windows) memory. Window arithmetic stays
+ * below the shards' token counts, so it cannot overflow whatever seq is.
  */
 #include "base/internal.h"
 #include "loom/data.h"
@@ -53,9 +54,9 @@ static lm_status open_shards(lm_data_loader *dl, const char *const *paths) {
         dl->vocab = LM_MAX(dl->vocab, lm_token_shard_vocab(dl->shards[i]));
     }
     dl->windows = dl->first[dl->nshards];
-    if (dl->windows == 0)
-        return lm__error(LM_INVALID_ARGUMENT, "data loader: no shard holds %lld tokens (one window of seq + 1)",
-                         (long long)(dl->seq + 1));
+    if (dl->windows == 0) /* said without computing seq + 1: seq may be INT64_MAX */
+        return lm__error(LM_INVALID_ARGUMENT, "data loader: no shard holds more than seq = %lld tokens (a window is "
+                         "seq + 1 tokens)", (long long)dl->seq);
     dl->order = lm__calloc((size_t)dl->windows, sizeof *dl->order);
     dl->row = lm__calloc((size_t)dl->seq + 1, sizeof *dl->row);
     return dl->order && dl->row ? LM_OK : LM_OUT_OF_MEMORY;
@@ -108,7 +109,12 @@ lm_status lm_data_loader_next(lm_data_loader *dl, int batch, int32_t *inputs, in
     if (!dl || batch < 1 || !inputs || !targets) return lm__error(LM_INVALID_ARGUMENT, "lm_data_loader_next: bad arguments");
     int64_t T = dl->seq;
     for (int b = 0; b < batch; b++) {
-        if (dl->st.cursor == dl->windows) start_epoch(dl, dl->st.epoch + 1, dl->after.s);
+        if (dl->st.cursor == dl->windows) {
+            if (dl->st.epoch == INT64_MAX)
+                return lm__error(LM_OUT_OF_RANGE, "data loader: epoch %lld is the last one it can count",
+                                 (long long)dl->st.epoch);
+            start_epoch(dl, dl->st.epoch + 1, dl->after.s);
+        }
         LM_TRY(read_window(dl, dl->order[dl->st.cursor], dl->row));
         /* inputs: the window's first T tokens; targets: the same shifted by one */
         memcpy(inputs + (int64_t)b * T, dl->row, (size_t)T * sizeof *dl->row);

@@ -1,6 +1,7 @@
 /* io/token_shard.c — token shards (format in loom/data.h): the atomic writer, the
  * memory-mapped reader that validates the whole file at open (so reads never fail on
- * content), and lm_data_prepare, which tokenizes text files into one shard.
+ * content), and lm_data_prepare, which tokenizes text files into one shard, streaming
+ * the ids of each file into the shard's final form as they are made.
  */
 #include "io/internal.h"
 #include "loom/data.h"
@@ -33,29 +34,83 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
+/* The error for token `index` = id outside the vocabulary; a shard that records no
+ * vocabulary (0) bounds its ids only by being non-negative. */
+static lm_status bad_token(lm_status status, const char *path, int64_t index, int64_t id, int64_t vocab) {
+    if (vocab > 0)
+        return lm__error(status, "token shard '%s': token %lld = %lld is outside [0, %lld)", path, (long long)index,
+                         (long long)id, (long long)vocab);
+    return lm__error(status, "token shard '%s': token %lld = %lld is negative (the shard records no vocabulary size: "
+                     "its ids are bounded only by the model's vocabulary, and are never negative)", path,
+                     (long long)index, (long long)id);
+}
+
+/* A shard built in memory: the header, then the tokens at their final width, so a
+ * shard being prepared is held once, at its file size (2 bytes a token for a
+ * vocabulary of at most 65536 ids), not first as int32 ids. */
+typedef struct shard_buf {
+    const char *path; /* for messages */
+    int64_t vocab;    /* 0: not recorded */
+    lm_token_dtype dtype;
+    size_t es;        /* bytes per token */
+    uint8_t *data;    /* [cap] header + count tokens */
+    int64_t cap, count;
+} shard_buf;
+
+/* An empty shard with room for `expect` tokens. */
+static lm_status shard_init(shard_buf *b, const char *path, int64_t vocab, int64_t expect) {
+    b->data = NULL;
+    b->path = path;
+    b->vocab = vocab;
+    b->dtype = vocab >= 1 && vocab <= 65536 ? LM_TOKENS_U16 : LM_TOKENS_I32;
+    b->es = b->dtype == LM_TOKENS_U16 ? 2 : 4;
+    b->count = 0;
+    if ((uint64_t)expect > (INT64_MAX - LM_TOKEN_SHARD_HEADER) / b->es)
+        return lm__error(LM_OUT_OF_MEMORY, "token shard '%s': %lld tokens do not fit in memory", path,
+                         (long long)expect);
+    b->cap = (int64_t)(LM_TOKEN_SHARD_HEADER + (size_t)expect * b->es);
+    b->data = lm__alloc((size_t)b->cap, 8);
+    return b->data ? LM_OK : LM_OUT_OF_MEMORY;
+}
+
+/* Appends ids[0..n) (each must lie in the vocabulary); an lm__tok_sink. */
+static lm_status shard_append(void *arg, const int32_t *ids, size_t n) {
+    shard_buf *b = arg;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (b->vocab > 0 && ids[i] >= b->vocab))
+            return bad_token(LM_OUT_OF_RANGE, b->path, b->count + (int64_t)i, ids[i], b->vocab);
+    size_t used = LM_TOKEN_SHARD_HEADER + (size_t)b->count * b->es;
+    if (n > (INT64_MAX - used) / b->es)
+        return lm__error(LM_OUT_OF_MEMORY, "token shard '%s': %lld + %zu tokens do not fit in memory", b->path,
+                         (long long)b->count, n);
+    LM_TRY(lm__reserve((void **)&b->data, &b->cap, (int64_t)(used + n * b->es), 1));
+    uint8_t *p = b->data + used;
+    for (size_t i = 0; i < n; i++) {
+        if (b->dtype == LM_TOKENS_U16) p[2 * i] = (uint8_t)ids[i], p[2 * i + 1] = (uint8_t)(ids[i] >> 8);
+        else put_u32(p + 4 * i, (uint32_t)ids[i]);
+    }
+    b->count += (int64_t)n;
+    return LM_OK;
+}
+
+/* Fills in the header and writes the shard to its path atomically. */
+static lm_status shard_commit(shard_buf *b) {
+    memcpy(b->data, LM_TOKEN_SHARD_MAGIC, 8);
+    put_u32(b->data + 8, LM_TOKEN_SHARD_VERSION);
+    put_u32(b->data + 12, (uint32_t)b->dtype);
+    put_u64(b->data + 16, (uint64_t)b->count);
+    put_u64(b->data + 24, (uint64_t)b->vocab);
+    return lm_file_write_atomic(b->path, b->data, LM_TOKEN_SHARD_HEADER + (size_t)b->count * b->es);
+}
+
 lm_status lm_token_shard_write(const char *path, const int32_t *ids, int64_t n, int64_t vocab_size) {
     if (!path || n < 0 || (n > 0 && !ids) || vocab_size < 0)
         return lm__error(LM_INVALID_ARGUMENT, "lm_token_shard_write: bad arguments");
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || (vocab_size > 0 && ids[i] >= vocab_size))
-            return lm__error(LM_OUT_OF_RANGE, "token shard '%s': token %lld = %d is outside [0, %lld)", path, (long long)i,
-                             ids[i], (long long)vocab_size);
-    lm_token_dtype dt = vocab_size >= 1 && vocab_size <= 65536 ? LM_TOKENS_U16 : LM_TOKENS_I32;
-    size_t es = dt == LM_TOKENS_U16 ? 2 : 4, bytes = LM_TOKEN_SHARD_HEADER + (size_t)n * es;
-    uint8_t *buf = lm__alloc(bytes, 8);
-    if (!buf) return LM_OUT_OF_MEMORY;
-    memcpy(buf, LM_TOKEN_SHARD_MAGIC, 8);
-    put_u32(buf + 8, LM_TOKEN_SHARD_VERSION);
-    put_u32(buf + 12, (uint32_t)dt);
-    put_u64(buf + 16, (uint64_t)n);
-    put_u64(buf + 24, (uint64_t)vocab_size);
-    uint8_t *p = buf + LM_TOKEN_SHARD_HEADER;
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == LM_TOKENS_U16) p[2 * i] = (uint8_t)ids[i], p[2 * i + 1] = (uint8_t)(ids[i] >> 8);
-        else put_u32(p + 4 * i, (uint32_t)ids[i]);
-    }
-    lm_status st = lm_file_write_atomic(path, buf, bytes);
-    lm__free(buf);
+    shard_buf b;
+    lm_status st = shard_init(&b, path, vocab_size, n);
+    if (st == LM_OK) st = shard_append(&b, ids, (size_t)n);
+    if (st == LM_OK) st = shard_commit(&b);
+    lm__free(b.data);
     return st;
 }
 
@@ -87,9 +142,7 @@ static lm_status validate(lm_token_shard *s) {
     s->tokens = d + LM_TOKEN_SHARD_HEADER;
     for (int64_t i = 0; i < s->count; i++) {
         int64_t t = token_at(s, i);
-        if (t < 0 || (vocab > 0 && t >= (int64_t)vocab))
-            return lm__error(LM_PARSE_ERROR, "token shard '%s': token %lld = %lld is outside [0, %llu)", s->path, (long long)i,
-                             (long long)t, (unsigned long long)vocab);
+        if (t < 0 || (vocab > 0 && t >= (int64_t)vocab)) return bad_token(LM_PARSE_ERROR, s->path, i, t, s->vocab);
     }
     return LM_OK;
 }
@@ -124,31 +177,11 @@ int64_t lm_token_shard_vocab(const lm_token_shard *s) { return s->vocab; }
 lm_token_dtype lm_token_shard_dtype(const lm_token_shard *s) { return s->dtype; }
 
 lm_status lm_token_shard_read(const lm_token_shard *s, int64_t start, int64_t n, int32_t *out) {
-    if (start < 0 || n < 0 || start > s->count - n)
-        return lm__error(LM_OUT_OF_RANGE, "token shard '%s': tokens [%lld, %lld) outside [0, %lld)", s->path,
-                         (long long)start, (long long)(start + n), (long long)s->count);
+    if (start < 0 || n < 0 || start > s->count - n) /* count - n >= -INT64_MAX: no overflow */
+        return lm__error(LM_OUT_OF_RANGE, "token shard '%s': %lld tokens from token %lld are outside its %lld tokens",
+                         s->path, (long long)n, (long long)start, (long long)s->count);
     for (int64_t i = 0; i < n; i++) out[i] = (int32_t)token_at(s, start + i);
     return LM_OK;
-}
-
-/* Appends the tokens of one file to *ids (capacity *cap, length *len). */
-static lm_status append_file(const lm_tokenizer *tok, const char *path, int32_t **ids, int64_t *len, int64_t *cap,
-                             int32_t separator) {
-    char *text = NULL;
-    size_t size = 0, n = 0;
-    int32_t *part = NULL;
-    LM_TRY(lm_file_read_all(path, &text, &size));
-    lm_status st = lm_tokenizer_encode(tok, text, size, &part, &n);
-    if (st != LM_OK) st = lm__error_context(st, "data prepare: '%s'", path);
-    if (st == LM_OK) st = lm__reserve((void **)ids, cap, *len + (int64_t)n + 1, sizeof **ids);
-    if (st == LM_OK) {
-        if (n) memcpy(*ids + *len, part, n * sizeof *part);
-        *len += (int64_t)n;
-        if (separator >= 0) (*ids)[(*len)++] = separator;
-    }
-    lm_free(part);
-    lm_free(text);
-    return st;
 }
 
 lm_status lm_data_prepare(const lm_tokenizer *tok, int nfiles, const char *const *inputs, int32_t separator_id,
@@ -158,12 +191,21 @@ lm_status lm_data_prepare(const lm_tokenizer *tok, int nfiles, const char *const
     if (separator_id >= vocab)
         return lm__error(LM_OUT_OF_RANGE, "data prepare: separator id %d is outside the vocabulary of %lld", separator_id,
                          (long long)vocab);
-    int32_t *ids = NULL;
-    int64_t len = 0, cap = 0;
-    lm_status st = LM_OK;
-    for (int i = 0; st == LM_OK && i < nfiles; i++) st = append_file(tok, inputs[i], &ids, &len, &cap, separator_id);
-    if (st == LM_OK) st = lm_token_shard_write(out, ids, len, vocab);
-    if (st == LM_OK && count) *count = len;
-    lm__free(ids);
+    /* Each file is read whole and its ids go straight into the shard as the encoder
+     * makes them: memory is the largest input plus the shard. */
+    shard_buf b;
+    lm_status st = shard_init(&b, out, vocab, 0);
+    for (int i = 0; st == LM_OK && i < nfiles; i++) {
+        char *text = NULL;
+        size_t size = 0;
+        st = lm_file_read_all(inputs[i], &text, &size);
+        if (st == LM_OK && (st = lm__tokenizer_encode_each(tok, text, size, shard_append, &b)) != LM_OK)
+            st = lm__error_context(st, "data prepare: '%s'", inputs[i]);
+        if (st == LM_OK && separator_id >= 0) st = shard_append(&b, &separator_id, 1);
+        lm__free(text);
+    }
+    if (st == LM_OK) st = shard_commit(&b);
+    if (st == LM_OK && count) *count = b.count;
+    lm__free(b.data);
     return st;
 }

@@ -2,11 +2,15 @@
  *
  * encode = validate UTF-8 -> cut out raw added tokens -> per gap: NFC -> cut out
  * normalized added tokens -> per gap: pre-tokenize -> BPE each piece (word cache).
+ * Pieces go to BPE as the pre-tokenizer makes them and the ids to the caller in
+ * batches, so an encode's scratch stays bounded however long the text (the NFC
+ * workspace, 4 bytes per character of a text that is not already NFC, aside).
  * The tokenizer is immutable after load. The shared scratch state (with the word
  * cache) is claimed by one encode at a time through an atomic flag; a concurrent
  * encode builds a temporary cache-less state instead of waiting. Cost: linear in
  * the text plus O(w log w) per uncached piece of w bytes.
  */
+#include "io/internal.h"
 #include "io/tokenizer_internal.h"
 
 #include <string.h>
@@ -114,50 +118,71 @@ lm_status lm_tokenizer_token_to_id(const lm_tokenizer *tok, const char *token, s
     return LM_OK;
 }
 
-/* ---- encode ------------------------------------------------------------------------------ */
-static lm_status encode_pieces(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n) {
-    if (!n) return LM_OK;
-    const uint8_t *base;
-    size_t count = 0;
-    LM_TRY(lm__tok_pretokenize(tok, st, s, n, &base, &count));
-    for (size_t i = 0; i < count; i++) LM_TRY(lm__tok_bpe_piece(tok, st, base + st->pa[i].off, st->pa[i].len));
-    return LM_OK;
+/* ---- encode ------------------------------------------------------------------------------
+ * The ids gather in st->out and go to the caller's sink whenever FLUSH_IDS of them are
+ * there, and at the end; with the pre-tokenizer handing out its pieces one batch at a
+ * time, the encode's scratch does not grow with the text. */
+enum { FLUSH_IDS = 1 << 14 };
+
+typedef struct encoder {
+    const lm_tokenizer *tok;
+    lm__tok_state *st;
+    lm__tok_sink sink;
+    void *arg;
+} encoder;
+
+static lm_status flush_ids(encoder *e, int all) {
+    lm__tok_state *st = e->st;
+    if (st->n_out == 0 || (!all && st->n_out < FLUSH_IDS)) return LM_OK;
+    size_t n = st->n_out;
+    st->n_out = 0;
+    return e->sink(e->arg, st->out, n);
+}
+
+static lm_status encode_piece(void *arg, const uint8_t *p, size_t n) {
+    encoder *e = arg;
+    LM_TRY(lm__tok_bpe_piece(e->tok, e->st, p, n));
+    return flush_ids(e, 0);
+}
+
+static lm_status push_added(encoder *e, int32_t id) {
+    LM_TRY(lm__tok_push_id(e->st, id));
+    return flush_ids(e, 0);
 }
 
 /* Text between raw added tokens: normalize, then cut out the normalized added tokens. */
-static lm_status encode_segment(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n) {
+static lm_status encode_segment(encoder *e, const uint8_t *s, size_t n) {
     if (!n) return LM_OK;
+    const lm_tokenizer *tok = e->tok;
     const uint8_t *t = s;
     size_t m = n;
-    if (tok->nfc) LM_TRY(lm__tok_nfc(s, n, &st->ucs, &st->ucs_cap, &t, &m));
+    if (tok->nfc) LM_TRY(lm__tok_nfc(s, n, &e->st->ucs, &e->st->ucs_cap, &t, &m));
     size_t pos = 0, prev = 0, ms, me;
     int32_t id;
     while (lm__tok_added_find(tok, &tok->trie_norm, t, m, &pos, prev, &ms, &me, &id)) {
-        LM_TRY(encode_pieces(tok, st, t + prev, ms - prev));
-        LM_TRY(lm__tok_push_id(st, id));
+        LM_TRY(lm__tok_pretokenize_each(tok, e->st, t + prev, ms - prev, encode_piece, e));
+        LM_TRY(push_added(e, id));
         prev = me;
     }
-    return encode_pieces(tok, st, t + prev, m - prev);
+    return lm__tok_pretokenize_each(tok, e->st, t + prev, m - prev, encode_piece, e);
 }
 
-static lm_status encode_text(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n) {
-    st->n_out = 0;
+static lm_status encode_text(encoder *e, const uint8_t *s, size_t n) {
     size_t pos = 0, prev = 0, ms, me;
     int32_t id;
-    while (lm__tok_added_find(tok, &tok->trie_raw, s, n, &pos, prev, &ms, &me, &id)) {
-        LM_TRY(encode_segment(tok, st, s + prev, ms - prev));
-        LM_TRY(lm__tok_push_id(st, id));
+    while (lm__tok_added_find(e->tok, &e->tok->trie_raw, s, n, &pos, prev, &ms, &me, &id)) {
+        LM_TRY(encode_segment(e, s + prev, ms - prev));
+        LM_TRY(push_added(e, id));
         prev = me;
     }
-    return encode_segment(tok, st, s + prev, n - prev);
+    LM_TRY(encode_segment(e, s + prev, n - prev));
+    return flush_ids(e, 1);
 }
 
-/* Runs encode_text on the shared state when free, else on a temporary one; then
- * hands the ids to deliver() while the state is still held. */
-typedef lm_status (*deliver_fn)(const lm__tok_state *st, void *arg);
-
-static lm_status encode_with(const lm_tokenizer *tok, const char *text, size_t len, deliver_fn deliver, void *arg) {
-    if (!tok || (!text && len)) return lm__error(LM_INVALID_ARGUMENT, "lm_tokenizer_encode: NULL argument");
+/* Runs encode_text on the shared state when free, else on a temporary one. */
+lm_status lm__tokenizer_encode_each(const lm_tokenizer *tok, const char *text, size_t len, lm__tok_sink sink,
+                                    void *arg) {
+    if (!tok || (!text && len) || !sink) return lm__error(LM_INVALID_ARGUMENT, "lm_tokenizer_encode: NULL argument");
     const uint8_t *s = (const uint8_t *)(text ? text : "");
     size_t bad;
     int truncated;
@@ -167,48 +192,54 @@ static lm_status encode_with(const lm_tokenizer *tok, const char *text, size_t l
     lm__tok_state *st = tok->state;
     int temporary = atomic_flag_test_and_set_explicit(&st->busy, memory_order_acquire);
     if (temporary) LM_TRY(lm__tok_state_create(tok, 0, &st));
-    lm_status s2 = encode_text(tok, st, s, len);
-    if (s2 == LM_OK) s2 = deliver(st, arg);
+    encoder e = {tok, st, sink, arg};
+    st->n_out = 0;
+    lm_status s2 = encode_text(&e, s, len);
     if (temporary) lm__tok_state_destroy(st);
     else atomic_flag_clear_explicit(&st->busy, memory_order_release);
     return s2;
 }
 
 typedef struct alloc_out {
-    int32_t **ids;
-    size_t *n;
+    int32_t *ids; /* [cap] */
+    int64_t cap;
+    size_t n;
 } alloc_out;
 
-static lm_status deliver_alloc(const lm__tok_state *st, void *arg) {
+static lm_status append_ids(void *arg, const int32_t *ids, size_t n) {
     alloc_out *o = arg;
-    if (st->n_out) {
-        *o->ids = lm__alloc(st->n_out * sizeof(int32_t), 64);
-        if (!*o->ids) return LM_OUT_OF_MEMORY;
-        memcpy(*o->ids, st->out, st->n_out * sizeof(int32_t));
+    if (!o->ids) { /* the first batch, often the only one, gets an exact allocation */
+        if (!(o->ids = lm__alloc(n * sizeof *ids, 64))) return LM_OUT_OF_MEMORY;
+        o->cap = (int64_t)n;
     }
-    *o->n = st->n_out;
+    LM_TRY(lm__reserve((void **)&o->ids, &o->cap, (int64_t)(o->n + n), sizeof *o->ids));
+    memcpy(o->ids + o->n, ids, n * sizeof *ids);
+    o->n += n;
     return LM_OK;
 }
 
 lm_status lm_tokenizer_encode(const lm_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n) {
     if (!ids || !n) return lm__error(LM_INVALID_ARGUMENT, "lm_tokenizer_encode: NULL argument");
     *ids = NULL, *n = 0;
-    alloc_out o = {ids, n};
-    return encode_with(tok, text, len, deliver_alloc, &o);
+    alloc_out o = {NULL, 0, 0};
+    lm_status s = lm__tokenizer_encode_each(tok, text, len, append_ids, &o);
+    if (s != LM_OK) {
+        lm__free(o.ids);
+        return s;
+    }
+    *ids = o.ids, *n = o.n;
+    return LM_OK;
 }
 
 typedef struct buffer_out {
-    int32_t *ids;
-    size_t cap, *n;
+    int32_t *ids; /* [cap] the caller's */
+    size_t cap, n;
 } buffer_out;
 
-static lm_status deliver_buffer(const lm__tok_state *st, void *arg) {
+static lm_status copy_ids(void *arg, const int32_t *ids, size_t n) {
     buffer_out *o = arg;
-    *o->n = st->n_out;
-    if (st->n_out && o->cap) memcpy(o->ids, st->out, LM_MIN(st->n_out, o->cap) * sizeof(int32_t));
-    if (st->n_out > o->cap)
-        return lm__error(LM_OUT_OF_RANGE, "lm_tokenizer_encode_out: the text needs %zu ids but the buffer holds %zu",
-                         st->n_out, o->cap);
+    if (o->n < o->cap) memcpy(o->ids + o->n, ids, LM_MIN(n, o->cap - o->n) * sizeof *ids);
+    o->n += n;
     return LM_OK;
 }
 
@@ -216,6 +247,11 @@ lm_status lm_tokenizer_encode_out(const lm_tokenizer *tok, const char *text, siz
                                   size_t *n) {
     if (!n || (!ids && cap)) return lm__error(LM_INVALID_ARGUMENT, "lm_tokenizer_encode_out: NULL argument");
     *n = 0;
-    buffer_out o = {ids, cap, n};
-    return encode_with(tok, text, len, deliver_buffer, &o);
+    buffer_out o = {ids, cap, 0};
+    LM_TRY(lm__tokenizer_encode_each(tok, text, len, copy_ids, &o));
+    *n = o.n;
+    if (o.n > cap)
+        return lm__error(LM_OUT_OF_RANGE, "lm_tokenizer_encode_out: the text needs %zu ids but the buffer holds %zu",
+                         o.n, cap);
+    return LM_OK;
 }

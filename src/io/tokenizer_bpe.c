@@ -154,6 +154,13 @@ lm_status lm__tok_state_create(const lm_tokenizer *tok, int with_cache, lm__tok_
         lm__tok_state_destroy(st);
         return lm__error(LM_OUT_OF_MEMORY, "tokenizer: cannot allocate regex match data");
     }
+    st->batch_events = LM__TOK_BATCH_EVENTS;
+    st->n_levels = tok->n_steps;
+    st->levels = lm__calloc((size_t)tok->n_steps + 1, sizeof *st->levels);
+    if (!st->levels) {
+        lm__tok_state_destroy(st);
+        return LM_OUT_OF_MEMORY;
+    }
     if (with_cache) {
         st->cache_slots = lm__calloc(LM__TOK_CACHE_SLOTS, sizeof(uint32_t));
         st->cache_entries = lm__alloc(LM__TOK_CACHE_ENTRIES * sizeof(lm__tok_cache_entry), 64);
@@ -171,7 +178,10 @@ lm_status lm__tok_state_create(const lm_tokenizer *tok, int with_cache, lm__tok_
 void lm__tok_state_destroy(lm__tok_state *st) {
     if (!st) return;
     pcre2_match_data_free(st->md);
-    lm__free(st->ucs), lm__free(st->text2), lm__free(st->pa), lm__free(st->pb), lm__free(st->ev);
+    for (int i = 0; st->levels && i < st->n_levels; i++)
+        lm__free(st->levels[i].ev), lm__free(st->levels[i].piece), lm__free(st->levels[i].text);
+    lm__free(st->levels);
+    lm__free(st->ucs), lm__free(st->text2), lm__free(st->pa);
     lm__free(st->word), lm__free(st->sym_id), lm__free(st->sym_prev), lm__free(st->sym_next);
     lm__free(st->heap), lm__free(st->out);
     lm__free(st->cache_slots), lm__free(st->cache_entries), lm__free(st->cache_keys), lm__free(st->cache_ids);

@@ -21,6 +21,8 @@
 #define LM__TOK_NONE UINT32_MAX   /* vocab.len[id] of an id outside the model vocabulary */
 #define LM__TOK_CHAR_TABLE 0x800  /* code points with a direct single-char id table */
 #define LM__TOK_MAX_IDS (1 << 26) /* sanity bound on ids (largest real vocabularies ~260k) */
+#define LM__TOK_MAX_STEPS 256     /* pre-tokenizer steps (real files have up to 4); bounds the recursion */
+#define LM__TOK_BATCH_EVENTS 1024 /* events a pre-tokenizer split step folds at a time */
 
 /* id kinds (bit set in lm_tokenizer.kind) */
 enum { LM__KIND_MODEL = 1, LM__KIND_ADDED = 2, LM__KIND_SPECIAL = 4 };
@@ -129,6 +131,15 @@ typedef struct lm__tok_heap_item {
     int32_t merged;
 } lm__tok_heap_item;
 
+/* Scratch of one pre-tokenizer step while the steps run depth-first (tokenizer_pretok.c):
+ * a batch of events of the piece being split, and the pieces folded from it. */
+typedef struct lm__tok_level {
+    lm__tok_event *ev;    /* [ev_cap] events of the piece being split, not yet folded */
+    lm__tok_piece *piece; /* [piece_cap] pieces folded from one batch, offsets into that piece */
+    uint8_t *text;        /* [text_cap] the piece with a space prepended (LM__STEP_PREFIX_SPACE) */
+    int64_t ev_cap, piece_cap, text_cap; /* int64_t: lm__reserve's capacity type */
+} lm__tok_level;
+
 typedef struct lm__tok_cache_entry {
     uint64_t hash;
     uint32_t key_off, key_len; /* piece bytes in cache_keys */
@@ -139,15 +150,17 @@ typedef struct lm__tok_state {
     atomic_flag busy; /* claimed by the encode call using this state */
     pcre2_match_data *md;
     int32_t *ucs;  /* [ucs_cap] utf8proc workspace; NFC output is re-encoded in place */
-    uint8_t *text2; /* [text2_cap] piece text after prefix-space insertion */
-    lm__tok_piece *pa, *pb; /* [pa_cap], [pb_cap] piece lists, swapped per split step */
-    lm__tok_event *ev;      /* [ev_cap] matches of one piece */
+    lm__tok_level *levels;  /* [n_levels] scratch of each pre-tokenizer step */
+    int n_levels;           /* tok->n_steps */
+    size_t batch_events;    /* events a split step reads at a time (LM__TOK_BATCH_EVENTS; tests vary it) */
+    uint8_t *text2;         /* [text2_cap] lm__tok_pretokenize: the pieces' bytes, back to back */
+    lm__tok_piece *pa;      /* [pa_cap] lm__tok_pretokenize: the pieces, offsets into text2 */
     uint8_t *word;          /* [word_cap] one piece in model (byte-level) form */
     int32_t *sym_id, *sym_prev, *sym_next; /* [sym_cap] BPE symbol linked list */
     lm__tok_heap_item *heap;               /* [heap_cap] pending merges */
     int32_t *out;                          /* [out_cap] ids of the current encode */
     /* int64_t: lm__reserve's capacity type */
-    int64_t ucs_cap, text2_cap, pa_cap, pb_cap, ev_cap, word_cap, heap_cap, out_cap;
+    int64_t ucs_cap, text2_cap, pa_cap, word_cap, heap_cap, out_cap;
     size_t sym_cap;
     size_t n_out;
     /* word cache (absent in temporary states): fixed arenas, cleared when full */
@@ -209,8 +222,15 @@ lm_status lm__tok_parse_pretokenizer(lm_tokenizer *tok, json_t *j);
 void lm__tok_steps_free(lm_tokenizer *tok);
 /* NFC of s[0..n) into *ucs (grown as needed); *out points into *ucs or is s itself. */
 lm_status lm__tok_nfc(const uint8_t *s, size_t n, int32_t **ucs, int64_t *ucs_cap, const uint8_t **out, size_t *out_n);
-/* Runs the pre-tokenizer steps on s[0..n): pieces end in st->pa[0..*count), with
- * offsets into *base. */
+/* Receives one piece of the pre-tokenizer's output; p is valid only during the call. */
+typedef lm_status (*lm__tok_piece_fn)(void *arg, const uint8_t *p, size_t n);
+/* Runs the pre-tokenizer steps on s[0..n) and hands every resulting piece to fn, in
+ * order, as it is made. The scratch (st->levels) holds a batch of events per step,
+ * however long the text, unless one piece itself is long. */
+lm_status lm__tok_pretokenize_each(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,
+                                   lm__tok_piece_fn fn, void *arg);
+/* The same pieces gathered: copies of their bytes in *base (st->text2), the list in
+ * st->pa[0..*count), offsets into *base. */
 lm_status lm__tok_pretokenize(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,
                               const uint8_t **base, size_t *count);
 /* tokenizer_bpe.c */

@@ -8,6 +8,8 @@
  * PCRE2 extends by U+180E, so `\s`/`\S` are rewritten to Oniguruma's exact set
  * (\t-\r, U+0085 and \p{Z}). ByteLevel must be the last step: its byte-to-char
  * mapping is applied by the BPE stage (tok->byte_level), not materialized here.
+ * The steps run depth-first over batches of events (see "running the steps"), so
+ * their scratch memory does not grow with the text.
  * Cost: one PCRE2 (JIT) scan per step over the text, O(pieces) bookkeeping.
  */
 #include "io/tokenizer_internal.h"
@@ -137,9 +139,15 @@ static lm_status translate_pattern(const char *pat, size_t n, char **out) {
     return LM_OK;
 }
 
+static lm_status check_step_count(const lm_tokenizer *tok) {
+    if (tok->n_steps < LM__TOK_MAX_STEPS) return LM_OK;
+    return lm__error(LM_UNSUPPORTED, "tokenizer.json: pre_tokenizer has more than %d steps", LM__TOK_MAX_STEPS);
+}
+
 /* Compiles a split pattern (literal when is_literal) into a new step. */
 static lm_status add_split(lm_tokenizer *tok, const char *pat, size_t n, int is_literal, lm__tok_behavior behavior,
                            int invert) {
+    LM_TRY(check_step_count(tok));
     lm__tok_step *steps = lm__alloc(((size_t)tok->n_steps + 1) * sizeof *steps, 16);
     if (!steps) return LM_OUT_OF_MEMORY;
     if (tok->n_steps) memcpy(steps, tok->steps, (size_t)tok->n_steps * sizeof *steps);
@@ -176,6 +184,7 @@ static lm_status add_split(lm_tokenizer *tok, const char *pat, size_t n, int is_
 }
 
 static lm_status add_prefix_space_step(lm_tokenizer *tok) {
+    LM_TRY(check_step_count(tok));
     lm__tok_step *steps = lm__alloc(((size_t)tok->n_steps + 1) * sizeof *steps, 16);
     if (!steps) return LM_OUT_OF_MEMORY;
     if (tok->n_steps) memcpy(steps, tok->steps, (size_t)tok->n_steps * sizeof *steps);
@@ -257,22 +266,50 @@ lm_status lm__tok_parse_pretokenizer(lm_tokenizer *tok, json_t *j) {
     return parse_one(tok, j);
 }
 
-/* ---- running the steps ------------------------------------------------------------------------ */
+/* ---- running the steps ------------------------------------------------------------------------
+ * The steps run depth-first: a split step reads the events of its piece in batches of
+ * st->batch_events, folds a batch into pieces and passes each one through the later steps
+ * (down to fn) before it reads the next batch. So the scratch per step holds one batch,
+ * however long the text, instead of every piece of the text at once. The result is the
+ * same as splitting the whole text step after step, as Hugging Face does, because
+ *  - each match is searched for in the whole piece (the same subject, so lookarounds
+ *    see the same text) from the same start offset as in one pass, and
+ *  - a batch ends only between two events that the behavior's fold does not join
+ *    (joins()); the fold joins neighbouring events pairwise, so folding the batches
+ *    one after the other gives the same pieces as folding all events at once.
+ * Only a run of events that all join (one long piece) has to be held whole. */
+typedef struct scan {
+    size_t at;   /* where the next match search starts */
+    size_t prev; /* end of the last event */
+    int done;    /* events cover the whole subject */
+} scan;
+
 static lm_status push_piece(lm__tok_piece **list, int64_t *cap, size_t *n, size_t off, size_t len) {
     if (!len) return LM_OK; /* Hugging Face drops empty splits */
     return LM__PUSH(*list, *n, *cap, ((lm__tok_piece){off, len}));
 }
 
-/* All non-empty matches of step->re in the subject s[0..n), as events covering it. */
-static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, const uint8_t *s, size_t n, size_t *count) {
-    size_t k = 0, prev = 0, at = 0;
+/* Appends the non-empty matches of step->re in the subject s[0..n), from sc->at on, and
+ * the unmatched parts between them to lv->ev[*count..) as events, until there are
+ * `limit` events or the subject is covered (then sc->done). */
+static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, lm__tok_level *lv, const uint8_t *s,
+                             size_t n, scan *sc, size_t *count, size_t limit) {
+    size_t k = *count;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
-    while (at < n) {
-        int rc = step->jit ? pcre2_jit_match(step->re, s, n, at, 0, st->md, NULL)
-                           : pcre2_match(step->re, s, n, at, PCRE2_NO_UTF_CHECK, st->md, NULL);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep backtracking: the interpreter keeps its stack on the heap */
-            rc = pcre2_match(step->re, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, st->md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
+    while (!sc->done && k < limit) {
+        int rc = PCRE2_ERROR_NOMATCH;
+        if (sc->at < n) {
+            rc = step->jit ? pcre2_jit_match(step->re, s, n, sc->at, 0, st->md, NULL)
+                           : pcre2_match(step->re, s, n, sc->at, PCRE2_NO_UTF_CHECK, st->md, NULL);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep backtracking: the interpreter keeps its stack on the heap */
+                rc = pcre2_match(step->re, s, n, sc->at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, st->md, NULL);
+        }
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            LM_TRY(lm__reserve((void **)&lv->ev, &lv->ev_cap, (int64_t)k + 1, sizeof *lv->ev));
+            if (sc->prev < n) lv->ev[k++] = (lm__tok_event){sc->prev, n, 0};
+            sc->done = 1;
+            break;
+        }
         if (rc < 0) {
             if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAP_FAILED)
                 return lm__error(LM_OUT_OF_MEMORY, "tokenizer: out of memory in a regex match");
@@ -283,25 +320,34 @@ static lm_status find_events(const lm__tok_step *step, lm__tok_state *st, const 
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* an empty match splits nothing: step over one character */
             size_t clen;
-            lm__utf8_decode(s + at, &clen);
-            at += clen;
+            lm__utf8_decode(s + sc->at, &clen);
+            sc->at += clen;
             continue;
         }
-        LM_TRY(lm__reserve((void **)&st->ev, &st->ev_cap, (int64_t)k + 2, sizeof *st->ev));
-        if (ms > prev) st->ev[k++] = (lm__tok_event){prev, ms, 0};
-        st->ev[k++] = (lm__tok_event){ms, me, 1};
-        prev = at = me;
+        LM_TRY(lm__reserve((void **)&lv->ev, &lv->ev_cap, (int64_t)k + 2, sizeof *lv->ev));
+        if (ms > sc->prev) lv->ev[k++] = (lm__tok_event){sc->prev, ms, 0};
+        lv->ev[k++] = (lm__tok_event){ms, me, 1};
+        sc->prev = sc->at = me;
     }
-    LM_TRY(lm__reserve((void **)&st->ev, &st->ev_cap, (int64_t)k + 1, sizeof *st->ev));
-    if (prev < n) st->ev[k++] = (lm__tok_event){prev, n, 0};
     *count = k;
     return LM_OK;
 }
 
+/* 1 when the fold of step's behavior joins event b to the event a just before it. */
+static int joins(const lm__tok_step *step, const lm__tok_event *a, const lm__tok_event *b) {
+    int ma = a->match != step->invert, mb = b->match != step->invert;
+    switch (step->behavior) {
+    case LM__SPLIT_CONTIGUOUS: return ma == mb;
+    case LM__SPLIT_MERGED_WITH_PREVIOUS: return mb && !ma;
+    case LM__SPLIT_MERGED_WITH_NEXT: return ma && !mb;
+    default: return 0; /* Removed, Isolated: every event is a piece of its own */
+    }
+}
+
 /* Applies the split behavior to the events (Hugging Face's NormalizedString::split
- * folds) and appends the resulting pieces, offset by base_off, to the list. */
-static lm_status apply_behavior(const lm__tok_step *step, lm__tok_event *ev, size_t k, size_t base_off,
-                                lm__tok_piece **list, int64_t *cap, size_t *n) {
+ * folds) and appends the resulting pieces to the list. */
+static lm_status apply_behavior(const lm__tok_step *step, lm__tok_event *ev, size_t k, lm__tok_piece **list,
+                                int64_t *cap, size_t *n) {
     if (step->invert)
         for (size_t i = 0; i < k; i++) ev[i].match = !ev[i].match;
     size_t m = 0; /* folded events are compacted into ev[0..m); .match now means "removed" */
@@ -325,52 +371,74 @@ static lm_status apply_behavior(const lm__tok_step *step, lm__tok_event *ev, siz
         }
     }
     for (size_t i = 0; i < m; i++)
-        if (!ev[i].match) LM_TRY(push_piece(list, cap, n, base_off + ev[i].start, ev[i].end - ev[i].start));
+        if (!ev[i].match) LM_TRY(push_piece(list, cap, n, ev[i].start, ev[i].end - ev[i].start));
     return LM_OK;
 }
 
-/* ByteLevel add_prefix_space: every piece not starting with ' ' gets one prepended. */
-static lm_status prefix_space(lm__tok_state *st, const uint8_t **base, size_t count) {
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++) total += st->pa[i].len + 1;
-    LM_ASSERT(*base != st->text2);
-    LM_TRY(lm__reserve((void **)&st->text2, &st->text2_cap, (int64_t)total, 1));
-    size_t o = 0;
-    for (size_t i = 0; i < count; i++) {
-        const uint8_t *p = *base + st->pa[i].off;
-        size_t start = o;
-        if (p[0] != ' ') st->text2[o++] = ' ';
-        memcpy(st->text2 + o, p, st->pa[i].len);
-        o += st->pa[i].len;
-        st->pa[i] = (lm__tok_piece){start, o - start};
+/* Steps i.. on the piece s[0..n) (n >= 1), its pieces to fn. Recursion depth: the
+ * number of steps (at most LM__TOK_MAX_STEPS). */
+static lm_status run_step(const lm_tokenizer *tok, lm__tok_state *st, int i, const uint8_t *s, size_t n,
+                          lm__tok_piece_fn fn, void *arg) {
+    if (i == tok->n_steps) return fn(arg, s, n);
+    const lm__tok_step *step = &tok->steps[i];
+    lm__tok_level *lv = &st->levels[i];
+    if (step->kind == LM__STEP_PREFIX_SPACE) { /* ByteLevel add_prefix_space: ' ' before a piece without one */
+        if (s[0] == ' ') return run_step(tok, st, i + 1, s, n, fn, arg);
+        LM_TRY(lm__reserve((void **)&lv->text, &lv->text_cap, (int64_t)n + 1, 1));
+        lv->text[0] = ' ';
+        memcpy(lv->text + 1, s, n);
+        return run_step(tok, st, i + 1, lv->text, n + 1, fn, arg);
     }
-    *base = st->text2;
+    scan sc = {0, 0, 0};
+    size_t k = 0, joined = 0; /* events lv->ev[0..k); each of ev[1..joined) joins the one before it */
+    for (;;) {
+        LM_TRY(find_events(step, st, lv, s, n, &sc, &k, k + LM_MIN(st->batch_events, SIZE_MAX - k)));
+        /* fold up to the last event that does not join the one before it: the events
+         * after it may still join events not read yet */
+        size_t cut = k;
+        if (!sc.done) {
+            cut = 0;
+            for (size_t c = k - 1; c >= LM_MAX(joined, 1) && !cut; c--)
+                if (!joins(step, &lv->ev[c - 1], &lv->ev[c])) cut = c;
+        }
+        if (cut) {
+            size_t np = 0;
+            LM_TRY(apply_behavior(step, lv->ev, cut, &lv->piece, &lv->piece_cap, &np));
+            for (size_t p = 0; p < np; p++)
+                LM_TRY(run_step(tok, st, i + 1, s + lv->piece[p].off, lv->piece[p].len, fn, arg));
+            k -= cut;
+            memmove(lv->ev, lv->ev + cut, k * sizeof *lv->ev);
+        }
+        joined = k;
+        if (sc.done) return LM_OK;
+    }
+}
+
+lm_status lm__tok_pretokenize_each(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,
+                                   lm__tok_piece_fn fn, void *arg) {
+    return n ? run_step(tok, st, 0, s, n, fn, arg) : LM_OK;
+}
+
+typedef struct gather {
+    lm__tok_state *st;
+    size_t bytes, count; /* used in st->text2, st->pa */
+} gather;
+
+static lm_status gather_piece(void *arg, const uint8_t *p, size_t n) {
+    gather *g = arg;
+    lm__tok_state *st = g->st;
+    LM_TRY(lm__reserve((void **)&st->text2, &st->text2_cap, (int64_t)(g->bytes + n), 1));
+    LM_TRY(LM__PUSH(st->pa, g->count, st->pa_cap, ((lm__tok_piece){g->bytes, n})));
+    memcpy(st->text2 + g->bytes, p, n);
+    g->bytes += n;
     return LM_OK;
 }
 
 lm_status lm__tok_pretokenize(const lm_tokenizer *tok, lm__tok_state *st, const uint8_t *s, size_t n,
                               const uint8_t **base, size_t *count) {
-    *base = s;
-    size_t na = 0;
-    LM_TRY(push_piece(&st->pa, &st->pa_cap, &na, 0, n));
-    for (int i = 0; i < tok->n_steps; i++) {
-        const lm__tok_step *step = &tok->steps[i];
-        if (step->kind == LM__STEP_PREFIX_SPACE) {
-            LM_TRY(prefix_space(st, base, na));
-            continue;
-        }
-        size_t nb = 0;
-        for (size_t p = 0; p < na; p++) {
-            size_t k = 0;
-            LM_TRY(find_events(step, st, *base + st->pa[p].off, st->pa[p].len, &k));
-            LM_TRY(apply_behavior(step, st->ev, k, st->pa[p].off, &st->pb, &st->pb_cap, &nb));
-        }
-        lm__tok_piece *t = st->pa;
-        int64_t tc = st->pa_cap;
-        st->pa = st->pb, st->pa_cap = st->pb_cap;
-        st->pb = t, st->pb_cap = tc;
-        na = nb;
-    }
-    *count = na;
-    return LM_OK;
+    gather g = {st, 0, 0};
+    lm_status status = lm__tok_pretokenize_each(tok, st, s, n, gather_piece, &g);
+    *base = st->text2;
+    *count = g.count;
+    return status;
 }

@@ -1,10 +1,11 @@
-/* io/util.c — small helpers of the io layer: path joining, file tests, JSON parsing
- * with source-naming errors, and shape formatting for messages.
+/* io/util.c — small helpers of the io layer: path joining, the existence test, JSON
+ * parsing with source-naming errors, and shape formatting for messages.
  *
  * None of them keeps state; all allocation goes through the library hook.
  */
 #include "io/internal.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -19,9 +20,9 @@ char *lm__io_path_join(const char *dir, const char *name) {
     return p;
 }
 
-int lm__io_is_file(const char *path) {
+int lm__io_exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR);
 }
 
 lm_status lm__io_json_parse(const char *text, size_t len, const char *what, const char *source, json_t **out) {

@@ -32,7 +32,11 @@ static const char *template_bos(json_t *pp) {
 
 static lm_status detect_bos(const char *path, const lm_tokenizer *tok, int32_t *bos) {
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    char *text = NULL;
+    size_t len = 0;
+    LM_TRY(lm_file_read_all(path, &text, &len)); /* regular files only */
+    json_t *root = json_loadb(text, len, 0, &err);
+    lm_free(text);
     if (!root) return lm__error(LM_PARSE_ERROR, "server: %s: %s", path, err.text);
     const char *b = template_bos(json_object_get(root, "post_processor"));
     lm_status st = LM_OK;

@@ -9,6 +9,7 @@
  */
 #include "harness.h"
 
+#include "io/tokenizer_internal.h" /* the pre-tokenizer's batch size, varied below */
 #include "loom/tokenizer.h"
 
 #include <jansson.h>
@@ -422,6 +423,101 @@ static void test_concurrent_encodes_agree(void) {
     lm_tokenizer_destroy(tok);
 }
 
+/* ---- long texts: the streamed encode equals the whole-text one -------------------------------- */
+
+/* A single line of n bytes (no newline) from pieces the tiny tokenizer knows: letters,
+ * spaces, digits, '-', added tokens, a decomposed and a precomposed 'é', an emoji, and
+ * long runs of one kind (chains of events that the split behaviors join). */
+static char *long_line(uint64_t seed, size_t n) {
+    static const char *parts[] = {"a", "b", "c", "d", "ab", "abc", " ", "  ", " ab", "1", "12", "123", "-", "--",
+                                  "a-", "-b", "<x>", "<xy>", "<l>", " <r> ", "zz", " zz ", "e\xCC\x81", "\xC3\xA9",
+                                  "\xF0\x9F\x98\x80", "x", "y", "<", ">"};
+    lt_rng r = lt_rng_seed(seed);
+    char *s = malloc(n + 64);
+    size_t len = 0;
+    while (s && len < n) {
+        const char *p = parts[lt_rng_int(&r, 0, sizeof parts / sizeof parts[0] - 1)];
+        size_t reps = lt_rng_int(&r, 0, 15) == 0 ? (size_t)lt_rng_int(&r, 50, 3000) : 1; /* a long run */
+        for (size_t k = 0; k < reps && len < n; k++) {
+            size_t m = strlen(p);
+            if (len + m > n) break;
+            memcpy(s + len, p, m);
+            len += m;
+        }
+        if (len + 4 > n) break; /* never cut a character: stop short of the end */
+    }
+    if (s) s[len] = '\0';
+    return s;
+}
+
+/* The ids of text with the pre-tokenizer's split steps folding `batch` events at a time
+ * (SIZE_MAX: all events of a piece at once, i.e. the whole text in one pass). */
+static int32_t *encode_batched(lm_tokenizer *tok, const char *text, size_t batch, size_t *n) {
+    tok->state->batch_events = batch;
+    int32_t *ids = NULL;
+    LT_CHECK_OK(lm_tokenizer_encode(tok, text, strlen(text), &ids, n));
+    tok->state->batch_events = LM__TOK_BATCH_EVENTS;
+    return ids;
+}
+
+/* Every split behavior (and inverted), Digits, ByteLevel with and without the prefix
+ * space and a Sequence of them, with NFC, ignore_merges and added tokens: a long single
+ * line encodes to the same ids whole and streamed in batches of 1, 2, 7 and the
+ * default number of events. */
+static void test_streamed_encode_equals_whole_text(void) {
+    static const char *behaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    char pre[24][512];
+    int np = 0;
+    for (int b = 0; b < 5; b++)
+        for (int inv = 0; inv < 2; inv++)
+            snprintf(pre[np++], sizeof pre[0],
+                     "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+                     "\"-|[0-9]+|a+\"},\"behavior\":\"%s\",\"invert\":%s},{\"type\":\"ByteLevel\","
+                     "\"add_prefix_space\":%s,\"use_regex\":%s}]}",
+                     behaviors[b], inv ? "true" : "false", b % 2 ? "true" : "false", inv ? "true" : "false");
+    snprintf(pre[np++], sizeof pre[0], "%s", k_byte_level);
+    snprintf(pre[np++], sizeof pre[0], "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"use_regex\":true}");
+    snprintf(pre[np++], sizeof pre[0],
+             "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":false},"
+             "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"MergedWithNext\",\"invert\":false},"
+             "{\"type\":\"Digits\",\"individual_digits\":true},{\"type\":\"ByteLevel\",\"add_prefix_space\":true,"
+             "\"use_regex\":true}]}");
+    char *text = long_line(42, 200000);
+    for (int i = 0; text && i < np; i++) {
+        lm_tokenizer *tok = NULL;
+        /* ignore_merges makes a joined piece such as "--" one id, so a wrong join shows */
+        LT_CHECK_OK(load_tiny(i % 2 ? "{\"type\":\"NFC\"}" : "null", pre[i], i % 4 < 2 ? "\"ignore_merges\":true," : "",
+                              k_merges, k_added, &tok));
+        if (!tok) continue;
+        size_t nw = 0;
+        int32_t *whole = encode_batched(tok, text, SIZE_MAX, &nw);
+        LT_CHECK_MSG(nw > 16384, "pre-tokenizer %d: %zu ids (want several flushes of ids)", i, nw);
+        static const size_t batches[] = {1, 2, 7, LM__TOK_BATCH_EVENTS};
+        for (size_t b = 0; whole && b < sizeof batches / sizeof batches[0]; b++) {
+            size_t n = 0;
+            int32_t *ids = encode_batched(tok, text, batches[b], &n);
+            size_t at = 0;
+            while (ids && at < n && at < nw && ids[at] == whole[at]) at++;
+            LT_CHECK_MSG(ids && n == nw && at == n, "pre-tokenizer %d, batches of %zu: %zu ids vs %zu whole, first "
+                         "difference at id %zu", i, batches[b], n, nw, at);
+            lm_free(ids);
+        }
+        /* encode_out streams into the caller's buffer: the same ids, and the count when short */
+        int32_t *buf = whole ? malloc(nw * sizeof *buf) : NULL;
+        size_t n = 0;
+        if (buf) {
+            LT_CHECK_OK(lm_tokenizer_encode_out(tok, text, strlen(text), buf, nw, &n));
+            LT_CHECK(n == nw && memcmp(buf, whole, nw * sizeof *buf) == 0);
+            LT_CHECK_STATUS(lm_tokenizer_encode_out(tok, text, strlen(text), buf, nw / 2, &n), LM_OUT_OF_RANGE);
+            LT_CHECK(n == nw && memcmp(buf, whole, nw / 2 * sizeof *buf) == 0);
+        }
+        free(buf);
+        lm_free(whole);
+        lm_tokenizer_destroy(tok);
+    }
+    free(text);
+}
+
 /* ---- the real tokenizers against Hugging Face references ------------------------------------ */
 static const char *k_real[] = {"qwen3", "llama3", "deepseek_v3"};
 
@@ -561,6 +657,7 @@ int main(void) {
     LT_RUN(test_malformed_tokenizer_json_gives_specific_errors);
     LT_RUN(test_allocation_failures_leak_nothing);
     LT_RUN(test_concurrent_encodes_agree);
+    LT_RUN(test_streamed_encode_equals_whole_text);
     if (!real_files_present()) {
         if (lt_finish() != 0) return 1;
         lt_skip("third_party/tokenizers/{qwen3,llama3,deepseek_v3}/tokenizer.json absent: run "

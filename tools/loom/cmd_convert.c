@@ -69,7 +69,12 @@ static int write_config(const char *src_dir, const char *out_dir, lm_dtype to) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    char *raw = NULL;
+    size_t raw_len = 0;
+    lm_status rst = lm_file_read_all(path, &raw, &raw_len); /* regular files only */
+    if (rst != LM_OK) return cli_fail("convert", path, rst) == 0;
+    json_t *root = json_loadb(raw, raw_len, 0, &err);
+    lm_free(raw);
     if (!root || !json_is_object(root)) {
         fprintf(stderr, "loom convert: '%s' is not a JSON object (%s)\n", path, root ? "not an object" : err.text);
         json_decref(root);

@@ -5,6 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "loom/config.h"
 #include "loom/generate.h"
 
 #include <stdlib.h>
@@ -39,7 +40,8 @@ int cmd_generate(int argc, char **argv) {
         {"prompt", CLI_STRING, &prompt, "TEXT: prompt text (encoded with the model's tokenizer.json)"},
         {"ids", CLI_STRING, &ids_text, "1,2,3: prompt as token ids instead of text"},
         {"tokenizer", CLI_STRING, &tok_path, "FILE: tokenizer.json (default: DIR/tokenizer.json)"},
-        {"max-new", CLI_INT, &max_new, "N: most tokens to generate (default 64)"},
+        {"max-new", CLI_COUNT, &max_new, "N: most tokens to generate, >= 1; the prompt and these must fit in the "
+                                         "model's context (max_position_embeddings) (default 64)"},
         {"greedy", CLI_FLAG, &greedy, "always take the most likely token"},
         {"temperature", CLI_NONNEG, &temperature, "T: sampling temperature (default: generation_config.json, else 1)"},
         {"top-k", CLI_COUNT, &top_k, "K: keep the K most likely tokens (0 = off)"},
@@ -64,12 +66,37 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     if (max_new < 1) {
-        fprintf(stderr, "loom generate: --max-new must be >= 1\n");
+        fprintf(stderr, "loom generate: --max-new must be >= 1 (got %d)\n", max_new);
+        return 2;
+    }
+    /* the sampler's ranges, said before the model loads (top_p -1: not given) */
+    const char *bad = NULL;
+    float got = 0;
+    if (top_p == 0 || top_p > 1) bad = "--top-p must be in (0, 1]", got = top_p;
+    else if (min_p >= 1) bad = "--min-p must be in [0, 1)", got = min_p;
+    else if (rep == 0) bad = "--repetition-penalty must be > 0", got = rep;
+    if (bad) {
+        fprintf(stderr, "loom generate: %s (got %g)\n", bad, got);
         return 2;
     }
     lm_device device;
     if (!cli_parse_device("generate", device_text, &device)) return 2;
     if (!model_dir && !(model_dir = cli_default_model("generate"))) return 1;
+    /* --max-new against the context from config.json alone, before the weights load:
+     * the prompt takes at least one position */
+    lm_model_config pre;
+    lm_status st = lm_model_config_load(model_dir, &pre);
+    if (st != LM_OK) {
+        char what[1200];
+        snprintf(what, sizeof what, "cannot load model '%s'", model_dir);
+        return cli_fail("generate", what, st);
+    }
+    if (max_new >= pre.max_position_embeddings) {
+        fprintf(stderr, "loom generate: --max-new %d does not fit the model's context of %lld positions "
+                        "(max_position_embeddings): at most %lld new tokens after a one-token prompt\n",
+                max_new, (long long)pre.max_position_embeddings, (long long)pre.max_position_embeddings - 1);
+        return 2;
+    }
     lm_model *m = NULL;
     lm_tokenizer *tok = NULL;
     lm_ctx *ctx = NULL;
@@ -82,7 +109,6 @@ int cmd_generate(int argc, char **argv) {
     if (ids_text && !cli_parse_ids(ids_text, &ids, &n)) return 2;
     if (!(m = cli_load_model_on("generate", model_dir, device))) goto done;
     const lm_model_config *cfg = lm_model_get_config(m);
-    lm_status st;
     if (tok_path && (st = lm_tokenizer_load(tok_path, &tok)) != LM_OK) {
         char what[1300];
         snprintf(what, sizeof what, "cannot load tokenizer '%s'", tok_path);
@@ -118,7 +144,15 @@ int cmd_generate(int argc, char **argv) {
         ids = grown;
     }
     if (!ids) {
-        fprintf(stderr, "loom generate: out of memory\n");
+        fprintf(stderr, "loom generate: out of memory for the prompt's %zu ids\n", n + 1);
+        goto done;
+    }
+    if ((int64_t)n + max_new > cfg->max_position_embeddings) {
+        fprintf(stderr, "loom generate: the prompt's %zu tokens and --max-new %d exceed the model's context of %lld "
+                        "positions (max_position_embeddings): at most %lld new tokens fit\n",
+                n, max_new, (long long)cfg->max_position_embeddings,
+                (long long)((int64_t)n < cfg->max_position_embeddings ? cfg->max_position_embeddings - (int64_t)n : 0));
+        rc = 2;
         goto done;
     }
     lm_generate_params p = {0};
@@ -136,7 +170,10 @@ int cmd_generate(int argc, char **argv) {
     p.n_stop = stop ? 1 : 0;
     p.ignore_eos = ignore_eos;
     p.decode_flags = LM_TOKENIZER_SKIP_SPECIAL;
-    if (print_ids && !(out.ids = malloc(sizeof(int32_t) * (size_t)max_new))) goto done;
+    if (print_ids && !(out.ids = malloc(sizeof(int32_t) * (size_t)max_new))) {
+        fprintf(stderr, "loom generate: out of memory for %d generated ids\n", max_new);
+        goto done;
+    }
     out.cap = (size_t)max_new;
     if ((st = lm_ctx_create(device, threads, &ctx)) != LM_OK) {
         rc = cli_fail("generate", "cannot create a context", st);

@@ -3,17 +3,20 @@
  * self-contained SVG line chart: axes with round tick values (steps of 1, 2 or 5
  * times a power of ten), grid lines, one polyline per series, markers on the
  * validation points, a legend and a title. Lines that are not JSON objects with a
- * numeric "step" are skipped, so a log cut short by a crash still plots.
+ * numeric "step" are skipped, so a log cut short by a crash still plots. Any finite
+ * losses plot (up to +-1e308, or all equal): every coordinate written is finite.
  */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
 
+#include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
+#include <sys/stat.h>
 
 typedef struct series {
     double *x, *y;
@@ -35,17 +38,22 @@ static int push(series *s, double x, double y) {
 }
 
 static int read_log(const char *path, series *train, series *val) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "loom plot-loss: cannot open '%s'\n", path);
+    char *text = NULL;
+    size_t len = 0;
+    lm_status st = lm_file_read_all(path, &text, &len); /* refuses a FIFO or directory instead of blocking */
+    if (st != LM_OK) {
+        char what[1100];
+        snprintf(what, sizeof what, "cannot read the log '%s'", path);
+        cli_fail("plot-loss", what, st);
         return 0;
     }
-    char line[4096];
     int ok = 1;
-    while (ok && fgets(line, sizeof line, f)) {
-        json_t *j = json_loads(line, 0, NULL), *step = j ? json_object_get(j, "step") : NULL;
+    for (char *line = text, *end; ok && line < text + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(text + len - line));
+        if (!end) end = text + len;
+        json_t *j = json_loadb(line, (size_t)(end - line), 0, NULL), *step = j ? json_object_get(j, "step") : NULL;
         json_t *loss = j ? json_object_get(j, "loss") : NULL, *vl = j ? json_object_get(j, "val_loss") : NULL;
-        if (step && json_is_number(step)) {
+        if (step && json_is_number(step) && isfinite(json_number_value(step))) {
             if (loss && json_is_number(loss) && isfinite(json_number_value(loss)))
                 ok = push(train, json_number_value(step), json_number_value(loss));
             if (ok && vl && json_is_number(vl) && isfinite(json_number_value(vl)))
@@ -53,34 +61,52 @@ static int read_log(const char *path, series *train, series *val) {
         }
         json_decref(j);
     }
-    fclose(f);
+    lm_free(text);
     if (!ok) fprintf(stderr, "loom plot-loss: out of memory\n");
     return ok;
 }
 
-/* A round tick step (1, 2 or 5 times a power of ten) giving about `want` ticks over span. */
-static double nice_step(double span, int want) {
-    double raw = span / want, mag = pow(10, floor(log10(raw))), r = raw / mag;
-    return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
+/* A round tick step (1, 2 or 5 times a power of ten) giving about `want` ticks over a
+ * span given as half (so a span of up to 2 * DBL_MAX is representable); 0 when no such
+ * step is a finite positive double. */
+static double nice_step(double half, int want) {
+    double raw = half / want * 2, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    double step = (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
+    return isfinite(step) && step > 0 ? step : 0;
 }
 
+/* Data ranges and their pixel mapping. The spans are kept as halves, x1 / 2 - x0 / 2,
+ * which cannot overflow for finite ends (a full span of losses near +-1e308 would be
+ * inf, and every coordinate NaN); all coordinates are then finite. */
 typedef struct frame {
-    double x0, x1, y0, y1; /* data range */
+    double x0, x1, y0, y1; /* data range, finite, x0 < x1, y0 < y1 */
     double left, top, w, h; /* plot area in pixels */
 } frame;
 
-static double px(const frame *f, double x) { return f->left + (x - f->x0) / (f->x1 - f->x0) * f->w; }
-static double py(const frame *f, double y) { return f->top + (1 - (y - f->y0) / (f->y1 - f->y0)) * f->h; }
+static double half_span(double lo, double hi) { return hi / 2 - lo / 2; }
+static double px(const frame *f, double x) {
+    return f->left + half_span(f->x0, x) / half_span(f->x0, f->x1) * f->w;
+}
+static double py(const frame *f, double y) {
+    return f->top + (1 - half_span(f->y0, y) / half_span(f->y0, f->y1)) * f->h;
+}
+
+/* At most this many ticks per axis: a guard against a step too small to advance. */
+enum { MAX_TICKS = 64 };
+/* The largest image side accepted, in pixels. */
+enum { MAX_PIXELS = 100000 };
 
 static void axes(FILE *o, const frame *f) {
-    double ys = nice_step(f->y1 - f->y0, 6), xs = nice_step(f->x1 - f->x0, 8);
+    double ys = nice_step(half_span(f->y0, f->y1), 6), xs = nice_step(half_span(f->x0, f->x1), 8);
     fprintf(o, "<g font-family=\"sans-serif\" font-size=\"12\" fill=\"#444\">\n");
-    for (double y = ceil(f->y0 / ys) * ys; y <= f->y1 + 1e-9 * ys; y += ys) {
+    double y = ys > 0 ? ceil(f->y0 / ys) * ys : INFINITY;
+    for (int n = 0; n < MAX_TICKS && isfinite(y) && y <= f->y1 + 1e-9 * ys; n++, y += ys) {
         fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", f->left, py(f, y),
                 f->left + f->w, py(f, y));
         fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", f->left - 6, py(f, y) + 4, y);
     }
-    for (double x = ceil(f->x0 / xs) * xs; x <= f->x1 + 1e-9 * xs; x += xs) {
+    double x = xs > 0 ? ceil(f->x0 / xs) * xs : INFINITY;
+    for (int n = 0; n < MAX_TICKS && isfinite(x) && x <= f->x1 + 1e-9 * xs; n++, x += xs) {
         fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", px(f, x), f->top,
                 px(f, x), f->top + f->h);
         fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", px(f, x), f->top + f->h + 18, x);
@@ -137,12 +163,18 @@ static int write_svg(const char *path, const char *title, int width, int height,
     frame f = {INFINITY, -INFINITY, INFINITY, -INFINITY, 70, 40, width - 100.0, height - 100.0};
     range(tr, &f.x0, &f.x1, 1), range(va, &f.x0, &f.x1, 1);
     range(tr, &f.y0, &f.y1, 0), range(va, &f.y0, &f.y1, 0);
-    if (f.x1 <= f.x0) f.x1 = f.x0 + 1;
-    double pad = (f.y1 - f.y0) * 0.05 + 1e-6;
-    f.y0 -= pad, f.y1 += pad;
+    if (f.x1 <= f.x0) { /* one step: one unit wide (or wide enough to differ at the step's magnitude) */
+        double d = fmax(1, fabs(f.x0) * 1e-12);
+        if (f.x0 + d <= DBL_MAX) f.x1 = f.x0 + d;
+        else f.x0 -= d;
+    }
+    /* 5% of the span above and below; equal losses get 5% of their value (at least 1e-6),
+     * so that the range stays wider than the rounding at their magnitude */
+    double half = half_span(f.y0, f.y1), pad = half > 0 ? half * 0.1 + 1e-6 : fmax(fabs(f.y0) * 0.05, 1e-6);
+    f.y0 = fmax(f.y0 - pad, -DBL_MAX), f.y1 = fmin(f.y1 + pad, DBL_MAX);
     FILE *o = fopen(path, "w");
     if (!o) {
-        fprintf(stderr, "loom plot-loss: cannot write '%s'\n", path);
+        fprintf(stderr, "loom plot-loss: cannot write '%s': %s\n", path, strerror(errno));
         return 1;
     }
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n", width, height,
@@ -165,15 +197,25 @@ int cmd_plot(int argc, char **argv) {
     int width = 800, height = 480;
     const cli_opt opts[] = {{"out", CLI_STRING, &out, "FILE: the SVG to write (also -o; required)"},
                             {"title", CLI_STRING, &title, "TEXT: chart title (default: loss)"},
-                            {"width", CLI_INT, &width, "PX: image width (default 800)"},
-                            {"height", CLI_INT, &height, "PX: image height (default 480)"},
+                            {"width", CLI_INT, &width, "PX: image width, 200 to 100000 (default 800)"},
+                            {"height", CLI_INT, &height, "PX: image height, 150 to 100000 (default 480)"},
                             {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos = 0;
     int rc = cli_parse("plot-loss", "LOG.jsonl -o loss.svg [--title T]", opts, argc, argv, pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : rc;
-    if (npos != 1 || !out || width < 200 || height < 150) {
-        fprintf(stderr, "loom plot-loss: give one log file, -o FILE, and a size of at least 200 x 150\n");
+    if (npos != 1 || !out) {
+        fprintf(stderr, "loom plot-loss: give one log file and -o FILE\n");
+        return 2;
+    }
+    if (width < 200 || width > MAX_PIXELS || height < 150 || height > MAX_PIXELS) {
+        fprintf(stderr, "loom plot-loss: --width %d x --height %d: the size must be at least 200 x 150 and at most "
+                        "%d x %d\n", width, height, MAX_PIXELS, MAX_PIXELS);
+        return 2;
+    }
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "loom plot-loss: -o '%s' is a directory\n", out);
         return 2;
     }
     series tr = {0}, va = {0};

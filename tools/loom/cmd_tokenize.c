@@ -62,6 +62,9 @@ static int decode_line(const lm_tokenizer *tok, json_t *v, long line) {
     return 0;
 }
 
+/* A line buffer larger than this (bytes) is released once its line is parsed. */
+enum { LARGE_LINE = 1 << 20 };
+
 int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL;
     int decode = 0;
@@ -92,6 +95,10 @@ int cmd_tokenize(int argc, char **argv) {
         line++;
         json_error_t err;
         json_t *v = json_loadb(buf, (size_t)got, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        if (cap > LARGE_LINE) { /* the parsed copy is all that is needed: do not hold a long line twice */
+            free(buf);
+            buf = NULL, cap = 0;
+        }
         if (!v) {
             fprintf(stderr, "loom tokenize: line %ld: invalid JSON: %s (column %d)\n", line, err.text, err.column);
             rc = 1;
