@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs loom's whole test suite twice: the release build, then the same suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer (CMake preset "sanitize").
+# AddressSanitizer + UndefinedBehaviorSanitizer (CMake preset "sanitize"); then every
+# libFuzzer target for 10 seconds over its seed corpus (preset "fuzz", clang).
 # CUDA tests report "skipped" on machines without a GPU.
 set -eu
 cd "$(dirname "$0")/.."
@@ -11,3 +12,4 @@ ctest --preset release -j "$jobs"
 cmake --preset sanitize >/dev/null
 cmake --build --preset sanitize -j "$jobs"
 ctest --preset sanitize -j "$jobs"
+./scripts/fuzz.sh --build --seconds 10

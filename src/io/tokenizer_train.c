@@ -304,7 +304,7 @@ static void count_task(void *arg, int64_t task, int worker) {
     uint64_t pieces = 0;
     lm_status s = count_chunk(c, w, &c->chunks[task], &pieces);
     if (s != LM_OK) {
-        int64_t cur = atomic_load(&c->first_error);
+        long long cur = atomic_load(&c->first_error);
         while (task < cur && !atomic_compare_exchange_weak(&c->first_error, &cur, task)) {
         }
         if (task < w->err_chunk) {

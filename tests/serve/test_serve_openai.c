@@ -149,4 +149,4 @@ int main(void) {
     return lt_finish();
 }
 
-#include "../../fuzz/fuzz_openai_request.c"
+#include "../fuzz/fuzz_openai_request.c"
