@@ -1,13 +1,8 @@
-/* fuzz/fuzz_chat_template.c — libFuzzer entry point for the chat template interpreter
+/* tests/fuzz/fuzz_chat_template.c — libFuzzer entry point for the chat template interpreter
  * (src/chat): the input is a template source; it is parsed and, when it parses,
  * rendered over a fixed conversation with tools under small limits. Any crash,
- * sanitizer report or leak is a bug; parse and render errors are expected. Not built
- * by default. Build and run from the repository root with clang:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L \
- *     fuzz/fuzz_chat_template.c src/chat/[a-z]*.c src/base/[a-z]*.c -ljansson -lutf8proc -lm -lpthread \
- *     -o /tmp/fuzz_chat_template
- *   /tmp/fuzz_chat_template -max_len=4096 -timeout=10 corpus_dir/
- * (seed corpus_dir with the chat templates of third_party/tokenizers/<name>.)
+ * sanitizer report or leak is a bug; parse and render errors are expected. Built
+ * by the `fuzz` CMake preset; run: scripts/fuzz.sh chat_template.
  */
 #include "loom/chat.h"
 

@@ -1,12 +1,8 @@
-/* fuzz/fuzz_openai_request.c — libFuzzer entry point for the OpenAI request parser
+/* tests/fuzz/fuzz_openai_request.c — libFuzzer entry point for the OpenAI request parser
  * (src/serve/openai.c): the input is a request body, parsed as a completion and as a
  * chat request. Any crash, sanitizer report or leak is a bug; parse errors are
- * expected (each must name its problem). Not built by default. Build and run from the
- * repository root with clang:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L \
- *     fuzz/fuzz_openai_request.c src/serve/openai.c src/serve/request.c src/infer/[a-z]*.c \
- *     src/base/[a-z]*.c -ljansson -lm -lpthread -o /tmp/fuzz_openai_request
- *   /tmp/fuzz_openai_request -max_len=8192 -timeout=10 corpus_dir/
+ * expected (each must name its problem). Build: the `fuzz` CMake preset; run:
+ * scripts/fuzz.sh openai_request.
  * (tests/serve/test_serve_openai.c runs the same body through a deterministic mutation
  * loop in every CI run.)
  */
