@@ -3,7 +3,10 @@
  * planning time is printed, not asserted: a busy machine may take any time), pass the
  * independent checkers, and simulate with real data to the CPU
  * reference (f16 tolerance); the 4096^3 GEMM plans (serial K steps). Prints the
- * measured numbers quoted in docs/PLAN.md.
+ * measured numbers quoted in docs/PLAN.md. Under AddressSanitizer (the sanitize preset)
+ * only the SigLIP MLP is simulated: the others are planned and checked, which keeps the
+ * test well inside its timeout on a busy 2-core machine (the simulations took most of
+ * its 350 s there).
  * LM_TEST_LABELS: slow
  */
 #include "harness.h"
@@ -11,6 +14,17 @@
 
 #include <stdio.h>
 #include <sys/resource.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
 
 static int64_t max_rss(void) {
     struct rusage ru;
@@ -46,8 +60,12 @@ static void run(lm_plan_workload_kind k, int64_t gemm, int64_t repeat, lm_plan_a
            (double)rss / 1048576.0);
     LT_CHECK_MSG(rss < (2LL << 30), "process resident memory %lld bytes", (long long)rss);
     LT_CHECK(s.sram_peak_bytes <= lm_plan_machine_sram_bytes(m));
+    if (simulate) LT_CHECK_OK(lm_plan_check(p));
+    if (simulate && UNDER_ASAN && k != LM_PLAN_WL_MLP) {
+        printf("      %-10s (not simulated under AddressSanitizer)\n", lm_plan_workload_name(k));
+        simulate = 0;
+    }
     if (simulate) {
-        LT_CHECK_OK(lm_plan_check(p));
         lm_plan_sim *sim = NULL;
         lm_plan_sim_options so;
         lm_plan_sim_options_default(&so);
