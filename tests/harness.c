@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int lt_failures_in_test;
 static int g_passed, g_failed;
@@ -265,4 +267,31 @@ lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt) {
         }
     }
     return out;
+}
+
+lt_cmd_result lt_run_cmd(const char *cmd) {
+    static int counter;
+    char out[128], err[128];
+    snprintf(out, sizeof out, "/tmp/lt_cmd_%d_%d.out", (int)getpid(), counter);
+    snprintf(err, sizeof err, "/tmp/lt_cmd_%d_%d.err", (int)getpid(), counter++);
+    size_t len = strlen(cmd) + 2 * sizeof out + 64;
+    char *full = malloc(len);
+    lt_cmd_result r = {-1, NULL, NULL};
+    if (!full) return r;
+    snprintf(full, len, "( %s ) </dev/null >%s 2>%s", cmd, out, err);
+    int st = system(full);
+    free(full);
+    r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    size_t n = 0;
+    if (lm_file_read_all(out, &r.out, &n) != LM_OK) r.out = NULL;
+    if (lm_file_read_all(err, &r.err, &n) != LM_OK) r.err = NULL;
+    remove(out);
+    remove(err);
+    return r;
+}
+
+void lt_cmd_free(lt_cmd_result *r) {
+    lm_free(r->out);
+    lm_free(r->err);
+    r->out = r->err = NULL;
 }

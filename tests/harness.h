@@ -110,4 +110,27 @@ const lt_fixture_tensor *lt_fixture_get(const lt_fixture *fx, const char *name);
 /* A new contiguous CPU tensor of dtype holding the fixture's values (rounded to dtype). */
 lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt);
 
+/* ---- running commands (tests of the CLI) ----------------------------------------- */
+typedef struct lt_cmd_result {
+    int status; /* exit status; -1 when the shell did not exit normally */
+    char *out;  /* stdout, NUL-terminated (lm_free; NULL when it could not be read) */
+    char *err;  /* stderr, likewise */
+} lt_cmd_result;
+/* Runs `( cmd )` through the shell with stdin from /dev/null (cmd's own redirections
+ * and pipes still apply inside) and stdout and stderr captured whole. */
+lt_cmd_result lt_run_cmd(const char *cmd);
+void lt_cmd_free(lt_cmd_result *r);
+
+/* 1 in a build with AddressSanitizer (gcc or clang), else 0. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LT_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LT_UNDER_ASAN 1
+#endif
+#endif
+#ifndef LT_UNDER_ASAN
+#define LT_UNDER_ASAN 0
+#endif
+
 #endif

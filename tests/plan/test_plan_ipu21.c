@@ -15,16 +15,7 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
+#define UNDER_ASAN LT_UNDER_ASAN
 
 static int64_t max_rss(void) {
     struct rusage ru;

@@ -23,12 +23,6 @@
 #define LOOM LOOM_BINARY_DIR "/loom"
 #define MODELS LOOM_SOURCE_DIR "/tests/data/models/"
 
-typedef struct run_result {
-    int status;
-    char *out; /* stdout, NUL-terminated */
-    char *err; /* stderr */
-} run_result;
-
 static char *slurp(const char *path) {
     char *buf = NULL;
     size_t n = 0;
@@ -36,30 +30,8 @@ static char *slurp(const char *path) {
     return buf;
 }
 
-/* Runs a shell command with stdout/stderr captured in temp files. */
-static run_result run(const char *cmd) {
-    char full[4096];
-    snprintf(full, sizeof full, "%s >/tmp/loom_cli_out.$PPID 2>/tmp/loom_cli_err.$PPID", cmd);
-    run_result r = {0, NULL, NULL};
-    int st = system(full);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    char p[64];
-    snprintf(p, sizeof p, "/tmp/loom_cli_out.%d", (int)getpid());
-    r.out = slurp(p);
-    remove(p);
-    snprintf(p, sizeof p, "/tmp/loom_cli_err.%d", (int)getpid());
-    r.err = slurp(p);
-    remove(p);
-    return r;
-}
-
-static void run_free(run_result *r) {
-    lm_free(r->out);
-    lm_free(r->err);
-}
-
 static void test_logits_lines_match_the_library(void) {
-    run_result r = run(LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 3,1,4,1,5 --top 3 --probe 7,9 --threads 1");
+    lt_cmd_result r = lt_run_cmd(LOOM " logits --model " MODELS "llama_gqa2_f32 --ids 3,1,4,1,5 --top 3 --probe 7,9 --threads 1");
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     lm_model *m = NULL;
     LT_CHECK_OK(lm_model_load(MODELS "llama_gqa2_f32", lm_device_cpu(), &m));
@@ -102,7 +74,7 @@ static void test_logits_lines_match_the_library(void) {
     lm_kv_cache_destroy(c);
     lm_ctx_destroy(ctx);
     lm_model_destroy(m);
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 static void test_generate_print_ids_equals_transformers_greedy(void) {
@@ -113,14 +85,14 @@ static void test_generate_print_ids_equals_transformers_greedy(void) {
     p += snprintf(p, sizeof cmd, LOOM " generate --model " MODELS "qwen3_headdim --greedy --print-ids --ignore-eos --max-new %lld --ids ",
                   (long long)greedy->numel);
     for (int64_t i = 0; i < ids->numel; i++) p += snprintf(p, (size_t)(cmd + sizeof cmd - p), i ? ",%lld" : "%lld", (long long)ids->i64[i]);
-    run_result r = run(cmd);
+    lt_cmd_result r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     json_t *arr = r.out ? json_loads(r.out, 0, NULL) : NULL;
     LT_CHECK(arr && json_array_size(arr) == (size_t)greedy->numel);
     for (size_t i = 0; arr && i < json_array_size(arr) && i < (size_t)greedy->numel; i++)
         LT_CHECK_MSG(json_integer_value(json_array_get(arr, i)) == greedy->i64[i], "token %zu differs", i);
     json_decref(arr);
-    run_free(&r);
+    lt_cmd_free(&r);
     lt_fixture_free(&fx);
 }
 
@@ -132,18 +104,18 @@ static void test_tokenize_round_trip_on_a_real_tokenizer(void) {
         return;
     }
     fclose(f);
-    run_result r = run("printf '%s\\n' '\"Hello world\"' '\"\"' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR
+    lt_cmd_result r = lt_run_cmd("printf '%s\\n' '\"Hello world\"' '\"\"' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR
                        "/third_party/tokenizers/qwen3/tokenizer.json");
     LT_CHECK_MSG(r.status == 0 && r.out && strcmp(r.out, "[9707,1879]\n[]\n") == 0, "tokenize gave '%s' / %s",
                  r.out ? r.out : "", r.err ? r.err : "");
-    run_free(&r);
-    r = run("printf '%s\\n' '[9707,1879]' | " LOOM " tokenize --decode --tokenizer " LOOM_SOURCE_DIR
+    lt_cmd_free(&r);
+    r = lt_run_cmd("printf '%s\\n' '[9707,1879]' | " LOOM " tokenize --decode --tokenizer " LOOM_SOURCE_DIR
             "/third_party/tokenizers/qwen3/tokenizer.json");
     LT_CHECK_MSG(r.status == 0 && r.out && strcmp(r.out, "\"Hello world\"\n") == 0, "decode gave '%s'", r.out ? r.out : "");
-    run_free(&r);
-    r = run("printf '%s\\n' 'not json' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR "/third_party/tokenizers/qwen3/tokenizer.json");
+    lt_cmd_free(&r);
+    r = lt_run_cmd("printf '%s\\n' 'not json' | " LOOM " tokenize --tokenizer " LOOM_SOURCE_DIR "/third_party/tokenizers/qwen3/tokenizer.json");
     LT_CHECK(r.status == 1 && r.err && strstr(r.err, "line 1") && strstr(r.err, "invalid JSON"));
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 /* The "loss" values of a train log, in order (at most max). */
@@ -167,10 +139,10 @@ static int log_losses(const char *dir, double *out, int max) {
 
 static void test_train_on_the_cpu(void) {
     const char *shard = LOOM_BINARY_DIR "/cli_train.bin", *out = LOOM_BINARY_DIR "/cli_train_out";
-    run_result r = run(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
+    lt_cmd_result r = lt_run_cmd(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
                             "/tests/data/train/corpus.txt -o " LOOM_BINARY_DIR "/cli_train.bin");
     LT_CHECK_MSG(r.status == 0, "data prepare: exit %d: %s", r.status, r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     double a[4], b[4], c[4];
     const char *model = LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint";
     char cmd[2048];
@@ -178,7 +150,7 @@ static void test_train_on_the_cpu(void) {
         snprintf(cmd, sizeof cmd,
                  "%s%s train --model %s --data %s --out %s --steps 3 --batch 2 --seq 16 --threads 1 --seed %d %s",
                  k == 0 ? "LOOM_PROFILE=1 " : "", LOOM, model, shard, out, k == 1 ? 7 : 1, k < 2 ? "--no-shuffle" : "");
-        r = run(cmd);
+        r = lt_run_cmd(cmd);
         LT_CHECK_MSG(r.status == 0, "train run %d: exit %d: %s", k, r.status, r.err ? r.err : "");
         LT_CHECK_MSG(r.err && strstr(r.err, "f32 compute on cpu") && !strstr(r.err, "MFU"), "stderr: %s",
                      r.err ? r.err : "");
@@ -187,7 +159,7 @@ static void test_train_on_the_cpu(void) {
                              strstr(r.err, "step adamw"),
                          "no profile report: %s", r.err ? r.err : "");
         LT_CHECK(log_losses(out, k == 0 ? a : k == 1 ? b : c, 4) == 3);
-        run_free(&r);
+        lt_cmd_free(&r);
     }
     /* file order whatever the seed: the same batches and losses; shuffled: others */
     for (int i = 0; i < 3; i++) LT_CHECK_MSG(a[i] == b[i], "step %d: %.9g vs %.9g with --no-shuffle", i, a[i], b[i]);
@@ -200,10 +172,10 @@ static void test_train_on_the_cpu(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s train --model %s --data %s --out %s --steps 1 --batch 2 --seq 16 %s", LOOM, model,
                  shard, out, bad[i].extra);
-        r = run(cmd);
+        r = lt_run_cmd(cmd);
         LT_CHECK_MSG(r.status == bad[i].status && r.err && strstr(r.err, bad[i].needle), "'%s': exit %d, stderr '%s'",
                      bad[i].extra, r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
@@ -216,7 +188,7 @@ static void test_plan_layer_agrees_with_the_cpu_executor(void) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, LOOM " plan layer --model " MODELS "%s --tokens 24 --layer 1 --machine small16 --json",
                  models[i]);
-        run_result r = run(cmd);
+        lt_cmd_result r = lt_run_cmd(cmd);
         LT_CHECK_MSG(r.status == 0, "%s: exit %d: %s", models[i], r.status, r.err ? r.err : "");
         json_error_t je;
         json_t *o = r.out ? json_loads(r.out, 0, &je) : NULL;
@@ -224,7 +196,7 @@ static void test_plan_layer_agrees_with_the_cpu_executor(void) {
         double nmse = json_number_value(json_object_get(o, "cpu_nmse"));
         LT_CHECK_MSG(nmse <= 1e-5, "%s: NMSE %g", models[i], nmse); /* tighter than the CLI's own 1e-4 gate */
         json_decref(o);
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
@@ -246,7 +218,7 @@ static void test_chat_reads_stdin(void) {
              "printf 'hello there\n/reset\nhello there\nand more\n' | " LOOM " chat --model %s --temperature 0 "
              "--max-tokens 6 --threads 1",
              dir);
-    run_result r = run(cmd);
+    lt_cmd_result r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     LT_CHECK(r.err && strstr(r.err, "(conversation cleared)"));
     int lines = 0;
@@ -255,10 +227,10 @@ static void test_chat_reads_stdin(void) {
     /* the first reply repeats after /reset (same conversation, greedy) */
     const char *second = r.out ? strchr(r.out, '\n') : NULL;
     LT_CHECK(second && !strncmp(r.out, second + 1, (size_t)(second - r.out)));
-    run_free(&r);
-    r = run("printf 'hi\n' | " LOOM " chat --model " MODELS "qwen3_headdim");
+    lt_cmd_free(&r);
+    r = lt_run_cmd("printf 'hi\n' | " LOOM " chat --model " MODELS "qwen3_headdim");
     LT_CHECK(r.status == 1 && r.err && strstr(r.err, "chat template"));
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 /* `loom tokenizer train` writes a tokenizer.json that `loom tokenize` loads and that
@@ -266,21 +238,21 @@ static void test_chat_reads_stdin(void) {
  * refused naming the size. */
 static void test_tokenizer_train(void) {
     const char *out = LOOM_BINARY_DIR "/cli_trained_tokenizer.json";
-    run_result r = run(LOOM " tokenizer train --vocab 400 --special '<|endoftext|>' " LOOM_SOURCE_DIR
+    lt_cmd_result r = lt_run_cmd(LOOM " tokenizer train --vocab 400 --special '<|endoftext|>' " LOOM_SOURCE_DIR
                             "/tests/data/train/corpus.txt -o " LOOM_BINARY_DIR "/cli_trained_tokenizer.json");
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     LT_CHECK(r.out && strstr(r.out, "\"vocab_size\":400"));
-    run_free(&r);
+    lt_cmd_free(&r);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "echo '\"Hello, tokenizer! <|endoftext|>\"' | " LOOM " tokenize --tokenizer %s | " LOOM
              " tokenize --tokenizer %s --decode", out, out);
-    r = run(cmd);
+    r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "Hello, tokenizer! <|endoftext|>"), "round trip: %s / %s",
                  r.out ? r.out : "", r.err ? r.err : "");
-    run_free(&r);
-    r = run(LOOM " tokenizer train --vocab 10 " LOOM_SOURCE_DIR "/tests/data/train/corpus.txt -o /tmp/never.json");
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " tokenizer train --vocab 10 " LOOM_SOURCE_DIR "/tests/data/train/corpus.txt -o /tmp/never.json");
     LT_CHECK(r.status != 0 && r.err && strstr(r.err, "10"));
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 /* Reads element i of an entry as a float (f32, bf16 or f16). */
@@ -324,12 +296,12 @@ out:
 
 static void test_convert_round_trips_and_refuses_bad_output(void) {
     const char *bf = LOOM_BINARY_DIR "/cli_conv_bf16", *f32 = LOOM_BINARY_DIR "/cli_conv_f32";
-    run_result r = run("rm -rf " LOOM_BINARY_DIR "/cli_conv_bf16 " LOOM_BINARY_DIR "/cli_conv_f32 " LOOM_BINARY_DIR
+    lt_cmd_result r = lt_run_cmd("rm -rf " LOOM_BINARY_DIR "/cli_conv_bf16 " LOOM_BINARY_DIR "/cli_conv_f32 " LOOM_BINARY_DIR
                        "/cli_conv_big && " LOOM " convert --model " MODELS "llama_gqa2_f32 --dtype bf16 -o " LOOM_BINARY_DIR
                        "/cli_conv_bf16");
     LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"dtype\":\"bf16\""), "exit %d: %s %s", r.status,
                  r.out ? r.out : "", r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     check_converted(MODELS "llama_gqa2_f32", bf, LM_BF16);
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", bf);
@@ -342,9 +314,9 @@ static void test_convert_round_trips_and_refuses_bad_output(void) {
     LT_CHECK_MSG(f != NULL, "generation_config.json was not copied");
     if (f) fclose(f);
     /* back to f32: exact */
-    r = run(LOOM " convert --model " LOOM_BINARY_DIR "/cli_conv_bf16 --dtype f32 -o " LOOM_BINARY_DIR "/cli_conv_f32");
+    r = lt_run_cmd(LOOM " convert --model " LOOM_BINARY_DIR "/cli_conv_bf16 --dtype f32 -o " LOOM_BINARY_DIR "/cli_conv_f32");
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     check_converted(bf, f32, LM_F32);
     /* an f32 value beyond f16's range is refused, naming the tensor */
     const char *big = LOOM_BINARY_DIR "/cli_conv_big";
@@ -359,11 +331,11 @@ static void test_convert_round_trips_and_refuses_bad_output(void) {
     LT_CHECK_OK(lm_safetensors_write(ctx, path, 1, names, lm_tensor_as_view(t), NULL));
     lm_tensor_destroy(t);
     lm_ctx_destroy(ctx);
-    r = run("cp " MODELS "llama_gqa2_f32/config.json " LOOM_BINARY_DIR "/cli_conv_big/ && " LOOM " convert --model " LOOM_BINARY_DIR
+    r = lt_run_cmd("cp " MODELS "llama_gqa2_f32/config.json " LOOM_BINARY_DIR "/cli_conv_big/ && " LOOM " convert --model " LOOM_BINARY_DIR
             "/cli_conv_big --dtype f16 -o " LOOM_BINARY_DIR "/cli_conv_big_f16");
     LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "'big.weight'") && strstr(r.err, "does not fit f16"),
                  "exit %d: %s", r.status, r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     struct {
         const char *cmd;
         int status;
@@ -375,26 +347,26 @@ static void test_convert_round_trips_and_refuses_bad_output(void) {
                {LOOM " convert --model /nonexistent/dir --dtype bf16 -o " LOOM_BINARY_DIR "/cli_conv_none", 1,
                 "/nonexistent/dir"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        r = run(bad[i].cmd);
+        r = lt_run_cmd(bad[i].cmd);
         LT_CHECK_MSG(r.status == bad[i].status && r.err && strstr(r.err, bad[i].needle), "'%s': exit %d, stderr '%s'",
                      bad[i].cmd, r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
 /* `loom eval` prints the windows-weighted mean of the library's no-grad loss. */
 static void test_eval_equals_the_library_loss(void) {
     const char *model = LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint", *shard = LOOM_BINARY_DIR "/cli_eval.bin";
-    run_result r = run(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
+    lt_cmd_result r = lt_run_cmd(LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json " LOOM_SOURCE_DIR
                             "/tests/data/train/heldout.txt -o " LOOM_BINARY_DIR "/cli_eval.bin");
     LT_CHECK_MSG(r.status == 0, "data prepare: %s", r.err ? r.err : "");
-    run_free(&r);
-    r = run(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
                  "/cli_eval.bin --seq 16 --batch 3 --threads 1 --quiet");
     LT_CHECK_MSG(r.status == 0, "eval: exit %d: %s", r.status, r.err ? r.err : "");
     json_t *o = r.out ? json_loads(r.out, 0, NULL) : NULL;
     LT_CHECK_MSG(o != NULL, "eval printed '%s'", r.out ? r.out : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     lm_train_model *m = NULL;
     lm_data_loader *dl = NULL;
     lm_ctx *ctx = NULL;
@@ -423,17 +395,17 @@ static void test_eval_equals_the_library_loss(void) {
     /* a shard made with a larger vocabulary than the model's is refused */
     int32_t ids[40] = {0};
     LT_CHECK_OK(lm_token_shard_write(LOOM_BINARY_DIR "/cli_eval_big.bin", ids, 40, 100000));
-    r = run(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
+    r = lt_run_cmd(LOOM " eval --model " LOOM_SOURCE_DIR "/tests/data/train/loom_checkpoint --data " LOOM_BINARY_DIR
                  "/cli_eval_big.bin --seq 16");
     LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "vocabulary of 100000"), "exit %d: %s", r.status,
                  r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 /* The shipped default model predicts held-out English far better than chance (ln 8192
  * = 9.01 nats) and `loom generate` uses it when --model is not given. */
 static void test_default_model_reads_english(void) {
-    run_result r = run("(" LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/models/default/tokenizer.json " LOOM_SOURCE_DIR
+    lt_cmd_result r = lt_run_cmd("(" LOOM " data prepare --tokenizer " LOOM_SOURCE_DIR "/models/default/tokenizer.json " LOOM_SOURCE_DIR
                        "/tests/data/default_model/heldout.txt -o " LOOM_BINARY_DIR "/cli_default_heldout.bin >/dev/null) && " LOOM
                        " eval --model " LOOM_SOURCE_DIR "/models/default --data " LOOM_BINARY_DIR
                        "/cli_default_heldout.bin --seq 256 --batch 4 --quiet");
@@ -442,8 +414,8 @@ static void test_default_model_reads_english(void) {
     printf("  default model: held-out loss %.4f nats/token\n", loss);
     LT_CHECK_MSG(loss < 3.8, "held-out loss %.4f (exit %d: %s)", loss, r.status, r.err ? r.err : "");
     json_decref(o);
-    run_free(&r);
-    r = run(LOOM " generate --prompt 'It was a fine morning, and' --max-new 40 --seed 1");
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " generate --prompt 'It was a fine morning, and' --max-new 40 --seed 1");
     LT_CHECK_MSG(r.status == 0 && r.err && strstr(r.err, "using the default model"), "exit %d: %s", r.status,
                  r.err ? r.err : "");
     size_t n = r.out ? strlen(r.out) : 0, plain = 0, spaces = 0;
@@ -453,11 +425,11 @@ static void test_default_model_reads_english(void) {
         spaces += c == ' ';
     }
     LT_CHECK_MSG(n > 60 && plain * 100 >= n * 95 && spaces >= 8, "not English-looking text: '%s'", r.out ? r.out : "");
-    run_free(&r);
-    r = run("LOOM_DEFAULT_MODEL=/nonexistent/model " LOOM " generate --prompt hi");
+    lt_cmd_free(&r);
+    r = lt_run_cmd("LOOM_DEFAULT_MODEL=/nonexistent/model " LOOM " generate --prompt hi");
     LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "/nonexistent/model") && strstr(r.err, "--model"),
                  "exit %d: %s", r.status, r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
@@ -485,10 +457,10 @@ static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
         {LOOM " plan layer --model /nonexistent/dir", 1, "/nonexistent/dir"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_result r = run(cases[i].cmd);
+        lt_cmd_result r = lt_run_cmd(cases[i].cmd);
         LT_CHECK_MSG(r.status == cases[i].status && r.err && strstr(r.err, cases[i].needle),
                      "'%s': exit %d, stderr '%s'", cases[i].cmd, r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 

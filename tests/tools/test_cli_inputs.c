@@ -30,52 +30,10 @@
 #define CORPUS LOOM_SOURCE_DIR "/tests/data/train/corpus.txt"
 
 /* ASan reserves terabytes of address space: a `ulimit -v` run cannot even start. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
+#define UNDER_ASAN LT_UNDER_ASAN
 
 static char g_dir[64];
 
-typedef struct run_result {
-    int status;
-    char *out; /* stdout, NUL-terminated */
-    char *err; /* stderr */
-} run_result;
-
-static char *slurp(const char *path) {
-    char *buf = NULL;
-    size_t n = 0;
-    if (lm_file_read_all(path, &buf, &n) != LM_OK) return NULL;
-    return buf;
-}
-
-/* Runs a shell command (stdin from /dev/null unless it redirects it) with stdout and
- * stderr captured in files of the scratch directory. */
-static run_result run(const char *cmd) {
-    char full[8192];
-    snprintf(full, sizeof full, "( %s ) </dev/null >%s/stdout 2>%s/stderr", cmd, g_dir, g_dir);
-    run_result r = {0, NULL, NULL};
-    int st = system(full);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    char p[128];
-    snprintf(p, sizeof p, "%s/stdout", g_dir);
-    r.out = slurp(p);
-    snprintf(p, sizeof p, "%s/stderr", g_dir);
-    r.err = slurp(p);
-    return r;
-}
-
-static void run_free(run_result *r) {
-    lm_free(r->out);
-    lm_free(r->err);
-}
 
 /* g_dir/name (a static buffer of a small ring). */
 static const char *at(const char *name) {
@@ -136,10 +94,10 @@ static void test_fifo_and_directory_inputs_fail_at_once(void) {
     CASE("fifo' is a FIFO", "%s plot-loss %s -o %s", LOOM, machine, at("x.svg"));
 #undef CASE
     for (int i = 0; i < n; i++) {
-        run_result r = run(cases[i].cmd);
+        lt_cmd_result r = lt_run_cmd(cases[i].cmd);
         LT_CHECK_MSG(r.status != 0 && r.status != 124 && r.err && strstr(r.err, cases[i].needle),
                      "'%s': exit %d (124 = it blocked), stderr '%s'", cases[i].cmd, r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
@@ -150,7 +108,7 @@ static void test_logits_top_is_clamped_and_ordered_as_a_full_sort(void) {
     char cmd[4096], *p = cmd;
     p += snprintf(p, sizeof cmd, "%s logits --model %s --ids 3,1,4 --top 2147483647 --threads 1 --probe ", LOOM, MODEL);
     for (int i = 0; i < V; i++) p += snprintf(p, (size_t)(cmd + sizeof cmd - p), i ? ",%d" : "%d", i);
-    run_result r = run(cmd);
+    lt_cmd_result r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     int lines = 0;
     char *save = NULL;
@@ -177,13 +135,13 @@ static void test_logits_top_is_clamped_and_ordered_as_a_full_sort(void) {
         json_decref(o);
     }
     LT_CHECK(lines == 3);
-    run_free(&r);
-    r = run(LOOM " logits --model " MODEL " --ids 3 --top 0");
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " logits --model " MODEL " --ids 3 --top 0");
     LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"top\":[]"), "exit %d: %s", r.status, r.out ? r.out : "");
-    run_free(&r);
-    r = run(LOOM " logits --help");
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " logits --help");
     LT_CHECK(r.status == 0 && r.out && strstr(r.out, "at most the vocabulary size"));
-    run_free(&r);
+    lt_cmd_free(&r);
 }
 
 static void test_generate_max_new_is_checked_against_the_context(void) {
@@ -200,19 +158,19 @@ static void test_generate_max_new_is_checked_against_the_context(void) {
         {LOOM " generate --model " MODEL " --ids 1,2 --max-new 3 --print-ids", 0, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_result r = run(cases[i].cmd);
+        lt_cmd_result r = lt_run_cmd(cases[i].cmd);
         LT_CHECK_MSG(r.status == cases[i].status && r.err && strstr(r.err, cases[i].needle),
                      "'%s': exit %d, stderr '%s'", cases[i].cmd, r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
     if (UNDER_ASAN) {
         printf("  (the ulimit -v runs are skipped under AddressSanitizer)\n");
         return;
     }
-    run_result r = run("ulimit -v 400000; " LOOM " generate --model " MODEL " --ids 1,2 --max-new 2000000000 --print-ids");
+    lt_cmd_result r = lt_run_cmd("ulimit -v 400000; " LOOM " generate --model " MODEL " --ids 1,2 --max-new 2000000000 --print-ids");
     LT_CHECK_MSG(r.status == 2 && r.err && strstr(r.err, "max_position_embeddings"), "exit %d: %s", r.status,
                  r.err ? r.err : "");
-    run_free(&r);
+    lt_cmd_free(&r);
     /* at any memory limit a failure says why (127: the limit stopped the loader itself) */
     static const int limits_kb[] = {20000, 30000, 45000, 60000, 90000, 400000};
     for (size_t i = 0; i < sizeof limits_kb / sizeof limits_kb[0]; i++) {
@@ -221,10 +179,10 @@ static void test_generate_max_new_is_checked_against_the_context(void) {
                  "ulimit -v %d; %s generate --model %s/models/default --prompt 'Once upon a time' --max-new 200 "
                  "--threads 1",
                  limits_kb[i], LOOM, LOOM_SOURCE_DIR);
-        r = run(cmd);
+        r = lt_run_cmd(cmd);
         LT_CHECK_MSG(r.status == 0 || r.status == 127 || (r.err && strstr(r.err, "loom generate: ")),
                      "ulimit -v %d: exit %d with no message: '%s'", limits_kb[i], r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
@@ -279,10 +237,10 @@ static void test_plot_loss_draws_extreme_and_equal_losses(void) {
         FILE *f = fopen(log, "w");
         if (f) fputs(logs[i].log, f), fclose(f);
         snprintf(cmd, sizeof cmd, "%s plot-loss %s -o %s", LOOM, log, svg);
-        run_result r = run(cmd);
+        lt_cmd_result r = lt_run_cmd(cmd);
         LT_CHECK_MSG(r.status == 0, "%s: exit %d: %s", logs[i].name, r.status, r.err ? r.err : "");
         check_svg(svg);
-        run_free(&r);
+        lt_cmd_free(&r);
     }
     mkdir(at("svgdir"), 0700);
     struct {
@@ -296,10 +254,10 @@ static void test_plot_loss_draws_extreme_and_equal_losses(void) {
     snprintf(bad[2].cmd, sizeof bad[2].cmd, "%s plot-loss %s -o %s", LOOM, at("equal"), at("svgdir"));
     bad[2].needle = "is a directory";
     for (int i = 0; i < 3; i++) {
-        run_result r = run(bad[i].cmd);
+        lt_cmd_result r = lt_run_cmd(bad[i].cmd);
         LT_CHECK_MSG(r.status == 2 && r.err && strstr(r.err, bad[i].needle), "'%s': exit %d: %s", bad[i].cmd,
                      r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
 }
 
@@ -322,10 +280,10 @@ static void test_data_prepare_checks_before_any_work(void) {
          at("no_such.txt"), out);
 #undef CASE
     for (int i = 0; i < 5; i++) {
-        run_result r = run(cases[i].cmd);
+        lt_cmd_result r = lt_run_cmd(cases[i].cmd);
         LT_CHECK_MSG(r.status == 2 && r.err && strstr(r.err, cases[i].needle), "'%s': exit %d: %s", cases[i].cmd,
                      r.status, r.err ? r.err : "");
-        run_free(&r);
+        lt_cmd_free(&r);
     }
     struct stat sb;
     LT_CHECK_MSG(stat(out, &sb) != 0, "a refused run wrote %s", out);
@@ -351,7 +309,7 @@ static void test_tokenize_a_long_single_line(void) {
     if (f && js) fprintf(f, "%s\n", js), fclose(f);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s tokenize --tokenizer %s < %s", LOOM, TRAIN_TOKENIZER, at("line.jsonl"));
-    run_result r = run(cmd);
+    lt_cmd_result r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
     json_t *got = r.out ? json_loads(r.out, 0, NULL) : NULL;
     lm_tokenizer *tok = NULL;
@@ -367,7 +325,7 @@ static void test_tokenize_a_long_single_line(void) {
     free(js);
     lm_free(ids);
     lm_tokenizer_destroy(tok);
-    run_free(&r);
+    lt_cmd_free(&r);
     free(line);
     lm_free(text);
 }
