@@ -16,7 +16,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!lm_last_error()[0]) __builtin_trap();
         return 0;
     }
-    for (int64_t i = 0; i < lm_model_config_tensor_count(&cfg); i++) {
+    /* the first and last tensors (a config may declare millions of layers: each lookup is
+     * O(1), but walking them all would only time the loop) */
+    const int64_t nt = lm_model_config_tensor_count(&cfg);
+    for (int64_t i = 0; i < nt; i = i == 2048 && nt > 4096 ? nt - 2048 : i + 1) {
         lm_tensor_spec spec;
         if (lm_model_config_tensor(&cfg, i, &spec) != LM_OK) __builtin_trap(); /* listed tensors describe */
     }
@@ -24,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     double *inv = half ? malloc(sizeof(double) * (size_t)half) : NULL, scaling = 0;
     if (inv) lm_model_config_rope(&cfg, inv, &scaling);
     free(inv);
-    for (int64_t l = 0; l < cfg.num_hidden_layers && l < 4096; l++) (void)lm_model_config_layer_window(&cfg, l);
+    for (int64_t l = 0; l < cfg.num_hidden_layers && l < 2048; l++) (void)lm_model_config_layer_window(&cfg, l);
     (void)lm_model_config_merge_generation(&cfg, (const char *)data, size, "fuzz generation_config");
     return 0;
 }
