@@ -55,13 +55,10 @@ size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim
     return (size_t)ntok * (size_t)q_heads * (size_t)nsplit * (size_t)(head_dim + 2);
 }
 
-/* scale * q_g . k for the G queries of a group (qs [G][hd] in shared memory) against
- * key row kr, loaded once; the scores go to out[g * TILE]. */
-__device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs, int G, int hd, float scale,
-                                                float *out) {
-    float a[GMAX];
-#pragma unroll
-    for (int g = 0; g < GMAX; g++) a[g] = 0.f;
+/* scale * q . k for key row kr (q in shared memory). The row's 16-byte chunks are
+ * loaded BATCH at a time before any is used: one or two memory round trips a key. */
+__device__ __forceinline__ float score_key(const bf16 *kr, const float *qs, int hd, float scale) {
+    float a = 0.f;
     if (hd % 8 == 0) {
         for (int c0 = 0; c0 < hd / 8; c0 += BATCH) {
             uint4 raw[BATCH];
@@ -76,12 +73,7 @@ __device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs,
                 for (int i = 0; i < 4; i++) {
                     float2 kf = __bfloat1622float2(k2[i]);
                     int d = (c0 + u) * 8 + 2 * i;
-#pragma unroll
-                    for (int g = 0; g < GMAX; g++) {
-                        if (g >= G) break;
-                        float2 qv = *(const float2 *)&qs[g * hd + d];
-                        a[g] += kf.x * qv.x + kf.y * qv.y;
-                    }
+                    a += kf.x * qs[d] + kf.y * qs[d + 1];
                 }
             }
         }
@@ -89,24 +81,10 @@ __device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs,
         const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)kr;
         for (int d2 = 0; d2 < hd / 2; d2++) {
             float2 kf = __bfloat1622float2(k2[d2]);
-#pragma unroll
-            for (int g = 0; g < GMAX; g++) {
-                if (g >= G) break;
-                float2 qv = *(const float2 *)&qs[g * hd + 2 * d2];
-                a[g] += kf.x * qv.x + kf.y * qv.y;
-            }
+            a += kf.x * qs[2 * d2] + kf.y * qs[2 * d2 + 1];
         }
     }
-#pragma unroll
-    for (int g = 0; g < GMAX; g++)
-        if (g < G) out[g * TILE] = a[g] * scale;
-}
-
-/* scale * q . k for key row kr (q in shared memory): the group form with one query. */
-__device__ __forceinline__ float score_key(const bf16 *kr, const float *qs, int hd, float scale) {
-    float s;
-    score_key_group(kr, qs, 1, hd, scale, &s);
-    return s;
+    return a * scale;
 }
 
 /* The table entry (a block, not yet checked) and the offset in it of key j: 32-bit
@@ -271,6 +249,53 @@ __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p,
     }
 }
 
+
+/* scale * q_g . k for the G queries of a group (qs [G][hd] in shared memory) against
+ * key row kr, loaded once; the scores go to out[g * TILE]. */
+__device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs, int G, int hd, float scale,
+                                                float *out) {
+    float a[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; g++) a[g] = 0.f;
+    if (hd % 8 == 0) {
+        for (int c0 = 0; c0 < hd / 8; c0 += BATCH) {
+            uint4 raw[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; u++)
+                raw[u] = c0 + u < hd / 8 ? *(const uint4 *)(kr + (c0 + u) * 8) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < BATCH; u++) {
+                if (c0 + u >= hd / 8) break;
+                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw[u];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float2 kf = __bfloat1622float2(k2[i]);
+                    int d = (c0 + u) * 8 + 2 * i;
+#pragma unroll
+                    for (int g = 0; g < GMAX; g++) {
+                        if (g >= G) break;
+                        float2 qv = *(const float2 *)&qs[g * hd + d];
+                        a[g] += kf.x * qv.x + kf.y * qv.y;
+                    }
+                }
+            }
+        }
+    } else {
+        const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)kr;
+        for (int d2 = 0; d2 < hd / 2; d2++) {
+            float2 kf = __bfloat1622float2(k2[d2]);
+#pragma unroll
+            for (int g = 0; g < GMAX; g++) {
+                if (g >= G) break;
+                float2 qv = *(const float2 *)&qs[g * hd + 2 * d2];
+                a[g] += kf.x * qv.x + kf.y * qv.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; g++)
+        if (g < G) out[g * TILE] = a[g] * scale;
+}
 
 /* One block per (split, kv head, token) for the G = Hq / Hkv query heads of the kv
  * head (2 <= G <= GMAX); see the file comment. */
