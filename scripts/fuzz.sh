@@ -38,6 +38,7 @@ for t in $targets; do
     tokenizer_encode) dict=tests/fuzz/text.dict; max_len=4096 ;;
     chat_template) dict=tests/fuzz/jinja.dict; max_len=4096 ;;
     token_shard) dict=""; max_len=4096 ;;
+    plan_package) dict=""; max_len=32768 ;;
     tokenizer_json) dict=tests/fuzz/json.dict; max_len=16384 ;;
     *) dict=tests/fuzz/json.dict; max_len=8192 ;;
   esac

@@ -41,7 +41,9 @@ LM_API lm_status lm_plan_machine_load(const char *path, lm_plan_machine **out);
 LM_API void lm_plan_machine_destroy(lm_plan_machine *m);
 LM_API const char *lm_plan_machine_name(const lm_plan_machine *m);
 LM_API int64_t lm_plan_machine_tiles(const lm_plan_machine *m);
-LM_API int64_t lm_plan_machine_sram_bytes(const lm_plan_machine *m); /* per tile */
+/* Physical SRAM per tile; the planner allocates at most this minus the description's
+ * "sram_reserved_bytes" (code and exchange tables: 96 KiB on ipu21, 0 on the small presets). */
+LM_API int64_t lm_plan_machine_sram_bytes(const lm_plan_machine *m);
 LM_API double lm_plan_machine_clock_hz(const lm_plan_machine *m);
 /* Matrix-unit FLOP per cycle per tile for operands of dtype (f16 or f32), 0 otherwise. */
 LM_API double lm_plan_machine_matmul_flops(const lm_plan_machine *m, lm_dtype dt);
@@ -53,7 +55,11 @@ typedef enum lm_plan_workload_kind {
     LM_PLAN_WL_GEMM = 0,      /* Y[M,N] = X[M,K] W[K,N] */
     LM_PLAN_WL_MLP = 1,       /* SigLIP MLP: gelu(x W1 + b1) W2 + b2 */
     LM_PLAN_WL_ATTENTION = 2, /* SigLIP attention with Q/K/V/O projections */
-    LM_PLAN_WL_MLP_REPEAT = 3 /* the MLP block repeated */
+    LM_PLAN_WL_MLP_REPEAT = 3, /* the MLP block repeated */
+    /* The forms of the published IPU21 figures (like-for-like comparisons, docs/PLAN.md
+     * "Calibration"): */
+    LM_PLAN_WL_MLP_NOBIAS = 4,    /* gelu(x W1) W2: the SigLIP MLP without biases */
+    LM_PLAN_WL_ATTENTION_QKV = 5  /* Q/K/V projections (with biases) and attention, no output projection */
 } lm_plan_workload_kind;
 
 typedef struct lm_plan_workload {
@@ -67,7 +73,8 @@ typedef struct lm_plan_workload {
 /* SigLIP sizes: 729 tokens, width 1152, hidden 4304, 16 heads; gemm 4096^3; f16. */
 LM_API void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w);
 LM_API lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out);
-/* "gemm", "mlp", "attention", "mlp-repeat"; NULL for invalid kinds. */
+/* "gemm", "mlp", "attention", "mlp-repeat", "mlp-nobias", "attention-qkv"; NULL for
+ * invalid kinds. */
 LM_API const char *lm_plan_workload_name(lm_plan_workload_kind kind);
 
 /* ---- compile ----------------------------------------------------------------------------- */
@@ -185,6 +192,50 @@ LM_API lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, cha
 LM_API lm_status lm_plan_report_json(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
 /* Per-phase timeline (compute, exchange, sync) as an SVG document; needs a simulation. */
 LM_API lm_status lm_plan_timeline_svg(const lm_plan *p, const lm_plan_sim *s, char **out);
+
+/* ---- executable packages (.lmx) ------------------------------------------------------------
+ * A compiled plan as one versioned binary file (format: docs/PLAN.md section 8): the
+ * machine, the per-tile program (kernel calls and their SRAM operands, buffers,
+ * exchange transfers per phase and slot, checkpoints), the layouts saying where each
+ * element of an input, parameter and output lives, and the graph the simulator's data
+ * generator and CPU reference read. A loaded package is an lm_plan like a compiled
+ * one: lm_plan_simulate, lm_plan_sim_output, lm_plan_check, lm_plan_get_summary and the
+ * reports accept it (lm_plan_compile is not needed). */
+
+/* Writes p to path atomically (a temporary sibling, fsync, rename). LM_UNSUPPORTED when
+ * the plan's machine does not survive its JSON form exactly. */
+LM_API lm_status lm_plan_package_write(const lm_plan *p, const char *path);
+/* Loads and validates a package: sizes, checksums, every index, range and operand
+ * footprint, the rebuilt graph, then the plan checker. expect (may be NULL) is the
+ * machine the caller means to run on: a package built for another one is refused.
+ * Every failure is LM_PARSE_ERROR naming path and what is wrong (LM_IO_ERROR when the
+ * file cannot be read, LM_OUT_OF_MEMORY). Caller frees *out with lm_plan_destroy. */
+LM_API lm_status lm_plan_package_load(const char *path, const lm_plan_machine *expect, lm_plan **out);
+/* The same from memory; source names the bytes in error details. */
+LM_API lm_status lm_plan_package_parse(const void *data, size_t size, const char *source,
+                                       const lm_plan_machine *expect, lm_plan **out);
+/* The machine a plan runs on (borrowed, lives as long as p). */
+LM_API const lm_plan_machine *lm_plan_get_machine(const lm_plan *p);
+
+/* What a caller feeds and reads: inputs and parameters (in graph order; the names the
+ * data source is asked for), then program outputs (lm_plan_sim_output's names). */
+typedef enum lm_plan_binding_kind {
+    LM_PLAN_BIND_INPUT = 0,
+    LM_PLAN_BIND_PARAM = 1,
+    LM_PLAN_BIND_OUTPUT = 2
+} lm_plan_binding_kind;
+
+typedef struct lm_plan_binding {
+    char name[64];
+    lm_plan_binding_kind kind;
+    lm_dtype dtype; /* f32, f16, or i32 (RoPE positions) */
+    int ndim;
+    int64_t shape[4];
+    int64_t copies; /* a parameter declared in a Repeat body: one copy per iteration ("NAME#ITER"); else 1 */
+} lm_plan_binding;
+
+LM_API int64_t lm_plan_binding_count(const lm_plan *p);
+LM_API lm_status lm_plan_binding_get(const lm_plan *p, int64_t i, lm_plan_binding *out);
 
 #ifdef __cplusplus
 }

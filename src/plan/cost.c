@@ -2,27 +2,39 @@
  * from the machine description.
  *
  * Matmul: a call costs mm_call_cycles plus, per k_grain x n_grain weight pass,
- * mm_pass_cycles and rows x (k_grain*n_grain*2 / FLOP rate) cycles: shapes are padded
- * to the matrix unit's grain. Either operand may be loaded as the weights (C^T =
- * B^T A^T streams the other one as rows); the cheaper orientation is taken.
+ * mm_pass_cycles and rows x mm_row_cycles: shapes are padded to the matrix unit's
+ * grain. Either operand may be loaded as the weights (C^T = B^T A^T streams the other
+ * one as rows); the cheaper orientation is taken. The three constants are fitted to
+ * measured kernel timings (docs/PLAN.md, "Calibration").
  * Vector kernels: vec_call_cycles + bytes streamed / data path + FLOPs / vector
- * rate + transcendentals. Exchange: sync + the busiest
+ * rate + transcendentals. On-tile copies (layout conversions, the local pieces of a
+ * redistribution): vec_call_cycles + bytes / copy rate, whatever their shape (a
+ * measured transposing rearrangement pays per contiguous run, which this form
+ * does not see: docs/PLAN.md "Calibration"). Exchange: sync + the busiest
  * tile's max(send, receive) bytes / exchange rate + messages x msg_cycles. All costs
  * are per phase on the busiest tile (bulk-synchronous: the slowest tile decides).
  */
 #include "plan/planner.h"
 
-double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k) {
-    if (batch <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
+/* passes x (pass + rows x row cost) with the [k, n] operand as weights, excluding the call */
+static double mm_passes(const lm_plan_machine *m, lm_dtype dt, int64_t rows, int64_t n, int64_t k) {
     int f16 = dt == LM_F16;
     int64_t kg = f16 ? m->mm_k_grain_f16 : m->mm_k_grain_f32, ng = f16 ? m->mm_n_grain_f16 : m->mm_n_grain_f32;
-    double rate = f16 ? m->mm_flops_f16 : m->mm_flops_f32;
-    double row_cycles = (double)(kg * ng * 2) / rate;
+    double row_cycles = f16 ? m->mm_row_cycles_f16 : m->mm_row_cycles_f32;
+    return (double)lm__plan_ceil_div(k, kg) * (double)lm__plan_ceil_div(n, ng) *
+           ((double)m->mm_pass_cycles + (double)rows * row_cycles);
+}
+
+double lm__plan_cost_matmul_fixed(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,
+                                  int64_t k) {
+    if (batch <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
+    return (double)m->mm_call_cycles + (double)batch * mm_passes(m, dt, rows, n, k);
+}
+
+double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k) {
+    if (batch <= 0 || rows <= 0 || n <= 0 || k <= 0) return 0;
     /* either operand can hold the weights: stream the longer side as rows */
-    double normal = (double)lm__plan_ceil_div(k, kg) * (double)lm__plan_ceil_div(n, ng) *
-                    ((double)m->mm_pass_cycles + (double)rows * row_cycles);
-    double swapped = (double)lm__plan_ceil_div(k, kg) * (double)lm__plan_ceil_div(rows, ng) *
-                     ((double)m->mm_pass_cycles + (double)n * row_cycles);
+    double normal = mm_passes(m, dt, rows, n, k), swapped = mm_passes(m, dt, n, rows, k);
     return (double)m->mm_call_cycles + (double)batch * (normal < swapped ? normal : swapped);
 }
 

@@ -36,7 +36,9 @@ static inline int64_t lm__plan_round_up(int64_t a, int64_t b) { return lm__plan_
 struct lm_plan_machine {
     char name[LM__G_NAME];
     int64_t tiles;      /* tiles (cores with private SRAM) */
-    int64_t sram_bytes; /* SRAM per tile available to data */
+    int64_t sram_bytes; /* SRAM per tile available to data: sram_tile_bytes - sram_reserved_bytes (derived) */
+    int64_t sram_tile_bytes;     /* physical SRAM per tile (the JSON field "sram_bytes") */
+    int64_t sram_reserved_bytes; /* of which code, vertex state and exchange tables: never allocated */
     int64_t align;      /* allocation alignment in bytes (power of two) */
     double clock_hz;
     int64_t workers;                        /* hardware worker threads per tile */
@@ -46,6 +48,8 @@ struct lm_plan_machine {
     int64_t mm_k_grain_f32, mm_n_grain_f32;
     int64_t mm_call_cycles;        /* fixed cost of one matmul kernel call */
     int64_t mm_pass_cycles;        /* fixed cost of each k x n weight pass (load + worker restart) */
+    double mm_row_cycles_f16;      /* cycles per streamed row per pass, f16 operands (peak: k*n*2 / FLOP rate) */
+    double mm_row_cycles_f32;      /* the same for f32 operands */
     double vec_bytes_per_cycle;    /* bytes per cycle of one load or store stream (data path) */
     double vec_flops_f16;          /* elementwise FLOP/cycle/tile on f16 (vector lanes) */
     double vec_flops_f32;          /* the same on f32 */
@@ -54,7 +58,7 @@ struct lm_plan_machine {
     double exch_bytes_per_cycle;   /* per tile, each direction */
     int64_t sync_cycles;           /* barrier before each exchange phase */
     int64_t msg_cycles;            /* per transfer (message) in an exchange slot */
-    double copy_bytes_per_cycle;   /* on-tile memcpy */
+    double copy_bytes_per_cycle;   /* on-tile copy / rearrangement (layout conversions, local pieces) */
 };
 
 /* ---- layouts ---------------------------------------------------------------------------------- */
@@ -183,5 +187,15 @@ void lm__plan_redist_clear(lm__plan_ws *w);
 void lm__plan_redist_accumulate(const lm__plan_layout *s, const lm__plan_layout *d, const lm__plan_window *win,
                                 lm__plan_ws *w);
 void lm__plan_redist_summary(const lm__plan_ws *w, int partial, int64_t shard_elems, lm__plan_xcost *out);
+
+/* ---- executable packages (package.c) -------------------------------------------------------- */
+/* The package bytes of p (caller frees *out with lm__free). */
+lm_status lm__plan_package_encode(const lm_plan *p, uint8_t **out, size_t *size);
+/* Section id's (1..15, docs/PLAN.md section 8) place in a package; 0 when the table
+ * entry points outside the bytes. For tests and the fuzzer, which edit sections. */
+int lm__plan_package_section(const uint8_t *data, size_t size, int id, size_t *offset, size_t *bytes,
+                             int64_t *count);
+/* Recomputes every section checksum and the header's after an edit (tests, fuzzer). */
+void lm__plan_package_reseal(uint8_t *data, size_t size);
 
 #endif

@@ -32,6 +32,10 @@ int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__
 
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
+/* One orientation only: the [k, n] operand held as weights, `rows` streamed (how a
+ * measured kernel was run; the calibration in docs/PLAN.md fits this form). */
+double lm__plan_cost_matmul_fixed(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,
+                                  int64_t k);
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc);
 double lm__plan_cost_elementwise(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t elems);
 double lm__plan_cost_rows(const lm_plan_machine *m, lm__gopk k, lm_dtype dt, int64_t rows, int64_t n);

@@ -1,6 +1,7 @@
 /* plan/workload.c — the benchmark graphs: GEMM, the SigLIP MLP and attention
  * blocks (so400m sizes: 729 tokens, width 1152, MLP hidden 4304, 16 heads x 72) and
- * the MLP repeated.
+ * the MLP repeated; and the forms the published IPU21 figures were measured on (the
+ * MLP without biases, attention with Q/K/V projections and no output projection).
  *
  * Weights are N(0, 1/fan_in) so activations stay O(1) through the blocks (values
  * must stay inside f16 range for the numerical checks); biases N(0, 0.02^2).
@@ -25,8 +26,8 @@ void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w) {
 }
 
 const char *lm_plan_workload_name(lm_plan_workload_kind kind) {
-    static const char *const n[] = {"gemm", "mlp", "attention", "mlp-repeat"};
-    return (unsigned)kind < 4u ? n[kind] : NULL;
+    static const char *const n[] = {"gemm", "mlp", "attention", "mlp-repeat", "mlp-nobias", "attention-qkv"};
+    return (unsigned)kind < sizeof n / sizeof n[0] ? n[kind] : NULL;
 }
 
 static lm_status linear(lm_graph *g, const char *name, lm_graph_value x, int64_t in, int64_t out, lm_dtype dt,
@@ -49,10 +50,11 @@ static lm_status linear(lm_graph *g, const char *name, lm_graph_value x, int64_t
 
 static lm_status mlp_block(lm_graph *g, const lm_plan_workload *w, lm_graph_value x, lm_graph_value *y) {
     lm_graph_value h, a;
-    LM_TRY(linear(g, "fc1", x, w->width, w->hidden, w->dtype, 1, &h));
+    int bias = w->kind != LM_PLAN_WL_MLP_NOBIAS;
+    LM_TRY(linear(g, "fc1", x, w->width, w->hidden, w->dtype, bias, &h));
     LM_TRY(lm_graph_unary(g, "gelu", LM_GRAPH_GELU, h, &a));
     LM_TRY(lm_graph_checkpoint(g, a, "mlp.hidden"));
-    return linear(g, "fc2", a, w->hidden, w->width, w->dtype, 1, y);
+    return linear(g, "fc2", a, w->hidden, w->width, w->dtype, bias, y);
 }
 
 static lm_status attention(lm_graph *g, const lm_plan_workload *w, lm_graph_value x, lm_graph_value *y) {
@@ -69,6 +71,10 @@ static lm_status attention(lm_graph *g, const lm_plan_workload *w, lm_graph_valu
     LM_TRY(lm_graph_matmul(g, "scores", Q, KT, w->dtype, &S));
     LM_TRY(lm_graph_softmax(g, "softmax", S, 1.0 / sqrt((double)D), &P));
     LM_TRY(lm_graph_matmul(g, "context", P, V, w->dtype, &O));
+    if (w->kind == LM_PLAN_WL_ATTENTION_QKV) { /* the context is the output, head-major [H, T, D] */
+        *y = O;
+        return LM_OK;
+    }
     LM_TRY(lm_graph_checkpoint(g, O, "attn.context"));
     LM_TRY(lm_graph_merge_heads(g, "merge_heads", O, &Om));
     return linear(g, "o_proj", Om, C, C, w->dtype, 1, y);
@@ -84,9 +90,11 @@ lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
     switch (w->kind) {
     case LM_PLAN_WL_GEMM: bad = w->m < 1 || w->n < 1 || w->k < 1 || w->m > lim || w->n > lim || w->k > lim; break;
     case LM_PLAN_WL_ATTENTION:
+    case LM_PLAN_WL_ATTENTION_QKV:
         bad = w->heads < 1 || w->width % (w->heads > 0 ? w->heads : 1) != 0;
         /* fallthrough */
     case LM_PLAN_WL_MLP:
+    case LM_PLAN_WL_MLP_NOBIAS:
     case LM_PLAN_WL_MLP_REPEAT:
         bad |= w->tokens < 1 || w->width < 1 || w->hidden < 1 || w->tokens > lim || w->width > lim || w->hidden > lim;
         if (w->kind == LM_PLAN_WL_MLP_REPEAT) bad |= w->repeat < 1 || w->repeat > 4096;
@@ -107,8 +115,10 @@ lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
     } else {
         int64_t xs[2] = {w->tokens, w->width};
         st = lm_graph_input(g, "x", w->dtype, 2, xs, 1.0, &x);
-        if (st == LM_OK && w->kind == LM_PLAN_WL_MLP) st = mlp_block(g, w, x, &y);
-        if (st == LM_OK && w->kind == LM_PLAN_WL_ATTENTION) st = attention(g, w, x, &y);
+        if (st == LM_OK && (w->kind == LM_PLAN_WL_MLP || w->kind == LM_PLAN_WL_MLP_NOBIAS))
+            st = mlp_block(g, w, x, &y);
+        if (st == LM_OK && (w->kind == LM_PLAN_WL_ATTENTION || w->kind == LM_PLAN_WL_ATTENTION_QKV))
+            st = attention(g, w, x, &y);
         if (st == LM_OK && w->kind == LM_PLAN_WL_MLP_REPEAT) {
             lm_graph_value in, body;
             st = lm_graph_repeat_begin(g, w->repeat, 1, &x, &in);

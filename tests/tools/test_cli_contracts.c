@@ -204,6 +204,27 @@ static void test_plan_layer_agrees_with_the_cpu_executor(void) {
  * clears the conversation, end of input quits with 0; the reply to the same first
  * message at temperature 0 is the same after a reset. A model without a chat
  * template is refused naming the problem. */
+/* `loom plan ... -o FILE.lmx` writes a checked plan that `loom run-plan` loads and
+ * simulates to the same predicted cycles; an unchecked plan is not written. */
+static void test_plan_package_from_the_cli(void) {
+    lt_cmd_result r = lt_run_cmd(LOOM " plan gemm 64 48 96 --machine small4 --no-sim --json -o " LOOM_BINARY_DIR
+                                      "/cli_gemm.lmx");
+    LT_CHECK_MSG(r.status == 0, "plan -o: exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *a = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    lt_cmd_free(&r);
+    r = lt_run_cmd(LOOM " run-plan " LOOM_BINARY_DIR "/cli_gemm.lmx --json");
+    LT_CHECK_MSG(r.status == 0, "run-plan: exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *b = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    lt_cmd_free(&r);
+    double pa = json_number_value(json_object_get(json_object_get(a, "plan"), "predicted_cycles"));
+    double pb = json_number_value(json_object_get(json_object_get(b, "plan"), "predicted_cycles"));
+    LT_CHECK_MSG(a && b && pa > 0 && pa == pb, "predicted cycles %g (plan) vs %g (run-plan)", pa, pb);
+    json_decref(a), json_decref(b);
+    r = lt_run_cmd(LOOM " plan gemm 64 48 96 --machine small4 --no-sim --no-check -o " LOOM_BINARY_DIR "/cli_never.lmx");
+    LT_CHECK_MSG(r.status == 2 && r.err && strstr(r.err, "drop --no-check"), "exit %d: %s", r.status, r.err ? r.err : "");
+    lt_cmd_free(&r);
+}
+
 static void test_chat_reads_stdin(void) {
     const char *dir = LOOM_BINARY_DIR "/cli_chat_model";
     char cmd[2048];
@@ -470,6 +491,7 @@ int main(void) {
     LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
     LT_RUN(test_train_on_the_cpu);
     LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
+    LT_RUN(test_plan_package_from_the_cli);
     LT_RUN(test_chat_reads_stdin);
     LT_RUN(test_tokenizer_train);
     LT_RUN(test_convert_round_trips_and_refuses_bad_output);

@@ -3,9 +3,10 @@
  *
  * The layer comes from the engine's one decoder builder (layer mode, f16 values,
  * the RoPE table in f32): the same description the CPU, CUDA and autograd executors
- * run. It is planned for the tile machine, the plan is checked (lm_plan_check),
- * simulated with the checkpoint's weights rounded to f16 and an input of real
- * embedding rows (token ids from --seed), and the simulated output is compared with
+ * run. It is planned for the tile machine, the plan is checked (lm_plan_check, before
+ * anything runs; --no-check skips it; its verdict and time are reported), simulated
+ * with the checkpoint's weights rounded to f16 and an input of real embedding rows
+ * (token ids from --seed), and the simulated output is compared with
  * the CPU executor running the same layer in f32 on the same (f16-rounded) weights
  * and input. Gate: NMSE <= 1e-4 and max |d| <= 2% of max |y| (the simulation stores
  * every activation in f16, the CPU keeps them in f32: ~1e-6 NMSE is expected).
@@ -206,12 +207,13 @@ static void compare(const float *got, const float *want, int64_t n, double *nmse
 
 int cmd_plan_layer(int argc, char **argv) {
     const char *model = NULL, *machine_name = "ipu21";
-    int tokens = 128, layer = 0, beam = 8, threads = 0, json = 0;
+    int tokens = 128, layer = 0, beam = 8, threads = 0, json = 0, no_check = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model, "DIR: a Hugging Face model directory (config.json + safetensors)"},
         {"machine", CLI_STRING, &machine_name, "NAME|FILE: ipu21, small16, small4 or a machine JSON file (default ipu21)"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
+        {"no-check", CLI_FLAG, &no_check, "skip the independent plan checker (SRAM ownership, exchange hazards)"},
         {"layer", CLI_INT, &layer, "N: which decoder layer (default 0)"},
         {"tokens", CLI_INT, &tokens, "T: tokens through the layer (default 128)"},
         {"beam", CLI_INT, &beam, "N: beam width of the plan search (default 8)"},
@@ -249,7 +251,21 @@ int cmd_plan_layer(int argc, char **argv) {
     lm_plan_options_default(&o);
     o.beam_width = beam;
     if (!rc && (st = lm_plan_compile(g, m, &o, &p)) != LM_OK) rc = cli_fail("plan layer", "compile", st);
-    if (!rc && (st = lm_plan_check(p)) != LM_OK) rc = cli_fail("plan layer", "plan check", st);
+    double check_s = 0;
+    if (!rc && !no_check) {
+        double t0 = cli_now();
+        if ((st = lm_plan_check(p)) != LM_OK) rc = cli_fail("plan layer", "plan check", st);
+        check_s = cli_now() - t0;
+    }
+    lm_plan_summary ps = {0};
+    if (p) lm_plan_get_summary(p, &ps);
+    char check_json[160];
+    if (no_check)
+        snprintf(check_json, sizeof check_json, "{\"ran\":false}");
+    else
+        snprintf(check_json, sizeof check_json,
+                 "{\"ran\":true,\"passed\":true,\"kernel_calls\":%lld,\"transfers\":%lld,\"seconds\":%.4f}",
+                 (long long)ps.kernel_calls, (long long)ps.transfers, check_s);
     lm_plan_sim_options so;
     lm_plan_sim_options_default(&so);
     so.threads = threads, so.fill = fill, so.fill_user = &d;
@@ -267,8 +283,8 @@ int cmd_plan_layer(int argc, char **argv) {
         if ((st = lm_plan_report_json(p, sim, &text)) != LM_OK) rc = cli_fail("plan layer", "report", st);
         else
             printf("{\"workload\":\"layer\",\"model\":\"%s\",\"arch\":\"%s\",\"layer\":%d,\"tokens\":%d,"
-                   "\"cpu_nmse\":%.3g,\"cpu_max_rel\":%.3g,\"cpu_agrees\":%s,\"plan\":%s}\n",
-                   model, lm_arch_name(cfg.arch), layer, tokens, nmse, rel, agree ? "true" : "false", text);
+                   "\"cpu_nmse\":%.3g,\"cpu_max_rel\":%.3g,\"cpu_agrees\":%s,\"plan_check\":%s,\"plan\":%s}\n",
+                   model, lm_arch_name(cfg.arch), layer, tokens, nmse, rel, agree ? "true" : "false", check_json, text);
     } else if (!rc) {
         if ((st = lm_plan_report_text(p, sim, &text)) != LM_OK) rc = cli_fail("plan layer", "report", st);
         else {
@@ -279,6 +295,12 @@ int cmd_plan_layer(int argc, char **argv) {
                    lm_model_config_layer_window(&cfg, layer) ? ", sliding window" : "", tokens,
                    lm_plan_machine_name(m), (long long)lm_plan_machine_tiles(m));
             fputs(text, stdout);
+            if (no_check)
+                printf("plan check          skipped (--no-check)\n");
+            else
+                printf("plan check          passed (%lld kernel calls, %lld transfers: SRAM ownership and bounds, "
+                       "slots, exchange hazards) in %.3f s\n",
+                       (long long)ps.kernel_calls, (long long)ps.transfers, check_s);
             printf("CPU executor        NMSE %.3g, max |d| %.3g of max |y| (gate 1e-4, 2e-2): %s\n", nmse, rel,
                    agree ? "agrees" : "DISAGREES");
         }

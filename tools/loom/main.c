@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "  data           'data prepare': tokenize text files into a token shard\n"
             "  plot-loss      draw a training log's loss curve as SVG\n"
             "  plan           compile a workload (or a model's decoder layer) for a tile machine and simulate it\n"
+            "  run-plan       run an executable plan package (.lmx) in the tile-machine simulator\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize, serve) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  version        print the loom version and build features\n"
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot-loss")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run-plan")) return cmd_run_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
