@@ -26,6 +26,19 @@
 extern "C" {
 #endif
 
+/* ---- version --------------------------------------------------------------------
+ * The version of these headers; lm_version() answers the library's ("0.1.0"), so a
+ * program can tell when it runs against a libloom.so other than the one it was built
+ * with. CMakeLists.txt checks at configure time that these match project(VERSION)
+ * (the SONAME, the CMake package and loom.pc take theirs from it). */
+#define LM_VERSION_MAJOR 0
+#define LM_VERSION_MINOR 1
+#define LM_VERSION_PATCH 0
+#define LM_VERSION_STRING "0.1.0"
+
+/* "MAJOR.MINOR.PATCH" of the library in use. Static string. */
+LM_API const char *lm_version(void);
+
 /* X(name, value, message). The table only grows at the end: values are ABI. */
 #define LM_STATUS_TABLE(X)                                                        \
     X(OK, 0, "success")                                                            \
