@@ -846,7 +846,7 @@ static lm_status walk_tiles(const lm_plan_machine *m, const lm__plan_low *low, c
         pstart[0] = 0;
     }
     w.ord = ord;
-    viol first = {V_NONE}, v;
+    viol first = {.kind = V_NONE}, v;
     for (int64_t t = 0; t < T && st == LM_OK; t++) {
         st = walk_tile(&w, t, placed + pstart[t], pstart[t + 1] - pstart[t], rstart[t], rstart[t + 1], &v);
         /* the first in program order, a dead write (a symptom seen only at the end) after any other */
