@@ -12,6 +12,7 @@
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "plan_test_util.h"
 #include "plan/low.h"
 
 #include <math.h>
@@ -51,13 +52,7 @@ static lm_plan *compile_graph(const char *what, const lm_graph *g, const char *m
 static lm_plan *compile_workload_grid(const char *mach, lm_plan_workload_kind k, int64_t a, int64_t b, int64_t c,
                                       int64_t heads, lm_dtype dt, lm_plan_attention att, const int64_t *grid) {
     lm_plan_workload w;
-    lm_plan_workload_default(k, &w);
-    w.m = w.tokens = a;
-    w.n = w.width = b;
-    w.k = w.hidden = c;
-    w.heads = heads;
-    w.repeat = 3;
-    w.dtype = dt;
+    plan_test_workload(&w, k, a, b, c, heads, dt);
     lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     lm_plan_options o;

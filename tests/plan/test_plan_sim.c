@@ -6,6 +6,7 @@
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "plan_test_util.h"
 #include "plan/low.h"
 
 #include <math.h>
@@ -17,13 +18,7 @@ static lm_plan *compile(const char *mach, lm_plan_workload_kind k, int64_t a, in
     lm_plan_machine *m = NULL;
     LT_CHECK_OK(lm_plan_machine_preset(mach, &m));
     lm_plan_workload w;
-    lm_plan_workload_default(k, &w);
-    w.m = w.tokens = a;
-    w.n = w.width = b;
-    w.k = w.hidden = c;
-    w.heads = heads;
-    w.repeat = 3;
-    w.dtype = dt;
+    plan_test_workload(&w, k, a, b, c, heads, dt);
     lm_graph *g = NULL;
     LT_CHECK_OK(lm_plan_workload_build(&w, &g));
     lm_plan_options o;
