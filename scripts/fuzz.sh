@@ -1,10 +1,12 @@
 #!/bin/sh
 # Runs loom's libFuzzer targets (tests/fuzz/fuzz_*.c, built by the `fuzz` CMake preset:
 # clang, ASan + UBSan) over their committed seed corpora.
-#   scripts/fuzz.sh [--seconds S | --runs N] [--build] [TARGET...]
-# Default: every target for 10 seconds (what scripts/test.sh runs in CI); --runs N
-# stops each after N executions (the long campaign in docs/RELIABILITY.md uses 10
-# million). --build configures and builds the preset first. The seeds are copied into
+#   scripts/fuzz.sh [--seconds S | --runs N] [--seed N] [--build] [TARGET...]
+# Default: every target for 10 seconds. --runs N stops each after N executions (the
+# long campaign in docs/RELIABILITY.md uses 10 million); with --seed the inputs tried
+# are the same on every machine, which is how scripts/test.sh runs it in CI (a fixed
+# 40,000 executions per target: a busy machine takes longer, never sees other
+# inputs). --build configures and builds the preset first. The seeds are copied into
 # a work corpus (build/fuzz/corpus/TARGET), so what the fuzzer adds stays out of the
 # tree; a crash, sanitizer report, leak or timeout leaves its input in
 # build/fuzz/artifacts/ and makes the script exit 1. One summary line per target.
@@ -12,12 +14,14 @@ set -eu
 cd "$(dirname "$0")/.."
 limit="-max_total_time=10"
 build=0
+seed=""
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) limit="-max_total_time=$2"; shift 2 ;;
     --runs) limit="-runs=$2"; shift 2 ;;
+    --seed) seed="-seed=$2"; shift 2 ;;
     --build) build=1; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1'" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -46,7 +50,7 @@ for t in $targets; do
   mkdir -p "$work"
   log=$out/fuzz_$t.log
   # shellcheck disable=SC2086
-  if "$bin" $limit -max_len=$max_len -timeout=10 -rss_limit_mb=2048 ${dict:+-dict=$dict} \
+  if "$bin" $limit $seed -max_len=$max_len -timeout=10 -rss_limit_mb=2048 ${dict:+-dict=$dict} \
       -artifact_prefix="$out/artifacts/$t-" -print_final_stats=1 "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)

@@ -53,7 +53,8 @@ typedef struct walker {
 } walker;
 
 static walker walker_of(const lm__plan_opnd *o) {
-    walker w;
+    walker w = {0};
+    if (o->buf < 0) return w; /* absent operand: nothing to walk */
     w.nd = o->ndim;
     int64_t es = (int64_t)lm_dtype_size(o->dtype);
     for (int d = 0; d < o->ndim; d++) {

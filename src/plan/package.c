@@ -1382,6 +1382,8 @@ static lm_status call_ok(const loader *L, int64_t k, const lm__plan_call *c) {
         int present = o[i].buf >= 0, req = need[c->kernel] >> i & 1, opt = need[c->kernel] >> (4 + i) & 1;
         if (o[i].buf < -1 || (present && !req && !opt) || (!present && req))
             return bad(L, "%s: operand %d is %s", what, i, present ? "set but unused" : "missing");
+        if (!present && (o[i].ndim != 0 || o[i].off != 0))
+            return bad(L, "%s: absent operand %d carries a %d-d box", what, i, o[i].ndim);
         if (present) {
             char w2[128];
             snprintf(w2, sizeof w2, "%s operand %d", what, i);

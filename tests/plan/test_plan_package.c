@@ -480,6 +480,7 @@ static void test_every_corruption_is_refused(void) {
         {"operand offset", {S_CALLS, mm, 8 + 16, 8, 1 << 20, 1}, "leaves buffer"},
         {"operand stride", {S_CALLS, mm, 8 + 48, 4, 1 << 16, 1}, "leaves buffer"},
         {"operand dims", {S_CALLS, mm, 8 + 24, 4, 1, 1}, "operands are not"},
+        {"absent operand with a shape", {S_CALLS, mm, 8 + 3 * 56 + 4, 4, 7, 0}, "absent operand 3"},
         {"call cycles", {S_CALLS, 0, 264, 8, 0x4090000000000000LL, 0}, "costs it"},
         {"transfer source tile", {S_XFERS, 0, 0, 4, T, 0}, "tile"},
         {"transfer slot", {S_XFERS, 0, 4, 4, 1 << 20, 0}, "slot"},
