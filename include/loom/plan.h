@@ -59,22 +59,25 @@ typedef enum lm_plan_workload_kind {
     /* The forms of the published IPU21 figures (like-for-like comparisons, docs/PLAN.md
      * "Calibration"): */
     LM_PLAN_WL_MLP_NOBIAS = 4,    /* gelu(x W1) W2: the SigLIP MLP without biases */
-    LM_PLAN_WL_ATTENTION_QKV = 5  /* Q/K/V projections (with biases) and attention, no output projection */
+    LM_PLAN_WL_ATTENTION_QKV = 5, /* Q/K/V projections (with biases) and attention, no output projection */
+    /* Whole SigLIP encoder layers (pre-LayerNorm): y = x + attn(ln1(x)); out = y + mlp(ln2(y)). */
+    LM_PLAN_WL_ENCODER_LAYER = 6,
+    LM_PLAN_WL_ENCODER_STACK = 7 /* `repeat` layers as one Repeat (each its own weights, all resident) */
 } lm_plan_workload_kind;
 
 typedef struct lm_plan_workload {
     lm_plan_workload_kind kind;
     int64_t m, n, k;                      /* gemm */
     int64_t tokens, width, hidden, heads; /* mlp / attention */
-    int64_t repeat;                       /* mlp-repeat */
+    int64_t repeat;                       /* mlp-repeat, encoder-stack */
     lm_dtype dtype;                       /* f16 (default) or f32 */
 } lm_plan_workload;
 
 /* SigLIP sizes: 729 tokens, width 1152, hidden 4304, 16 heads; gemm 4096^3; f16. */
 LM_API void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w);
 LM_API lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out);
-/* "gemm", "mlp", "attention", "mlp-repeat", "mlp-nobias", "attention-qkv"; NULL for
- * invalid kinds. */
+/* "gemm", "mlp", "attention", "mlp-repeat", "mlp-nobias", "attention-qkv",
+ * "encoder-layer", "encoder-stack"; NULL for invalid kinds. */
 LM_API const char *lm_plan_workload_name(lm_plan_workload_kind kind);
 
 /* ---- compile ----------------------------------------------------------------------------- */

@@ -187,6 +187,8 @@ struct lm_plan {
     lm__plan_mid mid;
     lm__plan_low low;
     double search_cost; /* the search's cost of the chosen trace */
+    int64_t search_sram; /* SRAM per tile the search planned within (< m.sram_bytes after a retry) */
+    int search_attempts; /* searches run (1 unless an allocation overflowed, see plan.c) */
     lm_plan_summary summary;
 };
 

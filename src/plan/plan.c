@@ -155,29 +155,61 @@ lm_status lm_plan_compile(const lm_graph *g, const lm_plan_machine *m, const lm_
     p->m = *m;
     p->opt = opt;
     lm_status st = lm__graph_clone(g, &p->g);
+    /* The search sees resident parameters and each op's working set, not activations
+     * live across ops (residual streams, a Repeat's carried values), so its best plans
+     * can overflow a tile at allocation. Then it searches again within a smaller budget:
+     * the budget less the smallest overflow seen (plus 1/32 of the SRAM), or halfway
+     * back to the last budget that overflowed when a smaller one left the search no
+     * plan; five searches at most. The allocator keeps the machine's real SRAM. */
     lm__plan_planner P;
     memset(&P, 0, sizeof P);
+    lm_plan_machine budget = p->m;
     int finals[16], nfinals = 0, best = -1;
-    if (st == LM_OK) st = lm__plan_planner_init(&P, p->g, &p->m, &opt);
-    if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 16);
     lm_status first_fail = LM_OK;
     char why[512] = "";
     int built = 0;
-    for (int k = 0; st == LM_OK && k < nfinals && !built; k++) {
-        st = lm__plan_mid_build(&P, finals[k], &p->mid);
-        if (st == LM_OK) st = lm__plan_low_build(&P, &p->mid, &p->low);
-        if (st == LM_OK) st = lm__plan_sram_allocate(&p->m, &p->mid, p->g, &p->low);
-        if (st == LM_UNSUPPORTED) { /* this plan overflows a tile: try the next one */
-            if (first_fail == LM_OK) {
-                first_fail = st;
-                snprintf(why, sizeof why, "%s", lm_last_error());
-            }
-            lm__plan_low_free(&p->low);
-            lm__plan_mid_free(&p->mid);
+    int64_t lo = 0, hi = p->m.sram_bytes; /* budgets known to leave no plan / to overflow */
+    for (int attempt = 0; st == LM_OK && !built && attempt < 5; attempt++) {
+        if (attempt) {
+            lm__plan_planner_free(&P);
+            memset(&P, 0, sizeof P);
+        }
+        p->search_attempts = attempt + 1;
+        p->search_sram = budget.sram_bytes;
+        st = lm__plan_planner_init(&P, p->g, &budget, &opt);
+        if (st == LM_OK) st = lm__plan_search(&P, &best, &p->search_cost, finals, &nfinals, 16);
+        if (st == LM_UNSUPPORTED && attempt) { /* no plan within this budget: halfway back up */
             st = LM_OK;
+            lo = budget.sram_bytes;
+            budget.sram_bytes = lo + (hi - lo) / 2;
+            if (hi - lo < p->m.sram_bytes / 32) break;
             continue;
         }
-        if (st == LM_OK) built = 1;
+        int64_t over = INT64_MAX;
+        for (int k = 0; st == LM_OK && k < nfinals && !built; k++) {
+            st = lm__plan_mid_build(&P, finals[k], &p->mid);
+            if (st == LM_OK) st = lm__plan_low_build(&P, &p->mid, &p->low);
+            if (st == LM_OK) st = lm__plan_sram_allocate(&p->m, &p->mid, p->g, &p->low);
+            if (st == LM_UNSUPPORTED) { /* this plan overflows a tile: try the next one */
+                if (first_fail == LM_OK) {
+                    first_fail = st;
+                    snprintf(why, sizeof why, "%s", lm_last_error());
+                }
+                int64_t need = 0;
+                for (int64_t t = 0; p->low.peak && t < p->low.tiles; t++) need = LM_MAX(need, p->low.peak[t]);
+                if (need > p->m.sram_bytes) over = LM_MIN(over, need - p->m.sram_bytes);
+                lm__plan_low_free(&p->low);
+                lm__plan_mid_free(&p->mid);
+                st = LM_OK;
+                continue;
+            }
+            if (st == LM_OK) built = 1;
+        }
+        if (st != LM_OK || built || over == INT64_MAX) break;
+        hi = budget.sram_bytes;
+        budget.sram_bytes -= over + p->m.sram_bytes / 32;
+        if (budget.sram_bytes <= lo) budget.sram_bytes = lo + (hi - lo) / 2;
+        if (budget.sram_bytes < p->m.sram_bytes / 8 || hi - budget.sram_bytes < p->m.sram_bytes / 64) break;
     }
     if (st == LM_OK && !built) st = lm__error(LM_UNSUPPORTED, "no feasible plan: %s", why);
     if (st == LM_OK) summarize(p, &P, lm__now_seconds() - t0);

@@ -99,6 +99,7 @@ typedef struct lm__plan_state {
     double cost;
     double resident; /* per-tile bytes of parameters placed so far (max over tiles) */
     int trace;
+    int keep;     /* prune's scratch: 0 drop, 1 keep, 2 a frontier candidate */
     int32_t *mat; /* [nvalues][LM__PLAN_MAX_MAT] layout ids of root values, -1 empty */
 } lm__plan_state;
 

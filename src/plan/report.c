@@ -91,6 +91,11 @@ static void summary_text(const lm_plan *p, const lm_plan_sim *s, lm__plan_sbuf *
                          (long long)m->transfers);
     lm__plan_sbuf_printf(b, "planning           %.3f s, %lld candidates costed, %.1f MiB planner memory\n",
                          m->plan_seconds, (long long)m->candidates_costed, (double)m->planner_peak_bytes / 1048576.0);
+    if (p->search_attempts > 1)
+        lm__plan_sbuf_printf(b,
+                             "search budget      %lld of %lld bytes per tile (search %d: the plans of the full budget "
+                             "overflowed a tile at allocation)\n",
+                             (long long)p->search_sram, (long long)p->m.sram_bytes, p->search_attempts);
     if (!s) return;
     lm_plan_sim_summary ss;
     lm_plan_sim_get_summary(s, &ss);

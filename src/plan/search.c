@@ -467,30 +467,73 @@ static int cmp_state(const void *a, const void *b) {
 }
 
 /* Merges identical materializations (the cheaper survives unless it holds more
- * resident parameters) and keeps width states: the cheapest, plus the two with the
- * least resident memory so that memory-hungry prefixes cannot starve later ops. */
+ * resident parameters) and keeps width states: the cheapest, plus two with less
+ * resident memory than every kept one (in cost order) so that memory-hungry prefixes
+ * cannot starve later ops. Beyond width, two more points of the rest's (cost,
+ * resident) Pareto frontier: its lightest state and its middle one. Without them a
+ * layer whose weights only fit unreplicated (a SigLIP encoder layer on ipu21) found no
+ * plan: the two light states were always the first lighter ones in cost order, never
+ * light enough for the MLP after the attention. */
+/* 1 when a state kept before i (in cost order) has i's materializations with no more
+ * resident memory. */
+static int same_as_kept(const lm__plan_planner *P, const beam *b, int64_t i) {
+    size_t mb = mat_bytes(P);
+    for (int64_t j = 0; j < i; j++)
+        if (b->v[j].keep == 1 && b->v[j].resident <= b->v[i].resident && !memcmp(b->v[j].mat, b->v[i].mat, mb))
+            return 1;
+    return 0;
+}
+
 static void prune(lm__plan_planner *P, beam *b, int width) {
     if (b->n > 1) qsort(b->v, (size_t)b->n, sizeof *b->v, cmp_state);
     int64_t k = 0;
-    size_t mb = mat_bytes(P);
     int light = width >= 4 ? 2 : 0;
+    double lightest = INFINITY; /* least resident among the kept */
     for (int64_t i = 0; i < b->n; i++) {
-        int dup = 0;
-        for (int64_t j = 0; j < k && !dup; j++)
-            dup = b->v[j].resident <= b->v[i].resident && !memcmp(b->v[j].mat, b->v[i].mat, mb);
-        int keep = !dup && (width <= 0 || k < width - light);
-        if (!dup && !keep && width > 0 && k < width) {
-            /* a light state: less resident memory than every kept one */
-            keep = 1;
-            for (int64_t j = 0; j < k && keep; j++) keep = b->v[i].resident < b->v[j].resident;
+        lm__plan_state *x = &b->v[i];
+        x->keep = 0;
+        if (same_as_kept(P, b, i)) continue;
+        int keep = width <= 0 || k < width - light;
+        if (!keep && k < width) keep = x->resident < lightest; /* a light state */
+        if (keep) {
+            x->keep = 1;
+            k++;
+            lightest = LM_MIN(lightest, x->resident);
+        } else {
+            x->keep = 2;
         }
-        if (!keep) {
+    }
+    int64_t nf = 0;
+    if (width >= 4) {
+        /* the rest's frontier in cost order: resident strictly falling below the kept */
+        double below = lightest;
+        for (int64_t i = 0; i < b->n; i++) {
+            lm__plan_state *x = &b->v[i];
+            if (x->keep != 2) continue;
+            if (x->resident < below && !same_as_kept(P, b, i)) {
+                below = x->resident;
+                nf++;
+            } else {
+                x->keep = 0;
+            }
+        }
+        /* keep its last (lightest) point and its middle one */
+        int64_t seen = 0, mid = nf > 2 ? (nf - 1) / 2 : -1;
+        for (int64_t i = 0; i < b->n; i++)
+            if (b->v[i].keep == 2) {
+                b->v[i].keep = seen == nf - 1 || seen == mid ? 1 : 0;
+                seen++;
+            }
+    }
+    int64_t out = 0;
+    for (int64_t i = 0; i < b->n; i++) {
+        if (b->v[i].keep != 1) {
             lm__free(b->v[i].mat);
             continue;
         }
-        b->v[k++] = b->v[i];
+        b->v[out++] = b->v[i];
     }
-    b->n = k;
+    b->n = out;
 }
 
 static lm_status expand(lm__plan_planner *P, int u, const lm__plan_state *s, beam *out, int width) {
@@ -509,6 +552,11 @@ static lm_status search_range(lm__plan_planner *P, int ubegin, int uend, beam *c
         lm_status st = LM_OK;
         for (int64_t i = 0; i < cur->n && st == LM_OK; i++) st = expand(P, u, &cur->v[i], &next, width);
         if (st == LM_OK) prune(P, &next, width);
+        if (getenv("PLAN_DEBUG")) {
+            double mr = 1e30, mc = 1e30;
+            for (int64_t i = 0; i < next.n; i++) { if (next.v[i].resident < mr) mr = next.v[i].resident; if (next.v[i].cost < mc) mc = next.v[i].cost; }
+            fprintf(stderr, "unit %d %s: %lld states, min resident %.0f, min cost %.0f\n", u, P->units[u].op >= 0 ? P->g->ops[P->units[u].op].name : "-", (long long)next.n, mr, mc);
+        }
         if (st == LM_OK && width <= 0 && next.n > EXHAUSTIVE_LIMIT)
             st = lm__error(LM_UNSUPPORTED, "exhaustive plan search: more than %d distinct states (use beam search)",
                            EXHAUSTIVE_LIMIT);

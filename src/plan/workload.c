@@ -26,7 +26,8 @@ void lm_plan_workload_default(lm_plan_workload_kind kind, lm_plan_workload *w) {
 }
 
 const char *lm_plan_workload_name(lm_plan_workload_kind kind) {
-    static const char *const n[] = {"gemm", "mlp", "attention", "mlp-repeat", "mlp-nobias", "attention-qkv"};
+    static const char *const n[] = {"gemm",       "mlp",           "attention",    "mlp-repeat",
+                                    "mlp-nobias", "attention-qkv", "encoder-layer", "encoder-stack"};
     return (unsigned)kind < sizeof n / sizeof n[0] ? n[kind] : NULL;
 }
 
@@ -80,6 +81,32 @@ static lm_status attention(lm_graph *g, const lm_plan_workload *w, lm_graph_valu
     return linear(g, "o_proj", Om, C, C, w->dtype, 1, y);
 }
 
+/* LayerNorm over the width with gamma ~ 1 + N(0, 0.02^2), beta ~ N(0, 0.02^2) (eps 1e-6, SigLIP's). */
+static lm_status layer_norm(lm_graph *g, const char *name, lm_graph_value x, const lm_plan_workload *w,
+                            lm_graph_value *y) {
+    char nm[LM__G_NAME];
+    int64_t s[1] = {w->width};
+    lm_graph_value gamma, beta;
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    LM_TRY(lm_graph_param(g, nm, w->dtype, 1, s, 1.0, 0.02, &gamma));
+    snprintf(nm, sizeof nm, "%s.bias", name);
+    LM_TRY(lm_graph_param(g, nm, w->dtype, 1, s, 0.0, 0.02, &beta));
+    return lm_graph_layer_norm(g, name, x, gamma, beta, 1e-6, y);
+}
+
+/* One pre-LayerNorm encoder layer (SigLIP's): the residual stream stays O(1) because
+ * each block adds an O(1) update to it. */
+static lm_status encoder_layer(lm_graph *g, const lm_plan_workload *w, lm_graph_value x, lm_graph_value *y) {
+    lm_graph_value h, a, r, h2, m;
+    LM_TRY(layer_norm(g, "ln1", x, w, &h));
+    LM_TRY(attention(g, w, h, &a));
+    LM_TRY(lm_graph_binary(g, "residual1", LM_GRAPH_ADD, x, a, &r));
+    LM_TRY(lm_graph_checkpoint(g, r, "layer.residual1"));
+    LM_TRY(layer_norm(g, "ln2", r, w, &h2));
+    LM_TRY(mlp_block(g, w, h2, &m));
+    return lm_graph_binary(g, "residual2", LM_GRAPH_ADD, r, m, y);
+}
+
 lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
     if (!w || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_workload_build: NULL argument");
     *out = NULL;
@@ -91,13 +118,16 @@ lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
     case LM_PLAN_WL_GEMM: bad = w->m < 1 || w->n < 1 || w->k < 1 || w->m > lim || w->n > lim || w->k > lim; break;
     case LM_PLAN_WL_ATTENTION:
     case LM_PLAN_WL_ATTENTION_QKV:
+    case LM_PLAN_WL_ENCODER_LAYER:
+    case LM_PLAN_WL_ENCODER_STACK:
         bad = w->heads < 1 || w->width % (w->heads > 0 ? w->heads : 1) != 0;
         /* fallthrough */
     case LM_PLAN_WL_MLP:
     case LM_PLAN_WL_MLP_NOBIAS:
     case LM_PLAN_WL_MLP_REPEAT:
         bad |= w->tokens < 1 || w->width < 1 || w->hidden < 1 || w->tokens > lim || w->width > lim || w->hidden > lim;
-        if (w->kind == LM_PLAN_WL_MLP_REPEAT) bad |= w->repeat < 1 || w->repeat > 4096;
+        if (w->kind == LM_PLAN_WL_MLP_REPEAT || w->kind == LM_PLAN_WL_ENCODER_STACK)
+            bad |= w->repeat < 1 || w->repeat > 4096;
         break;
     default: return lm__error(LM_INVALID_ARGUMENT, "workload: unknown kind %d", (int)w->kind);
     }
@@ -119,10 +149,12 @@ lm_status lm_plan_workload_build(const lm_plan_workload *w, lm_graph **out) {
             st = mlp_block(g, w, x, &y);
         if (st == LM_OK && (w->kind == LM_PLAN_WL_ATTENTION || w->kind == LM_PLAN_WL_ATTENTION_QKV))
             st = attention(g, w, x, &y);
-        if (st == LM_OK && w->kind == LM_PLAN_WL_MLP_REPEAT) {
+        if (st == LM_OK && w->kind == LM_PLAN_WL_ENCODER_LAYER) st = encoder_layer(g, w, x, &y);
+        if (st == LM_OK && (w->kind == LM_PLAN_WL_MLP_REPEAT || w->kind == LM_PLAN_WL_ENCODER_STACK)) {
             lm_graph_value in, body;
             st = lm_graph_repeat_begin(g, w->repeat, 1, &x, &in);
-            if (st == LM_OK) st = mlp_block(g, w, in, &body);
+            if (st == LM_OK)
+                st = w->kind == LM_PLAN_WL_MLP_REPEAT ? mlp_block(g, w, in, &body) : encoder_layer(g, w, in, &body);
             if (st == LM_OK) st = lm_graph_repeat_end(g, 1, &body, &y);
         }
     }

@@ -275,7 +275,7 @@ static void test_variants_build_compile_and_simulate(void) {
                  {LM_PLAN_WL_MLP_REPEAT, LM_PLAN_ATTN_AUTO, NULL}}; /* the replay across repeat iterations */
     LT_CHECK(!strcmp(lm_plan_workload_name(LM_PLAN_WL_MLP_NOBIAS), "mlp-nobias"));
     LT_CHECK(!strcmp(lm_plan_workload_name(LM_PLAN_WL_ATTENTION_QKV), "attention-qkv"));
-    LT_CHECK(lm_plan_workload_name((lm_plan_workload_kind)6) == NULL);
+    LT_CHECK(lm_plan_workload_name((lm_plan_workload_kind)8) == NULL);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lm_plan_workload w;
         lm_plan_workload_default(cases[i].kind, &w);
