@@ -195,6 +195,13 @@ LM_API lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, cha
 LM_API lm_status lm_plan_report_json(const lm_plan *p, const lm_plan_sim *s, char **out); /* s may be NULL */
 /* Per-phase timeline (compute, exchange, sync) as an SVG document; needs a simulation. */
 LM_API lm_status lm_plan_timeline_svg(const lm_plan *p, const lm_plan_sim *s, char **out);
+/* Per-tile timeline as one self-contained HTML page (inline script, no external
+ * resources): a row per group of tiles with identical schedules (expandable), compute /
+ * exchange / sync / idle spans on a cycle axis, a tooltip per span (kernel, mid-program
+ * op, bytes, cycles), the critical path and the gap to the compute bound by category.
+ * s may be NULL: the schedule then follows the low program's cost model (the
+ * simulator's timing rules); with s its total must equal the simulated cycles. */
+LM_API lm_status lm_plan_timeline_html(const lm_plan *p, const lm_plan_sim *s, char **out);
 
 /* ---- executable packages (.lmx) ------------------------------------------------------------
  * A compiled plan as one versioned binary file (format: docs/PLAN.md section 8): the

@@ -3,10 +3,13 @@
  * exchange slots and hazards; --no-check skips it), simulate it with real data and
  * report predicted/simulated cycles, the compute lower bound, published figures, SRAM
  * use, planning time/memory, the checker's verdict and time, and the numerical check;
- * -o FILE.lmx writes the checked plan as an executable package (`loom run-plan`).
+ * -o FILE.lmx writes the checked plan as an executable package (`loom run-plan`);
+ * --timeline FILE.html the per-tile timeline page (lm_plan_timeline_html), another
+ * name the per-phase SVG.
  * The checker runs before the simulator so a malformed program is refused with the
  * checker's message instead of being executed. Workloads: gemm M N K | mlp |
- * attention | mlp-repeat N | mlp-nobias | attention-qkv; `plan layer` (a decoder layer of a real checkpoint) lives
+ * attention | mlp-repeat N | mlp-nobias | attention-qkv | encoder-layer | encoder-stack N; `plan layer` (a
+ * decoder layer of a real checkpoint) lives
  * in cmd_plan_layer.c.
  * Exit status: 0 plan ok (and checks passed), 1 failure (incl. a failed plan check),
  * 2 usage error.
@@ -14,6 +17,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "loom/io_write.h"
 #include "loom/plan.h"
 
 #include <stdlib.h>
@@ -67,14 +71,16 @@ static double published(const lm_plan_workload *w, const lm_plan_workload *d, lm
     return 0;
 }
 
+/* Written atomically (a temporary sibling, then rename). */
 static int write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "loom plan: cannot write '%s'\n", path);
-        if (f) fclose(f);
-        return 1;
-    }
-    return 0;
+    lm_status st = lm_file_write_atomic(path, text, strlen(text));
+    return st == LM_OK ? 0 : cli_fail("plan", path, st);
+}
+
+/* FILE.html (or .htm): the per-tile HTML timeline; any other name: the per-phase SVG. */
+static int is_html(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot && (!strcmp(dot, ".html") || !strcmp(dot, ".htm"));
 }
 
 static int64_t max_rss_bytes(void) {
@@ -108,12 +114,15 @@ int cmd_plan(int argc, char **argv) {
         {"threads", CLI_INT, &threads, "N: simulator threads (default: all CPUs)"},
         {"seed", CLI_U64, &seed, "N: data seed (default 1)"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
-        {"timeline", CLI_STRING, &timeline, "FILE: write the simulated per-phase timeline as SVG"},
+        {"timeline", CLI_STRING, &timeline,
+         "FILE: FILE.html writes the per-tile timeline page (with --no-sim: the predicted schedule); other names "
+         "the simulated per-phase SVG"},
         {"out", CLI_STRING, &package, "FILE.lmx: write the plan as an executable package for `loom run-plan` (also -o)"},
         {NULL, 0, NULL, NULL}};
     const char *pos[4];
     int npos;
-    const char *syn = "gemm M N K | mlp | attention | mlp-repeat N | mlp-nobias | attention-qkv  [options]   (or: plan "
+    const char *syn = "gemm M N K | mlp | attention | mlp-repeat N | mlp-nobias | attention-qkv | encoder-layer | "
+                      "encoder-stack N  [options]   (or: plan "
                       "layer --model DIR ...)";
     int rc = cli_parse("plan", syn, opts, argc, argv, pos, 4, &npos);
     if (rc) return rc == 1 ? 0 : rc;
@@ -137,9 +146,13 @@ int cmd_plan(int argc, char **argv) {
         k = LM_PLAN_WL_MLP_NOBIAS;
     else if (!strcmp(kind, "attention-qkv"))
         k = LM_PLAN_WL_ATTENTION_QKV;
+    else if (!strcmp(kind, "encoder-layer"))
+        k = LM_PLAN_WL_ENCODER_LAYER;
+    else if (!strcmp(kind, "encoder-stack"))
+        k = LM_PLAN_WL_ENCODER_STACK, want = 2;
     else {
         fprintf(stderr, "loom plan: unknown workload '%s' (gemm, mlp, attention, mlp-repeat, mlp-nobias, "
-                        "attention-qkv)\n",
+                        "attention-qkv, encoder-layer, encoder-stack)\n",
                 kind);
         return 2;
     }
@@ -152,7 +165,8 @@ int cmd_plan(int argc, char **argv) {
     if (k == LM_PLAN_WL_GEMM &&
         (parse_size("M", pos[1], &w.m) || parse_size("N", pos[2], &w.n) || parse_size("K", pos[3], &w.k)))
         return 2;
-    if (k == LM_PLAN_WL_MLP_REPEAT && parse_size("repeat count", pos[1], &w.repeat)) return 2;
+    if ((k == LM_PLAN_WL_MLP_REPEAT || k == LM_PLAN_WL_ENCODER_STACK) && parse_size("repeat count", pos[1], &w.repeat))
+        return 2;
     if (tokens) w.tokens = tokens;
     if (width) w.width = width;
     if (hidden) w.hidden = hidden;
@@ -281,14 +295,14 @@ int cmd_plan(int argc, char **argv) {
         if (package) printf("package             %s (run it with `loom run-plan %s`)\n", package, package);
     }
     if (timeline) {
-        if (!sim) {
-            fprintf(stderr, "loom plan: --timeline needs the simulation (drop --no-sim)\n");
+        if (!sim && !is_html(timeline)) {
+            fprintf(stderr, "loom plan: an SVG --timeline needs the simulation (drop --no-sim, or write FILE.html)\n");
             rc = 2;
             goto done;
         }
         lm_free(text);
         text = NULL;
-        st = lm_plan_timeline_svg(p, sim, &text);
+        st = is_html(timeline) ? lm_plan_timeline_html(p, sim, &text) : lm_plan_timeline_svg(p, sim, &text);
         if (st != LM_OK) {
             rc = cli_fail("plan", "timeline", st);
             goto done;

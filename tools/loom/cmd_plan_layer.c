@@ -10,12 +10,14 @@
  * the CPU executor running the same layer in f32 on the same (f16-rounded) weights
  * and input. Gate: NMSE <= 1e-4 and max |d| <= 2% of max |y| (the simulation stores
  * every activation in f16, the CPU keeps them in f32: ~1e-6 NMSE is expected).
+ * --timeline FILE.html writes the per-tile timeline page (another name: the per-phase SVG).
  * Exit status: 0 when the plan, the simulator's own checks and the CPU comparison
  * pass; 1 otherwise; 2 for usage errors.
  */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "loom/io_write.h"
 #include "loom/plan.h"
 
 #include <math.h>
@@ -206,7 +208,7 @@ static void compare(const float *got, const float *want, int64_t n, double *nmse
 }
 
 int cmd_plan_layer(int argc, char **argv) {
-    const char *model = NULL, *machine_name = "ipu21";
+    const char *model = NULL, *machine_name = "ipu21", *timeline = NULL;
     int tokens = 128, layer = 0, beam = 8, threads = 0, json = 0, no_check = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
@@ -219,6 +221,8 @@ int cmd_plan_layer(int argc, char **argv) {
         {"beam", CLI_INT, &beam, "N: beam width of the plan search (default 8)"},
         {"threads", CLI_INT, &threads, "N: simulator threads (default: all CPUs)"},
         {"seed", CLI_U64, &seed, "N: seed of the input's token ids (default 1)"},
+        {"timeline", CLI_STRING, &timeline, "FILE: FILE.html writes the per-tile timeline page, other names the "
+                                            "per-phase SVG"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -304,6 +308,16 @@ int cmd_plan_layer(int argc, char **argv) {
             printf("CPU executor        NMSE %.3g, max |d| %.3g of max |y| (gate 1e-4, 2e-2): %s\n", nmse, rel,
                    agree ? "agrees" : "DISAGREES");
         }
+    }
+    if (!rc && timeline) {
+        const char *dot = strrchr(timeline, '.');
+        int html = dot && (!strcmp(dot, ".html") || !strcmp(dot, ".htm"));
+        lm_free(text);
+        text = NULL;
+        if ((st = html ? lm_plan_timeline_html(p, sim, &text) : lm_plan_timeline_svg(p, sim, &text)) != LM_OK)
+            rc = cli_fail("plan layer", "timeline", st);
+        else if ((st = lm_file_write_atomic(timeline, text, strlen(text))) != LM_OK)
+            rc = cli_fail("plan layer", timeline, st);
     }
     if (!rc && (!agree || ss.checks_failed)) {
         fprintf(stderr, "loom plan layer: %s\n", ss.checks_failed ? "simulator checks failed" : "the CPU executor disagrees");

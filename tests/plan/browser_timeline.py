@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The plan timeline page (`loom plan ... --timeline FILE.html`) in a real browser:
+Debian's headless Chromium driven through ChromeDriver's W3C WebDriver protocol (plain
+HTTP, Python's standard library only), for a small plan (the MLP on small16, simulated)
+and an ipu21 plan (the SigLIP MLP, 1,472 tiles, predicted schedule). Each page is
+self-contained (no http:// or https:// reference), loads without a script error in
+the browser's console, draws rows and spans, shows a tooltip naming the kernel and
+its mid-program op when the pointer moves over a matmul span, and still draws with
+every group expanded (the ipu21 page: 1,472 tile rows, spans narrower than a pixel
+aggregated). Saves screenshots beside the build (plan_timeline_small.png,
+plan_timeline_ipu21.png) and prints load and draw times.
+
+usage: browser_timeline.py LOOM_BINARY OUT_DIR
+Exits 77 (CTest's skip) when chromium or chromedriver is missing.
+"""
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+DEADLINE_S = 60
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wd(base, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read().decode() or "{}").get("value")
+
+
+def make_page(loom, out, name, args):
+    path = os.path.join(out, name)
+    r = subprocess.run([loom, "plan"] + args + ["--threads", "2", "--timeline", path],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    if r.returncode != 0 or not os.path.exists(path):
+        raise RuntimeError("loom plan %s failed (%d): %s" % (" ".join(args), r.returncode, r.stderr))
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return path, text
+
+
+def check_page(base, s, path, text, shot, expand_rows):
+    """Returns a list of failures (empty: ok)."""
+    bad = []
+    if "http://" in text or "https://" in text:
+        bad.append("%s references the network" % path)
+
+    def js(script):
+        return wd(base, "POST", s + "/execute/sync", {"script": script, "args": []})
+
+    wd(base, "POST", s + "/url", {"url": "file://" + os.path.abspath(path)})
+    deadline = time.time() + DEADLINE_S
+    while not js("return !!(window.loomTimeline && window.loomTimeline.ready)"):
+        if time.time() > deadline:
+            return bad + ["%s: the page never became ready" % path]
+        time.sleep(0.05)
+    st = js("const t = window.loomTimeline; return {rows: t.drawnRows, spans: t.drawnSpans, agg: t.aggregated,"
+            " ready_ms: t.readyMs, groups: t.data.groups.length, tiles: t.data.tiles,"
+            " gap: document.querySelectorAll('#gapbar rect').length}")
+    print("%s: %s" % (os.path.basename(path), json.dumps(st)))
+    if not st["rows"] or not st["spans"]:
+        bad.append("%s: nothing drawn (%s)" % (path, st))
+    if not st["gap"]:
+        bad.append("%s: the gap strip is empty" % path)
+    # the pointer over a matmul span: the tooltip names the kernel and its mid-program op
+    pt = js("return window.loomTimeline.findSpan('matmul')")
+    if not pt:
+        bad.append("%s: no visible matmul span" % path)
+    else:
+        tipt = js("const c = document.getElementById('cv');"
+                  "c.dispatchEvent(new MouseEvent('mousemove', {clientX: %f, clientY: %f, bubbles: true}));"
+                  "const t = document.getElementById('tip');"
+                  "return t.style.display === 'block' ? t.textContent : ''" % (pt["x"], pt["y"]))
+        print("tooltip:", (tipt or "").replace("\n", " | "))
+        if "matmul" not in (tipt or "") or "mid op" not in (tipt or "") or "cycles" not in (tipt or ""):
+            bad.append("%s: the tooltip over a matmul span reads %r" % (path, tipt))
+    shot_png = wd(base, "GET", s + "/screenshot")
+    with open(shot, "wb") as f:
+        f.write(base64.b64decode(shot_png))
+    print("screenshot:", shot)
+    # every group expanded: one row per tile, still drawn in bounded time
+    ex = js("const t = window.loomTimeline; t.expandAll(); const a = performance.now(); t.draw();"
+            "const ms = performance.now() - a; const r = {rows: t.drawnRows, spans: t.drawnSpans, agg: t.aggregated, ms: ms};"
+            "const sc = document.getElementById('scroller'); sc.scrollTop = sc.scrollHeight; t.draw();"
+            "r.bottom_rows = t.drawnRows; r.scroll_px = sc.scrollTop; sc.scrollTop = 0; t.draw(); return r")
+    print("expanded: %s" % json.dumps(ex))
+    if not ex["rows"] or not ex["bottom_rows"] or ex["ms"] > 2000:
+        bad.append("%s: expanded view drew %s" % (path, ex))
+    if expand_rows and ex["rows"] < expand_rows:
+        bad.append("%s: expanded view drew only %d rows" % (path, ex["rows"]))
+    try:
+        logs = wd(base, "POST", s + "/se/log", {"type": "browser"}) or []
+    except OSError:
+        logs = []
+    severe = [l for l in logs if l.get("level") == "SEVERE"]
+    if severe:
+        bad.append("%s: script errors: %s" % (path, severe))
+    return bad
+
+
+def main():
+    loom, out = sys.argv[1:3]
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        print("skipped: chromium and chromedriver are needed (apt-get install chromium chromium-driver)")
+        return 77
+    os.makedirs(out, exist_ok=True)
+    pages = []
+    t = time.time()
+    pages.append(make_page(loom, out, "plan_timeline_small.html",
+                           ["mlp", "--machine", "small16", "--tokens", "64", "--width", "96", "--hidden", "160"]) +
+                 (os.path.join(out, "plan_timeline_small.png"), 0))
+    pages.append(make_page(loom, out, "plan_timeline_ipu21.html", ["mlp", "--machine", "ipu21", "--no-sim"]) +
+                 (os.path.join(out, "plan_timeline_ipu21.png"), 20))
+    print("pages written in %.1f s: %s" % (time.time() - t, ", ".join("%s (%d bytes)" % (p[0], len(p[1]))
+                                                                   for p in pages)))
+    dport = free_port()
+    drv = subprocess.Popen([driver, "--port=%d" % dport], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = "http://127.0.0.1:%d" % dport
+    session = None
+    try:
+        for _ in range(100):
+            try:
+                wd(base, "GET", "/status")
+                break
+            except OSError:
+                time.sleep(0.1)
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium,
+                                   "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                            "--window-size=1400,900"]},
+            "goog:loggingPrefs": {"browser": "ALL"}}}}
+        session = wd(base, "POST", "/session", caps)["sessionId"]
+        bad = []
+        for path, text, shot, rows in pages:
+            bad += check_page(base, "/session/" + session, path, text, shot, rows)
+        for b in bad:
+            print("FAIL:", b)
+        print("ok" if not bad else "FAIL")
+        return 0 if not bad else 1
+    finally:
+        if session:
+            try:
+                wd(base, "DELETE", "/session/" + session)
+            except OSError:
+                pass
+        drv.terminate()
+        drv.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
