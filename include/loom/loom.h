@@ -24,6 +24,7 @@
 #include "loom/chat.h"
 #include "loom/serve.h"
 #include "loom/server.h"
+#include "loom/trace.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

@@ -13,6 +13,7 @@
 #include "exec/autograd.h"
 
 #include "graph/rewrite.h"
+#include "loom/trace.h"
 
 lm_status lm__exec_autograd_prepare(const lm_graph *g, lm_graph **out) {
     static const lm__pass_fn passes[] = {lm__pass_hoist_leaves, lm__pass_linear, lm__pass_add_rmsnorm};
@@ -127,7 +128,9 @@ lm_status lm__exec_autograd(lm_ag *ag, const lm_graph *g, const lm__ag_bindings 
     lm_status st = t.var && t.view && t.isvar ? LM_OK : LM_OUT_OF_MEMORY;
     for (int64_t i = 0; st == LM_OK && i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
+        int64_t t0 = lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind) ? 0 : lm_trace_begin();
         st = lm__gop_is_leaf(op->kind) ? leaf(&t, op, b) : record(&t, op);
+        lm_trace_end(t0, "op", lm__gop_name(op->kind), op->name); /* the forward operator, run as it is recorded */
         if (st != LM_OK) st = lm__error_context(st, "op '%s'", op->name);
     }
     int result = -1;

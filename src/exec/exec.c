@@ -7,6 +7,7 @@
  * to the very same view changes nothing, so callers may rebind every run.
  */
 #include "exec/internal.h"
+#include "loom/trace.h"
 
 #include <stdio.h>
 
@@ -43,6 +44,9 @@ void lm_exec_destroy(lm_exec *e) {
         }
     }
     if (!e->opt.external_arena) lm_device_free(e->device, e->arena);
+    lm__exec_count_memory(-e->mem_counted);
+    for (int64_t i = 0; e->tev && e->g && i < 1 + 2 * e->g->nops; i++) lm_event_destroy(e->tev[i]);
+    lm__free(e->tev);
     lm__free(e->view);
     lm__free(e->offset);
     lm__free(e->bound);
@@ -67,6 +71,7 @@ lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *
     lm_device_caps caps;
     lm_status st = lm_device_caps_get(e->device, &caps);
     e->can_capture = st == LM_OK && caps.graph_capture;
+    e->async = st == LM_OK && caps.async;
     if (st == LM_OK) st = passes_for(e->device, &caps, e->opt.fuse, g, &e->g);
     if (st == LM_OK) {
         size_t nv = (size_t)(e->g->nvalues ? e->g->nvalues : 1), no = (size_t)(e->g->nops ? e->g->nops : 1);
@@ -83,6 +88,8 @@ lm_status lm_exec_create(lm_ctx *ctx, const lm_graph *g, const lm_exec_options *
         lm_exec_destroy(e);
         return lm__error_context(st, "preparing a graph of %lld ops", (long long)g->nops);
     }
+    e->mem_counted = (e->opt.external_arena ? 0 : e->arena_bytes) + e->owned_bytes;
+    lm__exec_count_memory(e->mem_counted);
     *out = e;
     return LM_OK;
 }
@@ -156,6 +163,8 @@ lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out) {
         size_t bytes = (size_t)(lm__gvalue_numel(x) * (int64_t)lm_dtype_size(x->dtype));
         LM_TRY(lm_device_alloc(e->device, bytes ? bytes : 1, &e->owned[id]));
         e->owned_bytes += (int64_t)bytes;
+        e->mem_counted += (int64_t)bytes;
+        lm__exec_count_memory((int64_t)bytes);
         lm_tensor_view t;
         LM_TRY(lm_tensor_view_init(&t, e->owned[id], x->dtype, e->device, x->ndim, x->dims, NULL));
         LM_TRY(bind_value(e, id, &t));
@@ -172,7 +181,67 @@ static lm_status poison(lm_exec *e) {
     return lm_device_fill(e->device, e->arena, (size_t)e->arena_bytes, &ones, 1);
 }
 
+/* Device spans of a traced run: tev[0] was recorded (and waited for) at host time
+ * host0; op i ran between tev[1 + 2i] and tev[2 + 2i]. Each span starts no earlier than
+ * the one before ends (the stream runs them in order; rounding must not overlap them). */
+static void device_spans(lm_exec *e, int64_t host0, int64_t nops) {
+    char track[48], dev[32];
+    snprintf(track, sizeof track, "%s stream", lm_device_format(e->device, dev, sizeof dev));
+    int64_t prev = host0;
+    for (int64_t i = 0; i < nops; i++) {
+        const lm__gop *op = &e->g->ops[i];
+        double a = 0, b = 0;
+        if (lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind)) continue;
+        if (lm_event_elapsed_ms(e->tev[0], e->tev[1 + 2 * i], &a) != LM_OK ||
+            lm_event_elapsed_ms(e->tev[0], e->tev[2 + 2 * i], &b) != LM_OK) {
+            lm_clear_error();
+            continue;
+        }
+        int64_t t0 = LM_MAX(host0 + (int64_t)(a * 1e6), prev), t1 = LM_MAX(host0 + (int64_t)(b * 1e6), t0);
+        lm_trace_span(track, "kernel", lm__gop_name(op->kind), op->name, t0, t1);
+        prev = t1;
+    }
+}
+
+/* A run while a trace is on: one host span per op (the time to issue it; on the CPU
+ * also to run it) and, on a device that queues work, the op's span on the device
+ * from a pair of events around it. Leaves and views issue nothing and get none. */
+static lm_status run_ops_traced(lm_exec *e, lm_ctx *ctx) {
+    int64_t nops = e->g->nops, host0 = 0;
+    int dev = e->async;
+    if (dev && !e->tev) { /* the event pool, made once; without it this executor traces the host only */
+        e->tev = lm__calloc((size_t)(1 + 2 * nops), sizeof *e->tev);
+        for (int64_t i = 0; e->tev && i < 1 + 2 * nops && dev; i++) dev = lm_event_create(ctx, &e->tev[i]) == LM_OK;
+        if (!dev || !e->tev) {
+            for (int64_t i = 0; e->tev && i < 1 + 2 * nops; i++) lm_event_destroy(e->tev[i]);
+            lm__free(e->tev);
+            e->tev = NULL;
+            e->async = dev = 0;
+        }
+    }
+    if (dev) dev = lm_event_record(e->tev[0], ctx) == LM_OK && lm_event_synchronize(e->tev[0]) == LM_OK;
+    host0 = lm_trace_now();
+    int64_t last = 0; /* the last event recorded */
+    for (int64_t i = 0; i < nops; i++) {
+        const lm__gop *op = &e->g->ops[i];
+        if (lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind)) continue; /* nothing to run */
+        int64_t t0 = lm_trace_begin();
+        if (dev) dev = lm_event_record(e->tev[1 + 2 * i], ctx) == LM_OK;
+        lm_status st = lm__exec_run_op(e, ctx, i);
+        if (dev) {
+            dev = lm_event_record(e->tev[2 + 2 * i], ctx) == LM_OK;
+            last = 2 + 2 * i;
+        }
+        lm_trace_end(t0, "op", lm__gop_name(op->kind), op->name);
+        if (st != LM_OK) return lm__error_context(st, "op '%s'", op->name);
+    }
+    if (dev && lm_event_synchronize(e->tev[last]) == LM_OK) device_spans(e, host0, nops);
+    lm_clear_error();
+    return LM_OK;
+}
+
 static lm_status run_ops(lm_exec *e, lm_ctx *ctx) {
+    if (lm_trace_enabled() && !lm_ctx_capturing(ctx)) return run_ops_traced(e, ctx);
     for (int64_t i = 0; i < e->g->nops; i++) {
         lm_status st = lm__exec_run_op(e, ctx, i);
         if (st != LM_OK) return lm__error_context(st, "op '%s'", e->g->ops[i].name);
@@ -225,11 +294,13 @@ lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
     }
     e->runs++;
     if (e->opt.poison) LM_TRY(poison(e));
-    if (e->captured) {
+    /* a traced run is eager, so each op gets its spans (docs/TIMELINES.md, "Step traces") */
+    int traced = lm_trace_enabled();
+    if (e->captured && !traced) {
         e->replays++;
         return lm_device_graph_launch(e->captured, ctx);
     }
-    if (e->opt.capture && e->can_capture && e->eager_runs >= 1 && !e->opt.poison) return capture(e, ctx);
+    if (e->opt.capture && e->can_capture && e->eager_runs >= 1 && !e->opt.poison && !traced) return capture(e, ctx);
     e->eager_runs++;
     return run_ops(e, ctx);
 }

@@ -30,6 +30,11 @@ struct lm_exec {
     int eager_runs;        /* runs since the last binding change (capture after one) */
     lm_device_graph *captured;
     int64_t runs, replays;
+    /* tracing (loom/trace.h): on a device that queues work, one event before and one
+     * after each op, resolved into device spans after a traced run */
+    int async;             /* lm_device_caps.async */
+    lm_event **tev;        /* [1 + 2 * nops] created at the first traced run, or NULL */
+    int64_t mem_counted;   /* bytes this executor adds to the "executor memory" counter */
 };
 
 /* exec/memory.c: 1 when value v owns storage in the arena (a computed value that is
@@ -38,6 +43,9 @@ int lm__exec_owns_arena(const lm_graph *g, int v);
 /* exec/memory.c: arena offsets by liveness (offset[], arena_bytes, live_bytes) and
  * operator workspaces; allocates both on e->device. */
 lm_status lm__exec_plan_memory(lm_exec *e);
+/* exec/memory.c: adds delta bytes to the device memory all executors hold and writes
+ * it (and its high-water mark, when it rises) as trace counters. */
+void lm__exec_count_memory(int64_t delta);
 /* exec/ops.c: the views of every value from the bindings and the arena. */
 lm_status lm__exec_resolve(lm_exec *e);
 /* exec/ops.c: runs op i of e->g through the public operators on ctx. */

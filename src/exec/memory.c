@@ -10,6 +10,9 @@
  * block per op kind, as large as its largest user), zero-filled once, and persistent.
  */
 #include "exec/internal.h"
+#include "loom/trace.h"
+
+#include <stdatomic.h>
 
 #define ALIGN 256 /* bytes: GEMM operands and vector loads want 16; 256 keeps every row of a value aligned */
 
@@ -78,4 +81,19 @@ lm_status lm__exec_plan_memory(lm_exec *e) {
                 e->work[j] = block, e->work_bytes[j] = bytes;
     }
     return LM_OK;
+}
+
+/* Device memory held by all executors (arenas they own, input buffers, workspaces),
+ * kept whether or not a trace runs so that a trace started later reads true values;
+ * changes only when executors are made, given inputs or destroyed. */
+static _Atomic int64_t g_exec_bytes, g_exec_peak;
+
+void lm__exec_count_memory(int64_t delta) {
+    if (!delta) return;
+    int64_t now = atomic_fetch_add(&g_exec_bytes, delta) + delta, peak = atomic_load(&g_exec_peak);
+    int rose = 0;
+    while (now > peak && !(rose = atomic_compare_exchange_weak(&g_exec_peak, &peak, now))) {}
+    if (!lm_trace_enabled()) return;
+    lm_trace_counter("executor memory (bytes)", (double)now);
+    if (rose) lm_trace_counter("executor memory peak (bytes)", (double)now);
 }

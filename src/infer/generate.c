@@ -8,6 +8,7 @@
  */
 #include "infer/internal.h"
 #include "loom/generate.h"
+#include "loom/trace.h"
 
 #include <string.h>
 
@@ -84,18 +85,25 @@ static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_g
     int stopped = 0;
     int32_t next = -1;
     double t0 = lm__now_seconds();
+    int64_t tr = lm_trace_begin();
     LM_TRY(forward(r, prompt, (int64_t)n_prompt, 0, &next));
+    lm_trace_end(tr, "generate", "prefill", NULL);
+    lm_trace_memory();
     double t1 = lm__now_seconds();
     res->prefill_seconds = t1 - t0;
     res->reason = LM_STOP_LENGTH;
     while (res->new_tokens < p->max_new_tokens && !stopped) {
         int32_t id = next;
+        tr = r->device_sampler ? 0 : lm_trace_begin(); /* on a device the step itself picked the token */
         if (!r->device_sampler) LM_TRY(lm_sampler_sample(r->sampler, r->logits, r->history, r->n_history, &id));
+        lm_trace_end(tr, "generate", "sample", NULL);
         r->history[r->n_history++] = id;
         res->new_tokens++;
         const char *text;
         size_t n;
+        tr = lm_trace_begin();
         LM_TRY(token_text(r, id, &text, &n));
+        lm_trace_end(tr, "generate", "detokenize", NULL);
         if (!p->ignore_eos && is_eos(c, id)) {
             res->reason = LM_STOP_EOS;
             LM_TRY(deliver(r, id, "", 0, 0, &stopped)); /* the eos itself adds no text */
@@ -103,7 +111,10 @@ static lm_status loop(run *r, const int32_t *prompt, size_t n_prompt, const lm_g
         }
         LM_TRY(deliver(r, id, text, n, 0, &stopped));
         if (stopped || res->new_tokens == p->max_new_tokens) break;
+        tr = lm_trace_begin();
         LM_TRY(forward(r, &id, 1, (uint64_t)res->new_tokens, &next));
+        lm_trace_end(tr, "generate", "decode step", NULL);
+        lm_trace_memory();
     }
     if (stopped) res->reason = (lm_stop_reason)(stopped - 1);
     const char *rest = "";
@@ -159,7 +170,9 @@ lm_status lm_generate(const lm_model *m, lm_ctx *ctx, const lm_tokenizer *tok, c
     if (st == LM_OK) {
         memcpy(r.history, prompt, n_prompt * sizeof *prompt);
         r.n_history = n_prompt;
+        int64_t tr = lm_trace_begin();
         st = loop(&r, prompt, n_prompt, p, res);
+        lm_trace_end(tr, "generate", "generate", NULL);
     }
     lm__stop_filter_free(&r.filter);
     lm__free(r.logits);

@@ -18,6 +18,7 @@
  * lm_device_empty_cache (or a failed cudaMalloc).
  */
 #include "runtime/cuda.h"
+#include "loom/trace.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -125,8 +126,14 @@ static void release_cached(pool *p) {
 
 static void note_use(pool *p, size_t size) {
     p->st.current_bytes += (int64_t)size;
-    if (p->st.current_bytes > p->st.peak_bytes) p->st.peak_bytes = p->st.current_bytes;
+    int rose = p->st.current_bytes > p->st.peak_bytes;
+    if (rose) p->st.peak_bytes = p->st.current_bytes;
     if (p->st.reserved_bytes > p->st.peak_reserved_bytes) p->st.peak_reserved_bytes = p->st.reserved_bytes;
+    if (rose && lm_trace_enabled()) { /* the high-water mark as a trace counter (loom/trace.h) */
+        char name[64];
+        snprintf(name, sizeof name, "cuda:%d allocator peak (bytes)", (int)(p - g_pools));
+        lm_trace_counter(name, (double)p->st.peak_bytes);
+    }
 }
 
 /* Called with p->mu held. */

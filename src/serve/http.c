@@ -13,6 +13,7 @@
  * cancels the job's choices, whose slots are free at the next step.
  */
 #include "serve/http.h"
+#include "loom/trace.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -605,14 +606,18 @@ static lm_status encode_prompt(lm_server *s, job *j) {
     char *rendered = NULL;
     if (r->kind == LM__OAI_CHAT) {
         if (!s->chat) return lm__error(LM_INVALID_ARGUMENT, "%s", s->chat_error);
+        int64_t tr = lm_trace_begin();
         lm_status st = lm_chat_template_render(s->chat, r->messages_json, r->tools_json, r->add_generation_prompt,
                                                r->template_kwargs, &rendered);
+        lm_trace_end(tr, "serve", "chat template", NULL);
         if (st != LM_OK) return lm__error_context(LM_INVALID_ARGUMENT, "the chat template");
         text = rendered;
     }
     int32_t *ids = NULL;
     size_t n = 0;
+    int64_t tr = lm_trace_begin();
     lm_status st = lm_tokenizer_encode(s->tok, text, strlen(text), &ids, &n);
+    lm_trace_end(tr, "serve", "tokenize", NULL);
     lm_free(rendered);
     if (st != LM_OK) return lm__error_context(LM_INVALID_ARGUMENT, "the prompt");
     int bos = r->kind == LM__OAI_COMPLETION && s->bos >= 0 && !(n > 0 && ids[0] == s->bos);
@@ -643,6 +648,7 @@ static enum MHD_Result generate(lm_server *s, struct MHD_Connection *c, int endp
 /* The model thread leaves its loop only when no handler is between the shutdown check
  * and its submission (`admitting`), so no request is submitted after it stopped stepping. */
 static enum MHD_Result handle_generate(lm_server *s, struct MHD_Connection *c, int endpoint, conn_state *cs) {
+    if (lm_trace_enabled()) lm_trace_thread_name("http connection");
     __atomic_add_fetch(&s->admitting, 1, __ATOMIC_SEQ_CST);
     int admitted = 0;
     if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
@@ -1048,6 +1054,7 @@ lm_status lm_server_run(lm_server *s, lm_ctx *ctx) {
     if (!s || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_server_run: NULL argument");
     double stop_at = 0;
     int cancelled = 0;
+    lm_trace_thread_name("scheduler");
     for (;;) {
         if (s->stop && !s->stopping) {
             __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);

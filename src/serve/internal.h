@@ -45,6 +45,7 @@ typedef struct lm__req {
     lm_tokenizer_stream *stream; /* NULL without a tokenizer */
     lm__stop_filter filter;
     double submitted, first_token, finished;
+    double admitted; /* first placed in a slot (lm_scheduler_now seconds; 0 until then): the trace's queue end */
     lm_finish_reason reason;
 } lm__req;
 

@@ -24,6 +24,7 @@
  */
 #include "ops/internal.h"
 #include "serve/internal.h"
+#include "loom/trace.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -348,8 +349,37 @@ static void paged_stats_locked(lm_scheduler *s) {
     s->st.kv_tokens_used = s->st.kv_blocks_used * s->bm.bs;
 }
 
+/* The request's lifetime as async trace spans (id = request id): "request" around
+ * "queue" (submitted -> first admitted), "prefill" (-> first token), "decode" (->
+ * finished) and a "finish" point naming the reason. Phases a request never reached
+ * are left out; times are clamped so each phase starts where the last one ended. */
+static void trace_request(const lm__req *r) {
+    static const char *reasons[] = {"length", "eos", "stop string", "cancelled", "error"};
+    int64_t t_sub = (int64_t)(r->submitted * 1e9), t_end = LM_MAX((int64_t)(r->finished * 1e9), t_sub);
+    int64_t t_adm = r->admitted > 0 ? LM_MIN(LM_MAX((int64_t)(r->admitted * 1e9), t_sub), t_end) : t_end;
+    int64_t t_tok = r->first_token > 0 ? LM_MIN(LM_MAX((int64_t)(r->first_token * 1e9), t_adm), t_end) : t_end;
+    char detail[160];
+    snprintf(detail, sizeof detail, "prompt %lld tokens, %lld generated, preempted %lld times", (long long)r->n_prompt,
+             (long long)(r->n_history - r->n_prompt), (long long)r->preempted);
+    lm_trace_async_begin("request", "request", r->id, t_sub, detail);
+    lm_trace_async_begin("request", "queue", r->id, t_sub, NULL);
+    lm_trace_async_end("request", "queue", r->id, t_adm);
+    if (r->admitted > 0) {
+        lm_trace_async_begin("request", "prefill", r->id, t_adm, NULL);
+        lm_trace_async_end("request", "prefill", r->id, t_tok);
+        if (r->first_token > 0) {
+            lm_trace_async_begin("request", "decode", r->id, t_tok, NULL);
+            lm_trace_async_end("request", "decode", r->id, t_end);
+        }
+    }
+    unsigned reason = (unsigned)r->reason;
+    lm_trace_async_instant("request", "finish", r->id, t_end, reason < 5 ? reasons[reason] : "?");
+    lm_trace_async_end("request", "request", r->id, t_end);
+}
+
 /* Frees r's slot and moves it from the live list to the snapshots (under the lock). */
 static void retire_locked(lm_scheduler *s, lm__req *r) {
+    if (lm_trace_enabled()) trace_request(r);
     if (r->slot >= 0) {
         bucket *b = &s->b[r->bucket];
         b->slot_req[r->slot] = NULL;
@@ -471,6 +501,7 @@ static void admit(lm_scheduler *s) {
         b->slot_req[k] = r;
         r->bucket = bi, r->slot = k;
         r->state = LM__REQ_PREFILL;
+        if (r->admitted == 0) r->admitted = lm_scheduler_now();
         r->order = b->admitted++;
         s->st.pending--;
         s->st.running++;
@@ -617,8 +648,15 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
         for (int64_t i = 0; i < n; i++) s->records[i] = lm__req_device_params(s->rows[i]);
     /* deterministic: at most DETERMINISTIC_ROWS rows per model step (one when prefilling) */
     int64_t chunk = s->o.deterministic ? (oldest ? 1 : DETERMINISTIC_ROWS) : n;
+    int64_t tr = lm_trace_begin();
     for (int64_t at = 0; at < n && st == LM_OK; at += chunk)
         st = forward_rows(s, ctx, b, at, (int)LM_MIN(chunk, n - at), T, on_device);
+    if (tr) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "%lld rows x %lld tokens", (long long)n, (long long)T);
+        lm_trace_end(tr, "serve", oldest ? "prefill step" : "decode step", detail);
+        lm_trace_memory();
+    }
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     if (oldest) s->st.prefill_steps++, s->st.prompt_tokens += n * T;
@@ -642,8 +680,10 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
             continue;
         }
         int finished = 0;
+        tr = lm_trace_begin(); /* picking the token (on the host), detokenizing, the request's callback */
         lm_status rs = on_device ? lm__req_accept_id(r, c, s->next[i], &finished)
                                  : lm__req_accept(r, c, s->logits + i * c->vocab_size, &finished);
+        lm_trace_end(tr, "serve", "sample", NULL);
         if (rs != LM_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", lm_last_error());

@@ -13,6 +13,7 @@
 #include "train/internal.h"
 
 #include "exec/autograd.h"
+#include "loom/trace.h"
 
 #include <math.h>
 #include <string.h>
@@ -143,11 +144,15 @@ lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const 
     lm_ag_var *L = NULL;
     lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS);
     lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
+    int64_t tr = lm_trace_begin();
     if (st == LM_OK) st = run(&f, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
     lm_ag_profile_mark(ctx, "fwd ", "(loss read)");
+    lm_trace_end(tr, "train", "forward", NULL);
+    tr = lm_trace_begin();
     if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
     lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
+    lm_trace_end(tr, "train", "backward", NULL);
     end(&f);
     lm_ag_profile_mark(ctx, "step ", "(tape release)");
     return st;

@@ -42,6 +42,7 @@
 #include "train/internal.h"
 
 #include "loom/io_write.h"
+#include "loom/trace.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -118,26 +119,36 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     if (!t || !ctx || !info) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_step: NULL argument");
     const lm_train_options *o = &t->o;
     lm_ag_profile_mark(ctx, "step ", "(between steps)");
+    int64_t step_t0 = lm_trace_begin(), tr = step_t0;
     LM_TRY(lm_train_model_zero_grad(t->model, ctx));
     lm_ag_profile_mark(ctx, "step ", "zero_grad");
+    lm_trace_end(tr, "train", "zero grad", NULL);
     double loss = 0, norm = 0;
     for (int a = 0; a < o->grad_accum; a++) {
         float l = 0;
+        tr = lm_trace_begin();
         LM_TRY(lm_data_loader_next(t->data, o->batch, t->ids, t->targets));
         lm_ag_profile_mark(ctx, "step ", "data");
+        lm_trace_end(tr, "train", "data", NULL);
         LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
                                                1.0f / (float)o->grad_accum, &l));
         loss += l;
     }
+    tr = lm_trace_begin();
     LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
     lm_ag_profile_mark(ctx, "step ", "grad_norm");
+    lm_trace_end(tr, "train", "grad norm", NULL);
     /* torch.nn.utils.clip_grad_norm_: coefficient max / (norm + 1e-6), at most 1 */
     double scale = o->clip > 0 && isfinite(norm) ? LM_MIN(1.0, o->clip / (norm + 1e-6)) : 1.0;
     int64_t step = lm_optimizer_steps(t->opt);
     lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
     double lr = lm_lr_at(&s, step);
+    tr = lm_trace_begin();
     LM_TRY(lm_optimizer_step(t->opt, ctx, lr, scale));
     lm_ag_profile_mark(ctx, "step ", "adamw");
+    lm_trace_end(tr, "train", "optimizer", NULL);
+    lm_trace_end(step_t0, "train", "train step", NULL);
+    lm_trace_memory();
     *info = (lm_train_step_info){step + 1, loss / o->grad_accum, lr, norm,
                                  (int64_t)o->grad_accum * o->batch * o->seq};
     return LM_OK;
@@ -146,6 +157,7 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
 lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, int64_t batches, double *loss) {
     if (!t || !ctx || !val || batches < 1 || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_evaluate: bad arguments");
     lm_data_loader_rewind(val);
+    int64_t tr = lm_trace_begin();
     double sum = 0;
     for (int64_t b = 0; b < batches; b++) {
         float l = 0;
@@ -154,6 +166,7 @@ lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, i
         sum += l;
     }
     *loss = sum / (double)batches;
+    lm_trace_end(tr, "train", "validation", NULL);
     return LM_OK;
 }
 
@@ -267,8 +280,17 @@ static lm_status remove_replaced(const lm_trainer *t, const char *dir) {
     return remove_dir(dir);
 }
 
+static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
+
 lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_save: NULL argument");
+    int64_t tr = lm_trace_begin();
+    lm_status st = save(t, ctx, dir, tokenizer_path);
+    lm_trace_end(tr, "train", "checkpoint save", dir);
+    return st;
+}
+
+static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
     char tmp[4096], old[4096], parent[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
     snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());

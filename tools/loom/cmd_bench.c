@@ -98,9 +98,15 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
     for (int r = 0; r < o->repeat && st == LM_OK; r++) {
         for (int b = 0; b < B; b++) lm_kv_cache_reset(cache, b);
         double t0 = cli_now();
+        int64_t tr = lm_trace_begin();
         st = lm_model_forward(m, ctx, cache, slots, B, ids, P, logits, 0);
+        lm_trace_end(tr, "bench", "prefill", NULL);
         double t1 = cli_now();
-        for (int64_t s = 0; s < N && st == LM_OK; s++) st = lm_model_forward(m, ctx, cache, slots, B, ids + B * (P + s), 1, logits, 0);
+        for (int64_t s = 0; s < N && st == LM_OK; s++) {
+            tr = lm_trace_begin();
+            st = lm_model_forward(m, ctx, cache, slots, B, ids + B * (P + s), 1, logits, 0);
+            lm_trace_end(tr, "bench", "decode step", NULL);
+        }
         times[r] = decode ? cli_now() - t1 : t1 - t0;
     }
     if (st != LM_OK) {
@@ -173,9 +179,12 @@ static int bench_tokenize(const bench_opts *o) {
     return rc;
 }
 
+static int bench_run(bench_opts *o, const char *what, int decode, int prefill);
+
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {NULL, NULL, NULL, NULL, 0, 3, 64, 512, 1};
     int prompt = -1;
+    const char *trace = NULL;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &o.model, "DIR: model directory (decode, prefill)"},
         {"tokenizer", CLI_STRING, &o.tokenizer, "FILE: tokenizer.json (tokenize)"},
@@ -186,6 +195,7 @@ int cmd_bench(int argc, char **argv) {
         {"prompt", CLI_INT, &prompt, "T: prompt tokens (default 512 for prefill, 16 for decode)"},
         {"batch", CLI_INT, &o.batch, "B: sequences per step (default 1)"},
         {"device", CLI_STRING, &o.device, "DEV: cpu (default), cuda or cuda:N (bandwidth, decode, prefill)"},
+        CLI_TRACE_OPT(&trace),
         {NULL, 0, NULL, NULL}};
     if (argc > 0 && !strcmp(argv[0], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
     const char *pos[1];
@@ -200,6 +210,13 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "loom bench: --repeat, --tokens, --prompt and --batch must be >= 1\n");
         return 2;
     }
+    if (!cli_trace_start("bench", trace)) return 1;
+    return cli_trace_stop("bench", bench_run(&o, what, decode, prefill));
+}
+
+/* The measurement named by what (the options checked). */
+static int bench_run(bench_opts *o_in, const char *what, int decode, int prefill) {
+    bench_opts o = *o_in;
     if (!strcmp(what, "tokenize")) {
         if (!o.tokenizer || !o.corpus) {
             fprintf(stderr, "loom bench tokenize: --tokenizer and --corpus are required\n");
@@ -227,7 +244,7 @@ int cmd_bench(int argc, char **argv) {
     lm_ctx *ctx = NULL;
     lm_status st = lm_ctx_create(lm_device_cpu(), o.threads, &ctx);
     if (st != LM_OK) return cli_fail("bench", "cannot create a context", st);
-    rc = decode || prefill ? bench_model(&o, ctx, decode) : bench_bandwidth(&o, ctx);
+    int rc = decode || prefill ? bench_model(&o, ctx, decode) : bench_bandwidth(&o, ctx);
     lm_ctx_destroy(ctx);
     return rc;
 }

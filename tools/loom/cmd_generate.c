@@ -32,6 +32,7 @@ static const char *k_reasons[] = {"length", "eos", "stop string", "callback"};
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL, *stop = NULL, *device_text = NULL;
+    const char *trace = NULL;
     int max_new = 64, greedy = 0, print_ids = 0, ignore_eos = 0, threads = 0, stats = 0, bos = 0, top_k = -1;
     float temperature = -1, top_p = -1, min_p = 0, rep = 1;
     uint64_t seed = 0;
@@ -56,6 +57,7 @@ int cmd_generate(int argc, char **argv) {
         {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"stats", CLI_FLAG, &stats, "print timing to stderr at the end"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
+        CLI_TRACE_OPT(&trace),
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -82,6 +84,7 @@ int cmd_generate(int argc, char **argv) {
     lm_device device;
     if (!cli_parse_device("generate", device_text, &device)) return 2;
     if (!model_dir && !(model_dir = cli_default_model("generate"))) return 1;
+    if (!cli_trace_start("generate", trace)) return 1;
     /* --max-new against the context from config.json alone, before the weights load:
      * the prompt takes at least one position */
     lm_model_config pre;
@@ -123,7 +126,10 @@ int cmd_generate(int argc, char **argv) {
     if (prompt) {
         int32_t *enc = NULL;
         size_t nenc = 0;
-        if ((st = lm_tokenizer_encode(tok, prompt, strlen(prompt), &enc, &nenc)) != LM_OK) {
+        int64_t tr = lm_trace_begin();
+        st = lm_tokenizer_encode(tok, prompt, strlen(prompt), &enc, &nenc);
+        lm_trace_end(tr, "generate", "tokenize", NULL);
+        if (st != LM_OK) {
             rc = cli_fail("generate", "cannot encode the prompt", st);
             goto done;
         }
@@ -206,5 +212,5 @@ done:
     lm_ctx_destroy(ctx);
     lm_tokenizer_destroy(tok);
     lm_model_destroy(m);
-    return rc;
+    return cli_trace_stop("generate", rc);
 }

@@ -56,7 +56,7 @@ static int64_t kv_bytes_per_token(const lm_model *m) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *device_text = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL;
-    const char *buckets = NULL, *scheduler = NULL, *bos_text = "auto";
+    const char *buckets = NULL, *scheduler = NULL, *bos_text = "auto", *trace = NULL;
     int port = 8080, slots = 0, threads = 0, spill = 0, max_queue = 0, verbose = 0, deterministic = 0;
     int max_connections = 512, max_prefill = 0, paged = 0, slot_cache = 0, block_size = 16;
     int64_t context = 0;
@@ -88,6 +88,7 @@ int cmd_serve(int argc, char **argv) {
         {"deterministic", CLI_FLAG, &deterministic, "batch-invariant mode: a request's tokens do not depend on its batch"},
         {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"verbose", CLI_FLAG, &verbose, "log each step's detail"},
+        CLI_TRACE_OPT(&trace),
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -150,8 +151,9 @@ int cmd_serve(int argc, char **argv) {
     lm_device device;
     if (!cli_parse_device("serve", device_text, &device)) return 2;
     cli_enable_logging(verbose ? 2 : 1);
+    if (!cli_trace_start("serve", trace)) return 1;
     lm_model *m = cli_load_model_on("serve", model_dir, device);
-    if (!m) return 1;
+    if (!m) return cli_trace_stop("serve", 1);
     const lm_model_config *cfg = lm_model_get_config(m);
     lm_ctx *ctx = NULL;
     lm_status st;
@@ -229,5 +231,5 @@ done:
     g_server = NULL;
     lm_ctx_destroy(ctx);
     lm_model_destroy(m);
-    return rc;
+    return cli_trace_stop("serve", rc);
 }

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 typedef struct train_args {
-    const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype;
+    const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype, *trace;
     int batch, grad_accum, threads, no_shuffle;
     float peak_tflops;
     int steps, seq, warmup, val_every, val_batches, save_every;
@@ -86,6 +86,7 @@ static int parse(int argc, char **argv, train_args *a) {
         {"peak-tflops", CLI_FLOAT, &a->peak_tflops, "X: the GPU's peak dense bf16 TFLOP/s for MFU (default 989.4, "
                                                     "H100/H200 SXM)"},
         {"threads", CLI_COUNT, &a->threads, "N: CPU threads (default: all)"},
+        CLI_TRACE_OPT(&a->trace),
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -370,6 +371,7 @@ int cmd_train(int argc, char **argv) {
     int rc = parse(argc, argv, &s.a);
     if (rc) return rc == 1 ? 0 : rc;
     cli_enable_logging(0);
+    if (!cli_trace_start("train", s.a.trace)) return 1;
     rc = open_all(&s);
     if (!rc) {
         const lm_model_config *c = lm_train_model_config(s.model);
@@ -381,5 +383,5 @@ int cmd_train(int argc, char **argv) {
         rc = loop(&s);
     }
     close_all(&s);
-    return rc;
+    return cli_trace_stop("train", rc);
 }

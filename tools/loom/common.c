@@ -100,3 +100,30 @@ const char *cli_default_model(const char *cmd) {
     fprintf(stderr, "loom %s: no --model given; using the default model %s\n", cmd, dir);
     return dir;
 }
+
+static const char *g_trace_cmd; /* the command whose trace runs, for the exit handler's message */
+
+static void trace_at_exit(void) {
+    if (lm_trace_enabled()) cli_trace_stop(g_trace_cmd, 0);
+}
+
+int cli_trace_start(const char *cmd, const char *path) {
+    if (!path) path = getenv("LOOM_TRACE");
+    if (!path || !*path) return 1;
+    lm_status st = lm_trace_start(path);
+    if (st != LM_OK) {
+        cli_fail(cmd, "cannot start the trace", st);
+        return 0;
+    }
+    static int registered;
+    g_trace_cmd = cmd;
+    if (!registered) registered = atexit(trace_at_exit) == 0; /* early returns and exit() stop it too */
+    return 1;
+}
+
+int cli_trace_stop(const char *cmd, int rc) {
+    lm_status st = lm_trace_stop();
+    if (st == LM_OK) return rc;
+    cli_fail(cmd, "cannot write the trace", st);
+    return rc ? rc : 1;
+}

@@ -29,6 +29,18 @@ void cli_best_median(double *times, int n, double *best, double *median);
  * empty, else the default model of the source tree (models/default). Prints which one
  * to stderr; prints why and returns NULL when it has no config.json. */
 const char *cli_default_model(const char *cmd);
+/* Step traces (loom/trace.h, docs/TIMELINES.md, "Step traces"): the --trace option of generate, bench,
+ * train and serve, and its start and stop. */
+#define CLI_TRACE_OPT(dest)                                                                                  \
+    {"trace", CLI_STRING, (dest), "FILE: write a Chrome trace-event JSON timeline of this run to FILE (open it in " \
+                                  "ui.perfetto.dev; also $LOOM_TRACE=FILE)"}
+/* Starts a trace into path, or $LOOM_TRACE when path is NULL (nothing when neither is
+ * set), and makes sure it is stopped when the process exits. Prints why and returns 0
+ * when the file cannot be created; 1 otherwise. */
+int cli_trace_start(const char *cmd, const char *path);
+/* Stops the trace (if one runs) and returns rc, or 1 (after printing why) when rc was
+ * 0 and the trace file could not be written. */
+int cli_trace_stop(const char *cmd, int rc);
 /* Finds the tokenizer.json beside a model: dir/tokenizer.json. Returns buf. */
 const char *cli_model_tokenizer_path(const char *dir, char *buf, size_t size);
 
