@@ -111,6 +111,20 @@ LM_API lm_status lm_tensor_from_host(lm_device device, lm_dtype dtype, int ndim,
  * strides == NULL means contiguous. LM_OUT_OF_RANGE unless the view lies inside. */
 LM_API lm_status lm_tensor_from_storage(lm_storage *s, lm_dtype dtype, int ndim, const int64_t *shape,
                                         const int64_t *strides, int64_t offset, lm_tensor **out);
+/* Zero-copy: a tensor over caller memory (host or device pointer) that every operator
+ * accepts. data is element [0,...,0]; strides in elements (NULL = contiguous row-major,
+ * 0 = broadcast, which outputs refuse). release(user, data) runs exactly once, when
+ * the last tensor sharing this memory (derived views included) is destroyed; release
+ * may be NULL for memory that outlives them. On failure release is not called and the
+ * caller keeps the memory. loom cannot check that data lies on device: the caller
+ * vouches for it, and for the extent the strides reach. Errors (LM_INVALID_ARGUMENT
+ * unless said): out NULL, an invalid dtype, an unknown device type (LM_UNSUPPORTED
+ * for a type this build lacks, LM_DEVICE_ERROR for a missing ordinal), ndim outside
+ * 0..LM_MAX_DIMS, a negative dim or stride, an element count beyond int64, NULL data
+ * with elements, data not aligned to the element size; LM_OUT_OF_RANGE for strides that
+ * reach beyond int64 elements or the address space. */
+LM_API lm_status lm_tensor_wrap(lm_device device, void *data, lm_dtype dtype, int ndim, const int64_t *shape,
+                                const int64_t *strides, lm_release_fn release, void *user, lm_tensor **out);
 LM_API void lm_tensor_destroy(lm_tensor *t); /* accepts NULL; releases its storage reference */
 
 /* Borrowed metadata, valid while t lives. */

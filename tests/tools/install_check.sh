@@ -6,7 +6,9 @@
 # `pkg-config --static --libs`), runs each on SOURCE_DIR/models/default and checks it
 # prints the prompt followed by a non-empty continuation. Also checks the installed
 # layout (headers, SONAME links, loomConfig*.cmake, loom.pc) and that
-# find_package(loom COMPONENTS CUDA) fails on a build without CUDA.
+# find_package(loom COMPONENTS CUDA) fails on a build without CUDA. And the installed
+# Python package (P/share/loom/python/loom) runs examples/python/generate.py from outside
+# the source tree, finding the installed libloom.so by itself and through LOOM_LIBRARY.
 #
 # Compiler and flags: the example is built with the build tree's CMAKE_C_COMPILER,
 # CMAKE_C_FLAGS and CMAKE_EXE_LINKER_FLAGS (read from BUILD_DIR/CMakeCache.txt), so a
@@ -152,6 +154,43 @@ if sflags=$("$PKG_CONFIG" --static --libs loom) && cflags=$("$PKG_CONFIG" --cfla
 else
     cat "$tmp/pc-static.log" >&2 2>/dev/null || true
     fail "pkg-config build (static)"
+fi
+
+# ---- Python: the installed package finds the installed library -----------------------------
+# examples/python/generate.py copied outside the source tree, run with PYTHONPATH at the
+# installed package: once with discovery alone (no LOOM_LIBRARY, no LD_LIBRARY_PATH: the
+# package must find P/lib*/libloom.so.0 itself) and once with LOOM_LIBRARY naming the
+# installed library. Prefers Debian's /usr/bin/python3 (NumPy: the example also prints
+# logits); skipped, not failed, without a Python 3 or for a sanitizer build (an ASan
+# libloom.so cannot be loaded by an uninstrumented python3).
+pkgdir="$prefix/share/loom/python"
+[ -f "$pkgdir/loom/__init__.py" ] || fail "missing $pkgdir/loom/__init__.py (the Python package)"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+case "$CFLAGS_EXTRA" in *-fsanitize=*) san=1 ;; *) san=0 ;; esac
+if [ -z "$PY" ] || [ $san = 1 ] || [ ! -f "$pkgdir/loom/__init__.py" ]; then
+    echo "== Python: skipped (python3: '${PY:-none}', sanitizer build: $san)"
+else
+    mkdir -p "$tmp/py"
+    cp "$src/examples/python/generate.py" "$tmp/py/generate.py"
+    cat > "$tmp/py/discover" <<PYSH
+#!/bin/sh
+cd "$tmp/py" && exec env -u LOOM_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pkgdir" "$PY" generate.py "\$@"
+PYSH
+    cat > "$tmp/py/explicit" <<PYSH
+#!/bin/sh
+cd "$tmp/py" && exec env -u LD_LIBRARY_PATH PYTHONPATH="$pkgdir" LOOM_LIBRARY="$libdir/libloom.so" "$PY" generate.py "\$@"
+PYSH
+    chmod +x "$tmp/py/discover" "$tmp/py/explicit"
+    echo "== Python ($PY): import loom from $pkgdir"
+    found=$(cd "$tmp/py" && env -u LOOM_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pkgdir" "$PY" -c \
+        'import loom; print(loom.library_path)' 2> "$tmp/py/import.err") || { cat "$tmp/py/import.err" >&2; found=""; }
+    case "$found" in
+        "$libdir"/libloom.so*) echo "   found $found" ;;
+        *) fail "Python: the installed package did not find the installed library (got '$found')" ;;
+    esac
+    run_check python-discover "$tmp/py/discover"
+    run_check python-explicit "$tmp/py/explicit"
 fi
 
 if [ $fails -ne 0 ]; then
