@@ -38,6 +38,25 @@ double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch
     return (double)m->mm_call_cycles + (double)batch * (normal < swapped ? normal : swapped);
 }
 
+void lm__plan_cost_matmul_parts(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,
+                                int64_t k, double parts[LM__PLAN_MM_PARTS]) {
+    for (int i = 0; i < LM__PLAN_MM_PARTS; i++) parts[i] = 0;
+    if (batch <= 0 || rows <= 0 || n <= 0 || k <= 0) return;
+    double normal = mm_passes(m, dt, rows, n, k), swapped = mm_passes(m, dt, n, rows, k);
+    if (swapped < normal) { /* the orientation lm__plan_cost_matmul takes */
+        int64_t t = rows;
+        rows = n, n = t;
+    }
+    int f16 = dt == LM_F16;
+    double kg = (double)(f16 ? m->mm_k_grain_f16 : m->mm_k_grain_f32),
+           ng = (double)(f16 ? m->mm_n_grain_f16 : m->mm_n_grain_f32);
+    double exact = (double)batch * ((double)k / kg) * ((double)n / ng); /* passes without grain rounding */
+    parts[LM__PLAN_MM_CALL] = (double)m->mm_call_cycles;
+    parts[LM__PLAN_MM_PASS] = exact * (double)m->mm_pass_cycles;
+    parts[LM__PLAN_MM_ROWS] = exact * (double)rows * (f16 ? m->mm_row_cycles_f16 : m->mm_row_cycles_f32);
+    parts[LM__PLAN_MM_PAD] = (double)batch * LM_MIN(normal, swapped) - parts[LM__PLAN_MM_PASS] - parts[LM__PLAN_MM_ROWS];
+}
+
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc) {
     double rate = dt == LM_F16 ? m->vec_flops_f16 : m->vec_flops_f32;
     return (double)m->vec_call_cycles + bytes / m->vec_bytes_per_cycle + flops / rate +

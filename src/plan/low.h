@@ -192,6 +192,21 @@ struct lm_plan {
     lm_plan_summary summary;
 };
 
+/* timeline.c: the gap between a plan's schedule (the low program with the simulator's
+ * timing rules, the total of lm_plan_simulate) and the compute bound, split along the
+ * critical path (the busiest tile of each superstep, the longest transfer of each
+ * exchange slot) so that the categories add up to the total exactly. v[G_BOUND] is
+ * the compute bound, v[G_MM_WORK] the matmul row work above it. */
+enum {
+    G_BOUND, G_MM_WORK, G_MM_CALL, G_MM_PASS, G_MM_PAD, G_KERNEL, G_REDUCE, G_COPY, G_EXCH, G_SYNC, G_COUNT
+};
+typedef struct lm__plan_gap {
+    double total;
+    double v[G_COUNT];
+    const char *key[G_COUNT], *label[G_COUNT]; /* static strings */
+} lm__plan_gap;
+lm_status lm__plan_gap_get(const lm_plan *p, lm__plan_gap *out);
+
 /* data.c: the inputs and parameters a simulation starts from (the caller's data
  * source or generated data, see data.c), rounded to their dtypes. */
 typedef struct lm__plan_data {

@@ -32,6 +32,12 @@ int lm__plan_follow_input(const lm_graph *g, const lm__gop *o, int i, const lm__
 
 /* ---- cost model (cost.c) ---------------------------------------------------------------------- */
 double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n, int64_t k);
+/* lm__plan_cost_matmul split into the call overhead, the weight passes' fixed costs and
+ * the row work as if the shape were a multiple of the grain, and the grain padding
+ * (what rounding the shape up to the grain adds to both); they sum to the cost. */
+enum { LM__PLAN_MM_CALL, LM__PLAN_MM_PASS, LM__PLAN_MM_ROWS, LM__PLAN_MM_PAD, LM__PLAN_MM_PARTS };
+void lm__plan_cost_matmul_parts(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,
+                                int64_t k, double parts[LM__PLAN_MM_PARTS]);
 /* One orientation only: the [k, n] operand held as weights, `rows` streamed (how a
  * measured kernel was run; the calibration in docs/PLAN.md fits this form). */
 double lm__plan_cost_matmul_fixed(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,

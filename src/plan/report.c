@@ -109,11 +109,29 @@ static void summary_text(const lm_plan *p, const lm_plan_sim *s, lm__plan_sbuf *
                          ss.ref_seconds);
 }
 
+/* The gap to the compute bound by category (lm__plan_gap_get), one line each. */
+static lm_status gap_text(const lm_plan *p, lm__plan_sbuf *b) {
+    lm__plan_gap g;
+    LM_TRY(lm__plan_gap_get(p, &g));
+    lm__plan_sbuf_printf(b, "where the cycles go (schedule of the low program, %.0f cycles, along its critical path):\n",
+                         g.total);
+    for (int i = 0; i < G_COUNT; i++)
+        if (g.v[i] != 0 || i == G_BOUND)
+            lm__plan_sbuf_printf(b, "  %-10s %10.0f  %5.1f%%  %s\n", g.key[i], g.v[i],
+                                 g.total > 0 ? 100.0 * g.v[i] / g.total : 0.0, g.label[i]);
+    return LM_OK;
+}
+
 lm_status lm_plan_report_text(const lm_plan *p, const lm_plan_sim *s, char **out) {
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_report_text: NULL argument");
     lm__plan_sbuf b = {0};
     describe_ops(p, &b);
     summary_text(p, s, &b);
+    lm_status st = gap_text(p, &b);
+    if (st != LM_OK) {
+        lm__free(b.p);
+        return st;
+    }
     if (s) {
         for (int i = 0; i < lm_plan_sim_check_count(s); i++) {
             lm_plan_check_result r;
@@ -170,6 +188,15 @@ lm_status lm_plan_report_json(const lm_plan *p, const lm_plan_sim *s, char **out
                              (long long)(o->kind == LM__PLAN_M_FLASH ? o->grid[3] : o->steps), o->cost);
     }
     lm__plan_sbuf_printf(&b, "]");
+    lm__plan_gap g;
+    lm_status st = lm__plan_gap_get(p, &g);
+    if (st != LM_OK) {
+        lm__free(b.p);
+        return st;
+    }
+    lm__plan_sbuf_printf(&b, ",\"gap\":{\"total_cycles\":%.0f", g.total);
+    for (int i = 0; i < G_COUNT; i++) lm__plan_sbuf_printf(&b, ",\"%s\":%.0f", g.key[i], g.v[i]);
+    lm__plan_sbuf_printf(&b, "}");
     if (s) {
         lm_plan_sim_summary ss;
         lm_plan_sim_get_summary(s, &ss);

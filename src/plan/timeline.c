@@ -35,14 +35,16 @@ static const char *const label_names[L_COUNT] = {
     "matmul", "bias_add", "gelu", "silu", "add", "mul", "swiglu", "softmax", "layer_norm", "rms_norm",
     "copy", "reduce", "flash_init", "flash_update", "flash_combine", "flash_final", "rope", "exchange", "sync"};
 
-/* The gap to the compute bound, per category, along the critical path. */
-enum { G_BOUND, G_MM_WORK, G_MM_OVER, G_KERNEL, G_REDUCE, G_COPY, G_EXCH, G_SYNC, G_COUNT };
-static const char *const gap_keys[G_COUNT] = {"bound", "mm_work", "mm_over", "kernels",
-                                              "reductions", "copies", "exchange", "sync"};
+/* The gap to the compute bound, per category, along the critical path (the
+ * categories are lm__plan_gap's, low.h). */
+static const char *const gap_keys[G_COUNT] = {"bound",    "mm_work",    "mm_call", "mm_pass",  "padding",
+                                              "kernels",  "reductions", "copies",  "exchange", "sync"};
 static const char *const gap_labels[G_COUNT] = {
     "compute bound (matmul FLOPs at the matrix units' peak on every tile)",
     "matmul work above the bound (uneven split, idle tiles, matmuls the bound does not count)",
-    "matmul call and pass overheads (incl. the matrix unit's grain padding)",
+    "matmul call overheads",
+    "matmul weight-pass overheads (fixed cost per grain of weights loaded)",
+    "padding (matmul shapes rounded up to the matrix unit's grain)",
     "other kernels (bias, activations, norms, softmax, RoPE, attention updates)",
     "reductions (partial-sum exchange and add kernels)",
     "layout conversions (on-tile copies)",
@@ -50,7 +52,7 @@ static const char *const gap_labels[G_COUNT] = {
     "sync barriers"};
 
 /* Per-tile accumulators of the open superstep. */
-enum { A_MM, A_MM_PEAK, A_KERNEL, A_REDUCE, A_COPY, A_COUNT };
+enum { A_MM, A_MM_PEAK, A_MM_CALL, A_MM_PASS, A_MM_PAD, A_KERNEL, A_REDUCE, A_COPY, A_COUNT };
 
 /* What a span is, apart from its tile and start. */
 typedef struct stype {
@@ -218,8 +220,10 @@ static lm_status close_compute(tl *T) {
     for (int64_t i = T->open_sp; i < T->nsp; i++)
         if (T->cur[T->sp[i].tile] == mx) LM_TRY(mark_critical(T, i));
     const double *a = T->acc + crit * A_COUNT;
-    T->gap[G_MM_WORK] += a[A_MM_PEAK];
-    T->gap[G_MM_OVER] += a[A_MM] - a[A_MM_PEAK];
+    T->gap[G_MM_WORK] += a[A_MM] - a[A_MM_CALL] - a[A_MM_PASS] - a[A_MM_PAD]; /* the row work */
+    T->gap[G_MM_CALL] += a[A_MM_CALL];
+    T->gap[G_MM_PASS] += a[A_MM_PASS];
+    T->gap[G_MM_PAD] += a[A_MM_PAD];
     T->gap[G_KERNEL] += a[A_KERNEL];
     T->gap[G_REDUCE] += a[A_REDUCE];
     T->gap[G_COPY] += a[A_COPY];
@@ -250,8 +254,14 @@ static lm_status compute_step(tl *T, int64_t si) {
                            (double)c->op[0].dims[2];
             double rate = c->op[0].dtype == LM_F32 ? m->mm_flops_f32 : m->mm_flops_f16;
             y.b1 = (int64_t)flops;
+            double parts[LM__PLAN_MM_PARTS];
+            lm__plan_cost_matmul_parts(m, c->op[0].dtype, c->op[2].dims[0], c->op[2].dims[1], c->op[2].dims[2],
+                                       c->op[0].dims[2], parts);
             a[A_MM] += c->cycles;
             a[A_MM_PEAK] += rate > 0 ? fmin(c->cycles, flops / rate) : 0;
+            a[A_MM_CALL] += parts[LM__PLAN_MM_CALL];
+            a[A_MM_PASS] += parts[LM__PLAN_MM_PASS];
+            a[A_MM_PAD] += parts[LM__PLAN_MM_PAD];
         } else if (c->kernel == LM__PLAN_K_REDUCE || c->kernel == LM__PLAN_K_FLASH_COMBINE || reduce_op) {
             a[A_REDUCE] += c->cycles;
         } else if (c->kernel == LM__PLAN_K_COPY) {
@@ -430,6 +440,11 @@ static int graph_has(const lm_plan *p, lm__gopk k) {
 }
 
 /* Everything but the groups: title, totals, names, phases, span types, the gap. */
+static double gap_value(const tl *T, int g) {
+    double bound = T->p->summary.lower_bound_cycles;
+    return g == G_BOUND ? bound : g == G_MM_WORK ? T->gap[g] - bound : T->gap[g];
+}
+
 static void emit_header(const tl *T, const lm_plan_sim *s, lm__plan_sbuf *b) {
     const lm_plan *p = T->p;
     char title[200];
@@ -494,14 +509,14 @@ static void emit_header(const tl *T, const lm_plan_sim *s, lm__plan_sbuf *b) {
     lm__plan_sbuf_printf(b, "],\"gap\":[");
     double bound = p->summary.lower_bound_cycles;
     for (int g = 0; g < G_COUNT; g++) {
-        double v = g == G_BOUND ? bound : g == G_MM_WORK ? T->gap[g] - bound : T->gap[g];
+        double v = gap_value(T, g);
         lm__plan_sbuf_printf(b, "%s[\"%s\",\"%s\",", g ? "," : "", gap_keys[g], gap_labels[g]);
         jnum(b, v);
         lm__plan_sbuf_printf(b, "]");
     }
     lm__plan_sbuf_printf(b, "],\"notes\":[");
-    lm__plan_sbuf_printf(b, "\"padding is not a category of its own: kernels run on each shard's real extent, and "
-                            "the matrix unit's grain rounding is inside the matmul overheads.\"");
+    lm__plan_sbuf_printf(b, "\"padding counts the matrix unit's grain rounding; shards are cut to the real extent, "
+                            "so an uneven split shows as matmul work above the bound.\"");
     if (graph_has(p, LM__GOP_ATTENTION))
         lm__plan_sbuf_printf(b, ",\"the compute bound counts the graph's matmuls only: attention's inner products "
                                 "are in 'matmul work above the bound'.\"");
@@ -617,23 +632,48 @@ static lm_status emit(tl *T, const lm_plan_sim *s, lm__plan_sbuf *b) {
 static const char *const *page_head(void);
 static const char *const *page_tail(void);
 
+static void tl_free(tl *T) {
+    lm__free(T->sp), lm__free(T->ty), lm__free(T->tyhash), lm__free(T->ph), lm__free(T->cur), lm__free(T->acc);
+    lm__free(T->xd), lm__free(T->xsb), lm__free(T->xrb), lm__free(T->mark), lm__free(T->touched);
+}
+
+/* The schedule of p (LM_OUT_OF_MEMORY, nothing held, on failure). */
+static lm_status tl_build(tl *T, const lm_plan *p) {
+    memset(T, 0, sizeof *T);
+    T->p = p, T->low = &p->low;
+    size_t n = (size_t)(p->low.tiles > 0 ? p->low.tiles : 1);
+    T->cur = lm__calloc(n, sizeof(double));
+    T->acc = lm__calloc(n * A_COUNT, sizeof(double));
+    T->xd = lm__calloc(n, sizeof(double));
+    T->xsb = lm__calloc(n, sizeof(int64_t));
+    T->xrb = lm__calloc(n, sizeof(int64_t));
+    T->mark = lm__calloc(n, 1);
+    T->touched = lm__calloc(n, sizeof(int32_t));
+    lm_status st = T->cur && T->acc && T->xd && T->xsb && T->xrb && T->mark && T->touched ? LM_OK : LM_OUT_OF_MEMORY;
+    if (st == LM_OK) st = schedule(T);
+    if (st != LM_OK) tl_free(T);
+    return st;
+}
+
+lm_status lm__plan_gap_get(const lm_plan *p, lm__plan_gap *out) {
+    if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm__plan_gap_get: NULL argument");
+    tl T;
+    lm_status st = tl_build(&T, p);
+    if (st != LM_OK) return lm__error(st, "plan gap: out of memory");
+    memset(out, 0, sizeof *out);
+    out->total = T.clock;
+    for (int g = 0; g < G_COUNT; g++) out->v[g] = gap_value(&T, g), out->key[g] = gap_keys[g], out->label[g] = gap_labels[g];
+    tl_free(&T);
+    return LM_OK;
+}
+
 lm_status lm_plan_timeline_html(const lm_plan *p, const lm_plan_sim *s, char **out) {
     if (out) *out = NULL;
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_plan_timeline_html: NULL argument");
     tl T;
-    memset(&T, 0, sizeof T);
-    T.p = p, T.low = &p->low;
-    size_t n = (size_t)(p->low.tiles > 0 ? p->low.tiles : 1);
-    T.cur = lm__calloc(n, sizeof(double));
-    T.acc = lm__calloc(n * A_COUNT, sizeof(double));
-    T.xd = lm__calloc(n, sizeof(double));
-    T.xsb = lm__calloc(n, sizeof(int64_t));
-    T.xrb = lm__calloc(n, sizeof(int64_t));
-    T.mark = lm__calloc(n, 1);
-    T.touched = lm__calloc(n, sizeof(int32_t));
-    lm_status st = T.cur && T.acc && T.xd && T.xsb && T.xrb && T.mark && T.touched ? LM_OK : LM_OUT_OF_MEMORY;
-    if (st == LM_OK) st = schedule(&T);
-    if (st == LM_OK && s) {
+    lm_status st = tl_build(&T, p);
+    if (st != LM_OK) return lm__error(st, "lm_plan_timeline_html: out of memory");
+    if (s) {
         lm_plan_sim_summary ss;
         lm_plan_sim_get_summary(s, &ss);
         if (fabs(ss.cycles - T.clock) > 1e-6 * fmax(1.0, ss.cycles))
@@ -647,8 +687,7 @@ lm_status lm_plan_timeline_html(const lm_plan *p, const lm_plan_sim *s, char **o
         st = emit(&T, s, &b);
         for (const char *const *l = page_tail(); *l; l++) lm__plan_sbuf_printf(&b, "%s", *l);
     }
-    lm__free(T.sp), lm__free(T.ty), lm__free(T.tyhash), lm__free(T.ph), lm__free(T.cur), lm__free(T.acc);
-    lm__free(T.xd), lm__free(T.xsb), lm__free(T.xrb), lm__free(T.mark), lm__free(T.touched);
+    tl_free(&T);
     if (st != LM_OK) {
         lm__free(b.p);
         return st == LM_OUT_OF_MEMORY ? lm__error(st, "lm_plan_timeline_html: out of memory") : st;

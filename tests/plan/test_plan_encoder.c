@@ -3,13 +3,16 @@
  * layers as one Repeat compile, pass the checker and simulate to the CPU reference
  * (checkpoints inside the layer every iteration, and the output) within the f16
  * tolerance; a stack whose first plans overflow a tile at allocation is planned again
- * within a smaller budget, and the report says so; bad sizes are refused.
+ * within a smaller budget, and the report says so; the report's breakdown of the
+ * cycles (the gap to the compute bound by category) adds up to the simulated total;
+ * bad sizes are refused.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
 #include "plan_test_util.h"
 #include "plan/low.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +42,7 @@ static void run(const enc_case *c) {
     char *txt = NULL;
     LT_CHECK_OK(lm_plan_report_text(p, NULL, &txt));
     int retried = txt && strstr(txt, "search budget") != NULL;
+    LT_CHECK(txt && strstr(txt, "where the cycles go") && strstr(txt, "mm_pass"));
     LT_CHECK_MSG(retried == c->expect_retry, "%s: report %s a reduced search budget", c->what,
                  retried ? "shows" : "lacks");
     LT_CHECK_MSG((p->search_attempts > 1) == c->expect_retry && p->search_sram <= p->m.sram_bytes,
@@ -68,6 +72,22 @@ static void run(const enc_case *c) {
             saw_residual += strcmp(r.name, "layer.residual1") == 0;
         }
         LT_CHECK_MSG(saw_residual == layers, "%s: layer.residual1 checked %d times", c->what, saw_residual);
+        /* the gap breakdown `loom plan` prints: its categories add up to the simulated total */
+        lm__plan_gap gap;
+        LT_CHECK_OK(lm__plan_gap_get(p, &gap));
+        double sum = 0;
+        for (int i = 0; i < G_COUNT; i++) {
+            sum += gap.v[i];
+            LT_CHECK_MSG(gap.v[i] >= -1e-6 * gap.total, "%s: gap %s = %.1f", c->what, gap.key[i], gap.v[i]);
+        }
+        LT_CHECK_MSG(fabs(sum - gap.total) <= 1e-6 * gap.total && fabs(gap.total - ss.cycles) <= 1e-6 * ss.cycles,
+                     "%s: gap categories sum to %.1f, schedule %.1f, simulated %.1f", c->what, sum, gap.total,
+                     ss.cycles);
+        LT_CHECK(gap.v[G_BOUND] == p->summary.lower_bound_cycles && gap.v[G_MM_PASS] > 0 && gap.v[G_EXCH] > 0);
+        char *js = NULL;
+        LT_CHECK_OK(lm_plan_report_json(p, s, &js));
+        LT_CHECK(js && strstr(js, "\"gap\":{\"total_cycles\"") && strstr(js, "\"mm_pass\":"));
+        lm_free(js);
         double ratio = ss.cycles / p->summary.predicted_cycles;
         LT_CHECK_MSG(ratio > 0.8 && ratio < 1.25, "%s: simulated/predicted = %.3f", c->what, ratio);
         printf("  %s: predicted %.0f, simulated %.0f cycles (%.2fx the bound), SRAM peak %lld, %d searches\n",
