@@ -30,7 +30,7 @@
 
 enum { R = 1, W = 2 };
 static const uint8_t k_rw[LM__PLAN_K_COUNT][4] = {
-    [LM__PLAN_K_MATMUL] = {R, R, W, 0},
+    [LM__PLAN_K_MATMUL] = {R, R, W, R}, /* op3: a fused epilogue's bias */
     [LM__PLAN_K_BIAS] = {R, R, W, 0},
     [LM__PLAN_K_UNARY] = {R, W, 0, 0},
     [LM__PLAN_K_BINARY] = {R, R, W, 0},
@@ -38,7 +38,7 @@ static const uint8_t k_rw[LM__PLAN_K_COUNT][4] = {
     [LM__PLAN_K_LAYERNORM] = {R, W, R, R},
     [LM__PLAN_K_RMSNORM] = {R, W, R, 0},
     [LM__PLAN_K_COPY] = {R, W, 0, 0},
-    [LM__PLAN_K_REDUCE] = {W, R, R, 0},
+    [LM__PLAN_K_REDUCE] = {W, R, R, R},
     [LM__PLAN_K_FLASH_INIT] = {W, 0, 0, 0},
     [LM__PLAN_K_FLASH_UPDATE] = {R, W, R | W, 0},
     [LM__PLAN_K_FLASH_COMBINE] = {R | W, R, 0, 0},

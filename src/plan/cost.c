@@ -57,6 +57,19 @@ void lm__plan_cost_matmul_parts(const lm_plan_machine *m, lm_dtype dt, int64_t b
     parts[LM__PLAN_MM_PAD] = (double)batch * LM_MIN(normal, swapped) - parts[LM__PLAN_MM_PASS] - parts[LM__PLAN_MM_ROWS];
 }
 
+int lm__plan_epi_valid(int64_t epi) {
+    return epi >= 0 && epi <= 7 && (epi & (LM__PLAN_EPI_GELU | LM__PLAN_EPI_SILU)) != (LM__PLAN_EPI_GELU | LM__PLAN_EPI_SILU);
+}
+
+double lm__plan_cost_epilogue(const lm_plan_machine *m, lm_dtype dt, int64_t elems, int64_t epi) {
+    if (!epi || elems <= 0) return 0;
+    double e = (double)elems, rate = dt == LM_F16 ? m->vec_flops_f16 : m->vec_flops_f32, c = 0;
+    if (epi & LM__PLAN_EPI_BIAS) c += e * (double)lm_dtype_size(dt) / m->vec_bytes_per_cycle + e / rate;
+    if (epi & LM__PLAN_EPI_GELU) c += 8 * e / rate + e * m->transc_cycles_per_elem;
+    if (epi & LM__PLAN_EPI_SILU) c += 3 * e / rate + e * m->transc_cycles_per_elem;
+    return c;
+}
+
 double lm__plan_cost_vector(const lm_plan_machine *m, lm_dtype dt, double bytes, double flops, double transc) {
     double rate = dt == LM_F16 ? m->vec_flops_f16 : m->vec_flops_f32;
     return (double)m->vec_call_cycles + bytes / m->vec_bytes_per_cycle + flops / rate +

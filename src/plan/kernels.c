@@ -79,6 +79,16 @@ static float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
+/* The fused epilogue (LM__PLAN_EPI_*) on output column col: + bias, then the activation. */
+static float epilogue(const lm__plan_call *c, const uint8_t *bias, int64_t col, float v) {
+    int64_t e = c->i[2];
+    if (e & LM__PLAN_EPI_BIAS)
+        v += lm__plan_load(bias + col * c->op[3].strides[0] * (int64_t)lm_dtype_size(c->op[3].dtype), c->op[3].dtype);
+    if (e & LM__PLAN_EPI_GELU) v = gelu(v);
+    if (e & LM__PLAN_EPI_SILU) v = v / (1.0f + expf(-v));
+    return v;
+}
+
 static void matmul(const lm__plan_call *c, uint8_t *const *base, float *scratch) {
     const lm__plan_opnd *A = &c->op[0], *B = &c->op[1], *C = &c->op[2];
     int64_t nb = C->dims[0], M = C->dims[1], N = C->dims[2], K = A->dims[2];
@@ -104,7 +114,8 @@ static void matmul(const lm__plan_call *c, uint8_t *const *base, float *scratch)
                 for (int64_t n = 0; n < N; n++) row[n] += av * brow[n];
             }
             for (int64_t n = 0; n < N; n++)
-                lm__plan_store(pc + (m * C->strides[1] + n * C->strides[2]) * ec, C->dtype, row[n]);
+                lm__plan_store(pc + (m * C->strides[1] + n * C->strides[2]) * ec, C->dtype,
+                               c->i[2] ? epilogue(c, base[3], n, row[n]) : row[n]);
         }
     }
 }
@@ -270,6 +281,7 @@ void lm__plan_kernel_run(const lm__plan_call *c, uint8_t *mem, const lm__plan_lo
             int64_t es = (int64_t)lm_dtype_size(c->op[2].dtype);
             for (int64_t k = 0; k < c->i[0]; k++)
                 v += lm__plan_load(base[2] + k * c->i[1] * es + offset_of(&w2, i), c->op[2].dtype);
+            if (c->i[2]) v = epilogue(c, base[3], i % last, v);
             break;
         }
         case LM__PLAN_K_FLASH_INIT: {
@@ -308,7 +320,8 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     int64_t e0 = lm__plan_opnd_elems(o0);
     switch ((lm__plan_kk)c->kernel) {
     case LM__PLAN_K_MATMUL:
-        return lm__plan_cost_matmul(m, o0->dtype, c->op[2].dims[0], c->op[2].dims[1], c->op[2].dims[2], o0->dims[2]);
+        return lm__plan_cost_matmul(m, o0->dtype, c->op[2].dims[0], c->op[2].dims[1], c->op[2].dims[2], o0->dims[2]) +
+               lm__plan_cost_epilogue(m, c->op[2].dtype, lm__plan_opnd_elems(&c->op[2]), c->i[2]);
     case LM__PLAN_K_BIAS: return lm__plan_cost_elementwise(m, LM__GOP_BIAS_ADD, o0->dtype, e0);
     case LM__PLAN_K_UNARY:
         return lm__plan_cost_elementwise(m, c->i[0] ? LM__GOP_SILU : LM__GOP_GELU, o0->dtype, e0);
@@ -328,7 +341,7 @@ double lm__plan_call_cycles(const lm_plan_machine *m, const lm__plan_call *c) {
     case LM__PLAN_K_REDUCE: {
         int64_t adds = (c->i[0] + (c->op[1].buf >= 0) - 1) * e0;
         lm_dtype in = c->op[2].buf >= 0 ? c->op[2].dtype : c->op[1].dtype;
-        return lm__plan_cost_reduce(m, in, o0->dtype, e0, adds);
+        return lm__plan_cost_reduce(m, in, o0->dtype, e0, adds) + lm__plan_cost_epilogue(m, o0->dtype, e0, c->i[2]);
     }
     case LM__PLAN_K_FLASH_INIT: return lm__plan_cost_vector(m, LM_F32, (double)(e0 * 4), 0, 0);
     case LM__PLAN_K_FLASH_UPDATE: {

@@ -231,6 +231,11 @@ static lm_status compute_matmul(lm__plan_proj *p, const lm__plan_mop *o, int64_t
     l[bnd - 1] = lo[nd - 1], h[bnd - 1] = hi[nd - 1];
     LM_TRY(lm__plan_low_operand(p->low, mid, o->in[1], t, l, h, &c.op[1]));
     LM_TRY(lm__plan_low_operand(p->low, mid, o->out, t, lo, hi, &c.op[2]));
+    if (o->epi & LM__PLAN_EPI_BIAS) { /* the bias of this shard's columns */
+        int64_t clo[1] = {lo[nd - 1]}, chi[1] = {hi[nd - 1]};
+        LM_TRY(lm__plan_low_operand(p->low, mid, o->in[o->nin - 1], t, clo, chi, &c.op[3]));
+    }
+    c.i[2] = o->epi;
     int32_t batch = nd == 3 ? (int32_t)(hi[0] - lo[0]) : 1;
     lm__plan_proj_to3(&c.op[0], 1);
     lm__plan_proj_to3(&c.op[1], batch);

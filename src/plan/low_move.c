@@ -184,6 +184,12 @@ lm_status lm__plan_low_reduce(lm__plan_proj *p, int i) {
         }
         c.i[0] = remote;
         c.i[1] = elems;
+        c.i[2] = o->epi;
+        if (st == LM_OK && (o->epi & LM__PLAN_EPI_BIAS)) { /* the bias of the box's columns */
+            int nd = mid->vals[o->out].l.ndim;
+            int64_t blo[1] = {pc[k].lo[nd - 1]}, bhi[1] = {pc[k].hi[nd - 1]};
+            st = lm__plan_low_operand(low, mid, o->in[o->nin - 1], pc[k].dst_tile, blo, bhi, &c.op[3]);
+        }
         if (st == LM_OK) st = lm__plan_proj_add_call(p, &c);
         k = e;
     }

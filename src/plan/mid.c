@@ -11,7 +11,7 @@
  * the value they name; outputs are checked at the end. Predicted cycles are the sum
  * of the ops' costs with bodies counted count times.
  */
-#include "plan/planner.h"
+#include "plan/low.h"
 
 #include <stdio.h>
 
@@ -303,6 +303,83 @@ static lm_status decision(mb *b, const lm__plan_trace *t) {
     return LM_OK;
 }
 
+/* ---- fused epilogues ---------------------------------------------------------------------------- */
+/* Op j can be folded into producer op i's final write: it is the next op, an
+ * elementwise bias add (its bias parameter read as a narrow row) or GeLU / SiLU reading
+ * exactly i's output (no view, no other reader, no checkpoint between), in the same
+ * layout and dtype, in the same region. */
+static int foldable(const mb *b, const int32_t *readers, int i, int j, lm__gopk *kind) {
+    const lm__plan_mid *mid = b->mid;
+    const lm_graph *g = b->P->g;
+    if (j >= mid->nops) return 0;
+    const lm__plan_mop *o = &mid->ops[i], *n = &mid->ops[j];
+    if (n->kind != LM__PLAN_M_COMPUTE || n->in[0] != o->out) return 0;
+    *kind = g->ops[n->gop].kind;
+    if (*kind != LM__GOP_BIAS_ADD && *kind != LM__GOP_GELU && *kind != LM__GOP_SILU) return 0;
+    if (*kind == LM__GOP_BIAS_ADD && (o->epi || n->nin != 2)) return 0; /* the bias comes first */
+    if (o->epi & (LM__PLAN_EPI_GELU | LM__PLAN_EPI_SILU)) return 0;     /* nothing after the activation */
+    const lm__plan_mval *a = &mid->vals[o->out], *c = &mid->vals[n->out];
+    if (a->view_of >= 0 || c->view_of >= 0 || a->region != c->region || a->l.partial ||
+        g->values[a->value].output || readers[o->out] != 1)
+        return 0;
+    return a->l.dtype == c->l.dtype && lm__plan_layout_equal(&a->l, &c->l);
+}
+
+/* Folds bias adds and GeLU / SiLU into the final write of the matmul (single pass, no
+ * K split) or reduction producing their input: one kernel call per shard instead of
+ * two or three, one rounding instead of three. Dropped ops' outputs become dead mid
+ * values (no buffer is used for them); repeat bounds are renumbered. */
+static lm_status fuse_epilogues(mb *b) {
+    lm__plan_mid *mid = b->mid;
+    const lm_graph *g = b->P->g;
+    const lm_plan_machine *m = b->P->m;
+    int64_t n = mid->nops, w = 0;
+    int *newi = lm__alloc(sizeof(int) * (size_t)(n + 1), 16);
+    int32_t *readers = lm__calloc((size_t)(mid->nvals + 1), sizeof(int32_t)); /* of each value's storage */
+    if (!newi || !readers) {
+        lm__free(newi);
+        lm__free(readers);
+        return LM_OUT_OF_MEMORY;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < mid->ops[i].nin; k++) readers[lm__plan_mid_owner(mid, mid->ops[i].in[k])]++;
+    for (int64_t i = 0; i < n; i++) {
+        lm__plan_mop *o = &mid->ops[i];
+        newi[i] = (int)w;
+        int host = (o->kind == LM__PLAN_M_REDUCE && o->nin == 1) ||
+                   (o->kind == LM__PLAN_M_COMPUTE && o->gop >= 0 && g->ops[o->gop].kind == LM__GOP_MATMUL &&
+                    o->steps == 1 && o->nin == 2);
+        int64_t j = i + 1;
+        lm__gopk k;
+        while (host && foldable(b, readers, (int)i, (int)j, &k)) {
+            lm__plan_mop *f = &mid->ops[j];
+            if (k == LM__GOP_BIAS_ADD) {
+                o->in[o->nin++] = f->in[1];
+                o->epi |= LM__PLAN_EPI_BIAS;
+            } else {
+                o->epi |= k == LM__GOP_GELU ? LM__PLAN_EPI_GELU : LM__PLAN_EPI_SILU;
+            }
+            o->out = f->out;
+            newi[j] = (int)w; /* a dropped op maps to its host */
+            j++;
+        }
+        if (o->epi) {
+            const lm__plan_layout *L = &mid->vals[o->out].l;
+            int64_t elems = lm__plan_layout_shard_bytes(L) / (int64_t)lm_dtype_size(L->dtype);
+            o->cost += lm__plan_cost_epilogue(m, L->dtype, elems, o->epi);
+        }
+        mid->ops[w++] = *o;
+        i = j - 1;
+    }
+    newi[n] = (int)w;
+    for (int64_t i = 0; i < w; i++)
+        if (mid->ops[i].kind == LM__PLAN_M_REPEAT) mid->ops[i].body_end = newi[mid->ops[i].body_end];
+    mid->nops = w;
+    lm__free(newi);
+    lm__free(readers);
+    return LM_OK;
+}
+
 /* Replays the decisions from the node after 'start' to 'end'. */
 static lm_status build_chain(mb *b, int end, int start) {
     int n = 0;
@@ -361,6 +438,7 @@ lm_status lm__plan_mid_build(lm__plan_planner *P, int trace_end, lm__plan_mid *m
         o.check = -1 - (int)v;
         st = op_add(&b, &o);
     }
+    if (st == LM_OK) st = fuse_epilogues(&b);
     if (st != LM_OK) {
         lm__plan_mid_free(mid);
         return st;

@@ -531,7 +531,7 @@ static lm_status encode_section(const lm_plan *p, int id, wbuf *b, int64_t *coun
             pi32(&c, o->nin);
             pi32(&c, o->body_end);
             pi32(&c, o->check);
-            pzero(&c, 4);
+            pi32(&c, o->epi); /* zero in packages written before fused epilogues: none */
             for (int i = 0; i < 4; i++) pi64(&c, o->grid[i]);
             pi64(&c, o->count);
             pi64(&c, o->steps);
@@ -1258,7 +1258,7 @@ static lm_status read_mid(loader *L) {
         o->nin = gi32(&c);
         o->body_end = gi32(&c);
         o->check = gi32(&c);
-        c += 4;
+        o->epi = gi32(&c);
         for (int i = 0; i < 4; i++) o->grid[i] = gi64(&c);
         o->count = gi64(&c);
         o->steps = gi64(&c);
@@ -1281,6 +1281,12 @@ static lm_status read_mid(loader *L) {
             (o->check >= 0 ? o->check >= g->nchecks : (-1 - (int64_t)o->check) >= g->nvalues))
             return bad(L, "mid op %lld: checkpoint %d", (long long)k, o->check);
         if (!isfinite(o->cost)) return bad(L, "mid op %lld: cost %g", (long long)k, o->cost);
+        int host = o->kind == LM__PLAN_M_REDUCE ||
+                   (o->kind == LM__PLAN_M_COMPUTE && g->ops[o->gop].kind == LM__GOP_MATMUL);
+        if (o->epi && (!host || !lm__plan_epi_valid(o->epi) ||
+                       o->nin != (o->kind == LM__PLAN_M_REDUCE ? 1 : 2) + (o->epi & LM__PLAN_EPI_BIAS)))
+            return bad(L, "mid op %lld: epilogue %d on a %s of %d inputs", (long long)k, o->epi,
+                       lm__plan_mid_kind_name(o->kind), o->nin);
     }
     return LM_OK;
 }
@@ -1371,9 +1377,9 @@ static lm_status call_ok(const loader *L, int64_t k, const lm__plan_call *c) {
         return bad(L, "%s: attributes not finite", what);
     static const uint8_t need[LM__PLAN_K_COUNT] = {
         /* bit i: operand i present; high nibble: optional operands */
-        [LM__PLAN_K_MATMUL] = 0x07,      [LM__PLAN_K_BIAS] = 0x07,         [LM__PLAN_K_UNARY] = 0x03,
+        [LM__PLAN_K_MATMUL] = 0x87,      [LM__PLAN_K_BIAS] = 0x07,         [LM__PLAN_K_UNARY] = 0x03,
         [LM__PLAN_K_BINARY] = 0x07,      [LM__PLAN_K_SOFTMAX] = 0x03,      [LM__PLAN_K_LAYERNORM] = 0x87,
-        [LM__PLAN_K_RMSNORM] = 0x07,     [LM__PLAN_K_COPY] = 0x03,         [LM__PLAN_K_REDUCE] = 0x61,
+        [LM__PLAN_K_RMSNORM] = 0x07,     [LM__PLAN_K_COPY] = 0x03,         [LM__PLAN_K_REDUCE] = 0xE1,
         [LM__PLAN_K_FLASH_INIT] = 0x01,  [LM__PLAN_K_FLASH_UPDATE] = 0x07, [LM__PLAN_K_FLASH_COMBINE] = 0x03,
         [LM__PLAN_K_FLASH_FINAL] = 0x03, [LM__PLAN_K_ROPE] = 0x0f,
     };
@@ -1391,6 +1397,16 @@ static lm_status call_ok(const loader *L, int64_t k, const lm__plan_call *c) {
         }
     }
     int64_t e0 = lm__plan_opnd_elems(&o[0]);
+    if (c->kernel == LM__PLAN_K_MATMUL || c->kernel == LM__PLAN_K_REDUCE) { /* a fused epilogue */
+        const lm__plan_opnd *out = c->kernel == LM__PLAN_K_MATMUL ? &o[2] : &o[0];
+        int64_t last = out->dims[out->ndim - 1], one[1] = {last}, s[1] = {o[3].strides[0]};
+        int bias = (c->i[2] & LM__PLAN_EPI_BIAS) != 0;
+        if (!lm__plan_epi_valid(c->i[2]) || bias != (o[3].buf >= 0) ||
+            (c->kernel == LM__PLAN_K_MATMUL && c->i[2] && c->i[0]))
+            return bad(L, "%s: epilogue %lld", what, (long long)c->i[2]);
+        if (bias && (o[3].ndim != 1 || o[3].dims[0] != last)) return bad(L, "%s: epilogue bias shape", what);
+        if (bias) LM_TRY(extra_ok(L, &o[3], (int64_t)lm_dtype_size(o[3].dtype), 1, one, s, what));
+    }
     switch ((lm__plan_kk)c->kernel) {
     case LM__PLAN_K_MATMUL: {
         const lm__plan_opnd *A = &o[0], *B = &o[1], *C = &o[2];

@@ -36,6 +36,14 @@ double lm__plan_cost_matmul(const lm_plan_machine *m, lm_dtype dt, int64_t batch
  * the row work as if the shape were a multiple of the grain, and the grain padding
  * (what rounding the shape up to the grain adds to both); they sum to the cost. */
 enum { LM__PLAN_MM_CALL, LM__PLAN_MM_PASS, LM__PLAN_MM_ROWS, LM__PLAN_MM_PAD, LM__PLAN_MM_PARTS };
+/* A fused epilogue on a matmul's or a reduction's final write: + bias[col], then GeLU
+ * (tanh form) or SiLU, one rounding to the output dtype. The code is kept in the
+ * call's i[2] and the mid op's epi; 0 = none. */
+enum { LM__PLAN_EPI_BIAS = 1, LM__PLAN_EPI_GELU = 2, LM__PLAN_EPI_SILU = 4 };
+int lm__plan_epi_valid(int64_t epi); /* known bits, not GeLU and SiLU together */
+/* The epilogue's cycles on elems outputs: its FLOPs, transcendentals and the bias read,
+ * no call and no pass over the output of its own. */
+double lm__plan_cost_epilogue(const lm_plan_machine *m, lm_dtype dt, int64_t elems, int64_t epi);
 void lm__plan_cost_matmul_parts(const lm_plan_machine *m, lm_dtype dt, int64_t batch, int64_t rows, int64_t n,
                                 int64_t k, double parts[LM__PLAN_MM_PARTS]);
 /* One orientation only: the [k, n] operand held as weights, `rows` streamed (how a
@@ -253,6 +261,7 @@ typedef struct lm__plan_mop {
     int64_t steps;           /* COMPUTE matmul: serial K steps with streamed operands */
     lm__plan_layout step[2]; /* their step-0 layouts */
     int flash_k, flash_v;    /* FLASH: the K and V view values (graph ids) */
+    int epi;                 /* COMPUTE matmul / REDUCE: fused epilogue (LM__PLAN_EPI_*; in[nin-1] is the bias) */
     double cost;             /* predicted cycles of one execution */
 } lm__plan_mop;
 

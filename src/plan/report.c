@@ -17,6 +17,14 @@ static const char *mop_name(const lm_plan *p, const lm__plan_mop *o) {
     return "";
 }
 
+/* " + bias + gelu" for a fused epilogue (planner.h, LM__PLAN_EPI_*). */
+static void epi_text(const lm__plan_mop *o, lm__plan_sbuf *b) {
+    if (o->epi & LM__PLAN_EPI_BIAS) lm__plan_sbuf_printf(b, " + bias");
+    if (o->epi & LM__PLAN_EPI_GELU) lm__plan_sbuf_printf(b, " + gelu");
+    if (o->epi & LM__PLAN_EPI_SILU) lm__plan_sbuf_printf(b, " + silu");
+    if (o->epi) lm__plan_sbuf_printf(b, " (fused)");
+}
+
 static void describe_ops(const lm_plan *p, lm__plan_sbuf *b) {
     const lm__plan_mid *mid = &p->mid;
     int depth = 0;
@@ -35,6 +43,7 @@ static void describe_ops(const lm_plan *p, lm__plan_sbuf *b) {
                 lm__plan_sbuf_printf(b, " grid b%lld m%lld n%lld k%lld", (long long)o->grid[0], (long long)o->grid[1],
                                      (long long)o->grid[2], (long long)o->grid[3]);
             if (o->steps > 1) lm__plan_sbuf_printf(b, " in %lld K steps", (long long)o->steps);
+            epi_text(o, b);
             lm__plan_sbuf_printf(b, " -> %s  [%.0f cycles]\n", out, o->cost);
             break;
         case LM__PLAN_M_FLASH: {
@@ -48,8 +57,11 @@ static void describe_ops(const lm_plan *p, lm__plan_sbuf *b) {
         case LM__PLAN_M_COPY:
         case LM__PLAN_M_EXCHANGE:
         case LM__PLAN_M_REDUCE:
-            lm__plan_sbuf_printf(b, "%s: %s -> %s  [%.0f cycles]\n", p->g->values[mid->vals[o->out].value].name, in,
-                                 out, o->cost);
+            lm__plan_sbuf_printf(b, "%s: %s",
+                                 p->g->values[mid->vals[o->kind == LM__PLAN_M_REDUCE ? o->in[0] : o->out].value].name,
+                                 in);
+            epi_text(o, b);
+            lm__plan_sbuf_printf(b, " -> %s  [%.0f cycles]\n", out, o->cost);
             break;
         case LM__PLAN_M_REPEAT:
             lm__plan_sbuf_printf(b, "x%lld (ops %lld..%d)\n", (long long)o->count, (long long)i + 1, o->body_end - 1);

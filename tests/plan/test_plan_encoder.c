@@ -109,6 +109,58 @@ static void test_layers_simulate_to_the_reference(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run(&cases[i]);
 }
 
+/* Bias adds and GeLU fold into the final write of the matmul or reduction producing
+ * their input (the report marks them), except when something else needs the value in
+ * between: here a checkpoint on the matmul's output keeps the bias add (and the GeLU
+ * after it) separate; both plans match the reference at every checkpoint. */
+static void test_epilogues_fuse_unless_the_value_is_needed(void) {
+    for (int keep = 0; keep < 2; keep++) {
+        lm_graph *g = NULL;
+        LT_CHECK_OK(lm_graph_create(&g));
+        int64_t xs[2] = {32, 64}, ws[2] = {64, 96}, bs[1] = {96};
+        lm_graph_value x, w, bias, mm, h, a;
+        LT_CHECK_OK(lm_graph_input(g, "x", LM_F16, 2, xs, 1.0, &x));
+        LT_CHECK_OK(lm_graph_param(g, "w", LM_F16, 2, ws, 0.0, 0.125, &w));
+        LT_CHECK_OK(lm_graph_param(g, "b", LM_F16, 1, bs, 0.0, 0.02, &bias));
+        LT_CHECK_OK(lm_graph_matmul(g, "mm", x, w, LM_F16, &mm));
+        if (keep) LT_CHECK_OK(lm_graph_checkpoint(g, mm, "pre-bias"));
+        LT_CHECK_OK(lm_graph_bias_add(g, "bias", mm, bias, &h));
+        LT_CHECK_OK(lm_graph_unary(g, "gelu", LM_GRAPH_GELU, h, &a));
+        LT_CHECK_OK(lm_graph_output(g, a));
+        lm_plan_machine *m = NULL;
+        LT_CHECK_OK(lm_plan_machine_preset("small16", &m));
+        lm_plan *p = NULL;
+        LT_CHECK_OK(lm_plan_compile(g, m, NULL, &p));
+        lm_graph_destroy(g);
+        lm_plan_machine_destroy(m);
+        if (!p) continue;
+        LT_CHECK_OK(lm_plan_check(p));
+        char *txt = NULL;
+        LT_CHECK_OK(lm_plan_report_text(p, NULL, &txt));
+        int fused = txt && strstr(txt, "+ bias + gelu (fused)") != NULL;
+        LT_CHECK_MSG(fused == !keep, "%s checkpoint: the epilogue is %sfused:\n%s", keep ? "with" : "without",
+                     fused ? "" : "not ", txt ? txt : "");
+        lm_free(txt);
+        int calls_with_epi = 0;
+        for (int64_t i = 0; i < p->low.ncalls; i++) calls_with_epi += p->low.calls[i].i[2] != 0 &&
+                                                                      (p->low.calls[i].kernel == LM__PLAN_K_MATMUL ||
+                                                                       p->low.calls[i].kernel == LM__PLAN_K_REDUCE);
+        LT_CHECK((calls_with_epi > 0) == !keep);
+        lm_plan_sim *s = NULL;
+        lm_plan_sim_options so;
+        lm_plan_sim_options_default(&so);
+        LT_CHECK_OK(lm_plan_simulate(p, &so, &s));
+        if (s) {
+            lm_plan_sim_summary ss;
+            LT_CHECK_OK(lm_plan_sim_get_summary(s, &ss));
+            LT_CHECK_MSG(ss.checks == 1 + keep && ss.checks_failed == 0, "%d checks, %d failed (NMSE %.3g)", ss.checks,
+                         ss.checks_failed, ss.worst_nmse);
+        }
+        lm_plan_sim_destroy(s);
+        lm_plan_destroy(p);
+    }
+}
+
 static void test_bad_sizes_are_refused(void) {
     lm_plan_workload w;
     lm_graph *g = NULL;
@@ -126,6 +178,7 @@ static void test_bad_sizes_are_refused(void) {
 
 int main(void) {
     LT_RUN(test_layers_simulate_to_the_reference);
+    LT_RUN(test_epilogues_fuse_unless_the_value_is_needed);
     LT_RUN(test_bad_sizes_are_refused);
     return lt_finish();
 }

@@ -466,7 +466,11 @@ static void test_every_corruption_is_refused(void) {
 
     /* forged records whose checksums were fixed up: the indices and ranges are checked */
     int64_t T = p->m.tiles, mm = first_call_with_kernel(p, LM__PLAN_K_MATMUL);
-    int64_t nbufs = p->low.nbufs, other_tile_buf = 0;
+    int64_t nbufs = p->low.nbufs, other_tile_buf = 0, no_op3 = 0;
+    while (no_op3 < p->low.ncalls - 1 && p->low.calls[no_op3].op[3].buf >= 0) no_op3++;
+    int64_t fused = 0; /* a call with a fused bias epilogue (the MLP's fc1 and fc2) */
+    while (fused < p->low.ncalls - 1 && !(p->low.calls[fused].i[2] & LM__PLAN_EPI_BIAS)) fused++;
+    LT_CHECK(p->low.calls[fused].i[2] & LM__PLAN_EPI_BIAS);
     while (other_tile_buf < nbufs - 1 && p->low.bufs[other_tile_buf].tile == p->low.calls[mm].tile) other_tile_buf++;
     struct {
         const char *what;
@@ -480,7 +484,9 @@ static void test_every_corruption_is_refused(void) {
         {"operand offset", {S_CALLS, mm, 8 + 16, 8, 1 << 20, 1}, "leaves buffer"},
         {"operand stride", {S_CALLS, mm, 8 + 48, 4, 1 << 16, 1}, "leaves buffer"},
         {"operand dims", {S_CALLS, mm, 8 + 24, 4, 1, 1}, "operands are not"},
-        {"absent operand with a shape", {S_CALLS, mm, 8 + 3 * 56 + 4, 4, 7, 0}, "absent operand 3"},
+        {"absent operand with a shape", {S_CALLS, no_op3, 8 + 3 * 56 + 4, 4, 7, 0}, "absent operand 3"},
+        {"epilogue code", {S_CALLS, fused, 256, 8, 9, 0}, "epilogue 9"},
+        {"epilogue without its bias bit", {S_CALLS, fused, 256, 8, 2, 0}, "epilogue 2"},
         {"call cycles", {S_CALLS, 0, 264, 8, 0x4090000000000000LL, 0}, "costs it"},
         {"transfer source tile", {S_XFERS, 0, 0, 4, T, 0}, "tile"},
         {"transfer slot", {S_XFERS, 0, 4, 4, 1 << 20, 0}, "slot"},
