@@ -1,5 +1,6 @@
 /* loom/trace.h — step traces: a timeline of one process as Chrome trace-event JSON
- * (opens in https://ui.perfetto.dev and chrome://tracing; docs/TIMELINES.md, "Step traces").
+ * (lm_trace_html / `loom trace view` turn it into an offline page; Perfetto opens it too;
+ * docs/TIMELINES.md, "Step traces").
  *
  * lm_trace_start opens the file; from then on the library's instrumentation points
  * (per operator, prefill / decode step / sample, training phases, server requests,
@@ -69,6 +70,17 @@ LM_API void lm_trace_async_end(const char *cat, const char *name, int64_t id, in
 LM_API void lm_trace_async_instant(const char *cat, const char *name, int64_t id, int64_t t, const char *detail);
 /* Names the calling thread in traces (this one and later ones); copied. */
 LM_API void lm_trace_thread_name(const char *name);
+
+/* A trace-event JSON file (json[0..len): the object loom writes, {"traceEvents":[...]},
+ * or a bare array of events) as one self-contained HTML page in *out (lm_free it): rows
+ * per process and thread with nested spans by depth, async spans in lanes, counters as
+ * step charts, instants as ticks, zoom and pan, tooltips, and a summary of self time
+ * per span name and busy time per thread (docs/TIMELINES.md, "Step traces"). No network
+ * is needed to open it. source_name (may be NULL) titles the page and names the input in
+ * errors. Errors: LM_PARSE_ERROR naming the fault and the event's index (not JSON, no
+ * event array, an event without "ph" or "ts", an "E" without its "B", a negative
+ * duration...); LM_INVALID_ARGUMENT for input over 1 GiB. */
+LM_API lm_status lm_trace_html(const char *json, size_t len, const char *source_name, char **out);
 
 #ifdef __cplusplus
 }

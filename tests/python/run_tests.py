@@ -49,9 +49,11 @@ def main():
             if not pre:
                 print("SKIP: %s is a sanitizer build and its runtime was not found to preload" % lib)
                 return 77
-            # Python itself leaks by ASan's count: leak checking is for the C tests.
-            env = dict(os.environ, LD_PRELOAD=":".join(pre), LOOM_TESTS_PRELOADED="1",
-                       ASAN_OPTIONS="detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", ""))
+            # Python itself leaks by ASan's count: leak checking is for the C tests. The
+            # setting goes last: ASan takes the last of repeated options, and the sanitize
+            # preset's test environment sets detect_leaks=1.
+            opts = [o for o in os.environ.get("ASAN_OPTIONS", "").split(":") if o] + ["detect_leaks=0"]
+            env = dict(os.environ, LD_PRELOAD=":".join(pre), LOOM_TESTS_PRELOADED="1", ASAN_OPTIONS=":".join(opts))
             return subprocess.run([sys.executable] + sys.argv, env=env).returncode
     os.environ["LOOM_LIBRARY"] = lib
     os.environ["LOOM_CLI"] = cli

@@ -6,6 +6,8 @@
  * command promises (prefill, decode step, sample, operators, backward, optimizer,
  * checkpoint save, request phases...). Also: a trace survives an error exit, an
  * unwritable --trace path fails before any work, and without either no file appears.
+ * `loom trace view` turns the generate trace into a self-contained page, refuses a
+ * malformed trace (exit 1, naming the file and the event) and bad usage (exit 2).
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -75,6 +77,33 @@ static void test_generate_with_option_and_environment(void) {
     remove(OUT "gen_env.json");
     run_ok(LOOM " generate --model " MODEL " --prompt 'Hi' --max-new 2 --threads 2 > /dev/null");
     LT_CHECK(!exists(OUT "gen_env.json"));
+}
+
+/* `loom trace view` on the trace test_generate_with_option_and_environment made. */
+static void test_trace_view(void) {
+    remove(OUT "gen.html");
+    run_ok(LOOM " trace view " OUT "gen.json -o " OUT "gen.html > /dev/null");
+    char *text = NULL;
+    size_t n = 0;
+    LT_CHECK_MSG(lm_file_read_all(OUT "gen.html", &text, &n) == LM_OK, "no page");
+    LT_CHECK(text && !strncmp(text, "<!DOCTYPE html>", 15) && strstr(text, "\"decode step\"") && !strstr(text, "https://"));
+    lm_free(text);
+    FILE *f = fopen(OUT "bad.json", "w");
+    if (f) fputs("{\"traceEvents\":[{\"ph\":\"X\",\"ts\":1,\"dur\":1},{\"ph\":\"E\",\"ts\":3}]}", f), fclose(f);
+    lt_cmd_result r = lt_run_cmd(LOOM " trace view " OUT "bad.json -o " OUT "bad.html");
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "bad.json") && strstr(r.err, "event 1"), "exit %d: %s", r.status,
+                 r.err ? r.err : "");
+    lt_cmd_free(&r);
+    const char *usage[] = {LOOM " trace", LOOM " trace show x.json", LOOM " trace view", LOOM " trace view --bogus " OUT "gen.json",
+                           LOOM " trace view " OUT "gen.json -o " OUT "gen.json"};
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        r = lt_run_cmd(usage[i]);
+        LT_CHECK_MSG(r.status == 2, "'%s': exit %d: %s", usage[i], r.status, r.err ? r.err : "");
+        lt_cmd_free(&r);
+    }
+    r = lt_run_cmd(LOOM " trace view --help");
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "trace view"), "exit %d", r.status);
+    lt_cmd_free(&r);
 }
 
 static void test_error_exits_and_bad_paths(void) {
@@ -187,6 +216,7 @@ static void test_serve_one_request(void) {
 int main(void) {
     if (!exists(LOOM)) lt_skip("the loom binary is not built");
     LT_RUN(test_generate_with_option_and_environment);
+    LT_RUN(test_trace_view);
     LT_RUN(test_error_exits_and_bad_paths);
     LT_RUN(test_bench);
     LT_RUN(test_train);

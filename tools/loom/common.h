@@ -32,8 +32,8 @@ const char *cli_default_model(const char *cmd);
 /* Step traces (loom/trace.h, docs/TIMELINES.md, "Step traces"): the --trace option of generate, bench,
  * train and serve, and its start and stop. */
 #define CLI_TRACE_OPT(dest)                                                                                  \
-    {"trace", CLI_STRING, (dest), "FILE: write a Chrome trace-event JSON timeline of this run to FILE (open it in " \
-                                  "ui.perfetto.dev; also $LOOM_TRACE=FILE)"}
+    {"trace", CLI_STRING, (dest), "FILE: write a Chrome trace-event JSON timeline of this run to FILE (view it " \
+                                  "offline with `loom trace view FILE`, or in Perfetto; also $LOOM_TRACE=FILE)"}
 /* Starts a trace into path, or $LOOM_TRACE when path is NULL (nothing when neither is
  * set), and makes sure it is stopped when the process exits. Prints why and returns 0
  * when the file cannot be created; 1 otherwise. */

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "  plot-loss      draw a training log's loss curve as SVG\n"
             "  plan           compile a workload (or a model's decoder layer) for a tile machine and simulate it\n"
             "  run-plan       run an executable plan package (.lmx) in the tile-machine simulator\n"
+            "  trace          'trace view': a step trace (--trace FILE.json) as an offline HTML timeline\n"
             "  bench          measure speed (bandwidth, decode, prefill, tokenize, serve) as JSON\n"
             "  cpu            print the CPU features loom detected\n"
             "  version        print the loom version and build features\n"
@@ -67,6 +68,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plot-loss")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "run-plan")) return cmd_run_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
