@@ -7,6 +7,9 @@
 #   trainlab  bench/cuda_train_ops.c: per-operator times of a bf16 training step (Qwen2.5-0.5B shape)
 #   train  scripts/bench_train_gpu.py (training: loom vs PyTorch eager + torch.compile, loss parity)
 #   train-quick  the same without torch.compile, 8 steps
+#   api    the Python package's tests with PyTorch on the GPU (DLPack both ways on CUDA,
+#          zero-copy by pointer) and a traced CUDA generate (device spans on the stream
+#          track, validated, and its offline page)
 # Usage, from the repository root: . scripts/gpu_host_env.sh; sh scripts/gpu_check.sh OUTDIR [STEP...]
 # (no step = tests lab bench). Logs: OUTDIR/build.log, ctest.log, ctest_cuda.log, lab.txt,
 # bench.log, bench/ (bench_table.md, bench_results.json).
@@ -50,6 +53,16 @@ for step in $steps; do
     [ "$step" = train-quick ] && extra="--skip-compile --steps 8"
     python3 "$root/scripts/bench_train_gpu.py" --loom "$build/loom" --out "$out/train" $extra >"$out/train.log" 2>&1
     tail -n 40 "$out/train.log"
+    ;;
+  api)
+    python3 "$root/tests/python/run_tests.py" "$build/libloom.so" "$build/loom" "$root" >"$out/python.log" 2>&1
+    echo "python tests: exit $?"; grep -E "cuda|CUDA|skipped|FAIL|ERROR|^Ran|^OK" "$out/python.log" | tail -n 20
+    "$build/loom" generate --device cuda --model "$root/models/default" --prompt "Once upon a time" --max-new 32 \
+      --seed 1 --trace "$out/trace_cuda.json" >"$out/trace_generate.log" 2>&1
+    echo "traced generate: exit $?"
+    python3 "$root/tests/tools/validate_trace.py" "$out/trace_cuda.json" --expect prefill,"decode step",matmul
+    echo "device spans: $(grep -o '"cuda[^"]*stream"' "$out/trace_cuda.json" | sort | uniq -c | tr '\n' ' ')"
+    "$build/loom" trace view "$out/trace_cuda.json" -o "$out/trace_cuda.html" | tail -n 1
     ;;
   bench)
     LOOM_BIN=$build/loom sh "$root/scripts/bench_gpu.sh" "$out/bench" >"$out/bench.log" 2>&1

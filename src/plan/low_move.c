@@ -38,6 +38,31 @@ static lm_status add_dst(lm__plan_low *low, int64_t xfer, int64_t tile, const lm
     return LM_OK;
 }
 
+/* A local piece whose copy would rewrite the same bytes elsewhere on the tile: the
+ * piece is the whole source shard and the whole destination shard, stored alike (dtype,
+ * extents, strides, offset, one copy each), and the source dies at this conversion.
+ * Then the destination's buffer joins the source's alias group instead of a copy call
+ * (nothing writes the shared bytes while the source is still read). Not for values
+ * of a repeat body, which a carry rewrites every iteration. */
+static int copy_redundant(const lm__plan_proj *p, int i, const lm__plan_call *c) {
+    const lm__plan_mid *mid = p->mid;
+    const lm__plan_mop *o = &mid->ops[i];
+    const lm__plan_low *low = p->low;
+    const lm__plan_opnd *s = &c->op[0], *d = &c->op[1];
+    int src = lm__plan_mid_owner(mid, o->in[0]);
+    if (p->last_use[src] != i || mid->vals[o->out].view_of >= 0 || mid->vals[o->out].placed) return 0;
+    /* not inside a repeat: a carry rewrites a body's values every iteration */
+    if (mid->vals[src].region >= 0 || mid->vals[o->out].region >= 0) return 0;
+    if (s->dtype != d->dtype || s->ndim != d->ndim || s->off != d->off) return 0;
+    for (int k = 0; k < s->ndim; k++)
+        if (s->dims[k] != d->dims[k] || s->strides[k] != d->strides[k]) return 0;
+    const lm__plan_buf *bs = &low->bufs[s->buf], *bd = &low->bufs[d->buf];
+    if (bs->copies != 1 || bd->copies != 1 || bs->bytes != bd->bytes || bd->alias >= 0) return 0;
+    int64_t bytes = lm__plan_opnd_elems(s) * (int64_t)lm_dtype_size(s->dtype);
+    return bytes == lm__plan_layout_shard_bytes(&mid->vals[src].l) &&
+           bytes == lm__plan_layout_shard_bytes(&mid->vals[o->out].l);
+}
+
 lm_status lm__plan_low_convert(lm__plan_proj *p, int i) {
     const lm__plan_mid *mid = p->mid;
     const lm__plan_mop *o = &mid->ops[i];
@@ -72,7 +97,10 @@ lm_status lm__plan_low_convert(lm__plan_proj *p, int i) {
         lm__plan_call c = lm__plan_proj_call(q->src_tile, LM__PLAN_K_COPY);
         st = lm__plan_low_operand(low, mid, o->in[0], q->src_tile, q->lo, q->hi, &c.op[0]);
         if (st == LM_OK) st = lm__plan_low_operand(low, mid, o->out, q->dst_tile, q->lo, q->hi, &c.op[1]);
-        if (st == LM_OK) st = lm__plan_proj_add_call(p, &c);
+        if (st == LM_OK && copy_redundant(p, i, &c))
+            low->bufs[c.op[1].buf].alias = c.op[0].buf;
+        else if (st == LM_OK)
+            st = lm__plan_proj_add_call(p, &c);
     }
     lm__free(pc);
     LM_TRY(st);
