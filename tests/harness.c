@@ -102,6 +102,7 @@ static double load_f64(lm_dtype dt, const void *p) {
     case LM_I32: return *(const int32_t *)p;
     case LM_I64: return (double)*(const int64_t *)p;
     case LM_U8: return *(const uint8_t *)p;
+    case LM_I8: return *(const int8_t *)p;
     }
     return NAN;
 }
@@ -137,6 +138,7 @@ lm_tensor *lt_random_tensor(lt_rng *r, lm_dtype dt, int ndim, const int64_t *sha
         case LM_I32: ((int32_t *)p)[i] = (int32_t)(x * 100); break;
         case LM_I64: ((int64_t *)p)[i] = (int64_t)(x * 100); break;
         case LM_U8: ((uint8_t *)p)[i] = (uint8_t)lt_rng_u64(r); break;
+        case LM_I8: ((int8_t *)p)[i] = (int8_t)lt_rng_u64(r); break;
         }
     }
     return t;
@@ -264,6 +266,7 @@ lm_tensor *lt_fixture_tensor_to(const lt_fixture_tensor *t, lm_dtype dt) {
         case LM_I32: ((int32_t *)p)[i] = (int32_t)(t->is_int ? t->i64[i] : (int64_t)v); break;
         case LM_I64: ((int64_t *)p)[i] = t->is_int ? t->i64[i] : (int64_t)v; break;
         case LM_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+        case LM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
         }
     }
     return out;

@@ -24,8 +24,10 @@ extern "C" {
 #define LM_MAX_DIMS 8
 
 /* Public enum: grows only at the end. */
-typedef enum lm_dtype { LM_F32 = 0, LM_BF16 = 1, LM_F16 = 2, LM_I32 = 3, LM_I64 = 4, LM_U8 = 5 } lm_dtype;
-#define LM_DTYPE_COUNT 6
+/* LM_I8: signed bytes, the storage of int8-quantized weights (their scales are a
+ * separate f32 tensor). */
+typedef enum lm_dtype { LM_F32 = 0, LM_BF16 = 1, LM_F16 = 2, LM_I32 = 3, LM_I64 = 4, LM_U8 = 5, LM_I8 = 6 } lm_dtype;
+#define LM_DTYPE_COUNT 7
 
 LM_API size_t lm_dtype_size(lm_dtype dt);       /* bytes per element; 0 for invalid */
 LM_API const char *lm_dtype_name(lm_dtype dt);  /* "f32", "bf16", ...; "invalid" otherwise */

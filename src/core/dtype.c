@@ -16,6 +16,7 @@ static const struct {
 } k_dtypes[LM_DTYPE_COUNT] = {
     [LM_F32] = {"f32", 4, 1}, [LM_BF16] = {"bf16", 2, 1}, [LM_F16] = {"f16", 2, 1},
     [LM_I32] = {"i32", 4, 0}, [LM_I64] = {"i64", 8, 0},   [LM_U8] = {"u8", 1, 0},
+    [LM_I8] = {"i8", 1, 0},
 };
 
 int lm_dtype_valid(lm_dtype dt) { return (unsigned)dt < LM_DTYPE_COUNT; }
@@ -30,7 +31,7 @@ lm_status lm_dtype_parse(const char *name, lm_dtype *out) {
             *out = (lm_dtype)i;
             return LM_OK;
         }
-    return lm__error(LM_INVALID_ARGUMENT, "unknown dtype '%s' (expected f32, bf16, f16, i32, i64 or u8)",
+    return lm__error(LM_INVALID_ARGUMENT, "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u8 or i8)",
                      name ? name : "(null)");
 }
 

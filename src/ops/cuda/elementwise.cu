@@ -156,6 +156,7 @@ static lm_status cast_to(const lm_tensor_view *x, const lm_tensor_view *out, int
     case LM_I32: cast_kernel<<<g, 256, 0, s>>>((const int32_t *)x->data, nx, o, no, n); break;
     case LM_I64: cast_kernel<<<g, 256, 0, s>>>((const int64_t *)x->data, nx, o, no, n); break;
     case LM_U8: cast_kernel<<<g, 256, 0, s>>>((const uint8_t *)x->data, nx, o, no, n); break;
+    case LM_I8: cast_kernel<<<g, 256, 0, s>>>((const int8_t *)x->data, nx, o, no, n); break;
     }
     return lm__cuda_launched("cast kernel");
 }
