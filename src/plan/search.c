@@ -252,6 +252,15 @@ static lm_status follow_one(lm__plan_planner *P, int u, const lm__plan_state *s,
     }
     t.cost += lm__plan_cost_follow(P->m, o->kind, &lx);
     if (!isfinite(t.cost)) return LM_OK;
+    /* its shards must fit beside the resident parameters (a row op over few tiles can
+     * gather far more than a tile holds) */
+    double work = (double)lm__plan_layout_shard_bytes(&lx) * 2;
+    if (s->resident + added + work > (double)P->m->sram_bytes) {
+        snprintf(P->reason, sizeof P->reason, "%s '%s': a %.0f-byte shard of its input and output beside %.0f bytes "
+                 "of resident parameters does not fit %lld bytes of SRAM", lm__gop_name(o->kind), o->name, work / 2,
+                 s->resident + added, (long long)P->m->sram_bytes);
+        return LM_OK;
+    }
     lx.dtype = g->values[o->out].dtype;
     t.out = lm__plan_layout_id(P, &lx);
     int32_t *m = mat_dup(P, s);
