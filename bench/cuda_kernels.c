@@ -157,7 +157,8 @@ int main(int argc, char **argv) {
             lm_tensor_view_slice(&xr, 1, 0, kx, 1, &a.x);
             lm_tensor_view_slice(&orow, 1, 0, g[i].N, 1, &a.out);
             a.w = *V(g[i].w);
-            lm_linear_params p = {g[i].in, g[i].in == LM_LINEAR_IN_RMSNORM ? V(nw) : NULL, 1e-6f, g[i].acc};
+            lm_linear_params p = {.input = g[i].in, .norm_weight = g[i].in == LM_LINEAR_IN_RMSNORM ? V(nw) : NULL,
+                                  .eps = 1e-6f, .accumulate = g[i].acc};
             if (g[i].in == LM_LINEAR_IN_RMSNORM && g[i].K != H) die("shape");
             a.p = p;
             if (!lm_linear_supported(lm_device_cuda(0), g[i].in, g[i].acc, m, g[i].K, LM_F32, LM_BF16)) die("not fused");

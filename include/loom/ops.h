@@ -230,9 +230,15 @@ LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor
  * writing it. Equals the composition of lm_rmsnorm_out / lm_swiglu_out, lm_matmul_out
  * (with w transposed), lm_add_out; the prologue and the products are in f32 (double
  * in the reference), rounded once on store. Dtypes: w any float; x and out f32, or x
- * w's dtype; norm_weight and bias f32. Rows of x and out may have any stride (unit
- * last stride). lm_linear_supported says which calls a device runs as one kernel
- * without scratch memory (others go through the composition, which allocates). */
+ * w's dtype; norm_weight and bias f32. int8 weights: w i8 with p->w_scales f32 [N]
+ * (LM_INVALID_ARGUMENT without them, or with them for a float w), f32 x, any float
+ * out; the product is that of the dequantized weights w[n, k] * w_scales[n] (exact in
+ * the reference; the tuned CPU level rounds only as f32 arithmetic does, x is never
+ * quantized); CPU only for now (LM_UNSUPPORTED on CUDA). Rows of x and out may have
+ * any stride (unit last stride). lm_linear_supported says which calls a device runs
+ * as one kernel without scratch memory (others go through the composition, which
+ * allocates); on the CPU it says which calls take the tuned int8 path (which may use
+ * host scratch for the RMSNorm/SwiGLU input; float weights run the reference). */
 typedef enum lm_linear_input { LM_LINEAR_IN = 0, LM_LINEAR_IN_RMSNORM = 1, LM_LINEAR_IN_SWIGLU = 2 } lm_linear_input;
 
 typedef struct lm_linear_params {
@@ -240,7 +246,16 @@ typedef struct lm_linear_params {
     const lm_tensor_view *norm_weight; /* LM_LINEAR_IN_RMSNORM: [K] */
     float eps;                         /* LM_LINEAR_IN_RMSNORM */
     int accumulate;                    /* 1: out += product */
+    /* w of dtype i8 (int8-quantized weights): its f32 scales [N], one per output row;
+     * the product is x · (w[n, :] * w_scales[n])ᵀ. NULL for float weights. */
+    const lm_tensor_view *w_scales;
 } lm_linear_params;
+
+/* Symmetric int8 quantization of float weights w [N, K] by row: w_scales[n] =
+ * max_k |w[n, k]| / 127 (1 for an all-zero row), q[n, k] = round-half-even(w[n, k] /
+ * w_scales[n]) in [-127, 127]; q i8 [N, K], w_scales f32 [N] (host tensors). */
+LM_API lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                       const lm_tensor_view *w_scales);
 
 /* p NULL: plain (LM_LINEAR_IN, no accumulate). */
 LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

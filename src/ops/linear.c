@@ -9,24 +9,51 @@
  * cuBLASLt GEMM with its bias) run what lm_linear_supported admits; any other valid
  * call runs the composition in f32 through the public operators, which allocates
  * and waits for its temporaries (refused inside a capture).
+ * int8 weights (w i8 with p->w_scales f32 [N]) run on the CPU only: the reference,
+ * or the tuned level (ops/cpu/matmul.c: the int8 gemv / GEMM with the bias and
+ * accumulate in its store) after the prologue is formed by lm_rmsnorm_out /
+ * lm_swiglu_out into an [M, K] f32 scratch; lm_linear_supported says which calls.
  */
 #include "ops/alias.h"
+#include "ops/cpu/matmul.h"
 #include "ops/ref/linear.h"
 #include "runtime/internal.h"
 
-static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0};
+static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL};
+
+/* w's dtype and its scales: float w without scales, or i8 w with f32 [N] scales. */
+static lm_status check_weights(const char *op, const lm_tensor_view *w, const lm_linear_params *p) {
+    const lm_tensor_view *sc = p->w_scales;
+    if (w->dtype != LM_I8) {
+        if (!lm_dtype_is_float(w->dtype))
+            return lm__error(LM_UNSUPPORTED, "%s: w has dtype %s; expected f32, bf16, f16 or i8", op,
+                             lm_dtype_name(w->dtype));
+        if (sc)
+            return lm__error(LM_INVALID_ARGUMENT, "%s: w_scales are only for int8 weights, but w is %s", op,
+                             lm_dtype_name(w->dtype));
+        return LM_OK;
+    }
+    if (!sc)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: int8 weights need w_scales (lm_linear_params.w_scales, f32 [N], "
+                         "one scale per output row)", op);
+    LM_TRY(lm__op_check_dtype(op, "w_scales", sc, LM_F32));
+    int64_t ns[1] = {w->shape[0]};
+    return lm__op_check_shape(op, "w_scales [N]", sc, 1, ns);
+}
 
 static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                        const lm_linear_params *p, const lm_tensor_view *out) {
     if ((unsigned)p->input > LM_LINEAR_IN_SWIGLU) return lm__error(LM_INVALID_ARGUMENT, "%s: unknown input form %d", op, (int)p->input);
-    LM_TRY(lm__op_check_float(op, "w", w));
+    int64_t any2[2] = {-1, -1};
+    LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
+    LM_TRY(check_weights(op, w, p));
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_float(op, "out", out));
+    if (x->dtype != LM_F32 && w->dtype == LM_I8)
+        return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; int8 weights take f32 x", op, lm_dtype_name(x->dtype));
     if (x->dtype != LM_F32 && x->dtype != w->dtype)
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; expected f32 or w's %s", op, lm_dtype_name(x->dtype),
                          lm_dtype_name(w->dtype));
-    int64_t any2[2] = {-1, -1};
-    LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
     int64_t M = x->ndim == 2 ? x->shape[0] : -1, N = w->shape[0], K = w->shape[1];
     int64_t xs[2] = {M, p->input == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, os[2] = {M, N}, bs[1] = {N}, ks[1] = {K};
     LM_TRY(lm__op_check_shape(op, p->input == LM_LINEAR_IN_SWIGLU ? "x [M, 2K]" : "x [M, K]", x, 2, xs));
@@ -44,6 +71,7 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "w", w, 0));
+    if (p->w_scales) LM_TRY(lm__op_check_alias(op, "out", out, "w_scales", p->w_scales, 0));
     return bias ? lm__op_check_alias(op, "out", out, "bias", bias, 0) : LM_OK;
 }
 
@@ -53,10 +81,63 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
     return input == LM_LINEAR_IN && !accumulate && x == LM_BF16; /* the GEMM with its bias epilogue */
 }
 
+/* The CPU's tuned int8 path: f32 x, any input form, bias and accumulate (the layout
+ * rule of cpu_i8_layout below is about strides, which any graph value meets). */
+static int cpu_i8_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    return (unsigned)input <= LM_LINEAR_IN_SWIGLU && rows >= 1 && K >= 1 && x == LM_F32 && w == LM_I8;
+}
+
 int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x_dtype,
                         lm_dtype w_dtype) {
-    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0; /* the CPU runs the composition */
+    /* float weights on the CPU: lm_linear_out runs the reference, so graphs keep the
+     * composition (lm_matmul_out's tuned GEMM); int8 weights have the tuned path */
+    if (lm__device_host_addressable(d)) return cpu_i8_rule(input, rows, K, x_dtype, w_dtype);
+    if (!lm__cuda_ops_get()) return 0;
     return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
+}
+
+/* ---- the tuned CPU level for int8 weights ------------------------------------------------- */
+static int unit_last(const lm_tensor_view *v) { return v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
+
+/* Layouts the int8 kernels take: f32 x and out with unit last stride (any row stride),
+ * w with unit stride along K, dense f32 scales and bias. */
+static int cpu_i8_layout(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                         const lm_linear_params *p, const lm_tensor_view *out) {
+    return x->dtype == LM_F32 && out->dtype == LM_F32 && unit_last(x) && unit_last(w) && unit_last(out) &&
+           unit_last(p->w_scales) && (!bias || unit_last(bias));
+}
+
+/* in(x) into scratch [M, K] f32 when the input form is not plain, then the int8
+ * product with its bias and accumulate straight into out. */
+static lm_status cpu_linear_i8(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                               const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out) {
+    int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
+    const float *xin = x->data;
+    int64_t ldx = x->stride[0];
+    float *scratch = NULL;
+    lm_status st = LM_OK;
+    if (p->input != LM_LINEAR_IN && M > 0 && K > 0) {
+        size_t bytes = (size_t)(M * K) * sizeof(float);
+        if (!(scratch = lm__alloc(bytes, 64)))
+            return lm__error(LM_OUT_OF_MEMORY, "linear: the [%lld, %lld] f32 input of the int8 product (%zu bytes)",
+                             (long long)M, (long long)K, bytes);
+        int64_t as[2] = {M, K};
+        lm_tensor_view av;
+        st = lm_tensor_view_init(&av, scratch, LM_F32, lm_device_cpu(), 2, as, NULL);
+        if (st == LM_OK && p->input == LM_LINEAR_IN_RMSNORM) st = lm_rmsnorm_out(ctx, x, p->norm_weight, p->eps, &av);
+        if (st == LM_OK && p->input == LM_LINEAR_IN_SWIGLU) {
+            lm_tensor_view gate, up;
+            st = lm_tensor_view_slice(x, 1, 0, K, 1, &gate);
+            if (st == LM_OK) st = lm_tensor_view_slice(x, 1, K, 2 * K, 1, &up);
+            if (st == LM_OK) st = lm_swiglu_out(ctx, &gate, &up, &av);
+        }
+        xin = scratch, ldx = K;
+    }
+    if (st == LM_OK)
+        st = lm__cpu_linear_i8(lm_ctx_threadpool(ctx), xin, ldx, w->data, w->stride[0], p->w_scales->data,
+                               bias ? bias->data : NULL, p->accumulate, out->data, out->stride[0], M, N, K);
+    lm__free(scratch);
+    return st;
 }
 
 /* The composition lm_linear_out equals, through the public operators in f32 on the
@@ -118,6 +199,8 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     const lm_tensor_view *vs[] = {x, w, out};
     static const char *const names[] = {"x", "w", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
+    if (w->dtype == LM_I8 && !lm__device_host_addressable(lm_ctx_device(ctx)))
+        return lm__error(LM_UNSUPPORTED, "%s: int8 weights run on the CPU only (CUDA kernels are not built yet)", op);
     if (!p) p = &k_plain;
     if (bias) {
         const lm_tensor_view *bv[] = {bias};
@@ -129,10 +212,22 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
         static const char *const nn[] = {"norm_weight"};
         LM_TRY(lm__op_check_devices(ctx, op, 1, nv, nn));
     }
+    if (p->w_scales) {
+        const lm_tensor_view *sv[] = {p->w_scales};
+        static const char *const sn[] = {"w_scales"};
+        LM_TRY(lm__op_check_devices(ctx, op, 1, sv, sn));
+    }
     LM_TRY(check(op, x, w, bias, p, out));
+    int i8 = w->dtype == LM_I8;
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
+    if (level == LM__LEVEL_CPU) {
+        if (cpu_i8_layout(x, w, bias, p, out)) return cpu_linear_i8(ctx, x, w, bias, p, out);
+        if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)
+            return lm__error(LM_UNSUPPORTED, "%s: the tuned int8 path needs f32 x and out with unit last stride, w "
+                             "with unit stride along K and dense w_scales and bias", op);
+    }
     if (level == LM__LEVEL_CUDA) {
         if (lm__linear_fused_rule(p->input, p->accumulate, x->shape[0], w->shape[1], x->dtype, w->dtype)) {
             lm_status st = cu->linear(ctx, x, w, bias, p, out);

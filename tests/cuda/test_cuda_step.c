@@ -72,8 +72,10 @@ static void check_linear(const lin_case *c) {
     LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(want), 1, 0, c->N, 1, &wh));
     lm_tensor_view xd = ct_mirror(x.h, &xh, x.d), od = ct_mirror(o.h, &oh, o.d);
     if (!c->acc) LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(o))); /* the whole parent: NaN wherever unwritten */
-    lm_linear_params ph = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? HV(nw) : NULL, 1e-5f, c->acc};
-    lm_linear_params pd = {c->in, c->in == LM_LINEAR_IN_RMSNORM ? DV(nw) : NULL, 1e-5f, c->acc};
+    lm_linear_params ph = {.input = c->in, .norm_weight = c->in == LM_LINEAR_IN_RMSNORM ? HV(nw) : NULL, .eps = 1e-5f,
+                           .accumulate = c->acc};
+    lm_linear_params pd = {.input = c->in, .norm_weight = c->in == LM_LINEAR_IN_RMSNORM ? DV(nw) : NULL, .eps = 1e-5f,
+                           .accumulate = c->acc};
     LT_CHECK_OK(lm_linear_out(g_ref, &xh, HV(w), c->bias ? HV(b) : NULL, &ph, &wh));
     int fused = lm_linear_supported(ct_gpu, c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt);
     LT_CHECK_OK(lm_linear_out(g_ctx, &xd, DV(w), c->bias ? DV(b) : NULL, &pd, &od));

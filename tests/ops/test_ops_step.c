@@ -287,7 +287,7 @@ static void test_linear_equals_its_composition(void) {
             lm_tensor *b = lt_random_tensor(&r, LM_F32, 1, bs, 0.3), *nw = lt_random_tensor(&r, LM_F32, 1, ks, 1.0);
             lm_tensor *out = lt_random_tensor(&r, LM_F32, 2, os, 1.0), *in = NULL, *mm = NULL, *want = NULL;
             double *res = lt_view_to_f64(V(out));
-            lm_linear_params p = {(lm_linear_input)form, V(nw), 1e-6f, acc};
+            lm_linear_params p = {.input = (lm_linear_input)form, .norm_weight = V(nw), .eps = 1e-6f, .accumulate = acc};
             LT_CHECK_OK(lm_linear_out(g_ctx, V(x), V(w), V(b), &p, V(out)));
             LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 2, is, &in));
             if (form == LM_LINEAR_IN) LT_CHECK_OK(lm_tensor_view_copy(g_ctx, V(in), V(x)));
@@ -317,7 +317,7 @@ static void test_linear_equals_its_composition(void) {
     LT_CHECK_STATUS(lm_linear_out(g_ctx, V(x), V(w), NULL, NULL, V(o)), LM_SHAPE_MISMATCH);
     int64_t w8[2] = {4, 8};
     lm_tensor *wk = lt_random_tensor(&r, LM_F32, 2, w8, 1.0);
-    lm_linear_params nonorm = {LM_LINEAR_IN_RMSNORM, NULL, 1e-6f, 0};
+    lm_linear_params nonorm = {.input = LM_LINEAR_IN_RMSNORM, .eps = 1e-6f};
     LT_CHECK_STATUS(lm_linear_out(g_ctx, V(x), V(wk), NULL, &nonorm, V(o)), LM_INVALID_ARGUMENT);
     LT_CHECK(strstr(lm_last_error(), "norm weight") != NULL);
     lm_tensor_destroy(x), lm_tensor_destroy(w), lm_tensor_destroy(wk), lm_tensor_destroy(o);

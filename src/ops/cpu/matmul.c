@@ -7,7 +7,9 @@
  * columns, M block) pairs; each task packs its W block one K block (<= kc) at a time
  * into its worker's scratch (kc * nc floats, sized for L2) and sweeps all its x rows
  * over it. Every y element is computed by one task in one fixed order, so the result
- * is the same for any thread count.
+ * is the same for any thread count. int8 weights (lm__cpu_linear_i8) take the same
+ * split: their kernels apply the row scale, the bias and the accumulate as they store
+ * (gemv) or pack the scale into the panels and add the bias after the last K block.
  */
 #include "ops/cpu/matmul.h"
 
@@ -22,6 +24,8 @@ typedef struct linear_job {
     const float *x; /* [M, K] rows ldx apart */
     const void *w;  /* [N, K] rows ldw apart, dtype wdt */
     float *y;       /* [M, N] rows ldy apart */
+    const float *scales, *bias; /* wdt i8: [N] row scales and [N] bias (or NULL) */
+    int accumulate;             /* wdt i8: y += product */
     lm_dtype wdt;
     int64_t ldx, ldw, ldy, M, N, K;
     int64_t rows_per_task;  /* gemv: W rows per task */
@@ -49,6 +53,12 @@ static void gemv_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const linear_job *j = arg;
     int64_t n0 = task * j->rows_per_task, n1 = LM_MIN(j->N, n0 + j->rows_per_task);
+    if (j->wdt == LM_I8) {
+        lm__i8_epilogue ep = {j->scales + n0, j->bias ? j->bias + n0 : NULL, j->accumulate};
+        j->kern->gemv_i8(j->x, j->ldx, j->M, (const int8_t *)j->w + n0 * j->ldw, j->ldw, &ep, n1 - n0, j->K, j->y + n0,
+                         j->ldy);
+        return;
+    }
     j->kern->gemv(j->x, j->ldx, j->M, lm__w_at(j->w, j->wdt, j->ldw, n0, 0), j->wdt, j->ldw, n1 - n0, j->K, j->y + n0,
                   j->ldy);
 }
@@ -63,15 +73,23 @@ static void gemm_task(void *arg, int64_t task, int worker) {
     for (int64_t k0 = 0; k0 < j->K; k0 += j->kc) {
         int64_t kl = LM_MIN(j->kc, j->K - k0);
         /* Panel p holds columns n0 + p * nr ..: kl rows of nr floats. */
-        for (int64_t n = n0; n < n1; n += nr)
-            kn->pack(lm__w_at(j->w, j->wdt, j->ldw, n, k0), j->wdt, j->ldw, (int)LM_MIN(nr, n1 - n), kl,
-                     bp + (n - n0) * kl);
+        for (int64_t n = n0; n < n1; n += nr) {
+            if (j->wdt == LM_I8)
+                kn->pack_i8((const int8_t *)j->w + n * j->ldw + k0, j->ldw, j->scales + n, (int)LM_MIN(nr, n1 - n), kl,
+                            bp + (n - n0) * kl);
+            else
+                kn->pack(lm__w_at(j->w, j->wdt, j->ldw, n, k0), j->wdt, j->ldw, (int)LM_MIN(nr, n1 - n), kl,
+                         bp + (n - n0) * kl);
+        }
         /* x strip (mr x kl, ~6 KB) stays in L1 while it sweeps the L2-resident block. */
         for (int64_t m = m0; m < m1; m += mr)
             for (int64_t n = n0; n < n1; n += nr)
                 kn->micro(kl, j->x + m * j->ldx + k0, j->ldx, (int)LM_MIN(mr, m1 - m), bp + (n - n0) * kl,
-                          j->y + m * j->ldy + n, j->ldy, (int)LM_MIN(nr, n1 - n), k0 > 0);
+                          j->y + m * j->ldy + n, j->ldy, (int)LM_MIN(nr, n1 - n), k0 > 0 || j->accumulate);
     }
+    if (j->bias) /* the bias after the product, as the gemv's epilogue adds it */
+        for (int64_t m = m0; m < m1; m++)
+            for (int64_t n = n0; n < n1; n++) j->y[m * j->ldy + n] += j->bias[n];
 }
 
 static void run_gemv(lm_threadpool *pool, linear_job *j) {
@@ -119,8 +137,9 @@ static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
 static lm_status check_args(const float *x, int64_t ldx, const void *w, lm_dtype wdtype, int64_t ldw,
                             const float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
     const char *op = "cpu linear";
-    if (wdtype != LM_F32 && wdtype != LM_BF16 && wdtype != LM_F16)
-        return lm__error(LM_UNSUPPORTED, "%s: weight dtype %s; expected f32, bf16 or f16", op, lm_dtype_name(wdtype));
+    if (wdtype != LM_F32 && wdtype != LM_BF16 && wdtype != LM_F16 && wdtype != LM_I8)
+        return lm__error(LM_UNSUPPORTED, "%s: weight dtype %s; expected f32, bf16, f16 or i8", op,
+                         lm_dtype_name(wdtype));
     if (M < 0 || N < 0 || K < 0)
         return lm__error(LM_INVALID_ARGUMENT, "%s: negative size M=%lld N=%lld K=%lld", op, (long long)M,
                          (long long)N, (long long)K);
@@ -132,21 +151,46 @@ static lm_status check_args(const float *x, int64_t ldx, const void *w, lm_dtype
     return LM_OK;
 }
 
+static lm_status run(lm_threadpool *pool, linear_job *j) {
+    j->kern = kernels_for(lm__cpu_isa_active());
+    if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
+        run_gemv(pool, j);
+        return LM_OK;
+    }
+    return run_gemm(pool, j);
+}
+
 lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
                          int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
     LM_TRY(check_args(x, ldx, w, wdtype, ldw, y, ldy, M, N, K));
+    if (wdtype == LM_I8)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: int8 weights need their scales (lm__cpu_linear_i8)");
     if (M == 0 || N == 0) return LM_OK;
     if (K == 0) { /* the empty sum */
         for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, (size_t)N * sizeof(float));
         return LM_OK;
     }
-    linear_job j = {.kern = kernels_for(lm__cpu_isa_active()), .x = x, .w = w, .y = y, .wdt = wdtype,
-                    .ldx = ldx, .ldw = ldw, .ldy = ldy, .M = M, .N = N, .K = K};
-    if (M <= (wdtype == LM_F32 ? j.kern->gemv_max_m_f32 : j.kern->gemv_max_m_16)) {
-        run_gemv(pool, &j);
+    linear_job j = {.x = x, .w = w, .y = y, .wdt = wdtype, .ldx = ldx, .ldw = ldw, .ldy = ldy, .M = M, .N = N, .K = K};
+    return run(pool, &j);
+}
+
+lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, const int8_t *q, int64_t ldq,
+                            const float *scales, const float *bias, int accumulate, float *y, int64_t ldy, int64_t M,
+                            int64_t N, int64_t K) {
+    LM_TRY(check_args(x, ldx, q, LM_I8, ldq, y, ldy, M, N, K));
+    if (M == 0 || N == 0) return LM_OK;
+    if (!scales) return lm__error(LM_INVALID_ARGUMENT, "cpu linear: NULL int8 row scales");
+    if (K == 0) { /* the empty sum: the bias alone */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                float v = bias ? bias[n] : 0.0f;
+                y[m * ldy + n] = accumulate ? y[m * ldy + n] + v : v;
+            }
         return LM_OK;
     }
-    return run_gemm(pool, &j);
+    linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .wdt = LM_I8,
+                    .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
+    return run(pool, &j);
 }
 
 /* ---- mapping lm_matmul_out views onto lm__cpu_linear ------------------------------------ */

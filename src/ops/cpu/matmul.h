@@ -1,5 +1,7 @@
 /* ops/cpu/matmul.h — the tuned CPU linear layer: y = x @ W^T with f32 activations and
- * f32, bf16 or f16 weights in Hugging Face Linear layout (W [N, K] row-major).
+ * f32, bf16 or f16 weights in Hugging Face Linear layout (W [N, K] row-major), or
+ * int8 weights with one f32 scale per row (with the bias and accumulate of
+ * lm_linear_out folded into the store).
  *
  * Accumulation is f32, x is never rounded, weights are widened exactly. The vector
  * path is chosen per call from ops/cpu/isa.h (AVX-512, AVX2+FMA+F16C, or portable
@@ -13,13 +15,23 @@
 #include "ops/internal.h"
 
 /* y[m * ldy + n] = sum_k x[m * ldx + k] * W[n * ldw + k] for m < M, n < N, k < K.
- * wdtype: LM_F32, LM_BF16 or LM_F16 (else LM_UNSUPPORTED). K == 0 writes zeros.
+ * wdtype: LM_F32, LM_BF16 or LM_F16 (LM_I8 is LM_INVALID_ARGUMENT: lm__cpu_linear_i8 takes
+ * it with its scales; other dtypes LM_UNSUPPORTED). K == 0 writes zeros.
  * Needs M, N, K >= 0, ldx, ldw >= 0, ldy >= N when M > 1 (rows of y never overlap),
  * and non-NULL pointers for whatever is read or written (LM_INVALID_ARGUMENT).
  * pool == NULL runs on the calling thread. Scratch comes from lm__alloc
  * (LM_OUT_OF_MEMORY; nothing leaks). */
 lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
                          int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
+
+/* The int8 form: y[m * ldy + n] = (accumulate ? y[m * ldy + n] : 0) + scales[n] *
+ * sum_k x[m * ldx + k] * q[n * ldq + k] + (bias ? bias[n] : 0). scales and bias are
+ * dense [N]. Same sizes, strides, errors, threading and determinism as lm__cpu_linear;
+ * the gemv (M <= the kernels' gemv_max_m_16) applies the scale to each finished dot
+ * product, the GEMM packs q * scale into its f32 panels. */
+lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, const int8_t *q, int64_t ldq,
+                            const float *scales, const float *bias, int accumulate, float *y, int64_t ldy, int64_t M,
+                            int64_t N, int64_t K);
 
 /* 1 if lm_matmul_out(a, b, out) maps onto lm__cpu_linear: a f32 [..., M, K], out f32
  * [..., M, N] with the same batch dims, both with unit inner stride and batch + M dims

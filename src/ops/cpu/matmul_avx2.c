@@ -1,7 +1,8 @@
 /* ops/cpu/matmul_avx2.c — AVX2 + FMA + F16C kernels for lm__cpu_linear (ymm = 8 f32
  * lanes, 16 registers).
  *
- * bf16 widens by zero-extension and a 16-bit shift, f16 with vcvtph2ps; both exact.
+ * bf16 widens by zero-extension and a 16-bit shift, f16 with vcvtph2ps, int8 by
+ * vpmovsxbd + vcvtdq2ps; all exact (int8 row scales as in matmul_avx512.c).
  * AVX2 has no 16-bit masked loads, so K tails go through a zero-padded 8-lane
  * buffer (once per row, outside the main loop).
  *  gemv:  one W row at a time against up to 4 x rows, 2-4 accumulators per x row.
@@ -21,6 +22,8 @@ enum { GEMV_MR = 4, MR = 6, NR = 16 };
 /* 8 weights at element k of row p, widened to f32. */
 INLINE __m256 load_w8(const void *p, int64_t k, lm_dtype dt) {
     if (dt == LM_F32) return _mm256_loadu_ps((const float *)p + k);
+    if (dt == LM_I8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + k))));
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
     if (dt == LM_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -41,11 +44,11 @@ INLINE float hsum8(__m256 v) {
 }
 
 /* y[m * ldy] = dot(x row m, W row wr) for m < MRX (a compile-time constant after
- * inlining, as is DT). The W row is streamed front to back and prefetched ahead (see
- * matmul_avx512.c); KU accumulators per x row cover the FMA latency; the K tail (< 8)
- * is one padded step. */
+ * inlining, as is DT; int8 rows finish through ep's row r). The W row is streamed
+ * front to back and prefetched ahead (see matmul_avx512.c); KU accumulators per x row
+ * cover the FMA latency; the K tail (< 8) is one padded step. */
 INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr, const lm_dtype DT, int64_t K,
-                     float *y, int64_t ldy) {
+                     float *y, int64_t ldy, const lm__i8_epilogue *ep, int64_t r) {
     const int KU = MRX == 1 ? 4 : 2;
     __m256 acc[GEMV_MR][4];
 #pragma GCC unroll 4
@@ -57,7 +60,7 @@ INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr,
     for (; k + 8 * KU <= K; k += 8 * KU) {
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
-            const int es = DT == LM_F32 ? 4 : 2;
+            const int es = (int)lm__w_size(DT);
             if (u * 8 * es % 64 == 0) lm__prefetch_bytes(wr, (k + 8 * u) * es); /* once per cache line */
             __m256 wv = load_w8(wr, k + 8 * u, DT);
 #pragma GCC unroll 4
@@ -81,12 +84,13 @@ INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr,
         __m256 sum = acc[m][0];
 #pragma GCC unroll 4
         for (int u = 1; u < KU; u++) sum = _mm256_add_ps(sum, acc[m][u]);
-        y[m * ldy] = hsum8(sum);
+        float v = hsum8(sum);
+        y[m * ldy] = DT == LM_I8 ? lm__i8_finish(ep, r, v, y + m * ldy) : v;
     }
 }
 
 INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, const lm_dtype DT, int64_t ldw,
-                      int64_t nrows, int64_t K, float *y, int64_t ldy) {
+                      int64_t nrows, int64_t K, float *y, int64_t ldy, const lm__i8_epilogue *ep) {
     for (int64_t r = 0; r < nrows; r++) {
         const void *wr = lm__w_at(w, DT, ldw, r, 0);
         /* x rows in groups of GEMV_MR; the W row stays in L1/L2 between groups. */
@@ -94,10 +98,10 @@ INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, con
             const float *xm = x + m * ldx;
             float *ym = y + m * ldy + r;
             switch (M - m) {
-            case 1: gemv_row(xm, ldx, 1, wr, DT, K, ym, ldy); break;
-            case 2: gemv_row(xm, ldx, 2, wr, DT, K, ym, ldy); break;
-            case 3: gemv_row(xm, ldx, 3, wr, DT, K, ym, ldy); break;
-            default: gemv_row(xm, ldx, 4, wr, DT, K, ym, ldy); break;
+            case 1: gemv_row(xm, ldx, 1, wr, DT, K, ym, ldy, ep, r); break;
+            case 2: gemv_row(xm, ldx, 2, wr, DT, K, ym, ldy, ep, r); break;
+            case 3: gemv_row(xm, ldx, 3, wr, DT, K, ym, ldy, ep, r); break;
+            default: gemv_row(xm, ldx, 4, wr, DT, K, ym, ldy, ep, r); break;
             }
         }
     }
@@ -105,9 +109,14 @@ INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, con
 
 LM__TARGET_AVX2 static void gemv_avx2(const float *x, int64_t ldx, int64_t M, const void *w, lm_dtype wdt,
                                       int64_t ldw, int64_t nrows, int64_t K, float *y, int64_t ldy) {
-    if (wdt == LM_F32) gemv_rows(x, ldx, M, w, LM_F32, ldw, nrows, K, y, ldy);
-    else if (wdt == LM_BF16) gemv_rows(x, ldx, M, w, LM_BF16, ldw, nrows, K, y, ldy);
-    else gemv_rows(x, ldx, M, w, LM_F16, ldw, nrows, K, y, ldy);
+    if (wdt == LM_F32) gemv_rows(x, ldx, M, w, LM_F32, ldw, nrows, K, y, ldy, NULL);
+    else if (wdt == LM_BF16) gemv_rows(x, ldx, M, w, LM_BF16, ldw, nrows, K, y, ldy, NULL);
+    else gemv_rows(x, ldx, M, w, LM_F16, ldw, nrows, K, y, ldy, NULL);
+}
+
+LM__TARGET_AVX2 static void gemv_i8_avx2(const float *x, int64_t ldx, int64_t M, const int8_t *q, int64_t ldq,
+                                         const lm__i8_epilogue *ep, int64_t nrows, int64_t K, float *y, int64_t ldy) {
+    gemv_rows(x, ldx, M, q, LM_I8, ldq, nrows, K, y, ldy, ep);
 }
 
 /* In-place transpose of an 8 x 8 f32 block held in 8 registers: r[i][j] -> r[j][i]. */
@@ -133,8 +142,10 @@ INLINE void transpose8(__m256 r[8]) {
 }
 
 /* 8 rows x kn (<= 8) k of W (rows >= ncols read as 0) transposed into kn panel rows;
- * rows are prefetched ahead as in matmul_avx512.c. */
-INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t k, int64_t kn, float *dst) {
+ * rows are prefetched ahead as in matmul_avx512.c; int8 rows are multiplied by their
+ * scale sc[j] (sc is NULL for float weights). */
+INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, const float *sc, int ncols, int64_t k, int64_t kn,
+                       float *dst) {
     __m256 r[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
@@ -145,6 +156,7 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
         const void *row = lm__w_at(w, DT, ldw, j, 0);
         lm__prefetch_ahead(row, DT, k);
         r[j] = kn == 8 ? load_w8(row, k, DT) : load_w8_tail(row, k, kn, DT);
+        if (DT == LM_I8) r[j] = _mm256_mul_ps(r[j], _mm256_set1_ps(sc[j]));
     }
     transpose8(r);
 #pragma GCC unroll 8
@@ -152,17 +164,25 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
         if (i < kn) _mm256_storeu_ps(dst + (k + i) * NR, r[i]);
 }
 
-INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t kc, float *dst) {
+INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, const float *sc, int ncols, int64_t kc,
+                       float *dst) {
     for (int j = 0; j < NR; j += 8) { /* row j exists only when j < ncols */
         const void *wj = j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w;
-        for (int64_t k = 0; k < kc; k += 8) pack_block(wj, DT, ldw, ncols - j, k, kc - k < 8 ? kc - k : 8, dst + j);
+        const float *sj = DT == LM_I8 && j < ncols ? sc + j : sc;
+        for (int64_t k = 0; k < kc; k += 8)
+            pack_block(wj, DT, ldw, sj, ncols - j, k, kc - k < 8 ? kc - k : 8, dst + j);
     }
 }
 
 LM__TARGET_AVX2 static void pack_avx2(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc, float *dst) {
-    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, ncols, kc, dst);
-    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, ncols, kc, dst);
-    else pack_panel(w, LM_F16, ldw, ncols, kc, dst);
+    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, NULL, ncols, kc, dst);
+    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, NULL, ncols, kc, dst);
+    else pack_panel(w, LM_F16, ldw, NULL, ncols, kc, dst);
+}
+
+LM__TARGET_AVX2 static void pack_i8_avx2(const int8_t *q, int64_t ldq, const float *scales, int ncols, int64_t kc,
+                                         float *dst) {
+    pack_panel(q, LM_I8, ldq, scales, ncols, kc, dst);
 }
 
 /* Lane i of the result is all-ones when i < n: the mask for vmaskmovps. */
@@ -207,6 +227,7 @@ const lm__linear_kernels lm__linear_kernels_avx2 = {
     .mr = MR, .nr = NR, .kc = 256, .nc = 512,
     .gemv_max_m_f32 = 6, .gemv_max_m_16 = 6,
     .gemv = gemv_avx2, .pack = pack_avx2, .micro = micro_avx2,
+    .gemv_i8 = gemv_i8_avx2, .pack_i8 = pack_i8_avx2,
 };
 
 #endif

@@ -1,8 +1,10 @@
 /* ops/cpu/matmul_avx512.c — AVX-512 kernels for lm__cpu_linear (zmm = 16 f32 lanes).
  *
  * Weights are widened in registers: bf16 by zero-extending to 32 bits and shifting
- * left 16 (bf16 is the top half of an f32), f16 with vcvtph2ps; both exact. K tails
- * use masked loads, which never touch (or fault on) masked-out elements.
+ * left 16 (bf16 is the top half of an f32), f16 with vcvtph2ps, int8 by sign-extending
+ * to 32 bits (vpmovsxbd) and vcvtdq2ps; all exact. K tails use masked loads, which
+ * never touch (or fault on) masked-out elements. int8 rows carry one f32 scale: the
+ * gemv multiplies the finished dot product by it, the packer each widened weight.
  *  gemv:  one W row at a time against up to 4 x rows, 2-4 zmm accumulators per
  *         x row, reduced horizontally at the end of the row.
  *  GEMM:  6 x 64 tile = 24 zmm accumulators; per k: 4 panel loads, 6 broadcasts,
@@ -21,6 +23,8 @@ enum { GEMV_MR = 4, MR = 6, NR = 64 };
 /* 16 weights at element k of row p, widened to f32; lanes outside mask read as 0. */
 INLINE __m512 load_w16(const void *p, int64_t k, lm_dtype dt, __mmask16 mask) {
     if (dt == LM_F32) return _mm512_maskz_loadu_ps(mask, (const float *)p + k);
+    if (dt == LM_I8) /* vpmovsxbd + vcvtdq2ps */
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, (const int8_t *)p + k)));
     __m256i h = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)p + k);
     if (dt == LM_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -33,7 +37,7 @@ INLINE void gemv_step(const float *const *xr, const int MRX, const void *wr, con
                       int64_t k, __mmask16 mask, __m512 acc[GEMV_MR][4]) {
 #pragma GCC unroll 4
     for (int u = 0; u < KU; u++) {
-        const int es = DT == LM_F32 ? 4 : 2;
+        const int es = (int)lm__w_size(DT);
         if (KU > 1 && u * 16 * es % 64 == 0) lm__prefetch_bytes(wr, (k + 16 * u) * es); /* once per cache line */
         __m512 wv = load_w16(wr, k + 16 * u, DT, mask);
 #pragma GCC unroll 4
@@ -43,12 +47,13 @@ INLINE void gemv_step(const float *const *xr, const int MRX, const void *wr, con
 }
 
 /* y[m * ldy] = dot(x row m, W row wr) for m < MRX (a compile-time constant after
- * inlining, as is DT). One W row is streamed front to back: a single sequential
- * stream per thread is what the hardware prefetchers sustain best (interleaving
- * several rows measured ~30% slower), helped by a software prefetch of every line
- * 4 KB ahead. KU independent accumulators per x row cover the FMA latency. */
+ * inlining, as is DT; int8 rows finish through ep's row r). One W row is streamed
+ * front to back: a single sequential stream per thread is what the hardware
+ * prefetchers sustain best (interleaving several rows measured ~30% slower), helped
+ * by a software prefetch of every line 4 KB ahead. KU independent accumulators per x
+ * row cover the FMA latency. */
 INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr, const lm_dtype DT, int64_t K,
-                     float *y, int64_t ldy) {
+                     float *y, int64_t ldy, const lm__i8_epilogue *ep, int64_t r) {
     const int KU = MRX == 1 ? 4 : 2;
     const float *xr[GEMV_MR];
     __m512 acc[GEMV_MR][4];
@@ -66,12 +71,13 @@ INLINE void gemv_row(const float *x, int64_t ldx, const int MRX, const void *wr,
         __m512 sum = acc[m][0];
 #pragma GCC unroll 4
         for (int u = 1; u < KU; u++) sum = _mm512_add_ps(sum, acc[m][u]);
-        y[m * ldy] = _mm512_reduce_add_ps(sum);
+        float v = _mm512_reduce_add_ps(sum);
+        y[m * ldy] = DT == LM_I8 ? lm__i8_finish(ep, r, v, y + m * ldy) : v;
     }
 }
 
 INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, const lm_dtype DT, int64_t ldw,
-                      int64_t nrows, int64_t K, float *y, int64_t ldy) {
+                      int64_t nrows, int64_t K, float *y, int64_t ldy, const lm__i8_epilogue *ep) {
     for (int64_t r = 0; r < nrows; r++) {
         const void *wr = lm__w_at(w, DT, ldw, r, 0);
         /* x rows in groups of GEMV_MR; the W row stays in L1/L2 between groups. */
@@ -79,10 +85,10 @@ INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, con
             const float *xm = x + m * ldx;
             float *ym = y + m * ldy + r;
             switch (M - m) {
-            case 1: gemv_row(xm, ldx, 1, wr, DT, K, ym, ldy); break;
-            case 2: gemv_row(xm, ldx, 2, wr, DT, K, ym, ldy); break;
-            case 3: gemv_row(xm, ldx, 3, wr, DT, K, ym, ldy); break;
-            default: gemv_row(xm, ldx, 4, wr, DT, K, ym, ldy); break;
+            case 1: gemv_row(xm, ldx, 1, wr, DT, K, ym, ldy, ep, r); break;
+            case 2: gemv_row(xm, ldx, 2, wr, DT, K, ym, ldy, ep, r); break;
+            case 3: gemv_row(xm, ldx, 3, wr, DT, K, ym, ldy, ep, r); break;
+            default: gemv_row(xm, ldx, 4, wr, DT, K, ym, ldy, ep, r); break;
             }
         }
     }
@@ -90,9 +96,15 @@ INLINE void gemv_rows(const float *x, int64_t ldx, int64_t M, const void *w, con
 
 LM__TARGET_AVX512 static void gemv_avx512(const float *x, int64_t ldx, int64_t M, const void *w, lm_dtype wdt,
                                           int64_t ldw, int64_t nrows, int64_t K, float *y, int64_t ldy) {
-    if (wdt == LM_F32) gemv_rows(x, ldx, M, w, LM_F32, ldw, nrows, K, y, ldy);
-    else if (wdt == LM_BF16) gemv_rows(x, ldx, M, w, LM_BF16, ldw, nrows, K, y, ldy);
-    else gemv_rows(x, ldx, M, w, LM_F16, ldw, nrows, K, y, ldy);
+    if (wdt == LM_F32) gemv_rows(x, ldx, M, w, LM_F32, ldw, nrows, K, y, ldy, NULL);
+    else if (wdt == LM_BF16) gemv_rows(x, ldx, M, w, LM_BF16, ldw, nrows, K, y, ldy, NULL);
+    else gemv_rows(x, ldx, M, w, LM_F16, ldw, nrows, K, y, ldy, NULL);
+}
+
+LM__TARGET_AVX512 static void gemv_i8_avx512(const float *x, int64_t ldx, int64_t M, const int8_t *q, int64_t ldq,
+                                             const lm__i8_epilogue *ep, int64_t nrows, int64_t K, float *y,
+                                             int64_t ldy) {
+    gemv_rows(x, ldx, M, q, LM_I8, ldq, nrows, K, y, ldy, ep);
 }
 
 /* In-place transpose of a 16 x 16 f32 block held in 16 registers: r[i][j] -> r[j][i]. */
@@ -125,10 +137,12 @@ INLINE void transpose16(__m512 r[16]) {
     }
 }
 
-/* 16 rows x 16 k of W (rows >= ncols read as 0) transposed into 16 panel rows.
+/* 16 rows x 16 k of W (rows >= ncols read as 0) transposed into 16 panel rows;
+ * int8 rows are multiplied by their scale sc[j] (sc is NULL for float weights).
  * The 16 row streams advance only 32-64 bytes per block, too slowly for the hardware
  * prefetchers: prefetching each row ahead measured 1.5-4x faster packing from L3/DRAM. */
-INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t k, int64_t kn, float *dst) {
+INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, const float *sc, int ncols, int64_t k, int64_t kn,
+                       float *dst) {
     __m512 r[16];
     __mmask16 mask = tail_mask(kn);
 #pragma GCC unroll 16
@@ -137,6 +151,7 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
             const void *row = lm__w_at(w, DT, ldw, j, 0);
             lm__prefetch_ahead(row, DT, k);
             r[j] = load_w16(row, k, DT, mask);
+            if (DT == LM_I8) r[j] = _mm512_mul_ps(r[j], _mm512_set1_ps(sc[j]));
         } else r[j] = _mm512_setzero_ps();
     }
     transpose16(r);
@@ -145,18 +160,26 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, int ncols,
         if (i < kn) _mm512_storeu_ps(dst + (k + i) * NR, r[i]);
 }
 
-INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, int ncols, int64_t kc, float *dst) {
+INLINE void pack_panel(const void *w, const lm_dtype DT, int64_t ldw, const float *sc, int ncols, int64_t kc,
+                       float *dst) {
     for (int j = 0; j < NR; j += 16) { /* row j exists only when j < ncols */
         const void *wj = j < ncols ? lm__w_at(w, DT, ldw, j, 0) : w;
-        for (int64_t k = 0; k < kc; k += 16) pack_block(wj, DT, ldw, ncols - j, k, kc - k < 16 ? kc - k : 16, dst + j);
+        const float *sj = DT == LM_I8 && j < ncols ? sc + j : sc;
+        for (int64_t k = 0; k < kc; k += 16)
+            pack_block(wj, DT, ldw, sj, ncols - j, k, kc - k < 16 ? kc - k : 16, dst + j);
     }
 }
 
 LM__TARGET_AVX512 static void pack_avx512(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc,
                                           float *dst) {
-    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, ncols, kc, dst);
-    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, ncols, kc, dst);
-    else pack_panel(w, LM_F16, ldw, ncols, kc, dst);
+    if (wdt == LM_F32) pack_panel(w, LM_F32, ldw, NULL, ncols, kc, dst);
+    else if (wdt == LM_BF16) pack_panel(w, LM_BF16, ldw, NULL, ncols, kc, dst);
+    else pack_panel(w, LM_F16, ldw, NULL, ncols, kc, dst);
+}
+
+LM__TARGET_AVX512 static void pack_i8_avx512(const int8_t *q, int64_t ldq, const float *scales, int ncols, int64_t kc,
+                                             float *dst) {
+    pack_panel(q, LM_I8, ldq, scales, ncols, kc, dst);
 }
 
 LM__TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp,
@@ -202,6 +225,7 @@ const lm__linear_kernels lm__linear_kernels_avx512 = {
     .mr = MR, .nr = NR, .kc = 256, .nc = 512,
     .gemv_max_m_f32 = 6, .gemv_max_m_16 = 8,
     .gemv = gemv_avx512, .pack = pack_avx512, .micro = micro_avx512,
+    .gemv_i8 = gemv_i8_avx512, .pack_i8 = pack_i8_avx512,
 };
 
 #endif

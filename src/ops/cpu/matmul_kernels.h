@@ -1,13 +1,17 @@
 /* ops/cpu/matmul_kernels.h — the per-instruction-set kernels behind lm__cpu_linear.
  *
  * y[m, n] = sum_k x[m, k] * W[n, k] with x, y f32 and W f32/bf16/f16 rows of K
- * contiguous elements (Hugging Face Linear layout). Two shapes of work:
+ * contiguous elements (Hugging Face Linear layout), or int8 rows q[n, :] with one f32
+ * scale per row (W[n, k] = q[n, k] * scale[n]). Two shapes of work:
  *  - gemv: a few x rows against W rows streamed one at a time straight from memory
  *    (decode, M small: W is read once and never copied);
  *  - GEMM: W blocks are widened to f32 and packed as panels of nr columns,
  *    dst[k * nr + j] = W[n0 + j, k0 + k], then a register-blocked microkernel
  *    computes mr x nr tiles of y, broadcasting x values against panel rows.
- * Every kernel accumulates in f32; x is never rounded. Sizes are in elements.
+ * Every kernel accumulates in f32; x is never rounded. Sizes are in elements. int8
+ * weights: the gemv sums x * q exactly widened and applies the row scale once per
+ * output (then bias and accumulate); the GEMM packs q * scale (one f32 rounding per
+ * weight) and reuses the f32 microkernel.
  */
 #ifndef LOOM_OPS_CPU_MATMUL_KERNELS_H
 #define LOOM_OPS_CPU_MATMUL_KERNELS_H
@@ -16,6 +20,14 @@
 #include "loom/tensor.h"
 
 #include <string.h>
+
+/* Per-row epilogue of the int8 gemv, pointers at W row 0 of the call:
+ * y = (accumulate ? y : 0) + (sum * scales[r] + (bias ? bias[r] : 0)). */
+typedef struct lm__i8_epilogue {
+    const float *scales; /* [nrows] */
+    const float *bias;   /* [nrows] or NULL */
+    int accumulate;
+} lm__i8_epilogue;
 
 typedef struct lm__linear_kernels {
     int mr, nr;      /* microkernel tile: mr rows of x/y by nr columns of y (nr = panel width) */
@@ -35,6 +47,12 @@ typedef struct lm__linear_kernels {
      * for r < mrows (<= mr) and j < ncols (<= nr); nothing else in c is touched. */
     void (*micro)(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp, float *c, int64_t ldc,
                   int ncols, int accumulate);
+    /* int8 gemv: y[m * ldy + r] = epilogue(dot(x row m, q row r)) for m < M, r < nrows
+     * (gemv_max_m_16 is its M limit too); q points at row 0, rows ldq bytes apart. */
+    void (*gemv_i8)(const float *x, int64_t ldx, int64_t M, const int8_t *q, int64_t ldq, const lm__i8_epilogue *ep,
+                    int64_t nrows, int64_t K, float *y, int64_t ldy);
+    /* int8 pack: dst[k * nr + j] = f32(q row j, element k) * scales[j], 0 past ncols. */
+    void (*pack_i8)(const int8_t *q, int64_t ldq, const float *scales, int ncols, int64_t kc, float *dst);
 } lm__linear_kernels;
 
 extern const lm__linear_kernels lm__linear_kernels_scalar;
@@ -43,10 +61,14 @@ extern const lm__linear_kernels lm__linear_kernels_avx2;
 extern const lm__linear_kernels lm__linear_kernels_avx512;
 #endif
 
-/* One weight element widened to f32 (exact for every dtype). bf16 is the top half
- * of an f32, so widening is a 16-bit shift. */
+/* Bytes per weight element: f32 4, bf16/f16 2, i8 1. */
+static inline size_t lm__w_size(lm_dtype dt) { return dt == LM_F32 ? 4u : dt == LM_I8 ? 1u : 2u; }
+
+/* One weight element widened to f32 (exact for every dtype; i8 without its scale).
+ * bf16 is the top half of an f32, so widening is a 16-bit shift. */
 static inline float lm__widen1(const void *w, lm_dtype dt, int64_t k) {
     if (dt == LM_F32) return ((const float *)w)[k];
+    if (dt == LM_I8) return (float)((const int8_t *)w)[k];
     uint16_t h = ((const uint16_t *)w)[k];
     if (dt == LM_F16) return lm_f16_to_f32(h);
     uint32_t u = (uint32_t)h << 16;
@@ -55,9 +77,16 @@ static inline float lm__widen1(const void *w, lm_dtype dt, int64_t k) {
     return f;
 }
 
-/* Address of element k of W row n (4-byte f32 or 2-byte bf16/f16 elements). */
+/* Address of element k of W row n. */
 static inline const void *lm__w_at(const void *w, lm_dtype dt, int64_t ldw, int64_t n, int64_t k) {
-    return (const char *)w + (size_t)(n * ldw + k) * (dt == LM_F32 ? 4u : 2u);
+    return (const char *)w + (size_t)(n * ldw + k) * lm__w_size(dt);
+}
+
+/* The int8 epilogue for row r (see lm__i8_epilogue); y is the output element. */
+static inline float lm__i8_finish(const lm__i8_epilogue *ep, int64_t r, float sum, const float *y) {
+    float v = sum * ep->scales[r];
+    if (ep->bias) v += ep->bias[r];
+    return ep->accumulate ? *y + v : v;
 }
 
 /* Prefetches the cache line LM__GEMV_PREFETCH bytes past byte offset off of a streamed
@@ -78,7 +107,7 @@ static inline void lm__prefetch_bytes(const void *row, int64_t off) {
     lm__prefetch_addr((uintptr_t)row + (uintptr_t)off + LM__GEMV_PREFETCH);
 }
 static inline void lm__prefetch_ahead(const void *row, lm_dtype dt, int64_t k) {
-    lm__prefetch_addr((uintptr_t)row + (uintptr_t)(k + LM__PACK_PREFETCH) * (dt == LM_F32 ? 4u : 2u));
+    lm__prefetch_addr((uintptr_t)row + (uintptr_t)(k + LM__PACK_PREFETCH) * lm__w_size(dt));
 }
 
 #endif

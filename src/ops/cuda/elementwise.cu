@@ -114,6 +114,7 @@ lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, 
 __device__ __forceinline__ double ldv(const int32_t *p) { return *p; }
 __device__ __forceinline__ double ldv(const int64_t *p) { return (double)*p; }
 __device__ __forceinline__ double ldv(const uint8_t *p) { return *p; }
+__device__ __forceinline__ double ldv(const int8_t *p) { return *p; }
 __device__ __forceinline__ double ldv(const float *p) { return *p; }
 __device__ __forceinline__ double ldv(const bf16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ double ldv(const __half *p) { return __half2float(*p); }

@@ -3,7 +3,9 @@
  * Per row m: the input row in double (x as it is; rmsnorm(x) * norm_weight with the
  * mean of squares in double; or silu(gate) * up from the two halves of x), then for
  * every output n the dot product with w's row n in double, plus the bias, written or
- * added to out[m, n] and rounded once. O(M * N * K) time, one [K] double row.
+ * added to out[m, n] and rounded once. int8 weights are dequantized exactly in double
+ * (q[n, k] * w_scales[n]: an 8-bit by 24-bit product) before the multiply.
+ * O(M * N * K) time, one [K] double row.
  */
 #include "ops/ref/linear.h"
 
@@ -38,7 +40,9 @@ lm_status lm__ref_linear(const lm_tensor_view *x, const lm_tensor_view *w, const
         input_row(x, p, m, K, row);
         for (int64_t n = 0; n < N; n++) {
             double acc = bias ? lm__ld(bias->dtype, bias->data, n * bias->stride[0]) : 0.0;
-            for (int64_t k = 0; k < K; k++) acc += row[k] * el(w, n, k);
+            const lm_tensor_view *sc = p->w_scales;
+            double scale = sc ? lm__ld(sc->dtype, sc->data, n * sc->stride[0]) : 1.0;
+            for (int64_t k = 0; k < K; k++) acc += row[k] * (el(w, n, k) * scale);
             int64_t o = m * out->stride[0] + n * out->stride[1];
             if (p->accumulate) acc += lm__ld(out->dtype, out->data, o);
             lm__st(out->dtype, out->data, o, acc);
