@@ -19,6 +19,11 @@
  *                                                layer_types' "sliding_attention" layers)
  * and for all: rms_norm_eps 1e-6, rope_theta 10000, tie_word_embeddings false,
  * hidden_act "silu" (the only one accepted), attention_bias false.
+ *
+ * "quantization_config" (written by `loom quantize`; docs/QUANTIZATION.md) is loom's
+ * own and strictly checked: {"quant_method": "loom", "format": "int8", "scheme":
+ * "per-output-channel symmetric", "modules": ["q_proj", ..., "down_proj"(, "lm_head")]},
+ * no other keys; other quant_methods (gptq, awq, bitsandbytes, ...) are LM_UNSUPPORTED.
  */
 #ifndef LOOM_CONFIG_H
 #define LOOM_CONFIG_H
@@ -99,15 +104,49 @@ typedef struct lm_model_config {
     int n_eos;                          /* entries used in eos_token_ids */
     int64_t eos_token_ids[LM_MAX_EOS_TOKENS]; /* config.json ids first, then new ones from generation_config.json */
     lm_generation_defaults generation;
-    int64_t reserved[16]; /* zero; room for new fields */
+    /* Weight quantization (config.json "quantization_config", docs/QUANTIZATION.md):
+     * the stored format of the listed modules' weights; LM_QUANT_NONE (0) when absent. */
+    int32_t quant_format;  /* lm_quant_format */
+    int32_t quant_modules; /* LM_QUANT_* module bits: the projections whose weights are quantized */
+    int64_t reserved[15];  /* zero; room for new fields */
 } lm_model_config;
+
+/* Formats of quantized weights. LM_QUANT_INT8: i8 [out, in] weights with one f32 scale
+ * per output row (symmetric: w ~= q * scale, q in [-127, 127]) in the tensor
+ * "<weight name>_scale" (f32 [out]), e.g. "model.layers.0.mlp.up_proj.weight_scale". */
+typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1 } lm_quant_format;
+/* Module bits of lm_model_config.quant_modules, in the order of their names
+ * (lm_quant_module_name): the Linear projections of every layer, and an untied lm_head.
+ * The embedding table, norms and biases are never quantized (a tied lm_head is the
+ * embedding table, so it stays float too). */
+enum {
+    LM_QUANT_Q_PROJ = 1 << 0,
+    LM_QUANT_K_PROJ = 1 << 1,
+    LM_QUANT_V_PROJ = 1 << 2,
+    LM_QUANT_O_PROJ = 1 << 3,
+    LM_QUANT_GATE_PROJ = 1 << 4,
+    LM_QUANT_UP_PROJ = 1 << 5,
+    LM_QUANT_DOWN_PROJ = 1 << 6,
+    LM_QUANT_LM_HEAD = 1 << 7,
+    LM_QUANT_MODULE_COUNT = 8
+};
+LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8"; "invalid" */
+/* The name of module bit i (1 << i): "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+ * "up_proj", "down_proj", "lm_head"; NULL outside [0, LM_QUANT_MODULE_COUNT). */
+LM_API const char *lm_quant_module_name(int i);
+/* The modules quantized by default for cfg: every layer projection, and lm_head when
+ * it is untied. */
+LM_API int32_t lm_quant_modules_default(const lm_model_config *cfg);
+/* 1 when cfg stores tensor `name` quantized (a ".weight" of a module in
+ * cfg->quant_modules, with cfg->quant_format set), else 0. */
+LM_API int lm_model_config_tensor_quantized(const lm_model_config *cfg, const char *name);
 
 /* Parses config.json text. source names the file in error details. Errors:
  * LM_PARSE_ERROR for malformed JSON (with line/column), a missing required field, or
  * a field of the wrong type or out of range (each naming field and source);
  * LM_UNSUPPORTED for an unknown architecture/model_type, hidden_act other than
- * "silu", a rope type other than default/linear/llama3/yarn, or an unknown dtype
- * (each naming the value). *out is fully written on success, zeroed on failure. */
+ * "silu", a rope type other than default/linear/llama3/yarn, an unknown dtype, or a
+ * quantization_config loom does not run (each naming the value). *out is fully written on success, zeroed on failure. */
 LM_API lm_status lm_model_config_parse(const char *json, size_t len, const char *source, lm_model_config *out);
 /* Merges generation_config.json text: eos ids (appended when new), bos/pad when
  * config.json had none, and the sampling defaults. Same error rules. On failure cfg

@@ -8,6 +8,9 @@
  * On a CUDA device the matrices are uploaded as bf16 (whatever their stored dtype),
  * the KV cache is bf16, the residual stream and every accumulation are f32, and each
  * step shape is captured once as a CUDA graph and replayed.
+ * Int8 weights (lm_model_load_opts, docs/QUANTIZATION.md; CPU only): the layer
+ * projections (and an untied lm_head) as i8 with one f32 scale per output row, read by
+ * the int8 linear operator; the embedding table, norms and biases stay float.
  * The forward pass is the decoder graph (loom/graph.h) run by an executor
  * (loom/exec.h) with the device's fused operators.
  *
@@ -34,6 +37,37 @@ typedef struct lm_model lm_model;
  * build without CUDA, LM_DEVICE_ERROR for a missing GPU). The caller owns *out:
  * lm_model_destroy. */
 LM_API lm_status lm_model_load(const char *dir, lm_device device, lm_model **out);
+
+/* Which weights a model runs with (docs/QUANTIZATION.md). Public enum: grows at the end. */
+typedef enum lm_weights {
+    LM_WEIGHTS_AUTO = 0, /* what the directory holds (its quantization_config, else its float dtype) */
+    LM_WEIGHTS_BF16 = 1, /* float matrices as bf16 (f32/f16 checkpoints are converted at load); refused for a
+                            directory that holds int8 weights */
+    LM_WEIGHTS_INT8 = 2  /* the projections as int8 with per-output-row f32 scales: quantized at load from a
+                            float directory (lm_quantize_int8_rows), or as stored by `loom quantize`. CPU only. */
+} lm_weights;
+LM_API const char *lm_weights_name(lm_weights w); /* "auto", "bf16", "int8"; "invalid" */
+/* "auto", "bf16" or "int8" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
+LM_API lm_status lm_weights_parse(const char *text, lm_weights *out);
+
+typedef struct lm_model_load_options {
+    lm_weights weights;    /* LM_WEIGHTS_AUTO */
+    int32_t quant_modules; /* LM_WEIGHTS_INT8 from a float directory: LM_QUANT_* module bits (config.h);
+                              0 = lm_quant_modules_default (every projection, an untied lm_head) */
+    int64_t reserved[7];   /* zero */
+} lm_model_load_options;
+LM_API void lm_model_load_options_default(lm_model_load_options *o);
+/* lm_model_load with options (o NULL: the defaults, which is lm_model_load). Errors
+ * besides lm_model_load's: LM_UNSUPPORTED for int8 weights on a device other than the
+ * CPU ("int8 weights run on the CPU only for now") and for LM_WEIGHTS_BF16 of an int8
+ * directory; for an int8 directory, LM_NOT_FOUND / LM_DTYPE_MISMATCH / LM_SHAPE_MISMATCH
+ * naming the weight or scale tensor at fault. lm_model_get_config reports the format
+ * run (quant_format, quant_modules), also when quantized at load. */
+LM_API lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_load_options *o,
+                                    lm_model **out);
+/* The weights the model runs with: LM_WEIGHTS_INT8 or LM_WEIGHTS_BF16 (float matrices,
+ * whatever their dtype). */
+LM_API lm_weights lm_model_weights(const lm_model *m);
 LM_API void lm_model_destroy(lm_model *m); /* accepts NULL */
 LM_API const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
 LM_API lm_device lm_model_device(const lm_model *m);                  /* where the weights and forward pass live */

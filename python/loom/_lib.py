@@ -25,7 +25,7 @@ c_int64_p = ctypes.POINTER(ctypes.c_int64)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
 LM_MAX_DIMS = 8
-DTYPES = ("f32", "bf16", "f16", "i32", "i64", "u8")  # lm_dtype values 0..5
+DTYPES = ("f32", "bf16", "f16", "i32", "i64", "u8", "i8")  # lm_dtype values 0..6
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 

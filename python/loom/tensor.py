@@ -22,8 +22,8 @@ from . import _lib
 from ._lib import LIB, check, Device, TensorView
 
 # ---- devices, dtypes and per-thread contexts -----------------------------------------------
-_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8", "u8": "|u1"}  # NumPy; bf16 has none
-_FROM_TYPESTR = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "<i8": "i64", "|u1": "u8", "|b1": None}
+_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8", "u8": "|u1", "i8": "|i1"}  # NumPy; bf16 has none
+_FROM_TYPESTR = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "<i8": "i64", "|u1": "u8", "|i1": "i8", "|b1": None}
 
 
 def _dtype_code(dtype):
@@ -408,7 +408,7 @@ def as_tensor(x):
 
 # ---- DLPack ---------------------------------------------------------------------------------
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
-_DL_CODES = {"f32": (2, 32), "f16": (2, 16), "bf16": (4, 16), "i32": (0, 32), "i64": (0, 64), "u8": (1, 8)}
+_DL_CODES = {"f32": (2, 32), "f16": (2, 16), "bf16": (4, 16), "i32": (0, 32), "i64": (0, 64), "u8": (1, 8), "i8": (0, 8)}
 _DL_FROM = {v: k for k, v in _DL_CODES.items()}
 
 

@@ -69,6 +69,9 @@ static int constant_input(lm__gopk kind, int k) {
 static lm_status record(tape *t, const lm__gop *op) {
     lm_ag *ag = t->ag;
     lm_ag_var **V = t->var, *o = NULL, *o2 = NULL;
+    if (op->kind == LM__GOP_LINEAR && op->in[5] >= 0)
+        return lm__error(LM_UNSUPPORTED, "autograd executor: linear '%s' has int8 weights, which cannot be trained",
+                         op->name);
     for (int k = 0; k < op->nin; k++)
         if (!constant_input(op->kind, k)) LM_TRY(need_var(t, op, k));
     switch (op->kind) {

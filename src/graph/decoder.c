@@ -14,7 +14,12 @@
  *   q and k per head; rope at the rows' positions; attention (grouped kv heads,
  *   causal, the layer's window); x += attn Wo^T (+b); h = rmsnorm(x);
  *   x += (silu(h Wg^T) * h Wu^T) Wd^T.
- * The graph is canonical: no fused ops. Executors rewrite it for their device
+ * Int8 weights (the parameter's dtype is i8: lm_decoder_options.param_dtype says so)
+ * are the exception to the matmul form: such a projection is one linear op reading
+ * "<name>.weight" (i8) and its per-row scales "<name>.weight_scale" (f32 [out]), as
+ * the operator takes them (lm_linear_params.w_scales); train mode refuses them. The
+ * embedding table, norms and biases stay float (a tied lm_head is the table).
+ * The graph is otherwise canonical: no fused ops. Executors rewrite it for their device
  * (graph/rewrite.c, graph/fuse.c). Parameters are named by their Hugging Face
  * tensor names, plus "rope.inv_freq"; inputs and outputs by the names in
  * include/loom/graph.h.
@@ -66,14 +71,41 @@ static lm_status layer_param(builder *b, int64_t l, const char *suffix, int ndim
     return param(b, name, ndim, shape, out);
 }
 
-/* y [N, out] = x [N, in] @ W[out, in]^T (+ bias): W enters as a permuted view. */
+/* An int8 weight w (parameter "<name>.weight", i8 [n_out, K]): its per-row scales are
+ * the parameter "<name>.weight_scale" (f32 [n_out]) and the product is one linear op
+ * (int8 weights have no canonical matmul form). Training them is refused. */
+static lm_status linear_int8(builder *b, const char *nm, lm_graph_value x, lm_graph_value w, const char *wname,
+                             lm_graph_value bias, lm_graph_value *y) {
+    char s[LM__G_NAME + 8];
+    if (b->o->mode == LM_DECODER_TRAIN)
+        return lm__error(LM_UNSUPPORTED, "decoder graph (train): '%s' is an int8 weight; int8 weights cannot be trained "
+                         "(train from the float checkpoint)", wname);
+    int64_t ns[1] = {b->g->values[w].dims[0]};
+    lm_graph_value sc;
+    snprintf(s, sizeof s, "%s_scale", wname);
+    LM_TRY(lm_graph_param(b->g, s, LM_F32, 1, ns, 1.0 / 127, 0.0, &sc));
+    return lm__graph_linear_int8(b->g, nm, x, w, sc, bias, b->o->act_dtype, y);
+}
+
+/* y [N, out] = x [N, in] @ W[out, in]^T (+ bias): W enters as a permuted view (or, for
+ * an int8 W, one linear op with its scales). */
 static lm_status linear(builder *b, const char *nm, lm_graph_value x, int64_t l, const char *wname, int bias,
                         int64_t n_out, lm_graph_value *y) {
     int64_t n_in = b->g->values[x].dims[1], ws[2] = {n_out, n_in};
-    lm_graph_value w, wt, bv;
+    lm_graph_value w, wt, bv = -1;
     char s[LM__G_NAME], vn[LM__G_NAME];
     snprintf(s, sizeof s, "%s.weight", wname);
     LM_TRY(l >= 0 ? layer_param(b, l, s, 2, ws, &w) : param(b, s, 2, ws, &w));
+    if (b->g->values[w].dtype == LM_I8) {
+        char full[LM__G_NAME];
+        snprintf(full, sizeof full, "%s", b->g->ops[b->g->values[w].op].name);
+        if (bias) {
+            snprintf(s, sizeof s, "%s.bias", wname);
+            int64_t bs[1] = {n_out};
+            LM_TRY(l >= 0 ? layer_param(b, l, s, 1, bs, &bv) : param(b, s, 1, bs, &bv));
+        }
+        return linear_int8(b, nm, x, w, full, bv, y);
+    }
     static const int tr[2] = {1, 0};
     snprintf(vn, sizeof vn, "%.50s.wT", nm);
     LM_TRY(lm_graph_permute(b->g, vn, w, tr, &wt));
@@ -245,15 +277,28 @@ static lm_status outputs(builder *b, lm_graph_value x) {
     LM_TRY(head_weight(b, &w));
     if (o->output == LM_DECODER_OUT_LOSS) {
         int64_t ts[1] = {b->N};
+        if (b->g->values[w].dtype == LM_I8)
+            return lm__error(LM_UNSUPPORTED, "decoder graph: 'lm_head.weight' is an int8 weight; the fused loss takes "
+                             "float weights (train from the float checkpoint)");
         lm_graph_value t;
         LM_TRY(lm_graph_input(b->g, "targets", LM_I32, 1, ts, 1.0, &t));
         LM_TRY(lm__graph_linear_ce(b->g, "loss", h, w, t, -100, &y));
         return lm_graph_output(b->g, y);
     }
-    static const int tr[2] = {1, 0};
-    lm_graph_value wt;
-    LM_TRY(lm_graph_permute(b->g, "lm_head.wT", w, tr, &wt));
-    LM_TRY(lm_graph_matmul(b->g, "logits", h, wt, LM_F32, &y));
+    if (b->g->values[w].dtype == LM_I8) { /* an untied, int8 lm_head */
+        if (o->output == LM_DECODER_OUT_LOSS || o->mode == LM_DECODER_TRAIN)
+            return lm__error(LM_UNSUPPORTED, "decoder graph: 'lm_head.weight' is an int8 weight; int8 weights cannot "
+                             "be trained (train from the float checkpoint)");
+        lm_graph_value sc;
+        int64_t vs[1] = {c->vocab_size};
+        LM_TRY(lm_graph_param(b->g, "lm_head.weight_scale", LM_F32, 1, vs, 1.0 / 127, 0.0, &sc));
+        LM_TRY(lm__graph_linear_int8(b->g, "logits", h, w, sc, -1, LM_F32, &y));
+    } else {
+        static const int tr[2] = {1, 0};
+        lm_graph_value wt;
+        LM_TRY(lm_graph_permute(b->g, "lm_head.wT", w, tr, &wt));
+        LM_TRY(lm_graph_matmul(b->g, "logits", h, wt, LM_F32, &y));
+    }
     if (o->output == LM_DECODER_OUT_SAMPLE) {
         int64_t ps[1] = {o->batch * LM_SAMPLE_PARAMS_BYTES}; /* one record per row */
         lm_graph_value p;

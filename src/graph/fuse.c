@@ -9,6 +9,9 @@
  * the result as one kernel without scratch memory, so a captured step never needs
  * to allocate. The fused kinds are public operators with composed references
  * (include/loom/ops.h); their dtypes and shapes are those of the values they replace.
+ * Int8 linears (weight scales in in[5]) keep their scales through every fusion that
+ * rewrites a linear in place (input forms, residual accumulate, the re-emitted qkv
+ * projection); they are never stacked (see stackable_linear).
  * Work per pass: O(ops * uses) with the linear scans of graph/rewrite.c.
  */
 #include "graph/rewrite.h"
@@ -33,6 +36,10 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* A plain linear: the input as it is, no accumulate. */
 static int plain_linear(const lm__gop *op) { return op && op->kind == LM__GOP_LINEAR && op->i[0] == 0 && !op->i[3]; }
+/* A plain linear over float weights (no int8 scales, in[5]): stacking concatenates
+ * weights and the stacked parameters nn/upload.c registers are bf16, so int8 linears
+ * are never stacked. */
+static int stackable_linear(const lm__gop *op) { return plain_linear(op) && op->in[5] < 0; }
 
 /* Per source op: -1 copy, -2 absorbed into a fusion emitted elsewhere, k >= 0 the
  * start of fusion k. */
@@ -102,7 +109,7 @@ static int find_member(const lm_graph *g, int64_t from, int x, const char *prefi
     snprintf(wantb, sizeof wantb, "%s%s.bias", prefix, member);
     for (int64_t j = from; j < g->nops; j++) {
         const lm__gop *op = &g->ops[j];
-        if (!plain_linear(op) || op->in[0] != x) continue;
+        if (!stackable_linear(op) || op->in[0] != x) continue;
         const char *w = param_name(g, op->in[1]), *b = param_name(g, op->in[2]);
         if (!w || strcmp(w, want) != 0) continue;
         if ((op->in[2] >= 0) != bias || (bias && (!b || strcmp(b, wantb) != 0))) return -1;
@@ -115,7 +122,7 @@ static lm_status plan_stacks(stacks *s, plan *p) {
     const lm_graph *g = s->g;
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
-        const char *w = plain_linear(op) && p->at[i] == -1 ? param_name(g, op->in[1]) : NULL;
+        const char *w = stackable_linear(op) && p->at[i] == -1 ? param_name(g, op->in[1]) : NULL;
         if (!w) continue;
         const char *const *members = ends_with(w, ".self_attn.q_proj.weight") ? k_qkv
                                      : ends_with(w, ".mlp.gate_proj.weight")  ? k_gu
@@ -156,11 +163,11 @@ static lm_status emit_stack(lm__rw *rw, int k, void *user) {
         snprintf(name, sizeof name, "%s%s.bias", grp->prefix, grp->stacked);
         LM_TRY(lm_graph_param(rw->dst, name, g->values[first->in[2]].dtype, 1, bs, 0.0, 0.0, &b));
     }
-    int in[5] = {lm__rw_in(rw, first->in[0]), w, b, -1, -1};
+    int in[6] = {lm__rw_in(rw, first->in[0]), w, b, -1, -1, -1};
     int64_t ys[2] = {y0->dims[0], rows};
     lm__gop *op;
     snprintf(name, sizeof name, "%s%s", grp->prefix, grp->stacked); /* "model.layers.3.self_attn.qkv_proj" */
-    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, name, in, 5, 2, ys, y0->dtype, &op, &y));
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, name, in, 6, 2, ys, y0->dtype, &op, &y));
     op->i[1] = b >= 0;
     int64_t off = 0;
     for (int m = 0; m < grp->n; m++) { /* each member's output is a column slice of the stack */
@@ -300,9 +307,9 @@ static lm_status emit_qkv(lm__rw *rw, int k, void *user) {
     lm_graph_value stack = -1, bias = -1;
     if (m->linear >= 0) { /* the projection again, without its bias */
         const lm__gop *lin = &g->ops[m->linear];
-        int lin_in[5] = {lm__rw_in(rw, lin->in[0]), lm__rw_in(rw, lin->in[1]), -1, -1, -1};
+        int lin_in[6] = {lm__rw_in(rw, lin->in[0]), lm__rw_in(rw, lin->in[1]), -1, -1, -1, lm__rw_in(rw, lin->in[5])};
         lm__gop *lop;
-        LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, lin->name, lin_in, 5, st->ndim, st->dims, st->dtype, &lop,
+        LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, lin->name, lin_in, 6, st->ndim, st->dims, st->dtype, &lop,
                                 &stack));
         lop->i[0] = LM_LINEAR_IN, lop->a = lin->a;
         bias = lm__rw_in(rw, lin->in[2]);
@@ -399,11 +406,11 @@ static lm_status emit_linear(lm__rw *rw, int k, void *user) {
     const lm__gop *lin = &g->ops[f->linear];
     const lm__gvalue *y = &g->values[f->result];
     int norm = f->norm >= 0 ? f->norm : lin->in[3];
-    int in[5] = {lm__rw_in(rw, f->x >= 0 ? f->x : lin->in[0]), lm__rw_in(rw, lin->in[1]), lm__rw_in(rw, lin->in[2]),
-                 lm__rw_in(rw, norm), lm__rw_in(rw, f->residual)};
+    int in[6] = {lm__rw_in(rw, f->x >= 0 ? f->x : lin->in[0]), lm__rw_in(rw, lin->in[1]), lm__rw_in(rw, lin->in[2]),
+                 lm__rw_in(rw, norm), lm__rw_in(rw, f->residual), lm__rw_in(rw, lin->in[5])}; /* scales ride along */
     lm__gop *op;
     lm_graph_value out;
-    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, y->name, in, 5, y->ndim, y->dims, y->dtype, &op, &out));
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, y->name, in, 6, y->ndim, y->dims, y->dtype, &op, &out));
     op->i[0] = f->x >= 0 ? f->form : lin->i[0];
     op->i[1] = lin->in[2] >= 0;
     op->i[2] = norm >= 0;

@@ -61,8 +61,10 @@ typedef enum lm__gopk {
     /* ---- fused ops (made by rewrite passes, each a public operator) ---- */
     LM__GOP_ADD_RMSNORM, /* x, residual, weight; a = eps; out = x + residual, out2 = rmsnorm(out) * weight;
                             i[0] = 1: out is written in place into the residual */
-    LM__GOP_LINEAR,      /* x, w [N, K], bias?, norm_weight?, residual?; i[0] = lm_linear_input,
-                            i[1] = has bias, i[2] = has norm weight, i[3] = accumulate; a = eps */
+    LM__GOP_LINEAR,      /* x, w [N, K], bias?, norm_weight?, residual?, w_scales?; i[0] = lm_linear_input,
+                            i[1] = has bias, i[2] = has norm weight, i[3] = accumulate; a = eps.
+                            w_scales (in[5], f32 [N]) exactly when w is i8 (int8 weights: the canonical
+                            graph has no matmul form for them, so the decoder builds this op directly) */
     LM__GOP_QKV_ROPE_STORE, /* qkv [B, T, (Hq + 2 Hkv) D], bias?, q_norm?, k_norm?, inv_freq, positions, slots,
                                k_cache, v_cache; out = q [B, T, Hq, D]; a = eps, b = attention factor,
                                i[0] = Hq, i[1] = has bias, i[2] = has q/k norms */
@@ -161,6 +163,10 @@ lm_status lm__graph_linear_ce(lm_graph *g, const char *name, lm_graph_value x, l
                               lm_graph_value targets, int64_t ignore_index, lm_graph_value *out);
 lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits, lm_graph_value params,
                            lm_graph_value *out);
+/* y [N, n_out] (out_dt) = x [N, K] (float) . (w [n_out, K] i8 * w_scales [n_out] f32 by row)^T (+ bias [n_out]):
+ * the linear op of int8 weights (bias may be -1). */
+lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
+                                lm_graph_value w_scales, lm_graph_value bias, lm_dtype out_dt, lm_graph_value *out);
 
 /* A second output value for the op appended last (fused ops with two results). */
 lm_status lm__graph_add_out2(lm_graph *g, const char *name, int ndim, const int64_t *dims, lm_dtype dt,

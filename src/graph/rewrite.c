@@ -210,10 +210,10 @@ static lm_status fuse_linear(lm__rw *rw, int64_t i, int *fused) {
         y = g->ops[u].out;
     }
     const lm__gvalue *vy = &g->values[y];
-    int in[5] = {lm__rw_in(rw, mm->in[0]), lm__rw_in(rw, w), lm__rw_in(rw, bias), -1, -1};
+    int in[6] = {lm__rw_in(rw, mm->in[0]), lm__rw_in(rw, w), lm__rw_in(rw, bias), -1, -1, -1}; /* float w: no scales */
     lm__gop *op;
     int out;
-    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, vy->name, in, 5, vy->ndim, vy->dims, vy->dtype, &op, &out));
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, vy->name, in, 6, vy->ndim, vy->dims, vy->dtype, &op, &out));
     op->i[0] = 0; /* LM_LINEAR_IN: x as it is */
     op->i[1] = bias >= 0;
     rw->map[y] = out;

@@ -249,6 +249,100 @@ static lm_status parse_dtype(const jctx *c, const json_t *root, lm_model_config 
                      json_string_value(v));
 }
 
+/* ---- quantization_config (loom's own key; strict) ------------------------------------------- */
+static const char *const k_quant_modules[LM_QUANT_MODULE_COUNT] = {"q_proj",  "k_proj",    "v_proj",
+                                                                   "o_proj",  "gate_proj", "up_proj",
+                                                                   "down_proj", "lm_head"};
+#define QUANT_SCHEME "per-output-channel symmetric"
+
+const char *lm_quant_format_name(lm_quant_format f) {
+    return f == LM_QUANT_NONE ? "none" : f == LM_QUANT_INT8 ? "int8" : "invalid";
+}
+
+const char *lm_quant_module_name(int i) { return i >= 0 && i < LM_QUANT_MODULE_COUNT ? k_quant_modules[i] : NULL; }
+
+int32_t lm_quant_modules_default(const lm_model_config *cfg) {
+    int32_t m = LM_QUANT_LM_HEAD - 1; /* every layer projection */
+    return cfg && !cfg->tie_word_embeddings ? m | LM_QUANT_LM_HEAD : m;
+}
+
+int lm_model_config_tensor_quantized(const lm_model_config *cfg, const char *name) {
+    if (!cfg || !name || cfg->quant_format == LM_QUANT_NONE) return 0;
+    if (strcmp(name, "lm_head.weight") == 0) return (cfg->quant_modules & LM_QUANT_LM_HEAD) != 0;
+    if (strncmp(name, "model.layers.", 13) != 0) return 0;
+    const char *p = name + 13;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == name + 13 || *p != '.') return 0;
+    p++;
+    if (strncmp(p, "self_attn.", 10) == 0) p += 10;
+    else if (strncmp(p, "mlp.", 4) == 0) p += 4;
+    else return 0;
+    size_t n = strlen(p);
+    if (n < 8 || strcmp(p + n - 7, ".weight") != 0) return 0;
+    for (int i = 0; i < LM_QUANT_MODULE_COUNT - 1; i++) /* lm_head is not a layer module */
+        if (strlen(k_quant_modules[i]) == n - 7 && strncmp(p, k_quant_modules[i], n - 7) == 0)
+            return (cfg->quant_modules >> i) & 1;
+    return 0;
+}
+
+static lm_status quant_string(const jctx *c, const json_t *q, const char *key, const char *want, lm_status bad) {
+    const json_t *v = json_object_get(q, key);
+    if (!v) return missing(c, key);
+    if (!json_is_string(v)) return bad_type(c, key, "a string");
+    if (strcmp(json_string_value(v), want) == 0) return LM_OK;
+    return lm__error(bad, "config '%s': %s%s '%s' is not supported (loom runs \"%s\")", c->src, c->prefix, key,
+                     json_string_value(v), want);
+}
+
+/* q: the quantization_config value (absent or null: no quantization). */
+static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_model_config *cfg) {
+    cfg->quant_format = LM_QUANT_NONE;
+    cfg->quant_modules = 0;
+    if (!q) return LM_OK;
+    jctx qc = {root_c->src, "quantization_config."}, *c = &qc;
+    if (!json_is_object(q))
+        return lm__error(LM_PARSE_ERROR, "config '%s': \"quantization_config\" is not an object", c->src);
+    const json_t *method = json_object_get(q, "quant_method");
+    if (!method) return missing(c, "quant_method");
+    if (!json_is_string(method)) return bad_type(c, "quant_method", "a string");
+    if (strcmp(json_string_value(method), "loom") != 0)
+        return lm__error(LM_UNSUPPORTED, "config '%s': quantization_config.quant_method '%s' is not supported (only "
+                         "loom's own int8 format, written by `loom quantize`)", c->src, json_string_value(method));
+    LM_TRY(quant_string(c, q, "format", "int8", LM_UNSUPPORTED));
+    LM_TRY(quant_string(c, q, "scheme", QUANT_SCHEME, LM_UNSUPPORTED));
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)q, key, v) {
+        if (strcmp(key, "quant_method") && strcmp(key, "format") && strcmp(key, "scheme") && strcmp(key, "modules"))
+            return lm__error(LM_PARSE_ERROR, "config '%s': unknown key \"quantization_config.%s\" (quant_method, "
+                             "format, scheme, modules)", c->src, key);
+    }
+    const json_t *mods = json_object_get(q, "modules");
+    if (!mods) return missing(c, "modules");
+    if (!json_is_array(mods) || !json_array_size(mods)) return bad_type(c, "modules", "a non-empty list of module names");
+    int32_t bits = 0;
+    for (size_t i = 0; i < json_array_size(mods); i++) {
+        const json_t *e = json_array_get(mods, i);
+        const char *name = json_is_string(e) ? json_string_value(e) : NULL;
+        int k = -1;
+        for (int j = 0; name && j < LM_QUANT_MODULE_COUNT; j++)
+            if (strcmp(name, k_quant_modules[j]) == 0) k = j;
+        if (k < 0)
+            return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.modules[%zu] %s%s%s is not a module "
+                             "loom quantizes (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head)",
+                             c->src, i, name ? "'" : "", name ? name : "(not a string)", name ? "'" : "");
+        if (bits & (1 << k))
+            return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.modules lists '%s' twice", c->src, name);
+        bits |= 1 << k;
+    }
+    if ((bits & LM_QUANT_LM_HEAD) && cfg->tie_word_embeddings)
+        return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.modules lists 'lm_head', but the "
+                         "embeddings are tied (the tied head is the embedding table, which stays float)", c->src);
+    cfg->quant_format = LM_QUANT_INT8;
+    cfg->quant_modules = bits;
+    return LM_OK;
+}
+
 /* Heads: absent keys take the class default, null means "derive". */
 static lm_status parse_heads(const jctx *c, const json_t *root, lm_model_config *cfg) {
     const struct arch_info *a = &k_archs[cfg->arch];
@@ -352,6 +446,7 @@ static lm_status parse_root(const jctx *c, const json_t *root, lm_model_config *
     LM_TRY(parse_attention_options(c, root, cfg));
     LM_TRY(parse_dtype(c, root, cfg));
     LM_TRY(parse_tokens(c, root, cfg));
+    LM_TRY(parse_quantization(c, field(root, "quantization_config"), cfg));
     cfg->generation = (lm_generation_defaults){.temperature = 1.0, .top_k = 50, .top_p = 1.0};
     return LM_OK;
 }

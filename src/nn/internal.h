@@ -6,7 +6,8 @@
  * not host memory also the stacked projections the CUDA rewrite passes bind
  * ("model.layers.N.self_attn.qkv_proj.weight" = q|k|v rows, "...mlp.gate_up_proj.
  * weight" = gate|up rows, and their biases), whose per-projection names are row
- * views of the same storage. The forward pass is the decoder graph
+ * views of the same storage. With int8 weights (CPU only) a quantized projection
+ * "<name>.weight" is i8 [out, in] and its scales "<name>.weight_scale" f32 [out]. The forward pass is the decoder graph
  * (graph/decoder.c) run by an executor (exec/); a KV cache keeps the executors of
  * the step shapes it has seen, since they bind its tensors.
  */
@@ -29,6 +30,7 @@ struct lm_model {
     int64_t nw, cap_w;
     int64_t weight_bytes; /* bytes one decode step reads */
     int on_host;          /* the device is host memory: mapped weights, f32 KV cache (else bf16, uploaded) */
+    lm_weights weights;   /* LM_WEIGHTS_INT8: the projections are i8 + "<name>_scale" f32 [out]; else float */
 };
 
 /* nn/model.c: the weight called name, or NULL. */

@@ -8,12 +8,18 @@
  * normalization and bias operators take one dtype per call. A model for another
  * device is loaded the same way and then uploaded (nn/upload.c), after which the
  * mapped host tensors are released.
+ *
+ * Weights (lm_model_load_options.weights, docs/QUANTIZATION.md): as stored; bf16
+ * (float matrices converted at load); or int8, either quantized here from a float
+ * checkpoint (lm_quantize_int8_rows: the same function `loom quantize` uses, so both
+ * give the same bytes) or mapped from a directory `loom quantize` wrote, whose
+ * "<weight>_scale" tensors are checked (present, f32 [out], finite and > 0) before use.
  */
 #include "nn/internal.h"
 
-#include <string.h>
-
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 int lm__model_on_host(const lm_model *m) { return m->on_host; }
 
@@ -61,21 +67,129 @@ lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t) {
     return LM_OK;
 }
 
-/* Every expected tensor: matrices as mapped views, vectors cast to f32. */
-static lm_status load_tensors(lm_model *m, lm_checkpoint *ck, lm_ctx *ctx) {
+/* How the matrices are loaded (from lm_model_load_options and the directory). */
+typedef struct load_plan {
+    lm_model_config stored; /* the directory's config (what its checkpoint must hold) */
+    int quantize;           /* quantize the modules of m->cfg.quant_modules at load */
+    int to_bf16;            /* convert float matrices that are not bf16 to bf16 */
+} load_plan;
+
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && n < size; i++) n += (size_t)snprintf(buf + n, size - n, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+/* An int8 weight and its scales, as a quantized directory stores them (the float
+ * contract of the other tensors is lm_model_config_check_checkpoint's). */
+static lm_status check_int8_entry(const lm_checkpoint *ck, const lm_tensor_spec *sp) {
+    lm_safetensors_entry e;
+    char scale[sizeof sp->name + 8], have[160], want[64];
+    LM_TRY(lm_checkpoint_find(ck, sp->name, &e));
+    if (e.dtype != LM_I8)
+        return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s, but quantization_config says "
+                         "it is int8 (i8)", sp->name, lm_checkpoint_path(ck), e.dtype_name);
+    int same = e.ndim == 2 && e.shape[0] == sp->shape[0] && e.shape[1] == sp->shape[1];
+    if (!same)
+        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp->name,
+                         shape_str(e.ndim, e.shape, have, sizeof have), shape_str(2, sp->shape, want, sizeof want));
+    snprintf(scale, sizeof scale, "%s_scale", sp->name);
+    lm_status st = lm_checkpoint_find(ck, scale, &e);
+    if (st == LM_NOT_FOUND)
+        return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of int8 weight '%s' is missing",
+                         lm_checkpoint_path(ck), scale, sp->name);
+    LM_TRY(st);
+    if (e.dtype != LM_F32)
+        return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
+    if (e.ndim != 1 || e.shape[0] != sp->shape[0])
+        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected [%lld] (one per output row of '%s')",
+                         scale, shape_str(e.ndim, e.shape, have, sizeof have), (long long)sp->shape[0], sp->name);
+    for (int64_t r = 0; r < sp->shape[0]; r++) {
+        float v;
+        memcpy(&v, (const char *)e.data + 4 * r, 4);
+        if (!(v > 0 && v < INFINITY))
+            return lm__error(LM_INVALID_ARGUMENT, "scale tensor '%s': element %lld is %g (scales are finite and > 0)",
+                             scale, (long long)r, (double)v);
+    }
+    return LM_OK;
+}
+
+/* A quantized directory: every expected tensor, int8 weights with their scales where
+ * quantization_config lists the module, float (f32, bf16, f16) everywhere else. */
+static lm_status check_quantized(const lm_model_config *cfg, const lm_checkpoint *ck) {
+    int64_t n = lm_model_config_tensor_count(cfg);
+    for (int64_t i = 0; i < n; i++) {
+        lm_tensor_spec sp;
+        lm_safetensors_entry e;
+        LM_TRY(lm_model_config_tensor(cfg, i, &sp));
+        if (lm_model_config_tensor_quantized(cfg, sp.name)) {
+            LM_TRY(check_int8_entry(ck, &sp));
+            continue;
+        }
+        LM_TRY(lm_checkpoint_find(ck, sp.name, &e));
+        if (e.dtype == LM_I8)
+            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is int8, but quantization_config.modules "
+                             "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck));
+        if (!lm_dtype_is_float(e.dtype))
+            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s is not f32, bf16 or f16",
+                             sp.name, lm_checkpoint_path(ck), e.dtype_name);
+        int same = e.ndim == sp.ndim;
+        for (int d = 0; same && d < sp.ndim; d++) same = e.shape[d] == sp.shape[d];
+        char have[160], want[64];
+        if (!same)
+            return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp.name,
+                             shape_str(e.ndim, e.shape, have, sizeof have), shape_str(sp.ndim, sp.shape, want, sizeof want));
+    }
+    return LM_OK;
+}
+
+/* One matrix as the plan says: the mapped view, a bf16 copy, or i8 + scales. */
+static lm_status load_matrix(lm_model *m, const load_plan *lp, lm_checkpoint *ck, lm_ctx *ctx, const lm_tensor_spec *sp) {
+    lm_tensor *raw = NULL, *q = NULL, *sc = NULL;
+    char scale[sizeof sp->name + 8];
+    snprintf(scale, sizeof scale, "%s_scale", sp->name);
+    LM_TRY(lm_checkpoint_tensor(ck, sp->name, &raw));
+    lm_status st = LM_OK;
+    if (lm_model_config_tensor_quantized(&lp->stored, sp->name)) { /* stored int8: mapped, with its mapped scales */
+        st = lm_checkpoint_tensor(ck, scale, &sc);
+        q = raw, raw = NULL;
+    } else if (lp->quantize && lm_model_config_tensor_quantized(&m->cfg, sp->name)) {
+        st = lm_tensor_create(lm_device_cpu(), LM_I8, 2, sp->shape, &q);
+        if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, sp->shape, &sc);
+        if (st == LM_OK) st = lm_quantize_int8_rows(ctx, lm_tensor_as_view(raw), lm_tensor_as_view(q), lm_tensor_as_view(sc));
+        if (st != LM_OK) st = lm__error_context(st, "quantizing '%s' to int8", sp->name);
+    } else if (lp->to_bf16 && lm_tensor_dtype(raw) != LM_BF16) {
+        st = lm_cast(ctx, lm_tensor_as_view(raw), LM_BF16, &q);
+    } else {
+        q = raw, raw = NULL;
+    }
+    lm_tensor_destroy(raw);
+    if (st != LM_OK) {
+        lm_tensor_destroy(q);
+        lm_tensor_destroy(sc);
+        return st;
+    }
+    st = lm__model_add_weight(m, sp->name, q); /* takes q, also on failure */
+    if (st == LM_OK && sc) return lm__model_add_weight(m, scale, sc);
+    lm_tensor_destroy(sc);
+    return st;
+}
+
+/* Every expected tensor: matrices by the plan, vectors cast to f32. */
+static lm_status load_tensors(lm_model *m, const load_plan *lp, lm_checkpoint *ck, lm_ctx *ctx) {
     int64_t n = lm_model_config_tensor_count(&m->cfg);
     for (int64_t i = 0; i < n; i++) {
         lm_tensor_spec spec;
         LM_TRY(lm_model_config_tensor(&m->cfg, i, &spec));
+        if (spec.ndim == 2) {
+            LM_TRY(load_matrix(m, lp, ck, ctx, &spec));
+            continue;
+        }
         lm_tensor *raw = NULL, *t = NULL;
         LM_TRY(lm_checkpoint_tensor(ck, spec.name, &raw));
-        lm_status st = LM_OK;
-        if (spec.ndim == 1) {
-            st = lm_cast(ctx, lm_tensor_as_view(raw), LM_F32, &t);
-            lm_tensor_destroy(raw);
-        } else {
-            t = raw;
-        }
+        lm_status st = lm_cast(ctx, lm_tensor_as_view(raw), LM_F32, &t);
+        lm_tensor_destroy(raw);
         if (st == LM_OK) st = lm__model_add_weight(m, spec.name, t);
         LM_TRY(st);
     }
@@ -113,13 +227,14 @@ static int64_t host_bytes_per_token(const lm_model *m) {
     return total - nbytes(lm__model_weight(m, "rope.inv_freq"));
 }
 
-static lm_status load_all(lm_model *m, const char *dir) {
+static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
     lm_checkpoint *ck = NULL;
     lm_ctx *ctx = NULL;
     lm_status st = lm_ctx_create(lm_device_cpu(), 1, &ctx);
     if (st == LM_OK) st = lm_checkpoint_open(dir, &ck);
-    if (st == LM_OK) st = lm_model_config_check_checkpoint(&m->cfg, ck);
-    if (st == LM_OK) st = load_tensors(m, ck, ctx);
+    if (st == LM_OK)
+        st = lp->stored.quant_format ? check_quantized(&lp->stored, ck) : lm_model_config_check_checkpoint(&lp->stored, ck);
+    if (st == LM_OK) st = load_tensors(m, lp, ck, ctx);
     if (st == LM_OK) st = load_rope(m);
     lm_checkpoint_close(ck); /* tensors keep their own references to the mapped files */
     lm_ctx_destroy(ctx);
@@ -127,7 +242,57 @@ static lm_status load_all(lm_model *m, const char *dir) {
     return st;
 }
 
-lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
+const char *lm_weights_name(lm_weights w) {
+    return w == LM_WEIGHTS_AUTO ? "auto" : w == LM_WEIGHTS_BF16 ? "bf16" : w == LM_WEIGHTS_INT8 ? "int8" : "invalid";
+}
+
+lm_status lm_weights_parse(const char *text, lm_weights *out) {
+    if (!text || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_weights_parse: NULL argument");
+    for (int w = LM_WEIGHTS_AUTO; w <= LM_WEIGHTS_INT8; w++)
+        if (strcmp(text, lm_weights_name((lm_weights)w)) == 0) {
+            *out = (lm_weights)w;
+            return LM_OK;
+        }
+    return lm__error(LM_INVALID_ARGUMENT, "weights '%s': expected auto, bf16 or int8", text);
+}
+
+void lm_model_load_options_default(lm_model_load_options *o) {
+    if (o) memset(o, 0, sizeof *o);
+}
+
+/* The load plan for the options, the directory's config and the device; m->cfg
+ * becomes the config of what runs (quant_format/quant_modules when int8). */
+static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_options *o, load_plan *lp) {
+    lm_weights want = o ? o->weights : LM_WEIGHTS_AUTO;
+    int32_t mods = o && o->quant_modules ? o->quant_modules : lm_quant_modules_default(&m->cfg);
+    memset(lp, 0, sizeof *lp);
+    lp->stored = m->cfg;
+    if ((unsigned)want > LM_WEIGHTS_INT8) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: weights %d", (int)want);
+    int stored_int8 = m->cfg.quant_format == LM_QUANT_INT8;
+    if (want == LM_WEIGHTS_BF16 && stored_int8)
+        return lm__error(LM_UNSUPPORTED, "model '%s' holds int8 weights (config.json quantization_config); its float "
+                         "weights are not there: load the directory it was quantized from for bf16", dir);
+    if (want == LM_WEIGHTS_INT8 && !stored_int8) {
+        if (mods & ~((1 << LM_QUANT_MODULE_COUNT) - 1) || !mods)
+            return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: quant_modules 0x%x", (unsigned)mods);
+        if ((mods & LM_QUANT_LM_HEAD) && m->cfg.tie_word_embeddings)
+            return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: lm_head is tied to the embedding table, which "
+                             "stays float");
+        m->cfg.quant_format = LM_QUANT_INT8;
+        m->cfg.quant_modules = mods;
+        lp->quantize = 1;
+    }
+    m->weights = m->cfg.quant_format == LM_QUANT_INT8 ? LM_WEIGHTS_INT8 : LM_WEIGHTS_BF16;
+    if (m->weights == LM_WEIGHTS_INT8 && !m->on_host) {
+        char dev[32];
+        return lm__error(LM_UNSUPPORTED, "model '%s' on %s: int8 weights run on the CPU only for now", dir,
+                         lm_device_format(m->device, dev, sizeof dev));
+    }
+    lp->to_bf16 = want == LM_WEIGHTS_BF16 && m->on_host; /* a device gets bf16 matrices anyway (nn/upload.c) */
+    return LM_OK;
+}
+
+lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_load_options *o, lm_model **out) {
     if (!dir || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load: NULL argument");
     *out = NULL;
     lm_device_caps caps;
@@ -137,8 +302,10 @@ lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     if (!m) return LM_OUT_OF_MEMORY;
     m->device = device;
     m->on_host = caps.host_addressable;
+    load_plan lp;
     lm_status st = lm_model_config_load(dir, &m->cfg);
-    if (st == LM_OK) st = load_all(m, dir);
+    if (st == LM_OK) st = plan_load(m, dir, o, &lp);
+    if (st == LM_OK) st = load_all(m, &lp, dir);
     if (st == LM_OK && !lm__model_on_host(m)) st = lm__model_upload(m);
     if (st != LM_OK) {
         lm_model_destroy(m);
@@ -147,6 +314,12 @@ lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
     *out = m;
     return LM_OK;
 }
+
+lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
+    return lm_model_load_opts(dir, device, NULL, out);
+}
+
+lm_weights lm_model_weights(const lm_model *m) { return m ? m->weights : LM_WEIGHTS_AUTO; }
 
 void lm_model_destroy(lm_model *m) {
     if (!m) return;

@@ -126,6 +126,10 @@ lm_status lm_train_model_load(const char *dir, lm_device device, lm_train_model 
     snprintf(path, sizeof path, "%s/config.json", dir);
     lm_tensor *host = NULL;
     lm_status st = lm_model_config_load(dir, &m->cfg);
+    if (st == LM_OK && m->cfg.quant_format != LM_QUANT_NONE) /* the f32 master weights cannot come from int8 */
+        st = lm__error(LM_UNSUPPORTED, "model '%s' holds %s weights (config.json quantization_config): training and "
+                       "evaluating the training model need the float weights; use the directory it was quantized from",
+                       dir, lm_quant_format_name((lm_quant_format)m->cfg.quant_format));
     if (st == LM_OK) st = read_config_text(m, path);
     if (st == LM_OK && !(m->source_dir = lm__strdup(dir))) st = LM_OUT_OF_MEMORY;
     if (st == LM_OK) st = build_table(m);
@@ -169,6 +173,9 @@ lm_status lm_train_model_init(const char *config_path, uint64_t seed, lm_device 
     lm_tensor *host = NULL;
     lm_status st = read_config_text(m, config_path);
     if (st == LM_OK) st = lm_model_config_parse(m->config_json, m->config_len, config_path, &m->cfg);
+    if (st == LM_OK && m->cfg.quant_format != LM_QUANT_NONE) /* its checkpoints would claim int8 weights */
+        st = lm__error(LM_UNSUPPORTED, "config '%s' has a quantization_config: a model trained from scratch has "
+                       "float weights; remove the key", config_path);
     if (st == LM_OK) st = build_table(m);
     if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, &m->numel, &host);
     if (st == LM_OK) random_weights(m, seed, lm_tensor_data(host));

@@ -115,7 +115,7 @@ int bench_device_model(const bench_device_opts *o, lm_device dev, int decode) {
     run_state s;
     memset(&s, 0, sizeof s);
     s.greedy = (lm_sample_params){.greedy = 1, .temperature = 1.0f, .top_p = 1.0f};
-    if (!(s.m = cli_load_model_on(cmd, o->model, dev))) return 1;
+    if (!(s.m = cli_load_model_weights(cmd, o->model, dev, o->weights))) return 1;
     const lm_model_config *c = lm_model_get_config(s.m);
     int B = o->batch, rc = 1;
     s.ids = malloc(sizeof(int32_t) * (size_t)B * (size_t)o->prompt);

@@ -8,6 +8,7 @@ typedef struct bench_device_opts {
     const char *model;
     int repeat, batch;
     int64_t prompt, tokens; /* prompt tokens per row; new tokens per row (decode) */
+    lm_weights weights;     /* --weights (int8 is refused on a GPU by the loader) */
 } bench_device_opts;
 
 /* Each prints one JSON line to stdout and returns the exit status. */

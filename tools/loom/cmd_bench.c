@@ -59,6 +59,7 @@ static double measure_bandwidth(lm_ctx *ctx) {
 typedef struct bench_opts {
     const char *model, *tokenizer, *corpus, *device;
     int threads, repeat, tokens, prompt, batch;
+    lm_weights weights; /* --weights (decode, prefill) */
 } bench_opts;
 
 static int bench_bandwidth(const bench_opts *o, lm_ctx *ctx) {
@@ -77,7 +78,7 @@ static void random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
 
 static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
     const char *cmd = decode ? "bench decode" : "bench prefill";
-    lm_model *m = cli_load_model(cmd, o->model);
+    lm_model *m = cli_load_model_weights(cmd, o->model, lm_device_cpu(), o->weights);
     if (!m) return 1;
     const lm_model_config *c = lm_model_get_config(m);
     int B = o->batch;
@@ -117,10 +118,11 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
     cli_best_median(times, o->repeat, &best, &med);
     int64_t toks = decode ? N * B : P * B;
     int threads = lm_threadpool_size(lm_ctx_threadpool(ctx));
-    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"weight_dtype\":\"%s\",\"threads\":%d,\"batch\":%d,"
+    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"weight_dtype\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"batch\":%d,"
            "\"prompt_tokens\":%lld,\"tokens\":%lld,\"best_s\":%.6f,\"median_s\":%.6f,\"tok_per_s\":%.3f,"
            "\"median_tok_per_s\":%.3f",
-           decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_dtype_name(c->dtype), threads, B,
+           decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_dtype_name(c->dtype),
+           lm_weights_name(lm_model_weights(m)), threads, B,
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
     lm_kv_cache_steps ks;
     if (lm_kv_cache_steps_get(cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
@@ -182,9 +184,9 @@ static int bench_tokenize(const bench_opts *o) {
 static int bench_run(bench_opts *o, const char *what, int decode, int prefill);
 
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = {NULL, NULL, NULL, NULL, 0, 3, 64, 512, 1};
+    bench_opts o = {NULL, NULL, NULL, NULL, 0, 3, 64, 512, 1, LM_WEIGHTS_AUTO};
     int prompt = -1;
-    const char *trace = NULL;
+    const char *trace = NULL, *weights = NULL;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &o.model, "DIR: model directory (decode, prefill)"},
         {"tokenizer", CLI_STRING, &o.tokenizer, "FILE: tokenizer.json (tokenize)"},
@@ -195,6 +197,7 @@ int cmd_bench(int argc, char **argv) {
         {"prompt", CLI_INT, &prompt, "T: prompt tokens (default 512 for prefill, 16 for decode)"},
         {"batch", CLI_INT, &o.batch, "B: sequences per step (default 1)"},
         {"device", CLI_STRING, &o.device, "DEV: cpu (default), cuda or cuda:N (bandwidth, decode, prefill)"},
+        CLI_WEIGHTS_OPT(&weights),
         CLI_TRACE_OPT(&trace),
         {NULL, 0, NULL, NULL}};
     if (argc > 0 && !strcmp(argv[0], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
@@ -206,6 +209,7 @@ int cmd_bench(int argc, char **argv) {
     const char *what = npos ? pos[0] : "";
     int decode = !strcmp(what, "decode"), prefill = !strcmp(what, "prefill");
     o.prompt = prompt >= 0 ? prompt : decode ? 16 : 512;
+    if (!cli_parse_weights("bench", weights, &o.weights)) return 2;
     if (o.repeat < 1 || o.tokens < 1 || o.prompt < 1 || o.batch < 1) {
         fprintf(stderr, "loom bench: --repeat, --tokens, --prompt and --batch must be >= 1\n");
         return 2;
@@ -238,7 +242,7 @@ static int bench_run(bench_opts *o_in, const char *what, int decode, int prefill
     lm_status cs = lm_device_caps_get(dev, &caps);
     if (cs != LM_OK) return cli_fail("bench", "device", cs);
     if (caps.async) { /* timed with device-side token selection and the device's copy bandwidth */
-        bench_device_opts d = {o.model, o.repeat, o.batch, o.prompt, o.tokens};
+        bench_device_opts d = {o.model, o.repeat, o.batch, o.prompt, o.tokens, o.weights};
         return decode || prefill ? bench_device_model(&d, dev, decode) : bench_device_bandwidth(dev, o.repeat);
     }
     lm_ctx *ctx = NULL;

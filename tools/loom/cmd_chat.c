@@ -47,13 +47,14 @@ static int on_event(void *user, const lm_serve_event *ev) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model_dir = NULL, *device_text = NULL, *system = NULL;
+    const char *model_dir = NULL, *device_text = NULL, *weights_text = NULL, *system = NULL;
     int max_tokens = 512, threads = 0, context = 0;
     float temperature = 0.7f, top_p = 1.0f;
     uint64_t seed = 0;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR: model directory with tokenizer.json and a chat template (required)"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
+        CLI_WEIGHTS_OPT(&weights_text),
         {"system", CLI_STRING, &system, "TEXT: a system message at the start of the conversation"},
         {"max-tokens", CLI_INT, &max_tokens, "N: longest reply (default 512)"},
         {"temperature", CLI_FLOAT, &temperature, "T: sampling temperature (default 0.7; 0 = greedy)"},
@@ -75,7 +76,9 @@ int cmd_chat(int argc, char **argv) {
         return 2;
     }
     lm_device device;
-    if (!cli_parse_device("chat", device_text, &device)) return 2;
+    lm_weights weights;
+    if (!cli_parse_device("chat", device_text, &device) || !cli_parse_weights("chat", weights_text, &weights))
+        return 2;
     lm_model *m = NULL;
     lm_tokenizer *tok = NULL;
     lm_chat_template *tpl = NULL;
@@ -94,7 +97,7 @@ int cmd_chat(int argc, char **argv) {
         rc = cli_fail("chat", "cannot load tokenizer.json", st);
         goto done;
     }
-    if (!(m = cli_load_model_on("chat", model_dir, device))) goto done;
+    if (!(m = cli_load_model_weights("chat", model_dir, device, weights))) goto done;
     int64_t max_pos = lm_model_get_config(m)->max_position_embeddings;
     lm_sched_options so;
     lm_sched_options_default(&so);

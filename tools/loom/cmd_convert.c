@@ -65,27 +65,27 @@ static int convert_entry(const lm_safetensors_entry *e, lm_dtype to, lm_tensor *
     return 1;
 }
 
-static int write_config(const char *src_dir, const char *out_dir, lm_dtype to) {
+int cli_write_config(const char *cmd, const char *src_dir, const char *out_dir, int (*edit)(json_t *root, void *user),
+                     void *user) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     json_error_t err;
     char *raw = NULL;
     size_t raw_len = 0;
     lm_status rst = lm_file_read_all(path, &raw, &raw_len); /* regular files only */
-    if (rst != LM_OK) return cli_fail("convert", path, rst) == 0;
+    if (rst != LM_OK) return cli_fail(cmd, path, rst) == 0;
     json_t *root = json_loadb(raw, raw_len, 0, &err);
     lm_free(raw);
     if (!root || !json_is_object(root)) {
-        fprintf(stderr, "loom convert: '%s' is not a JSON object (%s)\n", path, root ? "not an object" : err.text);
+        fprintf(stderr, "loom %s: '%s' is not a JSON object (%s)\n", cmd, path, root ? "not an object" : err.text);
         json_decref(root);
         return 0;
     }
-    int ok = json_object_set_new(root, "torch_dtype", json_string(hf_dtype_name(to))) == 0;
-    if (ok && json_object_get(root, "dtype")) ok = json_object_set_new(root, "dtype", json_string(hf_dtype_name(to))) == 0;
+    int ok = edit(root, user);
     char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text) {
-        fprintf(stderr, "loom convert: out of memory writing config.json\n");
+        fprintf(stderr, "loom %s: out of memory writing config.json\n", cmd);
         return 0;
     }
     size_t len = strlen(text);
@@ -98,7 +98,18 @@ static int write_config(const char *src_dir, const char *out_dir, lm_dtype to) {
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     lm_status st = lm_file_write_atomic(path, with_nl, len + 1);
     free(with_nl);
-    return st == LM_OK || cli_fail("convert", path, st) == 0;
+    return st == LM_OK || cli_fail(cmd, path, st) == 0;
+}
+
+static int set_dtype(json_t *root, void *user) {
+    const char *name = hf_dtype_name(*(const lm_dtype *)user);
+    int ok = json_object_set_new(root, "torch_dtype", json_string(name)) == 0;
+    if (ok && json_object_get(root, "dtype")) ok = json_object_set_new(root, "dtype", json_string(name)) == 0;
+    return ok;
+}
+
+static int write_config(const char *src_dir, const char *out_dir, lm_dtype to) {
+    return cli_write_config("convert", src_dir, out_dir, set_dtype, &to);
 }
 
 /* Weights, their index and a checkpoint's optimizer state are not copied. */
@@ -108,10 +119,10 @@ static int is_skipped(const char *name) {
            (n > 12 && !strcmp(name + n - 12, ".safetensors")) || name[0] == '.';
 }
 
-static int copy_assets(const char *src_dir, const char *out_dir, int *copied) {
+int cli_copy_assets(const char *cmd, const char *src_dir, const char *out_dir, int *copied) {
     DIR *d = opendir(src_dir);
     if (!d) {
-        fprintf(stderr, "loom convert: cannot list '%s': %s\n", src_dir, strerror(errno));
+        fprintf(stderr, "loom %s: cannot list '%s': %s\n", cmd, src_dir, strerror(errno));
         return 0;
     }
     int ok = 1;
@@ -128,29 +139,28 @@ static int copy_assets(const char *src_dir, const char *out_dir, int *copied) {
         lm_status st = lm_file_read_all(from, &data, &n);
         if (st == LM_OK) st = lm_file_write_atomic(to, data, n);
         lm_free(data);
-        if (st != LM_OK) ok = cli_fail("convert", from, st) == 0;
+        if (st != LM_OK) ok = cli_fail(cmd, from, st) == 0;
         else (*copied)++;
     }
     closedir(d);
     return ok;
 }
 
-/* OUT is created when missing; it may not be the source directory itself. */
-static int prepare_out(const char *src, const char *out) {
+int cli_prepare_out(const char *cmd, const char *src, const char *out) {
     struct stat a, b;
     if (stat(out, &b) != 0) {
         if (errno != ENOENT || mkdir(out, 0777) != 0) {
-            fprintf(stderr, "loom convert: cannot create '%s': %s\n", out, strerror(errno));
+            fprintf(stderr, "loom %s: cannot create '%s': %s\n", cmd, out, strerror(errno));
             return 0;
         }
         return 1;
     }
     if (!S_ISDIR(b.st_mode)) {
-        fprintf(stderr, "loom convert: '%s' exists and is not a directory\n", out);
+        fprintf(stderr, "loom %s: '%s' exists and is not a directory\n", cmd, out);
         return 0;
     }
     if (stat(src, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-        fprintf(stderr, "loom convert: the output directory is the source directory '%s'\n", src);
+        fprintf(stderr, "loom %s: the output directory is the source directory '%s'\n", cmd, src);
         return 0;
     }
     return 1;
@@ -201,7 +211,7 @@ static int convert(const char *dir, const char *out, lm_dtype to) {
     for (int64_t i = 0; tensors && i < n; i++) lm_tensor_destroy(tensors[i]);
     free(tensors), free(views), free(names);
     lm_checkpoint_close(ck);
-    ok = ok && write_config(dir, out, to) && copy_assets(dir, out, &copied) && lm_dir_sync(out) == LM_OK;
+    ok = ok && write_config(dir, out, to) && cli_copy_assets("convert", dir, out, &copied) && lm_dir_sync(out) == LM_OK;
     if (!ok) return 1;
     printf("{\"out\":");
     cli_json_string(stdout, out, strlen(out));
@@ -229,6 +239,6 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "loom convert: --dtype '%s' is not one of bf16, f16, f32\n", dtype);
         return 2;
     }
-    if (!prepare_out(dir, out)) return 1;
+    if (!cli_prepare_out("convert", dir, out)) return 1;
     return convert(dir, out, to);
 }

@@ -31,7 +31,7 @@ static int on_token(void *user, int32_t id, const char *text, size_t len) {
 static const char *k_reasons[] = {"length", "eos", "stop string", "callback"};
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL, *stop = NULL, *device_text = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *ids_text = NULL, *tok_path = NULL, *stop = NULL, *device_text = NULL, *weights_text = NULL;
     const char *trace = NULL;
     int max_new = 64, greedy = 0, print_ids = 0, ignore_eos = 0, threads = 0, stats = 0, bos = 0, top_k = -1;
     float temperature = -1, top_p = -1, min_p = 0, rep = 1;
@@ -57,6 +57,7 @@ int cmd_generate(int argc, char **argv) {
         {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"stats", CLI_FLAG, &stats, "print timing to stderr at the end"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
+        CLI_WEIGHTS_OPT(&weights_text),
         CLI_TRACE_OPT(&trace),
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
@@ -82,7 +83,9 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     lm_device device;
-    if (!cli_parse_device("generate", device_text, &device)) return 2;
+    lm_weights weights;
+    if (!cli_parse_device("generate", device_text, &device) || !cli_parse_weights("generate", weights_text, &weights))
+        return 2;
     if (!model_dir && !(model_dir = cli_default_model("generate"))) return 1;
     if (!cli_trace_start("generate", trace)) return 1;
     /* --max-new against the context from config.json alone, before the weights load:
@@ -110,7 +113,7 @@ int cmd_generate(int argc, char **argv) {
     char tpath[1200];
     if (!tok_path && (prompt || !print_ids)) tok_path = cli_model_tokenizer_path(model_dir, tpath, sizeof tpath);
     if (ids_text && !cli_parse_ids(ids_text, &ids, &n)) return 2;
-    if (!(m = cli_load_model_on("generate", model_dir, device))) goto done;
+    if (!(m = cli_load_model_weights("generate", model_dir, device, weights))) goto done;
     const lm_model_config *cfg = lm_model_get_config(m);
     if (tok_path && (st = lm_tokenizer_load(tok_path, &tok)) != LM_OK) {
         char what[1300];

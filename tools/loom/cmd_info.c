@@ -1,4 +1,6 @@
-/* tools/loom/cmd_info.c — `loom info`: what a model directory holds, as JSON. */
+/* tools/loom/cmd_info.c — `loom info`: what a model directory holds, as JSON ("weights":
+ * "int8" or "bf16" (float, whatever the dtype), and "quantization": the directory's
+ * quantization_config or null). */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
@@ -35,7 +37,16 @@ int cmd_info(int argc, char **argv) {
            c->tie_word_embeddings ? "true" : "false", c->qkv_bias ? "true" : "false", c->qk_norm ? "true" : "false",
            (long long)lm_model_weight_bytes(m));
     for (int i = 0; i < c->n_eos; i++) printf("%s%lld", i ? "," : "", (long long)c->eos_token_ids[i]);
-    printf("]}\n");
+    printf("],\"weights\":\"%s\",\"quantization\":", lm_weights_name(lm_model_weights(m)));
+    if (c->quant_format == LM_QUANT_NONE) printf("null");
+    else {
+        printf("{\"format\":\"%s\",\"scheme\":\"per-output-channel symmetric\",\"modules\":[",
+               lm_quant_format_name((lm_quant_format)c->quant_format));
+        for (int i = 0, k = 0; i < LM_QUANT_MODULE_COUNT; i++)
+            if (c->quant_modules & (1 << i)) printf("%s\"%s\"", k++ ? "," : "", lm_quant_module_name(i));
+        printf("]}");
+    }
+    printf("}\n");
     lm_model_destroy(m);
     return 0;
 }

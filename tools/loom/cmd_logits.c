@@ -61,7 +61,7 @@ static void print_position(int64_t pos, const float *row, int64_t V, int64_t k, 
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model_dir = NULL, *ids_text = NULL, *probe_text = NULL, *device_text = NULL;
+    const char *model_dir = NULL, *ids_text = NULL, *probe_text = NULL, *device_text = NULL, *weights_text = NULL;
     int top = 5, threads = 0;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (required)"},
@@ -72,6 +72,7 @@ int cmd_logits(int argc, char **argv) {
         {"probe", CLI_STRING, &probe_text, "a,b,c: token ids whose logits to print at every position"},
         {"threads", CLI_COUNT, &threads, "N: CPU threads (default: all)"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
+        CLI_WEIGHTS_OPT(&weights_text),
         {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos;
@@ -82,7 +83,8 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     lm_device device;
-    if (!cli_parse_device("logits", device_text, &device)) return 2;
+    lm_weights weights;
+    if (!cli_parse_device("logits", device_text, &device) || !cli_parse_weights("logits", weights_text, &weights)) return 2;
     int32_t *ids = NULL, *probe = NULL;
     size_t n = 0, nprobe = 0;
     if (!cli_parse_ids(ids_text, &ids, &n)) return 2;
@@ -90,7 +92,7 @@ int cmd_logits(int argc, char **argv) {
         free(ids);
         return 2;
     }
-    lm_model *m = cli_load_model_on("logits", model_dir, device);
+    lm_model *m = cli_load_model_weights("logits", model_dir, device, weights);
     lm_ctx *ctx = NULL;
     lm_kv_cache *cache = NULL;
     float *logits = NULL;

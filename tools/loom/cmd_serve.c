@@ -55,7 +55,7 @@ static int64_t kv_bytes_per_token(const lm_model *m) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_dir = NULL, *device_text = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL;
+    const char *model_dir = NULL, *device_text = NULL, *weights_text = NULL, *host = "127.0.0.1", *api_key = NULL, *name = NULL;
     const char *buckets = NULL, *scheduler = NULL, *bos_text = "auto", *trace = NULL;
     int port = 8080, slots = 0, threads = 0, spill = 0, max_queue = 0, verbose = 0, deterministic = 0;
     int max_connections = 512, max_prefill = 0, paged = 0, slot_cache = 0, block_size = 16;
@@ -65,6 +65,7 @@ int cmd_serve(int argc, char **argv) {
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR: Hugging Face model directory (required; tokenizer.json inside)"},
         {"device", CLI_STRING, &device_text, "DEV: cpu (default), cuda or cuda:N"},
+        CLI_WEIGHTS_OPT(&weights_text),
         {"host", CLI_STRING, &host, "ADDR: IPv4 address to listen on (default 127.0.0.1; 0.0.0.0 for all)"},
         {"port", CLI_INT, &port, "N: TCP port (default 8080; 0 picks a free one)"},
         {"name", CLI_STRING, &name, "NAME: the model id clients use (default: the directory's name)"},
@@ -149,10 +150,12 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     lm_device device;
-    if (!cli_parse_device("serve", device_text, &device)) return 2;
+    lm_weights weights;
+    if (!cli_parse_device("serve", device_text, &device) || !cli_parse_weights("serve", weights_text, &weights))
+        return 2;
     cli_enable_logging(verbose ? 2 : 1);
     if (!cli_trace_start("serve", trace)) return 1;
-    lm_model *m = cli_load_model_on("serve", model_dir, device);
+    lm_model *m = cli_load_model_weights("serve", model_dir, device, weights);
     if (!m) return cli_trace_stop("serve", 1);
     const lm_model_config *cfg = lm_model_get_config(m);
     lm_ctx *ctx = NULL;

@@ -10,6 +10,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv); /* `loom tokenizer train` */
 int cmd_info(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_quantize(int argc, char **argv); /* `loom quantize --to int8` */
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv); /* `loom bench serve` */

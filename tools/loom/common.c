@@ -69,9 +69,23 @@ int cli_parse_device(const char *cmd, const char *text, lm_device *out) {
     return 0;
 }
 
+int cli_parse_weights(const char *cmd, const char *text, lm_weights *out) {
+    *out = LM_WEIGHTS_AUTO;
+    if (!text || lm_weights_parse(text, out) == LM_OK) return 1;
+    fprintf(stderr, "loom %s: --weights '%s' is not int8, bf16 or auto\n", cmd, text);
+    return 0;
+}
+
 lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device) {
+    return cli_load_model_weights(cmd, dir, device, LM_WEIGHTS_AUTO);
+}
+
+lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device device, lm_weights weights) {
     lm_model *m = NULL;
-    lm_status st = lm_model_load(dir, device, &m);
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = weights;
+    lm_status st = lm_model_load_opts(dir, device, &o, &m);
     if (st != LM_OK) {
         char what[1200];
         snprintf(what, sizeof what, "cannot load model '%s'", dir);

@@ -18,6 +18,27 @@ void cli_enable_logging(int verbose);
 lm_model *cli_load_model(const char *cmd, const char *dir);
 /* Loads a model on device (reporting errors); returns NULL on failure. */
 lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
+/* The --weights option of the commands that run a model (docs/QUANTIZATION.md). */
+#define CLI_WEIGHTS_OPT(dest)                                                                                    \
+    {"weights", CLI_STRING, (dest), "int8|bf16: the weights to run (default: what the directory holds); int8 "    \
+                                    "quantizes a float directory at load (CPU only), bf16 converts f32/f16 "      \
+                                    "matrices at load"}
+/* Parses a --weights value (NULL: LM_WEIGHTS_AUTO). Prints an error and returns 0 when
+ * the text is not one. */
+int cli_parse_weights(const char *cmd, const char *text, lm_weights *out);
+/* Loads a model on device with the given weights (reporting errors); NULL on failure. */
+lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device device, lm_weights weights);
+/* ---- writing model directories (cmd_convert.c; loom convert and loom quantize) ---- */
+/* OUT is created when missing; it may not be the source directory itself. Prints why and returns 0 otherwise. */
+int cli_prepare_out(const char *cmd, const char *src, const char *out);
+/* Copies every regular file of src_dir except weights (*.safetensors and their index),
+ * config.json, train_state.bin and dot files into out_dir, each atomically; counts them. */
+int cli_copy_assets(const char *cmd, const char *src_dir, const char *out_dir, int *copied);
+/* src_dir/config.json, edited by edit(root, user) (returns 0 after printing why), to
+ * out_dir/config.json atomically (2-space indent, key order kept). */
+struct json_t;
+int cli_write_config(const char *cmd, const char *src_dir, const char *out_dir, int (*edit)(struct json_t *root, void *user),
+                     void *user);
 /* Parses a --device value ("cpu", "cuda", "cuda:N"; NULL means cpu) into *out.
  * Prints an error and returns 0 when the text is not a device. */
 int cli_parse_device(const char *cmd, const char *text, lm_device *out);

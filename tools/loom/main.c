@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  generate       continue a prompt with a model (streams text)\n"
             "  info           describe a model directory (JSON)\n"
             "  convert        copy a model directory with its weights in another dtype (bf16, f16, f32)\n"
+            "  quantize       copy a model directory with int8 projection weights (loom loads it directly)\n"
             "  eval           a model's loss and perplexity over a token shard (JSON)\n"
             "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
             "  tokenizer      'tokenizer train': learn a byte-level BPE tokenizer.json from text files\n"
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);

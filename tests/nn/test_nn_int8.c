@@ -1,0 +1,230 @@
+/* Int8 weights (lm_model_load_opts, LM_WEIGHTS_INT8) against the float path of the same
+ * checkpoint: the logits of one prompt at every position, on the reference checkpoints
+ * of several architectures (llama GQA, llama3 scaling, mistral, qwen2 with biases and
+ * shards, qwen3 with q/k norms and an explicit head_dim) and the default model.
+ * Gates (measured: NMSE 1.0e-4..1.6e-4, max |a-b| 1.1%..1.7% of max |b|, top-1 22..24 of
+ * 24 random-token positions): NMSE sum((a-b)^2)/sum(b^2) <= 2e-3, max |a-b| <= 0.06 *
+ * max |b|, top-1 agreement >= 75% (random prompts have near-ties; on real text it is
+ * 99%, docs/QUANTIZATION.md). Broken int8 paths (scales applied to
+ * the wrong rows, see tests/tools/test_cli_quantize.c) give NMSE ~1 and fail.
+ * Also: the decode path (KV cache, one token at a time) of an int8 model equals its
+ * prefill logits; bf16 weights convert f32 checkpoints; the format shows in the config;
+ * int8 on CUDA, bf16 of an int8 directory, bad options and training are refused.
+ * LM_TEST_LABELS: unit model
+ */
+#include "harness.h"
+#include "loom/model.h"
+#include "loom/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODELS LOOM_SOURCE_DIR "/tests/data/models/"
+#define T 24
+
+static lm_ctx *g_ctx;
+
+static lm_model *load(const char *dir, lm_weights w) {
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = w;
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &o, &m));
+    return m;
+}
+
+/* logits [T, V] of ids through a fresh cache; NULL on failure */
+static float *prefill_logits(const lm_model *m, const int32_t *ids) {
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *out = malloc(sizeof(float) * (size_t)(T * V));
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
+    lm_kv_cache_destroy(c);
+    return out;
+}
+
+static int64_t argmax(const float *row, int64_t V) {
+    int64_t b = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[b]) b = v;
+    return b;
+}
+
+static void compare(const char *name, const char *dir) {
+    lm_model *f = load(dir, LM_WEIGHTS_AUTO), *q = load(dir, LM_WEIGHTS_INT8);
+    if (!f || !q) {
+        lm_model_destroy(f), lm_model_destroy(q);
+        return;
+    }
+    const lm_model_config *c = lm_model_get_config(q);
+    LT_CHECK(lm_model_weights(q) == LM_WEIGHTS_INT8 && lm_model_weights(f) == LM_WEIGHTS_BF16);
+    LT_CHECK(c->quant_format == LM_QUANT_INT8 && c->quant_modules == lm_quant_modules_default(c));
+    LT_CHECK(lm_model_weight_bytes(q) < lm_model_weight_bytes(f));
+    int64_t V = c->vocab_size;
+    int32_t ids[T];
+    lt_rng r = lt_rng_seed(7);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+    float *a = prefill_logits(q, ids), *b = prefill_logits(f, ids);
+    double sq = 0, sb = 0, md = 0, mb = 0;
+    int agree = 0;
+    for (int64_t i = 0; i < T * V; i++) {
+        double d = (double)a[i] - b[i];
+        sq += d * d, sb += (double)b[i] * b[i];
+        if (!(fabs(d) <= md)) md = fabs(d);
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    for (int t = 0; t < T; t++) agree += argmax(a + t * V, V) == argmax(b + t * V, V);
+    double nmse = sq / (sb > 0 ? sb : 1), rel = md / (mb > 0 ? mb : 1);
+    printf("  %-20s int8 vs %-4s: nmse %.2e  max|d| %.3g (%.4f of max|logit| %.3g)  top-1 %d/%d\n", name,
+           lm_dtype_name(c->dtype), nmse, md, rel, mb, agree, T);
+    LT_CHECK_MSG(nmse <= 2e-3, "%s: nmse %.3g", name, nmse);
+    LT_CHECK_MSG(rel <= 0.06, "%s: max |d| %.3g of %.3g", name, md, mb);
+    LT_CHECK_MSG(agree * 4 >= T * 3, "%s: top-1 agreement %d/%d", name, agree, T);
+    free(a), free(b);
+    lm_model_destroy(f), lm_model_destroy(q);
+}
+
+static void test_int8_logits_close_to_float_on_reference_models(void) {
+    static const char *const names[] = {"llama_gqa2_f32",     "llama3_scaled_bf16", "mistral_mha_f16",
+                                        "qwen2_bias_sharded", "qwen3_headdim",      "qwen2_mqa_yarn"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, MODELS "%s", names[i]);
+        compare(names[i], dir);
+    }
+}
+
+static void test_int8_logits_close_to_bf16_on_default_model(void) {
+    compare("models/default", LOOM_SOURCE_DIR "/models/default");
+}
+
+/* Decode one token at a time equals the prefill's logits (same int8 weights, the
+ * GEMV-shaped linear against the GEMM-shaped one). */
+static void test_int8_decode_matches_prefill(void) {
+    lm_model *q = load(MODELS "qwen2_bias_sharded", LM_WEIGHTS_INT8);
+    if (!q) return;
+    int64_t V = lm_model_get_config(q)->vocab_size;
+    int32_t ids[T];
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % V);
+    float *a = prefill_logits(q, ids), *row = malloc(sizeof(float) * (size_t)V);
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    double md = 0, mb = 0;
+    LT_CHECK_OK(lm_kv_cache_create(q, 1, T, &c));
+    for (int t = 0; t < T; t++) {
+        LT_CHECK_OK(lm_model_forward(q, g_ctx, c, &slot, 1, ids + t, 1, row, 0));
+        for (int64_t v = 0; v < V; v++) {
+            double d = fabs((double)row[v] - a[t * V + v]);
+            if (!(d <= md)) md = d;
+            if (fabs(a[t * V + v]) > mb) mb = fabs(a[t * V + v]);
+        }
+    }
+    printf("  int8 decode vs prefill: max|d| %.3g of max|logit| %.3g\n", md, mb);
+    LT_CHECK_MSG(md <= 1e-4 * mb, "decode differs from prefill by %.3g", md);
+    lm_kv_cache_destroy(c);
+    free(a), free(row);
+    lm_model_destroy(q);
+}
+
+static void test_bf16_weights_convert_f32_checkpoint(void) {
+    lm_model *b = load(MODELS "llama_gqa2_f32", LM_WEIGHTS_BF16), *f = load(MODELS "llama_gqa2_f32", LM_WEIGHTS_AUTO);
+    if (!b || !f) {
+        lm_model_destroy(b), lm_model_destroy(f);
+        return;
+    }
+    LT_CHECK(lm_model_weights(b) == LM_WEIGHTS_BF16);
+    LT_CHECK(lm_model_weight_bytes(b) < lm_model_weight_bytes(f)); /* matrices at 2 bytes instead of 4 */
+    lm_model_destroy(b), lm_model_destroy(f);
+}
+
+static void test_refusals(void) {
+    lm_model *m = NULL;
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = LM_WEIGHTS_INT8;
+    if (lm_cuda_compiled() && lm_cuda_device_count() > 0) {
+        LT_CHECK_STATUS(lm_model_load_opts(MODELS "llama_gqa2_f32", lm_device_cuda(0), &o, &m), LM_UNSUPPORTED);
+        LT_CHECK_MSG(strstr(lm_last_error(), "int8 weights run on the CPU only") != NULL, "%s", lm_last_error());
+    } else {
+        printf("  (no GPU: the CUDA refusal is checked on the GPU machine)\n");
+    }
+    o.quant_modules = LM_QUANT_LM_HEAD; /* tied model: its head is the embedding table */
+    LT_CHECK_STATUS(lm_model_load_opts(LOOM_SOURCE_DIR "/models/default", lm_device_cpu(), &o, &m), LM_INVALID_ARGUMENT);
+    o.quant_modules = 1 << 12;
+    LT_CHECK_STATUS(lm_model_load_opts(MODELS "llama_gqa2_f32", lm_device_cpu(), &o, &m), LM_INVALID_ARGUMENT);
+    o.quant_modules = 0;
+    o.weights = (lm_weights)9;
+    LT_CHECK_STATUS(lm_model_load_opts(MODELS "llama_gqa2_f32", lm_device_cpu(), &o, &m), LM_INVALID_ARGUMENT);
+    LT_CHECK(m == NULL);
+    lm_weights w;
+    LT_CHECK_OK(lm_weights_parse("int8", &w));
+    LT_CHECK(w == LM_WEIGHTS_INT8);
+    LT_CHECK_STATUS(lm_weights_parse("int4", &w), LM_INVALID_ARGUMENT);
+}
+
+/* A config with a quantization_config: the parser's strictness, and training refused. */
+static void test_quantization_config_parse(void) {
+    const char *base = "{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":32,\"hidden_size\":8,"
+                       "\"intermediate_size\":16,\"num_hidden_layers\":1,\"num_attention_heads\":2%s}";
+    static const struct {
+        const char *q;
+        lm_status want;
+        const char *msg;
+    } cases[] = {
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
+         "symmetric\",\"modules\":[\"q_proj\",\"down_proj\",\"lm_head\"]}", LM_OK, NULL},
+        {",\"quantization_config\":null", LM_OK, NULL},
+        {",\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4}", LM_UNSUPPORTED, "gptq"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int4\",\"scheme\":\"per-output-channel "
+         "symmetric\",\"modules\":[\"q_proj\"]}", LM_UNSUPPORTED, "int4"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-tensor\","
+         "\"modules\":[\"q_proj\"]}", LM_UNSUPPORTED, "per-tensor"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
+         "symmetric\",\"modules\":[\"q_proj\"],\"group_size\":32}", LM_PARSE_ERROR, "group_size"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
+         "symmetric\",\"modules\":[\"embed_tokens\"]}", LM_PARSE_ERROR, "embed_tokens"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
+         "symmetric\",\"modules\":[\"q_proj\",\"q_proj\"]}", LM_PARSE_ERROR, "twice"},
+        {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
+         "symmetric\"}", LM_PARSE_ERROR, "modules"},
+        {",\"tie_word_embeddings\":true,\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\","
+         "\"scheme\":\"per-output-channel symmetric\",\"modules\":[\"lm_head\"]}", LM_PARSE_ERROR, "tied"},
+        {",\"quantization_config\":[1]", LM_PARSE_ERROR, "not an object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json, base, cases[i].q);
+        lm_model_config c;
+        lm_status st = lm_model_config_parse(json, strlen(json), "config.json", &c);
+        LT_CHECK_MSG(st == cases[i].want, "case %zu: %s (%s)", i, lm_status_name(st), lm_last_error());
+        if (cases[i].msg && st != LM_OK)
+            LT_CHECK_MSG(strstr(lm_last_error(), cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, lm_last_error(),
+                         cases[i].msg);
+        if (i == 0 && st == LM_OK) {
+            LT_CHECK(c.quant_format == LM_QUANT_INT8);
+            LT_CHECK(c.quant_modules == (LM_QUANT_Q_PROJ | LM_QUANT_DOWN_PROJ | LM_QUANT_LM_HEAD));
+            LT_CHECK(lm_model_config_tensor_quantized(&c, "model.layers.0.self_attn.q_proj.weight"));
+            LT_CHECK(lm_model_config_tensor_quantized(&c, "model.layers.17.mlp.down_proj.weight"));
+            LT_CHECK(lm_model_config_tensor_quantized(&c, "lm_head.weight"));
+            LT_CHECK(!lm_model_config_tensor_quantized(&c, "model.layers.0.self_attn.k_proj.weight"));
+            LT_CHECK(!lm_model_config_tensor_quantized(&c, "model.layers.0.self_attn.q_proj.bias"));
+            LT_CHECK(!lm_model_config_tensor_quantized(&c, "model.embed_tokens.weight"));
+            LT_CHECK(!lm_model_config_tensor_quantized(&c, "model.layers.x.mlp.down_proj.weight"));
+        }
+    }
+}
+
+int main(void) {
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
+    LT_RUN(test_int8_logits_close_to_float_on_reference_models);
+    LT_RUN(test_int8_logits_close_to_bf16_on_default_model);
+    LT_RUN(test_int8_decode_matches_prefill);
+    LT_RUN(test_bf16_weights_convert_f32_checkpoint);
+    LT_RUN(test_refusals);
+    LT_RUN(test_quantization_config_parse);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}

@@ -1,0 +1,264 @@
+/* `loom quantize --to int8` and the directories it writes, run as a user would:
+ *   - the output loads directly: its projections are I8 with F32 "<name>_scale" [out]
+ *     tensors, the other tensors as stored, config.json has quantization_config, the
+ *     tokenizer/generation files are copied, `loom info` shows the format;
+ *   - its logits are bit-identical to quantizing the float directory at load
+ *     (`--weights int8`): the same int8 bytes and scales;
+ *   - corrupt copies are refused naming the problem: a missing scale tensor, a scale of
+ *     the wrong shape, a bad quantization_config, an int8 tensor whose module is not
+ *     listed; and a copy whose scales are applied to the wrong rows (reversed, as a
+ *     transposition bug would) loads but fails the accuracy gate of test_nn_int8
+ *     (NMSE <= 2e-3), so that gate can tell a broken int8 path;
+ *   - `loom quantize` refuses an int8 source and an unknown --to; `loom train` and
+ *     `--weights bf16` refuse an int8 directory.
+ * LM_TEST_LABELS: unit model
+ */
+#include "harness.h"
+#include "loom/io_write.h"
+#include "loom/model.h"
+#include "loom/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOOM LOOM_BINARY_DIR "/loom"
+#define SRC LOOM_SOURCE_DIR "/tests/data/models/qwen2_bias_sharded"
+#define T 16
+
+static char g_tmp[256], g_q[400];
+static lm_ctx *g_ctx;
+
+static float *logits_of(const lm_model *m, int32_t *ids) {
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *out = malloc(sizeof(float) * (size_t)(T * V));
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
+    lm_kv_cache_destroy(c);
+    return out;
+}
+
+static lm_model *load(const char *dir, lm_weights w) {
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = w;
+    lm_model *m = NULL;
+    lm_status st = lm_model_load_opts(dir, lm_device_cpu(), &o, &m);
+    LT_CHECK_MSG(st == LM_OK, "loading %s: %s", dir, lm_last_error());
+    return m;
+}
+
+static void test_quantize_writes_a_loadable_directory(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, LOOM " quantize --model " SRC " --to int8 -o %s", g_q);
+    lt_cmd_result r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    LT_CHECK(r.out && strstr(r.out, "\"quantized\":14") != NULL); /* 2 layers x 7 projections (tied lm_head: float) */
+    lt_cmd_free(&r);
+    lm_checkpoint *ck = NULL;
+    LT_CHECK_OK(lm_checkpoint_open(g_q, &ck));
+    lm_safetensors_entry e;
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.up_proj.weight", &e));
+    LT_CHECK(e.dtype == LM_I8);
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.up_proj.weight_scale", &e));
+    LT_CHECK(e.dtype == LM_F32 && e.ndim == 1);
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.embed_tokens.weight", &e));
+    LT_CHECK(e.dtype != LM_I8);
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.0.self_attn.q_proj.bias", &e));
+    LT_CHECK(e.dtype != LM_I8);
+    lm_checkpoint_close(ck);
+    lm_model_config c;
+    LT_CHECK_OK(lm_model_config_load(g_q, &c));
+    LT_CHECK(c.quant_format == LM_QUANT_INT8 && c.quant_modules == lm_quant_modules_default(&c));
+    snprintf(cmd, sizeof cmd, LOOM " info --model %s", g_q);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 0 && r.out && strstr(r.out, "\"weights\":\"int8\"") && strstr(r.out, "\"format\":\"int8\""));
+    lt_cmd_free(&r);
+}
+
+static void test_quantized_directory_equals_quantize_at_load(void) {
+    lm_model *a = load(g_q, LM_WEIGHTS_AUTO), *b = load(SRC, LM_WEIGHTS_INT8);
+    if (!a || !b) {
+        lm_model_destroy(a), lm_model_destroy(b);
+        return;
+    }
+    int32_t ids[T];
+    int64_t V = lm_model_get_config(a)->vocab_size;
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 53 + 5) % V);
+    float *x = logits_of(a, ids), *y = logits_of(b, ids);
+    LT_CHECK_MSG(memcmp(x, y, sizeof(float) * (size_t)(T * V)) == 0, "logits differ");
+    LT_CHECK(lm_model_weight_bytes(a) == lm_model_weight_bytes(b));
+    free(x), free(y);
+    lm_model_destroy(a), lm_model_destroy(b);
+}
+
+/* A copy of the quantized directory with config.json's text edited (from -> to, when
+ * from is not NULL) and its weights rewritten: `drop` left out, `reverse` (a scale
+ * tensor) written in reverse order, `shrink` (a scale) one element shorter. */
+static void make_variant(const char *dir, const char *from, const char *to, const char *drop, const char *reverse,
+                         const char *shrink) {
+    char path[512], *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "mkdir -p %s && cp %s/tokenizer_config.json %s/ 2>/dev/null; true", dir, g_q, dir);
+    LT_CHECK(system(path) == 0);
+    snprintf(path, sizeof path, "%s/config.json", g_q);
+    LT_CHECK_OK(lm_file_read_all(path, &text, &n));
+    if (from) {
+        char *at = strstr(text, from), out[8192];
+        LT_CHECK_MSG(at != NULL, "'%s' not in config.json", from);
+        if (at) {
+            snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+            lm_free(text);
+            text = NULL;
+            n = strlen(out);
+            snprintf(path, sizeof path, "%s/config.json", dir);
+            LT_CHECK_OK(lm_file_write_atomic(path, out, n));
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        LT_CHECK_OK(lm_file_write_atomic(path, text, n));
+    }
+    lm_free(text);
+    lm_checkpoint *ck = NULL;
+    LT_CHECK_OK(lm_checkpoint_open(g_q, &ck));
+    int64_t cnt = lm_checkpoint_count(ck), k = 0;
+    const char **names = calloc((size_t)cnt, sizeof *names);
+    lm_tensor_view *views = calloc((size_t)cnt, sizeof *views);
+    lm_tensor **owned = calloc((size_t)cnt, sizeof *owned);
+    for (int64_t i = 0; i < cnt; i++) {
+        const char *name = lm_checkpoint_name(ck, i);
+        if (drop && !strcmp(name, drop)) continue;
+        LT_CHECK_OK(lm_checkpoint_tensor(ck, name, &owned[k]));
+        lm_tensor_view v = *lm_tensor_as_view(owned[k]);
+        if (reverse && !strcmp(name, reverse)) { /* the same scales, applied to the wrong rows */
+            lm_tensor *r = NULL;
+            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 1, v.shape, &r));
+            for (int64_t j = 0; j < v.shape[0]; j++)
+                ((float *)lm_tensor_data(r))[j] = ((const float *)v.data)[v.shape[0] - 1 - j];
+            lm_tensor_destroy(owned[k]);
+            owned[k] = r;
+            v = *lm_tensor_as_view(r);
+        }
+        if (shrink && !strcmp(name, shrink)) v.shape[0]--;
+        names[k] = name, views[k++] = v;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    LT_CHECK_OK(lm_safetensors_write(g_ctx, path, (int)k, names, views, NULL));
+    for (int64_t i = 0; i < k; i++) lm_tensor_destroy(owned[i]);
+    free(names), free(views), free(owned);
+    lm_checkpoint_close(ck);
+}
+
+static void expect_refused(const char *what, lm_status want, const char *needle) {
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/%s", g_tmp, what);
+    lm_model *m = NULL;
+    lm_status st = lm_model_load(dir, lm_device_cpu(), &m);
+    LT_CHECK_MSG(st == want, "%s: %s, expected %s (%s)", what, lm_status_name(st), lm_status_name(want), lm_last_error());
+    LT_CHECK_MSG(st == LM_OK || strstr(lm_last_error(), needle) != NULL, "%s: '%s' lacks '%s'", what, lm_last_error(),
+                 needle);
+    lm_model_destroy(m);
+}
+
+static void test_corrupt_directories_are_refused(void) {
+    const char *up = "model.layers.0.mlp.up_proj.weight_scale";
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/missing_scale", g_tmp);
+    make_variant(dir, NULL, NULL, up, NULL, NULL);
+    expect_refused("missing_scale", LM_NOT_FOUND, up);
+    snprintf(dir, sizeof dir, "%s/short_scale", g_tmp);
+    make_variant(dir, NULL, NULL, NULL, NULL, up);
+    expect_refused("short_scale", LM_SHAPE_MISMATCH, up);
+    snprintf(dir, sizeof dir, "%s/bad_format", g_tmp);
+    make_variant(dir, "\"format\": \"int8\"", "\"format\": \"int4\"", NULL, NULL, NULL);
+    expect_refused("bad_format", LM_UNSUPPORTED, "int4");
+    snprintf(dir, sizeof dir, "%s/bad_key", g_tmp);
+    make_variant(dir, "\"format\": \"int8\"", "\"format\": \"int8\", \"bits\": 8", NULL, NULL, NULL);
+    expect_refused("bad_key", LM_PARSE_ERROR, "quantization_config.bits");
+    snprintf(dir, sizeof dir, "%s/unlisted", g_tmp);
+    make_variant(dir, "\"q_proj\",", "", NULL, NULL, NULL);
+    expect_refused("unlisted", LM_DTYPE_MISMATCH, "q_proj.weight");
+    snprintf(dir, sizeof dir, "%s/no_config", g_tmp);
+    make_variant(dir, "\"quantization_config\"", "\"quantization_config_x\"", NULL, NULL, NULL);
+    expect_refused("no_config", LM_DTYPE_MISMATCH, "i8");
+}
+
+/* Scales applied to the wrong rows: loads, but the logits fail test_nn_int8's gate. */
+static void test_wrong_rows_fail_the_accuracy_gate(void) {
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/reversed", g_tmp);
+    static const char *const mods[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 7; k++) { /* rewrite each scale of the variant in turn */
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight_scale", l, mods[k]);
+            char saved[400];
+            snprintf(saved, sizeof saved, "%s", g_q);
+            snprintf(g_q, sizeof g_q, "%s", dir);
+            make_variant(dir, NULL, NULL, NULL, name, NULL);
+            snprintf(g_q, sizeof g_q, "%s", saved);
+        }
+    lm_model *bad = load(dir, LM_WEIGHTS_AUTO), *f = load(SRC, LM_WEIGHTS_AUTO);
+    if (!bad || !f) {
+        lm_model_destroy(bad), lm_model_destroy(f);
+        return;
+    }
+    int32_t ids[T];
+    int64_t V = lm_model_get_config(f)->vocab_size;
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 29 + 3) % V);
+    float *x = logits_of(bad, ids), *y = logits_of(f, ids);
+    double sq = 0, sb = 0;
+    for (int64_t i = 0; i < T * V; i++) sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), sb += (double)y[i] * y[i];
+    printf("  scales on the wrong rows: nmse %.3g (the gate is 2e-3)\n", sq / sb);
+    LT_CHECK(sq / sb > 2e-2);
+    free(x), free(y);
+    lm_model_destroy(bad), lm_model_destroy(f);
+}
+
+static void test_cli_refusals(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, LOOM " quantize --model %s --to int8 -o %s/again", g_q, g_tmp);
+    lt_cmd_result r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "already holds int8"));
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " quantize --model " SRC " --to int4 -o %s/int4", g_tmp);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 2 && r.err && strstr(r.err, "int4"));
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights bf16", g_q);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "holds int8 weights"));
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights int4", g_q);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 2);
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model " SRC " --ids 1,2 --weights int8");
+    r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0, "%s", r.err ? r.err : "");
+    lt_cmd_free(&r);
+    lm_train_model *tm = NULL;
+    LT_CHECK_STATUS(lm_train_model_load(g_q, lm_device_cpu(), &tm), LM_UNSUPPORTED);
+    LT_CHECK(strstr(lm_last_error(), "int8") != NULL);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "%s", "/tmp/loom_test_quantize_XXXXXX");
+    if (!mkdtemp(g_tmp)) return 1;
+    snprintf(g_q, sizeof g_q, "%s/q", g_tmp);
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
+    LT_RUN(test_quantize_writes_a_loadable_directory);
+    LT_RUN(test_quantized_directory_equals_quantize_at_load);
+    LT_RUN(test_corrupt_directories_are_refused);
+    LT_RUN(test_wrong_rows_fail_the_accuracy_gate);
+    LT_RUN(test_cli_refusals);
+    lm_ctx_destroy(g_ctx);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd) != 0) return 1;
+    return lt_finish();
+}
