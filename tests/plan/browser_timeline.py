@@ -13,33 +13,16 @@ plan_timeline_ipu21.png) and prints load and draw times.
 usage: browser_timeline.py LOOM_BINARY OUT_DIR
 Exits 77 (CTest's skip) when chromium or chromedriver is missing.
 """
-import base64
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import webdriver  # noqa: E402 (tests/webdriver.py)
 
 DEADLINE_S = 60
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wd(base, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read().decode() or "{}").get("value")
 
 
 def make_page(loom, out, name, args):
@@ -53,16 +36,16 @@ def make_page(loom, out, name, args):
     return path, text
 
 
-def check_page(base, s, path, text, shot, expand_rows):
+def check_page(wd, s, path, text, shot, expand_rows):
     """Returns a list of failures (empty: ok)."""
     bad = []
     if "http://" in text or "https://" in text:
         bad.append("%s references the network" % path)
 
     def js(script):
-        return wd(base, "POST", s + "/execute/sync", {"script": script, "args": []})
+        return wd("POST", s + "/execute/sync", {"script": script, "args": []})
 
-    wd(base, "POST", s + "/url", {"url": "file://" + os.path.abspath(path)})
+    wd("POST", s + "/url", {"url": "file://" + os.path.abspath(path)})
     deadline = time.time() + DEADLINE_S
     while not js("return !!(window.loomTimeline && window.loomTimeline.ready)"):
         if time.time() > deadline:
@@ -88,9 +71,7 @@ def check_page(base, s, path, text, shot, expand_rows):
         print("tooltip:", (tipt or "").replace("\n", " | "))
         if "matmul" not in (tipt or "") or "mid op" not in (tipt or "") or "cycles" not in (tipt or ""):
             bad.append("%s: the tooltip over a matmul span reads %r" % (path, tipt))
-    shot_png = wd(base, "GET", s + "/screenshot")
-    with open(shot, "wb") as f:
-        f.write(base64.b64decode(shot_png))
+    webdriver.screenshot(wd, s, shot)
     print("screenshot:", shot)
     # every group expanded: one row per tile, still drawn in bounded time
     ex = js("const t = window.loomTimeline; t.expandAll(); const a = performance.now(); t.draw();"
@@ -102,11 +83,7 @@ def check_page(base, s, path, text, shot, expand_rows):
         bad.append("%s: expanded view drew %s" % (path, ex))
     if expand_rows and ex["rows"] < expand_rows:
         bad.append("%s: expanded view drew only %d rows" % (path, ex["rows"]))
-    try:
-        logs = wd(base, "POST", s + "/se/log", {"type": "browser"}) or []
-    except OSError:
-        logs = []
-    severe = [l for l in logs if l.get("level") == "SEVERE"]
+    severe = webdriver.severe_logs(wd, s)
     if severe:
         bad.append("%s: script errors: %s" % (path, severe))
     return bad
@@ -114,10 +91,8 @@ def check_page(base, s, path, text, shot, expand_rows):
 
 def main():
     loom, out = sys.argv[1:3]
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        print("skipped: chromium and chromedriver are needed (apt-get install chromium chromium-driver)")
+    if webdriver.missing():
+        print(webdriver.missing())
         return 77
     os.makedirs(out, exist_ok=True)
     pages = []
@@ -129,40 +104,14 @@ def main():
                  (os.path.join(out, "plan_timeline_ipu21.png"), 20))
     print("pages written in %.1f s: %s" % (time.time() - t, ", ".join("%s (%d bytes)" % (p[0], len(p[1]))
                                                                    for p in pages)))
-    dport = free_port()
-    drv = subprocess.Popen([driver, "--port=%d" % dport], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = "http://127.0.0.1:%d" % dport
-    session = None
-    try:
-        for _ in range(100):
-            try:
-                wd(base, "GET", "/status")
-                break
-            except OSError:
-                time.sleep(0.1)
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium,
-                                   "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                            "--window-size=1400,900"]},
-            "goog:loggingPrefs": {"browser": "ALL"}}}}
-        session = wd(base, "POST", "/session", caps)["sessionId"]
+    with webdriver.session() as (wd, s):
         bad = []
         for path, text, shot, rows in pages:
-            bad += check_page(base, "/session/" + session, path, text, shot, rows)
-        for b in bad:
-            print("FAIL:", b)
-        print("ok" if not bad else "FAIL")
-        return 0 if not bad else 1
-    finally:
-        if session:
-            try:
-                wd(base, "DELETE", "/session/" + session)
-            except OSError:
-                pass
-        drv.terminate()
-        drv.wait(timeout=10)
-
+            bad += check_page(wd, s, path, text, shot, rows)
+    for b in bad:
+        print("FAIL:", b)
+    print("ok" if not bad else "FAIL")
+    return 0 if not bad else 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,34 +9,17 @@ error in the browser's console. Saves a screenshot beside the build
 usage: browser_chat_page.py LOOM_BINARY SOURCE_DIR OUT_DIR
 Exits 77 (CTest's skip) when chromium or chromedriver is missing.
 """
-import base64
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import webdriver  # noqa: E402 (tests/webdriver.py)
 
 DEADLINE_S = 120
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wd(base, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read().decode() or "{}").get("value")
 
 
 def make_model_dir(src, out):
@@ -57,17 +40,12 @@ def make_model_dir(src, out):
 
 def main():
     loom, src, out = sys.argv[1:4]
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        print("skipped: chromium and chromedriver are needed (apt-get install chromium chromium-driver)")
+    if webdriver.missing():
+        print(webdriver.missing())
         return 77
     model = make_model_dir(src, out)
     server = subprocess.Popen([loom, "serve", "--model", model, "--port", "0", "--slots", "2", "--context", "256"],
                               stderr=subprocess.PIPE, text=True)
-    drv = None
-    session = None
-    base = None
     try:
         port = None
         t0 = time.time()
@@ -82,28 +60,25 @@ def main():
         if not port:
             print("FAIL: the server did not start")
             return 1
-        dport = free_port()
-        drv = subprocess.Popen([driver, "--port=%d" % dport], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        base = "http://127.0.0.1:%d" % dport
-        for _ in range(100):
-            try:
-                wd(base, "GET", "/status")
-                break
-            except OSError:
-                time.sleep(0.1)
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium,
-                                   "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                            "--window-size=1000,700"]},
-            "goog:loggingPrefs": {"browser": "ALL"}}}}
-        session = wd(base, "POST", "/session", caps)["sessionId"]
-        s = "/session/" + session
+        return browse(port, out)
+    finally:
+        server.terminate()  # SIGTERM: the server stops cleanly
+        try:
+            STOPPED[0] = server.wait(timeout=30)
+            if STOPPED[0] != 0:
+                print("FAIL: loom serve exited %d after SIGTERM" % STOPPED[0])
+        except subprocess.TimeoutExpired:
+            server.kill()
+            print("FAIL: loom serve did not stop within 30 s of SIGTERM")
 
+
+def browse(port, out):
+    """The page at the server's port: names the model, streams a reply to a message."""
+    with webdriver.session(window="1000,700") as (wd, s):
         def js(script):
-            return wd(base, "POST", s + "/execute/sync", {"script": script, "args": []})
+            return wd("POST", s + "/execute/sync", {"script": script, "args": []})
 
-        wd(base, "POST", s + "/url", {"url": "http://127.0.0.1:%d/" % port})
+        wd("POST", s + "/url", {"url": "http://127.0.0.1:%d/" % port})
         deadline = time.time() + DEADLINE_S
         while "tiny" not in (js("return document.getElementById('model').textContent") or "") \
                 and "browser_chat_model" not in (js("return document.getElementById('model').textContent") or ""):
@@ -113,11 +88,11 @@ def main():
             time.sleep(0.1)
         # temperature 0, a short reply, then type a message and press Send
         js("document.getElementById('temperature').value = '0'; document.getElementById('max_tokens').value = '24';")
-        el = wd(base, "POST", s + "/element", {"using": "css selector", "value": "#input"})
+        el = wd("POST", s + "/element", {"using": "css selector", "value": "#input"})
         key = next(iter(el))
-        wd(base, "POST", s + "/element/%s/value" % el[key], {"text": "Hello, loom!"})
-        btn = wd(base, "POST", s + "/element", {"using": "css selector", "value": "#send"})
-        wd(base, "POST", s + "/element/%s/click" % btn[key], {})
+        wd("POST", s + "/element/%s/value" % el[key], {"text": "Hello, loom!"})
+        btn = wd("POST", s + "/element", {"using": "css selector", "value": "#send"})
+        wd("POST", s + "/element/%s/click" % btn[key], {})
         state = None
         while time.time() < deadline:
             state = js("const a = document.querySelectorAll('.assistant'); const e = document.querySelectorAll('.error');"
@@ -127,41 +102,18 @@ def main():
             if state["errors"] or state["state"] == "done":
                 break
             time.sleep(0.1)
-        shot = wd(base, "GET", s + "/screenshot")
-        with open(os.path.join(out, "chat_page.png"), "wb") as f:
-            f.write(base64.b64decode(shot))
+        webdriver.screenshot(wd, s, os.path.join(out, "chat_page.png"))
         print("page state:", json.dumps(state))
         ok = (state and state["n"] == 1 and state["state"] == "done" and not state["errors"]
               and len(state["text"]) > 0 and state["user"] == ["Hello, loom!"])
         # the browser's console: no script errors
-        try:
-            logs = wd(base, "POST", s + "/se/log", {"type": "browser"}) or []
-        except OSError:
-            logs = []
-        severe = [l for l in logs if l.get("level") == "SEVERE"]
+        severe = webdriver.severe_logs(wd, s)
         if severe:
             print("FAIL: script errors:", severe)
             ok = False
         print("screenshot:", os.path.join(out, "chat_page.png"))
         print("ok" if ok else "FAIL: the reply did not stream into the page")
         return 0 if ok else 1
-    finally:
-        if session and base:
-            try:
-                wd(base, "DELETE", "/session/" + session)
-            except OSError:
-                pass
-        if drv:
-            drv.terminate()
-            drv.wait(timeout=10)
-        server.terminate()  # SIGTERM: the server stops cleanly
-        try:
-            STOPPED[0] = server.wait(timeout=30)
-            if STOPPED[0] != 0:
-                print("FAIL: loom serve exited %d after SIGTERM" % STOPPED[0])
-        except subprocess.TimeoutExpired:
-            server.kill()
-            print("FAIL: loom serve did not stop within 30 s of SIGTERM")
 
 
 STOPPED = [None]  # loom serve's exit status after SIGTERM

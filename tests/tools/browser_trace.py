@@ -17,34 +17,18 @@ and prints page sizes, load and draw times.
 usage: browser_trace.py LOOM_BINARY SOURCE_DIR OUT_DIR
 Exits 77 (CTest's skip) when chromium or chromedriver is missing.
 """
-import base64
 import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import webdriver  # noqa: E402 (tests/webdriver.py)
 
 DEADLINE_S = 60
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wd(base, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read().decode() or "{}").get("value")
 
 
 def run(args, what):
@@ -117,7 +101,7 @@ def make_large(out, n=200000):
     return trace
 
 
-def check_page(base, s, path, text, shot, span):
+def check_page(wd, s, path, text, shot, span):
     """Returns a list of failures (empty: ok)."""
     bad = []
     if "http://" in text or "https://" in text:
@@ -126,10 +110,10 @@ def check_page(base, s, path, text, shot, span):
         bad.append("%s loads an external resource" % path)
 
     def js(script):
-        return wd(base, "POST", s + "/execute/sync", {"script": script, "args": []})
+        return wd("POST", s + "/execute/sync", {"script": script, "args": []})
 
     t = time.time()
-    wd(base, "POST", s + "/url", {"url": "file://" + os.path.abspath(path)})
+    wd("POST", s + "/url", {"url": "file://" + os.path.abspath(path)})
     deadline = time.time() + DEADLINE_S
     while not js("return !!(window.loomTrace && window.loomTrace.ready)"):
         if time.time() > deadline:
@@ -162,8 +146,7 @@ def check_page(base, s, path, text, shot, span):
         if span not in (tipt or "") or "duration" not in (tipt or "") or "depth" not in (tipt or ""):
             bad.append("%s: the tooltip over a '%s' span reads %r" % (path, span, tipt))
     js("window.loomTrace.fit(); document.getElementById('tip').style.display = 'none'; return 0")
-    with open(shot, "wb") as f:
-        f.write(base64.b64decode(wd(base, "GET", s + "/screenshot")))
+    webdriver.screenshot(wd, s, shot)
     print("screenshot:", shot)
     # zoomed in to 1% of the trace and back: still drawn, in bounded time
     z = js("const t = window.loomTrace, d = t.data.wall, a = performance.now(); t.zoom(d * 0.4, d * 0.41);"
@@ -172,11 +155,7 @@ def check_page(base, s, path, text, shot, span):
     print("zoom: %s" % json.dumps(z))
     if not z["rows"] or z["ms"] > 2000 or z["fit_ms"] > 2000:
         bad.append("%s: zoomed view drew %s" % (path, z))
-    try:
-        logs = wd(base, "POST", s + "/se/log", {"type": "browser"}) or []
-    except OSError:
-        logs = []
-    severe = [l for l in logs if l.get("level") == "SEVERE"]
+    severe = webdriver.severe_logs(wd, s)
     if severe:
         bad.append("%s: script errors: %s" % (path, severe))
     return bad
@@ -184,10 +163,8 @@ def check_page(base, s, path, text, shot, span):
 
 def main():
     loom, src, out = sys.argv[1:4]
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        print("skipped: chromium and chromedriver are needed (apt-get install chromium chromium-driver)")
+    if webdriver.missing():
+        print(webdriver.missing())
         return 77
     os.makedirs(out, exist_ok=True)
     pages = []
@@ -196,40 +173,14 @@ def main():
                               ("large", make_large(out), "matmul")):
         html = os.path.join(out, "trace_%s.html" % name)
         pages.append((html, view(loom, trace, html), os.path.join(out, "trace_%s.png" % name), span))
-    dport = free_port()
-    drv = subprocess.Popen([driver, "--port=%d" % dport], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = "http://127.0.0.1:%d" % dport
-    session = None
-    try:
-        for _ in range(100):
-            try:
-                wd(base, "GET", "/status")
-                break
-            except OSError:
-                time.sleep(0.1)
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium,
-                                   "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                            "--window-size=1400,900"]},
-            "goog:loggingPrefs": {"browser": "ALL"}}}}
-        session = wd(base, "POST", "/session", caps)["sessionId"]
+    with webdriver.session() as (wd, s):
         bad = []
         for path, text, shot, span in pages:
-            bad += check_page(base, "/session/" + session, path, text, shot, span)
-        for b in bad:
-            print("FAIL:", b)
-        print("ok" if not bad else "FAIL")
-        return 0 if not bad else 1
-    finally:
-        if session:
-            try:
-                wd(base, "DELETE", "/session/" + session)
-            except OSError:
-                pass
-        drv.terminate()
-        drv.wait(timeout=10)
-
+            bad += check_page(wd, s, path, text, shot, span)
+    for b in bad:
+        print("FAIL:", b)
+    print("ok" if not bad else "FAIL")
+    return 0 if not bad else 1
 
 if __name__ == "__main__":
     sys.exit(main())
