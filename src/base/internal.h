@@ -68,4 +68,9 @@ void lm__assert_fail(const char *expr, const char *file, int line);
 #define LM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LM_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* base/html_nav.c: the zoom/pan JavaScript the timeline pages share, spliced where a
+ * page template holds lm__html_nav_marker (the pointer, compared by address). */
+extern const char lm__html_nav_marker[];
+extern const char *const lm__html_nav_js[];
+
 #endif

@@ -891,7 +891,11 @@ lm_status lm_trace_html(const char *json, size_t len, const char *source_name, c
     if (st == LM_OK) {
         for (const char *const *l = page_head(); *l; l++) sb_str(&b, *l);
         st = emit(&V, &b);
-        for (const char *const *l = page_tail(); *l; l++) sb_str(&b, *l);
+        for (const char *const *l = page_tail(); *l; l++)
+            if (*l == lm__html_nav_marker)
+                for (const char *const *n = lm__html_nav_js; *n; n++) sb_str(&b, *n);
+            else
+                sb_str(&b, *l);
         if (b.oom) st = LM_OUT_OF_MEMORY;
     }
     for (int64_t i = 0; i < V.tracks.n; i++) {
@@ -1195,13 +1199,7 @@ static const char *const *page_tail(void) {
         "  }\n",
         "  ctx.fillStyle = '#ccc'; ctx.fillRect(0, AXISH - 1, W, 1); ctx.fillRect(LABELW - 1, 0, 1, H);\n",
         "}\n",
-        "function redraw() { if (!pending) { pending = true; requestAnimationFrame(draw); } }\n",
-        "function clampPan() { var w = t1 - t0; if (t0 < 0) t0 = 0; if (t0 + w > total) t0 = Math.max(0, total - w); t1 = t0 + w; }\n",
-        "function zoom(f, at) {\n",
-        "  var ta = T(at === undefined ? LABELW + plotW() / 2 : at), w = Math.min(total, Math.max(50, (t1 - t0) * f));\n",
-        "  t0 = ta - (ta - t0) * w / (t1 - t0); t1 = t0 + w; clampPan(); redraw();\n",
-        "}\n",
-        "function fit() { t0 = 0; t1 = total; redraw(); }\n",
+        "var MINW = 50; /* the narrowest zoom, ns (redraw, zoom, fit: lm__html_nav_js) */\n",
         "/* ---- hover ---- */\n",
         "function spanAt(tr, d, t, slack) {\n",
         "  var L = tr.lv[d], best = -1, bd = Infinity;\n",
@@ -1255,23 +1253,7 @@ static const char *const *page_tail(void) {
         "  if (y >= AXISH) { var ri = rowAt(y - AXISH + sc.scrollTop); if (ri >= 0 && rows[ri].t === 'p') { rows[ri].p.open = !rows[ri].p.open; buildRows(); redraw(); return; } }\n",
         "  drag = {x: ev.clientX, t0: t0, w: t1 - t0};\n",
         "});\n",
-        "window.addEventListener('mouseup', function () { drag = null; });\n",
-        "cv.addEventListener('dblclick', function (ev) { var rc = cv.getBoundingClientRect(); zoom(ev.shiftKey ? 2 : 0.5, ev.clientX - rc.left); });\n",
-        "sc.addEventListener('wheel', function (ev) {\n",
-        "  var rc = cv.getBoundingClientRect();\n",
-        "  if (ev.ctrlKey || ev.metaKey || ev.altKey) { ev.preventDefault(); zoom(ev.deltaY > 0 ? 1.25 : 0.8, ev.clientX - rc.left); }\n",
-        "  else if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {\n",
-        "    ev.preventDefault(); var d = (ev.shiftKey ? ev.deltaY : ev.deltaX) * (t1 - t0) / plotW(); t0 += d; t1 += d; clampPan(); redraw();\n",
-        "  }\n",
-        "}, {passive: false});\n",
-        "sc.addEventListener('scroll', redraw);\n",
-        "window.addEventListener('resize', redraw);\n",
-        "window.addEventListener('keydown', function (ev) {\n",
-        "  if (ev.key === '+' || ev.key === '=') zoom(0.5); else if (ev.key === '-') zoom(2); else if (ev.key === '0') fit();\n",
-        "});\n",
-        "$('fit').onclick = fit;\n",
-        "$('zin').onclick = function () { zoom(0.5); };\n",
-        "$('zout').onclick = function () { zoom(2); };\n",
+        lm__html_nav_marker, /* the shared navigation: lm__html_nav_js */
         "/* for tests and scripts: draw now, zoom to [a, b] ns, and the page position of a visible span */\n",
         "api.draw = draw; api.fit = function () { t0 = 0; t1 = total; draw(); };\n",
         "api.zoom = function (a, b) { t0 = a; t1 = Math.max(a + 50, b); clampPan(); draw(); };\n",

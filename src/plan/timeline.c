@@ -685,7 +685,11 @@ lm_status lm_plan_timeline_html(const lm_plan *p, const lm_plan_sim *s, char **o
     if (st == LM_OK) {
         for (const char *const *l = page_head(); *l; l++) lm__plan_sbuf_printf(&b, "%s", *l);
         st = emit(&T, s, &b);
-        for (const char *const *l = page_tail(); *l; l++) lm__plan_sbuf_printf(&b, "%s", *l);
+        for (const char *const *l = page_tail(); *l; l++)
+            if (*l == lm__html_nav_marker)
+                for (const char *const *n = lm__html_nav_js; *n; n++) lm__plan_sbuf_printf(&b, "%s", *n);
+            else
+                lm__plan_sbuf_printf(&b, "%s", *l);
     }
     tl_free(&T);
     if (st != LM_OK) {
@@ -916,12 +920,7 @@ static const char *const *page_tail(void) {
         "  }\n",
         "  ctx.fillStyle = '#ccc'; ctx.fillRect(0, top - 1, W, 1); ctx.fillRect(LABELW - 1, 0, 1, H);\n",
         "}\n",
-        "function redraw() { if (!pending) { pending = true; requestAnimationFrame(draw); } }\n",
-        "function zoom(f, at) {\n",
-        "  var ta = T(at === undefined ? LABELW + plotW() / 2 : at), w = Math.min(total, Math.max(4, (t1 - t0) * f));\n",
-        "  t0 = ta - (ta - t0) * w / (t1 - t0); t1 = t0 + w; clampPan(); redraw();\n",
-        "}\n",
-        "function clampPan() { var w = t1 - t0; if (t0 < 0) t0 = 0; if (t0 + w > total) t0 = Math.max(0, total - w); t1 = t0 + w; }\n",
+        "var MINW = 4; /* the narrowest zoom, cycles (redraw, zoom, fit: lm__html_nav_js) */\n",
         "function setOpen(v) { G.forEach(function (g) { g.open = v; }); buildRows(); redraw(); }\n",
         "/* ---- hover ---- */\n",
         "function spanAt(g, t, slack) { /* {run, k (span within the run), start} or null */\n",
@@ -989,24 +988,7 @@ static const char *const *page_tail(void) {
         "  }\n",
         "  drag = {x: ev.clientX, t0: t0, w: t1 - t0};\n",
         "});\n",
-        "window.addEventListener('mouseup', function () { drag = null; });\n",
-        "cv.addEventListener('dblclick', function (ev) { var rc = cv.getBoundingClientRect(); zoom(ev.shiftKey ? 2 : 0.5, ev.clientX - rc.left); });\n",
-        "sc.addEventListener('wheel', function (ev) {\n",
-        "  var rc = cv.getBoundingClientRect();\n",
-        "  if (ev.ctrlKey || ev.metaKey || ev.altKey) { ev.preventDefault(); zoom(ev.deltaY > 0 ? 1.25 : 0.8, ev.clientX - rc.left); }\n",
-        "  else if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {\n",
-        "    ev.preventDefault(); var d = (ev.shiftKey ? ev.deltaY : ev.deltaX) * (t1 - t0) / plotW(); t0 += d; t1 += d; clampPan(); redraw();\n",
-        "  }\n",
-        "}, {passive: false});\n",
-        "sc.addEventListener('scroll', redraw);\n",
-        "window.addEventListener('resize', redraw);\n",
-        "window.addEventListener('keydown', function (ev) {\n",
-        "  if (ev.key === '+' || ev.key === '=') zoom(0.5); else if (ev.key === '-') zoom(2);\n",
-        "  else if (ev.key === '0') { t0 = 0; t1 = total; redraw(); }\n",
-        "});\n",
-        "$('fit').onclick = function () { t0 = 0; t1 = total; redraw(); };\n",
-        "$('zin').onclick = function () { zoom(0.5); };\n",
-        "$('zout').onclick = function () { zoom(2); };\n",
+        lm__html_nav_marker, /* the shared navigation: lm__html_nav_js */
         "$('expand').onclick = function () { setOpen(true); };\n",
         "$('collapse').onclick = function () { setOpen(false); };\n",
         "$('crit').onchange = function () { showCrit = this.checked; redraw(); };\n",
