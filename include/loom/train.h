@@ -118,6 +118,39 @@ LM_API int64_t lm_optimizer_steps(const lm_optimizer *o); /* updates done so far
  * learning rate lr, gradients multiplied by grad_scale (clipping) first. */
 LM_API lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad_scale);
 
+/* ---- data parallel: ranks of one MPI launch ---------------------------------------------------
+ * N processes started together (`mpirun -np N loom train ...`) each hold the whole model
+ * and train on their share of every global batch; gradients and losses are summed over
+ * them (lm_trainer_set_dist). lm_dist is the communicator. In a build without MPI, or
+ * without a launcher in the environment, it is a world of one rank in which every
+ * collective returns at once. Collectives must be called by every rank in the same
+ * order; an MPI error ends the whole job (MPI's default), so no rank waits forever. */
+typedef struct lm_dist lm_dist;
+
+/* 1 when loom was built with MPI. */
+LM_API int lm_dist_available(void);
+/* Joins the launch: MPI_Init_thread (funneled: the creating thread alone makes the
+ * calls) when built with MPI and a launcher's variables (OMPI_COMM_WORLD_SIZE,
+ * PMI_SIZE, PMIX_SIZE, MV2_COMM_WORLD_SIZE) are set, else one rank of one.
+ * LM_UNSUPPORTED ("loom was built without MPI") when a launcher announces more than one
+ * process to a build without MPI. One per process; caller owns *out. */
+LM_API lm_status lm_dist_create(lm_dist **out);
+/* MPI_Finalize when lm_dist_create initialised MPI. Accepts NULL. */
+LM_API void lm_dist_destroy(lm_dist *d);
+LM_API int lm_dist_rank(const lm_dist *d);       /* 0-based; 0 for NULL */
+LM_API int lm_dist_size(const lm_dist *d);       /* ranks in the job; 1 for NULL */
+LM_API int lm_dist_local_rank(const lm_dist *d); /* among the ranks on this host */
+LM_API int lm_dist_local_size(const lm_dist *d);
+/* buf[0..n) = its sum over all ranks, on every rank (host memory). */
+LM_API lm_status lm_dist_allreduce_sum_f32(lm_dist *d, float *buf, int64_t n);
+LM_API lm_status lm_dist_allreduce_sum_f64(lm_dist *d, double *buf, int64_t n);
+/* buf[0..nbytes) of rank root, on every rank. */
+LM_API lm_status lm_dist_broadcast(lm_dist *d, void *buf, size_t nbytes, int root);
+LM_API lm_status lm_dist_barrier(lm_dist *d);
+/* Ends every rank of the job with exit code `code` (MPI_Abort) when it has more than
+ * one; returns at once in a world of one (the caller then exits as usual). */
+LM_API void lm_dist_abort(lm_dist *d, int code);
+
 /* ---- the training loop ------------------------------------------------------------------------------ */
 typedef struct lm_train_options {
     int64_t steps;     /* optimizer steps of the whole run (the schedule's total) */
@@ -150,15 +183,31 @@ LM_API lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, 
                                    lm_trainer **out);
 LM_API void lm_trainer_destroy(lm_trainer *t); /* accepts NULL */
 LM_API int64_t lm_trainer_step_count(const lm_trainer *t);
+/* Makes t one of lm_dist_size(d) data-parallel replicas (d borrowed; NULL: alone).
+ * Call it on every rank before lm_trainer_resume and the first step, with the same
+ * model, data and options everywhere. With N ranks and grad_accum A, a step consumes
+ * N x A micro-batches in the data loader's one global order; rank r trains micro-batches
+ * r x A .. r x A + A - 1 of them, each gradient scaled by 1 / (N x A), and the gradient
+ * buffer is summed over the ranks before clipping, so every rank applies the same
+ * AdamW update: N ranks with grad_accum A take the steps of one rank with grad_accum
+ * N x A, up to the order of the floating-point sums. */
+LM_API lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d);
 /* One optimizer step: zero gradients, grad_accum micro-batches of forward + backward,
- * clip, AdamW at the scheduled learning rate. */
+ * the sum over the ranks (lm_trainer_set_dist), clip, AdamW at the scheduled learning
+ * rate. info->loss is the mean over every rank's micro-batches and info->tokens counts
+ * them all. */
 LM_API lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info);
 /* Mean loss over the first `batches` batches of val (rewound first, so every
- * evaluation sees the same data). */
+ * evaluation sees the same data). With ranks, batch b is computed by rank b mod N and
+ * the mean is summed over them (every rank receives it). */
 LM_API lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, int64_t batches, double *loss);
 
 /* A checkpoint: lm_train_model_save's files plus train_state.bin (optimizer moments,
- * step, data loader position with its RNG, batch geometry, checksummed), built in the
+ * step, data loader position with its RNG, batch geometry with the micro-batches per
+ * step over all ranks, checksummed). With ranks every rank calls it: the replicas are
+ * first checked to be identical (a hash of weights and moments against rank 0's:
+ * LM_INTERNAL on every rank otherwise), rank 0 alone writes, and every rank returns
+ * rank 0's status. The checkpoint is built in the
  * sibling directory "<dir>.tmp-<pid>" and then put in place: renamed to dir when it
  * is new, atomically exchanged with it where the filesystem can (Linux renameat2),
  * else the previous one is renamed to "<dir>.old-<pid>" first and removed after. A
@@ -172,8 +221,10 @@ LM_API lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, co
  * LM_IO_ERROR (dir missing); LM_NOT_FOUND naming the files a partial checkpoint lacks;
  * LM_PARSE_ERROR naming the file and what is wrong (magic, version, truncation,
  * checksum, a field out of range); LM_SHAPE_MISMATCH when the state belongs to a model
- * of another size; LM_INVALID_ARGUMENT when batch, seq or grad_accum differ (the
- * resumed run would not replay the same batches). Nothing changes on failure. */
+ * of another size; LM_INVALID_ARGUMENT when batch or seq differ, or the micro-batches
+ * per step over all ranks (ranks x grad_accum: any rank count N and grad_accum A with
+ * the saved N x A resume) (the resumed run would not replay the same batches). Every
+ * rank reads dir. Nothing changes on failure. */
 LM_API lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir);
 
 /* Whether dir is a complete checkpoint: config.json, model.safetensors and a

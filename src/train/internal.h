@@ -56,7 +56,8 @@ typedef struct lm__train_state {
     int64_t step;
     int64_t numel;
     int64_t nparams;
-    int64_t batch, seq, grad_accum;
+    int64_t batch, seq;
+    int64_t grad_accum; /* micro-batches per optimizer step over all ranks (ranks x --grad-accum) */
     lm_data_loader_state data;
 } lm__train_state;
 
@@ -71,5 +72,14 @@ lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t e
  * checksum pass (lm__train_state_read does that), filling *s: the test of a complete
  * checkpoint, O(1) in the file size. */
 lm_status lm__train_state_check(const char *path, lm__train_state *s);
+
+/* ---- dist.c: data-parallel helpers ---- */
+/* Sums the f32 tensor t (contiguous, on any device) over the ranks of d in place; a
+ * device tensor goes through page-locked host memory, allocated at the first call into
+ * *stage (numel floats; the caller frees it with lm_host_free on t's device). */
+lm_status lm__dist_allreduce_tensor(lm_dist *d, lm_tensor *t, float **stage);
+/* Every rank hashes bufs (f32 tensors) and compares with rank 0's hash: LM_INTERNAL on
+ * every rank when any replica differs (data-parallel ranks must stay identical). */
+lm_status lm__dist_check_replicas(lm_dist *d, lm_ctx *ctx, const lm_tensor *const *bufs, int nbufs);
 
 #endif

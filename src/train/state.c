@@ -4,6 +4,9 @@
  *   u64 step, numel, nparams, batch, seq, grad_accum     (48 bytes)
  *   u64 data loader rng[4], i64 epoch, i64 cursor       (48 bytes)
  *   f32 first moments [numel], f32 second moments [numel]
+ * grad_accum is the micro-batches per optimizer step over all data-parallel ranks
+ * (ranks x --grad-accum), what a resumed run must reproduce whatever its rank count;
+ * files written before data parallel came from one rank, so theirs means the same.
  *   u64 FNV-1a 64 checksum of every byte before it
  * Reading validates size, magic, version, geometry, checksum and the range of every
  * field before anything is copied out, so a damaged file changes nothing and the

@@ -2,6 +2,14 @@
  * grad_accum micro-batches of forward + backward (each scaled by 1 / grad_accum, so
  * the update follows the mean loss), global-norm clipping folded into the AdamW pass,
  * and the scheduled learning rate. Also evaluation, and crash-safe checkpoints.
+ *
+ * Data parallel (lm_trainer_set_dist, N ranks): the step's N x grad_accum micro-batches
+ * are drawn on every rank in the loader's one order (so every loader stays in the same
+ * state, the one a checkpoint records) and rank r trains the r-th run of grad_accum of
+ * them, scaled by 1 / (N x grad_accum); the gradient buffer and the loss are then
+ * summed over the ranks, so the clip norm and the AdamW update are the global ones and
+ * identical everywhere. With N = 1 the code and its floating-point operations are the
+ * single-process ones exactly (bit-exact resume is unchanged).
  * Everything the next step depends on (weights, moments, step, data position) is in
  * a checkpoint, so a resumed run replays the same steps bit for bit.
  *
@@ -64,7 +72,12 @@ struct lm_trainer {
     lm_optimizer *opt;
     int32_t *ids, *targets; /* [batch * seq] host micro-batch */
     int64_t saves;          /* lm_trainer_save calls so far (LOOM_TEST_KILL_AT counts them) */
+    lm_dist *dist;          /* borrowed; NULL: a single process */
+    float *stage;           /* [numel] page-locked host copy of the gradients (device models with ranks) */
 };
+
+/* Micro-batches per optimizer step over all ranks. */
+static int64_t global_accum(const lm_trainer *t) { return (int64_t)lm_dist_size(t->dist) * t->o.grad_accum; }
 
 void lm_train_options_default(lm_train_options *o) {
     *o = (lm_train_options){100, 8, 256, 1, LM_LR_COSINE, 3e-4, 3e-5, 10, 1.0, {0.9, 0.95, 1e-8, 0.1}};
@@ -107,6 +120,7 @@ lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const l
 
 void lm_trainer_destroy(lm_trainer *t) {
     if (!t) return;
+    if (t->stage) lm_host_free(t->model->device, t->stage);
     lm_optimizer_destroy(t->opt);
     lm__free(t->ids);
     lm__free(t->targets);
@@ -114,6 +128,16 @@ void lm_trainer_destroy(lm_trainer *t) {
 }
 
 int64_t lm_trainer_step_count(const lm_trainer *t) { return lm_optimizer_steps(t->opt); }
+
+lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d) {
+    if (!t) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_dist: NULL trainer");
+    if ((int64_t)lm_dist_size(d) * t->o.grad_accum > INT32_MAX)
+        return lm__error(LM_INVALID_ARGUMENT, "data parallel: %d ranks x grad_accum %d micro-batches per step are too "
+                                              "many",
+                         lm_dist_size(d), t->o.grad_accum);
+    t->dist = d;
+    return LM_OK;
+}
 
 lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) {
     if (!t || !ctx || !info) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_step: NULL argument");
@@ -124,15 +148,24 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     lm_ag_profile_mark(ctx, "step ", "zero_grad");
     lm_trace_end(tr, "train", "zero grad", NULL);
     double loss = 0, norm = 0;
-    for (int a = 0; a < o->grad_accum; a++) {
+    int64_t G = global_accum(t), mine = (int64_t)lm_dist_rank(t->dist) * o->grad_accum; /* first of this rank's */
+    for (int64_t a = 0; a < G; a++) {
         float l = 0;
         tr = lm_trace_begin();
         LM_TRY(lm_data_loader_next(t->data, o->batch, t->ids, t->targets));
         lm_ag_profile_mark(ctx, "step ", "data");
         lm_trace_end(tr, "train", "data", NULL);
-        LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
-                                               1.0f / (float)o->grad_accum, &l));
+        if (a < mine || a >= mine + o->grad_accum) continue; /* another rank's micro-batch */
+        LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq, 1.0f / (float)G,
+                                               &l));
         loss += l;
+    }
+    if (lm_dist_size(t->dist) > 1) {
+        tr = lm_trace_begin();
+        LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
+        LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &loss, 1));
+        lm_ag_profile_mark(ctx, "step ", "allreduce");
+        lm_trace_end(tr, "train", "allreduce", NULL);
     }
     tr = lm_trace_begin();
     LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
@@ -149,8 +182,7 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     lm_trace_end(tr, "train", "optimizer", NULL);
     lm_trace_end(step_t0, "train", "train step", NULL);
     lm_trace_memory();
-    *info = (lm_train_step_info){step + 1, loss / o->grad_accum, lr, norm,
-                                 (int64_t)o->grad_accum * o->batch * o->seq};
+    *info = (lm_train_step_info){step + 1, loss / (double)G, lr, norm, G * o->batch * o->seq};
     return LM_OK;
 }
 
@@ -159,12 +191,15 @@ lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader *val, i
     lm_data_loader_rewind(val);
     int64_t tr = lm_trace_begin();
     double sum = 0;
+    int n = lm_dist_size(t->dist), r = lm_dist_rank(t->dist);
     for (int64_t b = 0; b < batches; b++) {
         float l = 0;
         LM_TRY(lm_data_loader_next(val, t->o.batch, t->ids, t->targets));
+        if (b % n != r) continue; /* another rank's batch */
         LM_TRY(lm_train_model_loss(t->model, ctx, t->ids, t->targets, t->o.batch, t->o.seq, &l));
         sum += l;
     }
+    LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &sum, 1));
     *loss = sum / (double)batches;
     lm_trace_end(tr, "train", "validation", NULL);
     return LM_OK;
@@ -206,7 +241,7 @@ static lm_status write_state(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     lm__train_state s = {lm_optimizer_steps(t->opt), t->model->numel, t->model->nparams, t->o.batch, t->o.seq,
-                         t->o.grad_accum, lm_data_loader_get_state(t->data)};
+                         global_accum(t), lm_data_loader_get_state(t->data)};
     return lm__train_state_write(ctx, path, &s, t->opt->m1, t->opt->m2);
 }
 
@@ -285,7 +320,18 @@ static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *t
 lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_save: NULL argument");
     int64_t tr = lm_trace_begin();
-    lm_status st = save(t, ctx, dir, tokenizer_path);
+    lm_status st = LM_OK;
+    if (lm_dist_size(t->dist) > 1) {
+        const lm_tensor *bufs[3] = {t->model->flat, t->opt->m1, t->opt->m2};
+        LM_TRY(lm__dist_check_replicas(t->dist, ctx, bufs, 3));
+    }
+    if (lm_dist_rank(t->dist) == 0) st = save(t, ctx, dir, tokenizer_path);
+    if (lm_dist_size(t->dist) > 1) { /* the others wait for rank 0's outcome and return it */
+        int32_t code = (int32_t)st;
+        LM_TRY(lm_dist_broadcast(t->dist, &code, sizeof code, 0));
+        if (lm_dist_rank(t->dist) != 0 && code != LM_OK)
+            st = lm__error((lm_status)code, "checkpoint '%s': rank 0 could not save it", dir);
+    }
     lm_trace_end(tr, "train", "checkpoint save", dir);
     return st;
 }
@@ -463,11 +509,12 @@ lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     lm_status st = lm_tensor_create(m->device, LM_F32, 1, &m->numel, &m1);
     if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 1, &m->numel, &m2);
     if (st == LM_OK) st = lm__train_state_read(path, m->numel, m->nparams, &s, m1, m2);
-    if (st == LM_OK && (s.batch != t->o.batch || s.seq != t->o.seq || s.grad_accum != t->o.grad_accum))
-        st = lm__error(LM_INVALID_ARGUMENT, "training state '%s' was saved with batch %lld, seq %lld, grad_accum %lld; "
-                                            "resuming with %d, %lld, %d would not replay the same batches",
+    if (st == LM_OK && (s.batch != t->o.batch || s.seq != t->o.seq || s.grad_accum != global_accum(t)))
+        st = lm__error(LM_INVALID_ARGUMENT, "training state '%s' was saved with batch %lld, seq %lld and %lld "
+                                            "micro-batches per step (ranks x grad_accum); resuming with batch %d, seq "
+                                            "%lld and %d x %d = %lld would not replay the same batches",
                        path, (long long)s.batch, (long long)s.seq, (long long)s.grad_accum, t->o.batch, (long long)t->o.seq,
-                       t->o.grad_accum);
+                       lm_dist_size(t->dist), t->o.grad_accum, (long long)global_accum(t));
     if (st == LM_OK && s.data.cursor > lm_data_loader_windows(t->data))
         st = lm__error(LM_OUT_OF_RANGE, "training state '%s': data position %lld is beyond the %lld windows of this data "
                                         "set (was it saved for other data?)",

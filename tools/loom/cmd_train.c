@@ -13,6 +13,13 @@
  * loadable, token ids inside the model's vocabulary, the resumed step below --steps),
  * so a run never trains for hours to fail at its first save. Before that, leftovers
  * of interrupted saves in OUT are recovered or removed (lm_train_checkpoints_recover).
+ *
+ * Data parallel: started by an MPI launcher (`mpirun -np N loom train ...`) every
+ * process is one rank of the run (lm_dist, lm_trainer_set_dist). Rank 0 alone touches
+ * OUT (recovery, log.jsonl, checkpoints) and prints progress; every rank checks its
+ * inputs, and its error messages start with "rank R: ". A rank that fails ends the whole
+ * job (MPI_Abort), so no rank waits for it forever. Ranks must be given the same
+ * options: a fingerprint of them is compared with rank 0's before the first step.
  */
 #include "args.h"
 #include "commands.h"
@@ -23,6 +30,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,6 +46,8 @@ typedef struct train_args {
 
 typedef struct session {
     train_args a;
+    lm_dist *dist;      /* the ranks of this run (a world of one without a launcher) */
+    int rank0;          /* 1 on rank 0: the one that writes OUT and prints progress */
     lm_train_options o;
     lm_ctx *ctx;
     lm_train_model *model;
@@ -48,6 +58,25 @@ typedef struct session {
     int64_t first_step; /* steps already done when this process started */
     double flops_per_token; /* training FLOPs per token (MFU), 0 on the CPU */
 } session;
+
+/* "rank R: " in a run of several ranks, else "": the start of every error line. */
+static char g_rank_tag[32];
+
+/* One line on stderr, "[rank R: ]loom train: " + the message, written with one call so
+ * that lines of several ranks do not interleave. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void say(const char *fmt, ...) {
+    char line[8192];
+    int n = snprintf(line, sizeof line, "%sloom train: ", g_rank_tag);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fputs(line, stderr);
+    fflush(stderr);
+}
 
 static const char *k_synopsis = "(--model DIR | --config FILE) --data TRAIN.bin --out DIR [options]";
 
@@ -61,11 +90,12 @@ static int parse(int argc, char **argv, train_args *a) {
         {"data", CLI_STRING, &a->data, "A.bin[,B.bin...]: training token shards (required)"},
         {"val-data", CLI_STRING, &a->val_data, "FILE: held-out token shard for the validation loss"},
         {"out", CLI_STRING, &a->out, "DIR: output directory for log.jsonl and checkpoints (required)"},
-        {"resume", CLI_STRING, &a->resume, "DIR: a checkpoint to continue from (same --batch/--seq/--grad-accum)"},
+        {"resume", CLI_STRING, &a->resume, "DIR: a checkpoint to continue from (same --batch, --seq and ranks x "
+                                           "--grad-accum)"},
         {"steps", CLI_INT, &a->steps, "N: optimizer steps of the whole run (default 100)"},
         {"batch", CLI_INT, &a->batch, "B: sequences per micro-batch (default 8)"},
         {"seq", CLI_INT, &a->seq, "T: tokens per sequence (default 256)"},
-        {"grad-accum", CLI_INT, &a->grad_accum, "N: micro-batches per step (default 1)"},
+        {"grad-accum", CLI_INT, &a->grad_accum, "N: micro-batches per step on each rank (default 1)"},
         {"lr", CLI_FLOAT, &a->lr, "X: peak learning rate (default 3e-4)"},
         {"min-lr", CLI_FLOAT, &a->min_lr, "X: final learning rate (default lr / 10)"},
         {"warmup", CLI_INT, &a->warmup, "N: linear warmup steps (default 10)"},
@@ -93,14 +123,31 @@ static int parse(int argc, char **argv, train_args *a) {
     int rc = cli_parse("train", k_synopsis, opts, argc, argv, pos, 0, &npos);
     if (rc) return rc;
     if ((!a->model == !a->config && !a->resume) || !a->data || !a->out) {
-        fprintf(stderr, "loom train: give --data, --out and exactly one of --model / --config (or --resume)\n");
+        say("give --data, --out and exactly one of --model / --config (or --resume)\n");
         return 2;
     }
     if (a->min_lr < 0) a->min_lr = a->lr / 10;
     return 0;
 }
 
-static int fail(const char *what, lm_status st) { return cli_fail("train", what, st); }
+/* An informational line of rank 0 (no rank tag). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("loom train: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+/* cli_fail's message with the rank tag. */
+static int fail(const char *what, lm_status st) {
+    const char *detail = lm_last_error();
+    say("%s: %s%s%s\n", what, lm_status_str(st), detail[0] ? ": " : "", detail);
+    return 1;
+}
 
 /* Splits "a,b,c" into up to 64 paths inside buf. */
 static int split_paths(const char *list, char *buf, size_t size, const char **paths) {
@@ -114,18 +161,18 @@ static int split_paths(const char *list, char *buf, size_t size, const char **pa
     return n;
 }
 
-static void print_recovery(void *user, const char *line) { fprintf(stderr, "loom train: %s\n", line); }
+static void print_recovery(void *user, const char *line) { note("%s\n", line); }
 
 /* Creates OUT when needed, proves it writable (a file is created there and removed),
  * then recovers or removes the leftovers of interrupted saves. */
 static int prepare_out(const char *out) {
     struct stat sb;
     if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "loom train: cannot create the output directory '%s': %s\n", out, strerror(errno));
+        say("cannot create the output directory '%s': %s\n", out, strerror(errno));
         return 1;
     }
     if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "loom train: --out '%s' is not a directory\n", out);
+        say("--out '%s' is not a directory\n", out);
         return 1;
     }
     char probe[4200];
@@ -144,11 +191,11 @@ static int prepare_out(const char *out) {
 static int check_tokenizer(const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        fprintf(stderr, "loom train: --tokenizer '%s': %s\n", path, strerror(errno));
+        say("--tokenizer '%s': %s\n", path, strerror(errno));
         return 1;
     }
     if (!S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "loom train: --tokenizer '%s' is not a regular file\n", path);
+        say("--tokenizer '%s' is not a regular file\n", path);
         return 1;
     }
     lm_tokenizer *tok = NULL;
@@ -177,14 +224,14 @@ static int check_shard_vocab(const char *path, const char *option, int64_t vocab
     lm_token_shard_close(sh);
     if (st != LM_OK) return fail(what, st);
     if (recorded > vocab) {
-        fprintf(stderr, "loom train: %s '%s' was made with a vocabulary of %lld ids, but the model has %lld\n", option,
-                path, (long long)recorded, (long long)vocab);
+        say("%s '%s' was made with a vocabulary of %lld ids, but the model has %lld\n", option, path,
+            (long long)recorded, (long long)vocab);
         return 1;
     }
     if (max_id >= vocab) {
-        fprintf(stderr, "loom train: %s '%s' records no vocabulary and holds token id %lld (at index %lld), outside "
-                        "the model's vocabulary of %lld\n",
-                option, path, (long long)max_id, (long long)at, (long long)vocab);
+        say("%s '%s' records no vocabulary and holds token id %lld (at index %lld), outside the model's vocabulary "
+            "of %lld\n",
+            option, path, (long long)max_id, (long long)at, (long long)vocab);
         return 1;
     }
     return 0;
@@ -215,25 +262,63 @@ static int truncate_log(const char *path, int64_t step) {
     lm_free(text);
     if (st != LM_OK) return fail("cannot rewrite the log", st);
     if (dropped)
-        fprintf(stderr, "loom train: %s: dropped %zu line%s logged after step %lld (those steps are trained again)\n",
-                path, dropped, dropped == 1 ? "" : "s", (long long)step);
+        note("%s: dropped %zu line%s logged after step %lld (those steps are trained again)\n", path, dropped,
+             dropped == 1 ? "" : "s", (long long)step);
+    return 0;
+}
+
+/* --device for this rank: plain "cuda" with several ranks on a host means one GPU per
+ * rank (local rank modulo the GPUs); "cuda:N" is taken as given. */
+static int pick_device(const session *s, lm_device *dev) {
+    lm_status st = lm_device_parse(s->a.device, dev);
+    if (st != LM_OK) return fail("bad --device", st);
+    int gpus = lm_cuda_device_count();
+    if (!strcmp(s->a.device, "cuda") && lm_dist_local_size(s->dist) > 1 && gpus > 0)
+        dev->index = lm_dist_local_rank(s->dist) % gpus;
+    return 0;
+}
+
+/* Rank 0's options must be every rank's (a rank given other ones would silently train
+ * another model, or step out of line in the collectives): an FNV-1a hash of the
+ * arguments that shape the run is compared with rank 0's. */
+static int check_same_args(session *s) {
+    if (lm_dist_size(s->dist) == 1) return 0;
+    const train_args *a = &s->a;
+    char text[16384];
+    snprintf(text, sizeof text, "%s|%s|%s|%s|%s|%s|%s|%s|%d|%d|%d|%d|%d|%d|%d|%d|%d|%.9g|%.9g|%.9g|%.9g|%.9g|%.9g|%llu",
+             a->model ? a->model : "", a->config ? a->config : "", a->data, a->val_data ? a->val_data : "",
+             a->resume ? a->resume : "", a->schedule, a->dtype ? a->dtype : "", a->out, a->batch, a->grad_accum,
+             a->no_shuffle, a->steps, a->seq, a->warmup, a->val_every, a->val_batches, a->save_every, a->lr, a->min_lr,
+             a->clip, a->weight_decay, a->beta1, a->beta2, (unsigned long long)a->seed);
+    uint64_t mine = 0xcbf29ce484222325ull, root;
+    for (const char *p = text; *p; p++) mine = (mine ^ (uint8_t)*p) * 0x100000001b3ull;
+    root = mine;
+    lm_status st = lm_dist_broadcast(s->dist, &root, sizeof root, 0);
+    if (st != LM_OK) return fail("cannot compare the options of the ranks", st);
+    if (root != mine) {
+        say("the training options of this rank differ from rank 0's (give every rank the same arguments)\n");
+        return 2;
+    }
     return 0;
 }
 
 static int open_all(session *s) {
     const train_args *a = &s->a;
     lm_device dev;
-    lm_status st = lm_device_parse(a->device, &dev);
-    if (st != LM_OK) return fail("bad --device", st);
-    int rc = a->tokenizer ? check_tokenizer(a->tokenizer) : 0;
-    if (rc || (rc = prepare_out(a->out))) return rc;
+    lm_status st = LM_OK;
+    int rc = pick_device(s, &dev);
+    if (!rc && a->tokenizer) rc = check_tokenizer(a->tokenizer);
+    if (!rc && s->rank0) rc = prepare_out(a->out); /* rank 0 alone touches OUT */
+    if (rc) return rc;
+    /* the others wait for the recovery: it may restore the checkpoint --resume names */
+    if ((st = lm_dist_barrier(s->dist)) != LM_OK) return fail("cannot wait for rank 0", st);
     if (a->resume) {
         int64_t saved = 0;
         if ((st = lm_train_checkpoint_check(a->resume, &saved)) != LM_OK) return fail("cannot resume", st);
         if (saved >= a->steps) {
-            fprintf(stderr, "loom train: --steps %d is not beyond step %lld of the checkpoint '%s': nothing to train "
-                            "(give the whole run's length)\n",
-                    a->steps, (long long)saved, a->resume);
+            say("--steps %d is not beyond step %lld of the checkpoint '%s': nothing to train (give the whole run's "
+                "length)\n",
+                a->steps, (long long)saved, a->resume);
             return 2;
         }
     }
@@ -246,7 +331,7 @@ static int open_all(session *s) {
     if ((st = lm_device_caps_get(dev, &caps)) != LM_OK) return fail("device", st);
     const char *dtype = a->dtype ? a->dtype : caps.fast_16bit ? "bf16" : "f32"; /* the device's fast path */
     if (strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
-        fprintf(stderr, "loom train: --dtype must be f32 or bf16, not '%s'\n", dtype);
+        say("--dtype must be f32 or bf16, not '%s'\n", dtype);
         return 2;
     }
     st = lm_train_model_set_compute_dtype(s->model, dtype[0] == 'b' ? LM_BF16 : LM_F32);
@@ -268,12 +353,14 @@ static int open_all(session *s) {
     s->o.adamw = (lm_adamw_config){a->beta1, a->beta2, 1e-8, a->weight_decay};
     if ((st = lm_lr_schedule_parse(a->schedule, &s->o.schedule)) != LM_OK) return fail("bad --schedule", st);
     if ((st = lm_trainer_create(s->model, s->data, &s->o, &s->trainer)) != LM_OK) return fail("bad options", st);
+    if ((st = lm_trainer_set_dist(s->trainer, s->dist)) != LM_OK) return fail("bad options", st);
     if (a->resume && (st = lm_trainer_resume(s->trainer, s->ctx, a->resume)) != LM_OK) return fail("cannot resume", st);
     s->first_step = lm_trainer_step_count(s->trainer);
+    if ((rc = check_same_args(s)) || !s->rank0) return rc;
     snprintf(buf, sizeof buf, "%s/log.jsonl", a->out);
     if (a->resume && (rc = truncate_log(buf, s->first_step))) return rc;
     if (!(s->log = fopen(buf, a->resume ? "a" : "w"))) {
-        fprintf(stderr, "loom train: cannot write '%s': %s\n", buf, strerror(errno));
+        say("cannot write '%s': %s\n", buf, strerror(errno));
         return 1;
     }
     return 0;
@@ -307,6 +394,7 @@ static int validate(session *s, int64_t step) {
     double loss = 0;
     lm_status st = lm_trainer_evaluate(s->trainer, s->ctx, s->val, s->a.val_batches, &loss);
     if (st != LM_OK) return fail("validation failed", st);
+    if (!s->rank0) return 0;
     fprintf(s->log, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, loss);
     fflush(s->log);
     fprintf(stderr, "%sstep %lld  validation loss %.4f\n", isatty(2) ? "\n" : "", (long long)step, loss);
@@ -318,39 +406,22 @@ static int save(session *s, const char *name) {
     snprintf(dir, sizeof dir, "%s/%s", s->a.out, name);
     lm_status st = lm_trainer_save(s->trainer, s->ctx, dir, s->a.tokenizer);
     if (st != LM_OK) return fail("cannot save a checkpoint", st);
-    fprintf(stderr, "%scheckpoint %s\n", isatty(2) ? "\n" : "", dir);
+    if (s->rank0) fprintf(stderr, "%scheckpoint %s\n", isatty(2) ? "\n" : "", dir);
     return 0;
 }
 
-static int loop(session *s) {
-    double tokens = 0;
-    s->t0 = cli_now();
-    double t_prev = s->t0;
-    for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
-        lm_train_step_info in;
-        lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
-        if (st != LM_OK) return fail("training step failed", st);
-        if (!isfinite(in.loss)) {
-            fprintf(stderr, "\nloom train: the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
-            return 1;
-        }
-        double now = cli_now(), step_s = now - t_prev;
-        t_prev = now;
-        tokens += (double)in.tokens;
-        double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
-        fprintf(s->log,
-                "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
-                "\"step_s\":%.6f}\n",
-                (long long)step, in.loss, in.lr, in.grad_norm, (long long)in.tokens, tok_s, step_s);
-        fflush(s->log);
-        progress(s, &in, tok_s, step == s->a.steps);
-        if (step == s->first_step + 1 && step < s->a.steps) lm_ag_profile_reset(); /* steady state: skip warm-up */
-        if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
-        char name[64];
-        snprintf(name, sizeof name, "checkpoint-%06lld", (long long)step);
-        if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
-    }
-    if (s->val && validate(s, s->a.steps)) return 1;
+/* Rank 0's step line in log.jsonl and its progress line. */
+static void log_step(session *s, const lm_train_step_info *in, double tok_s, double step_s) {
+    fprintf(s->log,
+            "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
+            "\"step_s\":%.6f}\n",
+            (long long)in->step, in->loss, in->lr, in->grad_norm, (long long)in->tokens, tok_s, step_s);
+    fflush(s->log);
+    progress(s, in, tok_s, in->step == s->a.steps);
+}
+
+/* Rank 0's summary after the last step: the profile and the peak device memory. */
+static void report_end(session *s) {
     if (lm_ag_profile_enabled())
         fprintf(stderr, "steps %lld-%d:\n", (long long)(s->first_step + (s->a.steps > s->first_step + 1 ? 2 : 1)),
                 s->a.steps);
@@ -362,26 +433,84 @@ static int loop(session *s) {
         fprintf(stderr, "device memory: peak %.2f GiB in use, %.2f GiB reserved by the caching allocator\n",
                 (double)ms.peak_bytes / (1 << 30), (double)ms.peak_reserved_bytes / (1 << 30));
     }
+}
+
+static int loop(session *s) {
+    double tokens = 0;
+    s->t0 = cli_now();
+    double t_prev = s->t0;
+    for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
+        lm_train_step_info in;
+        lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
+        if (st != LM_OK) return fail("training step failed", st);
+        if (!isfinite(in.loss)) {
+            if (s->rank0) fputc('\n', stderr);
+            say("the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
+            return 1;
+        }
+        double now = cli_now(), step_s = now - t_prev;
+        t_prev = now;
+        tokens += (double)in.tokens;
+        double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
+        if (s->rank0) log_step(s, &in, tok_s, step_s);
+        if (step == s->first_step + 1 && step < s->a.steps) lm_ag_profile_reset(); /* steady state: skip warm-up */
+        if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%06lld", (long long)step);
+        if (s->a.save_every > 0 && step % s->a.save_every == 0 && step < s->a.steps && save(s, name)) return 1;
+    }
+    if (s->val && validate(s, s->a.steps)) return 1;
+    if (s->rank0) report_end(s);
     return save(s, "final");
+}
+
+/* Threads per rank when --threads is not given: with several ranks on a host, the
+ * CPUs the launcher left this rank (its binding) but at most an equal share of the
+ * host's, so ranks that are not bound do not oversubscribe the cores. */
+static int default_threads(const lm_dist *d) {
+    int local = lm_dist_local_size(d);
+    if (local <= 1) return 0; /* one per logical CPU (lm_ctx_create) */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = online > 0 ? (int)(online / local) : 1, bound = lm_cpu_get_features()->logical_cpus;
+    int n = bound < share ? bound : share;
+    return n > 0 ? n : 1;
 }
 
 int cmd_train(int argc, char **argv) {
     session s;
     memset(&s, 0, sizeof s);
+    lm_status st = lm_dist_create(&s.dist); /* MPI_Init under a launcher */
+    if (st != LM_OK) return fail("cannot join the data-parallel run", st);
+    s.rank0 = lm_dist_rank(s.dist) == 0;
+    if (lm_dist_size(s.dist) > 1) snprintf(g_rank_tag, sizeof g_rank_tag, "rank %d: ", lm_dist_rank(s.dist));
     int rc = parse(argc, argv, &s.a);
-    if (rc) return rc == 1 ? 0 : rc;
-    cli_enable_logging(0);
-    if (!cli_trace_start("train", s.a.trace)) return 1;
-    rc = open_all(&s);
-    if (!rc) {
-        const lm_model_config *c = lm_train_model_config(s.model);
-        fprintf(stderr, "loom train: %s, %lld parameters, %s compute on %s, %d steps of %d x %d x %d tokens, starting at "
-                        "step %lld\n",
-                lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model),
-                lm_dtype_name(lm_train_model_compute_dtype(s.model)), s.a.device, s.a.steps, s.a.grad_accum, s.a.batch,
-                s.a.seq, (long long)s.first_step);
-        rc = loop(&s);
+    if (rc == 1) rc = 0; /* --help */
+    else if (!rc) {
+        if (!s.a.threads) s.a.threads = default_threads(s.dist);
+        if (!s.rank0) s.a.trace = NULL; /* one trace file: rank 0's */
+        cli_enable_logging(0);
+        int traced = cli_trace_start("train", s.a.trace);
+        rc = traced ? open_all(&s) : 1;
+        if (!rc) {
+            const lm_model_config *c = lm_train_model_config(s.model);
+            char ranks[64] = "";
+            if (lm_dist_size(s.dist) > 1) snprintf(ranks, sizeof ranks, "%d ranks x ", lm_dist_size(s.dist));
+            if (s.rank0)
+                note("%s, %lld parameters, %s compute on %s, %d steps of %s%d x %d x %d tokens, starting at step "
+                     "%lld\n",
+                     lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model),
+                     lm_dtype_name(lm_train_model_compute_dtype(s.model)), s.a.device, s.a.steps, ranks,
+                     s.a.grad_accum, s.a.batch, s.a.seq, (long long)s.first_step);
+            rc = loop(&s);
+        }
+        close_all(&s);
+        if (traced) rc = cli_trace_stop("train", rc);
     }
-    close_all(&s);
-    return cli_trace_stop("train", rc);
+    if (rc && lm_dist_size(s.dist) > 1) {
+        /* this rank cannot go on: end them all rather than leave them waiting in a collective */
+        fflush(NULL);
+        lm_dist_abort(s.dist, rc);
+    }
+    lm_dist_destroy(s.dist); /* MPI_Finalize */
+    return rc;
 }

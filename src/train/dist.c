@@ -1,0 +1,224 @@
+/* train/dist.c — the data-parallel communicator (lm_dist): N processes ("ranks")
+ * launched together by MPI (`mpirun -np N loom train ...`), each holding the whole
+ * model; the trainer sums gradients, losses and flags over them.
+ *
+ * Built with MPI (LOOM_HAVE_MPI), lm_dist_create calls MPI_Init_thread (funneled: only
+ * the thread that created the lm_dist calls MPI) when the environment says a launcher
+ * started the process, and lm_dist_destroy calls MPI_Finalize. Otherwise, and in any
+ * build when no launcher is seen, it is a world of one rank in which every collective
+ * is the identity, so the single-process trainer runs the same code. A build without
+ * MPI that sees a launcher with more than one rank refuses, rather than training N
+ * independent copies that each believe they are alone.
+ *
+ * Collectives use MPI's default error handler (errors are fatal to the whole job), so
+ * a failed or lost rank ends every rank instead of leaving them waiting.
+ */
+#include "train/internal.h"
+#include "runtime/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef LOOM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+struct lm_dist {
+    int rank, size;             /* in the world communicator */
+    int local_rank, local_size; /* among the ranks of this host */
+    int mpi;                    /* 1: this object initialised MPI (finalize on destroy) */
+};
+
+/* The world size a launcher announces in the environment (Open MPI, MPICH/Hydra and
+ * Slurm's PMI, MVAPICH), or 0 when none does. */
+static int launcher_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v) > 0 ? atoi(v) : 0;
+    }
+    return 0;
+}
+
+int lm_dist_available(void) {
+#ifdef LOOM_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef LOOM_HAVE_MPI
+static lm_status mpi_fail(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    return lm__error(LM_IO_ERROR, "MPI: %s failed: %s", what, msg);
+}
+#define MPI_TRY(call, what)                                                                                        \
+    do {                                                                                                           \
+        int mpi_rc_ = (call);                                                                                      \
+        if (mpi_rc_ != MPI_SUCCESS) return mpi_fail(mpi_rc_, what);                                                \
+    } while (0)
+
+static lm_status mpi_start(lm_dist *d) {
+    int inited = 0, provided = 0;
+    MPI_TRY(MPI_Initialized(&inited), "MPI_Initialized");
+    if (!inited) {
+        MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+        d->mpi = 1;
+    }
+    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &d->size), "MPI_Comm_size");
+    MPI_Comm local;
+    MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+    MPI_TRY(MPI_Comm_rank(local, &d->local_rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(local, &d->local_size), "MPI_Comm_size");
+    MPI_Comm_free(&local);
+    return LM_OK;
+}
+#endif
+
+lm_status lm_dist_create(lm_dist **out) {
+    if (!out) return lm__error(LM_INVALID_ARGUMENT, "lm_dist_create: NULL argument");
+    *out = NULL;
+    lm_dist *d = lm__calloc(1, sizeof *d);
+    if (!d) return LM_OUT_OF_MEMORY;
+    *d = (lm_dist){0, 1, 0, 1, 0};
+    int launched = launcher_size();
+#ifdef LOOM_HAVE_MPI
+    if (launched > 0) {
+        lm_status st = mpi_start(d);
+        if (st != LM_OK) {
+            lm_dist_destroy(d);
+            return st;
+        }
+    }
+#else
+    if (launched > 1) {
+        lm__free(d);
+        return lm__error(LM_UNSUPPORTED, "loom was built without MPI, but an MPI launcher started it as one of %d "
+                                         "processes (install libopenmpi-dev and rebuild, or run one process)",
+                         launched);
+    }
+#endif
+    *out = d;
+    return LM_OK;
+}
+
+void lm_dist_destroy(lm_dist *d) {
+    if (!d) return;
+#ifdef LOOM_HAVE_MPI
+    if (d->mpi) MPI_Finalize();
+#endif
+    lm__free(d);
+}
+
+int lm_dist_rank(const lm_dist *d) { return d ? d->rank : 0; }
+int lm_dist_size(const lm_dist *d) { return d ? d->size : 1; }
+int lm_dist_local_rank(const lm_dist *d) { return d ? d->local_rank : 0; }
+int lm_dist_local_size(const lm_dist *d) { return d ? d->local_size : 1; }
+
+/* MPI counts are int: large buffers go in pieces of 2^30 elements. */
+#define CHUNK ((int64_t)1 << 30)
+
+lm_status lm_dist_allreduce_sum_f32(lm_dist *d, float *buf, int64_t n) {
+    if (n < 0 || (n > 0 && !buf)) return lm__error(LM_INVALID_ARGUMENT, "lm_dist_allreduce_sum_f32: bad buffer");
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    for (int64_t i = 0; i < n; i += CHUNK)
+        MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + i, (int)LM_MIN(CHUNK, n - i), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+#endif
+    return LM_OK;
+}
+
+lm_status lm_dist_allreduce_sum_f64(lm_dist *d, double *buf, int64_t n) {
+    if (n < 0 || (n > 0 && !buf)) return lm__error(LM_INVALID_ARGUMENT, "lm_dist_allreduce_sum_f64: bad buffer");
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    for (int64_t i = 0; i < n; i += CHUNK)
+        MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf + i, (int)LM_MIN(CHUNK, n - i), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+#endif
+    return LM_OK;
+}
+
+lm_status lm_dist_broadcast(lm_dist *d, void *buf, size_t nbytes, int root) {
+    if (nbytes > 0 && !buf) return lm__error(LM_INVALID_ARGUMENT, "lm_dist_broadcast: NULL buffer");
+    if (root < 0 || root >= lm_dist_size(d))
+        return lm__error(LM_INVALID_ARGUMENT, "lm_dist_broadcast: root %d outside the %d ranks", root, lm_dist_size(d));
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    for (size_t i = 0; i < nbytes; i += (size_t)CHUNK)
+        MPI_TRY(MPI_Bcast((char *)buf + i, (int)LM_MIN((size_t)CHUNK, nbytes - i), MPI_BYTE, root, MPI_COMM_WORLD),
+                "MPI_Bcast");
+#endif
+    return LM_OK;
+}
+
+lm_status lm_dist_barrier(lm_dist *d) {
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+#endif
+    return LM_OK;
+}
+
+void lm_dist_abort(lm_dist *d, int code) {
+    if (!d || d->size == 1) return;
+#ifdef LOOM_HAVE_MPI
+    MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+}
+
+/* ---- helpers of the trainer ------------------------------------------------------------------------ */
+
+lm_status lm__dist_allreduce_tensor(lm_dist *d, lm_tensor *t, float **stage) {
+    if (lm_dist_size(d) == 1) return LM_OK;
+    int64_t n = lm_tensor_numel(t);
+    lm_device dev = lm_tensor_device(t);
+    if (lm__device_host_addressable(dev)) return lm_dist_allreduce_sum_f32(d, lm_tensor_data(t), n);
+    /* a device buffer goes through page-locked host memory (allocated once, kept in
+     * *stage by the caller): device -> host, MPI, host -> device */
+    size_t bytes = (size_t)n * sizeof(float);
+    if (!*stage) LM_TRY(lm_host_alloc(dev, bytes, (void **)stage));
+    LM_TRY(lm_device_copy(lm_device_cpu(), *stage, dev, lm_tensor_data(t), bytes));
+    LM_TRY(lm_dist_allreduce_sum_f32(d, *stage, n));
+    return lm_device_copy(dev, lm_tensor_data(t), lm_device_cpu(), *stage, bytes);
+}
+
+static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* FNV-1a 64 of a flat f32 buffer's bytes (a host copy for a device buffer). */
+static lm_status hash_tensor(lm_ctx *ctx, const lm_tensor *t, uint64_t *h) {
+    lm_tensor *tmp = NULL;
+    const lm_tensor *src = t;
+    if (!lm__device_host_addressable(lm_tensor_device(t))) {
+        LM_TRY(lm_tensor_to_device(ctx, t, lm_device_cpu(), &tmp));
+        src = tmp;
+    }
+    *h = fnv1a(*h, lm_tensor_data(src), (size_t)lm_tensor_numel(src) * sizeof(float));
+    lm_tensor_destroy(tmp);
+    return LM_OK;
+}
+
+lm_status lm__dist_check_replicas(lm_dist *d, lm_ctx *ctx, const lm_tensor *const *bufs, int nbufs) {
+    if (lm_dist_size(d) == 1) return LM_OK;
+    uint64_t mine = 0xcbf29ce484222325ull, root;
+    for (int i = 0; i < nbufs; i++) LM_TRY(hash_tensor(ctx, bufs[i], &mine));
+    root = mine;
+    LM_TRY(lm_dist_broadcast(d, &root, sizeof root, 0));
+    double differ = root != mine; /* summed, so every rank learns whether any differs */
+    LM_TRY(lm_dist_allreduce_sum_f64(d, &differ, 1));
+    if (differ > 0)
+        return lm__error(LM_INTERNAL, "the replicas diverged: the weights and optimizer moments of %s (FNV-1a "
+                                      "%016llx, rank 0: %016llx)",
+                         root != mine ? "this rank differ from rank 0's" : "some rank differ from rank 0's",
+                         (unsigned long long)mine, (unsigned long long)root);
+    return LM_OK;
+}
