@@ -23,7 +23,10 @@
  * "quantization_config" (written by `loom quantize`; docs/QUANTIZATION.md) is loom's
  * own and strictly checked: {"quant_method": "loom", "format": "int8", "scheme":
  * "per-output-channel symmetric", "modules": ["q_proj", ..., "down_proj"(, "lm_head")]},
- * no other keys; other quant_methods (gptq, awq, bitsandbytes, ...) are LM_UNSUPPORTED.
+ * no other keys; or for int4 {"quant_method": "loom", "format": "int4", "scheme":
+ * "group-wise symmetric", "group_size": 32|64|128, "modules": [...]} (group_size
+ * required there and refused for int8); other quant_methods (gptq, awq, bitsandbytes,
+ * ...) are LM_UNSUPPORTED.
  */
 #ifndef LOOM_CONFIG_H
 #define LOOM_CONFIG_H
@@ -108,13 +111,18 @@ typedef struct lm_model_config {
      * the stored format of the listed modules' weights; LM_QUANT_NONE (0) when absent. */
     int32_t quant_format;  /* lm_quant_format */
     int32_t quant_modules; /* LM_QUANT_* module bits: the projections whose weights are quantized */
-    int64_t reserved[15];  /* zero; room for new fields */
+    int32_t quant_group;   /* LM_QUANT_INT4: k per scale (32, 64 or 128); else 0 */
+    int32_t reserved32;    /* zero */
+    int64_t reserved[14];  /* zero; room for new fields */
 } lm_model_config;
 
 /* Formats of quantized weights. LM_QUANT_INT8: i8 [out, in] weights with one f32 scale
  * per output row (symmetric: w ~= q * scale, q in [-127, 127]) in the tensor
  * "<weight name>_scale" (f32 [out]), e.g. "model.layers.0.mlp.up_proj.weight_scale". */
-typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1 } lm_quant_format;
+/* LM_QUANT_INT4: u8 [out, in/2] weights, two signed 4-bit values per byte along in (low
+ * nibble first; w ~= q * scale, q in [-7, 7] as written), with one f32 scale per group
+ * of quant_group inputs in "<weight name>_scale" (f32 [out, in / quant_group]). */
+typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1, LM_QUANT_INT4 = 2 } lm_quant_format;
 /* Module bits of lm_model_config.quant_modules, in the order of their names
  * (lm_quant_module_name): the Linear projections of every layer, and an untied lm_head.
  * The embedding table, norms and biases are never quantized (a tied lm_head is the
@@ -130,7 +138,7 @@ enum {
     LM_QUANT_LM_HEAD = 1 << 7,
     LM_QUANT_MODULE_COUNT = 8
 };
-LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8"; "invalid" */
+LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8", "int4"; "invalid" */
 /* The name of module bit i (1 << i): "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
  * "up_proj", "down_proj", "lm_head"; NULL outside [0, LM_QUANT_MODULE_COUNT). */
 LM_API const char *lm_quant_module_name(int i);

@@ -43,18 +43,25 @@ typedef enum lm_weights {
     LM_WEIGHTS_AUTO = 0, /* what the directory holds (its quantization_config, else its float dtype) */
     LM_WEIGHTS_BF16 = 1, /* float matrices as bf16 (f32/f16 checkpoints are converted at load); refused for a
                             directory that holds int8 weights */
-    LM_WEIGHTS_INT8 = 2  /* the projections as int8 with per-output-row f32 scales: quantized at load from a
+    LM_WEIGHTS_INT8 = 2, /* the projections as int8 with per-output-row f32 scales: quantized at load from a
                             float directory (lm_quantize_int8_rows), or as stored by `loom quantize`. CPU only. */
+    LM_WEIGHTS_INT4 = 3  /* the projections as packed int4 with one f32 scale per group of 32/64/128 inputs
+                            (lm_model_load_options.quant_group): quantized at load from a float directory
+                            (lm_quantize_int4_groups), or as stored by `loom quantize --to int4`. CPU only. */
 } lm_weights;
-LM_API const char *lm_weights_name(lm_weights w); /* "auto", "bf16", "int8"; "invalid" */
-/* "auto", "bf16" or "int8" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
+LM_API const char *lm_weights_name(lm_weights w); /* "auto", "bf16", "int8", "int4"; "invalid" */
+/* "auto", "bf16", "int8" or "int4" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
 LM_API lm_status lm_weights_parse(const char *text, lm_weights *out);
 
 typedef struct lm_model_load_options {
     lm_weights weights;    /* LM_WEIGHTS_AUTO */
     int32_t quant_modules; /* LM_WEIGHTS_INT8 from a float directory: LM_QUANT_* module bits (config.h);
                               0 = lm_quant_modules_default (every projection, an untied lm_head) */
-    int64_t reserved[7];   /* zero */
+    int32_t quant_group;   /* LM_WEIGHTS_INT4 from a float directory: inputs per scale, 32, 64 or 128 (0 = 32);
+                              another value, or one that does not divide a quantized matrix's inputs, is
+                              LM_INVALID_ARGUMENT */
+    int32_t reserved32;    /* zero */
+    int64_t reserved[6];   /* zero */
 } lm_model_load_options;
 LM_API void lm_model_load_options_default(lm_model_load_options *o);
 /* lm_model_load with options (o NULL: the defaults, which is lm_model_load). Errors
@@ -65,8 +72,9 @@ LM_API void lm_model_load_options_default(lm_model_load_options *o);
  * run (quant_format, quant_modules), also when quantized at load. */
 LM_API lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_load_options *o,
                                     lm_model **out);
-/* The weights the model runs with: LM_WEIGHTS_INT8 or LM_WEIGHTS_BF16 (float matrices,
- * whatever their dtype). */
+/* The weights the model runs with: LM_WEIGHTS_INT8, LM_WEIGHTS_INT4 or LM_WEIGHTS_BF16
+ * (float matrices, whatever their dtype); an int4 model's group is its config's
+ * quant_group. */
 LM_API lm_weights lm_model_weights(const lm_model *m);
 LM_API void lm_model_destroy(lm_model *m); /* accepts NULL */
 LM_API const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */

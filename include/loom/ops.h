@@ -249,6 +249,15 @@ typedef struct lm_linear_params {
     /* w of dtype i8 (int8-quantized weights): its f32 scales [N], one per output row;
      * the product is x · (w[n, :] * w_scales[n])ᵀ. NULL for float weights. */
     const lm_tensor_view *w_scales;
+    /* int4 weights (docs/QUANTIZATION.md): w_bits = 4 says w is u8 [N, K/2] holding two
+     * signed 4-bit values per byte along K (low nibble = even k, two's complement, so
+     * each in [-8, 7]) and w_scales is f32 [N, K / w_group], one scale per group of
+     * w_group consecutive k of a row (w_group 32, 64 or 128; K a multiple of it): the
+     * product is x · (q[n, k] * w_scales[n, k / w_group])ᵀ. f32 x, any float out; CPU
+     * only (LM_UNSUPPORTED on CUDA). 0 (both) for float and int8 weights; a u8 w with
+     * w_bits != 4, or w_bits = 4 with another dtype, is LM_INVALID_ARGUMENT. */
+    int w_bits;
+    int w_group;
 } lm_linear_params;
 
 /* Symmetric int8 quantization of float weights w [N, K] by row: w_scales[n] =
@@ -256,6 +265,15 @@ typedef struct lm_linear_params {
  * w_scales[n]) in [-127, 127]; q i8 [N, K], w_scales f32 [N] (host tensors). */
 LM_API lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
                                        const lm_tensor_view *w_scales);
+/* Symmetric int4 quantization of float weights w [N, K] by groups of `group` (32, 64
+ * or 128) consecutive k of a row; K even and a multiple of group (LM_INVALID_ARGUMENT
+ * otherwise, naming both). Group g of row n: w_scales[n, g] = max |w| over the group
+ * / 7 (1 for an all-zero group), q = round-half-even(w / scale) clamped to [-7, 7]
+ * (the symmetric range: -8 is never written, though lm_linear_out reads it);
+ * q u8 [N, K/2] packs k = 2j in the low nibble of byte j and k = 2j + 1 in the high
+ * one (two's complement); w_scales f32 [N, K/group] (host tensors). */
+LM_API lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                         const lm_tensor_view *w_scales, int group);
 
 /* p NULL: plain (LM_LINEAR_IN, no accumulate). */
 LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

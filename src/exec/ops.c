@@ -147,7 +147,8 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     case LM__GOP_ADD_RMSNORM: return lm_add_rmsnorm_out(ctx, x, IN(1), IN(2), (float)op->a, out, &V[op->out2]);
     case LM__GOP_LINEAR: {
         lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
-                              .accumulate = (int)op->i[3], .w_scales = IN(5)};
+                              .accumulate = (int)op->i[3], .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0,
+                              .w_group = (int)op->b}; /* b: the int4 group (graph/ir.h) */
         return lm_linear_out(ctx, x, IN(1), IN(2), &p, out);
     }
     case LM__GOP_QKV_ROPE_STORE: {

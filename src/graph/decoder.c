@@ -17,7 +17,9 @@
  * Int8 weights (the parameter's dtype is i8: lm_decoder_options.param_dtype says so)
  * are the exception to the matmul form: such a projection is one linear op reading
  * "<name>.weight" (i8) and its per-row scales "<name>.weight_scale" (f32 [out]), as
- * the operator takes them (lm_linear_params.w_scales); train mode refuses them. The
+ * the operator takes them (lm_linear_params.w_scales); train mode refuses them. Int4
+ * weights (dtype u8: the parameter is [out, in/2], two values per byte) likewise, with
+ * scales f32 [out, in / config quant_group] and the group in the op's attribute b. The
  * embedding table, norms and biases stay float (a tied lm_head is the table).
  * The graph is otherwise canonical: no fused ops. Executors rewrite it for their device
  * (graph/rewrite.c, graph/fuse.c). Parameters are named by their Hugging Face
@@ -61,7 +63,15 @@ static lm_status param(builder *b, const char *name, int ndim, const int64_t *sh
     double std = ndim == 2 ? 1.0 / sqrt((double)shape[1]) : 0.02, mean = 0.0;
     size_t n = strlen(name);
     if (n >= 11 && strcmp(name + n - 11, "norm.weight") == 0) mean = 1.0, std = 0.0; /* the simulator's fill */
-    return lm_graph_param(b->g, name, param_dtype(b, name, ndim), ndim, shape, mean, std, out);
+    lm_dtype dt = param_dtype(b, name, ndim);
+    if (dt == LM_U8 && ndim == 2) { /* int4: two values per byte along the inputs */
+        if (shape[1] % 2)
+            return lm__error(LM_SHAPE_MISMATCH, "decoder graph: int4 weight '%s' has an odd number of inputs (%lld)",
+                             name, (long long)shape[1]);
+        int64_t packed[2] = {shape[0], shape[1] / 2};
+        return lm_graph_param(b->g, name, dt, 2, packed, 0.0, 0.0, out);
+    }
+    return lm_graph_param(b->g, name, dt, ndim, shape, mean, std, out);
 }
 
 static lm_status layer_param(builder *b, int64_t l, const char *suffix, int ndim, const int64_t *shape,
@@ -71,20 +81,37 @@ static lm_status layer_param(builder *b, int64_t l, const char *suffix, int ndim
     return param(b, name, ndim, shape, out);
 }
 
-/* An int8 weight w (parameter "<name>.weight", i8 [n_out, K]): its per-row scales are
- * the parameter "<name>.weight_scale" (f32 [n_out]) and the product is one linear op
- * (int8 weights have no canonical matmul form). Training them is refused. */
-static lm_status linear_int8(builder *b, const char *nm, lm_graph_value x, lm_graph_value w, const char *wname,
-                             lm_graph_value bias, lm_graph_value *y) {
+/* 1 for a quantized weight value: i8 (int8) or u8 (int4, two values per byte). */
+static int quantized(const builder *b, lm_graph_value w) {
+    return b->g->values[w].dtype == LM_I8 || b->g->values[w].dtype == LM_U8;
+}
+
+/* A quantized weight w (parameter "<name>.weight": int8 i8 [n_out, K], or int4 u8
+ * [n_out, K/2]): its scales are the parameter "<name>.weight_scale" (int8: f32
+ * [n_out], one per row; int4: f32 [n_out, K / quant_group], one per group of the
+ * config's quant_group inputs) and the product is one linear op (quantized weights
+ * have no canonical matmul form). Training them is refused. */
+static lm_status linear_quant(builder *b, const char *nm, lm_graph_value x, lm_graph_value w, const char *wname,
+                              lm_graph_value bias, lm_dtype out_dt, lm_graph_value *y) {
     char s[LM__G_NAME + 8];
+    int int4 = b->g->values[w].dtype == LM_U8;
     if (b->o->mode == LM_DECODER_TRAIN)
-        return lm__error(LM_UNSUPPORTED, "decoder graph (train): '%s' is an int8 weight; int8 weights cannot be trained "
-                         "(train from the float checkpoint)", wname);
-    int64_t ns[1] = {b->g->values[w].dims[0]};
+        return lm__error(LM_UNSUPPORTED, "decoder graph (train): '%s' is an %s weight; quantized weights cannot be "
+                         "trained (train from the float checkpoint)", wname, int4 ? "int4" : "int8");
+    int64_t N = b->g->values[w].dims[0], K = b->g->values[x].dims[1], G = b->c->quant_group;
     lm_graph_value sc;
     snprintf(s, sizeof s, "%s_scale", wname);
-    LM_TRY(lm_graph_param(b->g, s, LM_F32, 1, ns, 1.0 / 127, 0.0, &sc));
-    return lm__graph_linear_int8(b->g, nm, x, w, sc, bias, b->o->act_dtype, y);
+    if (!int4) {
+        int64_t ns[1] = {N};
+        LM_TRY(lm_graph_param(b->g, s, LM_F32, 1, ns, 1.0 / 127, 0.0, &sc));
+        return lm__graph_linear_int8(b->g, nm, x, w, sc, bias, out_dt, y);
+    }
+    if (G <= 0 || K % G)
+        return lm__error(LM_INVALID_ARGUMENT, "decoder graph: int4 weight '%s' with %lld inputs needs the config's "
+                         "quant_group (%lld) to divide them", wname, (long long)K, (long long)G);
+    int64_t ss[2] = {N, K / G};
+    LM_TRY(lm_graph_param(b->g, s, LM_F32, 2, ss, 1.0 / 7, 0.0, &sc));
+    return lm__graph_linear_int4(b->g, nm, x, w, sc, (int)G, bias, out_dt, y);
 }
 
 /* y [N, out] = x [N, in] @ W[out, in]^T (+ bias): W enters as a permuted view (or, for
@@ -96,7 +123,7 @@ static lm_status linear(builder *b, const char *nm, lm_graph_value x, int64_t l,
     char s[LM__G_NAME], vn[LM__G_NAME];
     snprintf(s, sizeof s, "%s.weight", wname);
     LM_TRY(l >= 0 ? layer_param(b, l, s, 2, ws, &w) : param(b, s, 2, ws, &w));
-    if (b->g->values[w].dtype == LM_I8) {
+    if (quantized(b, w)) {
         char full[LM__G_NAME];
         snprintf(full, sizeof full, "%s", b->g->ops[b->g->values[w].op].name);
         if (bias) {
@@ -104,7 +131,7 @@ static lm_status linear(builder *b, const char *nm, lm_graph_value x, int64_t l,
             int64_t bs[1] = {n_out};
             LM_TRY(l >= 0 ? layer_param(b, l, s, 1, bs, &bv) : param(b, s, 1, bs, &bv));
         }
-        return linear_int8(b, nm, x, w, full, bv, y);
+        return linear_quant(b, nm, x, w, full, bv, b->o->act_dtype, y);
     }
     static const int tr[2] = {1, 0};
     snprintf(vn, sizeof vn, "%.50s.wT", nm);
@@ -277,22 +304,16 @@ static lm_status outputs(builder *b, lm_graph_value x) {
     LM_TRY(head_weight(b, &w));
     if (o->output == LM_DECODER_OUT_LOSS) {
         int64_t ts[1] = {b->N};
-        if (b->g->values[w].dtype == LM_I8)
-            return lm__error(LM_UNSUPPORTED, "decoder graph: 'lm_head.weight' is an int8 weight; the fused loss takes "
+        if (quantized(b, w))
+            return lm__error(LM_UNSUPPORTED, "decoder graph: 'lm_head.weight' is a quantized weight; the fused loss takes "
                              "float weights (train from the float checkpoint)");
         lm_graph_value t;
         LM_TRY(lm_graph_input(b->g, "targets", LM_I32, 1, ts, 1.0, &t));
         LM_TRY(lm__graph_linear_ce(b->g, "loss", h, w, t, -100, &y));
         return lm_graph_output(b->g, y);
     }
-    if (b->g->values[w].dtype == LM_I8) { /* an untied, int8 lm_head */
-        if (o->output == LM_DECODER_OUT_LOSS || o->mode == LM_DECODER_TRAIN)
-            return lm__error(LM_UNSUPPORTED, "decoder graph: 'lm_head.weight' is an int8 weight; int8 weights cannot "
-                             "be trained (train from the float checkpoint)");
-        lm_graph_value sc;
-        int64_t vs[1] = {c->vocab_size};
-        LM_TRY(lm_graph_param(b->g, "lm_head.weight_scale", LM_F32, 1, vs, 1.0 / 127, 0.0, &sc));
-        LM_TRY(lm__graph_linear_int8(b->g, "logits", h, w, sc, -1, LM_F32, &y));
+    if (quantized(b, w)) { /* an untied, int8 or int4 lm_head (train mode is refused there) */
+        LM_TRY(linear_quant(b, "logits", h, w, "lm_head.weight", -1, LM_F32, &y));
     } else {
         static const int tr[2] = {1, 0};
         lm_graph_value wt;

@@ -64,7 +64,9 @@ typedef enum lm__gopk {
     LM__GOP_LINEAR,      /* x, w [N, K], bias?, norm_weight?, residual?, w_scales?; i[0] = lm_linear_input,
                             i[1] = has bias, i[2] = has norm weight, i[3] = accumulate; a = eps.
                             w_scales (in[5], f32 [N]) exactly when w is i8 (int8 weights: the canonical
-                            graph has no matmul form for them, so the decoder builds this op directly) */
+                            graph has no matmul form for them, so the decoder builds this op directly);
+                            int4 weights: w u8 [N, K/2], w_scales f32 [N, K/group], b = group (32/64/128;
+                            0 for every other linear) */
     LM__GOP_QKV_ROPE_STORE, /* qkv [B, T, (Hq + 2 Hkv) D], bias?, q_norm?, k_norm?, inv_freq, positions, slots,
                                k_cache, v_cache; out = q [B, T, Hq, D]; a = eps, b = attention factor,
                                i[0] = Hq, i[1] = has bias, i[2] = has q/k norms */
@@ -167,6 +169,12 @@ lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits,
  * the linear op of int8 weights (bias may be -1). */
 lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
                                 lm_graph_value w_scales, lm_graph_value bias, lm_dtype out_dt, lm_graph_value *out);
+
+/* y [N, n_out] (out_dt) = x [N, K] (float) . (int4 w [n_out, K/2] u8, two values a byte, times w_scales
+ * [n_out, K/group] f32 by group)^T (+ bias [n_out]): the linear op of int4 weights (b = group). */
+lm_status lm__graph_linear_int4(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
+                                lm_graph_value w_scales, int group, lm_graph_value bias, lm_dtype out_dt,
+                                lm_graph_value *out);
 
 /* A second output value for the op appended last (fused ops with two results). */
 lm_status lm__graph_add_out2(lm_graph *g, const char *name, int ndim, const int64_t *dims, lm_dtype dt,

@@ -254,9 +254,10 @@ static const char *const k_quant_modules[LM_QUANT_MODULE_COUNT] = {"q_proj",  "k
                                                                    "o_proj",  "gate_proj", "up_proj",
                                                                    "down_proj", "lm_head"};
 #define QUANT_SCHEME "per-output-channel symmetric"
+#define QUANT_SCHEME_INT4 "group-wise symmetric"
 
 const char *lm_quant_format_name(lm_quant_format f) {
-    return f == LM_QUANT_NONE ? "none" : f == LM_QUANT_INT8 ? "int8" : "invalid";
+    return f == LM_QUANT_NONE ? "none" : f == LM_QUANT_INT8 ? "int8" : f == LM_QUANT_INT4 ? "int4" : "invalid";
 }
 
 const char *lm_quant_module_name(int i) { return i >= 0 && i < LM_QUANT_MODULE_COUNT ? k_quant_modules[i] : NULL; }
@@ -298,6 +299,7 @@ static lm_status quant_string(const jctx *c, const json_t *q, const char *key, c
 static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_model_config *cfg) {
     cfg->quant_format = LM_QUANT_NONE;
     cfg->quant_modules = 0;
+    cfg->quant_group = 0;
     if (!q) return LM_OK;
     jctx qc = {root_c->src, "quantization_config."}, *c = &qc;
     if (!json_is_object(q))
@@ -307,15 +309,40 @@ static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_mode
     if (!json_is_string(method)) return bad_type(c, "quant_method", "a string");
     if (strcmp(json_string_value(method), "loom") != 0)
         return lm__error(LM_UNSUPPORTED, "config '%s': quantization_config.quant_method '%s' is not supported (only "
-                         "loom's own int8 format, written by `loom quantize`)", c->src, json_string_value(method));
-    LM_TRY(quant_string(c, q, "format", "int8", LM_UNSUPPORTED));
-    LM_TRY(quant_string(c, q, "scheme", QUANT_SCHEME, LM_UNSUPPORTED));
+                         "loom's own int8/int4 formats, written by `loom quantize`)", c->src, json_string_value(method));
+    const json_t *fmt = json_object_get(q, "format");
+    int int4 = fmt && json_is_string(fmt) && strcmp(json_string_value(fmt), "int4") == 0;
+    if (!int4) LM_TRY(quant_string(c, q, "format", "int8", LM_UNSUPPORTED));
+    const json_t *scheme = json_object_get(q, "scheme");
+    if (int4 && scheme && json_is_string(scheme) && strcmp(json_string_value(scheme), QUANT_SCHEME_INT4) != 0)
+        return lm__error(LM_UNSUPPORTED, "config '%s': quantization_config.scheme '%s' is not supported for int4 (loom "
+                         "runs \"%s\")", c->src, json_string_value(scheme), QUANT_SCHEME_INT4);
+    LM_TRY(quant_string(c, q, "scheme", int4 ? QUANT_SCHEME_INT4 : QUANT_SCHEME, LM_UNSUPPORTED));
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)q, key, v) {
-        if (strcmp(key, "quant_method") && strcmp(key, "format") && strcmp(key, "scheme") && strcmp(key, "modules"))
+        if (strcmp(key, "quant_method") && strcmp(key, "format") && strcmp(key, "scheme") && strcmp(key, "modules") &&
+            (!int4 || strcmp(key, "group_size")))
             return lm__error(LM_PARSE_ERROR, "config '%s': unknown key \"quantization_config.%s\" (quant_method, "
-                             "format, scheme, modules)", c->src, key);
+                             "format, scheme, %smodules)", c->src, key, int4 ? "group_size, " : "");
+    }
+    int32_t group = 0;
+    if (int4) {
+        const json_t *g = json_object_get(q, "group_size");
+        if (!g) return missing(c, "group_size");
+        if (!json_is_integer(g)) return bad_type(c, "group_size", "an integer (32, 64 or 128)");
+        json_int_t gv = json_integer_value(g);
+        if (gv != 32 && gv != 64 && gv != 128)
+            return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.group_size %lld is not 32, 64 or 128",
+                             c->src, (long long)gv);
+        group = (int32_t)gv;
+        /* every quantizable matrix has hidden_size, heads * head_dim (o_proj) or
+         * intermediate_size (down_proj) inputs */
+        int64_t attn = cfg->num_attention_heads * cfg->head_dim;
+        if (cfg->hidden_size % group || cfg->intermediate_size % group || attn % group)
+            return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.group_size %d does not divide "
+                             "hidden_size %lld, intermediate_size %lld and heads x head_dim %lld", c->src, (int)group,
+                             (long long)cfg->hidden_size, (long long)cfg->intermediate_size, (long long)attn);
     }
     const json_t *mods = json_object_get(q, "modules");
     if (!mods) return missing(c, "modules");
@@ -338,8 +365,9 @@ static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_mode
     if ((bits & LM_QUANT_LM_HEAD) && cfg->tie_word_embeddings)
         return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.modules lists 'lm_head', but the "
                          "embeddings are tied (the tied head is the embedding table, which stays float)", c->src);
-    cfg->quant_format = LM_QUANT_INT8;
+    cfg->quant_format = int4 ? LM_QUANT_INT4 : LM_QUANT_INT8;
     cfg->quant_modules = bits;
+    cfg->quant_group = group;
     return LM_OK;
 }
 

@@ -30,8 +30,16 @@ struct lm_model {
     int64_t nw, cap_w;
     int64_t weight_bytes; /* bytes one decode step reads */
     int on_host;          /* the device is host memory: mapped weights, f32 KV cache (else bf16, uploaded) */
-    lm_weights weights;   /* LM_WEIGHTS_INT8: the projections are i8 + "<name>_scale" f32 [out]; else float */
+    lm_weights weights;   /* LM_WEIGHTS_INT8: the projections are i8 + "<name>_scale" f32 [out]; LM_WEIGHTS_INT4:
+                             u8 [out, in/2] + "<name>_scale" f32 [out, in/group]; else float */
 };
+
+/* nn/model.c: float weights w [out, in] quantized as cfg's quant_format says (int8:
+ * q i8 [out, in], scales f32 [out]; int4: q u8 [out, in/2], scales f32 [out,
+ * in/quant_group]) into new host tensors; the one function quantize-at-load and
+ * `loom quantize` share, so both give the same bytes. */
+lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_tensor_view *w, lm_tensor **q,
+                              lm_tensor **scales);
 
 /* nn/model.c: the weight called name, or NULL. */
 const lm_tensor *lm__model_weight(const lm_model *m, const char *name);

@@ -13,7 +13,9 @@
  * (float matrices converted at load); or int8, either quantized here from a float
  * checkpoint (lm_quantize_int8_rows: the same function `loom quantize` uses, so both
  * give the same bytes) or mapped from a directory `loom quantize` wrote, whose
- * "<weight>_scale" tensors are checked (present, f32 [out], finite and > 0) before use.
+ * "<weight>_scale" tensors are checked (present, f32 [out], finite and > 0) before use;
+ * int4 the same way (lm_quantize_int4_groups; u8 [out, in/2] weights, scales f32
+ * [out, in/group]).
  */
 #include "nn/internal.h"
 
@@ -81,31 +83,43 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t s
     return buf;
 }
 
-/* An int8 weight and its scales, as a quantized directory stores them (the float
- * contract of the other tensors is lm_model_config_check_checkpoint's). */
-static lm_status check_int8_entry(const lm_checkpoint *ck, const lm_tensor_spec *sp) {
+/* A quantized weight and its scales, as a quantized directory stores them (the float
+ * contract of the other tensors is lm_model_config_check_checkpoint's): int8 i8 [out,
+ * in] with f32 [out] scales; int4 u8 [out, in/2] with f32 [out, in/group] scales. */
+static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoint *ck, const lm_tensor_spec *sp) {
     lm_safetensors_entry e;
     char scale[sizeof sp->name + 8], have[160], want[64];
+    int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
+    int64_t qs[2] = {sp->shape[0], int4 ? sp->shape[1] / 2 : sp->shape[1]};
+    int64_t ss[2] = {sp->shape[0], int4 ? sp->shape[1] / G : 1};
+    if (int4 && sp->shape[1] % G)
+        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': %lld inputs are not a multiple of the int4 group_size %d",
+                         sp->name, (long long)sp->shape[1], G);
     LM_TRY(lm_checkpoint_find(ck, sp->name, &e));
-    if (e.dtype != LM_I8)
+    if (e.dtype != (int4 ? LM_U8 : LM_I8))
         return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s, but quantization_config says "
-                         "it is int8 (i8)", sp->name, lm_checkpoint_path(ck), e.dtype_name);
-    int same = e.ndim == 2 && e.shape[0] == sp->shape[0] && e.shape[1] == sp->shape[1];
+                         "it is %s", sp->name, lm_checkpoint_path(ck), e.dtype_name,
+                         int4 ? "int4 (u8, two values per byte)" : "int8 (i8)");
+    int same = e.ndim == 2 && e.shape[0] == qs[0] && e.shape[1] == qs[1];
     if (!same)
         return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp->name,
-                         shape_str(e.ndim, e.shape, have, sizeof have), shape_str(2, sp->shape, want, sizeof want));
+                         shape_str(e.ndim, e.shape, have, sizeof have), shape_str(2, qs, want, sizeof want));
     snprintf(scale, sizeof scale, "%s_scale", sp->name);
     lm_status st = lm_checkpoint_find(ck, scale, &e);
     if (st == LM_NOT_FOUND)
-        return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of int8 weight '%s' is missing",
-                         lm_checkpoint_path(ck), scale, sp->name);
+        return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of %s weight '%s' is missing",
+                         lm_checkpoint_path(ck), scale, int4 ? "int4" : "int8", sp->name);
     LM_TRY(st);
     if (e.dtype != LM_F32)
         return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
-    if (e.ndim != 1 || e.shape[0] != sp->shape[0])
+    if (int4 && (e.ndim != 2 || e.shape[0] != ss[0] || e.shape[1] != ss[1]))
+        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected %s (one per group of %d inputs "
+                         "of '%s')", scale, shape_str(e.ndim, e.shape, have, sizeof have),
+                         shape_str(2, ss, want, sizeof want), G, sp->name);
+    if (!int4 && (e.ndim != 1 || e.shape[0] != sp->shape[0]))
         return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected [%lld] (one per output row of '%s')",
                          scale, shape_str(e.ndim, e.shape, have, sizeof have), (long long)sp->shape[0], sp->name);
-    for (int64_t r = 0; r < sp->shape[0]; r++) {
+    for (int64_t r = 0; r < ss[0] * ss[1]; r++) {
         float v;
         memcpy(&v, (const char *)e.data + 4 * r, 4);
         if (!(v > 0 && v < INFINITY))
@@ -124,13 +138,14 @@ static lm_status check_quantized(const lm_model_config *cfg, const lm_checkpoint
         lm_safetensors_entry e;
         LM_TRY(lm_model_config_tensor(cfg, i, &sp));
         if (lm_model_config_tensor_quantized(cfg, sp.name)) {
-            LM_TRY(check_int8_entry(ck, &sp));
+            LM_TRY(check_quant_entry(cfg, ck, &sp));
             continue;
         }
         LM_TRY(lm_checkpoint_find(ck, sp.name, &e));
-        if (e.dtype == LM_I8)
-            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is int8, but quantization_config.modules "
-                             "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck));
+        if (e.dtype == LM_I8 || e.dtype == LM_U8)
+            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is %s, but quantization_config.modules "
+                             "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck),
+                             e.dtype == LM_I8 ? "int8" : "u8 (int4)");
         if (!lm_dtype_is_float(e.dtype))
             return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s is not f32, bf16 or f16",
                              sp.name, lm_checkpoint_path(ck), e.dtype_name);
@@ -144,6 +159,25 @@ static lm_status check_quantized(const lm_model_config *cfg, const lm_checkpoint
     return LM_OK;
 }
 
+lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_tensor_view *w, lm_tensor **q,
+                              lm_tensor **scales) {
+    int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
+    int64_t N = w->shape[0], K = w->shape[1], qs[2] = {N, int4 ? K / 2 : K}, ss[2] = {N, int4 && G ? K / G : 1};
+    *q = *scales = NULL;
+    if (int4 && (G <= 0 || K % G))
+        return lm__error(LM_INVALID_ARGUMENT, "int4 group %d does not divide the %lld inputs", G, (long long)K);
+    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : LM_I8, 2, qs, q);
+    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, scales);
+    if (st == LM_OK)
+        st = int4 ? lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales), G)
+                  : lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales));
+    if (st != LM_OK) {
+        lm_tensor_destroy(*q), lm_tensor_destroy(*scales);
+        *q = *scales = NULL;
+    }
+    return st;
+}
+
 /* One matrix as the plan says: the mapped view, a bf16 copy, or i8 + scales. */
 static lm_status load_matrix(lm_model *m, const load_plan *lp, lm_checkpoint *ck, lm_ctx *ctx, const lm_tensor_spec *sp) {
     lm_tensor *raw = NULL, *q = NULL, *sc = NULL;
@@ -155,10 +189,9 @@ static lm_status load_matrix(lm_model *m, const load_plan *lp, lm_checkpoint *ck
         st = lm_checkpoint_tensor(ck, scale, &sc);
         q = raw, raw = NULL;
     } else if (lp->quantize && lm_model_config_tensor_quantized(&m->cfg, sp->name)) {
-        st = lm_tensor_create(lm_device_cpu(), LM_I8, 2, sp->shape, &q);
-        if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, sp->shape, &sc);
-        if (st == LM_OK) st = lm_quantize_int8_rows(ctx, lm_tensor_as_view(raw), lm_tensor_as_view(q), lm_tensor_as_view(sc));
-        if (st != LM_OK) st = lm__error_context(st, "quantizing '%s' to int8", sp->name);
+        st = lm__quantize_matrix(ctx, &m->cfg, lm_tensor_as_view(raw), &q, &sc);
+        if (st != LM_OK) st = lm__error_context(st, "quantizing '%s' to %s", sp->name,
+                                                lm_quant_format_name((lm_quant_format)m->cfg.quant_format));
     } else if (lp->to_bf16 && lm_tensor_dtype(raw) != LM_BF16) {
         st = lm_cast(ctx, lm_tensor_as_view(raw), LM_BF16, &q);
     } else {
@@ -243,17 +276,18 @@ static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
 }
 
 const char *lm_weights_name(lm_weights w) {
-    return w == LM_WEIGHTS_AUTO ? "auto" : w == LM_WEIGHTS_BF16 ? "bf16" : w == LM_WEIGHTS_INT8 ? "int8" : "invalid";
+    return w == LM_WEIGHTS_AUTO ? "auto" : w == LM_WEIGHTS_BF16 ? "bf16" : w == LM_WEIGHTS_INT8 ? "int8"
+           : w == LM_WEIGHTS_INT4 ? "int4" : "invalid";
 }
 
 lm_status lm_weights_parse(const char *text, lm_weights *out) {
     if (!text || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_weights_parse: NULL argument");
-    for (int w = LM_WEIGHTS_AUTO; w <= LM_WEIGHTS_INT8; w++)
+    for (int w = LM_WEIGHTS_AUTO; w <= LM_WEIGHTS_INT4; w++)
         if (strcmp(text, lm_weights_name((lm_weights)w)) == 0) {
             *out = (lm_weights)w;
             return LM_OK;
         }
-    return lm__error(LM_INVALID_ARGUMENT, "weights '%s': expected auto, bf16 or int8", text);
+    return lm__error(LM_INVALID_ARGUMENT, "weights '%s': expected auto, bf16, int8 or int4", text);
 }
 
 void lm_model_load_options_default(lm_model_load_options *o) {
@@ -267,26 +301,49 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     int32_t mods = o && o->quant_modules ? o->quant_modules : lm_quant_modules_default(&m->cfg);
     memset(lp, 0, sizeof *lp);
     lp->stored = m->cfg;
-    if ((unsigned)want > LM_WEIGHTS_INT8) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: weights %d", (int)want);
-    int stored_int8 = m->cfg.quant_format == LM_QUANT_INT8;
-    if (want == LM_WEIGHTS_BF16 && stored_int8)
-        return lm__error(LM_UNSUPPORTED, "model '%s' holds int8 weights (config.json quantization_config); its float "
-                         "weights are not there: load the directory it was quantized from for bf16", dir);
-    if (want == LM_WEIGHTS_INT8 && !stored_int8) {
+    if ((unsigned)want > LM_WEIGHTS_INT4) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: weights %d", (int)want);
+    int stored = m->cfg.quant_format;
+    const char *stored_name = lm_quant_format_name((lm_quant_format)stored);
+    if (want == LM_WEIGHTS_BF16 && stored)
+        return lm__error(LM_UNSUPPORTED, "model '%s' holds %s weights (config.json quantization_config); its float "
+                         "weights are not there: load the directory it was quantized from for bf16", dir, stored_name);
+    int want_fmt = want == LM_WEIGHTS_INT8 ? LM_QUANT_INT8 : want == LM_WEIGHTS_INT4 ? LM_QUANT_INT4 : 0;
+    if (want_fmt && stored && stored != want_fmt)
+        return lm__error(LM_UNSUPPORTED, "model '%s' holds %s weights; %s needs the float directory it was quantized "
+                         "from", dir, stored_name, lm_weights_name(want));
+    int group = o && o->quant_group ? o->quant_group : 32;
+    if (want_fmt == LM_QUANT_INT4 && stored && o && o->quant_group && o->quant_group != m->cfg.quant_group)
+        return lm__error(LM_UNSUPPORTED, "model '%s' holds int4 weights of group %d, not %d", dir,
+                         (int)m->cfg.quant_group, (int)o->quant_group);
+    if (want_fmt && !stored) {
         if (mods & ~((1 << LM_QUANT_MODULE_COUNT) - 1) || !mods)
             return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: quant_modules 0x%x", (unsigned)mods);
         if ((mods & LM_QUANT_LM_HEAD) && m->cfg.tie_word_embeddings)
             return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: lm_head is tied to the embedding table, which "
                              "stays float");
-        m->cfg.quant_format = LM_QUANT_INT8;
+        if (want_fmt == LM_QUANT_INT4) {
+            int64_t attn = m->cfg.num_attention_heads * m->cfg.head_dim;
+            if (group != 32 && group != 64 && group != 128)
+                return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: int4 group %d; expected 32, 64 or 128",
+                                 group);
+            if (m->cfg.hidden_size % group || m->cfg.intermediate_size % group || attn % group)
+                return lm__error(LM_INVALID_ARGUMENT, "model '%s': int4 group %d does not divide hidden_size %lld, "
+                                 "intermediate_size %lld and heads x head_dim %lld", dir, group,
+                                 (long long)m->cfg.hidden_size, (long long)m->cfg.intermediate_size, (long long)attn);
+            m->cfg.quant_group = group;
+        }
+        m->cfg.quant_format = want_fmt;
         m->cfg.quant_modules = mods;
         lp->quantize = 1;
     }
-    m->weights = m->cfg.quant_format == LM_QUANT_INT8 ? LM_WEIGHTS_INT8 : LM_WEIGHTS_BF16;
-    if (m->weights == LM_WEIGHTS_INT8 && !m->on_host) {
+    m->weights = m->cfg.quant_format == LM_QUANT_INT8   ? LM_WEIGHTS_INT8
+                 : m->cfg.quant_format == LM_QUANT_INT4 ? LM_WEIGHTS_INT4
+                                                        : LM_WEIGHTS_BF16;
+    if (m->cfg.quant_format && !m->on_host) {
         char dev[32];
-        return lm__error(LM_UNSUPPORTED, "model '%s' on %s: int8 weights run on the CPU only for now", dir,
-                         lm_device_format(m->device, dev, sizeof dev));
+        return lm__error(LM_UNSUPPORTED, "model '%s' on %s: %s weights run on the CPU only for now", dir,
+                         lm_device_format(m->device, dev, sizeof dev),
+                         lm_quant_format_name((lm_quant_format)m->cfg.quant_format));
     }
     lp->to_bf16 = want == LM_WEIGHTS_BF16 && m->on_host; /* a device gets bf16 matrices anyway (nn/upload.c) */
     return LM_OK;

@@ -13,23 +13,58 @@
  * or the tuned level (ops/cpu/matmul.c: the int8 gemv / GEMM with the bias and
  * accumulate in its store) after the prologue is formed by lm_rmsnorm_out /
  * lm_swiglu_out into an [M, K] f32 scratch; lm_linear_supported says which calls.
+ * int4 weights (w u8 [N, K/2], two nibbles per byte, p->w_bits = 4, p->w_scales f32
+ * [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4.
  */
 #include "ops/alias.h"
 #include "ops/cpu/matmul.h"
 #include "ops/ref/linear.h"
 #include "runtime/internal.h"
 
-static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL};
+static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL, 0, 0};
 
-/* w's dtype and its scales: float w without scales, or i8 w with f32 [N] scales. */
+/* int4 weights: u8 w with p->w_bits = 4 (K = 2 * w's columns). */
+static int is_i4(const lm_tensor_view *w, const lm_linear_params *p) { return w->dtype == LM_U8 && p->w_bits == 4; }
+
+/* int4 weights: w u8 [N, K/2] with w_bits 4, a group of 32/64/128 dividing K and f32
+ * scales [N, K/group]. */
+static lm_status check_int4(const char *op, const lm_tensor_view *w, const lm_linear_params *p) {
+    const lm_tensor_view *sc = p->w_scales;
+    if (w->dtype != LM_U8)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: w_bits = 4 (int4 weights) needs w of dtype u8 (two 4-bit values "
+                         "per byte), but w is %s", op, lm_dtype_name(w->dtype));
+    int g = p->w_group;
+    if (g != 32 && g != 64 && g != 128)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: int4 w_group %d; expected 32, 64 or 128", op, g);
+    int64_t K = 2 * w->shape[1];
+    if (K % g)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: int4 K = %lld (2 x w's %lld columns) is not a multiple of w_group "
+                         "%d", op, (long long)K, (long long)w->shape[1], g);
+    if (!sc)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: int4 weights need w_scales (lm_linear_params.w_scales, f32 "
+                         "[N, K/w_group], one scale per group)", op);
+    LM_TRY(lm__op_check_dtype(op, "w_scales", sc, LM_F32));
+    int64_t ss[2] = {w->shape[0], K / g};
+    return lm__op_check_shape(op, "w_scales [N, K/w_group]", sc, 2, ss);
+}
+
+/* w's dtype and its scales: float w without scales, i8 w with f32 [N] scales, or int4. */
 static lm_status check_weights(const char *op, const lm_tensor_view *w, const lm_linear_params *p) {
     const lm_tensor_view *sc = p->w_scales;
+    if (p->w_bits == 4) return check_int4(op, w, p);
+    if (p->w_bits != 0 && !(p->w_bits == 8 && w->dtype == LM_I8))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: w_bits %d with w of dtype %s (0 for float and i8 weights, 4 for "
+                         "int4)", op, p->w_bits, lm_dtype_name(w->dtype));
+    if (p->w_group)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: w_group %d is only for int4 weights (w_bits = 4)", op, p->w_group);
+    if (w->dtype == LM_U8)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: w is u8; int4 weights say so with w_bits = 4 and w_group", op);
     if (w->dtype != LM_I8) {
         if (!lm_dtype_is_float(w->dtype))
-            return lm__error(LM_UNSUPPORTED, "%s: w has dtype %s; expected f32, bf16, f16 or i8", op,
+            return lm__error(LM_UNSUPPORTED, "%s: w has dtype %s; expected f32, bf16, f16, i8 or int4 (u8)", op,
                              lm_dtype_name(w->dtype));
         if (sc)
-            return lm__error(LM_INVALID_ARGUMENT, "%s: w_scales are only for int8 weights, but w is %s", op,
+            return lm__error(LM_INVALID_ARGUMENT, "%s: w_scales are only for int8 and int4 weights, but w is %s", op,
                              lm_dtype_name(w->dtype));
         return LM_OK;
     }
@@ -49,12 +84,13 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
     LM_TRY(check_weights(op, w, p));
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_float(op, "out", out));
-    if (x->dtype != LM_F32 && w->dtype == LM_I8)
-        return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; int8 weights take f32 x", op, lm_dtype_name(x->dtype));
+    if (x->dtype != LM_F32 && (w->dtype == LM_I8 || is_i4(w, p)))
+        return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; %s weights take f32 x", op, lm_dtype_name(x->dtype),
+                         is_i4(w, p) ? "int4" : "int8");
     if (x->dtype != LM_F32 && x->dtype != w->dtype)
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; expected f32 or w's %s", op, lm_dtype_name(x->dtype),
                          lm_dtype_name(w->dtype));
-    int64_t M = x->ndim == 2 ? x->shape[0] : -1, N = w->shape[0], K = w->shape[1];
+    int64_t M = x->ndim == 2 ? x->shape[0] : -1, N = w->shape[0], K = is_i4(w, p) ? 2 * w->shape[1] : w->shape[1];
     int64_t xs[2] = {M, p->input == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, os[2] = {M, N}, bs[1] = {N}, ks[1] = {K};
     LM_TRY(lm__op_check_shape(op, p->input == LM_LINEAR_IN_SWIGLU ? "x [M, 2K]" : "x [M, K]", x, 2, xs));
     LM_TRY(lm__op_check_shape(op, "out [M, N]", out, 2, os));
@@ -81,10 +117,10 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
     return input == LM_LINEAR_IN && !accumulate && x == LM_BF16; /* the GEMM with its bias epilogue */
 }
 
-/* The CPU's tuned int8 path: f32 x, any input form, bias and accumulate (the layout
- * rule of cpu_i8_layout below is about strides, which any graph value meets). */
+/* The CPU's tuned int8 / int4 (u8) path: f32 x, any input form, bias and accumulate
+ * (the layout rule of cpu_i8_layout below is about strides, which any graph value meets). */
 static int cpu_i8_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    return (unsigned)input <= LM_LINEAR_IN_SWIGLU && rows >= 1 && K >= 1 && x == LM_F32 && w == LM_I8;
+    return (unsigned)input <= LM_LINEAR_IN_SWIGLU && rows >= 1 && K >= 1 && x == LM_F32 && (w == LM_I8 || w == LM_U8);
 }
 
 int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x_dtype,
@@ -111,7 +147,7 @@ static int cpu_i8_layout(const lm_tensor_view *x, const lm_tensor_view *w, const
  * product with its bias and accumulate straight into out. */
 static lm_status cpu_linear_i8(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out) {
-    int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
+    int64_t M = out->shape[0], N = out->shape[1], K = is_i4(w, p) ? 2 * w->shape[1] : w->shape[1];
     const float *xin = x->data;
     int64_t ldx = x->stride[0];
     float *scratch = NULL;
@@ -133,7 +169,11 @@ static lm_status cpu_linear_i8(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
         }
         xin = scratch, ldx = K;
     }
-    if (st == LM_OK)
+    if (st == LM_OK && is_i4(w, p))
+        st = lm__cpu_linear_i4(lm_ctx_threadpool(ctx), xin, ldx, w->data, w->stride[0], p->w_scales->data,
+                               p->w_scales->stride[0], p->w_group, bias ? bias->data : NULL, p->accumulate, out->data,
+                               out->stride[0], M, N, K);
+    else if (st == LM_OK)
         st = lm__cpu_linear_i8(lm_ctx_threadpool(ctx), xin, ldx, w->data, w->stride[0], p->w_scales->data,
                                bias ? bias->data : NULL, p->accumulate, out->data, out->stride[0], M, N, K);
     lm__free(scratch);
@@ -202,6 +242,8 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     if (w->dtype == LM_I8 && !lm__device_host_addressable(lm_ctx_device(ctx)))
         return lm__error(LM_UNSUPPORTED, "%s: int8 weights run on the CPU only (CUDA kernels are not built yet)", op);
     if (!p) p = &k_plain;
+    if ((w->dtype == LM_U8 || p->w_bits == 4) && !lm__device_host_addressable(lm_ctx_device(ctx)))
+        return lm__error(LM_UNSUPPORTED, "%s: int4 weights run on the CPU only (CUDA kernels are not built yet)", op);
     if (bias) {
         const lm_tensor_view *bv[] = {bias};
         static const char *const bn[] = {"bias"};
@@ -218,15 +260,15 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
         LM_TRY(lm__op_check_devices(ctx, op, 1, sv, sn));
     }
     LM_TRY(check(op, x, w, bias, p, out));
-    int i8 = w->dtype == LM_I8;
+    int i8 = w->dtype == LM_I8 || is_i4(w, p);
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
     if (level == LM__LEVEL_CPU) {
         if (cpu_i8_layout(x, w, bias, p, out)) return cpu_linear_i8(ctx, x, w, bias, p, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)
-            return lm__error(LM_UNSUPPORTED, "%s: the tuned int8 path needs f32 x and out with unit last stride, w "
-                             "with unit stride along K and dense w_scales and bias", op);
+            return lm__error(LM_UNSUPPORTED, "%s: the tuned int8/int4 path needs f32 x and out with unit last stride, "
+                             "w with unit stride along K and w_scales and bias with unit last stride", op);
     }
     if (level == LM__LEVEL_CUDA) {
         if (lm__linear_fused_rule(p->input, p->accumulate, x->shape[0], w->shape[1], x->dtype, w->dtype)) {

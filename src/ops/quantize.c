@@ -1,5 +1,6 @@
 /* ops/quantize.c — lm_quantize_int8_rows: symmetric per-row int8 quantization of a
- * float weight matrix w [N, K] (the storage lm_linear_out takes with w_scales).
+ * float weight matrix w [N, K] (the storage lm_linear_out takes with w_scales), and
+ * lm_quantize_int4_groups: the same per group of 32/64/128 k of a row, to 4 bits.
  *
  * Row n: amax = max_k |w[n, k]| (exact in f32), scale = amax / 127 as one correctly
  * rounded f32 division (1 for an all-zero row; the smallest positive f32 when amax
@@ -10,6 +11,9 @@
  * is the exact round-half-even. The clamp only acts when the scale is subnormal.
  * Any strides; host memory; w is checked for NaN/Inf (naming the row) before
  * anything is written. O(N * K).
+ * int4: the same rule per group with 7 for 127 (a group's quotient is the f32 scale
+ * amax / 7 dividing an f32, so the tie argument holds unchanged), clamped to [-7, 7];
+ * two values per byte along K, low nibble first, two's complement.
  */
 #include "ops/alias.h"
 #include "ops/internal.h"
@@ -17,8 +21,9 @@
 
 #include <float.h>
 
+/* group 0: int8 (q i8 [N, K], scales [N]); else int4 (q u8 [N, K/2], scales [N, K/group]). */
 static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, const lm_tensor_view *q,
-                       const lm_tensor_view *scales) {
+                       const lm_tensor_view *scales, int group) {
     if (!ctx) return lm__error(LM_INVALID_ARGUMENT, "%s: ctx is NULL", op);
     const lm_tensor_view *vs[] = {w, q, scales};
     static const char *const names[] = {"w", "q", "w_scales"};
@@ -27,13 +32,24 @@ static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, con
         return lm__error(LM_UNSUPPORTED, "%s: runs on host memory only (quantize on the CPU, then copy q and w_scales)",
                          op);
     LM_TRY(lm__op_check_float(op, "w", w));
-    LM_TRY(lm__op_check_dtype(op, "q", q, LM_I8));
+    LM_TRY(lm__op_check_dtype(op, "q", q, group ? LM_U8 : LM_I8));
     LM_TRY(lm__op_check_dtype(op, "w_scales", scales, LM_F32));
     int64_t any2[2] = {-1, -1};
     LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
-    int64_t ns[1] = {w->shape[0]};
-    LM_TRY(lm__op_check_same_shape(op, "q", q, w));
-    LM_TRY(lm__op_check_shape(op, "w_scales [N]", scales, 1, ns));
+    int64_t N = w->shape[0], K = w->shape[1], ns[1] = {N};
+    if (group) {
+        if (group != 32 && group != 64 && group != 128)
+            return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
+        if (K % group)
+            return lm__error(LM_INVALID_ARGUMENT, "%s: K = %lld is not a multiple of the group %d (int4 needs whole "
+                             "groups of an even size)", op, (long long)K, group);
+        int64_t qs[2] = {N, K / 2}, ss[2] = {N, K / group};
+        LM_TRY(lm__op_check_shape(op, "q [N, K/2]", q, 2, qs));
+        LM_TRY(lm__op_check_shape(op, "w_scales [N, K/group]", scales, 2, ss));
+    } else {
+        LM_TRY(lm__op_check_same_shape(op, "q", q, w));
+        LM_TRY(lm__op_check_shape(op, "w_scales [N]", scales, 1, ns));
+    }
     LM_TRY(lm__op_check_out(op, "q", q));
     LM_TRY(lm__op_check_out(op, "w_scales", scales));
     LM_TRY(lm__op_check_alias(op, "q", q, "w", w, 0));
@@ -45,28 +61,66 @@ static double w_at(const lm_tensor_view *w, int64_t n, int64_t k) {
     return lm__ld(w->dtype, w->data, n * w->stride[0] + k * w->stride[1]);
 }
 
-lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
-                                const lm_tensor_view *w_scales) {
-    const char *op = "quantize_int8_rows";
-    LM_TRY(check(ctx, op, w, q, w_scales));
-    int64_t N = w->shape[0], K = w->shape[1];
-    for (int64_t n = 0; n < N; n++) /* nothing is written unless every value is finite */
-        for (int64_t k = 0; k < K; k++)
+/* Nothing is written unless every value is finite. */
+static lm_status check_finite(const char *op, const lm_tensor_view *w) {
+    for (int64_t n = 0; n < w->shape[0]; n++)
+        for (int64_t k = 0; k < w->shape[1]; k++)
             if (!isfinite(w_at(w, n, k)))
                 return lm__error(LM_INVALID_ARGUMENT, "%s: w row %lld holds %g at column %lld; only finite weights "
                                  "can be quantized", op, (long long)n, w_at(w, n, k), (long long)k);
+    return LM_OK;
+}
+
+/* amax / qmax as one f32 division (1 for amax 0; the smallest f32 on underflow). */
+static float scale_of(float amax, float qmax) {
+    float scale = amax == 0.0f ? 1.0f : amax / qmax;
+    return scale == 0.0f ? FLT_TRUE_MIN : scale;
+}
+
+/* round-half-even(v / scale) clamped to [-qmax, qmax]. */
+static int quantize1(double v, float scale, double qmax) {
+    double r = rint(v / (double)scale); /* the default mode: to nearest, ties to even */
+    return (int)(r > qmax ? qmax : r < -qmax ? -qmax : r);
+}
+
+lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                const lm_tensor_view *w_scales) {
+    const char *op = "quantize_int8_rows";
+    LM_TRY(check(ctx, op, w, q, w_scales, 0));
+    int64_t N = w->shape[0], K = w->shape[1];
+    LM_TRY(check_finite(op, w));
     for (int64_t n = 0; n < N; n++) {
         float amax = 0.0f; /* every |w| is an f32 value, so the max is exact */
         for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
-        float scale = amax == 0.0f ? 1.0f : amax / 127.0f;
-        if (scale == 0.0f) scale = FLT_TRUE_MIN; /* amax / 127 underflowed */
-        for (int64_t k = 0; k < K; k++) {
-            double v = rint(w_at(w, n, k) / (double)scale); /* the default mode: to nearest, ties to even */
-            if (v > 127.0) v = 127.0;
-            if (v < -127.0) v = -127.0;
-            ((int8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] = (int8_t)v;
-        }
+        float scale = scale_of(amax, 127.0f);
+        for (int64_t k = 0; k < K; k++)
+            ((int8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] = (int8_t)quantize1(w_at(w, n, k), scale, 127.0);
         ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
     }
+    return LM_OK;
+}
+
+lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                  const lm_tensor_view *w_scales, int group) {
+    const char *op = "quantize_int4_groups";
+    if (group <= 0) return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
+    LM_TRY(check(ctx, op, w, q, w_scales, group));
+    int64_t N = w->shape[0], K = w->shape[1];
+    LM_TRY(check_finite(op, w));
+    uint8_t *qd = q->data;
+    float *sd = w_scales->data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < K / group; g++) {
+            int64_t k0 = g * group;
+            float amax = 0.0f;
+            for (int64_t k = k0; k < k0 + group; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
+            float scale = scale_of(amax, 7.0f);
+            for (int64_t k = k0; k < k0 + group; k += 2) {
+                unsigned lo = (unsigned)quantize1(w_at(w, n, k), scale, 7.0) & 15u;
+                unsigned hi = (unsigned)quantize1(w_at(w, n, k + 1), scale, 7.0) & 15u;
+                qd[n * q->stride[0] + k / 2 * q->stride[1]] = (uint8_t)(lo | hi << 4);
+            }
+            sd[n * w_scales->stride[0] + g * w_scales->stride[1]] = scale;
+        }
     return LM_OK;
 }

@@ -162,7 +162,9 @@ static void test_refusals(void) {
     lm_weights w;
     LT_CHECK_OK(lm_weights_parse("int8", &w));
     LT_CHECK(w == LM_WEIGHTS_INT8);
-    LT_CHECK_STATUS(lm_weights_parse("int4", &w), LM_INVALID_ARGUMENT);
+    LT_CHECK_OK(lm_weights_parse("int4", &w));
+    LT_CHECK(w == LM_WEIGHTS_INT4);
+    LT_CHECK_STATUS(lm_weights_parse("int3", &w), LM_INVALID_ARGUMENT);
 }
 
 /* A config with a quantization_config: the parser's strictness, and training refused. */

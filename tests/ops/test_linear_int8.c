@@ -265,7 +265,8 @@ static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int64_t pad) {
             fill_random(r, &ov); /* accumulate's starting residual */
             lm_tensor *want = padded(M, N, pad, &wantv);
             if (acc) LT_CHECK_OK(lm_tensor_view_copy(g_ref, &wantv, &ov));
-            lm_linear_params p = {(lm_linear_input)form, V(nw), 1e-5f, acc, V(sc)};
+            lm_linear_params p = {.input = (lm_linear_input)form, .norm_weight = V(nw), .eps = 1e-5f, .accumulate = acc,
+                                  .w_scales = V(sc)};
             const lm_tensor_view *b = has_bias ? V(bias) : NULL;
             LT_CHECK_OK(lm_linear_out(g_ref, &xv, V(q), b, &p, &wantv));
             double *w64 = lt_view_to_f64(&wantv);
@@ -339,7 +340,7 @@ static void test_int8_equals_dequantized_float_product(void) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++) ((float *)lm_tensor_data(wf))[n * K + k] = (float)qd[n * K + k] * sd[n];
         lm_tensor *a = lt_poisoned_tensor(LM_F32, 2, os), *b = lt_poisoned_tensor(LM_F32, 2, os);
-        lm_linear_params p = {LM_LINEAR_IN, NULL, 0.0f, 0, V(sc)};
+        lm_linear_params p = {.input = LM_LINEAR_IN, .w_scales = V(sc)};
         LT_CHECK_OK(lm_linear_out(g_two, V(x), V(q), NULL, &p, V(a)));
         lm_tensor_view wt;
         LT_CHECK_OK(lm_tensor_view_transpose(V(wf), 0, 1, &wt));
@@ -366,7 +367,7 @@ static void test_int8_other_layouts_fall_back_to_reference(void) {
     lm_tensor_view sv;
     LT_CHECK_OK(lm_tensor_view_slice(V(sw), 0, 0, 2 * N, 2, &sv));
     LT_CHECK_OK(lm_tensor_view_copy(g_ref, &sv, V(sc)));
-    lm_linear_params p = {LM_LINEAR_IN, NULL, 0.0f, 0, V(sc)}, ps = p;
+    lm_linear_params p = {.input = LM_LINEAR_IN, .w_scales = V(sc)}, ps = p;
     ps.w_scales = &sv;
     LT_CHECK_OK(lm_linear_out(g_ref, V(x), V(q), NULL, &p, V(want)));
     double *w64 = lt_view_to_f64(V(want));
@@ -394,7 +395,7 @@ static void test_int8_linear_errors(void) {
     lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1.0), *xb = lt_random_tensor(&r, LM_BF16, 2, xs, 1.0);
     lm_tensor *wf = lt_random_tensor(&r, LM_F32, 2, ws, 1.0), *o = lt_poisoned_tensor(LM_F32, 2, os);
     lm_tensor *s_long = lt_poisoned_tensor(LM_F32, 1, s5), *s_bf = lt_poisoned_tensor(LM_BF16, 1, s1);
-    lm_linear_params none = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL}, p = none;
+    lm_linear_params none = {.input = LM_LINEAR_IN}, p = none;
     LT_CHECK_STATUS(lm_linear_out(g_one, V(x), V(q), NULL, NULL, V(o)), LM_INVALID_ARGUMENT);
     LT_CHECK(strstr(lm_last_error(), "int8 weights need w_scales") != NULL);
     LT_CHECK_STATUS(lm_linear_out(g_one, V(x), V(q), NULL, &none, V(o)), LM_INVALID_ARGUMENT);
@@ -432,7 +433,7 @@ static void test_int8_linear_errors(void) {
     LT_CHECK(!lm_linear_supported(lm_device_cpu(), LM_LINEAR_IN, 0, 1, 896, LM_F32, LM_BF16));
     LT_CHECK(!lm_linear_supported(lm_device_cpu(), LM_LINEAR_IN, 0, 0, 896, LM_F32, LM_I8));
     /* an allocation failure in the prologue scratch leaks nothing */
-    lm_linear_params pn = {LM_LINEAR_IN_SWIGLU, NULL, 0.0f, 0, V(sc)};
+    lm_linear_params pn = {.input = LM_LINEAR_IN_SWIGLU, .w_scales = V(sc)};
     lm_tensor *x2 = lt_random_tensor(&r, LM_F32, 2, (int64_t[2]){M, 2 * K}, 1.0);
     lm_ctx_set_impl(g_one, LM_IMPL_TUNED);
     lt_alloc_track(1);
@@ -458,7 +459,7 @@ static void test_int8_refused_on_cuda(void) {
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_I8, 2, ws, &q));
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_F32, 2, os, &o));
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_F32, 1, ss, &sc));
-    lm_linear_params p = {LM_LINEAR_IN, NULL, 0.0f, 0, V(sc)};
+    lm_linear_params p = {.input = LM_LINEAR_IN, .w_scales = V(sc)};
     LT_CHECK_STATUS(lm_linear_out(gpu, V(x), V(q), NULL, &p, V(o)), LM_UNSUPPORTED);
     LT_CHECK(strstr(lm_last_error(), "CPU only") != NULL);
     LT_CHECK_STATUS(lm_quantize_int8_rows(gpu, V(o), V(q), V(sc)), LM_UNSUPPORTED);

@@ -1,4 +1,4 @@
-/* `loom quantize --to int8` and the directories it writes, run as a user would:
+/* `loom quantize --to int8|int4` and the directories it writes, run as a user would:
  *   - the output loads directly: its projections are I8 with F32 "<name>_scale" [out]
  *     tensors, the other tensors as stored, config.json has quantization_config, the
  *     tokenizer/generation files are copied, `loom info` shows the format;
@@ -10,7 +10,13 @@
  *     transposition bug would) loads but fails the accuracy gate of test_nn_int8
  *     (NMSE <= 2e-3), so that gate can tell a broken int8 path;
  *   - `loom quantize` refuses an int8 source and an unknown --to; `loom train` and
- *     `--weights bf16` refuse an int8 directory.
+ *     `--weights bf16` refuse an int8 directory;
+ *   - int4 the same way (`--to int4`, groups 32 and 64, an untied int4 lm_head): U8
+ *     [out, in/2] weights with F32 [out, in/G] scales, logits bit-identical to
+ *     `--weights int4` at load, `loom info` shows the group; a scale of the wrong shape,
+ *     a group_size that disagrees with the tensors or is missing, and --group values
+ *     that are not 32/64/128 or do not divide the model are refused; scales on the
+ *     wrong rows and groups fail test_nn_int4's gate (NMSE <= 8e-2).
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -26,7 +32,9 @@
 #define SRC LOOM_SOURCE_DIR "/tests/data/models/qwen2_bias_sharded"
 #define T 16
 
-static char g_tmp[256], g_q[400];
+#define SRC4 LOOM_SOURCE_DIR "/tests/data/models/llama_gqa2_f32" /* untied lm_head */
+
+static char g_tmp[256], g_q[400], g_q4[400], g_q4b[400];
 static lm_ctx *g_ctx;
 
 static float *logits_of(const lm_model *m, int32_t *ids) {
@@ -132,11 +140,11 @@ static void make_variant(const char *dir, const char *from, const char *to, cons
         if (drop && !strcmp(name, drop)) continue;
         LT_CHECK_OK(lm_checkpoint_tensor(ck, name, &owned[k]));
         lm_tensor_view v = *lm_tensor_as_view(owned[k]);
-        if (reverse && !strcmp(name, reverse)) { /* the same scales, applied to the wrong rows */
+        if (reverse && !strcmp(name, reverse)) { /* the same scales, applied to the wrong rows (and groups) */
             lm_tensor *r = NULL;
-            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 1, v.shape, &r));
-            for (int64_t j = 0; j < v.shape[0]; j++)
-                ((float *)lm_tensor_data(r))[j] = ((const float *)v.data)[v.shape[0] - 1 - j];
+            int64_t ne = lm_tensor_numel(owned[k]);
+            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, v.ndim, v.shape, &r));
+            for (int64_t j = 0; j < ne; j++) ((float *)lm_tensor_data(r))[j] = ((const float *)v.data)[ne - 1 - j];
             lm_tensor_destroy(owned[k]);
             owned[k] = r;
             v = *lm_tensor_as_view(r);
@@ -221,13 +229,14 @@ static void test_wrong_rows_fail_the_accuracy_gate(void) {
 
 static void test_cli_refusals(void) {
     char cmd[1024];
+    lm_train_model *tm_dummy = NULL;
     snprintf(cmd, sizeof cmd, LOOM " quantize --model %s --to int8 -o %s/again", g_q, g_tmp);
     lt_cmd_result r = lt_run_cmd(cmd);
     LT_CHECK(r.status == 1 && r.err && strstr(r.err, "already holds int8"));
     lt_cmd_free(&r);
-    snprintf(cmd, sizeof cmd, LOOM " quantize --model " SRC " --to int4 -o %s/int4", g_tmp);
+    snprintf(cmd, sizeof cmd, LOOM " quantize --model " SRC " --to int3 -o %s/int3", g_tmp);
     r = lt_run_cmd(cmd);
-    LT_CHECK(r.status == 2 && r.err && strstr(r.err, "int4"));
+    LT_CHECK(r.status == 2 && r.err && strstr(r.err, "int3"));
     lt_cmd_free(&r);
     snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights bf16", g_q);
     r = lt_run_cmd(cmd);
@@ -235,8 +244,41 @@ static void test_cli_refusals(void) {
     lt_cmd_free(&r);
     snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights int4", g_q);
     r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "holds int8 weights"), "%d %s", r.status, r.err ? r.err : "");
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights int4", g_q4);
+    r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0, "%s", r.err ? r.err : ""); /* what it holds */
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights int4 --group 64", g_q4);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "group 32, not 64"));
+    lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model %s --ids 1,2 --weights bf16", g_q4);
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "holds int4 weights"));
+    lt_cmd_free(&r);
+    static const char *const bad[][2] = {
+        {"--to int4 --group 48", "48"},           /* no group size */
+        {"--to int8 --group 64", "int4 only"},    /* --group without int4 */
+        {"--to int4 --group 64", "does not divide"}, /* hidden 96 */
+    };
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, LOOM " quantize --model " SRC " %s -o %s/bad%d", bad[i][0], g_tmp, i);
+        r = lt_run_cmd(cmd);
+        LT_CHECK_MSG(r.status != 0 && r.err && strstr(r.err, bad[i][1]), "%s: %d %s", bad[i][0], r.status,
+                     r.err ? r.err : "");
+        lt_cmd_free(&r);
+    }
+    snprintf(cmd, sizeof cmd, LOOM " logits --model " SRC " --ids 1,2 --weights int4:48");
+    r = lt_run_cmd(cmd);
     LT_CHECK(r.status == 2);
     lt_cmd_free(&r);
+    snprintf(cmd, sizeof cmd, LOOM " logits --model " SRC " --ids 1,2 --weights int8 --group 32");
+    r = lt_run_cmd(cmd);
+    LT_CHECK(r.status == 1 && r.err && strstr(r.err, "--group applies to --weights int4"));
+    lt_cmd_free(&r);
+    LT_CHECK_STATUS(lm_train_model_load(g_q4, lm_device_cpu(), &tm_dummy), LM_UNSUPPORTED);
     snprintf(cmd, sizeof cmd, LOOM " logits --model " SRC " --ids 1,2 --weights int8");
     r = lt_run_cmd(cmd);
     LT_CHECK_MSG(r.status == 0, "%s", r.err ? r.err : "");
@@ -246,15 +288,142 @@ static void test_cli_refusals(void) {
     LT_CHECK(strstr(lm_last_error(), "int8") != NULL);
 }
 
+/* ---- int4 ---------------------------------------------------------------------------- */
+
+/* `loom quantize --to int4` of src with group G (0: the default) into out; checks the
+ * tensors of one projection and what `loom info` says. */
+static void quantize_int4(const char *src, int G, const char *out, int nquant) {
+    char cmd[1024], want[64];
+    if (G) snprintf(cmd, sizeof cmd, LOOM " quantize --model %s --to int4 --group %d -o %s", src, G, out);
+    else snprintf(cmd, sizeof cmd, LOOM " quantize --model %s --to int4 -o %s", src, out);
+    int g = G ? G : 32;
+    lt_cmd_result r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    snprintf(want, sizeof want, "\"quantized\":%d", nquant);
+    LT_CHECK_MSG(r.out && strstr(r.out, want) && strstr(r.out, "\"format\":\"int4\""), "%s", r.out ? r.out : "");
+    lt_cmd_free(&r);
+    lm_checkpoint *ck = NULL;
+    LT_CHECK_OK(lm_checkpoint_open(out, &ck));
+    lm_model_config c;
+    LT_CHECK_OK(lm_model_config_load(out, &c));
+    LT_CHECK(c.quant_format == LM_QUANT_INT4 && c.quant_group == g && c.quant_modules == lm_quant_modules_default(&c));
+    lm_safetensors_entry e;
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.down_proj.weight", &e));
+    LT_CHECK(e.dtype == LM_U8 && e.ndim == 2 && e.shape[0] == c.hidden_size && e.shape[1] == c.intermediate_size / 2);
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.down_proj.weight_scale", &e));
+    LT_CHECK(e.dtype == LM_F32 && e.ndim == 2 && e.shape[0] == c.hidden_size && e.shape[1] == c.intermediate_size / g);
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.embed_tokens.weight", &e));
+    LT_CHECK(lm_dtype_is_float(e.dtype));
+    lm_checkpoint_close(ck);
+    snprintf(cmd, sizeof cmd, LOOM " info --model %s", out);
+    r = lt_run_cmd(cmd);
+    snprintf(want, sizeof want, "\"group_size\":%d", g);
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"weights\":\"int4\"") && strstr(r.out, want),
+                 "%s", r.out ? r.out : "");
+    lt_cmd_free(&r);
+}
+
+static void expect_bit_identical(const char *qdir, const char *src, int G) {
+    lm_model *a = load(qdir, LM_WEIGHTS_AUTO), *b = NULL;
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = LM_WEIGHTS_INT4;
+    o.quant_group = G;
+    LT_CHECK_OK(lm_model_load_opts(src, lm_device_cpu(), &o, &b));
+    if (!a || !b) {
+        lm_model_destroy(a), lm_model_destroy(b);
+        return;
+    }
+    int32_t ids[T];
+    int64_t V = lm_model_get_config(a)->vocab_size;
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 53 + 5) % V);
+    float *x = logits_of(a, ids), *y = logits_of(b, ids);
+    LT_CHECK_MSG(memcmp(x, y, sizeof(float) * (size_t)(T * V)) == 0, "%s: logits differ from int4 at load", qdir);
+    LT_CHECK(lm_model_weight_bytes(a) == lm_model_weight_bytes(b));
+    free(x), free(y);
+    lm_model_destroy(a), lm_model_destroy(b);
+}
+
+static void test_int4_quantize_round_trip(void) {
+    quantize_int4(SRC, 0, g_q4, 14);     /* tied lm_head: float */
+    quantize_int4(SRC4, 64, g_q4b, 15);  /* 2 layers x 7 + the untied lm_head */
+    expect_bit_identical(g_q4, SRC, 32);
+    expect_bit_identical(g_q4b, SRC4, 64);
+}
+
+static void test_int4_corrupt_directories_are_refused(void) {
+    const char *up = "model.layers.0.mlp.up_proj.weight_scale";
+    char dir[400], saved[400];
+    snprintf(saved, sizeof saved, "%s", g_q);
+    snprintf(g_q, sizeof g_q, "%s", g_q4); /* make_variant copies g_q */
+    snprintf(dir, sizeof dir, "%s/q4_short_scale", g_tmp);
+    make_variant(dir, NULL, NULL, NULL, NULL, up);
+    expect_refused("q4_short_scale", LM_SHAPE_MISMATCH, up);
+    snprintf(dir, sizeof dir, "%s/q4_group64", g_tmp);
+    make_variant(dir, "\"group_size\": 32", "\"group_size\": 64", NULL, NULL, NULL);
+    expect_refused("q4_group64", LM_PARSE_ERROR, "does not divide"); /* hidden 96 */
+    snprintf(dir, sizeof dir, "%s/q4_no_group", g_tmp);
+    make_variant(dir, "\"group_size\": 32,", "", NULL, NULL, NULL);
+    expect_refused("q4_no_group", LM_PARSE_ERROR, "group_size");
+    snprintf(dir, sizeof dir, "%s/q4_as_int8", g_tmp);
+    make_variant(dir, "\"format\": \"int4\",\n    \"scheme\": \"group-wise symmetric\",\n    \"group_size\": 32,",
+                 "\"format\": \"int8\", \"scheme\": \"per-output-channel symmetric\",", NULL, NULL, NULL);
+    expect_refused("q4_as_int8", LM_DTYPE_MISMATCH, "int8 (i8)");
+    snprintf(g_q, sizeof g_q, "%s", g_q4b);
+    snprintf(dir, sizeof dir, "%s/q4_group32", g_tmp);
+    make_variant(dir, "\"group_size\": 64", "\"group_size\": 32", NULL, NULL, NULL);
+    expect_refused("q4_group32", LM_SHAPE_MISMATCH, "weight_scale");
+    snprintf(g_q, sizeof g_q, "%s", saved);
+}
+
+/* int4 scales on the wrong rows and groups: loads, but fails test_nn_int4's gate. */
+static void test_int4_wrong_rows_fail_the_accuracy_gate(void) {
+    char dir[400], saved[400];
+    static const char *const mods[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    snprintf(dir, sizeof dir, "%s/q4_reversed", g_tmp);
+    snprintf(saved, sizeof saved, "%s", g_q);
+    snprintf(g_q, sizeof g_q, "%s", g_q4);
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    snprintf(g_q, sizeof g_q, "%s", dir);
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 7; k++) {
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight_scale", l, mods[k]);
+            make_variant(dir, NULL, NULL, NULL, name, NULL);
+        }
+    snprintf(g_q, sizeof g_q, "%s", saved);
+    lm_model *bad = load(dir, LM_WEIGHTS_AUTO), *f = load(SRC, LM_WEIGHTS_AUTO);
+    if (!bad || !f) {
+        lm_model_destroy(bad), lm_model_destroy(f);
+        return;
+    }
+    int32_t ids[T];
+    int64_t V = lm_model_get_config(f)->vocab_size;
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 29 + 3) % V);
+    float *x = logits_of(bad, ids), *y = logits_of(f, ids);
+    double sq = 0, sb = 0;
+    for (int64_t i = 0; i < T * V; i++) sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), sb += (double)y[i] * y[i];
+    printf("  int4 scales on the wrong rows: nmse %.3g (the gate is 8e-2)\n", sq / sb);
+    LT_CHECK(sq / sb > 0.2);
+    free(x), free(y);
+    lm_model_destroy(bad), lm_model_destroy(f);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "%s", "/tmp/loom_test_quantize_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     snprintf(g_q, sizeof g_q, "%s/q", g_tmp);
+    snprintf(g_q4, sizeof g_q4, "%s/q4", g_tmp);
+    snprintf(g_q4b, sizeof g_q4b, "%s/q4b", g_tmp);
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_quantize_writes_a_loadable_directory);
     LT_RUN(test_quantized_directory_equals_quantize_at_load);
     LT_RUN(test_corrupt_directories_are_refused);
     LT_RUN(test_wrong_rows_fail_the_accuracy_gate);
+    LT_RUN(test_int4_quantize_round_trip);
+    LT_RUN(test_int4_corrupt_directories_are_refused);
+    LT_RUN(test_int4_wrong_rows_fail_the_accuracy_gate);
     LT_RUN(test_cli_refusals);
     lm_ctx_destroy(g_ctx);
     char cmd[400];

@@ -6,7 +6,7 @@
  * once with up to seq - 1 tokens of context; the mean is over all predicted tokens.
  * The model runs through the training model's forward (no gradients): f32 on the CPU,
  * bf16 compute with f32 accumulation on CUDA unless --dtype f32. With --weights
- * int8|bf16 (or for an int8 directory, which the training model refuses) it runs
+ * int8|int4[:G]|bf16 (or for a quantized directory, which the training model refuses) it runs
  * through the inference engine instead, one window at a time with every position's
  * logits; --reference W runs a second copy with weights W over the same windows and
  * reports how the two agree (docs/QUANTIZATION.md).
@@ -281,9 +281,9 @@ int cmd_eval(int argc, char **argv) {
         {"device", CLI_STRING, &a.device, "cpu|cuda[:N]: where to run (default cpu)"},
         {"dtype", CLI_STRING, &a.dtype, "f32|bf16: compute dtype (default bf16 on CUDA, f32 on the CPU)"},
         {"threads", CLI_COUNT, &a.threads, "N: CPU threads (default: all)"},
-        {"weights", CLI_STRING, &a.weights, "int8|bf16: run the inference engine with these weights instead of the "
+        {"weights", CLI_STRING, &a.weights, "int8|int4[:G]|bf16: run the inference engine with these weights instead of the "
                                             "training model (default for an int8 directory: int8; docs/QUANTIZATION.md)"},
-        {"reference", CLI_STRING, &a.reference, "int8|bf16|auto: also run the model with these weights and report "
+        {"reference", CLI_STRING, &a.reference, "int8|int4[:G]|bf16|auto: also run the model with these weights and report "
                                                 "top-1 agreement, logits NMSE and max |diff| against it"},
         {"quiet", CLI_FLAG, &a.quiet, "no progress on stderr"},
         {NULL, 0, NULL, NULL}};

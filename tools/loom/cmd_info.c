@@ -1,6 +1,6 @@
 /* tools/loom/cmd_info.c — `loom info`: what a model directory holds, as JSON ("weights":
- * "int8" or "bf16" (float, whatever the dtype), and "quantization": the directory's
- * quantization_config or null). */
+ * "int8", "int4" or "bf16" (float, whatever the dtype), and "quantization": the
+ * directory's quantization_config (int4 with its group_size) or null). */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
@@ -40,8 +40,11 @@ int cmd_info(int argc, char **argv) {
     printf("],\"weights\":\"%s\",\"quantization\":", lm_weights_name(lm_model_weights(m)));
     if (c->quant_format == LM_QUANT_NONE) printf("null");
     else {
-        printf("{\"format\":\"%s\",\"scheme\":\"per-output-channel symmetric\",\"modules\":[",
-               lm_quant_format_name((lm_quant_format)c->quant_format));
+        int int4 = c->quant_format == LM_QUANT_INT4;
+        printf("{\"format\":\"%s\",\"scheme\":\"%s\",", lm_quant_format_name((lm_quant_format)c->quant_format),
+               int4 ? "group-wise symmetric" : "per-output-channel symmetric");
+        if (int4) printf("\"group_size\":%d,", (int)c->quant_group);
+        printf("\"modules\":[");
         for (int i = 0, k = 0; i < LM_QUANT_MODULE_COUNT; i++)
             if (c->quant_modules & (1 << i)) printf("%s\"%s\"", k++ ? "," : "", lm_quant_module_name(i));
         printf("]}");

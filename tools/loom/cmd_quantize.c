@@ -1,4 +1,4 @@
-/* tools/loom/cmd_quantize.c — `loom quantize --model DIR --to int8 -o OUT`: writes a copy
+/* tools/loom/cmd_quantize.c — `loom quantize --model DIR --to int8|int4 [--group G] -o OUT`: writes a copy
  * of a float Hugging Face model directory whose Linear projections are int8 with one
  * f32 scale per output row, in the layout loom loads directly (docs/QUANTIZATION.md):
  * model.safetensors holds "<name>.weight" as I8 [out, in] and "<name>.weight_scale" as
@@ -9,6 +9,9 @@
  * `--weights int8` uses at load, so both give the same bytes. Every file is written
  * atomically, the weights before config.json (a directory cut short is refused by the
  * loader rather than misread). OUT may not be the source directory.
+ * --to int4 [--group 32|64|128, default 32]: "<name>.weight" is U8 [out, in/2] (two
+ * signed 4-bit values per byte, low nibble first) and "<name>.weight_scale" F32 [out,
+ * in/G], by lm_quantize_int4_groups (again the function `--weights int4` uses).
  */
 #include "args.h"
 #include "commands.h"
@@ -21,6 +24,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *scheme_of(const lm_model_config *c) {
+    return c->quant_format == LM_QUANT_INT4 ? "group-wise symmetric" : "per-output-channel symmetric";
+}
+
+/* w quantized as c says into new tensors (the same calls as nn/model.c's quantize-at-load). */
+static lm_status quantize_matrix(lm_ctx *ctx, const lm_model_config *c, const lm_tensor_view *w, lm_tensor **q,
+                                 lm_tensor **sc) {
+    int int4 = c->quant_format == LM_QUANT_INT4;
+    int64_t qs[2] = {w->shape[0], int4 ? w->shape[1] / 2 : w->shape[1]};
+    int64_t ss[2] = {w->shape[0], int4 ? w->shape[1] / c->quant_group : 1};
+    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : LM_I8, 2, qs, q);
+    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, sc);
+    if (st != LM_OK) return st;
+    if (int4) return lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc), c->quant_group);
+    return lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc));
+}
+
 static int add_quantization_config(json_t *root, void *user) {
     const lm_model_config *c = user;
     json_t *q = json_object(), *mods = json_array();
@@ -29,7 +49,8 @@ static int add_quantization_config(json_t *root, void *user) {
         if (c->quant_modules & (1 << i)) ok = json_array_append_new(mods, json_string(lm_quant_module_name(i))) == 0;
     ok = ok && json_object_set_new(q, "quant_method", json_string("loom")) == 0 &&
          json_object_set_new(q, "format", json_string(lm_quant_format_name((lm_quant_format)c->quant_format))) == 0 &&
-         json_object_set_new(q, "scheme", json_string("per-output-channel symmetric")) == 0 &&
+         json_object_set_new(q, "scheme", json_string(scheme_of(c))) == 0 &&
+         (c->quant_format != LM_QUANT_INT4 || json_object_set_new(q, "group_size", json_integer(c->quant_group)) == 0) &&
          json_object_set(q, "modules", mods) == 0 && json_object_set(root, "quantization_config", q) == 0;
     json_decref(mods);
     json_decref(q);
@@ -44,7 +65,7 @@ typedef struct qtensors {
     int64_t n, cap;
 } qtensors;
 
-/* The checkpoint's tensors, the quantized modules' replaced by i8 + their scales. */
+/* The checkpoint's tensors, the quantized modules' replaced by i8 / u8 + their scales. */
 static int quantize_tensors(const char *dir, lm_checkpoint *ck, const lm_model_config *c, qtensors *q, int *nquant,
                             size_t *bytes_in) {
     int64_t n = lm_checkpoint_count(ck);
@@ -70,9 +91,7 @@ static int quantize_tensors(const char *dir, lm_checkpoint *ck, const lm_model_c
         }
         const lm_tensor_view *w = lm_tensor_as_view(raw);
         lm_tensor *qt = NULL, *sc = NULL;
-        st = lm_tensor_create(lm_device_cpu(), LM_I8, 2, w->shape, &qt);
-        if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, w->shape, &sc);
-        if (st == LM_OK) st = lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(qt), lm_tensor_as_view(sc));
+        st = quantize_matrix(ctx, c, w, &qt, &sc);
         lm_tensor_destroy(raw);
         snprintf(q->scale_names[q->n + 1], sizeof q->scale_names[0], "%s_scale", name);
         q->names[q->n] = name, q->t[q->n] = qt;
@@ -92,7 +111,7 @@ static int quantize_tensors(const char *dir, lm_checkpoint *ck, const lm_model_c
     return 1;
 }
 
-static int quantize(const char *dir, const char *out) {
+static int quantize(const char *dir, const char *out, int int4, int group) {
     lm_model_config cfg;
     lm_checkpoint *ck = NULL;
     lm_status st = lm_model_config_load(dir, &cfg);
@@ -107,8 +126,17 @@ static int quantize(const char *dir, const char *out) {
         lm_checkpoint_close(ck);
         return cli_fail("quantize", dir, st);
     }
-    cfg.quant_format = LM_QUANT_INT8;
+    cfg.quant_format = int4 ? LM_QUANT_INT4 : LM_QUANT_INT8;
     cfg.quant_modules = lm_quant_modules_default(&cfg);
+    cfg.quant_group = int4 ? group : 0;
+    int64_t attn = cfg.num_attention_heads * cfg.head_dim;
+    if (int4 && (cfg.hidden_size % group || cfg.intermediate_size % group || attn % group)) {
+        fprintf(stderr, "loom quantize: --group %d does not divide hidden_size %lld, intermediate_size %lld and "
+                "heads x head_dim %lld of '%s'\n", group, (long long)cfg.hidden_size, (long long)cfg.intermediate_size,
+                (long long)attn, dir);
+        lm_checkpoint_close(ck);
+        return 1;
+    }
     qtensors q = {0};
     int nquant = 0, copied = 0;
     size_t bytes_in = 0, bytes_out = 0;
@@ -123,7 +151,10 @@ static int quantize(const char *dir, const char *out) {
     snprintf(path, sizeof path, "%s/model.safetensors", out);
     if (ok) {
         lm_ctx *ctx = NULL;
-        static const char *const meta[] = {"format", "pt", "quantization", "loom int8 per-output-channel symmetric", NULL};
+        char qdesc[96];
+        snprintf(qdesc, sizeof qdesc, "loom %s %s", lm_quant_format_name((lm_quant_format)cfg.quant_format),
+                 scheme_of(&cfg));
+        const char *const meta[] = {"format", "pt", "quantization", qdesc, NULL};
         st = lm_ctx_create(lm_device_cpu(), 1, &ctx);
         if (st == LM_OK) st = lm_safetensors_write(ctx, path, (int)q.n, q.names, views, meta);
         lm_ctx_destroy(ctx);
@@ -137,7 +168,10 @@ static int quantize(const char *dir, const char *out) {
     if (!ok) return 1;
     printf("{\"out\":");
     cli_json_string(stdout, out, strlen(out));
-    printf(",\"format\":\"int8\",\"scheme\":\"per-output-channel symmetric\",\"modules\":[");
+    printf(",\"format\":\"%s\",\"scheme\":\"%s\",", lm_quant_format_name((lm_quant_format)cfg.quant_format),
+           scheme_of(&cfg));
+    if (int4) printf("\"group_size\":%d,", group);
+    printf("\"modules\":[");
     for (int i = 0, k = 0; i < LM_QUANT_MODULE_COUNT; i++)
         if (cfg.quant_modules & (1 << i)) printf("%s\"%s\"", k++ ? "," : "", lm_quant_module_name(i));
     printf("],\"tensors\":%lld,\"quantized\":%d,\"files_copied\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu}\n",
@@ -147,22 +181,35 @@ static int quantize(const char *dir, const char *out) {
 
 int cmd_quantize(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *to = NULL;
+    int group = 0;
     const cli_opt opts[] = {{"model", CLI_STRING, &dir, "DIR: the float Hugging Face model directory to read (required)"},
-                            {"to", CLI_STRING, &to, "FORMAT: int8 (per-output-channel symmetric; required)"},
+                            {"to", CLI_STRING, &to, "FORMAT: int8 (per-output-channel symmetric) or int4 (group-wise "
+                                                    "symmetric); required"},
+                            {"group", CLI_COUNT, &group, "G: int4 inputs per scale, 32, 64 or 128 (default 32)"},
                             {"out", CLI_STRING, &out, "DIR: the directory to write (also -o; created when missing; required)"},
                             {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos = 0;
-    int rc = cli_parse("quantize", "--model DIR --to int8 -o OUT", opts, argc, argv, pos, 0, &npos);
+    int rc = cli_parse("quantize", "--model DIR --to int8|int4 [--group G] -o OUT", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : rc;
     if (!dir || !out || !to) {
-        fprintf(stderr, "loom quantize: --model DIR, --to int8 and -o OUT are required\n");
+        fprintf(stderr, "loom quantize: --model DIR, --to int8|int4 and -o OUT are required\n");
         return 2;
     }
-    if (strcmp(to, "int8") != 0) {
-        fprintf(stderr, "loom quantize: --to '%s' is not a format loom writes (int8)\n", to);
+    int int4 = strcmp(to, "int4") == 0;
+    if (!int4 && strcmp(to, "int8") != 0) {
+        fprintf(stderr, "loom quantize: --to '%s' is not a format loom writes (int8, int4)\n", to);
+        return 2;
+    }
+    if (group && !int4) {
+        fprintf(stderr, "loom quantize: --group is for --to int4 only\n");
+        return 2;
+    }
+    if (!group) group = 32;
+    if (group != 32 && group != 64 && group != 128) {
+        fprintf(stderr, "loom quantize: --group %d is not 32, 64 or 128\n", group);
         return 2;
     }
     if (!cli_prepare_out("quantize", dir, out)) return 1;
-    return quantize(dir, out);
+    return quantize(dir, out, int4, group);
 }

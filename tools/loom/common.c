@@ -69,10 +69,24 @@ int cli_parse_device(const char *cmd, const char *text, lm_device *out) {
     return 0;
 }
 
+int cli_weights_group;       /* --group (CLI_WEIGHTS_OPT) */
+static int g_text_group;     /* the G of a "--weights int4:G" */
+
 int cli_parse_weights(const char *cmd, const char *text, lm_weights *out) {
     *out = LM_WEIGHTS_AUTO;
+    if (text && strncmp(text, "int4:", 5) == 0) {
+        char *end = NULL;
+        long g = strtol(text + 5, &end, 10);
+        if (end && !*end && (g == 32 || g == 64 || g == 128)) {
+            g_text_group = (int)g;
+            *out = LM_WEIGHTS_INT4;
+            return 1;
+        }
+        fprintf(stderr, "loom %s: --weights '%s': the int4 group is 32, 64 or 128 (int4:32)\n", cmd, text);
+        return 0;
+    }
     if (!text || lm_weights_parse(text, out) == LM_OK) return 1;
-    fprintf(stderr, "loom %s: --weights '%s' is not int8, bf16 or auto\n", cmd, text);
+    fprintf(stderr, "loom %s: --weights '%s' is not int8, int4, int4:G (G 32, 64 or 128), bf16 or auto\n", cmd, text);
     return 0;
 }
 
@@ -85,6 +99,11 @@ lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device dev
     lm_model_load_options o;
     lm_model_load_options_default(&o);
     o.weights = weights;
+    if (cli_weights_group && weights != LM_WEIGHTS_INT4) {
+        fprintf(stderr, "loom %s: --group applies to --weights int4 only\n", cmd);
+        return NULL;
+    }
+    if (weights == LM_WEIGHTS_INT4) o.quant_group = g_text_group ? g_text_group : cli_weights_group;
     lm_status st = lm_model_load_opts(dir, device, &o, &m);
     if (st != LM_OK) {
         char what[1200];

@@ -20,13 +20,17 @@ lm_model *cli_load_model(const char *cmd, const char *dir);
 lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
 /* The --weights option of the commands that run a model (docs/QUANTIZATION.md). */
 #define CLI_WEIGHTS_OPT(dest)                                                                                    \
-    {"weights", CLI_STRING, (dest), "int8|bf16: the weights to run (default: what the directory holds); int8 "    \
-                                    "quantizes a float directory at load (CPU only), bf16 converts f32/f16 "      \
-                                    "matrices at load"}
-/* Parses a --weights value (NULL: LM_WEIGHTS_AUTO). Prints an error and returns 0 when
- * the text is not one. */
+    {"weights", CLI_STRING, (dest), "int8|int4|bf16: the weights to run (default: what the directory holds); "   \
+                                    "int8/int4 quantize a float directory at load (CPU only), bf16 converts "    \
+                                    "f32/f16 matrices at load"},                                                  \
+    {"group", CLI_COUNT, &cli_weights_group, "G: --weights int4: inputs per scale, 32, 64 or 128 (default 32)"}
+/* --group of CLI_WEIGHTS_OPT (0: not given); read by cli_load_model_weights. */
+extern int cli_weights_group;
+/* Parses a --weights value (NULL: LM_WEIGHTS_AUTO; "int4:G" is int4 with group G, for
+ * commands without --group). Prints an error and returns 0 when the text is not one. */
 int cli_parse_weights(const char *cmd, const char *text, lm_weights *out);
-/* Loads a model on device with the given weights (reporting errors); NULL on failure. */
+/* Loads a model on device with the given weights (reporting errors; int4 with the
+ * group of --group or "int4:G"); NULL on failure. */
 lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device device, lm_weights weights);
 /* ---- writing model directories (cmd_convert.c; loom convert and loom quantize) ---- */
 /* OUT is created when missing; it may not be the source directory itself. Prints why and returns 0 otherwise. */

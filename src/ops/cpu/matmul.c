@@ -9,7 +9,8 @@
  * over it. Every y element is computed by one task in one fixed order, so the result
  * is the same for any thread count. int8 weights (lm__cpu_linear_i8) take the same
  * split: their kernels apply the row scale, the bias and the accumulate as they store
- * (gemv) or pack the scale into the panels and add the bias after the last K block.
+ * (gemv) or pack the scale into the panels and add the bias after the last K block;
+ * int4 weights (lm__cpu_linear_i4, wdt u8 here) the same with one scale per group.
  */
 #include "ops/cpu/matmul.h"
 
@@ -25,13 +26,16 @@ typedef struct linear_job {
     const void *w;  /* [N, K] rows ldw apart, dtype wdt */
     float *y;       /* [M, N] rows ldy apart */
     const float *scales, *bias; /* wdt i8: [N] row scales and [N] bias (or NULL) */
-    int accumulate;             /* wdt i8: y += product */
+    int accumulate;             /* wdt i8 / u8 (int4): y += product */
+    int64_t lds;                /* wdt u8 (int4): scales [N, K / group], rows lds apart */
+    int group;                  /* wdt u8 (int4): k per scale */
     lm_dtype wdt;
     int64_t ldx, ldw, ldy, M, N, K;
     int64_t rows_per_task;  /* gemv: W rows per task */
     int64_t kc, nc, mc;     /* GEMM: K block, N block (multiple of nr), M block (multiple of mr) */
     int64_t tasks_n;        /* GEMM: N blocks; task t covers N block t % tasks_n, M block t / tasks_n */
     float *scratch;         /* GEMM: [workers][kc * nc] packed W, one slice per pool worker */
+    float *xsplit;          /* int4 gemv with kern->i4_split: [M, K] x in the kernel's even/odd order */
 } linear_job;
 
 static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
@@ -49,10 +53,22 @@ static int is_small(const linear_job *j) { return (double)j->M * (double)j->N * 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+/* The int4 weights from W row n0 on. */
+static lm__i4_weights i4_at(const linear_job *j, int64_t n0) {
+    return (lm__i4_weights){(const uint8_t *)j->w + n0 * j->ldw, j->ldw, j->scales + n0 * j->lds, j->lds, j->group,
+                            j->bias ? j->bias + n0 : NULL, j->accumulate};
+}
+
 static void gemv_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const linear_job *j = arg;
     int64_t n0 = task * j->rows_per_task, n1 = LM_MIN(j->N, n0 + j->rows_per_task);
+    if (j->wdt == LM_U8) {
+        lm__i4_weights W = i4_at(j, n0);
+        j->kern->gemv_i4(j->xsplit ? j->xsplit : j->x, j->xsplit ? j->K : j->ldx, j->M, &W, n1 - n0, j->K,
+                         j->y + n0, j->ldy);
+        return;
+    }
     if (j->wdt == LM_I8) {
         lm__i8_epilogue ep = {j->scales + n0, j->bias ? j->bias + n0 : NULL, j->accumulate};
         j->kern->gemv_i8(j->x, j->ldx, j->M, (const int8_t *)j->w + n0 * j->ldw, j->ldw, &ep, n1 - n0, j->K, j->y + n0,
@@ -74,7 +90,10 @@ static void gemm_task(void *arg, int64_t task, int worker) {
         int64_t kl = LM_MIN(j->kc, j->K - k0);
         /* Panel p holds columns n0 + p * nr ..: kl rows of nr floats. */
         for (int64_t n = n0; n < n1; n += nr) {
-            if (j->wdt == LM_I8)
+            if (j->wdt == LM_U8) {
+                lm__i4_weights W = i4_at(j, n);
+                kn->pack_i4(&W, (int)LM_MIN(nr, n1 - n), k0, kl, bp + (n - n0) * kl);
+            } else if (j->wdt == LM_I8)
                 kn->pack_i8((const int8_t *)j->w + n * j->ldw + k0, j->ldw, j->scales + n, (int)LM_MIN(nr, n1 - n), kl,
                             bp + (n - n0) * kl);
             else
@@ -137,8 +156,8 @@ static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
 static lm_status check_args(const float *x, int64_t ldx, const void *w, lm_dtype wdtype, int64_t ldw,
                             const float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
     const char *op = "cpu linear";
-    if (wdtype != LM_F32 && wdtype != LM_BF16 && wdtype != LM_F16 && wdtype != LM_I8)
-        return lm__error(LM_UNSUPPORTED, "%s: weight dtype %s; expected f32, bf16, f16 or i8", op,
+    if (wdtype != LM_F32 && wdtype != LM_BF16 && wdtype != LM_F16 && wdtype != LM_I8 && wdtype != LM_U8)
+        return lm__error(LM_UNSUPPORTED, "%s: weight dtype %s; expected f32, bf16, f16, i8 or u8 (int4)", op,
                          lm_dtype_name(wdtype));
     if (M < 0 || N < 0 || K < 0)
         return lm__error(LM_INVALID_ARGUMENT, "%s: negative size M=%lld N=%lld K=%lld", op, (long long)M,
@@ -151,10 +170,30 @@ static lm_status check_args(const float *x, int64_t ldx, const void *w, lm_dtype
     return LM_OK;
 }
 
+/* x [M, K] (rows ldx apart) into dst [M, K] dense, each block of 2L k as its L even-k
+ * values then its L odd-k values (K is a multiple of 2L). O(M * K), once per call. */
+static void split_x(const float *x, int64_t ldx, int64_t M, int64_t K, int L, float *dst) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < K; b += 2 * L)
+            for (int i = 0; i < L; i++) {
+                dst[m * K + b + i] = x[m * ldx + b + 2 * i];
+                dst[m * K + b + L + i] = x[m * ldx + b + 2 * i + 1];
+            }
+}
+
 static lm_status run(lm_threadpool *pool, linear_job *j) {
     j->kern = kernels_for(lm__cpu_isa_active());
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
+        int L = j->kern->i4_split;
+        if (j->wdt == LM_U8 && L) {
+            size_t bytes = (size_t)(j->M * j->K) * sizeof(float);
+            if (!(j->xsplit = lm__alloc(bytes, 64)))
+                return lm__error(LM_OUT_OF_MEMORY, "cpu linear: int4 x scratch of %zu bytes", bytes);
+            split_x(j->x, j->ldx, j->M, j->K, L, j->xsplit);
+        }
         run_gemv(pool, j);
+        lm__free(j->xsplit);
+        j->xsplit = NULL;
         return LM_OK;
     }
     return run_gemm(pool, j);
@@ -163,8 +202,9 @@ static lm_status run(lm_threadpool *pool, linear_job *j) {
 lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
                          int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
     LM_TRY(check_args(x, ldx, w, wdtype, ldw, y, ldy, M, N, K));
-    if (wdtype == LM_I8)
-        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: int8 weights need their scales (lm__cpu_linear_i8)");
+    if (wdtype == LM_I8 || wdtype == LM_U8)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: %s weights need their scales (lm__cpu_linear_i8 / _i4)",
+                         wdtype == LM_I8 ? "int8" : "int4");
     if (M == 0 || N == 0) return LM_OK;
     if (K == 0) { /* the empty sum */
         for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, (size_t)N * sizeof(float));
@@ -190,6 +230,33 @@ lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, co
     }
     linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .wdt = LM_I8,
                     .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
+    return run(pool, &j);
+}
+
+/* The bias alone (K == 0: the empty sum), into or onto y. */
+static void bias_only(const float *bias, int accumulate, float *y, int64_t ldy, int64_t M, int64_t N) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float v = bias ? bias[n] : 0.0f;
+            y[m * ldy + n] = accumulate ? y[m * ldy + n] + v : v;
+        }
+}
+
+lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
+                            const float *scales, int64_t lds, int group, const float *bias, int accumulate, float *y,
+                            int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    LM_TRY(check_args(x, ldx, q, LM_U8, ldq, y, ldy, M, N, K));
+    if ((group != 32 && group != 64 && group != 128) || K % group)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: int4 group %d with K = %lld (32, 64 or 128 dividing K)",
+                         group, (long long)K);
+    if (M == 0 || N == 0) return LM_OK;
+    if (!scales || lds < 0) return lm__error(LM_INVALID_ARGUMENT, "cpu linear: NULL int4 group scales");
+    if (K == 0) {
+        bias_only(bias, accumulate, y, ldy, M, N);
+        return LM_OK;
+    }
+    linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .lds = lds,
+                    .group = group, .wdt = LM_U8, .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
     return run(pool, &j);
 }
 

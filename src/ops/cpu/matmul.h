@@ -33,6 +33,15 @@ lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, co
                             const float *scales, const float *bias, int accumulate, float *y, int64_t ldy, int64_t M,
                             int64_t N, int64_t K);
 
+/* The int4 form: y[m * ldy + n] = (accumulate ? y : 0) + sum_k x[m * ldx + k] * q(n, k)
+ * * scales[n * lds + k / group] + (bias ? bias[n] : 0), q(n, k) the signed nibble k & 1
+ * (low first) of byte q[n * ldq + k / 2]. group 32, 64 or 128 dividing K
+ * (LM_INVALID_ARGUMENT otherwise); bias dense [N]. Same sizes, strides, threading and
+ * determinism as lm__cpu_linear; gemv and GEMM both use the dequantized q * scale. */
+lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
+                            const float *scales, int64_t lds, int group, const float *bias, int accumulate, float *y,
+                            int64_t ldy, int64_t M, int64_t N, int64_t K);
+
 /* 1 if lm_matmul_out(a, b, out) maps onto lm__cpu_linear: a f32 [..., M, K], out f32
  * [..., M, N] with the same batch dims, both with unit inner stride and batch + M dims
  * that merge into one row dimension (any row stride); b bf16/f16/f32 [K, N] with

@@ -2,7 +2,9 @@
  * lanes, 16 registers).
  *
  * bf16 widens by zero-extension and a 16-bit shift, f16 with vcvtph2ps, int8 by
- * vpmovsxbd + vcvtdq2ps; all exact (int8 row scales as in matmul_avx512.c).
+ * vpmovsxbd + vcvtdq2ps; all exact (int8 row scales as in matmul_avx512.c); int4
+ * rows unpack by nibble shifts against an even/odd-split x (the GEMM packs them with
+ * the portable loop).
  * AVX2 has no 16-bit masked loads, so K tails go through a zero-padded 8-lane
  * buffer (once per row, outside the main loop).
  *  gemv:  one W row at a time against up to 4 x rows, 2-4 accumulators per x row.
@@ -119,6 +121,57 @@ LM__TARGET_AVX2 static void gemv_i8_avx2(const float *x, int64_t ldx, int64_t M,
     gemv_rows(x, ldx, M, q, LM_I8, ldq, nrows, K, y, ldy, ep);
 }
 
+/* As gemv_i4_row in matmul_avx512.c with 8-lane vectors and x split in blocks of 16
+ * (8 even k, then 8 odd k): per 16 k one 8-byte read zero-extended to 8 dwords, the
+ * low and high nibbles sign-extended by shifts (AVX2's vpermps has only 8 entries),
+ * converted and scaled, two FMA chains per x row. */
+INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, int64_t r, int64_t K,
+                        float *y, int64_t ldy) {
+    const uint8_t *qr = W->q + r * W->ldq;
+    const float *sc = W->scales + r * W->lds;
+    const int64_t G = W->group;
+    __m256 acc[GEMV_MR][2];
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t k0 = 0, g = 0; k0 < K; k0 += G, g++) { /* g = k0 / G without a division */
+        __m256 s = _mm256_set1_ps(sc[g]);
+        for (int64_t k = k0; k < k0 + G; k += 16) {
+            if ((k & 127) == 0) lm__prefetch_bytes(qr, k / 2);
+            __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qr + k / 2)));
+            __m256 w0 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 28), 28));
+            __m256 w1 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 28));
+            w0 = _mm256_mul_ps(w0, s), w1 = _mm256_mul_ps(w1, s);
+#pragma GCC unroll 4
+            for (int m = 0; m < MRX; m++) {
+                acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k), w0, acc[m][0]);
+                acc[m][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k + 8), w1, acc[m][1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++)
+        y[m * ldy] = lm__i4_finish(W, r, hsum8(_mm256_add_ps(acc[m][0], acc[m][1])), y + m * ldy);
+}
+
+LM__TARGET_AVX2 static void gemv_i4_avx2(const float *x, int64_t ldx, int64_t M, const lm__i4_weights *W,
+                                         int64_t nrows, int64_t K, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t m = 0; m < M; m += GEMV_MR) {
+            const float *xm = x + m * ldx;
+            float *ym = y + m * ldy + r;
+            switch (M - m) {
+            case 1: gemv_i4_row(xm, ldx, 1, W, r, K, ym, ldy); break;
+            case 2: gemv_i4_row(xm, ldx, 2, W, r, K, ym, ldy); break;
+            case 3: gemv_i4_row(xm, ldx, 3, W, r, K, ym, ldy); break;
+            default: gemv_i4_row(xm, ldx, 4, W, r, K, ym, ldy); break;
+            }
+        }
+}
+
+static void pack_i4_avx2(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kc, float *dst) {
+    lm__pack_i4_generic(W, NR, ncols, k0, kc, dst);
+}
+
 /* In-place transpose of an 8 x 8 f32 block held in 8 registers: r[i][j] -> r[j][i]. */
 INLINE void transpose8(__m256 r[8]) {
     __m256 t[8], s[8];
@@ -228,6 +281,7 @@ const lm__linear_kernels lm__linear_kernels_avx2 = {
     .gemv_max_m_f32 = 6, .gemv_max_m_16 = 6,
     .gemv = gemv_avx2, .pack = pack_avx2, .micro = micro_avx2,
     .gemv_i8 = gemv_i8_avx2, .pack_i8 = pack_i8_avx2,
+    .gemv_i4 = gemv_i4_avx2, .pack_i4 = pack_i4_avx2, .i4_split = 8,
 };
 
 #endif

@@ -11,7 +11,9 @@
  * Every kernel accumulates in f32; x is never rounded. Sizes are in elements. int8
  * weights: the gemv sums x * q exactly widened and applies the row scale once per
  * output (then bias and accumulate); the GEMM packs q * scale (one f32 rounding per
- * weight) and reuses the f32 microkernel.
+ * weight) and reuses the f32 microkernel. int4 weights (two per byte, one f32 scale
+ * per group of 32/64/128 k): gemv and pack both dequantize q * scale (one f32 rounding
+ * per weight); the gemv adds the bias and accumulate as it stores.
  */
 #ifndef LOOM_OPS_CPU_MATMUL_KERNELS_H
 #define LOOM_OPS_CPU_MATMUL_KERNELS_H
@@ -28,6 +30,21 @@ typedef struct lm__i8_epilogue {
     const float *bias;   /* [nrows] or NULL */
     int accumulate;
 } lm__i8_epilogue;
+
+/* The int4 weights of a call, pointers at W row 0 of the call: q u8 rows of K/2 bytes
+ * (ldq apart; element k is nibble k & 1 of byte k / 2, low first, two's complement),
+ * W[r, k] = q[r, k] * scales[r * lds + k / group]; y = (accumulate ? y : 0) +
+ * (sum + (bias ? bias[r] : 0)). K is a multiple of group (32, 64 or 128), so every
+ * 16-aligned run of 16 k lies in one group and needs no tail handling. */
+typedef struct lm__i4_weights {
+    const uint8_t *q;
+    int64_t ldq;
+    const float *scales; /* [nrows, K / group], rows lds apart */
+    int64_t lds;
+    int group;
+    const float *bias; /* [nrows] or NULL */
+    int accumulate;
+} lm__i4_weights;
 
 typedef struct lm__linear_kernels {
     int mr, nr;      /* microkernel tile: mr rows of x/y by nr columns of y (nr = panel width) */
@@ -53,6 +70,17 @@ typedef struct lm__linear_kernels {
                     int64_t nrows, int64_t K, float *y, int64_t ldy);
     /* int8 pack: dst[k * nr + j] = f32(q row j, element k) * scales[j], 0 past ncols. */
     void (*pack_i8)(const int8_t *q, int64_t ldq, const float *scales, int ncols, int64_t kc, float *dst);
+    /* int4 gemv: y[m * ldy + r] = W's epilogue(sum_k x[m, k] * W[r, k]) for m < M (<=
+     * gemv_max_m_16), r < nrows; the weights are dequantized (q * scale, one f32
+     * rounding each) and summed as f32 in a fixed order. With i4_split = L > 0 the
+     * kernel reads x split by the driver (split_x in matmul.c): each block of 2L k as its L
+     * even-k values, then its L odd-k values, the order in which the low and high
+     * nibbles of L bytes unpack into two vectors. */
+    void (*gemv_i4)(const float *x, int64_t ldx, int64_t M, const lm__i4_weights *W, int64_t nrows, int64_t K,
+                    float *y, int64_t ldy);
+    /* int4 pack: dst[k * nr + j] = W[j, k0 + k] for k < kc (k0, kc multiples of 16), 0 past ncols. */
+    void (*pack_i4)(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kc, float *dst);
+    int i4_split; /* the gemv_i4 x layout (see gemv_i4): vector lanes L, or 0 for x as it is */
 } lm__linear_kernels;
 
 extern const lm__linear_kernels lm__linear_kernels_scalar;
@@ -61,8 +89,8 @@ extern const lm__linear_kernels lm__linear_kernels_avx2;
 extern const lm__linear_kernels lm__linear_kernels_avx512;
 #endif
 
-/* Bytes per weight element: f32 4, bf16/f16 2, i8 1. */
-static inline size_t lm__w_size(lm_dtype dt) { return dt == LM_F32 ? 4u : dt == LM_I8 ? 1u : 2u; }
+/* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */
+static inline size_t lm__w_size(lm_dtype dt) { return dt == LM_F32 ? 4u : dt == LM_I8 || dt == LM_U8 ? 1u : 2u; }
 
 /* One weight element widened to f32 (exact for every dtype; i8 without its scale).
  * bf16 is the top half of an f32, so widening is a 16-bit shift. */
@@ -87,6 +115,35 @@ static inline float lm__i8_finish(const lm__i8_epilogue *ep, int64_t r, float su
     float v = sum * ep->scales[r];
     if (ep->bias) v += ep->bias[r];
     return ep->accumulate ? *y + v : v;
+}
+
+/* Element k of an int4 row (a signed nibble, see lm__i4_weights). */
+static inline int lm__i4_get(const uint8_t *row, int64_t k) {
+    int v = (row[k >> 1] >> ((k & 1) * 4)) & 15;
+    return v >= 8 ? v - 16 : v;
+}
+
+/* The int4 epilogue for row r: (accumulate ? *y : 0) + (sum + bias[r]). */
+static inline float lm__i4_finish(const lm__i4_weights *W, int64_t r, float sum, const float *y) {
+    float v = W->bias ? sum + W->bias[r] : sum;
+    return W->accumulate ? *y + v : v;
+}
+
+/* The portable int4 pack of nr-wide panels (every ISA's pack_i4 for now: it runs once
+ * per K block of the GEMM and is amortized over its > gemv_max_m_16 x rows). */
+static inline void lm__pack_i4_generic(const lm__i4_weights *W, int nr, int ncols, int64_t k0, int64_t kc, float *dst) {
+    for (int j = 0; j < nr; j++) {
+        if (j >= ncols) {
+            for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = 0.0f;
+            continue;
+        }
+        const uint8_t *row = W->q + j * W->ldq;
+        const float *sc = W->scales + j * W->lds;
+        for (int64_t k = 0; k < kc; k += 16) { /* 16-aligned runs of k lie in one group */
+            float s = sc[(k0 + k) / W->group];
+            for (int64_t i = k; i < k + 16 && i < kc; i++) dst[i * nr + j] = (float)lm__i4_get(row, k0 + i) * s;
+        }
+    }
 }
 
 /* Prefetches the cache line LM__GEMV_PREFETCH bytes past byte offset off of a streamed

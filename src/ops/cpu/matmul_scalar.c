@@ -3,7 +3,7 @@
  * paths (gemv over W rows, packed panels + an 8 x 8 register tile for GEMM) so the
  * driver is shared; every dot product is a sequential f32 sum over k. int8 weights
  * go through the same loops (lm__widen1 widens them; the scale comes after the sum
- * in gemv, into the panel in pack).
+ * in gemv, into the panel in pack); int4 weights are dequantized per element.
  */
 #include "ops/cpu/matmul_kernels.h"
 
@@ -47,6 +47,33 @@ static void gemv_i8_scalar(const float *x, int64_t ldx, int64_t M, const int8_t 
     }
 }
 
+/* int4: each weight dequantized (q * its group's scale) once per k, then as above. */
+static void gemv_i4_scalar(const float *x, int64_t ldx, int64_t M, const lm__i4_weights *W, int64_t nrows, int64_t K,
+                           float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *qr = W->q + r * W->ldq;
+        const float *sc = W->scales + r * W->lds;
+        for (int64_t m0 = 0; m0 < M; m0 += GEMV_MR) {
+            int mr = (int)(M - m0 < GEMV_MR ? M - m0 : GEMV_MR);
+            const float *xm = x + m0 * ldx;
+            float acc[GEMV_MR] = {0};
+            for (int64_t k0 = 0, g = 0; k0 < K; k0 += W->group, g++)
+                for (int64_t k = k0; k < k0 + W->group; k++) {
+                    float wv = (float)lm__i4_get(qr, k) * sc[g];
+                    for (int m = 0; m < mr; m++) acc[m] += xm[m * ldx + k] * wv;
+                }
+            for (int m = 0; m < mr; m++) {
+                float *yp = y + (m0 + m) * ldy + r;
+                *yp = lm__i4_finish(W, r, acc[m], yp);
+            }
+        }
+    }
+}
+
+static void pack_i4_scalar(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kc, float *dst) {
+    lm__pack_i4_generic(W, NR, ncols, k0, kc, dst);
+}
+
 static void pack_scalar(const void *w, lm_dtype wdt, int64_t ldw, int ncols, int64_t kc, float *dst) {
     for (int j = 0; j < NR; j++) {
         if (j >= ncols) {
@@ -87,4 +114,5 @@ const lm__linear_kernels lm__linear_kernels_scalar = {
     .gemv_max_m_f32 = GEMV_MR, .gemv_max_m_16 = GEMV_MR,
     .gemv = gemv_scalar, .pack = pack_scalar, .micro = micro_scalar,
     .gemv_i8 = gemv_i8_scalar, .pack_i8 = pack_i8_scalar,
+    .gemv_i4 = gemv_i4_scalar, .pack_i4 = pack_i4_scalar,
 };
