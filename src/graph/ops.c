@@ -294,8 +294,11 @@ lm_status lm__graph_sample(lm_graph *g, const char *name, lm_graph_value logits,
     return lm__graph_append(g, LM__GOP_SAMPLE, nm, in, 2, 1, rs, LM_I32, NULL, out);
 }
 
-lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
-                                lm_graph_value w_scales, lm_graph_value bias, lm_dtype out_dt, lm_graph_value *out) {
+/* The linear op of quantized weights: int8 (group 0: w i8 [N, K], scales f32 [N]) or
+ * int4 (group 32/64/128: w u8 [N, K/2] of nibbles, scales f32 [N, K/group]). */
+static lm_status linear_quant(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
+                              lm_graph_value w_scales, int group, lm_graph_value bias, lm_dtype out_dt,
+                              lm_graph_value *out) {
     char buf[32];
     const char *nm;
     LM_TRY(lm__graph_begin_op(g, out, name, buf, sizeof buf, &nm));
@@ -305,14 +308,19 @@ lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x,
     if (bias >= 0) LM_TRY(lm__graph_check_value(g, bias, nm, "bias"));
     LM_TRY(want_float(g, nm, "input", x));
     const lm__gvalue *vx = &g->values[x], *vw = &g->values[w];
-    if (vw->dtype != LM_I8 || vw->ndim != 2)
-        return lm__error(LM_DTYPE_MISMATCH, "linear '%s': weight '%s' must be i8 [N, K] (is %s, %d-D)", nm, vw->name,
+    if (vw->dtype != (group ? LM_U8 : LM_I8) || vw->ndim != 2)
+        return lm__error(LM_DTYPE_MISMATCH, "linear '%s': %s weight '%s' must be %s (is %s, %d-D)", nm,
+                         group ? "int4" : "int8", vw->name, group ? "u8 [N, K/2]" : "i8 [N, K]",
                          lm_dtype_name(vw->dtype), vw->ndim);
-    int64_t N = vw->dims[0], K = vw->dims[1], xs[2] = {-1, K}, ns[1] = {N};
+    int64_t N = vw->dims[0], K = (group ? 2 : 1) * vw->dims[1], xs[2] = {-1, K}, ns[1] = {N};
+    if (group && ((group != 32 && group != 64 && group != 128) || K % group))
+        return lm__error(LM_INVALID_ARGUMENT, "linear '%s': int4 group %d (32, 64 or 128 dividing K = %lld)", nm, group,
+                         (long long)K);
+    int64_t ss[2] = {N, group ? K / group : 1};
     LM_TRY(want_shape(g, nm, "input", x, 2, xs));
     if (g->values[w_scales].dtype != LM_F32)
         return lm__error(LM_DTYPE_MISMATCH, "linear '%s': weight scales '%s' must be f32", nm, g->values[w_scales].name);
-    LM_TRY(want_shape(g, nm, "weight scales", w_scales, 1, ns));
+    LM_TRY(want_shape(g, nm, "weight scales", w_scales, group ? 2 : 1, group ? ss : ns));
     if (bias >= 0) {
         LM_TRY(want_float(g, nm, "bias", bias));
         LM_TRY(want_shape(g, nm, "bias", bias, 1, ns));
@@ -324,44 +332,17 @@ lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x,
     LM_TRY(lm__graph_append(g, LM__GOP_LINEAR, nm, in, 6, 2, ys, out_dt, &op, out));
     op->i[0] = LM_LINEAR_IN;
     op->i[1] = bias >= 0;
+    op->b = group; /* the int4 format: k per scale (0: int8) */
     return LM_OK;
+}
+
+lm_status lm__graph_linear_int8(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
+                                lm_graph_value w_scales, lm_graph_value bias, lm_dtype out_dt, lm_graph_value *out) {
+    return linear_quant(g, name, x, w, w_scales, 0, bias, out_dt, out);
 }
 
 lm_status lm__graph_linear_int4(lm_graph *g, const char *name, lm_graph_value x, lm_graph_value w,
                                 lm_graph_value w_scales, int group, lm_graph_value bias, lm_dtype out_dt,
                                 lm_graph_value *out) {
-    char buf[32];
-    const char *nm;
-    LM_TRY(lm__graph_begin_op(g, out, name, buf, sizeof buf, &nm));
-    LM_TRY(lm__graph_check_value(g, x, nm, "input"));
-    LM_TRY(lm__graph_check_value(g, w, nm, "weight"));
-    LM_TRY(lm__graph_check_value(g, w_scales, nm, "weight scales"));
-    if (bias >= 0) LM_TRY(lm__graph_check_value(g, bias, nm, "bias"));
-    LM_TRY(want_float(g, nm, "input", x));
-    const lm__gvalue *vx = &g->values[x], *vw = &g->values[w];
-    if (vw->dtype != LM_U8 || vw->ndim != 2)
-        return lm__error(LM_DTYPE_MISMATCH, "linear '%s': int4 weight '%s' must be u8 [N, K/2] (is %s, %d-D)", nm,
-                         vw->name, lm_dtype_name(vw->dtype), vw->ndim);
-    int64_t N = vw->dims[0], K = 2 * vw->dims[1], xs[2] = {-1, K}, ns[1] = {N};
-    if ((group != 32 && group != 64 && group != 128) || K % group)
-        return lm__error(LM_INVALID_ARGUMENT, "linear '%s': int4 group %d (32, 64 or 128 dividing K = %lld)", nm, group,
-                         (long long)K);
-    int64_t ss[2] = {N, K / group};
-    LM_TRY(want_shape(g, nm, "input", x, 2, xs));
-    if (g->values[w_scales].dtype != LM_F32)
-        return lm__error(LM_DTYPE_MISMATCH, "linear '%s': weight scales '%s' must be f32", nm, g->values[w_scales].name);
-    LM_TRY(want_shape(g, nm, "weight scales", w_scales, 2, ss));
-    if (bias >= 0) {
-        LM_TRY(want_float(g, nm, "bias", bias));
-        LM_TRY(want_shape(g, nm, "bias", bias, 1, ns));
-    }
-    if (!is_float(out_dt)) return lm__error(LM_DTYPE_MISMATCH, "linear '%s': output dtype %s", nm, lm_dtype_name(out_dt));
-    int in[6] = {x, w, bias, -1, -1, w_scales};
-    int64_t ys[2] = {vx->dims[0], N};
-    lm__gop *op;
-    LM_TRY(lm__graph_append(g, LM__GOP_LINEAR, nm, in, 6, 2, ys, out_dt, &op, out));
-    op->i[0] = LM_LINEAR_IN;
-    op->i[1] = bias >= 0;
-    op->b = group; /* the int4 format: k per scale */
-    return LM_OK;
+    return linear_quant(g, name, x, w, w_scales, group, bias, out_dt, out);
 }
