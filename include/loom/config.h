@@ -187,7 +187,10 @@ typedef struct lm_tensor_spec {
 LM_API int64_t lm_model_config_tensor_count(const lm_model_config *cfg);
 LM_API lm_status lm_model_config_tensor(const lm_model_config *cfg, int64_t i, lm_tensor_spec *spec);
 /* Checks that ck holds every expected tensor with a float dtype and the expected
- * shape (and lm_head.weight's shape if a tied checkpoint still stores it). Extra
+ * shape (and lm_head.weight's shape if a tied checkpoint still stores it); for a
+ * quantized config (quant_format), the modules it lists as i8 [out, in] (int8) or u8
+ * [out, in/2] (int4) with f32 "<weight>_scale" tensors of the format's shape, every
+ * scale finite and > 0, and every other tensor float. Extra
  * tensors are ignored. Errors name the tensor: LM_NOT_FOUND, LM_UNSUPPORTED,
  * LM_DTYPE_MISMATCH, or LM_SHAPE_MISMATCH such as
  * "tensor 'model.layers.3.mlp.up_proj.weight': shape [64,32] != expected [96,32]". */

@@ -8,6 +8,7 @@
 #include "io/internal.h"
 #include "loom/config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -121,6 +122,51 @@ static lm_status check_entry(const lm_checkpoint *ck, const lm_tensor_spec *sp, 
                      lm__io_shape_str(sp->ndim, sp->shape, want, sizeof want));
 }
 
+/* A quantized weight and its scales, as a quantized directory stores them: int8 i8 [out,
+ * in] with f32 [out] scales; int4 u8 [out, in/2] with f32 [out, in/group] scales. */
+static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoint *ck, const lm_tensor_spec *sp) {
+    lm_safetensors_entry e;
+    char scale[sizeof sp->name + 8], have[160], want[64];
+    int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
+    int64_t qs[2] = {sp->shape[0], int4 ? sp->shape[1] / 2 : sp->shape[1]};
+    int64_t ss[2] = {sp->shape[0], int4 && G > 0 ? sp->shape[1] / G : 1};
+    if (int4 && (G <= 0 || sp->shape[1] % G))
+        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': %lld inputs are not a multiple of the int4 group_size %d",
+                         sp->name, (long long)sp->shape[1], G);
+    LM_TRY(lm_checkpoint_find(ck, sp->name, &e));
+    if (e.dtype != (int4 ? LM_U8 : LM_I8))
+        return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s, but quantization_config says "
+                         "it is %s", sp->name, lm_checkpoint_path(ck), e.dtype_name,
+                         int4 ? "int4 (u8, two values per byte)" : "int8 (i8)");
+    int same = e.ndim == 2 && e.shape[0] == qs[0] && e.shape[1] == qs[1];
+    if (!same)
+        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp->name,
+                         lm__io_shape_str(e.ndim, e.shape, have, sizeof have), lm__io_shape_str(2, qs, want, sizeof want));
+    snprintf(scale, sizeof scale, "%s_scale", sp->name);
+    lm_status st = lm_checkpoint_find(ck, scale, &e);
+    if (st == LM_NOT_FOUND)
+        return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of %s weight '%s' is missing",
+                         lm_checkpoint_path(ck), scale, int4 ? "int4" : "int8", sp->name);
+    LM_TRY(st);
+    if (e.dtype != LM_F32)
+        return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
+    if (int4 && (e.ndim != 2 || e.shape[0] != ss[0] || e.shape[1] != ss[1]))
+        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected %s (one per group of %d inputs "
+                         "of '%s')", scale, lm__io_shape_str(e.ndim, e.shape, have, sizeof have),
+                         lm__io_shape_str(2, ss, want, sizeof want), G, sp->name);
+    if (!int4 && (e.ndim != 1 || e.shape[0] != sp->shape[0]))
+        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected [%lld] (one per output row of '%s')",
+                         scale, lm__io_shape_str(e.ndim, e.shape, have, sizeof have), (long long)sp->shape[0], sp->name);
+    for (int64_t r = 0; r < ss[0] * ss[1]; r++) {
+        float v;
+        memcpy(&v, (const char *)e.data + 4 * r, 4);
+        if (!(v > 0 && v < INFINITY))
+            return lm__error(LM_INVALID_ARGUMENT, "scale tensor '%s': element %lld is %g (scales are finite and > 0)",
+                             scale, (long long)r, (double)v);
+    }
+    return LM_OK;
+}
+
 lm_status lm_model_config_check_checkpoint(const lm_model_config *cfg, const lm_checkpoint *ck) {
     if (!cfg || !ck) return lm__error(LM_INVALID_ARGUMENT, "lm_model_config_check_checkpoint: NULL argument");
     int64_t n = lm_model_config_tensor_count(cfg);
@@ -128,7 +174,15 @@ lm_status lm_model_config_check_checkpoint(const lm_model_config *cfg, const lm_
     lm_safetensors_entry e;
     for (int64_t i = 0; i < n; i++) {
         LM_TRY(lm_model_config_tensor(cfg, i, &sp));
+        if (cfg->quant_format && lm_model_config_tensor_quantized(cfg, sp.name)) {
+            LM_TRY(check_quant_entry(cfg, ck, &sp));
+            continue;
+        }
         LM_TRY(lm_checkpoint_find(ck, sp.name, &e));
+        if (cfg->quant_format && (e.dtype == LM_I8 || e.dtype == LM_U8))
+            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is %s, but quantization_config.modules "
+                             "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck),
+                             e.dtype == LM_I8 ? "int8" : "u8 (int4)");
         LM_TRY(check_entry(ck, &sp, &e));
     }
     if (!cfg->tie_word_embeddings) return LM_OK;

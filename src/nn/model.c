@@ -76,89 +76,6 @@ typedef struct load_plan {
     int to_bf16;            /* convert float matrices that are not bf16 to bf16 */
 } load_plan;
 
-static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < ndim && n < size; i++) n += (size_t)snprintf(buf + n, size - n, i ? ",%lld" : "%lld", (long long)shape[i]);
-    if (n < size) snprintf(buf + n, size - n, "]");
-    return buf;
-}
-
-/* A quantized weight and its scales, as a quantized directory stores them (the float
- * contract of the other tensors is lm_model_config_check_checkpoint's): int8 i8 [out,
- * in] with f32 [out] scales; int4 u8 [out, in/2] with f32 [out, in/group] scales. */
-static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoint *ck, const lm_tensor_spec *sp) {
-    lm_safetensors_entry e;
-    char scale[sizeof sp->name + 8], have[160], want[64];
-    int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
-    int64_t qs[2] = {sp->shape[0], int4 ? sp->shape[1] / 2 : sp->shape[1]};
-    int64_t ss[2] = {sp->shape[0], int4 ? sp->shape[1] / G : 1};
-    if (int4 && sp->shape[1] % G)
-        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': %lld inputs are not a multiple of the int4 group_size %d",
-                         sp->name, (long long)sp->shape[1], G);
-    LM_TRY(lm_checkpoint_find(ck, sp->name, &e));
-    if (e.dtype != (int4 ? LM_U8 : LM_I8))
-        return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s, but quantization_config says "
-                         "it is %s", sp->name, lm_checkpoint_path(ck), e.dtype_name,
-                         int4 ? "int4 (u8, two values per byte)" : "int8 (i8)");
-    int same = e.ndim == 2 && e.shape[0] == qs[0] && e.shape[1] == qs[1];
-    if (!same)
-        return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp->name,
-                         shape_str(e.ndim, e.shape, have, sizeof have), shape_str(2, qs, want, sizeof want));
-    snprintf(scale, sizeof scale, "%s_scale", sp->name);
-    lm_status st = lm_checkpoint_find(ck, scale, &e);
-    if (st == LM_NOT_FOUND)
-        return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of %s weight '%s' is missing",
-                         lm_checkpoint_path(ck), scale, int4 ? "int4" : "int8", sp->name);
-    LM_TRY(st);
-    if (e.dtype != LM_F32)
-        return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
-    if (int4 && (e.ndim != 2 || e.shape[0] != ss[0] || e.shape[1] != ss[1]))
-        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected %s (one per group of %d inputs "
-                         "of '%s')", scale, shape_str(e.ndim, e.shape, have, sizeof have),
-                         shape_str(2, ss, want, sizeof want), G, sp->name);
-    if (!int4 && (e.ndim != 1 || e.shape[0] != sp->shape[0]))
-        return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected [%lld] (one per output row of '%s')",
-                         scale, shape_str(e.ndim, e.shape, have, sizeof have), (long long)sp->shape[0], sp->name);
-    for (int64_t r = 0; r < ss[0] * ss[1]; r++) {
-        float v;
-        memcpy(&v, (const char *)e.data + 4 * r, 4);
-        if (!(v > 0 && v < INFINITY))
-            return lm__error(LM_INVALID_ARGUMENT, "scale tensor '%s': element %lld is %g (scales are finite and > 0)",
-                             scale, (long long)r, (double)v);
-    }
-    return LM_OK;
-}
-
-/* A quantized directory: every expected tensor, int8 weights with their scales where
- * quantization_config lists the module, float (f32, bf16, f16) everywhere else. */
-static lm_status check_quantized(const lm_model_config *cfg, const lm_checkpoint *ck) {
-    int64_t n = lm_model_config_tensor_count(cfg);
-    for (int64_t i = 0; i < n; i++) {
-        lm_tensor_spec sp;
-        lm_safetensors_entry e;
-        LM_TRY(lm_model_config_tensor(cfg, i, &sp));
-        if (lm_model_config_tensor_quantized(cfg, sp.name)) {
-            LM_TRY(check_quant_entry(cfg, ck, &sp));
-            continue;
-        }
-        LM_TRY(lm_checkpoint_find(ck, sp.name, &e));
-        if (e.dtype == LM_I8 || e.dtype == LM_U8)
-            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is %s, but quantization_config.modules "
-                             "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck),
-                             e.dtype == LM_I8 ? "int8" : "u8 (int4)");
-        if (!lm_dtype_is_float(e.dtype))
-            return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s is not f32, bf16 or f16",
-                             sp.name, lm_checkpoint_path(ck), e.dtype_name);
-        int same = e.ndim == sp.ndim;
-        for (int d = 0; same && d < sp.ndim; d++) same = e.shape[d] == sp.shape[d];
-        char have[160], want[64];
-        if (!same)
-            return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp.name,
-                             shape_str(e.ndim, e.shape, have, sizeof have), shape_str(sp.ndim, sp.shape, want, sizeof want));
-    }
-    return LM_OK;
-}
-
 lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_tensor_view *w, lm_tensor **q,
                               lm_tensor **scales) {
     int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
@@ -266,7 +183,7 @@ static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
     lm_status st = lm_ctx_create(lm_device_cpu(), 1, &ctx);
     if (st == LM_OK) st = lm_checkpoint_open(dir, &ck);
     if (st == LM_OK)
-        st = lp->stored.quant_format ? check_quantized(&lp->stored, ck) : lm_model_config_check_checkpoint(&lp->stored, ck);
+        st = lm_model_config_check_checkpoint(&lp->stored, ck);
     if (st == LM_OK) st = load_tensors(m, lp, ck, ctx);
     if (st == LM_OK) st = load_rope(m);
     lm_checkpoint_close(ck); /* tensors keep their own references to the mapped files */
