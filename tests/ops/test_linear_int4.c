@@ -21,32 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define V(t) lm_tensor_as_view(t)
-
-static const double k_nmse = 1e-10, k_abs = 2e-4;
 static lm_ctx *g_ref, *g_one, *g_two; /* reference level; tuned level with 1 and 2 threads */
 
+#include "linear_quant_util.h"
+
 /* ---- quantization ------------------------------------------------------------------ */
-
-/* The integer c in [-7, 7] nearest to w / s, ties to even, by exact distances. */
-static int direct_q(double w, double s) {
-    double c0 = floor(w / s);
-    int best = 0;
-    double bd = INFINITY;
-    for (double c = c0 - 1; c <= c0 + 2; c++) {
-        double d = fabs(w - c * s);
-        if (d < bd || (d == bd && fmod(c, 2.0) == 0.0)) bd = d, best = (int)c;
-    }
-    return best > 7 ? 7 : best < -7 ? -7 : best;
-}
-
-static float direct_scale(const double *v, int64_t n) {
-    float amax = 0.0f;
-    for (int64_t k = 0; k < n; k++) amax = fmaxf(amax, (float)fabs(v[k]));
-    if (amax == 0.0f) return 1.0f;
-    float s = amax / 7.0f;
-    return s > 0.0f ? s : FLT_TRUE_MIN;
-}
 
 /* Nibble k of packed row q (signed). */
 static int nib(const uint8_t *q, int64_t k) {
@@ -67,12 +46,12 @@ static int64_t quantize_and_check(const char *what, const lm_tensor_view *w, con
             qb[n * (K / 2) + j] = ((const uint8_t *)q->data)[n * q->stride[0] + j * q->stride[1]];
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < K / G; g++) {
-            float s = direct_scale(w64 + n * K + g * G, G);
+            float s = direct_scale(w64 + n * K + g * G, G, 7);
             if ((float)s64[n * (K / G) + g] != s && bad++ < 3)
                 LT_CHECK_MSG(0, "%s: scale of row %lld group %lld is %.9g, want %.9g", what, (long long)n,
                              (long long)g, s64[n * (K / G) + g], (double)s);
             for (int64_t k = g * G; k < (g + 1) * G; k++) {
-                int want = direct_q(w64[n * K + k], s), got = nib(qb + n * (K / 2), k);
+                int want = direct_q(w64[n * K + k], s, 7), got = nib(qb + n * (K / 2), k);
                 if (got != want && bad++ < 3)
                     LT_CHECK_MSG(0, "%s: q[%lld, %lld] = %d for w %.9g / scale %.9g, want %d", what, (long long)n,
                                  (long long)k, got, w64[n * K + k], (double)s, want);
@@ -214,91 +193,21 @@ static void random_int4(lt_rng *r, int64_t N, int64_t K, int G, lm_tensor **q, l
     for (int64_t i = 0; i < N * K / G; i++) sd[i] = (float)((0.5 + lt_rng_uniform(r)) / (7.0 * sqrt((double)K) * 0.6));
 }
 
-static lm_tensor *padded(int64_t rows, int64_t cols, int64_t pad, lm_tensor_view *v) {
-    int64_t sh[2] = {rows, cols + pad};
-    lm_tensor *t = lt_poisoned_tensor(LM_F32, 2, sh);
-    LT_CHECK_OK(lm_tensor_view_slice(V(t), 1, 0, cols, 1, v));
-    return t;
-}
-
-static void fill_random(lt_rng *r, const lm_tensor_view *v) {
-    for (int64_t m = 0; m < v->shape[0]; m++)
-        for (int64_t k = 0; k < v->shape[1]; k++) ((float *)v->data)[m * v->stride[0] + k] = (float)lt_rng_normal(r);
-}
-
-static int padding_untouched(const lm_tensor *t, const lm_tensor_view *v) {
-    const float *d = lm_tensor_data(t);
-    int64_t ld = lm_tensor_dim(t, 1);
-    for (int64_t m = 0; m < v->shape[0]; m++)
-        for (int64_t c = v->shape[1]; c < ld; c++)
-            if (!isnan(d[m * ld + c])) return 0;
-    return 1;
-}
-
 static lm_linear_params params4(int form, const lm_tensor_view *nw, int acc, const lm_tensor_view *sc, int G) {
-    lm_linear_params p = {(lm_linear_input)form, nw, 1e-5f, acc, sc, 4, G};
+    lm_linear_params p = {.input = (lm_linear_input)form, .norm_weight = nw, .eps = 1e-5f, .accumulate = acc,
+                          .w_scales = sc, .w_bits = 4, .w_group = G};
     return p;
 }
 
-typedef struct case_result {
-    int64_t runs, fails;
-    double worst_nmse, worst_abs;
-} case_result;
-static case_result g_res;
-
+/* One (M, K, N) with random int4 weights of group G (the shared loop of linear_quant_util.h). */
 static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int G, int64_t pad) {
     lm_tensor *q, *sc;
     random_int4(r, N, K, G, &q, &sc);
-    int64_t bs[1] = {N}, ks[1] = {K};
-    lm_tensor *bias = lt_random_tensor(r, LM_F32, 1, bs, 0.5), *nw = lt_random_tensor(r, LM_F32, 1, ks, 1.0);
-    for (int form = 0; form < 3; form++)
-        for (int variant = 0; variant < 4; variant++) {
-            int has_bias = variant & 1, acc = variant >> 1;
-            lm_tensor_view xv, ov, wantv;
-            lm_tensor *xt = padded(M, form == LM_LINEAR_IN_SWIGLU ? 2 * K : K, pad, &xv);
-            fill_random(r, &xv);
-            lm_tensor *init = padded(M, N, 0, &ov);
-            fill_random(r, &ov);
-            lm_tensor *want = padded(M, N, pad, &wantv);
-            if (acc) LT_CHECK_OK(lm_tensor_view_copy(g_ref, &wantv, &ov));
-            lm_linear_params p = params4(form, V(nw), acc, V(sc), G);
-            const lm_tensor_view *b = has_bias ? V(bias) : NULL;
-            LT_CHECK_OK(lm_linear_out(g_ref, &xv, V(q), b, &p, &wantv));
-            double *w64 = lt_view_to_f64(&wantv);
-            float *first = NULL;
-            for (int isa = 0; isa < LM__CPU_ISA_COUNT; isa++) {
-                if (!lm__cpu_isa_supported((lm__cpu_isa)isa)) continue;
-                LT_CHECK_OK(lm__cpu_set_isa_override(isa));
-                for (int th = 0; th < 2; th++) {
-                    lm_tensor_view gv;
-                    lm_tensor *got = padded(M, N, pad, &gv);
-                    if (acc) LT_CHECK_OK(lm_tensor_view_copy(g_ref, &gv, &ov));
-                    char what[160];
-                    snprintf(what, sizeof what, "%s %d thread(s) M=%lld K=%lld N=%lld G=%d form %d bias %d acc %d",
-                             lm__cpu_isa_name((lm__cpu_isa)isa), th + 1, (long long)M, (long long)K, (long long)N, G,
-                             form, has_bias, acc);
-                    LT_CHECK_OK(lm_linear_out(th ? g_two : g_one, &xv, V(q), b, &p, &gv));
-                    double *g64 = lt_view_to_f64(&gv);
-                    lt_metrics mt = lt_measure(g64, w64, M * N);
-                    g_res.runs++;
-                    if (mt.nmse > g_res.worst_nmse) g_res.worst_nmse = mt.nmse;
-                    if (mt.max_abs > g_res.worst_abs) g_res.worst_abs = mt.max_abs;
-                    if (!lt_check_close(what, g64, w64, M * N, k_nmse, k_abs)) g_res.fails++;
-                    LT_CHECK_MSG(padding_untouched(got, &gv), "%s: padding of out was written", what);
-                    float *d = lm_tensor_data(got);
-                    size_t bytes = sizeof(float) * (size_t)(M * (N + pad));
-                    if (th == 0) first = memcpy(malloc(bytes), d, bytes);
-                    else LT_CHECK_MSG(memcmp(first, d, bytes) == 0, "%s: 1 and 2 threads differ", what);
-                    if (th) free(first), first = NULL;
-                    free(g64);
-                    lm_tensor_destroy(got);
-                }
-            }
-            LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
-            free(w64);
-            lm_tensor_destroy(xt), lm_tensor_destroy(init), lm_tensor_destroy(want);
-        }
-    lm_tensor_destroy(q), lm_tensor_destroy(sc), lm_tensor_destroy(bias), lm_tensor_destroy(nw);
+    lm_linear_params fmt = params4(0, NULL, 0, V(sc), G);
+    char tag[16];
+    snprintf(tag, sizeof tag, "int4 G=%d", G);
+    run_quant_case(r, tag, M, K, N, pad, q, &fmt);
+    lm_tensor_destroy(q), lm_tensor_destroy(sc);
 }
 
 static void test_linear_int4_tuned_matches_reference(void) {

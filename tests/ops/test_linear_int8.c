@@ -22,34 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define V(t) lm_tensor_as_view(t)
-
-static const double k_nmse = 1e-10, k_abs = 2e-4;
 static lm_ctx *g_ref, *g_one, *g_two; /* reference level; tuned level with 1 and 2 threads */
 
+#include "linear_quant_util.h"
+
 /* ---- quantization ------------------------------------------------------------------ */
-
-/* The integer c in [-127, 127] nearest to w / s, ties to even, found by comparing the
- * exact distances |w - c * s| of the candidates around the quotient (c * s is exact
- * in double, and so is the difference for every c that can win). */
-static int direct_q(double w, double s) {
-    double c0 = floor(w / s);
-    int best = 0;
-    double bd = INFINITY;
-    for (double c = c0 - 1; c <= c0 + 2; c++) {
-        double d = fabs(w - c * s);
-        if (d < bd || (d == bd && fmod(c, 2.0) == 0.0)) bd = d, best = (int)c;
-    }
-    return best > 127 ? 127 : best < -127 ? -127 : best;
-}
-
-static float direct_scale(const double *row, int64_t K) {
-    float amax = 0.0f;
-    for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, (float)fabs(row[k]));
-    if (amax == 0.0f) return 1.0f;
-    float s = amax / 127.0f;
-    return s > 0.0f ? s : FLT_TRUE_MIN;
-}
 
 /* Quantizes the view w (any dtype, any strides) into fresh q [N, K] and scales [N]
  * and checks both against the direct computation. Returns the number of mismatches. */
@@ -59,11 +36,11 @@ static int64_t quantize_and_check(const char *what, const lm_tensor_view *w, con
     int64_t N = w->shape[0], K = w->shape[1], bad = 0;
     double *w64 = lt_view_to_f64(w), *q64 = lt_view_to_f64(q), *s64 = lt_view_to_f64(sc);
     for (int64_t n = 0; n < N; n++) {
-        float s = direct_scale(w64 + n * K, K);
+        float s = direct_scale(w64 + n * K, K, 127);
         if ((float)s64[n] != s && bad++ < 3)
             LT_CHECK_MSG(0, "%s: scale of row %lld is %.9g, want %.9g", what, (long long)n, s64[n], (double)s);
         for (int64_t k = 0; k < K; k++) {
-            int want = direct_q(w64[n * K + k], s);
+            int want = direct_q(w64[n * K + k], s, 127);
             if (q64[n * K + k] != want && bad++ < 3)
                 LT_CHECK_MSG(0, "%s: q[%lld, %lld] = %g for w %.9g / scale %.9g, want %d", what, (long long)n,
                              (long long)k, q64[n * K + k], w64[n * K + k], (double)s, want);
@@ -219,91 +196,13 @@ static void random_int8(lt_rng *r, int64_t N, int64_t K, lm_tensor **q, lm_tenso
     for (int64_t n = 0; n < N; n++) sd[n] = (float)((0.5 + lt_rng_uniform(r)) / (127.0 * sqrt((double)K) * 0.6));
 }
 
-/* A [rows, cols] f32 view whose rows are cols + pad apart, over a tensor of NaN. */
-static lm_tensor *padded(int64_t rows, int64_t cols, int64_t pad, lm_tensor_view *v) {
-    int64_t sh[2] = {rows, cols + pad};
-    lm_tensor *t = lt_poisoned_tensor(LM_F32, 2, sh);
-    LT_CHECK_OK(lm_tensor_view_slice(V(t), 1, 0, cols, 1, v));
-    return t;
-}
-
-static void fill_random(lt_rng *r, const lm_tensor_view *v) {
-    for (int64_t m = 0; m < v->shape[0]; m++)
-        for (int64_t k = 0; k < v->shape[1]; k++) ((float *)v->data)[m * v->stride[0] + k] = (float)lt_rng_normal(r);
-}
-
-/* 1 when every element of t outside the view v (its padding) is still NaN. */
-static int padding_untouched(const lm_tensor *t, const lm_tensor_view *v) {
-    const float *d = lm_tensor_data(t);
-    int64_t ld = lm_tensor_dim(t, 1);
-    for (int64_t m = 0; m < v->shape[0]; m++)
-        for (int64_t c = v->shape[1]; c < ld; c++)
-            if (!isnan(d[m * ld + c])) return 0;
-    return 1;
-}
-
-typedef struct case_result {
-    int64_t runs, fails;
-    double worst_nmse, worst_abs;
-} case_result;
-static case_result g_res;
-
-/* One (M, K, N): every form x bias x accumulate, tuned on every ISA and both thread
- * counts against the reference. */
+/* One (M, K, N) with random int8 weights (the shared loop of linear_quant_util.h). */
 static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int64_t pad) {
     lm_tensor *q, *sc;
     random_int8(r, N, K, &q, &sc);
-    int64_t bs[1] = {N}, ks[1] = {K};
-    lm_tensor *bias = lt_random_tensor(r, LM_F32, 1, bs, 0.5), *nw = lt_random_tensor(r, LM_F32, 1, ks, 1.0);
-    for (int form = 0; form < 3; form++)
-        for (int variant = 0; variant < 4; variant++) {
-            int has_bias = variant & 1, acc = variant >> 1;
-            lm_tensor_view xv, ov, wantv;
-            lm_tensor *xt = padded(M, form == LM_LINEAR_IN_SWIGLU ? 2 * K : K, pad, &xv);
-            fill_random(r, &xv);
-            lm_tensor *init = padded(M, N, 0, &ov);
-            fill_random(r, &ov); /* accumulate's starting residual */
-            lm_tensor *want = padded(M, N, pad, &wantv);
-            if (acc) LT_CHECK_OK(lm_tensor_view_copy(g_ref, &wantv, &ov));
-            lm_linear_params p = {.input = (lm_linear_input)form, .norm_weight = V(nw), .eps = 1e-5f, .accumulate = acc,
-                                  .w_scales = V(sc)};
-            const lm_tensor_view *b = has_bias ? V(bias) : NULL;
-            LT_CHECK_OK(lm_linear_out(g_ref, &xv, V(q), b, &p, &wantv));
-            double *w64 = lt_view_to_f64(&wantv);
-            float *first = NULL;
-            for (int isa = 0; isa < LM__CPU_ISA_COUNT; isa++) {
-                if (!lm__cpu_isa_supported((lm__cpu_isa)isa)) continue;
-                LT_CHECK_OK(lm__cpu_set_isa_override(isa));
-                for (int th = 0; th < 2; th++) {
-                    lm_tensor_view gv;
-                    lm_tensor *got = padded(M, N, pad, &gv);
-                    if (acc) LT_CHECK_OK(lm_tensor_view_copy(g_ref, &gv, &ov));
-                    char what[160];
-                    snprintf(what, sizeof what, "%s %d thread(s) M=%lld K=%lld N=%lld form %d bias %d acc %d pad %lld",
-                             lm__cpu_isa_name((lm__cpu_isa)isa), th + 1, (long long)M, (long long)K, (long long)N, form,
-                             has_bias, acc, (long long)pad);
-                    LT_CHECK_OK(lm_linear_out(th ? g_two : g_one, &xv, V(q), b, &p, &gv));
-                    double *g64 = lt_view_to_f64(&gv);
-                    lt_metrics mt = lt_measure(g64, w64, M * N);
-                    g_res.runs++;
-                    if (mt.nmse > g_res.worst_nmse) g_res.worst_nmse = mt.nmse;
-                    if (mt.max_abs > g_res.worst_abs) g_res.worst_abs = mt.max_abs;
-                    if (!lt_check_close(what, g64, w64, M * N, k_nmse, k_abs)) g_res.fails++;
-                    LT_CHECK_MSG(padding_untouched(got, &gv), "%s: padding of out was written", what);
-                    float *d = lm_tensor_data(got);
-                    size_t bytes = sizeof(float) * (size_t)(M * (N + pad));
-                    if (th == 0) first = memcpy(malloc(bytes), d, bytes);
-                    else LT_CHECK_MSG(memcmp(first, d, bytes) == 0, "%s: 1 and 2 threads differ", what);
-                    if (th) free(first), first = NULL;
-                    free(g64);
-                    lm_tensor_destroy(got);
-                }
-            }
-            LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
-            free(w64);
-            lm_tensor_destroy(xt), lm_tensor_destroy(init), lm_tensor_destroy(want);
-        }
-    lm_tensor_destroy(q), lm_tensor_destroy(sc), lm_tensor_destroy(bias), lm_tensor_destroy(nw);
+    lm_linear_params fmt = {.w_scales = V(sc)};
+    run_quant_case(r, "int8", M, K, N, pad, q, &fmt);
+    lm_tensor_destroy(q), lm_tensor_destroy(sc);
 }
 
 static void test_linear_int8_tuned_matches_reference(void) {
