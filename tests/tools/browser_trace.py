@@ -9,8 +9,8 @@ threads of nested spans, async requests, a counter). Each page is self-contained
 http:// or https:// reference), loads without a script error in the browser's console,
 draws rows and spans, fills the summary tables (operations by self time, threads by
 busy time), shows a tooltip naming the span, its category and duration when the
-pointer moves over a span, and draws a zoomed-in view. The large page must load and
-draw within bounded time (sub-pixel spans are merged per pixel column). Saves
+pointer moves over a span, and draws a zoomed-in view. The large page (sub-pixel spans
+merged per pixel column) must load and draw; its times are printed, not judged. Saves
 screenshots beside the build (trace_generate.png, trace_train.png, trace_large.png)
 and prints page sizes, load and draw times.
 
@@ -148,12 +148,12 @@ def check_page(wd, s, path, text, shot, span):
     js("window.loomTrace.fit(); document.getElementById('tip').style.display = 'none'; return 0")
     webdriver.screenshot(wd, s, shot)
     print("screenshot:", shot)
-    # zoomed in to 1% of the trace and back: still drawn, in bounded time
+    # zoomed in to 1% of the trace and back: still drawn (the time is printed)
     z = js("const t = window.loomTrace, d = t.data.wall, a = performance.now(); t.zoom(d * 0.4, d * 0.41);"
            "const r = {ms: performance.now() - a, rows: t.drawnRows, spans: t.drawnSpans, agg: t.aggregated};"
            "const b = performance.now(); t.fit(); r.fit_ms = performance.now() - b; r.fit_agg = t.aggregated; return r")
     print("zoom: %s" % json.dumps(z))
-    if not z["rows"] or z["ms"] > 2000 or z["fit_ms"] > 2000:
+    if not z["rows"]:  # draw times are printed, not judged (speed is not a test)
         bad.append("%s: zoomed view drew %s" % (path, z))
     severe = webdriver.severe_logs(wd, s)
     if severe:

@@ -194,7 +194,7 @@ static void test_a_failing_rank_ends_the_run(void) {
                           "timeout %d " MPIRUN " -np 1 %s %s --config %s --out %s/f1 : -np 1 %s %s --config %s --data "
                           "%s/missing.bin --out %s/f1",
                           DEADLINE, LOOM, COMMON, CONFIG, WORK, LOOM, COMMON, CONFIG, WORK, WORK);
-    LT_CHECK_MSG(r.status != 0 && r.status != 124 && s < DEADLINE && r.err &&
+    LT_CHECK_MSG(r.status != 0 && r.status != 124 && r.err && /* 124: timeout's, a hang */
                      strstr(r.err, "rank 1: loom train: cannot open --data"),
                  "a rank with a missing shard: exit %d after %.1f s: %s", r.status, s, r.err ? r.err : "");
     printf("a rank with a missing shard ended the run in %.2f s (exit %d)\n", s, r.status);
@@ -202,7 +202,7 @@ static void test_a_failing_rank_ends_the_run(void) {
     /* rank 0 killed (SIGKILL) while it writes the first checkpoint and rank 1 waits for its outcome */
     r = run(&s, "timeout %d " MPIRUN " -np 2 -x LOOM_TEST_KILL_AT=after-weights:1 %s %s --config %s --out %s/f2",
             DEADLINE, LOOM, COMMON, CONFIG, WORK);
-    LT_CHECK_MSG(r.status != 0 && r.status != 124 && s < DEADLINE, "rank 0 killed: exit %d after %.1f s: %s", r.status,
+    LT_CHECK_MSG(r.status != 0 && r.status != 124, "rank 0 killed: exit %d after %.1f s: %s", r.status,
                  s, r.err ? r.err : "");
     printf("rank 0 killed mid-save ended the run in %.2f s (exit %d)\n", s, r.status);
     lt_cmd_free(&r);
