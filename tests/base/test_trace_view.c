@@ -11,6 +11,7 @@
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "html_page_util.h"
 
 #include "loom/trace.h"
 
@@ -21,28 +22,8 @@
 
 #define OUT LOOM_BINARY_DIR "/test_trace_view_"
 
-/* The JSON object embedded in the page (NULL, and a failure, when it is missing or
- * does not parse). */
-static json_t *page_data(const char *html) {
-    const char *open = "<script type=\"application/json\" id=\"tv-data\">";
-    const char *a = strstr(html, open);
-    LT_CHECK_MSG(a != NULL, "no data element in the page");
-    if (!a) return NULL;
-    a += strlen(open);
-    const char *b = strstr(a, "</script>");
-    LT_CHECK(b != NULL);
-    if (!b) return NULL;
-    json_error_t err;
-    json_t *d = json_loadb(a, (size_t)(b - a), 0, &err);
-    LT_CHECK_MSG(d != NULL, "embedded JSON: %s (line %d)", err.text, err.line);
-    return d;
-}
-
-static void check_self_contained(const char *html) {
-    LT_CHECK(!strncmp(html, "<!DOCTYPE html>", 15));
-    LT_CHECK(strstr(html, "</html>") != NULL);
-    LT_CHECK_MSG(!strstr(html, "http://") && !strstr(html, "https://"), "the page references the network");
-    LT_CHECK(!strstr(html, "<script src") && !strstr(html, "<link") && !strstr(html, "@import"));
+static void check_trace_page(const char *html) {
+    check_self_contained(html);
     LT_CHECK(strstr(html, "window.loomTrace") != NULL);
 }
 
@@ -183,8 +164,8 @@ static void test_real_trace_from_threads(void) {
     LT_CHECK_OK(lm_trace_html(text, len, path, &html));
     lm_free(text);
     if (!html) return;
-    check_self_contained(html);
-    json_t *d = page_data(html);
+    check_trace_page(html);
+    json_t *d = page_data(html, "tv-data");
     if (d) {
         totals n = check_tracks(d);
         LT_CHECK_MSG(n.spans == want_spans && json_integer_value(json_object_get(d, "spans")) == want_spans,
@@ -253,8 +234,8 @@ static int64_t kind_index(const json_t *d, const char *name, const char *cat) {
 }
 
 static void check_handcrafted(const char *html) {
-    check_self_contained(html);
-    json_t *d = page_data(html);
+    check_trace_page(html);
+    json_t *d = page_data(html, "tv-data");
     if (!d) return;
     totals n = check_tracks(d);
     LT_CHECK(n.threads == 2 && n.lanes == 2 && n.spans == 4 + 1 + 3 && n.instants == 1 && n.samples == 2);
@@ -313,7 +294,7 @@ static void test_handcrafted_summary_and_lanes(void) {
     LT_CHECK_OK(lm_trace_html("[]", 2, NULL, &html));
     lm_free(html);
     LT_CHECK_OK(lm_trace_html("{\"traceEvents\":[]}", 18, "empty.json", &html));
-    json_t *d = html ? page_data(html) : NULL;
+    json_t *d = html ? page_data(html, "tv-data") : NULL;
     LT_CHECK(d && json_integer_value(json_object_get(d, "wall")) == 0 && json_array_size(json_object_get(d, "tracks")) == 0);
     json_decref(d);
     lm_free(html);
@@ -326,7 +307,7 @@ static void test_names_are_escaped(void) {
     LT_CHECK_OK(lm_trace_html(in, strlen(in), "esc<1>.json", &html));
     if (!html) return;
     LT_CHECK(!strstr(html, "alert(1)</script>") && !strstr(html, "esc<1>"));
-    json_t *d = page_data(html);
+    json_t *d = page_data(html, "tv-data");
     if (d) {
         LT_CHECK(!strcmp(kind_name(d, 0), "</script><script>alert(1)</script>"));
         LT_CHECK(!strcmp(json_string_value(json_object_get(d, "source")), "esc<1>.json"));
@@ -377,7 +358,7 @@ static void test_malformed_input_is_refused(void) {
     /* an unclosed B ends with the trace and is counted */
     const char *open = "[{\"ph\":\"B\",\"ts\":1,\"name\":\"x\"},{\"ph\":\"i\",\"ts\":9}]";
     LT_CHECK_OK(lm_trace_html(open, strlen(open), "open.json", &html));
-    json_t *d = html ? page_data(html) : NULL;
+    json_t *d = html ? page_data(html, "tv-data") : NULL;
     LT_CHECK(d && json_integer_value(json_object_get(d, "unclosed")) == 1 && json_integer_value(json_object_get(d, "wall")) == 8000);
     json_decref(d);
     lm_free(html);

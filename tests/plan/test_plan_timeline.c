@@ -9,6 +9,7 @@
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "html_page_util.h"
 #include "plan/low.h"
 #include "plan_test_util.h"
 
@@ -58,32 +59,12 @@ static double kernel_cycles(const lm__plan_low *low) {
     return sum;
 }
 
-/* The JSON object embedded in the page (NULL, and a failure, when it is missing or
- * does not parse). */
-static json_t *page_data(const char *html) {
-    const char *open = "<script type=\"application/json\" id=\"tl-data\">";
-    const char *a = strstr(html, open);
-    LT_CHECK_MSG(a != NULL, "no data element in the page");
-    if (!a) return NULL;
-    a += strlen(open);
-    const char *b = strstr(a, "</script>");
-    LT_CHECK(b != NULL);
-    if (!b) return NULL;
-    json_error_t err;
-    json_t *d = json_loadb(a, (size_t)(b - a), 0, &err);
-    LT_CHECK_MSG(d != NULL, "embedded JSON: %s (line %d)", err.text, err.line);
-    return d;
-}
-
 static double num(const json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
 
 /* Everything the page's data promises about plan p (s may be NULL). */
 static void check_page(const lm_plan *p, const lm_plan_sim *s, const char *html) {
-    LT_CHECK(!strncmp(html, "<!DOCTYPE html>", 15));
-    LT_CHECK(strstr(html, "</html>") != NULL);
-    LT_CHECK_MSG(!strstr(html, "http://") && !strstr(html, "https://"), "the page references the network");
-    LT_CHECK(!strstr(html, "<script src") && !strstr(html, "<link") && !strstr(html, "@import"));
-    json_t *d = page_data(html);
+    check_self_contained(html);
+    json_t *d = page_data(html, "tl-data");
     if (!d) return;
     int64_t tiles = p->low.tiles;
     double total = json_number_value(json_object_get(d, "total"));
@@ -178,7 +159,7 @@ static void check_plan(lm_plan *p) {
     if (with) check_page(p, s, with);
     if (without) check_page(p, NULL, without);
     if (with && without) {
-        json_t *a = page_data(with), *b = page_data(without);
+        json_t *a = page_data(with, "tl-data"), *b = page_data(without, "tl-data");
         if (a && b)
             LT_CHECK(json_number_value(json_object_get(a, "total")) == json_number_value(json_object_get(b, "total")));
         json_decref(a), json_decref(b);
