@@ -29,6 +29,8 @@
 
 static lm_ctx *g_ctx;
 
+#include "quant_model_util.h"
+
 static lm_model *load_group(const char *dir, lm_weights w, int group, lm_status *st_out) {
     lm_model_load_options o;
     lm_model_load_options_default(&o);
@@ -39,24 +41,6 @@ static lm_model *load_group(const char *dir, lm_weights w, int group, lm_status 
     if (st_out) *st_out = st;
     else LT_CHECK_MSG(st == LM_OK, "loading %s: %s", dir, lm_last_error());
     return m;
-}
-
-static float *prefill_logits(const lm_model *m, const int32_t *ids) {
-    int64_t V = lm_model_get_config(m)->vocab_size;
-    float *out = malloc(sizeof(float) * (size_t)(T * V));
-    lm_kv_cache *c = NULL;
-    int slot = 0;
-    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
-    LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
-    lm_kv_cache_destroy(c);
-    return out;
-}
-
-static int64_t argmax(const float *row, int64_t V) {
-    int64_t b = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (row[v] > row[b]) b = v;
-    return b;
 }
 
 /* The int4 model of dir at group G against its float model; returns the NMSE (-1 on failure). */
@@ -70,27 +54,14 @@ static double compare(const char *name, const char *dir, int G) {
     LT_CHECK(lm_model_weights(q) == LM_WEIGHTS_INT4 && lm_model_weights(f) == LM_WEIGHTS_BF16);
     LT_CHECK(c->quant_format == LM_QUANT_INT4 && c->quant_group == G && c->quant_modules == lm_quant_modules_default(c));
     LT_CHECK(lm_model_weight_bytes(q) < lm_model_weight_bytes(f));
-    int64_t V = c->vocab_size;
-    int32_t ids[T];
-    lt_rng r = lt_rng_seed(7);
-    for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
-    float *a = prefill_logits(q, ids), *b = prefill_logits(f, ids);
-    double sq = 0, sb = 0, md = 0, mb = 0;
-    int agree = 0;
-    for (int64_t i = 0; i < T * V; i++) {
-        double d = (double)a[i] - b[i];
-        sq += d * d, sb += (double)b[i] * b[i];
-        if (!(fabs(d) <= md)) md = fabs(d);
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    for (int t = 0; t < T; t++) agree += argmax(a + t * V, V) == argmax(b + t * V, V);
-    double nmse = sq / (sb > 0 ? sb : 1), rel = md / (mb > 0 ? mb : 1);
+    logits_diff df = compare_logits(q, f);
+    double nmse = df.nmse, md = df.max_abs, mb = df.max_ref, rel = md / (mb > 0 ? mb : 1);
+    int agree = df.agree;
     printf("  %-20s int4 g%-3d vs %-4s: nmse %.2e  max|d| %.3g (%.4f of max|logit| %.3g)  top-1 %d/%d\n", name, G,
            lm_dtype_name(c->dtype), nmse, md, rel, mb, agree, T);
     LT_CHECK_MSG(nmse <= 8e-2, "%s g%d: nmse %.3g", name, G, nmse);
     LT_CHECK_MSG(rel <= 0.4, "%s g%d: max |d| %.3g of %.3g", name, G, md, mb);
     LT_CHECK_MSG(agree * 12 >= T * 5, "%s g%d: top-1 agreement %d/%d", name, G, agree, T);
-    free(a), free(b);
     lm_model_destroy(f), lm_model_destroy(q);
     return nmse;
 }
@@ -117,26 +88,7 @@ static void test_int4_logits_close_to_bf16_on_default_model(void) {
 static void test_int4_decode_matches_prefill(void) {
     lm_model *q = load_group(MODELS "qwen2_bias_sharded", LM_WEIGHTS_INT4, 32, NULL);
     if (!q) return;
-    int64_t V = lm_model_get_config(q)->vocab_size;
-    int32_t ids[T];
-    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % V);
-    float *a = prefill_logits(q, ids), *row = malloc(sizeof(float) * (size_t)V);
-    lm_kv_cache *c = NULL;
-    int slot = 0;
-    double md = 0, mb = 0;
-    LT_CHECK_OK(lm_kv_cache_create(q, 1, T, &c));
-    for (int t = 0; t < T; t++) {
-        LT_CHECK_OK(lm_model_forward(q, g_ctx, c, &slot, 1, ids + t, 1, row, 0));
-        for (int64_t v = 0; v < V; v++) {
-            double d = fabs((double)row[v] - a[t * V + v]);
-            if (!(d <= md)) md = d;
-            if (fabs(a[t * V + v]) > mb) mb = fabs(a[t * V + v]);
-        }
-    }
-    printf("  int4 decode vs prefill: max|d| %.3g of max|logit| %.3g\n", md, mb);
-    LT_CHECK_MSG(md <= 1e-4 * mb, "decode differs from prefill by %.3g", md);
-    lm_kv_cache_destroy(c);
-    free(a), free(row);
+    check_decode_matches_prefill("int4", q);
     lm_model_destroy(q);
 }
 

@@ -1,0 +1,86 @@
+/* tests/nn/quant_model_util.h — what the int8 and int4 model tests share
+ * (test_nn_int8.c, test_nn_int4.c): prefill logits through a fresh cache, the
+ * difference of a quantized model's logits from its float model's on a random prompt,
+ * and decode one token at a time against the prefill. The including test defines T
+ * (the prompt length) and g_ctx (a CPU context) before including it.
+ */
+#ifndef LOOM_TESTS_QUANT_MODEL_UTIL_H
+#define LOOM_TESTS_QUANT_MODEL_UTIL_H
+
+#include "harness.h"
+#include "loom/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* logits [T, V] of ids through a fresh cache */
+static float *prefill_logits(const lm_model *m, const int32_t *ids) {
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *out = malloc(sizeof(float) * (size_t)(T * V));
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
+    LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
+    lm_kv_cache_destroy(c);
+    return out;
+}
+
+static int64_t argmax(const float *row, int64_t V) {
+    int64_t b = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[b]) b = v;
+    return b;
+}
+
+typedef struct logits_diff {
+    double nmse, max_abs, max_ref; /* max |q - f| and max |f| over every position */
+    int agree;                     /* positions whose top-1 token is the same */
+} logits_diff;
+
+/* q's logits against f's on T random tokens (seed 7), every position. */
+static logits_diff compare_logits(const lm_model *q, const lm_model *f) {
+    int64_t V = lm_model_get_config(q)->vocab_size;
+    int32_t ids[T];
+    lt_rng r = lt_rng_seed(7);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+    float *a = prefill_logits(q, ids), *b = prefill_logits(f, ids);
+    double sq = 0, sb = 0;
+    logits_diff d = {0, 0, 0, 0};
+    for (int64_t i = 0; i < T * V; i++) {
+        double e = (double)a[i] - b[i];
+        sq += e * e, sb += (double)b[i] * b[i];
+        if (!(fabs(e) <= d.max_abs)) d.max_abs = fabs(e);
+        if (fabs(b[i]) > d.max_ref) d.max_ref = fabs(b[i]);
+    }
+    for (int t = 0; t < T; t++) d.agree += argmax(a + t * V, V) == argmax(b + t * V, V);
+    d.nmse = sq / (sb > 0 ? sb : 1);
+    free(a), free(b);
+    return d;
+}
+
+/* Decoding one token at a time equals the prefill's logits (the GEMV-shaped linear
+ * against the GEMM-shaped one, same quantized weights). */
+static void check_decode_matches_prefill(const char *tag, const lm_model *q) {
+    int64_t V = lm_model_get_config(q)->vocab_size;
+    int32_t ids[T];
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % V);
+    float *a = prefill_logits(q, ids), *row = malloc(sizeof(float) * (size_t)V);
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    double md = 0, mb = 0;
+    LT_CHECK_OK(lm_kv_cache_create(q, 1, T, &c));
+    for (int t = 0; t < T; t++) {
+        LT_CHECK_OK(lm_model_forward(q, g_ctx, c, &slot, 1, ids + t, 1, row, 0));
+        for (int64_t v = 0; v < V; v++) {
+            double d = fabs((double)row[v] - a[t * V + v]);
+            if (!(d <= md)) md = d;
+            if (fabs(a[t * V + v]) > mb) mb = fabs(a[t * V + v]);
+        }
+    }
+    printf("  %s decode vs prefill: max|d| %.3g of max|logit| %.3g\n", tag, md, mb);
+    LT_CHECK_MSG(md <= 1e-4 * mb, "%s: decode differs from prefill by %.3g", tag, md);
+    lm_kv_cache_destroy(c);
+    free(a), free(row);
+}
+
+#endif
