@@ -40,6 +40,11 @@ LM_API void lm_device_free(lm_device d, void *ptr); /* accepts NULL */
 /* Synchronous byte copy between any two devices (host<->device, device<->device).
  * A copy touching a CUDA device first waits for all work queued on that device. */
 LM_API lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const void *src, size_t nbytes);
+/* Waits until all work queued on device d is done, on every stream, whoever queued it
+ * (loom's contexts and other libraries sharing the device): what a caller needs before
+ * handing device memory to code that does not order itself after loom's streams. A
+ * no-op on the CPU. */
+LM_API lm_status lm_device_synchronize(lm_device d);
 /* Fills nbytes with a repeated 1-, 2- or 4-byte pattern (used to poison outputs). */
 LM_API lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *pattern, size_t pattern_size);
 

@@ -102,6 +102,7 @@ PROTOTYPES = {
     "lm_ctx_create": (c_status, [Device, ctypes.c_int, ctypes.POINTER(P)]),
     "lm_ctx_destroy": (None, [P]),
     "lm_ctx_synchronize": (c_status, [P]),
+    "lm_device_synchronize": (c_status, [Device]),
     # tensors
     "lm_tensor_wrap": (c_status, [Device, P, ctypes.c_int, ctypes.c_int, c_int64_p, c_int64_p, RELEASE_FN, P,
                                   ctypes.POINTER(P)]),

@@ -87,11 +87,10 @@ def context(dev="cpu"):
 
 def _device_synchronize(d, ptr):
     """Waits for all work queued on CUDA device d, whatever the stream (loom's and other
-    libraries'): a one-byte device->host copy, which loom orders after the whole device."""
+    libraries'): lm_device_synchronize."""
     if d.type == _lib.DEVICE_CPU or not ptr:
         return
-    b = ctypes.c_uint8()
-    check("lm_device_copy", device("cpu"), ctypes.byref(b), d, ctypes.c_void_p(ptr), 1)
+    check("lm_device_synchronize", d)
 
 
 # ---- keeping foreign owners alive ---------------------------------------------------------

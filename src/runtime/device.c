@@ -126,6 +126,12 @@ lm_status lm_device_copy(lm_device dst_dev, void *dst, lm_device src_dev, const 
     return bd->copy(LM__COPY_DEVICE_TO_DEVICE, dst_dev.index, dst, src, nbytes);
 }
 
+lm_status lm_device_synchronize(lm_device d) {
+    const lm__device_backend *be;
+    LM_TRY(lm__device_backend_of(d, &be));
+    return be->synchronize ? be->synchronize(d.index) : LM_OK;
+}
+
 lm_status lm_device_fill(lm_device d, void *dst, size_t nbytes, const void *pattern, size_t psize) {
     if (psize != 1 && psize != 2 && psize != 4)
         return lm__error(LM_INVALID_ARGUMENT, "fill pattern must be 1, 2 or 4 bytes, got %zu", psize);

@@ -217,6 +217,11 @@ void lm__cuda_host_free(int index, void *ptr) {
     if (ptr) cudaFreeHost(ptr);
 }
 
+static lm_status cuda_synchronize(int index) {
+    LM_TRY(lm__cuda_check(cudaSetDevice(index), "cudaSetDevice"));
+    return lm__cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 static const lm__device_backend k_cuda = {
     .name = "cuda",
     .label = "CUDA",
@@ -229,6 +234,7 @@ static const lm__device_backend k_cuda = {
     .free = lm__cuda_free,
     .copy = lm__cuda_copy,
     .fill = lm__cuda_fill,
+    .synchronize = cuda_synchronize,
     .host_alloc = lm__cuda_host_alloc,
     .host_free = lm__cuda_host_free,
     .stream_create = lm__cuda_stream_create,

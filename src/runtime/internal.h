@@ -51,6 +51,8 @@ typedef struct lm__device_backend {
      * (the destination's for device-to-device) */
     lm_status (*copy)(lm__copy_kind kind, int index, void *dst, const void *src, size_t nbytes);
     lm_status (*fill)(int index, void *dst, size_t nbytes, const void *pattern, size_t pattern_size);
+    /* Waits for all work queued on the device, on every stream (NULL: nothing is ever queued). */
+    lm_status (*synchronize)(int index);
     /* host memory the backend transfers from without staging (pinned for CUDA) */
     lm_status (*host_alloc)(int index, size_t nbytes, void **out);
     void (*host_free)(int index, void *ptr);

@@ -8,6 +8,7 @@ any torch (Debian's python3-torch) and, when torch sees a GPU and loom was built
 CUDA, on cuda:0 as well. Skipped without torch.
 """
 import gc
+import sys
 import unittest
 
 import numpy as np
@@ -25,6 +26,11 @@ def devices():
     if torch is not None and torch.cuda.is_available() and loom.cuda_device_count() > 0:
         out.append("cuda:0")
     return out
+
+
+def setUpModule():
+    if torch is not None:  # the log says which devices the round trips covered
+        print("DLPack devices: " + ", ".join(devices()), file=sys.stderr)
 
 
 @unittest.skipIf(torch is None, "PyTorch is not installed (Debian: apt-get install python3-torch)")

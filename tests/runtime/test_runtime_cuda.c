@@ -108,11 +108,30 @@ static void test_cuda_context(void) {
     LT_CHECK_OK(lm_ctx_create(k_gpu, 1, &ctx));
     LT_CHECK(ctx && lm_device_equal(lm_ctx_device(ctx), k_gpu) && lm_ctx_stream(ctx) != NULL);
     LT_CHECK_OK(lm_ctx_synchronize(ctx));
+
+    /* lm_device_synchronize waits for work queued on a context's stream: a 64 MiB copy
+     * into pinned memory queued asynchronously is complete once it returns. */
+    size_t n = (size_t)64 << 20;
+    void *d = NULL, *h = NULL;
+    LT_CHECK_OK(lm_device_alloc(k_gpu, n, &d));
+    LT_CHECK_OK(lm_host_alloc(k_gpu, n, &h));
+    const uint32_t pattern = 0x5EEDF00Du;
+    LT_CHECK_OK(lm_device_fill(k_gpu, d, n, &pattern, 4));
+    memset(h, 0, n);
+    LT_CHECK_OK(lm_ctx_copy(ctx, lm_device_cpu(), h, k_gpu, d, n));
+    LT_CHECK_OK(lm_device_synchronize(k_gpu));
+    const uint32_t *hw = h;
+    size_t bad = 0;
+    for (size_t i = 0; i < n / 4; i++) bad += hw[i] != pattern;
+    LT_CHECK_MSG(bad == 0, "%zu words not yet copied after lm_device_synchronize", bad);
+    lm_host_free(k_gpu, h);
+    lm_device_free(k_gpu, d);
     lm_ctx_destroy(ctx);
     void *p = NULL;
     lm_device missing = lm_device_cuda(lm_cuda_device_count());
     LT_CHECK_STATUS(lm_device_alloc(missing, 16, &p), LM_DEVICE_ERROR);
     LT_CHECK(p == NULL);
+    LT_CHECK_STATUS(lm_device_synchronize(missing), LM_DEVICE_ERROR);
 }
 
 int main(void) {

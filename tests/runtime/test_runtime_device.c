@@ -25,6 +25,7 @@ static void test_cpu_alloc_copy_fill(void) {
     LT_CHECK(b[10] == 0 && b[109] == 99);
     LT_CHECK_OK(lm_device_copy(cpu, NULL, cpu, NULL, 0));
     LT_CHECK_STATUS(lm_device_copy(cpu, NULL, cpu, b, 4), LM_INVALID_ARGUMENT);
+    LT_CHECK_OK(lm_device_synchronize(cpu)); /* nothing is ever queued on the CPU */
 
     const uint16_t p2 = 0xBEEF;
     const uint32_t p4 = 0x01020304u;
@@ -180,6 +181,7 @@ static void test_cuda_without_cuda(void) {
     unsigned char a[4] = {1, 2, 3, 4}, b[4];
     LT_CHECK_STATUS(lm_device_copy(gpu, b, lm_device_cpu(), a, 4), LM_UNSUPPORTED);
     LT_CHECK_STATUS(lm_device_fill(gpu, b, 4, a, 1), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm_device_synchronize(gpu), LM_UNSUPPORTED);
     lm_device_memory_stats ms;
     LT_CHECK_STATUS(lm_device_memory_stats_get(gpu, &ms), LM_UNSUPPORTED);
     lm_ctx *ctx = (lm_ctx *)&ctx;
