@@ -192,6 +192,27 @@ LM_API int64_t lm_trainer_step_count(const lm_trainer *t);
  * AdamW update: N ranks with grad_accum A take the steps of one rank with grad_accum
  * N x A, up to the order of the floating-point sums. */
 LM_API lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d);
+/* ZeRO stage of the data-parallel run: 0 (the default) keeps the whole AdamW state on
+ * every rank; 1 shards it: rank r of N owns the contiguous slice r of the flat
+ * parameter space (numel / N elements, boundaries rounded down to 16; a slice may cut
+ * through tensors) and holds the two f32 moments of that slice alone (8 x numel / N
+ * bytes instead of 8 x numel). Each step then reduce-scatters the gradients (a rank
+ * receives the sum of its slice; the rest of its gradient buffer is left undefined),
+ * takes the clip norm from the per-slice sums of squares summed over the ranks,
+ * updates its slice and all-gathers the weights, so every rank ends the step with
+ * the whole model, as at stage 0; the losses are the same up to the order of the
+ * floating-point sums (with two ranks, identical). Checkpoints keep one format (rank 0
+ * gathers the moments to write them, holding 8 x numel bytes while it does; a resume
+ * reads this rank's slice), so stage 0 and stage 1 runs of any rank count resume each
+ * other's. One rank at stage 1 is stage 0. Call it on every rank, after
+ * lm_trainer_set_dist and before lm_trainer_resume and the first step.
+ * LM_INVALID_ARGUMENT for another stage or after a step or resume; LM_UNSUPPORTED
+ * for stage 1 on a model that is not on the CPU. */
+LM_API lm_status lm_trainer_set_zero(lm_trainer *t, int stage);
+LM_API int lm_trainer_zero_stage(const lm_trainer *t); /* 0 for NULL */
+/* Bytes of optimizer state (the AdamW moments) this rank holds: 8 x numel at stage 0,
+ * 8 x its slice at stage 1. */
+LM_API int64_t lm_trainer_optimizer_state_bytes(const lm_trainer *t);
 /* One optimizer step: zero gradients, grad_accum micro-batches of forward + backward,
  * the sum over the ranks (lm_trainer_set_dist), clip, AdamW at the scheduled learning
  * rate. info->loss is the mean over every rank's micro-batches and info->tokens counts
@@ -205,7 +226,8 @@ LM_API lm_status lm_trainer_evaluate(lm_trainer *t, lm_ctx *ctx, lm_data_loader 
 /* A checkpoint: lm_train_model_save's files plus train_state.bin (optimizer moments,
  * step, data loader position with its RNG, batch geometry with the micro-batches per
  * step over all ranks, checksummed). With ranks every rank calls it: the replicas are
- * first checked to be identical (a hash of weights and moments against rank 0's:
+ * first checked to be identical (a hash of weights and moments against rank 0's, of
+ * the weights alone under ZeRO-1, whose moment slices are then gathered at rank 0:
  * LM_INTERNAL on every rank otherwise), rank 0 alone writes, and every rank returns
  * rank 0's status. The checkpoint is built in the
  * sibling directory "<dir>.tmp-<pid>" and then put in place: renamed to dir when it

@@ -10,6 +10,10 @@
  * MPI that sees a launcher with more than one rank refuses, rather than training N
  * independent copies that each believe they are alone.
  *
+ * Under ZeRO-1 the trainer also reduce-scatters the gradients, all-gathers the weights
+ * and gathers the optimizer moments at rank 0 over the ranks' slices of the flat
+ * buffers (lm__dist_reduce_scatter_f32 and its siblings).
+ *
  * Collectives use MPI's default error handler (errors are fatal to the whole job), so
  * a failed or lost rank ends every rank instead of leaving them waiting.
  */
@@ -220,5 +224,110 @@ lm_status lm__dist_check_replicas(lm_dist *d, lm_ctx *ctx, const lm_tensor *cons
                                       "%016llx, rank 0: %016llx)",
                          root != mine ? "this rank differ from rank 0's" : "some rank differ from rank 0's",
                          (unsigned long long)mine, (unsigned long long)root);
+    return LM_OK;
+}
+
+/* ---- ZeRO-1 collectives (slices of a flat buffer; see train/internal.h) ------------------------------ */
+
+#ifdef LOOM_HAVE_MPI
+/* Whether every slice fits one MPI count (then one collective does it). */
+static int slices_fit(const lm_dist *d, const int64_t *bounds) {
+    for (int r = 0; r < d->size; r++)
+        if (bounds[r + 1] - bounds[r] > CHUNK) return 0;
+    return 1;
+}
+
+/* The int counts and (displs not NULL) displacements of the slices (only when
+ * slices_fit and bounds[size] fits an int). */
+static lm_status slice_counts(const lm_dist *d, const int64_t *bounds, int **counts, int **displs) {
+    *counts = lm__calloc((size_t)d->size, sizeof **counts);
+    if (displs) *displs = lm__calloc((size_t)d->size, sizeof **displs);
+    if (!*counts || (displs && !*displs)) {
+        lm__free(*counts);
+        if (displs) lm__free(*displs);
+        return LM_OUT_OF_MEMORY;
+    }
+    for (int r = 0; r < d->size; r++) {
+        (*counts)[r] = (int)(bounds[r + 1] - bounds[r]);
+        /* displacements are int too: past 2^31 elements the root-by-root path is taken */
+        if (displs) (*displs)[r] = (int)bounds[r];
+    }
+    return LM_OK;
+}
+#endif
+
+lm_status lm__dist_reduce_scatter_f32(lm_dist *d, float *buf, const int64_t *bounds) {
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    int64_t lo = bounds[d->rank], n = bounds[d->rank + 1] - lo;
+    if (slices_fit(d, bounds)) {
+        int *counts = NULL;
+        LM_TRY(slice_counts(d, bounds, &counts, NULL));
+        /* in place: buf holds every rank's input in slice order; the sum of this
+         * rank's slice arrives at buf[0, n) and is moved to where the slice lives */
+        int rc = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        lm__free(counts);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Reduce_scatter");
+        if (lo > 0 && n > 0) memmove(buf + lo, buf, (size_t)n * sizeof *buf);
+        return LM_OK;
+    }
+    for (int root = 0; root < d->size; root++) /* each slice summed at its owner */
+        for (int64_t i = bounds[root]; i < bounds[root + 1]; i += CHUNK) {
+            int c = (int)LM_MIN(CHUNK, bounds[root + 1] - i);
+            MPI_TRY(MPI_Reduce(root == d->rank ? MPI_IN_PLACE : buf + i, buf + i, c, MPI_FLOAT, MPI_SUM, root,
+                               MPI_COMM_WORLD),
+                    "MPI_Reduce");
+        }
+#else
+    (void)buf, (void)bounds;
+#endif
+    return LM_OK;
+}
+
+lm_status lm__dist_allgather_f32(lm_dist *d, float *buf, const int64_t *bounds) {
+    if (!d || d->size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    if (slices_fit(d, bounds) && bounds[d->size] <= INT32_MAX) {
+        int *counts = NULL, *displs = NULL;
+        LM_TRY(slice_counts(d, bounds, &counts, &displs));
+        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        lm__free(counts), lm__free(displs);
+        return rc == MPI_SUCCESS ? LM_OK : mpi_fail(rc, "MPI_Allgatherv");
+    }
+    for (int root = 0; root < d->size; root++)
+        LM_TRY(lm_dist_broadcast(d, buf + bounds[root], (size_t)(bounds[root + 1] - bounds[root]) * sizeof *buf, root));
+#else
+    (void)buf, (void)bounds;
+#endif
+    return LM_OK;
+}
+
+lm_status lm__dist_gather_f32(lm_dist *d, const float *mine, float *full, const int64_t *bounds) {
+    int rank = lm_dist_rank(d), size = lm_dist_size(d);
+    int64_t n = bounds[rank + 1] - bounds[rank];
+    if (rank == 0 && n > 0 && full + bounds[0] != mine) memcpy(full + bounds[0], mine, (size_t)n * sizeof *mine);
+    if (size == 1) return LM_OK;
+#ifdef LOOM_HAVE_MPI
+    if (slices_fit(d, bounds) && bounds[size] <= INT32_MAX) {
+        int *counts = NULL, *displs = NULL;
+        LM_TRY(slice_counts(d, bounds, &counts, &displs));
+        /* rank 0 contributes in place (its slice is copied above) */
+        int rc = rank == 0 ? MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, full, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD)
+                           : MPI_Gatherv(mine, (int)n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        lm__free(counts), lm__free(displs);
+        return rc == MPI_SUCCESS ? LM_OK : mpi_fail(rc, "MPI_Gatherv");
+    }
+    for (int src = 1; src < size; src++) /* point to point, in pieces of 2^30 */
+        for (int64_t i = 0; i < bounds[src + 1] - bounds[src]; i += CHUNK) {
+            int c = (int)LM_MIN(CHUNK, bounds[src + 1] - bounds[src] - i);
+            if (rank == 0)
+                MPI_TRY(MPI_Recv(full + bounds[src] + i, c, MPI_FLOAT, src, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                        "MPI_Recv");
+            else if (rank == src)
+                MPI_TRY(MPI_Send(mine + i, c, MPI_FLOAT, 0, 0, MPI_COMM_WORLD), "MPI_Send");
+        }
+#else
+    (void)full;
+#endif
     return LM_OK;
 }

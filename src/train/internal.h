@@ -38,14 +38,33 @@ struct lm_train_model {
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */
 };
 
+/* The optimizer updates the elements [lo, hi) of the flat parameter space: all of it
+ * (lo = 0, hi = numel), or under ZeRO-1 this rank's slice. The range is cut into
+ * pieces, one per tensor it meets (a slice may start or end inside a tensor; weight
+ * decay is per tensor), each piece a view over flat, flat_grad and the moments. */
 struct lm_optimizer {
     lm_train_model *m;
     lm_adamw_config c;
-    lm_tensor *m1, *m2;            /* [numel] f32 first and second moments */
-    lm_tensor_view *pv, *gv, *mv, *vv; /* [nparams] views per parameter */
-    float *wd;                     /* [nparams] weight decay per parameter */
+    int64_t lo, hi;                /* the flat range updated, 0 <= lo <= hi <= numel */
+    lm_tensor *m1, *m2;            /* [hi - lo] f32 first and second moments of that range */
+    int npieces;
+    /* [npieces] views per piece: a whole tensor keeps its shape, a cut one is 1-D */
+    lm_tensor_view *pv, *gv, *mv, *vv;
+    float *wd;                     /* [npieces] weight decay of each piece's tensor */
     int64_t steps;
 };
+
+/* ---- optimizer.c ---- */
+/* LM_INVALID_ARGUMENT naming the values unless betas lie in [0, 1), eps > 0, decay >= 0. */
+lm_status lm__adamw_config_check(const lm_adamw_config *c);
+/* An optimizer over the flat elements [lo, hi) of m only (moments for those alone). */
+lm_status lm__optimizer_create_range(lm_train_model *m, const lm_adamw_config *c, int64_t lo, int64_t hi,
+                                     lm_optimizer **out);
+/* *sumsq = sum of g^2 over the gradient elements of o's range, accumulated in double
+ * (the unsharded norm's partial sum: summed over the ranks, then rounded to f32 as
+ * lm_sum_squares_out rounds its result, it gives the same norm up to the order of the
+ * double additions). */
+lm_status lm__optimizer_grad_sumsq(const lm_optimizer *o, lm_ctx *ctx, double *sumsq);
 
 /* ---- model.c ---- */
 /* Index of the parameter called name, or -1. */
@@ -68,6 +87,10 @@ lm_status lm__train_state_write(lm_ctx *ctx, const char *path, const lm__train_s
  * m1 and m2 (which must have s->numel elements: checked against expect_numel first). */
 lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t expect_nparams, lm__train_state *s,
                                lm_tensor *m1, lm_tensor *m2);
+/* The same, copying only the moments' elements [first, first + numel(m1)) into m1
+ * and m2 (one ZeRO-1 rank's slice; the whole file is still validated). */
+lm_status lm__train_state_read_range(const char *path, int64_t expect_numel, int64_t expect_nparams, int64_t first,
+                                     lm__train_state *s, lm_tensor *m1, lm_tensor *m2);
 /* Validates path's header, size and field ranges without a model and without the
  * checksum pass (lm__train_state_read does that), filling *s: the test of a complete
  * checkpoint, O(1) in the file size. */
@@ -81,5 +104,18 @@ lm_status lm__dist_allreduce_tensor(lm_dist *d, lm_tensor *t, float **stage);
 /* Every rank hashes bufs (f32 tensors) and compares with rank 0's hash: LM_INTERNAL on
  * every rank when any replica differs (data-parallel ranks must stay identical). */
 lm_status lm__dist_check_replicas(lm_dist *d, lm_ctx *ctx, const lm_tensor *const *bufs, int nbufs);
+
+/* ZeRO-1 collectives over a flat host f32 buffer split into the ranks' contiguous
+ * slices: rank r owns [bounds[r], bounds[r + 1]) of [0, bounds[size]). Identities in a
+ * world of one. Slices of up to 2^30 elements use one MPI_Reduce_scatter /
+ * MPI_Allgatherv / MPI_Gatherv; larger ones go root by root in pieces of 2^30 (MPI
+ * counts are int). */
+/* buf[own slice] = its sum over the ranks; the rest of buf is left undefined. */
+lm_status lm__dist_reduce_scatter_f32(lm_dist *d, float *buf, const int64_t *bounds);
+/* Every rank's slice of buf is copied into every other rank's buf. */
+lm_status lm__dist_allgather_f32(lm_dist *d, float *buf, const int64_t *bounds);
+/* Rank 0's full[0, bounds[size]) = every rank's mine (its slice's elements); full is
+ * only read on rank 0 (may be NULL elsewhere). */
+lm_status lm__dist_gather_f32(lm_dist *d, const float *mine, float *full, const int64_t *bounds);
 
 #endif

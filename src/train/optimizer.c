@@ -1,8 +1,11 @@
 /* train/optimizer.c — the AdamW optimizer object over a training model (moments in two
  * flat f32 buffers that mirror the parameters' offsets; one lm_adamw_update call per
- * step covers every tensor) and the learning-rate schedules.
+ * step covers every tensor) and the learning-rate schedules. Under ZeRO-1 an optimizer
+ * covers one rank's slice [lo, hi) of the flat parameters: its moments hold that
+ * slice alone and its pieces are the parts of the tensors inside it.
  */
 #include "train/internal.h"
+#include "runtime/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -28,43 +31,63 @@ lm_status lm_lr_schedule_parse(const char *name, lm_lr_schedule_kind *out) {
                      name ? name : "(null)");
 }
 
-static lm_status check_config(const lm_adamw_config *c) {
+lm_status lm__adamw_config_check(const lm_adamw_config *c) {
     if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0 && c->weight_decay >= 0))
         return lm__error(LM_INVALID_ARGUMENT, "AdamW: betas (%g, %g) must lie in [0, 1), eps %g > 0, weight decay %g >= 0",
                          c->beta1, c->beta2, c->eps, c->weight_decay);
     return LM_OK;
 }
 
+/* The pieces of [o->lo, o->hi): one per tensor the range meets, in flat order. A
+ * tensor inside the range keeps its own view (the unsharded optimizer's views
+ * exactly); a cut one becomes a 1-D view of the elements inside. AdamW is a pure
+ * per-element map, so the pieces give the same bits as the whole tensors. */
 static lm_status build_views(lm_optimizer *o) {
     lm_train_model *m = o->m;
-    size_t n = (size_t)m->nparams;
+    size_t n = (size_t)(m->nparams > 0 ? m->nparams : 1);
     o->pv = lm__calloc(n, sizeof *o->pv), o->gv = lm__calloc(n, sizeof *o->gv);
     o->mv = lm__calloc(n, sizeof *o->mv), o->vv = lm__calloc(n, sizeof *o->vv);
     o->wd = lm__calloc(n, sizeof *o->wd);
     if (!o->pv || !o->gv || !o->mv || !o->vv || !o->wd) return LM_OUT_OF_MEMORY;
+    float *m1 = lm_tensor_data(o->m1), *m2 = lm_tensor_data(o->m2);
     for (int i = 0; i < m->nparams; i++) {
         const lm__tparam *p = &m->params[i];
-        o->pv[i] = *lm_tensor_as_view(p->value);
-        o->gv[i] = *lm_tensor_as_view(p->grad);
-        o->mv[i] = o->pv[i];
-        o->vv[i] = o->pv[i];
-        o->mv[i].data = (float *)lm_tensor_data(o->m1) + p->offset;
-        o->vv[i].data = (float *)lm_tensor_data(o->m2) + p->offset;
-        o->wd[i] = p->decay ? (float)o->c.weight_decay : 0.0f;
+        int64_t numel = lm_tensor_numel(p->value), a = LM_MAX(p->offset, o->lo), b = LM_MIN(p->offset + numel, o->hi);
+        if (b <= a) continue; /* outside the range (or empty) */
+        int k = o->npieces++;
+        o->pv[k] = *lm_tensor_as_view(p->value);
+        o->gv[k] = *lm_tensor_as_view(p->grad);
+        if (b - a < numel) { /* cut by the range: the 1-D run of elements [a, b) */
+            LM_TRY(lm_tensor_view_init(&o->pv[k], (float *)o->pv[k].data + (a - p->offset), LM_F32, m->device, 1,
+                                       &(int64_t){b - a}, NULL));
+            LM_TRY(lm_tensor_view_init(&o->gv[k], (float *)o->gv[k].data + (a - p->offset), LM_F32, m->device, 1,
+                                       &(int64_t){b - a}, NULL));
+        }
+        o->mv[k] = o->pv[k];
+        o->vv[k] = o->pv[k];
+        o->mv[k].data = m1 + (a - o->lo);
+        o->vv[k].data = m2 + (a - o->lo);
+        o->wd[k] = p->decay ? (float)o->c.weight_decay : 0.0f;
     }
     return LM_OK;
 }
 
-lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_optimizer **out) {
+lm_status lm__optimizer_create_range(lm_train_model *m, const lm_adamw_config *c, int64_t lo, int64_t hi,
+                                     lm_optimizer **out) {
     if (!m || !c || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_optimizer_create: NULL argument");
     *out = NULL;
-    LM_TRY(check_config(c));
+    if (lo < 0 || hi < lo || hi > m->numel)
+        return lm__error(LM_INVALID_ARGUMENT, "optimizer range [%lld, %lld) outside the %lld parameters", (long long)lo,
+                         (long long)hi, (long long)m->numel);
+    LM_TRY(lm__adamw_config_check(c));
     lm_optimizer *o = lm__calloc(1, sizeof *o);
     if (!o) return LM_OUT_OF_MEMORY;
     o->m = m;
     o->c = *c;
-    lm_status st = lm_tensor_zeros(m->device, LM_F32, 1, &m->numel, &o->m1);
-    if (st == LM_OK) st = lm_tensor_zeros(m->device, LM_F32, 1, &m->numel, &o->m2);
+    o->lo = lo, o->hi = hi;
+    int64_t n = hi - lo;
+    lm_status st = lm_tensor_zeros(m->device, LM_F32, 1, &n, &o->m1);
+    if (st == LM_OK) st = lm_tensor_zeros(m->device, LM_F32, 1, &n, &o->m2);
     if (st == LM_OK) st = build_views(o);
     if (st != LM_OK) {
         lm_optimizer_destroy(o);
@@ -72,6 +95,11 @@ lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_op
     }
     *out = o;
     return LM_OK;
+}
+
+lm_status lm_optimizer_create(lm_train_model *m, const lm_adamw_config *c, lm_optimizer **out) {
+    if (!m) return lm__error(LM_INVALID_ARGUMENT, "lm_optimizer_create: NULL argument");
+    return lm__optimizer_create_range(m, c, 0, m->numel, out);
 }
 
 void lm_optimizer_destroy(lm_optimizer *o) {
@@ -87,7 +115,28 @@ int64_t lm_optimizer_steps(const lm_optimizer *o) { return o->steps; }
 lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad_scale) {
     if (!o || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_optimizer_step: NULL argument");
     lm_adamw_hparams hp = {lr, o->c.beta1, o->c.beta2, o->c.eps, o->steps + 1, grad_scale};
-    LM_TRY(lm_adamw_update(ctx, o->m->nparams, o->pv, o->gv, o->mv, o->vv, o->wd, &hp));
+    LM_TRY(lm_adamw_update(ctx, o->npieces, o->pv, o->gv, o->mv, o->vv, o->wd, &hp));
     o->steps++;
+    return LM_OK;
+}
+
+lm_status lm__optimizer_grad_sumsq(const lm_optimizer *o, lm_ctx *ctx, double *sumsq) {
+    *sumsq = 0;
+    if (!lm__device_host_addressable(o->m->device)) { /* the operator (its f32 result: equal up to rounding) */
+        lm_tensor *out = NULL;
+        float host = 0;
+        LM_TRY(lm_tensor_create(o->m->device, LM_F32, 0, NULL, &out));
+        lm_status st = lm_sum_squares_out(ctx, o->npieces, o->gv, lm_tensor_as_view(out));
+        if (st == LM_OK) st = lm_tensor_view_read(ctx, lm_tensor_as_view(out), &host);
+        lm_tensor_destroy(out);
+        *sumsq = host;
+        return st;
+    }
+    /* in host memory the range is one contiguous run of flat_grad: summed in double
+     * in element order, as the reference sum_squares does over the whole buffer */
+    const float *g = (const float *)lm_tensor_data(o->m->flat_grad) + o->lo;
+    double acc = 0.0;
+    for (int64_t i = 0; i < o->hi - o->lo; i++) acc += (double)g[i] * (double)g[i];
+    *sumsq = acc;
     return LM_OK;
 }

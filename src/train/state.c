@@ -8,6 +8,9 @@
  * (ranks x --grad-accum), what a resumed run must reproduce whatever its rank count;
  * files written before data parallel came from one rank, so theirs means the same.
  *   u64 FNV-1a 64 checksum of every byte before it
+ * The file holds the whole moments whether the run sharded them (ZeRO-1: rank 0
+ * gathers them to write; each rank reads its slice back) or not, so a checkpoint
+ * resumes under any rank count and either setting.
  * Reading validates size, magic, version, geometry, checksum and the range of every
  * field before anything is copied out, so a damaged file changes nothing and the
  * error names what is wrong. lm__train_state_check does the same without a model and
@@ -174,16 +177,26 @@ lm_status lm__train_state_check(const char *path, lm__train_state *s) {
     return st;
 }
 
-lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t expect_nparams, lm__train_state *s,
-                               lm_tensor *m1, lm_tensor *m2) {
+lm_status lm__train_state_read_range(const char *path, int64_t expect_numel, int64_t expect_nparams, int64_t first,
+                                     lm__train_state *s, lm_tensor *m1, lm_tensor *m2) {
+    int64_t count = lm_tensor_numel(m1);
+    if (first < 0 || count != lm_tensor_numel(m2) || count > expect_numel - first)
+        return lm__error(LM_INVALID_ARGUMENT, "training state '%s': moments [%lld, +%lld) outside the %lld parameters",
+                         path, (long long)first, (long long)count, (long long)expect_numel);
     lm_file_map map = {0};
     LM_TRY(lm_file_map_open(path, &map));
     lm_status st = check_layout(path, &map, expect_numel, expect_nparams, s);
-    size_t n = (size_t)expect_numel * sizeof(float);
-    if (st == LM_OK)
-        st = lm_device_copy(lm_tensor_device(m1), lm_tensor_data(m1), lm_device_cpu(), map.data + STATE_HEADER, n);
-    if (st == LM_OK)
-        st = lm_device_copy(lm_tensor_device(m2), lm_tensor_data(m2), lm_device_cpu(), map.data + STATE_HEADER + n, n);
+    /* the first moments start after the header, the second ones numel floats later */
+    const uint8_t *base = map.data + STATE_HEADER + (size_t)first * sizeof(float);
+    size_t n = (size_t)count * sizeof(float), whole = (size_t)expect_numel * sizeof(float);
+    if (st == LM_OK && n) st = lm_device_copy(lm_tensor_device(m1), lm_tensor_data(m1), lm_device_cpu(), base, n);
+    if (st == LM_OK && n)
+        st = lm_device_copy(lm_tensor_device(m2), lm_tensor_data(m2), lm_device_cpu(), base + whole, n);
     lm_file_map_close(&map);
     return st;
+}
+
+lm_status lm__train_state_read(const char *path, int64_t expect_numel, int64_t expect_nparams, lm__train_state *s,
+                               lm_tensor *m1, lm_tensor *m2) {
+    return lm__train_state_read_range(path, expect_numel, expect_nparams, 0, s, m1, m2);
 }

@@ -10,6 +10,19 @@
  * summed over the ranks, so the clip norm and the AdamW update are the global ones and
  * identical everywhere. With N = 1 the code and its floating-point operations are the
  * single-process ones exactly (bit-exact resume is unchanged).
+ *
+ * ZeRO-1 (lm_trainer_set_zero): the optimizer state is sharded. Rank r owns the flat
+ * elements [bounds[r], bounds[r + 1]) (numel / N each, boundaries rounded down to 16
+ * floats; a slice may cut through tensors) and holds the AdamW moments of those alone.
+ * A step reduce-scatters the gradient buffer (each rank receives the sum of its
+ * slice), sums the per-slice sums of squares over the ranks for the clip norm, runs
+ * AdamW on its slice and all-gathers the updated weights, so every rank again holds
+ * the whole model. With two ranks the sums are the all-reduce's exactly (a + b is
+ * commutative) and the AdamW map is per element, so the steps are bit-identical to
+ * the replicated ones; the norm is rounded to f32 from a double sum as the unsharded
+ * one is. Checkpoints keep the one format: rank 0 gathers the moments to write them,
+ * and a resuming rank reads its slice, so either setting and any rank count resume
+ * the other's checkpoints. Host memory only (the CPU device) for now.
  * Everything the next step depends on (weights, moments, step, data position) is in
  * a checkpoint, so a resumed run replays the same steps bit for bit.
  *
@@ -74,6 +87,9 @@ struct lm_trainer {
     int64_t saves;          /* lm_trainer_save calls so far (LOOM_TEST_KILL_AT counts them) */
     lm_dist *dist;          /* borrowed; NULL: a single process */
     float *stage;           /* [numel] page-locked host copy of the gradients (device models with ranks) */
+    int zero;               /* ZeRO stage: 0 = replicated optimizer state, 1 = sharded over the ranks */
+    int64_t *bounds;        /* [ranks + 1] ZeRO-1 slices of the flat parameters, rank r's
+                             * [bounds[r], bounds[r + 1]); NULL at stage 0 */
 };
 
 /* Micro-batches per optimizer step over all ranks. */
@@ -109,7 +125,9 @@ lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const l
     size_t n = (size_t)o->batch * (size_t)o->seq;
     t->ids = lm__calloc(n, sizeof *t->ids);
     t->targets = lm__calloc(n, sizeof *t->targets);
-    lm_status st = t->ids && t->targets ? lm_optimizer_create(model, &o->adamw, &t->opt) : LM_OUT_OF_MEMORY;
+    /* the optimizer itself comes at the first need (ensure_opt) or with
+     * lm_trainer_set_zero: a sharded run never holds the whole moments */
+    lm_status st = t->ids && t->targets ? lm__adamw_config_check(&o->adamw) : LM_OUT_OF_MEMORY;
     if (st != LM_OK) {
         lm_trainer_destroy(t);
         return st;
@@ -120,6 +138,7 @@ lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const l
 
 void lm_trainer_destroy(lm_trainer *t) {
     if (!t) return;
+    lm__free(t->bounds);
     if (t->stage) lm_host_free(t->model->device, t->stage);
     lm_optimizer_destroy(t->opt);
     lm__free(t->ids);
@@ -127,7 +146,12 @@ void lm_trainer_destroy(lm_trainer *t) {
     lm__free(t);
 }
 
-int64_t lm_trainer_step_count(const lm_trainer *t) { return lm_optimizer_steps(t->opt); }
+int64_t lm_trainer_step_count(const lm_trainer *t) { return t->opt ? lm_optimizer_steps(t->opt) : 0; }
+
+/* The optimizer over every parameter when lm_trainer_set_zero made none. */
+static lm_status ensure_opt(lm_trainer *t) {
+    return t->opt ? LM_OK : lm_optimizer_create(t->model, &t->o.adamw, &t->opt);
+}
 
 lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d) {
     if (!t) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_dist: NULL trainer");
@@ -135,12 +159,76 @@ lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d) {
         return lm__error(LM_INVALID_ARGUMENT, "data parallel: %d ranks x grad_accum %d micro-batches per step are too "
                                               "many",
                          lm_dist_size(d), t->o.grad_accum);
+    if (t->zero && lm_trainer_step_count(t) > 0)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_dist: the ZeRO-1 slices cannot change after the first "
+                                              "step or a resume");
     t->dist = d;
+    return t->zero ? lm_trainer_set_zero(t, t->zero) : LM_OK;
+}
+
+/* Slice boundaries of n elements over k ranks: r x n / k rounded down to 16 floats
+ * (64 bytes), so the slices differ from n / k by less than 16 elements. */
+static void zero_bounds(int64_t n, int k, int64_t *b) {
+    for (int r = 0; r < k; r++) b[r] = r * (n / k) + (r * (n % k)) / k, b[r] &= ~(int64_t)15;
+    b[k] = n;
+}
+
+lm_status lm_trainer_set_zero(lm_trainer *t, int stage) {
+    if (!t) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_zero: NULL trainer");
+    if (stage != 0 && stage != 1)
+        return lm__error(LM_INVALID_ARGUMENT, "ZeRO stage %d is not supported (0: optimizer state replicated on every "
+                                              "rank, 1: sharded over the ranks)",
+                         stage);
+    if (stage == 1 && t->model->device.type != LM_DEVICE_CPU) { /* the collectives use host pointers */
+        char dev[32];
+        return lm__error(LM_UNSUPPORTED, "ZeRO stage 1 (sharded optimizer state) runs on the CPU only for now; this "
+                                         "model is on %s (train it with ZeRO stage 0)",
+                         lm_device_format(t->model->device, dev, sizeof dev));
+    }
+    if (lm_trainer_step_count(t) > 0)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_zero: call it before the first step and before a resume");
+    int k = lm_dist_size(t->dist);
+    int64_t *bounds = NULL, lo = 0, hi = t->model->numel;
+    if (stage == 1) {
+        if (!(bounds = lm__calloc((size_t)k + 1, sizeof *bounds))) return LM_OUT_OF_MEMORY;
+        zero_bounds(t->model->numel, k, bounds);
+        lo = bounds[lm_dist_rank(t->dist)], hi = bounds[lm_dist_rank(t->dist) + 1];
+    }
+    lm_optimizer *o = NULL;
+    lm_status st = lm__optimizer_create_range(t->model, &t->o.adamw, lo, hi, &o);
+    if (st != LM_OK) {
+        lm__free(bounds);
+        return st;
+    }
+    lm_optimizer_destroy(t->opt); /* the previous one, made before any step: nothing is lost */
+    lm__free(t->bounds);
+    t->opt = o, t->bounds = bounds, t->zero = stage;
+    return LM_OK;
+}
+
+int lm_trainer_zero_stage(const lm_trainer *t) { return t ? t->zero : 0; }
+
+int64_t lm_trainer_optimizer_state_bytes(const lm_trainer *t) {
+    if (!t) return 0;
+    return 2 * (int64_t)sizeof(float) * (t->opt ? t->opt->hi - t->opt->lo : t->model->numel);
+}
+
+/* ZeRO-1's reduction: each rank receives the sum of its slice of the gradients, and
+ * the global norm comes from the per-slice sums of squares (double, summed over the
+ * ranks, then rounded to f32 as lm_train_model_grad_norm's operator rounds). */
+static lm_status zero_reduce(lm_trainer *t, lm_ctx *ctx, double *loss, double *norm) {
+    LM_TRY(lm__dist_reduce_scatter_f32(t->dist, lm_tensor_data(t->model->flat_grad), t->bounds));
+    double sums[2] = {*loss, 0}; /* one all-reduce for the loss and the sum of squares */
+    LM_TRY(lm__optimizer_grad_sumsq(t->opt, ctx, &sums[1]));
+    LM_TRY(lm_dist_allreduce_sum_f64(t->dist, sums, 2));
+    *loss = sums[0];
+    *norm = sqrt((double)(float)sums[1]);
     return LM_OK;
 }
 
 lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) {
     if (!t || !ctx || !info) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_step: NULL argument");
+    LM_TRY(ensure_opt(t));
     const lm_train_options *o = &t->o;
     lm_ag_profile_mark(ctx, "step ", "(between steps)");
     int64_t step_t0 = lm_trace_begin(), tr = step_t0;
@@ -160,17 +248,24 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
                                                &l));
         loss += l;
     }
-    if (lm_dist_size(t->dist) > 1) {
+    if (t->bounds) {
         tr = lm_trace_begin();
-        LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
-        LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &loss, 1));
-        lm_ag_profile_mark(ctx, "step ", "allreduce");
-        lm_trace_end(tr, "train", "allreduce", NULL);
+        LM_TRY(zero_reduce(t, ctx, &loss, &norm));
+        lm_ag_profile_mark(ctx, "step ", "reduce_scatter");
+        lm_trace_end(tr, "train", "reduce-scatter", NULL);
+    } else {
+        if (lm_dist_size(t->dist) > 1) {
+            tr = lm_trace_begin();
+            LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
+            LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &loss, 1));
+            lm_ag_profile_mark(ctx, "step ", "allreduce");
+            lm_trace_end(tr, "train", "allreduce", NULL);
+        }
+        tr = lm_trace_begin();
+        LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
+        lm_ag_profile_mark(ctx, "step ", "grad_norm");
+        lm_trace_end(tr, "train", "grad norm", NULL);
     }
-    tr = lm_trace_begin();
-    LM_TRY(lm_train_model_grad_norm(t->model, ctx, &norm));
-    lm_ag_profile_mark(ctx, "step ", "grad_norm");
-    lm_trace_end(tr, "train", "grad norm", NULL);
     /* torch.nn.utils.clip_grad_norm_: coefficient max / (norm + 1e-6), at most 1 */
     double scale = o->clip > 0 && isfinite(norm) ? LM_MIN(1.0, o->clip / (norm + 1e-6)) : 1.0;
     int64_t step = lm_optimizer_steps(t->opt);
@@ -180,6 +275,12 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     LM_TRY(lm_optimizer_step(t->opt, ctx, lr, scale));
     lm_ag_profile_mark(ctx, "step ", "adamw");
     lm_trace_end(tr, "train", "optimizer", NULL);
+    if (t->bounds && lm_dist_size(t->dist) > 1) { /* every rank's updated slice to every rank */
+        tr = lm_trace_begin();
+        LM_TRY(lm__dist_allgather_f32(t->dist, lm_tensor_data(t->model->flat), t->bounds));
+        lm_ag_profile_mark(ctx, "step ", "allgather");
+        lm_trace_end(tr, "train", "allgather", NULL);
+    }
     lm_trace_end(step_t0, "train", "train step", NULL);
     lm_trace_memory();
     *info = (lm_train_step_info){step + 1, loss / (double)G, lr, norm, G * o->batch * o->seq};
@@ -237,12 +338,13 @@ static void test_kill_point(const lm_trainer *t, const char *phase) {
     if (e && !strncmp(e, phase, n) && e[n] == ':' && strtoll(e + n + 1, NULL, 10) == t->saves) raise(SIGKILL);
 }
 
-static lm_status write_state(lm_trainer *t, lm_ctx *ctx, const char *dir) {
+/* m1, m2: the whole [numel] moments (the optimizer's own, or gathered under ZeRO-1). */
+static lm_status write_state(lm_trainer *t, lm_ctx *ctx, const char *dir, const lm_tensor *m1, const lm_tensor *m2) {
     char path[4200];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     lm__train_state s = {lm_optimizer_steps(t->opt), t->model->numel, t->model->nparams, t->o.batch, t->o.seq,
                          global_accum(t), lm_data_loader_get_state(t->data)};
-    return lm__train_state_write(ctx, path, &s, t->opt->m1, t->opt->m2);
+    return lm__train_state_write(ctx, path, &s, m1, m2);
 }
 
 /* The parent directory of dir, for the fsync after a rename. */
@@ -315,17 +417,52 @@ static lm_status remove_replaced(const lm_trainer *t, const char *dir) {
     return remove_dir(dir);
 }
 
-static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path);
+static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path, const lm_tensor *m1,
+                      const lm_tensor *m2);
+
+/* ZeRO-1: every rank's moment slices gathered into whole [numel] moments on rank 0
+ * (*m1, *m2; NULL elsewhere; 8 bytes a parameter there while the checkpoint is
+ * written). Rank 0's allocation outcome is shared first, so a failure is every rank's
+ * before anyone enters the gather. */
+static lm_status gather_moments(lm_trainer *t, lm_tensor **m1, lm_tensor **m2) {
+    *m1 = *m2 = NULL;
+    lm_status st = LM_OK;
+    int rank0 = lm_dist_rank(t->dist) == 0;
+    if (rank0) {
+        st = lm_tensor_create(t->model->device, LM_F32, 1, &t->model->numel, m1);
+        if (st == LM_OK) st = lm_tensor_create(t->model->device, LM_F32, 1, &t->model->numel, m2);
+    }
+    int32_t code = (int32_t)st;
+    lm_status bst = lm_dist_broadcast(t->dist, &code, sizeof code, 0);
+    if (bst == LM_OK && code == LM_OK) bst = lm__dist_gather_f32(t->dist, lm_tensor_data(t->opt->m1),
+                                                                  rank0 ? lm_tensor_data(*m1) : NULL, t->bounds);
+    if (bst == LM_OK && code == LM_OK) bst = lm__dist_gather_f32(t->dist, lm_tensor_data(t->opt->m2),
+                                                                  rank0 ? lm_tensor_data(*m2) : NULL, t->bounds);
+    if (bst == LM_OK && code != LM_OK && !rank0)
+        bst = lm__error((lm_status)code, "rank 0 cannot hold the gathered optimizer moments");
+    if (bst == LM_OK) bst = st;
+    if (bst != LM_OK) {
+        lm_tensor_destroy(*m1), lm_tensor_destroy(*m2);
+        *m1 = *m2 = NULL;
+    }
+    return bst;
+}
 
 lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_save: NULL argument");
     int64_t tr = lm_trace_begin();
     lm_status st = LM_OK;
-    if (lm_dist_size(t->dist) > 1) {
+    lm_tensor *full1 = NULL, *full2 = NULL; /* ZeRO-1: the gathered moments (rank 0) */
+    LM_TRY(ensure_opt(t));
+    if (lm_dist_size(t->dist) > 1) { /* under ZeRO-1 the weights alone are replicas; the moments are slices */
         const lm_tensor *bufs[3] = {t->model->flat, t->opt->m1, t->opt->m2};
-        LM_TRY(lm__dist_check_replicas(t->dist, ctx, bufs, 3));
+        LM_TRY(lm__dist_check_replicas(t->dist, ctx, bufs, t->bounds ? 1 : 3));
     }
-    if (lm_dist_rank(t->dist) == 0) st = save(t, ctx, dir, tokenizer_path);
+    if (t->bounds && lm_dist_size(t->dist) > 1) LM_TRY(gather_moments(t, &full1, &full2));
+    if (lm_dist_rank(t->dist) == 0)
+        st = save(t, ctx, dir, tokenizer_path, full1 ? full1 : t->opt->m1, full2 ? full2 : t->opt->m2);
+    lm_tensor_destroy(full1);
+    lm_tensor_destroy(full2);
     if (lm_dist_size(t->dist) > 1) { /* the others wait for rank 0's outcome and return it */
         int32_t code = (int32_t)st;
         LM_TRY(lm_dist_broadcast(t->dist, &code, sizeof code, 0));
@@ -336,7 +473,8 @@ lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const cha
     return st;
 }
 
-static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path) {
+static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path, const lm_tensor *m1,
+                      const lm_tensor *m2) {
     char tmp[4096], old[4096], parent[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
     snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());
@@ -347,7 +485,7 @@ static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *t
     st = lm_train_model_save(t->model, ctx, tmp, tokenizer_path);
     if (st == LM_OK) {
         test_kill_point(t, "after-weights");
-        st = write_state(t, ctx, tmp); /* last: its presence marks the directory complete */
+        st = write_state(t, ctx, tmp, m1, m2); /* last: its presence marks the directory complete */
     }
     if (st == LM_OK) {
         test_kill_point(t, "after-state");
@@ -506,9 +644,12 @@ lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     lm_tensor *m1 = NULL, *m2 = NULL;
     lm__train_state s;
     const lm_train_model *m = t->model;
-    lm_status st = lm_tensor_create(m->device, LM_F32, 1, &m->numel, &m1);
-    if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 1, &m->numel, &m2);
-    if (st == LM_OK) st = lm__train_state_read(path, m->numel, m->nparams, &s, m1, m2);
+    LM_TRY(ensure_opt(t));
+    /* the optimizer's range: everything, or under ZeRO-1 this rank's slice */
+    int64_t lo = t->opt->lo, n_own = t->opt->hi - t->opt->lo;
+    lm_status st = lm_tensor_create(m->device, LM_F32, 1, &n_own, &m1);
+    if (st == LM_OK) st = lm_tensor_create(m->device, LM_F32, 1, &n_own, &m2);
+    if (st == LM_OK) st = lm__train_state_read_range(path, m->numel, m->nparams, lo, &s, m1, m2);
     if (st == LM_OK && (s.batch != t->o.batch || s.seq != t->o.seq || s.grad_accum != global_accum(t)))
         st = lm__error(LM_INVALID_ARGUMENT, "training state '%s' was saved with batch %lld, seq %lld and %lld "
                                             "micro-batches per step (ranks x grad_accum); resuming with batch %d, seq "
@@ -521,9 +662,9 @@ lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir) {
                        path, (long long)s.data.cursor, (long long)lm_data_loader_windows(t->data));
     if (st == LM_OK) { /* commit: copy the moments in, then the data position (cannot fail now) */
         lm_tensor *keep1 = t->opt->m1, *keep2 = t->opt->m2;
-        size_t n = (size_t)m->numel * sizeof(float);
-        st = lm_device_copy(m->device, lm_tensor_data(keep1), m->device, lm_tensor_data(m1), n);
-        if (st == LM_OK) st = lm_device_copy(m->device, lm_tensor_data(keep2), m->device, lm_tensor_data(m2), n);
+        size_t n = (size_t)n_own * sizeof(float);
+        if (n) st = lm_device_copy(m->device, lm_tensor_data(keep1), m->device, lm_tensor_data(m1), n);
+        if (st == LM_OK && n) st = lm_device_copy(m->device, lm_tensor_data(keep2), m->device, lm_tensor_data(m2), n);
         if (st == LM_OK) st = lm_data_loader_set_state(t->data, &s.data);
         if (st == LM_OK) t->opt->steps = s.step;
     }

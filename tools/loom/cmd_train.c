@@ -20,6 +20,8 @@
  * inputs, and its error messages start with "rank R: ". A rank that fails ends the whole
  * job (MPI_Abort), so no rank waits for it forever. Ranks must be given the same
  * options: a fingerprint of them is compared with rank 0's before the first step.
+ * --zero 1 shards the AdamW state over the ranks (ZeRO-1, lm_trainer_set_zero); the
+ * start reports the optimizer-state bytes per rank.
  */
 #include "args.h"
 #include "commands.h"
@@ -31,13 +33,14 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct train_args {
     const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype, *trace;
-    int batch, grad_accum, threads, no_shuffle;
+    int batch, grad_accum, threads, no_shuffle, zero;
     float peak_tflops;
     int steps, seq, warmup, val_every, val_batches, save_every;
     float lr, min_lr, clip, weight_decay, beta1, beta2;
@@ -96,6 +99,8 @@ static int parse(int argc, char **argv, train_args *a) {
         {"batch", CLI_INT, &a->batch, "B: sequences per micro-batch (default 8)"},
         {"seq", CLI_INT, &a->seq, "T: tokens per sequence (default 256)"},
         {"grad-accum", CLI_INT, &a->grad_accum, "N: micro-batches per step on each rank (default 1)"},
+        {"zero", CLI_INT, &a->zero, "N: ZeRO stage of data parallel: 0 = AdamW state on every rank (default), 1 = "
+                                    "sharded over the ranks, 1/N each (CPU only)"},
         {"lr", CLI_FLOAT, &a->lr, "X: peak learning rate (default 3e-4)"},
         {"min-lr", CLI_FLOAT, &a->min_lr, "X: final learning rate (default lr / 10)"},
         {"warmup", CLI_INT, &a->warmup, "N: linear warmup steps (default 10)"},
@@ -124,6 +129,10 @@ static int parse(int argc, char **argv, train_args *a) {
     if (rc) return rc;
     if ((!a->model == !a->config && !a->resume) || !a->data || !a->out) {
         say("give --data, --out and exactly one of --model / --config (or --resume)\n");
+        return 2;
+    }
+    if (a->zero != 0 && a->zero != 1) {
+        say("--zero must be 0 (optimizer state on every rank) or 1 (sharded over the ranks), not %d\n", a->zero);
         return 2;
     }
     if (a->min_lr < 0) a->min_lr = a->lr / 10;
@@ -285,11 +294,12 @@ static int check_same_args(session *s) {
     if (lm_dist_size(s->dist) == 1) return 0;
     const train_args *a = &s->a;
     char text[16384];
-    snprintf(text, sizeof text, "%s|%s|%s|%s|%s|%s|%s|%s|%d|%d|%d|%d|%d|%d|%d|%d|%d|%.9g|%.9g|%.9g|%.9g|%.9g|%.9g|%llu",
+    snprintf(text, sizeof text,
+             "%s|%s|%s|%s|%s|%s|%s|%s|%d|%d|%d|%d|%d|%d|%d|%d|%d|%d|%.9g|%.9g|%.9g|%.9g|%.9g|%.9g|%llu",
              a->model ? a->model : "", a->config ? a->config : "", a->data, a->val_data ? a->val_data : "",
              a->resume ? a->resume : "", a->schedule, a->dtype ? a->dtype : "", a->out, a->batch, a->grad_accum,
-             a->no_shuffle, a->steps, a->seq, a->warmup, a->val_every, a->val_batches, a->save_every, a->lr, a->min_lr,
-             a->clip, a->weight_decay, a->beta1, a->beta2, (unsigned long long)a->seed);
+             a->no_shuffle, a->zero, a->steps, a->seq, a->warmup, a->val_every, a->val_batches, a->save_every, a->lr,
+             a->min_lr, a->clip, a->weight_decay, a->beta1, a->beta2, (unsigned long long)a->seed);
     uint64_t mine = 0xcbf29ce484222325ull, root;
     for (const char *p = text; *p; p++) mine = (mine ^ (uint8_t)*p) * 0x100000001b3ull;
     root = mine;
@@ -354,6 +364,10 @@ static int open_all(session *s) {
     if ((st = lm_lr_schedule_parse(a->schedule, &s->o.schedule)) != LM_OK) return fail("bad --schedule", st);
     if ((st = lm_trainer_create(s->model, s->data, &s->o, &s->trainer)) != LM_OK) return fail("bad options", st);
     if ((st = lm_trainer_set_dist(s->trainer, s->dist)) != LM_OK) return fail("bad options", st);
+    if ((st = lm_trainer_set_zero(s->trainer, a->zero)) != LM_OK) {
+        say("--zero %d: %s: %s\n", a->zero, lm_status_str(st), lm_last_error());
+        return 2;
+    }
     if (a->resume && (st = lm_trainer_resume(s->trainer, s->ctx, a->resume)) != LM_OK) return fail("cannot resume", st);
     s->first_step = lm_trainer_step_count(s->trainer);
     if ((rc = check_same_args(s)) || !s->rank0) return rc;
@@ -435,6 +449,32 @@ static void report_end(session *s) {
     }
 }
 
+/* The optimizer-state line: the bytes of AdamW moments each rank holds (every rank's
+ * count is shared, so rank 0 reports the largest), against the unsharded 8 x numel. */
+static int report_optimizer_state(session *s) {
+    int n = lm_dist_size(s->dist);
+    double *bytes = calloc((size_t)n, sizeof *bytes), most = 0;
+    if (!bytes) {
+        say("out of memory\n");
+        return 1;
+    }
+    bytes[lm_dist_rank(s->dist)] = (double)lm_trainer_optimizer_state_bytes(s->trainer);
+    lm_status st = lm_dist_allreduce_sum_f64(s->dist, bytes, n);
+    for (int r = 0; r < n; r++) most = bytes[r] > most ? bytes[r] : most;
+    free(bytes);
+    if (st != LM_OK) return fail("cannot share the optimizer-state sizes", st);
+    if (!s->rank0) return 0;
+    double whole = 8.0 * (double)lm_train_model_numel(s->model), mib = 1024.0 * 1024.0;
+    if (lm_trainer_zero_stage(s->trainer) == 1)
+        note("optimizer state: %.3f MiB per rank (ZeRO-1 over %d rank%s; %.0f bytes on the largest slice, %.3f MiB "
+             "unsharded)\n",
+             most / mib, n, n == 1 ? "" : "s", most, whole / mib);
+    else
+        note("optimizer state: %.3f MiB per rank (%.0f bytes, replicated on each of %d rank%s)\n", most / mib, most, n,
+             n == 1 ? "" : "s");
+    return 0;
+}
+
 static int loop(session *s) {
     double tokens = 0;
     s->t0 = cli_now();
@@ -501,7 +541,8 @@ int cmd_train(int argc, char **argv) {
                      lm_arch_name(c->arch), (long long)lm_train_model_numel(s.model),
                      lm_dtype_name(lm_train_model_compute_dtype(s.model)), s.a.device, s.a.steps, ranks,
                      s.a.grad_accum, s.a.batch, s.a.seq, (long long)s.first_step);
-            rc = loop(&s);
+            rc = report_optimizer_state(&s);
+            if (!rc) rc = loop(&s);
         }
         close_all(&s);
         if (traced) rc = cli_trace_stop("train", rc);
