@@ -122,7 +122,9 @@ typedef struct lm_model_config {
 /* LM_QUANT_INT4: u8 [out, in/2] weights, two signed 4-bit values per byte along in (low
  * nibble first; w ~= q * scale, q in [-7, 7] as written), with one f32 scale per group
  * of quant_group inputs in "<weight name>_scale" (f32 [out, in / quant_group]). */
-typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1, LM_QUANT_INT4 = 2 } lm_quant_format;
+/* LM_QUANT_FP8: f8_e4m3 [out, in] weights with one f32 scale per output row (as int8,
+ * with e4m3 values for the integers; "format": "fp8", int8's scheme and keys). */
+typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1, LM_QUANT_INT4 = 2, LM_QUANT_FP8 = 3 } lm_quant_format;
 /* Module bits of lm_model_config.quant_modules, in the order of their names
  * (lm_quant_module_name): the Linear projections of every layer, and an untied lm_head.
  * The embedding table, norms and biases are never quantized (a tied lm_head is the
@@ -138,7 +140,7 @@ enum {
     LM_QUANT_LM_HEAD = 1 << 7,
     LM_QUANT_MODULE_COUNT = 8
 };
-LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8", "int4"; "invalid" */
+LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8", "int4", "fp8"; "invalid" */
 /* The name of module bit i (1 << i): "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
  * "up_proj", "down_proj", "lm_head"; NULL outside [0, LM_QUANT_MODULE_COUNT). */
 LM_API const char *lm_quant_module_name(int i);

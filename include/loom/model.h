@@ -8,7 +8,7 @@
  * On a CUDA device the matrices are uploaded as bf16 (whatever their stored dtype),
  * the KV cache is bf16, the residual stream and every accumulation are f32, and each
  * step shape is captured once as a CUDA graph and replayed.
- * Int8 weights (lm_model_load_opts, docs/QUANTIZATION.md; CPU only): the layer
+ * Int8 weights (lm_model_load_opts, docs/QUANTIZATION.md; also int4, fp8): the layer
  * projections (and an untied lm_head) as i8 with one f32 scale per output row, read by
  * the int8 linear operator; the embedding table, norms and biases stay float.
  * The forward pass is the decoder graph (loom/graph.h) run by an executor
@@ -44,13 +44,16 @@ typedef enum lm_weights {
     LM_WEIGHTS_BF16 = 1, /* float matrices as bf16 (f32/f16 checkpoints are converted at load); refused for a
                             directory that holds int8 weights */
     LM_WEIGHTS_INT8 = 2, /* the projections as int8 with per-output-row f32 scales: quantized at load from a
-                            float directory (lm_quantize_int8_rows), or as stored by `loom quantize`. CPU only. */
-    LM_WEIGHTS_INT4 = 3  /* the projections as packed int4 with one f32 scale per group of 32/64/128 inputs
+                            float directory (lm_quantize_int8_rows), or as stored by `loom quantize`. */
+    LM_WEIGHTS_INT4 = 3, /* the projections as packed int4 with one f32 scale per group of 32/64/128 inputs
                             (lm_model_load_options.quant_group): quantized at load from a float directory
-                            (lm_quantize_int4_groups), or as stored by `loom quantize --to int4`. CPU only. */
+                            (lm_quantize_int4_groups), or as stored by `loom quantize --to int4`. */
+    LM_WEIGHTS_FP8 = 4   /* the projections as fp8 e4m3 with per-output-row f32 scales (lm_quantize_fp8_rows, or
+                            `loom quantize --to fp8`); the CPU runs them through the reference (slow), CUDA
+                            through its quantized kernels. */
 } lm_weights;
-LM_API const char *lm_weights_name(lm_weights w); /* "auto", "bf16", "int8", "int4"; "invalid" */
-/* "auto", "bf16", "int8" or "int4" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
+LM_API const char *lm_weights_name(lm_weights w); /* "auto", "bf16", "int8", "int4", "fp8"; "invalid" */
+/* "auto", "bf16", "int8", "int4" or "fp8" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
 LM_API lm_status lm_weights_parse(const char *text, lm_weights *out);
 
 typedef struct lm_model_load_options {
@@ -65,8 +68,7 @@ typedef struct lm_model_load_options {
 } lm_model_load_options;
 LM_API void lm_model_load_options_default(lm_model_load_options *o);
 /* lm_model_load with options (o NULL: the defaults, which is lm_model_load). Errors
- * besides lm_model_load's: LM_UNSUPPORTED for int8 weights on a device other than the
- * CPU ("int8 weights run on the CPU only for now") and for LM_WEIGHTS_BF16 of an int8
+ * besides lm_model_load's: LM_UNSUPPORTED for LM_WEIGHTS_BF16 of an int8
  * directory; for an int8 directory, LM_NOT_FOUND / LM_DTYPE_MISMATCH / LM_SHAPE_MISMATCH
  * naming the weight or scale tensor at fault. lm_model_get_config reports the format
  * run (quant_format, quant_modules), also when quantized at load. */

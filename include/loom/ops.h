@@ -234,7 +234,10 @@ LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor
  * (LM_INVALID_ARGUMENT without them, or with them for a float w), f32 x, any float
  * out; the product is that of the dequantized weights w[n, k] * w_scales[n] (exact in
  * the reference; the tuned CPU level rounds only as f32 arithmetic does, x is never
- * quantized); CPU only for now (LM_UNSUPPORTED on CUDA). Rows of x and out may have
+ * quantized). fp8 weights: w f8_e4m3 with w_scales f32 [N], as int8 (the CPU runs the
+ * reference). Quantized weights run on CUDA too (docs/QUANTIZATION.md: a GEMV for up to
+ * 8 rows that streams the quantized bytes, a bf16 tensor-core product of the weights
+ * dequantized in shared memory for more; both f32 x). Rows of x and out may have
  * any stride (unit last stride). lm_linear_supported says which calls a device runs
  * as one kernel without scratch memory (others go through the composition, which
  * allocates); on the CPU it says which calls take the tuned int8 path (which may use
@@ -246,15 +249,15 @@ typedef struct lm_linear_params {
     const lm_tensor_view *norm_weight; /* LM_LINEAR_IN_RMSNORM: [K] */
     float eps;                         /* LM_LINEAR_IN_RMSNORM */
     int accumulate;                    /* 1: out += product */
-    /* w of dtype i8 (int8-quantized weights): its f32 scales [N], one per output row;
-     * the product is x · (w[n, :] * w_scales[n])ᵀ. NULL for float weights. */
+    /* w of dtype i8 (int8-quantized weights) or f8_e4m3 (fp8): its f32 scales [N], one
+     * per output row; the product is x · (w[n, :] * w_scales[n])ᵀ. NULL for float weights. */
     const lm_tensor_view *w_scales;
     /* int4 weights (docs/QUANTIZATION.md): w_bits = 4 says w is u8 [N, K/2] holding two
      * signed 4-bit values per byte along K (low nibble = even k, two's complement, so
      * each in [-8, 7]) and w_scales is f32 [N, K / w_group], one scale per group of
      * w_group consecutive k of a row (w_group 32, 64 or 128; K a multiple of it): the
-     * product is x · (q[n, k] * w_scales[n, k / w_group])ᵀ. f32 x, any float out; CPU
-     * only (LM_UNSUPPORTED on CUDA). 0 (both) for float and int8 weights; a u8 w with
+     * product is x · (q[n, k] * w_scales[n, k / w_group])ᵀ. f32 x, any float out. 0
+     * (both) for float, int8 and fp8 weights; a u8 w with
      * w_bits != 4, or w_bits = 4 with another dtype, is LM_INVALID_ARGUMENT. */
     int w_bits;
     int w_group;
@@ -274,6 +277,13 @@ LM_API lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, con
  * one (two's complement); w_scales f32 [N, K/group] (host tensors). */
 LM_API lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
                                          const lm_tensor_view *w_scales, int group);
+/* fp8 e4m3 quantization of float weights w [N, K] by row: w_scales[n] = max_k |w[n, k]|
+ * / 448 (1 for an all-zero row), q[n, k] = lm_f32_to_f8e4m3(w[n, k] / w_scales[n])
+ * (nearest, ties to even, saturating at +-448); q f8_e4m3 [N, K], w_scales f32 [N]
+ * (host tensors). NaN or Inf in w is LM_INVALID_ARGUMENT naming the row, before
+ * anything is written. lm_linear_out takes q with w_scales as for int8. */
+LM_API lm_status lm_quantize_fp8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                      const lm_tensor_view *w_scales);
 
 /* p NULL: plain (LM_LINEAR_IN, no accumulate). */
 LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

@@ -26,8 +26,20 @@ extern "C" {
 /* Public enum: grows only at the end. */
 /* LM_I8: signed bytes, the storage of int8-quantized weights (their scales are a
  * separate f32 tensor). */
-typedef enum lm_dtype { LM_F32 = 0, LM_BF16 = 1, LM_F16 = 2, LM_I32 = 3, LM_I64 = 4, LM_U8 = 5, LM_I8 = 6 } lm_dtype;
-#define LM_DTYPE_COUNT 7
+/* LM_F8_E4M3: fp8 e4m3 (the OCP "E4M3FN" of safetensors' F8_E4M3: 1 sign, 4 exponent
+ * bits of bias 7, 3 mantissa bits, no infinities, S.1111.111 is NaN, largest finite
+ * 448), the storage of fp8-quantized weights (their f32 per-row scales are separate). */
+typedef enum lm_dtype {
+    LM_F32 = 0,
+    LM_BF16 = 1,
+    LM_F16 = 2,
+    LM_I32 = 3,
+    LM_I64 = 4,
+    LM_U8 = 5,
+    LM_I8 = 6,
+    LM_F8_E4M3 = 7
+} lm_dtype;
+#define LM_DTYPE_COUNT 8
 
 LM_API size_t lm_dtype_size(lm_dtype dt);       /* bytes per element; 0 for invalid */
 LM_API const char *lm_dtype_name(lm_dtype dt);  /* "f32", "bf16", ...; "invalid" otherwise */
@@ -40,6 +52,11 @@ LM_API uint16_t lm_f32_to_bf16(float x);
 LM_API float lm_bf16_to_f32(uint16_t x);
 LM_API uint16_t lm_f32_to_f16(float x);
 LM_API float lm_f16_to_f32(uint16_t x);
+/* fp8 e4m3 (LM_F8_E4M3): decoding is exact (a 256-entry table; 0x7f/0xff are NaN);
+ * encoding rounds to nearest, ties to even, saturates finite values beyond 448 (and
+ * +-inf) to +-448, and maps NaN to 0x7f (sign kept). */
+LM_API float lm_f8e4m3_to_f32(uint8_t x);
+LM_API uint8_t lm_f32_to_f8e4m3(float x);
 
 /* ---- Storage ------------------------------------------------------------------ */
 typedef struct lm_storage lm_storage;

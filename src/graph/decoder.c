@@ -81,9 +81,11 @@ static lm_status layer_param(builder *b, int64_t l, const char *suffix, int ndim
     return param(b, name, ndim, shape, out);
 }
 
-/* 1 for a quantized weight value: i8 (int8) or u8 (int4, two values per byte). */
+/* 1 for a quantized weight value: i8 (int8), u8 (int4, two values per byte) or
+ * f8_e4m3 (fp8, built as int8 is: one f32 scale per row). */
 static int quantized(const builder *b, lm_graph_value w) {
-    return b->g->values[w].dtype == LM_I8 || b->g->values[w].dtype == LM_U8;
+    lm_dtype d = b->g->values[w].dtype;
+    return d == LM_I8 || d == LM_U8 || d == LM_F8_E4M3;
 }
 
 /* A quantized weight w (parameter "<name>.weight": int8 i8 [n_out, K], or int4 u8
@@ -97,7 +99,8 @@ static lm_status linear_quant(builder *b, const char *nm, lm_graph_value x, lm_g
     int int4 = b->g->values[w].dtype == LM_U8;
     if (b->o->mode == LM_DECODER_TRAIN)
         return lm__error(LM_UNSUPPORTED, "decoder graph (train): '%s' is an %s weight; quantized weights cannot be "
-                         "trained (train from the float checkpoint)", wname, int4 ? "int4" : "int8");
+                         "trained (train from the float checkpoint)", wname,
+                         int4 ? "int4" : b->g->values[w].dtype == LM_F8_E4M3 ? "fp8" : "int8");
     int64_t N = b->g->values[w].dims[0], K = b->g->values[x].dims[1], G = b->c->quant_group;
     lm_graph_value sc;
     snprintf(s, sizeof s, "%s_scale", wname);

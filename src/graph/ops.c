@@ -308,9 +308,10 @@ static lm_status linear_quant(lm_graph *g, const char *name, lm_graph_value x, l
     if (bias >= 0) LM_TRY(lm__graph_check_value(g, bias, nm, "bias"));
     LM_TRY(want_float(g, nm, "input", x));
     const lm__gvalue *vx = &g->values[x], *vw = &g->values[w];
-    if (vw->dtype != (group ? LM_U8 : LM_I8) || vw->ndim != 2)
+    /* int8 and fp8 (f8_e4m3) weights share the form: one f32 scale per row */
+    if ((group ? vw->dtype != LM_U8 : vw->dtype != LM_I8 && vw->dtype != LM_F8_E4M3) || vw->ndim != 2)
         return lm__error(LM_DTYPE_MISMATCH, "linear '%s': %s weight '%s' must be %s (is %s, %d-D)", nm,
-                         group ? "int4" : "int8", vw->name, group ? "u8 [N, K/2]" : "i8 [N, K]",
+                         group ? "int4" : "int8/fp8", vw->name, group ? "u8 [N, K/2]" : "i8 or f8_e4m3 [N, K]",
                          lm_dtype_name(vw->dtype), vw->ndim);
     int64_t N = vw->dims[0], K = (group ? 2 : 1) * vw->dims[1], xs[2] = {-1, K}, ns[1] = {N};
     if (group && ((group != 32 && group != 64 && group != 128) || K % group))

@@ -257,7 +257,11 @@ static const char *const k_quant_modules[LM_QUANT_MODULE_COUNT] = {"q_proj",  "k
 #define QUANT_SCHEME_INT4 "group-wise symmetric"
 
 const char *lm_quant_format_name(lm_quant_format f) {
-    return f == LM_QUANT_NONE ? "none" : f == LM_QUANT_INT8 ? "int8" : f == LM_QUANT_INT4 ? "int4" : "invalid";
+    return f == LM_QUANT_NONE   ? "none"
+           : f == LM_QUANT_INT8 ? "int8"
+           : f == LM_QUANT_INT4 ? "int4"
+           : f == LM_QUANT_FP8  ? "fp8"
+                                : "invalid";
 }
 
 const char *lm_quant_module_name(int i) { return i >= 0 && i < LM_QUANT_MODULE_COUNT ? k_quant_modules[i] : NULL; }
@@ -309,10 +313,11 @@ static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_mode
     if (!json_is_string(method)) return bad_type(c, "quant_method", "a string");
     if (strcmp(json_string_value(method), "loom") != 0)
         return lm__error(LM_UNSUPPORTED, "config '%s': quantization_config.quant_method '%s' is not supported (only "
-                         "loom's own int8/int4 formats, written by `loom quantize`)", c->src, json_string_value(method));
+                         "loom's own int8/int4/fp8 formats, written by `loom quantize`)", c->src, json_string_value(method));
     const json_t *fmt = json_object_get(q, "format");
     int int4 = fmt && json_is_string(fmt) && strcmp(json_string_value(fmt), "int4") == 0;
-    if (!int4) LM_TRY(quant_string(c, q, "format", "int8", LM_UNSUPPORTED));
+    int fp8 = fmt && json_is_string(fmt) && strcmp(json_string_value(fmt), "fp8") == 0; /* int8's scheme and keys */
+    if (!int4 && !fp8) LM_TRY(quant_string(c, q, "format", "int8", LM_UNSUPPORTED));
     const json_t *scheme = json_object_get(q, "scheme");
     if (int4 && scheme && json_is_string(scheme) && strcmp(json_string_value(scheme), QUANT_SCHEME_INT4) != 0)
         return lm__error(LM_UNSUPPORTED, "config '%s': quantization_config.scheme '%s' is not supported for int4 (loom "
@@ -365,7 +370,7 @@ static lm_status parse_quantization(const jctx *root_c, const json_t *q, lm_mode
     if ((bits & LM_QUANT_LM_HEAD) && cfg->tie_word_embeddings)
         return lm__error(LM_PARSE_ERROR, "config '%s': quantization_config.modules lists 'lm_head', but the "
                          "embeddings are tied (the tied head is the embedding table, which stays float)", c->src);
-    cfg->quant_format = int4 ? LM_QUANT_INT4 : LM_QUANT_INT8;
+    cfg->quant_format = int4 ? LM_QUANT_INT4 : fp8 ? LM_QUANT_FP8 : LM_QUANT_INT8;
     cfg->quant_modules = bits;
     cfg->quant_group = group;
     return LM_OK;

@@ -123,21 +123,23 @@ static lm_status check_entry(const lm_checkpoint *ck, const lm_tensor_spec *sp, 
 }
 
 /* A quantized weight and its scales, as a quantized directory stores them: int8 i8 [out,
- * in] with f32 [out] scales; int4 u8 [out, in/2] with f32 [out, in/group] scales. */
+ * in] (fp8: F8_E4M3 [out, in]) with f32 [out] scales; int4 u8 [out, in/2] with f32
+ * [out, in/group] scales. */
 static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoint *ck, const lm_tensor_spec *sp) {
     lm_safetensors_entry e;
     char scale[sizeof sp->name + 8], have[160], want[64];
-    int int4 = cfg->quant_format == LM_QUANT_INT4, G = cfg->quant_group;
+    int int4 = cfg->quant_format == LM_QUANT_INT4, fp8 = cfg->quant_format == LM_QUANT_FP8, G = cfg->quant_group;
+    const char *fmt = lm_quant_format_name((lm_quant_format)cfg->quant_format);
     int64_t qs[2] = {sp->shape[0], int4 ? sp->shape[1] / 2 : sp->shape[1]};
     int64_t ss[2] = {sp->shape[0], int4 && G > 0 ? sp->shape[1] / G : 1};
     if (int4 && (G <= 0 || sp->shape[1] % G))
         return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': %lld inputs are not a multiple of the int4 group_size %d",
                          sp->name, (long long)sp->shape[1], G);
     LM_TRY(lm_checkpoint_find(ck, sp->name, &e));
-    if (e.dtype != (int4 ? LM_U8 : LM_I8))
+    if (e.dtype != (int4 ? LM_U8 : fp8 ? LM_F8_E4M3 : LM_I8))
         return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s': dtype %s, but quantization_config says "
                          "it is %s", sp->name, lm_checkpoint_path(ck), e.dtype_name,
-                         int4 ? "int4 (u8, two values per byte)" : "int8 (i8)");
+                         int4 ? "int4 (u8, two values per byte)" : fp8 ? "fp8 (F8_E4M3)" : "int8 (i8)");
     int same = e.ndim == 2 && e.shape[0] == qs[0] && e.shape[1] == qs[1];
     if (!same)
         return lm__error(LM_SHAPE_MISMATCH, "tensor '%s': shape %s != expected %s", sp->name,
@@ -146,7 +148,7 @@ static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoi
     lm_status st = lm_checkpoint_find(ck, scale, &e);
     if (st == LM_NOT_FOUND)
         return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of %s weight '%s' is missing",
-                         lm_checkpoint_path(ck), scale, int4 ? "int4" : "int8", sp->name);
+                         lm_checkpoint_path(ck), scale, fmt, sp->name);
     LM_TRY(st);
     if (e.dtype != LM_F32)
         return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
@@ -179,10 +181,10 @@ lm_status lm_model_config_check_checkpoint(const lm_model_config *cfg, const lm_
             continue;
         }
         LM_TRY(lm_checkpoint_find(ck, sp.name, &e));
-        if (cfg->quant_format && (e.dtype == LM_I8 || e.dtype == LM_U8))
+        if (cfg->quant_format && (e.dtype == LM_I8 || e.dtype == LM_U8 || e.dtype == LM_F8_E4M3))
             return lm__error(LM_DTYPE_MISMATCH, "tensor '%s' in checkpoint '%s' is %s, but quantization_config.modules "
                              "does not list its module (it must be f32, bf16 or f16)", sp.name, lm_checkpoint_path(ck),
-                             e.dtype == LM_I8 ? "int8" : "u8 (int4)");
+                             e.dtype == LM_I8 ? "int8" : e.dtype == LM_U8 ? "u8 (int4)" : "fp8 (F8_E4M3)");
         LM_TRY(check_entry(ck, &sp, &e));
     }
     if (!cfg->tie_word_embeddings) return LM_OK;

@@ -22,6 +22,7 @@ static const char *st_dtype(lm_dtype dt) {
     case LM_I64: return "I64";
     case LM_U8: return "U8";
     case LM_I8: return "I8";
+    case LM_F8_E4M3: return "F8_E4M3";
     }
     return NULL;
 }

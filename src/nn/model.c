@@ -15,7 +15,9 @@
  * give the same bytes) or mapped from a directory `loom quantize` wrote, whose
  * "<weight>_scale" tensors are checked (present, f32 [out], finite and > 0) before use;
  * int4 the same way (lm_quantize_int4_groups; u8 [out, in/2] weights, scales f32
- * [out, in/group]).
+ * [out, in/group]); fp8 as int8 (lm_quantize_fp8_rows; f8_e4m3 [out, in] weights).
+ * Quantized weights load on CUDA too: nn/upload.c copies their bytes and scales as they
+ * are and the linear operator's CUDA kernels read them (training still refuses them).
  */
 #include "nn/internal.h"
 
@@ -83,11 +85,13 @@ lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_
     *q = *scales = NULL;
     if (int4 && (G <= 0 || K % G))
         return lm__error(LM_INVALID_ARGUMENT, "int4 group %d does not divide the %lld inputs", G, (long long)K);
-    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : LM_I8, 2, qs, q);
+    int fp8 = cfg->quant_format == LM_QUANT_FP8;
+    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : fp8 ? LM_F8_E4M3 : LM_I8, 2, qs, q);
     if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, scales);
     if (st == LM_OK)
-        st = int4 ? lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales), G)
-                  : lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales));
+        st = int4  ? lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales), G)
+             : fp8 ? lm_quantize_fp8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales))
+                   : lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales));
     if (st != LM_OK) {
         lm_tensor_destroy(*q), lm_tensor_destroy(*scales);
         *q = *scales = NULL;
@@ -194,17 +198,17 @@ static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
 
 const char *lm_weights_name(lm_weights w) {
     return w == LM_WEIGHTS_AUTO ? "auto" : w == LM_WEIGHTS_BF16 ? "bf16" : w == LM_WEIGHTS_INT8 ? "int8"
-           : w == LM_WEIGHTS_INT4 ? "int4" : "invalid";
+           : w == LM_WEIGHTS_INT4 ? "int4" : w == LM_WEIGHTS_FP8 ? "fp8" : "invalid";
 }
 
 lm_status lm_weights_parse(const char *text, lm_weights *out) {
     if (!text || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_weights_parse: NULL argument");
-    for (int w = LM_WEIGHTS_AUTO; w <= LM_WEIGHTS_INT4; w++)
+    for (int w = LM_WEIGHTS_AUTO; w <= LM_WEIGHTS_FP8; w++)
         if (strcmp(text, lm_weights_name((lm_weights)w)) == 0) {
             *out = (lm_weights)w;
             return LM_OK;
         }
-    return lm__error(LM_INVALID_ARGUMENT, "weights '%s': expected auto, bf16, int8 or int4", text);
+    return lm__error(LM_INVALID_ARGUMENT, "weights '%s': expected auto, bf16, int8, int4 or fp8", text);
 }
 
 void lm_model_load_options_default(lm_model_load_options *o) {
@@ -218,13 +222,16 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     int32_t mods = o && o->quant_modules ? o->quant_modules : lm_quant_modules_default(&m->cfg);
     memset(lp, 0, sizeof *lp);
     lp->stored = m->cfg;
-    if ((unsigned)want > LM_WEIGHTS_INT4) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: weights %d", (int)want);
+    if ((unsigned)want > LM_WEIGHTS_FP8) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: weights %d", (int)want);
     int stored = m->cfg.quant_format;
     const char *stored_name = lm_quant_format_name((lm_quant_format)stored);
     if (want == LM_WEIGHTS_BF16 && stored)
         return lm__error(LM_UNSUPPORTED, "model '%s' holds %s weights (config.json quantization_config); its float "
                          "weights are not there: load the directory it was quantized from for bf16", dir, stored_name);
-    int want_fmt = want == LM_WEIGHTS_INT8 ? LM_QUANT_INT8 : want == LM_WEIGHTS_INT4 ? LM_QUANT_INT4 : 0;
+    int want_fmt = want == LM_WEIGHTS_INT8   ? LM_QUANT_INT8
+                   : want == LM_WEIGHTS_INT4 ? LM_QUANT_INT4
+                   : want == LM_WEIGHTS_FP8  ? LM_QUANT_FP8
+                                             : 0;
     if (want_fmt && stored && stored != want_fmt)
         return lm__error(LM_UNSUPPORTED, "model '%s' holds %s weights; %s needs the float directory it was quantized "
                          "from", dir, stored_name, lm_weights_name(want));
@@ -255,13 +262,8 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     }
     m->weights = m->cfg.quant_format == LM_QUANT_INT8   ? LM_WEIGHTS_INT8
                  : m->cfg.quant_format == LM_QUANT_INT4 ? LM_WEIGHTS_INT4
+                 : m->cfg.quant_format == LM_QUANT_FP8  ? LM_WEIGHTS_FP8
                                                         : LM_WEIGHTS_BF16;
-    if (m->cfg.quant_format && !m->on_host) {
-        char dev[32];
-        return lm__error(LM_UNSUPPORTED, "model '%s' on %s: %s weights run on the CPU only for now", dir,
-                         lm_device_format(m->device, dev, sizeof dev),
-                         lm_quant_format_name((lm_quant_format)m->cfg.quant_format));
-    }
     lp->to_bf16 = want == LM_WEIGHTS_BF16 && m->on_host; /* a device gets bf16 matrices anyway (nn/upload.c) */
     return LM_OK;
 }

@@ -10,6 +10,9 @@
  * the mapped file; f32/f16 ones are rounded to bf16 on the host in chunks of CHUNK
  * elements first. Pieces are listed once, sized, then uploaded in the same order, so
  * sizing and copying cannot disagree. The host table is replaced by the device one.
+ * Quantized projections (i8, u8 int4, f8_e4m3) are copied byte for byte, each as its
+ * own piece (never stacked: the GPU passes never stack quantized linears) followed by
+ * its f32 "<name>_scale" piece.
  */
 #include "nn/internal.h"
 
@@ -26,6 +29,7 @@ typedef struct piece {
     const lm_tensor *src[3];
     char part[3][96];    /* names of the row views when stacked */
     int nsrc, f32;
+    lm_dtype dt; /* the device dtype: bf16, f32, or a quantized source's own */
     int64_t offset, bytes, rows, cols;
 } piece;
 
@@ -34,10 +38,22 @@ typedef struct plan {
     int64_t n, cap;
 } plan;
 
+static int quantized(const lm_tensor *t) {
+    lm_dtype d = lm_tensor_dtype(t);
+    return d == LM_I8 || d == LM_U8 || d == LM_F8_E4M3;
+}
+
 static lm_status add(const lm_model *m, plan *pl, const char *stack, const char *const *names, int n, int f32) {
     const lm_tensor *src[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < n; i++)
+    int quant = 0;
+    for (int i = 0; i < n; i++) {
         if (!(src[i] = lm__model_weight(m, names[i]))) return i ? LM_INTERNAL : LM_OK; /* optional piece absent */
+        quant |= quantized(src[i]);
+    }
+    if (quant && n > 1) { /* each quantized projection alone, with its scales */
+        for (int i = 0; i < n; i++) LM_TRY(add(m, pl, NULL, &names[i], 1, f32));
+        return LM_OK;
+    }
     LM_TRY(lm__reserve((void **)&pl->p, &pl->cap, pl->n + 1, sizeof *pl->p));
     piece *q = &pl->p[pl->n++];
     memset(q, 0, sizeof *q);
@@ -49,7 +65,15 @@ static lm_status add(const lm_model *m, plan *pl, const char *stack, const char 
         snprintf(q->part[i], sizeof q->part[i], "%s", names[i]);
         q->rows += lm_tensor_dim(src[i], 0);
     }
-    q->bytes = q->rows * q->cols * (f32 ? 4 : 2);
+    q->dt = quant ? lm_tensor_dtype(src[0]) : f32 ? LM_F32 : LM_BF16;
+    q->bytes = q->rows * q->cols * (int64_t)lm_dtype_size(q->dt);
+    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G] */
+        char scale[96 + 8];
+        const char *sp = scale;
+        snprintf(scale, sizeof scale, "%s_scale", names[0]);
+        if (!lm__model_weight(m, scale)) return lm__error(LM_INTERNAL, "upload: '%s' has no scales", names[0]);
+        LM_TRY(add(m, pl, NULL, &sp, 1, 1));
+    }
     return LM_OK;
 }
 
@@ -111,7 +135,7 @@ static lm_status upload_tensor(lm_device dev, uint8_t *dst, const lm_tensor *t, 
     lm_dtype dt = lm_tensor_dtype(t);
     int64_t n = lm_tensor_numel(t);
     const uint8_t *src = lm_tensor_data(t);
-    if ((f32 && dt == LM_F32) || (!f32 && dt == LM_BF16))
+    if ((f32 && dt == LM_F32) || (!f32 && dt == LM_BF16) || quantized(t)) /* quantized: its bytes as they are */
         return lm_device_copy(dev, dst, lm_device_cpu(), src, (size_t)n * lm_dtype_size(dt));
     size_t es = f32 ? 4 : 2;
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
@@ -131,8 +155,8 @@ static lm_status upload_tensor(lm_device dev, uint8_t *dst, const lm_tensor *t, 
 
 /* The device tensors of piece q (the stack, and its row views) into model d. */
 static lm_status register_piece(lm_model *d, lm_storage *s, const piece *q) {
-    lm_dtype dt = q->f32 ? LM_F32 : LM_BF16;
-    int64_t es = q->f32 ? 4 : 2, row = 0;
+    lm_dtype dt = q->dt;
+    int64_t es = (int64_t)lm_dtype_size(dt), row = 0;
     int nd = lm_tensor_ndim(q->src[0]);
     for (int i = -1; i < q->nsrc; i++) {
         if (i < 0 && q->nsrc == 1) continue; /* a lone tensor is registered as its part */
@@ -165,7 +189,7 @@ lm_status lm__model_upload(lm_model *m) {
         uint8_t *dst = (uint8_t *)lm_storage_data(s) + pl.p[i].offset;
         for (int k = 0; k < pl.p[i].nsrc && st == LM_OK; k++) {
             st = upload_tensor(m->device, dst, pl.p[i].src[k], pl.p[i].f32, stage);
-            dst += lm_tensor_numel(pl.p[i].src[k]) * (pl.p[i].f32 ? 4 : 2);
+            dst += lm_tensor_numel(pl.p[i].src[k]) * (int64_t)lm_dtype_size(pl.p[i].dt);
         }
     }
     for (int64_t i = 0; st == LM_OK && i < pl.n; i++) st = register_piece(&dev, s, &pl.p[i]);

@@ -28,6 +28,7 @@ static inline double lm__ld(lm_dtype dt, const void *base, int64_t off) {
     case LM_I64: return (double)((const int64_t *)base)[off];
     case LM_U8: return ((const uint8_t *)base)[off];
     case LM_I8: return ((const int8_t *)base)[off];
+    case LM_F8_E4M3: return lm_f8e4m3_to_f32(((const uint8_t *)base)[off]);
     }
     return NAN;
 }
@@ -42,6 +43,7 @@ static inline void lm__st(lm_dtype dt, void *base, int64_t off, double v) {
     case LM_I64: ((int64_t *)base)[off] = (int64_t)v; break;
     case LM_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
     case LM_I8: ((int8_t *)base)[off] = (int8_t)v; break;
+    case LM_F8_E4M3: ((uint8_t *)base)[off] = lm_f32_to_f8e4m3((float)v); break;
     }
 }
 

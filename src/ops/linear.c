@@ -15,6 +15,13 @@
  * lm_swiglu_out into an [M, K] f32 scratch; lm_linear_supported says which calls.
  * int4 weights (w u8 [N, K/2], two nibbles per byte, p->w_bits = 4, p->w_scales f32
  * [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4.
+ * fp8 weights (w f8_e4m3 [N, K] with p->w_scales f32 [N]) run the reference on the CPU.
+ * On CUDA all three quantized forms go to the table's linear_quant (ops/cuda/
+ * gemv_quant.cu: a GEMV for up to 8 rows, a tensor-core product of the weights
+ * dequantized in shared memory for more, a readable kernel for other layouts); none
+ * needs scratch memory, so a captured step may hold them. lm_linear_supported stays 0
+ * for them on CUDA, which keeps the GPU's fusions (which do not carry the int4 group)
+ * away from quantized linears.
  */
 #include "ops/alias.h"
 #include "ops/cpu/matmul.h"
@@ -25,6 +32,15 @@ static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL, 0, 0
 
 /* int4 weights: u8 w with p->w_bits = 4 (K = 2 * w's columns). */
 static int is_i4(const lm_tensor_view *w, const lm_linear_params *p) { return w->dtype == LM_U8 && p->w_bits == 4; }
+
+/* Quantized weights of any format (int8, int4, fp8). */
+static int is_quant(const lm_tensor_view *w, const lm_linear_params *p) {
+    return w->dtype == LM_I8 || w->dtype == LM_F8_E4M3 || is_i4(w, p);
+}
+
+static const char *quant_name(const lm_tensor_view *w, const lm_linear_params *p) {
+    return is_i4(w, p) ? "int4" : w->dtype == LM_F8_E4M3 ? "fp8" : "int8";
+}
 
 /* int4 weights: w u8 [N, K/2] with w_bits 4, a group of 32/64/128 dividing K and f32
  * scales [N, K/group]. */
@@ -48,29 +64,30 @@ static lm_status check_int4(const char *op, const lm_tensor_view *w, const lm_li
     return lm__op_check_shape(op, "w_scales [N, K/w_group]", sc, 2, ss);
 }
 
-/* w's dtype and its scales: float w without scales, i8 w with f32 [N] scales, or int4. */
+/* w's dtype and its scales: float w without scales, i8 or f8_e4m3 w with f32 [N] scales,
+ * or int4. */
 static lm_status check_weights(const char *op, const lm_tensor_view *w, const lm_linear_params *p) {
     const lm_tensor_view *sc = p->w_scales;
     if (p->w_bits == 4) return check_int4(op, w, p);
-    if (p->w_bits != 0 && !(p->w_bits == 8 && w->dtype == LM_I8))
-        return lm__error(LM_INVALID_ARGUMENT, "%s: w_bits %d with w of dtype %s (0 for float and i8 weights, 4 for "
-                         "int4)", op, p->w_bits, lm_dtype_name(w->dtype));
+    if (p->w_bits != 0 && !(p->w_bits == 8 && (w->dtype == LM_I8 || w->dtype == LM_F8_E4M3)))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: w_bits %d with w of dtype %s (0 for float, i8 and f8_e4m3 "
+                         "weights, 4 for int4)", op, p->w_bits, lm_dtype_name(w->dtype));
     if (p->w_group)
         return lm__error(LM_INVALID_ARGUMENT, "%s: w_group %d is only for int4 weights (w_bits = 4)", op, p->w_group);
     if (w->dtype == LM_U8)
         return lm__error(LM_INVALID_ARGUMENT, "%s: w is u8; int4 weights say so with w_bits = 4 and w_group", op);
-    if (w->dtype != LM_I8) {
+    if (w->dtype != LM_I8 && w->dtype != LM_F8_E4M3) {
         if (!lm_dtype_is_float(w->dtype))
-            return lm__error(LM_UNSUPPORTED, "%s: w has dtype %s; expected f32, bf16, f16, i8 or int4 (u8)", op,
-                             lm_dtype_name(w->dtype));
+            return lm__error(LM_UNSUPPORTED, "%s: w has dtype %s; expected f32, bf16, f16, i8, f8_e4m3 or int4 (u8)",
+                             op, lm_dtype_name(w->dtype));
         if (sc)
-            return lm__error(LM_INVALID_ARGUMENT, "%s: w_scales are only for int8 and int4 weights, but w is %s", op,
-                             lm_dtype_name(w->dtype));
+            return lm__error(LM_INVALID_ARGUMENT, "%s: w_scales are only for int8, fp8 and int4 weights, but w is %s",
+                             op, lm_dtype_name(w->dtype));
         return LM_OK;
     }
     if (!sc)
-        return lm__error(LM_INVALID_ARGUMENT, "%s: int8 weights need w_scales (lm_linear_params.w_scales, f32 [N], "
-                         "one scale per output row)", op);
+        return lm__error(LM_INVALID_ARGUMENT, "%s: %s weights need w_scales (lm_linear_params.w_scales, f32 [N], "
+                         "one scale per output row)", op, w->dtype == LM_I8 ? "int8" : "fp8");
     LM_TRY(lm__op_check_dtype(op, "w_scales", sc, LM_F32));
     int64_t ns[1] = {w->shape[0]};
     return lm__op_check_shape(op, "w_scales [N]", sc, 1, ns);
@@ -84,9 +101,9 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
     LM_TRY(check_weights(op, w, p));
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_float(op, "out", out));
-    if (x->dtype != LM_F32 && (w->dtype == LM_I8 || is_i4(w, p)))
+    if (x->dtype != LM_F32 && is_quant(w, p))
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; %s weights take f32 x", op, lm_dtype_name(x->dtype),
-                         is_i4(w, p) ? "int4" : "int8");
+                         quant_name(w, p));
     if (x->dtype != LM_F32 && x->dtype != w->dtype)
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; expected f32 or w's %s", op, lm_dtype_name(x->dtype),
                          lm_dtype_name(w->dtype));
@@ -239,11 +256,7 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     const lm_tensor_view *vs[] = {x, w, out};
     static const char *const names[] = {"x", "w", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
-    if (w->dtype == LM_I8 && !lm__device_host_addressable(lm_ctx_device(ctx)))
-        return lm__error(LM_UNSUPPORTED, "%s: int8 weights run on the CPU only (CUDA kernels are not built yet)", op);
     if (!p) p = &k_plain;
-    if ((w->dtype == LM_U8 || p->w_bits == 4) && !lm__device_host_addressable(lm_ctx_device(ctx)))
-        return lm__error(LM_UNSUPPORTED, "%s: int4 weights run on the CPU only (CUDA kernels are not built yet)", op);
     if (bias) {
         const lm_tensor_view *bv[] = {bias};
         static const char *const bn[] = {"bias"};
@@ -260,10 +273,11 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
         LM_TRY(lm__op_check_devices(ctx, op, 1, sv, sn));
     }
     LM_TRY(check(op, x, w, bias, p, out));
-    int i8 = w->dtype == LM_I8 || is_i4(w, p);
+    int quant = is_quant(w, p), i8 = quant && w->dtype != LM_F8_E4M3; /* fp8: no tuned CPU level */
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA && quant) return cu->linear_quant(x, w, bias, p, out, lm_ctx_stream(ctx));
     if (level == LM__LEVEL_CPU) {
         if (cpu_i8_layout(x, w, bias, p, out)) return cpu_linear_i8(ctx, x, w, bias, p, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)

@@ -14,6 +14,10 @@
  * int4: the same rule per group with 7 for 127 (a group's quotient is the f32 scale
  * amax / 7 dividing an f32, so the tie argument holds unchanged), clamped to [-7, 7];
  * two values per byte along K, low nibble first, two's complement.
+ * fp8 (lm_quantize_fp8_rows): the int8 rule with 448 (e4m3's largest finite value) for
+ * 127 and e4m3 values for the integers: the double quotient w / scale rounded once to
+ * e4m3 (nearest, ties to even, by the argument above; saturating at 448, which only
+ * acts when the scale is subnormal) — lm_f32_to_f8e4m3's rule applied to the double.
  */
 #include "ops/alias.h"
 #include "ops/internal.h"
@@ -21,9 +25,10 @@
 
 #include <float.h>
 
-/* group 0: int8 (q i8 [N, K], scales [N]); else int4 (q u8 [N, K/2], scales [N, K/group]). */
+/* group 0: int8 or fp8 (q i8 / f8_e4m3 [N, K], scales [N], qdt says which); else int4
+ * (q u8 [N, K/2], scales [N, K/group]). */
 static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, const lm_tensor_view *q,
-                       const lm_tensor_view *scales, int group) {
+                       const lm_tensor_view *scales, int group, lm_dtype qdt) {
     if (!ctx) return lm__error(LM_INVALID_ARGUMENT, "%s: ctx is NULL", op);
     const lm_tensor_view *vs[] = {w, q, scales};
     static const char *const names[] = {"w", "q", "w_scales"};
@@ -32,7 +37,7 @@ static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, con
         return lm__error(LM_UNSUPPORTED, "%s: runs on host memory only (quantize on the CPU, then copy q and w_scales)",
                          op);
     LM_TRY(lm__op_check_float(op, "w", w));
-    LM_TRY(lm__op_check_dtype(op, "q", q, group ? LM_U8 : LM_I8));
+    LM_TRY(lm__op_check_dtype(op, "q", q, group ? LM_U8 : qdt));
     LM_TRY(lm__op_check_dtype(op, "w_scales", scales, LM_F32));
     int64_t any2[2] = {-1, -1};
     LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
@@ -86,7 +91,7 @@ static int quantize1(double v, float scale, double qmax) {
 lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
                                 const lm_tensor_view *w_scales) {
     const char *op = "quantize_int8_rows";
-    LM_TRY(check(ctx, op, w, q, w_scales, 0));
+    LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_I8));
     int64_t N = w->shape[0], K = w->shape[1];
     LM_TRY(check_finite(op, w));
     for (int64_t n = 0; n < N; n++) {
@@ -104,7 +109,7 @@ lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm
                                   const lm_tensor_view *w_scales, int group) {
     const char *op = "quantize_int4_groups";
     if (group <= 0) return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
-    LM_TRY(check(ctx, op, w, q, w_scales, group));
+    LM_TRY(check(ctx, op, w, q, w_scales, group, LM_U8));
     int64_t N = w->shape[0], K = w->shape[1];
     LM_TRY(check_finite(op, w));
     uint8_t *qd = q->data;
@@ -122,5 +127,37 @@ lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm
             }
             sd[n * w_scales->stride[0] + g * w_scales->stride[1]] = scale;
         }
+    return LM_OK;
+}
+
+/* |a| < 2^-6: subnormal steps of 2^-9; else 3 mantissa bits; >= 464 saturates to 448
+ * (core/dtype.c lm_f32_to_f8e4m3, on a double). a is finite. */
+static uint8_t f8_round(double v) {
+    uint8_t sign = signbit(v) ? 0x80u : 0u;
+    double a = fabs(v);
+    if (a >= 464.0) return sign | 0x7eu;
+    if (a < 0.015625) return sign | (uint8_t)rint(a * 512.0);
+    int e2;
+    double r = rint((frexp(a, &e2) * 2.0 - 1.0) * 8.0);
+    int E = e2 - 1;
+    if (r == 8.0) r = 0.0, E++;
+    return sign | (uint8_t)((E + 7) << 3 | (int)r);
+}
+
+lm_status lm_quantize_fp8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                               const lm_tensor_view *w_scales) {
+    const char *op = "quantize_fp8_rows";
+    LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_F8_E4M3));
+    int64_t N = w->shape[0], K = w->shape[1];
+    LM_TRY(check_finite(op, w));
+    for (int64_t n = 0; n < N; n++) {
+        float amax = 0.0f;
+        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
+        float scale = scale_of(amax, 448.0f);
+        for (int64_t k = 0; k < K; k++)
+            ((uint8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] =
+                f8_round(w_at(w, n, k) / (double)scale);
+        ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
+    }
     return LM_OK;
 }

@@ -206,7 +206,7 @@ static void test_dtype_table(void) {
         int is_float;
     } rows[LM_DTYPE_COUNT] = {{LM_F32, "f32", 4, 1}, {LM_BF16, "bf16", 2, 1}, {LM_F16, "f16", 2, 1},
                               {LM_I32, "i32", 4, 0}, {LM_I64, "i64", 8, 0},   {LM_U8, "u8", 1, 0},
-                              {LM_I8, "i8", 1, 0}};
+                              {LM_I8, "i8", 1, 0},   {LM_F8_E4M3, "f8_e4m3", 1, 0}};
     for (int i = 0; i < LM_DTYPE_COUNT; i++) {
         LT_CHECK(lm_dtype_valid(rows[i].dt));
         LT_CHECK(strcmp(lm_dtype_name(rows[i].dt), rows[i].name) == 0);

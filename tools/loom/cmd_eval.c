@@ -281,9 +281,9 @@ int cmd_eval(int argc, char **argv) {
         {"device", CLI_STRING, &a.device, "cpu|cuda[:N]: where to run (default cpu)"},
         {"dtype", CLI_STRING, &a.dtype, "f32|bf16: compute dtype (default bf16 on CUDA, f32 on the CPU)"},
         {"threads", CLI_COUNT, &a.threads, "N: CPU threads (default: all)"},
-        {"weights", CLI_STRING, &a.weights, "int8|int4[:G]|bf16: run the inference engine with these weights instead of the "
+        {"weights", CLI_STRING, &a.weights, "int8|int4[:G]|fp8|bf16: run the inference engine with these weights instead of the "
                                             "training model (default for an int8 directory: int8; docs/QUANTIZATION.md)"},
-        {"reference", CLI_STRING, &a.reference, "int8|int4[:G]|bf16|auto: also run the model with these weights and report "
+        {"reference", CLI_STRING, &a.reference, "int8|int4[:G]|fp8|bf16|auto: also run the model with these weights and report "
                                                 "top-1 agreement, logits NMSE and max |diff| against it"},
         {"quiet", CLI_FLAG, &a.quiet, "no progress on stderr"},
         {NULL, 0, NULL, NULL}};

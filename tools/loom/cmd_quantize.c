@@ -1,4 +1,4 @@
-/* tools/loom/cmd_quantize.c — `loom quantize --model DIR --to int8|int4 [--group G] -o OUT`: writes a copy
+/* tools/loom/cmd_quantize.c — `loom quantize --model DIR --to int8|int4|fp8 [--group G] -o OUT`: writes a copy
  * of a float Hugging Face model directory whose Linear projections are int8 with one
  * f32 scale per output row, in the layout loom loads directly (docs/QUANTIZATION.md):
  * model.safetensors holds "<name>.weight" as I8 [out, in] and "<name>.weight_scale" as
@@ -34,10 +34,12 @@ static lm_status quantize_matrix(lm_ctx *ctx, const lm_model_config *c, const lm
     int int4 = c->quant_format == LM_QUANT_INT4;
     int64_t qs[2] = {w->shape[0], int4 ? w->shape[1] / 2 : w->shape[1]};
     int64_t ss[2] = {w->shape[0], int4 ? w->shape[1] / c->quant_group : 1};
-    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : LM_I8, 2, qs, q);
+    int fp8 = c->quant_format == LM_QUANT_FP8;
+    lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : fp8 ? LM_F8_E4M3 : LM_I8, 2, qs, q);
     if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, sc);
     if (st != LM_OK) return st;
     if (int4) return lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc), c->quant_group);
+    if (fp8) return lm_quantize_fp8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc));
     return lm_quantize_int8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc));
 }
 
@@ -111,7 +113,8 @@ static int quantize_tensors(const char *dir, lm_checkpoint *ck, const lm_model_c
     return 1;
 }
 
-static int quantize(const char *dir, const char *out, int int4, int group) {
+static int quantize(const char *dir, const char *out, lm_quant_format fmt, int group) {
+    int int4 = fmt == LM_QUANT_INT4;
     lm_model_config cfg;
     lm_checkpoint *ck = NULL;
     lm_status st = lm_model_config_load(dir, &cfg);
@@ -126,7 +129,7 @@ static int quantize(const char *dir, const char *out, int int4, int group) {
         lm_checkpoint_close(ck);
         return cli_fail("quantize", dir, st);
     }
-    cfg.quant_format = int4 ? LM_QUANT_INT4 : LM_QUANT_INT8;
+    cfg.quant_format = fmt;
     cfg.quant_modules = lm_quant_modules_default(&cfg);
     cfg.quant_group = int4 ? group : 0;
     int64_t attn = cfg.num_attention_heads * cfg.head_dim;
@@ -183,22 +186,22 @@ int cmd_quantize(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *to = NULL;
     int group = 0;
     const cli_opt opts[] = {{"model", CLI_STRING, &dir, "DIR: the float Hugging Face model directory to read (required)"},
-                            {"to", CLI_STRING, &to, "FORMAT: int8 (per-output-channel symmetric) or int4 (group-wise "
-                                                    "symmetric); required"},
+                            {"to", CLI_STRING, &to, "FORMAT: int8 or fp8 (e4m3; per-output-channel "
+                                                    "symmetric) or int4 (group-wise symmetric); required"},
                             {"group", CLI_COUNT, &group, "G: int4 inputs per scale, 32, 64 or 128 (default 32)"},
                             {"out", CLI_STRING, &out, "DIR: the directory to write (also -o; created when missing; required)"},
                             {NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos = 0;
-    int rc = cli_parse("quantize", "--model DIR --to int8|int4 [--group G] -o OUT", opts, argc, argv, pos, 0, &npos);
+    int rc = cli_parse("quantize", "--model DIR --to int8|int4|fp8 [--group G] -o OUT", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : rc;
     if (!dir || !out || !to) {
-        fprintf(stderr, "loom quantize: --model DIR, --to int8|int4 and -o OUT are required\n");
+        fprintf(stderr, "loom quantize: --model DIR, --to int8|int4|fp8 and -o OUT are required\n");
         return 2;
     }
-    int int4 = strcmp(to, "int4") == 0;
-    if (!int4 && strcmp(to, "int8") != 0) {
-        fprintf(stderr, "loom quantize: --to '%s' is not a format loom writes (int8, int4)\n", to);
+    int int4 = strcmp(to, "int4") == 0, fp8 = strcmp(to, "fp8") == 0;
+    if (!int4 && !fp8 && strcmp(to, "int8") != 0) {
+        fprintf(stderr, "loom quantize: --to '%s' is not a format loom writes (int8, int4, fp8)\n", to);
         return 2;
     }
     if (group && !int4) {
@@ -211,5 +214,5 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     if (!cli_prepare_out("quantize", dir, out)) return 1;
-    return quantize(dir, out, int4, group);
+    return quantize(dir, out, int4 ? LM_QUANT_INT4 : fp8 ? LM_QUANT_FP8 : LM_QUANT_INT8, group);
 }

@@ -86,7 +86,7 @@ int cli_parse_weights(const char *cmd, const char *text, lm_weights *out) {
         return 0;
     }
     if (!text || lm_weights_parse(text, out) == LM_OK) return 1;
-    fprintf(stderr, "loom %s: --weights '%s' is not int8, int4, int4:G (G 32, 64 or 128), bf16 or auto\n", cmd, text);
+    fprintf(stderr, "loom %s: --weights '%s' is not int8, int4, int4:G (G 32, 64 or 128), fp8, bf16 or auto\n", cmd, text);
     return 0;
 }
 

@@ -20,8 +20,8 @@ lm_model *cli_load_model(const char *cmd, const char *dir);
 lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
 /* The --weights option of the commands that run a model (docs/QUANTIZATION.md). */
 #define CLI_WEIGHTS_OPT(dest)                                                                                    \
-    {"weights", CLI_STRING, (dest), "int8|int4|bf16: the weights to run (default: what the directory holds); "   \
-                                    "int8/int4 quantize a float directory at load (CPU only), bf16 converts "    \
+    {"weights", CLI_STRING, (dest), "int8|int4|fp8|bf16: the weights to run (default: what the directory "      \
+                                    "holds); int8/int4/fp8 quantize a float directory at load, bf16 converts "   \
                                     "f32/f16 matrices at load"},                                                  \
     {"group", CLI_COUNT, &cli_weights_group, "G: --weights int4: inputs per scale, 32, 64 or 128 (default 32)"}
 /* --group of CLI_WEIGHTS_OPT (0: not given); read by cli_load_model_weights. */

@@ -13,7 +13,7 @@ static void usage(FILE *f) {
             "  generate       continue a prompt with a model (streams text)\n"
             "  info           describe a model directory (JSON)\n"
             "  convert        copy a model directory with its weights in another dtype (bf16, f16, f32)\n"
-            "  quantize       copy a model directory with int8 projection weights (loom loads it directly)\n"
+            "  quantize       copy a model directory with int8/int4/fp8 projection weights (loom loads it directly)\n"
             "  eval           a model's loss and perplexity over a token shard (JSON)\n"
             "  tokenize       text <-> token ids with a tokenizer.json (JSON lines on stdin)\n"
             "  tokenizer      'tokenizer train': learn a byte-level BPE tokenizer.json from text files\n"

@@ -212,6 +212,14 @@ typedef struct lm__cuda_gemv_params {
 } lm__cuda_gemv_params;
 lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
 
+/* gemv_quant.cu: lm_linear_out with quantized weights (int8 i8, fp8 f8_e4m3 with f32
+ * [N] scales; int4 u8 with w_bits 4 and f32 [N, K/G] scales), views as lm_linear_out
+ * validated them (f32 x): the decode GEMV for up to LM__CUDA_GEMV_MAX_ROWS rows, a bf16
+ * tensor-core product of tiles dequantized in shared memory for more (unit last strides,
+ * 16-byte aligned weight rows, f32 out), a readable kernel otherwise. No scratch. */
+lm_status lm__cuda_linear_quant(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                const lm_linear_params *p, const lm_tensor_view *out, cudaStream_t s);
+
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
  * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue). Algorithms are chosen once per
  * shape and cached. */

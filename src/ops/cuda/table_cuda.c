@@ -213,6 +213,11 @@ static lm_status linear(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     return lm__cuda_linear(blas, x, w, bias, p, out, S(lm_ctx_stream(ctx)));
 }
 
+static lm_status linear_quant(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                              const lm_linear_params *p, const lm_tensor_view *out, void *s) {
+    return lm__cuda_linear_quant(x, w, bias, p, out, S(s));
+}
+
 static lm_status sample(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
                         const lm_tensor_view *ids, void *s) {
     return lm__cuda_sample_views(logits, params, workspace, ids, S(s));
@@ -255,6 +260,7 @@ static const lm__cuda_ops k_table = {
     .attention_cache_workspace = lm__cuda_attention_cache_workspace,
     .qkv_rope_store = qkv_rope_store,
     .linear = linear,
+    .linear_quant = linear_quant,
     .sample = sample,
     .sample_workspace = lm__cuda_sample_workspace,
 };

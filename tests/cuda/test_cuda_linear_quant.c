@@ -1,0 +1,271 @@
+/* CUDA lm_linear_out with quantized weights (ops/cuda/gemv_quant.cu) against the CPU
+ * reference (LM_IMPL_REF, double) on the same quantized bytes: int8, fp8 e4m3 and int4
+ * (G = 32, 128), weights quantized on the host by lm_quantize_* from fresh random
+ * floats, M in {1, 3, 8, 17, 64}, odd N (67: split-K GEMV; 4229: one warp per row
+ * pair), K multiples of 128, every input form (plain, RMSNorm, SwiGLU), bias,
+ * accumulate; outputs NaN-poisoned before each run (except under accumulate, where
+ * they hold the residual). Also the readable kernel (K = 40 off the 16-weight vectors,
+ * a strided bf16 out), and a model: llama_gqa2_f32 / qwen2_bias_sharded loaded with
+ * --weights int8 / int4 / fp8 on CUDA against the same quantized model on the CPU.
+ * Gates: the GEMV (M <= 8) keeps x f32 and decodes weights exactly, so only f32
+ * summation order and the fast exp/rsqrt differ: NMSE <= 1e-8, max-abs <= 1e-4 of the
+ * largest |output|. The tensor-core path (M > 8) rounds x (and int4's q * scale) to
+ * bf16 (2^-9 relative each): NMSE <= 3e-5, max-abs <= 2e-2 of the largest |output|.
+ * The model: logits NMSE <= 1e-3 and top-1 agreement >= 22/24 (bf16 KV cache and
+ * embedding table on CUDA; the quantized projections are the same bytes).
+ * Skipped (77) without a GPU or without CUDA in the build.
+ * LM_TEST_LABELS: cuda
+ */
+#include "cuda_test.h"
+
+#ifndef LOOM_HAVE_CUDA
+int main(void) { lt_skip("built without CUDA"); }
+#else
+#include "loom/model.h"
+
+static lm_ctx *g_ctx, *g_ref;
+
+enum { F_I8, F_F8, F_I4 };
+static const char *const k_fmt[] = {"int8", "fp8", "int4"};
+
+typedef struct qcase {
+    int fmt, group, M;
+    int64_t N, K;
+    lm_linear_input in;
+    int bias, accumulate;
+    lm_dtype out_dt;
+    int strided_out;
+} qcase;
+
+static double max_abs(const lm_tensor_view *v) {
+    double *d = lt_view_to_f64(v), m = 0;
+    for (int64_t i = 0; i < lm_tensor_view_numel(v); i++)
+        if (fabs(d[i]) > m) m = fabs(d[i]);
+    free(d);
+    return m;
+}
+
+static void run_case(const qcase *c, uint64_t seed) {
+    lt_rng r = lt_rng_seed(seed);
+    int i4 = c->fmt == F_I4;
+    int64_t M = c->M, N = c->N, K = c->K;
+    int64_t ws[2] = {N, K}, qs[2] = {N, i4 ? K / 2 : K}, ss[2] = {N, i4 ? K / c->group : 1};
+    int64_t xs[2] = {M, c->in == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, os[2] = {M, N}, ns[1] = {N}, ks[1] = {K};
+    lm_tensor *w = lt_random_tensor(&r, LM_F32, 2, ws, 1.0 / sqrt((double)K)), *q = NULL, *sc = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), i4 ? LM_U8 : c->fmt == F_F8 ? LM_F8_E4M3 : LM_I8, 2, qs, &q));
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, i4 ? 2 : 1, ss, &sc));
+    if (i4)
+        LT_CHECK_OK(lm_quantize_int4_groups(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc),
+                                            c->group));
+    else if (c->fmt == F_F8)
+        LT_CHECK_OK(lm_quantize_fp8_rows(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc)));
+    else
+        LT_CHECK_OK(lm_quantize_int8_rows(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc)));
+    ct_pair qp = ct_pair_of(q), sp = ct_pair_of(sc);
+    ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.0);
+    ct_pair b = ct_random(&r, LM_F32, 1, ns, 1.0);
+    lm_tensor *nh = lt_random_tensor(&r, LM_F32, 1, ks, 0.5);
+    float *nd = lm_tensor_data(nh);
+    for (int64_t k = 0; k < K; k++) nd[k] += 1.0f;
+    ct_pair nw = ct_pair_of(nh);
+    /* out: poisoned, or the residual under accumulate; strided: every other column */
+    lm_tensor_view oh, od;
+    ct_pair o;
+    if (c->accumulate) {
+        o = ct_random(&r, c->out_dt, 2, os, 1.0);
+        oh = *lm_tensor_as_view(o.h), od = *lm_tensor_as_view(o.d);
+    } else if (c->strided_out) {
+        o = ct_poisoned_strided(c->out_dt, 2, os, &oh, &od);
+    } else {
+        o = ct_poisoned(c->out_dt, 2, os);
+        oh = *lm_tensor_as_view(o.h), od = *lm_tensor_as_view(o.d);
+    }
+    lm_tensor *want = lt_poisoned_tensor(c->out_dt, 2, os);
+    if (c->accumulate) LT_CHECK_OK(lm_cast_out(g_ref, &oh, lm_tensor_as_view(want)));
+    lm_linear_params ph = {c->in, lm_tensor_as_view(nw.h), 1e-5f, c->accumulate, lm_tensor_as_view(sc), i4 ? 4 : 0,
+                           i4 ? c->group : 0};
+    lm_linear_params pd = ph;
+    pd.norm_weight = lm_tensor_as_view(nw.d), pd.w_scales = lm_tensor_as_view(sp.d);
+    LT_CHECK_OK(lm_linear_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(q), c->bias ? lm_tensor_as_view(b.h) : NULL,
+                              &ph, lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_linear_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(qp.d),
+                              c->bias ? lm_tensor_as_view(b.d) : NULL, &pd, &od));
+    int mma = M > 8;
+    double big = max_abs(lm_tensor_as_view(want));
+    double nmse = c->out_dt != LM_F32 ? ct_nmse(c->out_dt) + (mma ? 3e-5 : 0) : mma ? 3e-5 : 1e-8;
+    double tol = (mma || c->out_dt != LM_F32 ? 2e-2 : 1e-4) * (big > 0 ? big : 1);
+    char what[160];
+    snprintf(what, sizeof what, "%s%s%d M=%d N=%lld K=%lld in=%d bias=%d acc=%d out=%s%s", k_fmt[c->fmt],
+             i4 ? " G=" : "", i4 ? c->group : 0, c->M, (long long)N, (long long)K, (int)c->in, c->bias, c->accumulate,
+             lm_dtype_name(c->out_dt), c->strided_out ? " strided" : "");
+    ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), nmse, tol);
+    lm_tensor_destroy(want), lm_tensor_destroy(w);
+    ct_pair_free(&qp), ct_pair_free(&sp), ct_pair_free(&x), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
+}
+
+/* Every format and group at every M, plain and with bias, small (split-K) N. */
+static void test_formats_and_rows(void) {
+    static const int fmts[4][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}, {F_I4, 128}};
+    static const int Ms[5] = {1, 3, 8, 17, 64};
+    uint64_t seed = 1000;
+    for (int f = 0; f < 4; f++)
+        for (int mi = 0; mi < 5; mi++)
+            for (int bias = 0; bias < 2; bias++) {
+                qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 67, 384, LM_LINEAR_IN, bias, 0, LM_F32, 0};
+                run_case(&c, seed++);
+            }
+}
+
+/* Large N (one warp per row pair in the GEMV), K = 256. */
+static void test_large_n(void) {
+    static const int fmts[4][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}, {F_I4, 128}};
+    uint64_t seed = 2000;
+    for (int f = 0; f < 4; f++) {
+        qcase c = {fmts[f][0], fmts[f][1], 1, 4229, 256, LM_LINEAR_IN, 1, 0, LM_F32, 0};
+        run_case(&c, seed++);
+        c.M = 3, c.accumulate = 1;
+        run_case(&c, seed++);
+        c.M = 17;
+        run_case(&c, seed++);
+    }
+}
+
+/* RMSNorm and SwiGLU prologues, accumulate, on both paths. */
+static void test_fused_inputs(void) {
+    static const int fmts[3][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 64}};
+    static const int Ms[3] = {1, 5, 33};
+    uint64_t seed = 3000;
+    for (int f = 0; f < 3; f++)
+        for (int mi = 0; mi < 3; mi++)
+            for (int in = 1; in <= 2; in++)
+                for (int acc = 0; acc < 2; acc++) {
+                    qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 131, 256, (lm_linear_input)in, 1, acc, LM_F32, 0};
+                    run_case(&c, seed++);
+                }
+}
+
+/* The readable kernel: K off the vector size, bf16 and strided outputs. */
+static void test_readable_layouts(void) {
+    uint64_t seed = 4000;
+    for (int f = 0; f < 2; f++)
+        for (int m = 3; m <= 17; m += 14) {
+            qcase c = {f, 0, m, 33, 40, LM_LINEAR_IN_RMSNORM, 1, 0, LM_F32, 0};
+            run_case(&c, seed++);
+        }
+    static const int fmts[3][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}};
+    for (int f = 0; f < 3; f++) {
+        qcase c = {fmts[f][0], fmts[f][1], 3, 33, 64, LM_LINEAR_IN, 1, 0, LM_BF16, 0};
+        run_case(&c, seed++);
+        c.out_dt = LM_F32, c.strided_out = 1, c.M = 9;
+        run_case(&c, seed++);
+    }
+}
+
+/* The GPU passes keep quantized linears unfused (lm_linear_supported 0 on CUDA). */
+static void test_supported_rule(void) {
+    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_I8));
+    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_F8_E4M3));
+    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_U8));
+}
+
+/* ---- the model ---- */
+#define MODELS LOOM_SOURCE_DIR "/tests/data/models/"
+#define T 24
+
+static lm_model *load(const char *dir, lm_device d, lm_weights w) {
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = w;
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load_opts(dir, d, &o, &m));
+    return m;
+}
+
+/* logits [T, V] of a fresh cache's prefill (T tokens), or of T one-token decode steps */
+static float *logits_of(const lm_model *m, lm_ctx *ctx, const int32_t *ids, int decode) {
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *out = malloc(sizeof(float) * (size_t)(T * V));
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
+    if (decode)
+        for (int t = 0; t < T; t++) LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids + t, 1, out + t * V, 0));
+    else
+        LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids, T, out, 1));
+    lm_kv_cache_destroy(c);
+    return out;
+}
+
+static void compare_model(const char *dir, lm_weights w) {
+    lm_ctx *cpu = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
+    lm_model *h = load(dir, lm_device_cpu(), w), *g = load(dir, ct_gpu, w);
+    if (!h || !g) {
+        lm_model_destroy(h), lm_model_destroy(g), lm_ctx_destroy(cpu);
+        return;
+    }
+    LT_CHECK(lm_model_weights(g) == w);
+    int64_t V = lm_model_get_config(h)->vocab_size;
+    int32_t ids[T];
+    lt_rng r = lt_rng_seed(7);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+    float *want = logits_of(h, cpu, ids, 0);
+    for (int decode = 0; decode < 2; decode++) {
+        float *got = logits_of(g, g_ctx, ids, decode);
+        double se = 0, sw = 0, md = 0;
+        int agree = 0, finite = 1;
+        for (int64_t i = 0; i < T * V; i++) {
+            double e = (double)got[i] - want[i];
+            finite &= isfinite(got[i]) != 0;
+            se += e * e, sw += (double)want[i] * want[i];
+            if (fabs(e) > md) md = fabs(e);
+        }
+        for (int t = 0; t < T; t++) {
+            int64_t a = 0, b = 0;
+            for (int64_t v = 1; v < V; v++) {
+                if (got[t * V + v] > got[t * V + a]) a = v;
+                if (want[t * V + v] > want[t * V + b]) b = v;
+            }
+            agree += a == b;
+        }
+        double nmse = se / (sw > 0 ? sw : 1);
+        printf("  %s %s %s cuda vs cpu: nmse %.2e max|d| %.3g top-1 %d/%d\n", dir + strlen(MODELS),
+               lm_weights_name(w), decode ? "decode" : "prefill", nmse, md, agree, T);
+        LT_CHECK_MSG(finite && nmse <= 1e-3, "%s %s: nmse %.3g", dir, lm_weights_name(w), nmse);
+        LT_CHECK_MSG(agree >= T - 2, "%s %s: top-1 %d/%d", dir, lm_weights_name(w), agree, T);
+        free(got);
+    }
+    free(want);
+    lm_model_destroy(h), lm_model_destroy(g), lm_ctx_destroy(cpu);
+}
+
+static void test_model_logits_cuda_vs_cpu(void) {
+    static const lm_weights ws[3] = {LM_WEIGHTS_INT8, LM_WEIGHTS_INT4, LM_WEIGHTS_FP8};
+    for (int i = 0; i < 3; i++) {
+        compare_model(MODELS "llama_gqa2_f32", ws[i]);
+        compare_model(MODELS "qwen2_bias_sharded", ws[i]);
+    }
+}
+
+/* An fp8 model on CUDA reports its format. */
+static void test_fp8_model_config(void) {
+    lm_model *g = load(MODELS "llama_gqa2_f32", ct_gpu, LM_WEIGHTS_FP8);
+    LT_CHECK(g != NULL && lm_model_get_config(g)->quant_format == LM_QUANT_FP8);
+    lm_model_destroy(g);
+}
+
+int main(void) {
+    g_ctx = ct_start();
+    g_ref = ct_ref_ctx();
+    LT_RUN(test_supported_rule);
+    LT_RUN(test_formats_and_rows);
+    LT_RUN(test_large_n);
+    LT_RUN(test_fused_inputs);
+    LT_RUN(test_readable_layouts);
+    LT_RUN(test_model_logits_cuda_vs_cpu);
+    LT_RUN(test_fp8_model_config);
+    lm_ctx_destroy(g_ref);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
+#endif
