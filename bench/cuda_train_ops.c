@@ -3,6 +3,10 @@
  * calls the autograd tape makes: each operation runs 3 times to warm up, then the
  * mean of 10 timed with events, printed as one JSON line with achieved TFLOP/s (GEMMs)
  * or GB/s (memory-bound operators, counting each operand read or written once).
+ * AdamW runs as one tensor (f32 grads) and as the model's 290 tensors (bf16 grads, the
+ * multi-tensor launch), aligned and one element off (its scalar loop); the RMSNorm
+ * backward runs on aligned rows (the tuned row-vector kernel) and on rows one element
+ * off (the readable kernels), so old and new paths are timed side by side.
  * Correctness lives in tests/cuda; this only times.
  * Built by scripts/gpu_check.sh (step lab) against the library:
  *   cc -O2 -Iinclude -Isrc bench/cuda_train_ops.c BUILD/libloom.a -lcudart -lcublasLt ...
@@ -114,6 +118,24 @@ static lm_status ew_addnorm_bwd(void *p) {
     ew *e = p;
     return lm_add_rmsnorm_backward_out(g_ctx, V(e->a), V(e->w), 1e-6f, V(e->b), V(e->c), V(e->d), V(e->dw));
 }
+static lm_status ew_addnorm_bwd_dx(void *p) {
+    ew *e = p;
+    return lm_add_rmsnorm_backward_out(g_ctx, V(e->a), V(e->w), 1e-6f, V(e->b), V(e->c), V(e->d), NULL);
+}
+static lm_status ew_norm_bwd(void *p) {
+    ew *e = p;
+    return lm_rmsnorm_backward_out(g_ctx, V(e->a), V(e->w), 1e-6f, V(e->b), V(e->d), V(e->dw));
+}
+/* The same shapes through views one element off the 16-byte row boundaries: the
+ * readable (strided) kernels of ops/cuda/norm_backward.cu, for comparison. */
+typedef struct ewv {
+    lm_tensor_view a, b, c, d;
+    lm_tensor *w, *dw;
+} ewv;
+static lm_status ewv_addnorm_bwd(void *p) {
+    ewv *e = p;
+    return lm_add_rmsnorm_backward_out(g_ctx, &e->a, V(e->w), 1e-6f, &e->b, &e->c, &e->d, V(e->dw));
+}
 static lm_status ew_cast(void *p) {
     ew *e = p;
     return lm_cast_out(g_ctx, V(e->a), V(e->b));
@@ -152,6 +174,43 @@ static lm_status adamw(void *arg) {
     float wd = 0.1f;
     lm_adamw_hparams hp = {3e-4, 0.9, 0.95, 1e-8, 1, 1.0};
     return lm_adamw_update(g_ctx, 1, V(o->p), V(o->g), V(o->m), V(o->v), &wd, &hp);
+}
+/* Every parameter tensor of Qwen2.5-0.5B (tied embeddings): views into flat buffers. */
+#define QWEN_TENSORS (1 + 24 * 12 + 1)
+typedef struct optlist {
+    int n;
+    lm_tensor_view p[QWEN_TENSORS], g[QWEN_TENSORS], m[QWEN_TENSORS], v[QWEN_TENSORS];
+    float wd[QWEN_TENSORS];
+} optlist;
+/* shift: every view starts that many elements later (1: off the 16-byte boundaries;
+ * the last tensor is one element shorter). Returns the element count covered. */
+static int64_t optlist_init(optlist *l, lm_tensor *p, lm_tensor *g, lm_tensor *m, lm_tensor *v, int64_t shift) {
+    int64_t sizes[QWEN_TENSORS], k = 0, off = shift;
+    sizes[k++] = 151936 * 896;
+    for (int i = 0; i < 24; i++) {
+        const int64_t layer[12] = {896 * 896, 896, 128 * 896, 128, 128 * 896, 128, 896 * 896, 4864 * 896, 4864 * 896,
+                                   896 * 4864, 896, 896};
+        for (int j = 0; j < 12; j++) sizes[k++] = layer[j];
+    }
+    sizes[k++] = 896 - shift;
+    l->n = (int)k;
+    for (int i = 0; i < l->n; i++) {
+        lm_tensor *ts[4] = {p, g, m, v};
+        lm_tensor_view *vs[4] = {&l->p[i], &l->g[i], &l->m[i], &l->v[i]};
+        for (int t = 0; t < 4; t++)
+            if (lm_tensor_view_slice(V(ts[t]), 0, off, off + sizes[i], 1, vs[t]) != LM_OK) {
+                fprintf(stderr, "optlist: %s\n", lm_last_error());
+                exit(1);
+            }
+        l->wd[i] = sizes[i] == 896 || sizes[i] == 128 ? 0.0f : 0.1f; /* no decay on norms and biases */
+        off += sizes[i];
+    }
+    return off - shift;
+}
+static lm_status adamw_list(void *arg) {
+    optlist *l = arg;
+    lm_adamw_hparams hp = {3e-4, 0.9, 0.95, 1e-8, 1, 1.0};
+    return lm_adamw_update(g_ctx, l->n, l->p, l->g, l->m, l->v, l->wd, &hp);
 }
 static lm_status sumsq(void *arg) {
     opt *o = arg;
@@ -194,11 +253,39 @@ int main(int argc, char **argv) {
             make(LM_BF16, 1, &H), make(LM_BF16, 1, &H)};
     report("add_rmsnorm fwd [R, H]", ew_addnorm, &n, 0, (double)R * H * 8);
     report("add_rmsnorm bwd [R, H]", ew_addnorm_bwd, &n, 0, (double)R * H * 8);
+    report("rmsnorm bwd [R, H]", ew_norm_bwd, &n, 0, (double)R * H * 6);
+    report("add_rmsnorm bwd [R, H] dx only (one kernel, no dweight)", ew_addnorm_bwd_dx, &n, 0, (double)R * H * 8);
+    {
+        ewv u = {.w = n.w, .dw = n.dw};
+        lm_tensor *flat[4];
+        lm_tensor_view *uv[4] = {&u.a, &u.b, &u.c, &u.d};
+        int64_t len = R * H + 8;
+        for (int i = 0; i < 4; i++) {
+            flat[i] = make(LM_BF16, 1, &len);
+            lm_tensor_view sl;
+            if (lm_tensor_view_slice(V(flat[i]), 0, 1, 1 + R * H, 1, &sl) != LM_OK ||
+                lm_tensor_view_reshape(&sl, 2, (int64_t[]){R, H}, uv[i]) != LM_OK) {
+                fprintf(stderr, "view: %s\n", lm_last_error());
+                exit(1);
+            }
+        }
+        report("add_rmsnorm bwd [R, H] readable path (rows off 16-byte boundaries)", ewv_addnorm_bwd, &u, 0,
+               (double)R * H * 8);
+        for (int i = 0; i < 4; i++) lm_tensor_destroy(flat[i]);
+    }
     int64_t P = 494032768;
     ew c = {make(LM_F32, 1, &P), make(LM_BF16, 1, &P), NULL, NULL, NULL, NULL, NULL};
     report("cast f32 -> bf16 weights [494M]", ew_cast, &c, 0, (double)P * 6);
     opt o = {c.a, make(LM_F32, 1, &P), make(LM_F32, 1, &P), make(LM_F32, 1, &P)};
     report("adamw f32 [494M]", adamw, &o, 0, (double)P * 28);
+    {
+        static optlist ol;
+        int64_t cov = optlist_init(&ol, c.a, c.b, o.m, o.v, 0);
+        report("adamw Qwen2.5-0.5B 290 tensors, bf16 grads [494M]", adamw_list, &ol, 0, (double)cov * 26);
+        cov = optlist_init(&ol, c.a, c.b, o.m, o.v, 1);
+        report("adamw Qwen2.5-0.5B 290 tensors, bf16 grads, off 16-byte boundaries (scalar loop)", adamw_list, &ol, 0,
+               (double)cov * 26);
+    }
     lm_tensor_destroy(o.m);
     o.m = make(LM_F32, 0, NULL);
     report("sum of squares f32 [494M]", sumsq, &o, 0, (double)P * 4);

@@ -1,13 +1,62 @@
 /* ops/optim.c — public optimizer operators: one AdamW update over a list of tensors
- * (one call; on CUDA one kernel launch per tensor) and the sum of squares over a list
- * of tensors. Validation and dispatch (reference level on the CPU, ops/cuda/optim.cu
- * on CUDA). Every tensor of the list is checked before any is touched, so a bad entry
- * leaves all parameters and moments unchanged.
+ * (one call; on CUDA one multi-tensor kernel launch per 512 contiguous tensors) and
+ * the sum of squares over a list of tensors. Validation and dispatch (reference level
+ * on the CPU, ops/cuda/optim.cu on CUDA). Every tensor of the list is checked before
+ * any is touched, so a bad entry leaves all parameters and moments unchanged. Entries
+ * are updated at the same time on CUDA, so the written tensors (params, m, v) of
+ * different entries must not overlap each other or another entry's gradient: detected
+ * for contiguous views (sorted byte ranges), the caller's duty for others.
  */
 #include "ops/backward_common.h"
 #include "ops/ref/optim.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+
+/* The byte range of a contiguous view, for the cross-entry overlap check. */
+typedef struct span {
+    uintptr_t lo, hi;
+    int entry, kind; /* kind: 0 params, 1 grads, 2 m, 3 v */
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* LM_INVALID_ARGUMENT when a written view (params, m, v) of one entry overlaps any view
+ * of another entry; contiguous, non-empty views only. O(n log n). */
+static lm_status check_entries_disjoint(const char *op, int n, const lm_tensor_view *const lists[4]) {
+    static const char *const kind_name[4] = {"params", "grads", "m", "v"};
+    span *s = lm__calloc((size_t)(4 * n > 0 ? 4 * n : 1), sizeof *s);
+    if (!s) return LM_OUT_OF_MEMORY;
+    int ns = 0;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < n; i++) {
+            const lm_tensor_view *v = &lists[k][i];
+            int64_t count = lm_tensor_view_numel(v);
+            if (count == 0 || !lm_tensor_view_is_contiguous(v)) continue;
+            uintptr_t lo = (uintptr_t)v->data;
+            s[ns++] = (span){lo, lo + (uintptr_t)count * lm_dtype_size(v->dtype), i, k};
+        }
+    qsort(s, (size_t)ns, sizeof *s, span_cmp);
+    lm_status st = LM_OK;
+    /* A sweep by start keeping the furthest-reaching range seen so far, of any kind and
+     * of the written kinds: a range overlapping an earlier one overlaps the furthest of
+     * them (gradients may share memory with each other: they are only read). Overlaps
+     * within one entry were refused by check_entry. */
+    for (int j = 0, far = -1, far_w = -1; st == LM_OK && j < ns; j++) {
+        const span *b = &s[j];
+        const span *a = b->kind == 1 ? (far_w >= 0 ? &s[far_w] : NULL) : (far >= 0 ? &s[far] : NULL);
+        if (a && b->lo < a->hi && a->entry != b->entry)
+            st = lm__error(LM_INVALID_ARGUMENT, "%s: %s[%d] and %s[%d] overlap (entries are updated at the same time)",
+                           op, kind_name[a->kind], a->entry, kind_name[b->kind], b->entry);
+        if (far < 0 || b->hi > s[far].hi) far = j;
+        if (b->kind != 1 && (far_w < 0 || b->hi > s[far_w].hi)) far_w = j;
+    }
+    lm__free(s);
+    return st;
+}
 
 static lm_status check_hparams(const char *op, const lm_adamw_hparams *hp) {
     if (!hp) return lm__error(LM_INVALID_ARGUMENT, "%s: hparams is NULL", op);
@@ -51,6 +100,8 @@ lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, cons
     if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
         return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
     for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
+    const lm_tensor_view *const lists[4] = {params, grads, m, v};
+    LM_TRY(check_entries_disjoint(op, n, lists));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));

@@ -1,10 +1,12 @@
 /* CUDA backward and optimizer operators against the CPU reference, through the public
  * API (loom/ops_backward.h) on a CUDA context vs the same call on a CPU context forced
  * to LM_IMPL_REF, on the same rounded random inputs, into NaN-poisoned outputs:
- * AdamW (three tensors: f32/bf16/f16 grads, a permuted parameter view), sum of
- * squares (mixed dtypes, an empty tensor, n = 0, bitwise repeatable), RMSNorm and
- * fused add + RMSNorm (permuted inputs, strided dx, dweight over more rows than one
- * chunk), SwiGLU, RoPE (both styles, explicit and implicit positions, dbias),
+ * sum of squares (mixed dtypes, an empty tensor, n = 0, bitwise repeatable), RMSNorm
+ * and fused add + RMSNorm (the readable path: permuted inputs, strided dx, dweight
+ * over more rows than one chunk; the tuned row-vector path: row-contiguous [rows, D]
+ * with D = 64..4096 so teams of 1, 2, 4 and 8 warps and 1, 2 and 4 vectors per lane
+ * occur, more rows than one grid pass, dx-only and dweight-only calls, dweight and dx
+ * bitwise repeatable), SwiGLU, RoPE (both styles, explicit and implicit positions, dbias),
  * embedding with duplicate ids (i32/i64, unused rows 0, bitwise repeatable, bad id
  * leaves dtable untouched), cross-entropy (ignored rows, none counted, bad target),
  * fused linear + cross-entropy (loss, dx, dw in chunks of 4 rows and in one chunk;
@@ -20,8 +22,8 @@
  * products, as in every bf16 flash kernel).
  * Gradients are checked in the operand's dtype and in f32.
  * Gates: ct_nmse/ct_abs of the OUTPUT dtype (cuda_test.h: f32 accumulation against the
- * reference's double, one rounding on store); AdamW and sum of squares compute in
- * double like the reference: NMSE 1e-12.
+ * reference's double, one rounding on store); sum of squares computes in double like
+ * the reference: NMSE 1e-12. AdamW is tested in test_cuda_optim.c.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -71,41 +73,6 @@ static ct_pair index_tensor(lm_dtype it, int nd, const int64_t *shape, const int
         else ((int32_t *)lm_tensor_data(h))[i] = (int32_t)vals[i];
     }
     return ct_pair_of(h);
-}
-
-static void test_adamw(void) {
-    lt_rng r = lt_rng_seed(501);
-    int64_t s0[2] = {37, 50}, s1[1] = {129}, s2[2] = {8, 16};
-    const int64_t *shapes[3] = {s0, s1, s2};
-    int nds[3] = {2, 1, 2};
-    lm_dtype gdt[3] = {LM_F32, LM_BF16, LM_F16};
-    ct_pair p[3], g[3], m[3], v[3];
-    lm_tensor_view ph[3], pd[3], gh[3], gd[3], mh[3], md[3], vh[3], vd[3];
-    for (int i = 0; i < 3; i++) {
-        if (i == 2) p[i] = ct_random_reversed(&r, LM_F32, 2, s2, 1.0, &ph[i], &pd[i]);
-        else p[i] = ct_random(&r, LM_F32, nds[i], shapes[i], 1.0), ph[i] = *HV(p[i]), pd[i] = *DV(p[i]);
-        g[i] = ct_random(&r, gdt[i], nds[i], shapes[i], 0.1);
-        m[i] = ct_random(&r, LM_F32, nds[i], shapes[i], 0.01);
-        lm_tensor *vt = lt_random_tensor(&r, LM_F32, nds[i], shapes[i], 0.01);
-        float *vv = lm_tensor_data(vt);
-        for (int64_t k = 0; k < lm_tensor_numel(vt); k++) vv[k] = vv[k] * vv[k]; /* second moments are >= 0 */
-        v[i] = ct_pair_of(vt);
-        gh[i] = *HV(g[i]), gd[i] = *DV(g[i]), mh[i] = *HV(m[i]), md[i] = *DV(m[i]), vh[i] = *HV(v[i]), vd[i] = *DV(v[i]);
-    }
-    float wd[3] = {0.1f, 0.0f, 0.01f};
-    lm_adamw_hparams hp = {1e-3, 0.9, 0.999, 1e-8, 3, 0.5};
-    LT_CHECK_OK(lm_adamw_update(g_ref, 3, ph, gh, mh, vh, wd, &hp));
-    LT_CHECK_OK(lm_adamw_update(g_ctx, 3, pd, gd, md, vd, wd, &hp));
-    for (int i = 0; i < 3; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "adamw params[%d]", i);
-        ct_check(g_ctx, what, &p[i], &pd[i], &ph[i], 1e-12, 1e-6);
-        snprintf(what, sizeof what, "adamw m[%d]", i);
-        ct_check(g_ctx, what, &m[i], &md[i], &mh[i], 1e-12, 1e-7);
-        snprintf(what, sizeof what, "adamw v[%d]", i);
-        ct_check(g_ctx, what, &v[i], &vd[i], &vh[i], 1e-12, 1e-9);
-        ct_pair_free(&p[i]), ct_pair_free(&g[i]), ct_pair_free(&m[i]), ct_pair_free(&v[i]);
-    }
 }
 
 static void test_sum_squares(void) {
@@ -167,6 +134,72 @@ static void test_rmsnorm_backward(void) {
                 ct_pair_free(&dx), ct_pair_free(&dw);
                 lm_tensor_destroy(want), lm_tensor_destroy(want_w);
             }
+        ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&dy), ct_pair_free(&dsum);
+    }
+}
+
+/* The tuned path: row-contiguous [2, rows / 2, D] views on 16-byte boundaries. The
+ * (dtype, D) pairs give teams of 1 (bf16 64, 512, 896), 2 (f32 896, bf16 1536), 4
+ * (bf16 4096) and 8 (f32 4096) warps with 1, 2 or 4 vectors per lane; 2500 rows of D 64
+ * take two passes of the grid. */
+static void test_rmsnorm_backward_rows(void) {
+    static const struct {
+        lm_dtype dt;
+        int64_t rows, D;
+        int fused;
+    } cs[] = {{LM_BF16, 2500, 64, 1},  {LM_BF16, 600, 512, 0},  {LM_BF16, 600, 896, 1}, {LM_F32, 300, 896, 1},
+              {LM_F16, 300, 896, 0},   {LM_BF16, 200, 1536, 1}, {LM_BF16, 150, 4096, 1}, {LM_F32, 100, 4096, 0}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        lm_dtype dt = cs[c].dt, gts[2];
+        int ng = grad_dtypes(dt, gts), fused = cs[c].fused;
+        int64_t D = cs[c].D, shape[3] = {2, cs[c].rows / 2, cs[c].D};
+        lt_rng r = lt_rng_seed(541 + (uint64_t)c);
+        ct_pair x = ct_random(&r, dt, 3, shape, 2.0), w = ct_random(&r, dt, 1, &D, 1.0);
+        ct_pair dy = ct_random(&r, dt, 3, shape, 1.0), dsum = ct_random(&r, dt, 3, shape, 0.5);
+        for (int j = 0; j < ng; j++) {
+            ct_pair dx = ct_poisoned(gts[j], 3, shape), dw = ct_poisoned(gts[j], 1, &D);
+            lm_tensor *want = lt_poisoned_tensor(gts[j], 3, shape), *want_w = lt_poisoned_tensor(gts[j], 1, &D);
+            if (fused) {
+                LT_CHECK_OK(lm_add_rmsnorm_backward_out(g_ref, HV(x), HV(w), 1e-5f, HV(dy), HV(dsum),
+                                                        lm_tensor_as_view(want), lm_tensor_as_view(want_w)));
+                LT_CHECK_OK(lm_add_rmsnorm_backward_out(g_ctx, DV(x), DV(w), 1e-5f, DV(dy), DV(dsum), DV(dx), DV(dw)));
+            } else {
+                LT_CHECK_OK(lm_rmsnorm_backward_out(g_ref, HV(x), HV(w), 1e-5f, HV(dy), lm_tensor_as_view(want),
+                                                    lm_tensor_as_view(want_w)));
+                LT_CHECK_OK(lm_rmsnorm_backward_out(g_ctx, DV(x), DV(w), 1e-5f, DV(dy), DV(dx), DV(dw)));
+            }
+            char what[128];
+            snprintf(what, sizeof what, "%s rows %lld D %lld dx %s -> %s", fused ? "add_rmsnorm" : "rmsnorm",
+                     (long long)cs[c].rows, (long long)D, lm_dtype_name(dt), lm_dtype_name(gts[j]));
+            ct_check(g_ctx, what, &dx, DV(dx), lm_tensor_as_view(want), ct_nmse(gts[j]), ct_abs(gts[j], 10.0));
+            snprintf(what, sizeof what, "%s rows %lld D %lld dweight %s -> %s", fused ? "add_rmsnorm" : "rmsnorm",
+                     (long long)cs[c].rows, (long long)D, lm_dtype_name(dt), lm_dtype_name(gts[j]));
+            ct_check(g_ctx, what, &dw, DV(dw), lm_tensor_as_view(want_w), ct_nmse(gts[j]),
+                     ct_abs(gts[j], 4.0 * sqrt((double)cs[c].rows)));
+            if (c == 0 || c == 2) { /* repeatable bits; dx alone and dweight alone give the same values */
+                double *dx1 = ct_read(g_ctx, &dx, DV(dx)), *dw1 = ct_read(g_ctx, &dw, DV(dw));
+                ct_pair dx2 = ct_poisoned(gts[j], 3, shape), dw2 = ct_poisoned(gts[j], 1, &D);
+                const lm_tensor_view *ds = fused ? DV(dsum) : NULL;
+                LT_CHECK_OK(lm_add_rmsnorm_backward_out(g_ctx, DV(x), DV(w), 1e-5f, DV(dy), ds, DV(dx2), NULL));
+                LT_CHECK_OK(lm_add_rmsnorm_backward_out(g_ctx, DV(x), DV(w), 1e-5f, DV(dy), ds, NULL, DV(dw2)));
+                if (!fused) { /* dsum = NULL above is the plain RMSNorm backward */
+                    ct_pair dw3 = ct_poisoned(gts[j], 1, &D);
+                    LT_CHECK_OK(lm_rmsnorm_backward_out(g_ctx, DV(x), DV(w), 1e-5f, DV(dy), NULL, DV(dw3)));
+                    double *dw3v = ct_read(g_ctx, &dw3, DV(dw3));
+                    LT_CHECK_MSG(memcmp(dw1, dw3v, sizeof(double) * (size_t)D) == 0, "rmsnorm dweight-only differs");
+                    free(dw3v), ct_pair_free(&dw3);
+                }
+                double *dx2v = ct_read(g_ctx, &dx2, DV(dx2)), *dw2v = ct_read(g_ctx, &dw2, DV(dw2));
+                LT_CHECK_MSG(memcmp(dx1, dx2v, sizeof(double) * (size_t)(cs[c].rows * D)) == 0,
+                             "%s: dx-only call differs from dx + dweight", what);
+                LT_CHECK_MSG(memcmp(dw1, dw2v, sizeof(double) * (size_t)D) == 0,
+                             "%s: dweight-only call differs from dx + dweight", what);
+                free(dx1), free(dw1), free(dx2v), free(dw2v);
+                ct_pair_free(&dx2), ct_pair_free(&dw2);
+            }
+            ct_pair_free(&dx), ct_pair_free(&dw);
+            lm_tensor_destroy(want), lm_tensor_destroy(want_w);
+        }
         ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&dy), ct_pair_free(&dsum);
     }
 }
@@ -563,9 +596,9 @@ int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_flash_attention);
-    LT_RUN(test_adamw);
     LT_RUN(test_sum_squares);
     LT_RUN(test_rmsnorm_backward);
+    LT_RUN(test_rmsnorm_backward_rows);
     LT_RUN(test_swiglu_backward);
     LT_RUN(test_rope_backward);
     LT_RUN(test_embedding_backward);

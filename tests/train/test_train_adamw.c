@@ -135,6 +135,23 @@ static void test_multi_tensor_call_equals_separate_calls_and_checks_first(void) 
     bad.step = 0;
     LT_CHECK_STATUS(lm_adamw_update(g_ctx, 2, P, G, M, W, wd, &bad), LM_INVALID_ARGUMENT);
     LT_CHECK_STATUS(lm_adamw_update(g_ctx, 1, P, P, M, W, wd, &hp), LM_INVALID_ARGUMENT); /* grads aliasing params */
+    /* entries are updated at the same time (one launch on CUDA): written tensors of two
+     * entries must not overlap, nor one entry's gradient another's written tensor; two
+     * entries may share a gradient (it is only read) */
+    lm_tensor_view P2[2] = {P[0], P[0]}, G2[2] = {G[0], G[0]}, M2[2] = {M[0], M[1]}, W2[2] = {W[0], W[1]};
+    M2[1] = *V(m2), W2[1] = *V(v2);
+    LT_CHECK_STATUS(lm_adamw_update(g_ctx, 2, P2, G2, M2, W2, wd, &hp), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "params[0] and params[1] overlap") != NULL, "%s", lm_last_error());
+    lm_tensor_view M3[2] = {M[0], M[0]}, P3[2] = {P[0], *V(qa)};
+    LT_CHECK_STATUS(lm_adamw_update(g_ctx, 2, P3, G2, M3, W2, wd, &hp), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "m[0] and m[1] overlap") != NULL, "%s", lm_last_error());
+    lm_tensor_view G4[2] = {G[0], *V(qa)}, P4[2] = {P[0], *V(qa)}; /* entry 1's grads are its own params: refused */
+    LT_CHECK_STATUS(lm_adamw_update(g_ctx, 2, P4, G4, M2, W2, wd, &hp), LM_INVALID_ARGUMENT);
+    lm_tensor_view G5[2] = {*V(qa), G[0]}; /* entry 0's grads are entry 1's params */
+    LT_CHECK_STATUS(lm_adamw_update(g_ctx, 2, P4, G5, M2, W2, wd, &hp), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "grads[0]") != NULL && strstr(lm_last_error(), "params[1]") != NULL, "%s",
+                 lm_last_error());
+    LT_CHECK_OK(lm_adamw_update(g_ctx, 2, P4, G2, M2, W2, wd, &hp)); /* a shared gradient */
     lm_tensor *all[] = {pa, pb, ga, gb, ma, mb, va, vb, qa, qb, m2, v2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
 }

@@ -20,8 +20,9 @@
 extern "C" {
 #endif
 
-/* optim.cu: one AdamW step over n tensors (per element in double, torch's order, as
- * the reference); weight_decay is a host array [n]. */
+/* optim.cu: one AdamW step over n tensors (f32 per element in the reference's order,
+ * one multi-tensor launch per 512 contiguous tensors, a strided kernel per other
+ * tensor; entries must not overlap); weight_decay is a host array [n]. */
 lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
                                const lm_adamw_hparams *hp, cudaStream_t s);
