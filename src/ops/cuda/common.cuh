@@ -106,6 +106,24 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * kernels launched (or followed) without the attribute. */
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
+/* pdl_wait as the wait() argument of a kernel body written as a function
+ * (gemv_body.cuh, attention_rows_body.cuh). */
+struct pdl_wait_fn {
+    __device__ __forceinline__ void operator()() const { pdl_wait(); }
+};
+
+/* Launches kernel with programmatic dependent launch allowed: it may start while the
+ * kernel before it on the stream finishes, so it calls pdl_wait() before it reads or
+ * writes anything that kernel (or one before it) touches. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t lm__cuda_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                              cudaStream_t s, Args... args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {grid, block, smem, s, &attr, 1};
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 /* Grid for a grid-stride loop over n items with `threads` per block. */
 static inline unsigned lm__cuda_blocks(int64_t n, int threads) {

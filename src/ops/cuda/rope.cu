@@ -10,10 +10,12 @@
  * q to its attention buffer, k and v (bf16) into the cache at the token's position p:
  * block table[row, p / P], offset p % P (with one entry per row, the row's slot and p
  * itself, no division); a token whose position is past the row's NB * P or whose
- * block is outside the pool stores nothing and gets a NaN q.
+ * block is outside the pool stores nothing and gets a NaN q. It is launched with
+ * programmatic dependent launch (it may start while the q|k|v GEMV finishes and waits
+ * for it before reading) and lets the attention after it start the same way.
  * O(ntok * (Hq + 2 Hkv) * hd).
  */
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/qkv_rope_body.cuh"
 
 __device__ __forceinline__ int64_t ld_index(const void *p, int is64, int64_t off) {
     return is64 ? ((const int64_t *)p)[off] : (int64_t)((const int32_t *)p)[off];
@@ -97,69 +99,20 @@ lm_status lm__cuda_rope_inv_freq(double theta, int64_t head_dim, const lm_tensor
     return lm__cuda_launched("rope_inv_freq kernel");
 }
 
-/* ---- the model step: fused bias + q/k norm + RoPE + KV-cache store ---------------------------- */
+/* ---- the model step: fused bias + q/k norm + RoPE + KV-cache store (qkv_rope_body.cuh) ---------- */
 template <typename QT>
 __global__ void qkv_rope_store_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv) {
-    int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim, half = hd / 2, heads = Hq + 2 * Hkv;
-    int64_t item = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (token, head), warp-uniform */
-    if (item >= p.ntok * heads) return;
-    int64_t tok = item / heads;
-    int h = (int)(item % heads), lane = threadIdx.x & 31;
-    const float *src = p.qkv + tok * heads * hd + (int64_t)h * hd;
-    const float *b = p.bias ? p.bias + (int64_t)h * hd : NULL;
-    const int64_t P = kv.block_tokens;
-    int64_t pos = p.tok_pos[tok], block = -1, off = pos; /* the token's block and offset in it */
-    if (pos >= 0 && pos < kv.nb * P) {
-        int64_t e = kv.nb == 1 ? 0 : pos / P;
-        block = p.row_table[(tok / p.T) * kv.nb + e], off = pos - e * P;
-    }
-    if (block < 0 || block >= kv.blocks) { /* a bad token: no store, NaN q */
-        QT *q = (QT *)p.q + (tok * Hq + h) * hd;
-        for (int d = lane; h < Hq && d < hd; d += 32) st(q + d, NAN);
-        return;
-    }
-    if (h >= Hq + Hkv) { /* v head: bias and store */
-        bf16 *dst = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * P + off) * hd;
-        for (int d = lane; d < hd; d += 32) dst[d] = __float2bfloat16_rn(src[d] + (b ? b[d] : 0.f));
-        return;
-    }
-    const float *nw = h < Hq ? p.q_norm : p.k_norm;
-    float inv = 1.f;
-    if (nw) {
-        float ss = 0.f;
-        for (int d = lane; d < hd; d += 32) {
-            float v = src[d] + (b ? b[d] : 0.f);
-            ss += v * v;
-        }
-        inv = rsqrtf(warp_sum(ss) / (float)hd + p.eps);
-    }
-    for (int i = lane; i < half; i += 32) {
-        double sn, cs;
-        sincos((double)pos * (double)p.inv_freq[i], &sn, &cs);
-        float c = (float)(cs * p.attn_factor), s = (float)(sn * p.attn_factor);
-        float va = src[i] + (b ? b[i] : 0.f), vb = src[i + half] + (b ? b[i + half] : 0.f);
-        if (nw) {
-            va *= inv * nw[i];
-            vb *= inv * nw[i + half];
-        }
-        float ra = va * c - vb * s, rb = vb * c + va * s;
-        if (h < Hq) {
-            QT *q = (QT *)p.q + (tok * Hq + h) * hd;
-            st(q + i, ra);
-            st(q + i + half, rb);
-        } else {
-            bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * P + off) * hd;
-            k[i] = __float2bfloat16_rn(ra);
-            k[i + half] = __float2bfloat16_rn(rb);
-        }
-    }
+    pdl_wait(); /* launched with programmatic launch: qkv is the previous kernel's output */
+    pdl_trigger();
+    qkv_rope_item<QT>(p, kv, blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32);
 }
 
 lm_status lm__cuda_qkv_rope_store(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     int64_t items = p->ntok * (p->q_heads + 2 * kv->kv_heads);
     if (items == 0) return LM_OK;
     unsigned blocks = (unsigned)((items + 3) / 4); /* 4 warps per block */
-    if (p->q_bf16) qkv_rope_store_kernel<bf16><<<blocks, 128, 0, s>>>(*p, *kv);
-    else qkv_rope_store_kernel<float><<<blocks, 128, 0, s>>>(*p, *kv);
+    cudaError_t e = p->q_bf16 ? lm__cuda_launch_pdl(qkv_rope_store_kernel<bf16>, dim3(blocks), dim3(128), 0, s, *p, *kv)
+                              : lm__cuda_launch_pdl(qkv_rope_store_kernel<float>, dim3(blocks), dim3(128), 0, s, *p, *kv);
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "qkv_rope_store launch");
     return lm__cuda_launched("qkv_rope_store");
 }
