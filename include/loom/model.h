@@ -63,7 +63,9 @@ typedef struct lm_model_load_options {
     int32_t quant_group;   /* LM_WEIGHTS_INT4 from a float directory: inputs per scale, 32, 64 or 128 (0 = 32);
                               another value, or one that does not divide a quantized matrix's inputs, is
                               LM_INVALID_ARGUMENT */
-    int32_t reserved32;    /* zero */
+    lm_precision precision; /* LM_PRECISION_EXACT (0); LM_PRECISION_FAST rounds x to bf16 in the CPU prefill
+                               GEMMs of bf16 weights (loom/ops.h; lm_precision_check's errors for a device or
+                               CPU that cannot run it) */
     int64_t reserved[6];   /* zero */
 } lm_model_load_options;
 LM_API void lm_model_load_options_default(lm_model_load_options *o);
@@ -78,6 +80,8 @@ LM_API lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_
  * (float matrices, whatever their dtype); an int4 model's group is its config's
  * quant_group. */
 LM_API lm_weights lm_model_weights(const lm_model *m);
+/* The precision the model's forward pass runs its CPU products at (the load option). */
+LM_API lm_precision lm_model_precision(const lm_model *m);
 LM_API void lm_model_destroy(lm_model *m); /* accepts NULL */
 LM_API const lm_model_config *lm_model_get_config(const lm_model *m); /* borrowed */
 LM_API lm_device lm_model_device(const lm_model *m);                  /* where the weights and forward pass live */

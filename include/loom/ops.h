@@ -220,6 +220,22 @@ LM_API lm_status lm_sample_params_check(const lm_sample_params *p);
 LM_API lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
 LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
 
+/* Arithmetic of the CPU's products with bf16 weights (docs/QUANTIZATION.md, "Fast
+ * precision"). LM_PRECISION_EXACT: weights widen exactly to f32 and x stays f32 (every
+ * operator above). LM_PRECISION_FAST: the packed GEMM (more than a few rows of x:
+ * prefill) rounds x to bf16 (nearest even) and multiplies with AVX512_BF16 dot
+ * products (VDPBF16PS) into f32 sums; the decode GEMV, other weight dtypes and every
+ * other operator stay exact. Selected per model (lm_model_load_options.precision).
+ * Public enum: grows at the end. */
+typedef enum lm_precision { LM_PRECISION_EXACT = 0, LM_PRECISION_FAST = 1 } lm_precision;
+LM_API const char *lm_precision_name(lm_precision p); /* "exact", "fast"; "invalid" */
+/* "exact" or "fast" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
+LM_API lm_status lm_precision_parse(const char *text, lm_precision *out);
+/* LM_OK when device d can run precision p. Fast: LM_UNSUPPORTED on CUDA (its products
+ * already run on bf16 tensor cores) and on a CPU (or build) without AVX512_BF16, the
+ * message naming the missing feature; LM_INVALID_ARGUMENT for an unknown p. */
+LM_API lm_status lm_precision_check(lm_device d, lm_precision p);
+
 /* ---- a Linear layer with its neighbours fused ------------------------------------------
  * out [M, N] = in(x) @ w^T (+ bias), w [N, K] (a Hugging Face Linear weight), bias [N]
  * or NULL, where in(x) is

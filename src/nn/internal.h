@@ -32,6 +32,7 @@ struct lm_model {
     int on_host;          /* the device is host memory: mapped weights, f32 KV cache (else bf16, uploaded) */
     lm_weights weights;   /* LM_WEIGHTS_INT8: the projections are i8 + "<name>_scale" f32 [out]; LM_WEIGHTS_INT4:
                              u8 [out, in/2] + "<name>_scale" f32 [out, in/group]; else float */
+    lm_precision precision; /* of the CPU products in the forward pass (set around each executor run, nn/step.c) */
 };
 
 /* nn/model.c: float weights w [out, in] quantized as cfg's quant_format says (int8:

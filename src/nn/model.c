@@ -271,12 +271,16 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
 lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_load_options *o, lm_model **out) {
     if (!dir || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load: NULL argument");
     *out = NULL;
+    lm_precision prec = o ? o->precision : LM_PRECISION_EXACT;
+    lm_status ps = lm_precision_check(device, prec); /* before anything is read: the CPU or device cannot run it */
+    if (ps != LM_OK) return lm__error_context(ps, "lm_model_load_opts");
     lm_device_caps caps;
     lm_status cs = lm_device_caps_get(device, &caps); /* names a device this build or machine lacks */
     if (cs != LM_OK) return lm__error_context(cs, "lm_model_load");
     lm_model *m = lm__calloc(1, sizeof *m);
     if (!m) return LM_OUT_OF_MEMORY;
     m->device = device;
+    m->precision = prec;
     m->on_host = caps.host_addressable;
     load_plan lp;
     lm_status st = lm_model_config_load(dir, &m->cfg);
@@ -296,6 +300,7 @@ lm_status lm_model_load(const char *dir, lm_device device, lm_model **out) {
 }
 
 lm_weights lm_model_weights(const lm_model *m) { return m ? m->weights : LM_WEIGHTS_AUTO; }
+lm_precision lm_model_precision(const lm_model *m) { return m ? m->precision : LM_PRECISION_EXACT; }
 
 void lm_model_destroy(lm_model *m) {
     if (!m) return;

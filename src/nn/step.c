@@ -7,9 +7,11 @@
  * staged in host memory from lm_host_alloc (pinned on a GPU) and queued in one copy
  * into the device block the step executor's inputs are bound to, the executor runs (captured and replayed on a GPU from the
  * second run of a shape), and the logits or sampled ids are read back after one
- * wait; the slots' lengths advance only on success.
+ * wait; the slots' lengths advance only on success. The model's precision (fast or
+ * exact CPU products, loom/ops.h) holds on this thread for the executor run only.
  */
 #include "nn/internal.h"
+#include "ops/cpu/precision.h"
 #include "ops/internal.h"
 
 #include <string.h>
@@ -89,10 +91,18 @@ static lm_decoder_output logits_output(const float *logits, int all_positions) {
     return !logits ? LM_DECODER_OUT_NONE : all_positions ? LM_DECODER_OUT_ALL_LOGITS : LM_DECODER_OUT_LAST_LOGITS;
 }
 
+/* Runs the step's executor at the model's precision, restoring the thread's after. */
+static lm_status exec_run(const lm_model *m, lm_ctx *ctx, const lm__step_prog *p) {
+    lm_precision prev = lm__cpu_precision_set(m->precision);
+    lm_status st = lm_exec_run(p->exec, ctx);
+    lm__cpu_precision_set(prev);
+    return st;
+}
+
 /* Runs a staged step and reads its logits (if any) back, then waits. */
-static lm_status run_logits(lm_ctx *ctx, const lm__step_prog *p, float *logits) {
+static lm_status run_logits(const lm_model *m, lm_ctx *ctx, const lm__step_prog *p, float *logits) {
     LM_TRY(put_inputs(ctx, p));
-    LM_TRY(lm_exec_run(p->exec, ctx));
+    LM_TRY(exec_run(m, ctx, p));
     if (logits) {
         lm_tensor_view y;
         LM_TRY(lm_exec_output(p->exec, 0, &y));
@@ -114,16 +124,16 @@ lm_status lm_model_forward(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, c
     lm__step_prog *p = NULL;
     LM_TRY(lm__kv_cache_program(m, ctx, cache, B, T, out, &p));
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
-    LM_TRY(run_logits(ctx, p, logits));
+    LM_TRY(run_logits(m, ctx, p, logits));
     advance(cache, slots, B, T);
     return LM_OK;
 }
 
 /* Runs a staged sampling step and reads the B picked ids back: one queued copy into
  * the staging, then one wait. */
-static lm_status run_sample(lm_ctx *ctx, const lm__step_prog *p, int B, int32_t *next_ids) {
+static lm_status run_sample(const lm_model *m, lm_ctx *ctx, const lm__step_prog *p, int B, int32_t *next_ids) {
     LM_TRY(put_inputs(ctx, p));
-    LM_TRY(lm_exec_run(p->exec, ctx));
+    LM_TRY(exec_run(m, ctx, p));
     lm_tensor_view y;
     LM_TRY(lm_exec_output(p->exec, 0, &y));
     LM_ASSERT(lm_tensor_view_is_contiguous(&y)); /* the sampler's own output */
@@ -148,7 +158,7 @@ static lm_status forward_sample(const char *fn, const lm_model *m, lm_ctx *ctx, 
     LM_TRY(write_inputs(ctx, cache, p, slots, ids));
     lm_sample_params *rec = (lm_sample_params *)(p->host_in + p->layout.params);
     for (int b = 0; b < B; b++) rec[b] = params[records > 1 ? b : 0];
-    LM_TRY(run_sample(ctx, p, B, next_ids));
+    LM_TRY(run_sample(m, ctx, p, B, next_ids));
     advance(cache, slots, B, T);
     return LM_OK;
 }
@@ -207,7 +217,7 @@ lm_status lm_model_forward_paged(const lm_model *m, lm_ctx *ctx, lm_kv_cache *ca
     lm_decoder_output out = logits_output(logits, all_positions);
     lm__step_prog *p = NULL;
     LM_TRY(stage_paged(m, ctx, cache, tables, start, B, ids, T, out, &p));
-    return run_logits(ctx, p, logits);
+    return run_logits(m, ctx, p, logits);
 }
 
 lm_status lm_model_forward_paged_sample(const lm_model *m, lm_ctx *ctx, lm_kv_cache *cache, const int32_t *tables,
@@ -222,5 +232,5 @@ lm_status lm_model_forward_paged_sample(const lm_model *m, lm_ctx *ctx, lm_kv_ca
     lm__step_prog *p = NULL;
     LM_TRY(stage_paged(m, ctx, cache, tables, start, B, ids, T, LM_DECODER_OUT_SAMPLE, &p));
     memcpy(p->host_in + p->layout.params, params, sizeof *params * (size_t)B);
-    return run_sample(ctx, p, B, next_ids);
+    return run_sample(m, ctx, p, B, next_ids);
 }

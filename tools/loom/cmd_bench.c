@@ -118,11 +118,11 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
     cli_best_median(times, o->repeat, &best, &med);
     int64_t toks = decode ? N * B : P * B;
     int threads = lm_threadpool_size(lm_ctx_threadpool(ctx));
-    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"weight_dtype\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"batch\":%d,"
-           "\"prompt_tokens\":%lld,\"tokens\":%lld,\"best_s\":%.6f,\"median_s\":%.6f,\"tok_per_s\":%.3f,"
+    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"weight_dtype\":\"%s\",\"weights\":\"%s\","
+           "\"precision\":\"%s\",\"threads\":%d,\"batch\":%d,\"prompt_tokens\":%lld,\"tokens\":%lld,\"best_s\":%.6f,\"median_s\":%.6f,\"tok_per_s\":%.3f,"
            "\"median_tok_per_s\":%.3f",
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_dtype_name(c->dtype),
-           lm_weights_name(lm_model_weights(m)), threads, B,
+           lm_weights_name(lm_model_weights(m)), lm_precision_name(lm_model_precision(m)), threads, B,
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
     lm_kv_cache_steps ks;
     if (lm_kv_cache_steps_get(cache, &ks) == LM_OK) /* the step arena beside what any plan would need */

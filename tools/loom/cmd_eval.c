@@ -9,7 +9,9 @@
  * int8|int4[:G]|bf16 (or for a quantized directory, which the training model refuses) it runs
  * through the inference engine instead, one window at a time with every position's
  * logits; --reference W runs a second copy with weights W over the same windows and
- * reports how the two agree (docs/QUANTIZATION.md).
+ * reports how the two agree (docs/QUANTIZATION.md). --precision fast also runs the
+ * inference engine (the training model has no fast mode); its --reference model runs
+ * exact, so `--precision fast --reference bf16` measures what fast costs.
  */
 #define LM_TRY_CLI(expr)                                                                                               \
     do {                                                                                                               \
@@ -45,9 +47,9 @@ typedef struct eval_model {
     double nll;
 } eval_model;
 
-static int eval_model_open(const eval_args *a, lm_device dev, lm_weights w, eval_model *em) {
+static int eval_model_open(const eval_args *a, lm_device dev, lm_weights w, lm_precision prec, eval_model *em) {
     memset(em, 0, sizeof *em);
-    if (!(em->m = cli_load_model_weights("eval", a->model, dev, w))) return 0;
+    if (!(em->m = cli_load_model_precision("eval", a->model, dev, w, prec))) return 0;
     int64_t V = lm_model_get_config(em->m)->vocab_size;
     lm_status st = lm_kv_cache_create(em->m, 1, a->seq, &em->cache);
     if (st != LM_OK) return cli_fail("eval", "kv cache", st) == 0;
@@ -100,7 +102,9 @@ static int run_inference(const eval_args *a, lm_device dev, lm_weights w, lm_wei
     memset(&em, 0, sizeof em);
     lm_status st = lm_ctx_create(dev, a->threads, &ctx);
     if (st != LM_OK) return cli_fail("eval", "cannot create a context", st);
-    if (!eval_model_open(a, dev, w, &em) || (has_ref && !eval_model_open(a, dev, ref_w, &ref))) goto done;
+    if (!eval_model_open(a, dev, w, cli_precision(), &em) ||
+        (has_ref && !eval_model_open(a, dev, ref_w, LM_PRECISION_EXACT, &ref)))
+        goto done;
     int64_t V = lm_model_get_config(em.m)->vocab_size;
     if ((st = lm_data_loader_create(1, &a->data, a->seq, 0, 0, &dl)) != LM_OK) {
         cli_fail("eval", a->data, st);
@@ -144,13 +148,14 @@ static int run_inference(const eval_args *a, lm_device dev, lm_weights w, lm_wei
     cli_json_string(stdout, a->model, strlen(a->model));
     printf(",\"data\":");
     cli_json_string(stdout, a->data, strlen(a->data));
-    printf(",\"device\":\"%s\",\"weights\":\"%s\",\"path\":\"inference\",\"seq\":%d,\"windows\":%lld,\"tokens\":%lld,"
-           "\"loss\":%.6f,\"perplexity\":%.4f",
-           dev.type == LM_DEVICE_CUDA ? "cuda" : "cpu", lm_weights_name(lm_model_weights(em.m)), a->seq,
+    printf(",\"device\":\"%s\",\"weights\":\"%s\",\"precision\":\"%s\",\"path\":\"inference\",\"seq\":%d,"
+           "\"windows\":%lld,\"tokens\":%lld,\"loss\":%.6f,\"perplexity\":%.4f",
+           dev.type == LM_DEVICE_CUDA ? "cuda" : "cpu", lm_weights_name(lm_model_weights(em.m)),
+           lm_precision_name(lm_model_precision(em.m)), a->seq,
            (long long)windows, (long long)tokens, mean, exp(mean));
     if (has_ref) {
         double rmean = ref.nll / (double)(tokens ? tokens : 1);
-        printf(",\"reference\":{\"weights\":\"%s\",\"loss\":%.6f,\"perplexity\":%.4f,\"perplexity_ratio\":%.6f,"
+        printf(",\"reference\":{\"weights\":\"%s\",\"precision\":\"exact\",\"loss\":%.6f,\"perplexity\":%.4f,\"perplexity_ratio\":%.6f,"
                "\"top1_agreement\":%.6f,\"positions\":%lld,\"logits_nmse\":%.3e,\"logits_max_abs\":%.4g}",
                lm_weights_name(lm_model_weights(ref.m)), rmean, exp(rmean), exp(mean - rmean),
                (double)agree / (double)(compared ? compared : 1), (long long)compared, sq / (sq_ref > 0 ? sq_ref : 1), max_abs);
@@ -174,9 +179,9 @@ static int run(const eval_args *a) {
         return 2;
     lm_model_config cfg;
     int int8_dir = lm_model_config_load(a->model, &cfg) == LM_OK && cfg.quant_format != LM_QUANT_NONE;
-    if (a->weights || a->reference || int8_dir) {
+    if (a->weights || a->reference || int8_dir || cli_precision() != LM_PRECISION_EXACT) {
         if (a->dtype) {
-            fprintf(stderr, "loom eval: --dtype is for the training model's path; --weights/--reference (and int8 "
+            fprintf(stderr, "loom eval: --dtype is for the training model's path; --weights/--reference/--precision (and int8 "
                             "directories) run the inference engine (f32 compute on the CPU)\n");
             return 2;
         }
@@ -284,7 +289,8 @@ int cmd_eval(int argc, char **argv) {
         {"weights", CLI_STRING, &a.weights, "int8|int4[:G]|fp8|bf16: run the inference engine with these weights instead of the "
                                             "training model (default for an int8 directory: int8; docs/QUANTIZATION.md)"},
         {"reference", CLI_STRING, &a.reference, "int8|int4[:G]|fp8|bf16|auto: also run the model with these weights and report "
-                                                "top-1 agreement, logits NMSE and max |diff| against it"},
+                                                "top-1 agreement, logits NMSE and max |diff| against it (at exact precision)"},
+        CLI_PRECISION_OPT,
         {"quiet", CLI_FLAG, &a.quiet, "no progress on stderr"},
         {NULL, 0, NULL, NULL}};
     const char *pos[1];

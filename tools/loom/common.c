@@ -72,8 +72,21 @@ int cli_parse_device(const char *cmd, const char *text, lm_device *out) {
 int cli_weights_group;       /* --group (CLI_WEIGHTS_OPT) */
 static int g_text_group;     /* the G of a "--weights int4:G" */
 
+const char *cli_precision_text; /* --precision (CLI_WEIGHTS_OPT) */
+
+lm_precision cli_precision(void) {
+    lm_precision p = LM_PRECISION_EXACT;
+    if (cli_precision_text) lm_precision_parse(cli_precision_text, &p);
+    return p;
+}
+
 int cli_parse_weights(const char *cmd, const char *text, lm_weights *out) {
     *out = LM_WEIGHTS_AUTO;
+    lm_precision p;
+    if (cli_precision_text && lm_precision_parse(cli_precision_text, &p) != LM_OK) {
+        fprintf(stderr, "loom %s: --precision '%s' is not exact or fast\n", cmd, cli_precision_text);
+        return 0;
+    }
     if (text && strncmp(text, "int4:", 5) == 0) {
         char *end = NULL;
         long g = strtol(text + 5, &end, 10);
@@ -95,10 +108,16 @@ lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device) 
 }
 
 lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device device, lm_weights weights) {
+    return cli_load_model_precision(cmd, dir, device, weights, cli_precision());
+}
+
+lm_model *cli_load_model_precision(const char *cmd, const char *dir, lm_device device, lm_weights weights,
+                                   lm_precision precision) {
     lm_model *m = NULL;
     lm_model_load_options o;
     lm_model_load_options_default(&o);
     o.weights = weights;
+    o.precision = precision;
     if (cli_weights_group && weights != LM_WEIGHTS_INT4) {
         fprintf(stderr, "loom %s: --group applies to --weights int4 only\n", cmd);
         return NULL;

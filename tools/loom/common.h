@@ -23,15 +23,31 @@ lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
     {"weights", CLI_STRING, (dest), "int8|int4|fp8|bf16: the weights to run (default: what the directory "      \
                                     "holds); int8/int4/fp8 quantize a float directory at load, bf16 converts "   \
                                     "f32/f16 matrices at load"},                                                  \
-    {"group", CLI_COUNT, &cli_weights_group, "G: --weights int4: inputs per scale, 32, 64 or 128 (default 32)"}
+    {"group", CLI_COUNT, &cli_weights_group, "G: --weights int4: inputs per scale, 32, 64 or 128 (default 32)"}, \
+    CLI_PRECISION_OPT
+/* The --precision option (docs/QUANTIZATION.md, "Fast precision"); part of CLI_WEIGHTS_OPT. */
+#define CLI_PRECISION_OPT                                                                                       \
+    {"precision", CLI_STRING, &cli_precision_text, "exact|fast: CPU prefill products (default exact); fast "       \
+                                                   "rounds activations to bf16 for AVX512_BF16 dot products "    \
+                                                   "with bf16 weights (refused on CPUs without it and on CUDA)"}
 /* --group of CLI_WEIGHTS_OPT (0: not given); read by cli_load_model_weights. */
 extern int cli_weights_group;
+/* --precision of CLI_WEIGHTS_OPT (NULL: not given, exact); checked by cli_parse_weights,
+ * read by cli_load_model_weights. */
+extern const char *cli_precision_text;
 /* Parses a --weights value (NULL: LM_WEIGHTS_AUTO; "int4:G" is int4 with group G, for
- * commands without --group). Prints an error and returns 0 when the text is not one. */
+ * commands without --group), and checks the --precision text. Prints an error and
+ * returns 0 when either is not valid. */
 int cli_parse_weights(const char *cmd, const char *text, lm_weights *out);
+/* The --precision in effect (LM_PRECISION_EXACT when not given; cli_parse_weights has
+ * checked the text). */
+lm_precision cli_precision(void);
 /* Loads a model on device with the given weights (reporting errors; int4 with the
- * group of --group or "int4:G"); NULL on failure. */
+ * group of --group or "int4:G") at the --precision given; NULL on failure. */
 lm_model *cli_load_model_weights(const char *cmd, const char *dir, lm_device device, lm_weights weights);
+/* The same at an explicit precision (eval's --reference runs exact). */
+lm_model *cli_load_model_precision(const char *cmd, const char *dir, lm_device device, lm_weights weights,
+                                   lm_precision precision);
 /* ---- writing model directories (cmd_convert.c; loom convert and loom quantize) ---- */
 /* OUT is created when missing; it may not be the source directory itself. Prints why and returns 0 otherwise. */
 int cli_prepare_out(const char *cmd, const char *src, const char *out);

@@ -16,6 +16,9 @@
 /* AVX-512: F (zmm, masks, vcvtph2ps zmm), BW+VL (16-bit masked loads), FMA, F16C. */
 #define LM__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define LM__TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+/* AVX-512 plus BF16 (VDPBF16PS, VCVTNE2PS2BF16): the fast-precision GEMM only
+ * (matmul_bf16dot_avx512.c), called after lm__cpu_bf16dot_supported(). */
+#define LM__TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #endif
 
 /* Ordered: a higher value needs a superset of the features of a lower one. */

@@ -11,10 +11,15 @@
  * split: their kernels apply the row scale, the bias and the accumulate as they store
  * (gemv) or pack the scale into the panels and add the bias after the last K block;
  * int4 weights (lm__cpu_linear_i4, wdt u8 here) the same with one scale per group.
+ * Fast precision (bf16 weights, GEMM only; ops/cpu/precision.h): the same tasks and
+ * blocks with the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x
+ * strips are rounded to bf16 once per (task, K block, mr rows) in the worker's
+ * scratch; still one fixed order per y element, so also thread-count independent.
  */
 #include "ops/cpu/matmul.h"
 
 #include "ops/cpu/matmul_kernels.h"
+#include "ops/cpu/precision.h"
 
 /* Below this many multiply-adds (a few microseconds on one core) a call runs on the
  * calling thread alone: waking the pool would cost about as much as it saves. */
@@ -22,6 +27,7 @@
 
 typedef struct linear_job {
     const lm__linear_kernels *kern;
+    const lm__bf16dot_kernels *fast; /* non-NULL: the GEMM runs the fast-precision kernels (wdt bf16) */
     const float *x; /* [M, K] rows ldx apart */
     const void *w;  /* [N, K] rows ldw apart, dtype wdt */
     float *y;       /* [M, N] rows ldy apart */
@@ -34,7 +40,8 @@ typedef struct linear_job {
     int64_t rows_per_task;  /* gemv: W rows per task */
     int64_t kc, nc, mc;     /* GEMM: K block, N block (multiple of nr), M block (multiple of mr) */
     int64_t tasks_n;        /* GEMM: N blocks; task t covers N block t % tasks_n, M block t / tasks_n */
-    float *scratch;         /* GEMM: [workers][kc * nc] packed W, one slice per pool worker */
+    float *scratch;         /* GEMM: [workers][slice bytes] packed W (fast: then the bf16 x strip), one slice per pool worker */
+    size_t slice;           /* GEMM: bytes of one worker's scratch, a multiple of 64 */
     float *xsplit;          /* int4 gemv with kern->i4_split: [M, K] x in the kernel's even/odd order */
 } linear_job;
 
@@ -79,13 +86,46 @@ static void gemv_task(void *arg, int64_t task, int worker) {
                   j->ldy);
 }
 
+/* Pairs in a K block of kl and the row stride (in pairs) of a rounded x strip. */
+static int64_t pairs_of(int64_t kl) { return (kl + 1) / 2; }
+static int64_t strip_ld(int64_t kc) { return round_up(pairs_of(kc), 16); }
+
+/* gemm_task with the fast-precision kernels: panels of bf16 pairs (kp rows of nr
+ * pairs each), the x strip of each mr rows rounded once per K block, then swept over
+ * every panel of the task's N block. */
+static void gemm_task_bf16dot(const linear_job *j, int64_t task, int worker) {
+    const lm__bf16dot_kernels *kn = j->fast;
+    int64_t nr = kn->nr, mr = kn->mr, ldd = strip_ld(j->kc);
+    int64_t n0 = task % j->tasks_n * j->nc, n1 = LM_MIN(j->N, n0 + j->nc);
+    int64_t m0 = task / j->tasks_n * j->mc, m1 = LM_MIN(j->M, m0 + j->mc);
+    uint32_t *bp = (uint32_t *)((char *)j->scratch + (size_t)worker * j->slice);
+    uint32_t *xs = bp + (size_t)(pairs_of(j->kc) * j->nc); /* [mr, ldd] pairs after the panels */
+    const uint16_t *w = j->w;
+    for (int64_t k0 = 0; k0 < j->K; k0 += j->kc) {
+        int64_t kl = LM_MIN(j->kc, j->K - k0), kp = pairs_of(kl);
+        for (int64_t n = n0; n < n1; n += nr)
+            kn->pack(w + n * j->ldw + k0, j->ldw, (int)LM_MIN(nr, n1 - n), kl, bp + (n - n0) * kp);
+        for (int64_t m = m0; m < m1; m += mr) {
+            int rows = (int)LM_MIN(mr, m1 - m);
+            kn->round_x(j->x + m * j->ldx + k0, j->ldx, rows, kl, xs, ldd);
+            for (int64_t n = n0; n < n1; n += nr)
+                kn->micro(kp, xs, ldd, rows, bp + (n - n0) * kp, j->y + m * j->ldy + n, j->ldy,
+                          (int)LM_MIN(nr, n1 - n), k0 > 0);
+        }
+    }
+}
+
 static void gemm_task(void *arg, int64_t task, int worker) {
     const linear_job *j = arg;
+    if (j->fast) {
+        gemm_task_bf16dot(j, task, worker);
+        return;
+    }
     const lm__linear_kernels *kn = j->kern;
     int64_t nr = kn->nr, mr = kn->mr;
     int64_t n0 = task % j->tasks_n * j->nc, n1 = LM_MIN(j->N, n0 + j->nc);
     int64_t m0 = task / j->tasks_n * j->mc, m1 = LM_MIN(j->M, m0 + j->mc);
-    float *bp = j->scratch + (size_t)worker * (size_t)(j->kc * j->nc);
+    float *bp = (float *)((char *)j->scratch + (size_t)worker * j->slice);
     for (int64_t k0 = 0; k0 < j->K; k0 += j->kc) {
         int64_t kl = LM_MIN(j->kc, j->K - k0);
         /* Panel p holds columns n0 + p * nr ..: kl rows of nr floats. */
@@ -121,9 +161,11 @@ static void run_gemv(lm_threadpool *pool, linear_job *j) {
     lm_threadpool_run(pool, ceil_div(j->N, j->rows_per_task), gemv_task, j);
 }
 
-/* Chooses kc, nc, mc so blocks fit in cache and there are enough tasks for the pool. */
+/* Chooses kc, nc, mc so blocks fit in cache and there are enough tasks for the pool,
+ * from the tile and block limits of the kernels that run (the fast ones or kern). */
 static void plan_gemm(linear_job *j, int64_t threads) {
-    const lm__linear_kernels *kn = j->kern;
+    struct { int64_t mr, nr, kc, nc; } kb = {j->kern->mr, j->kern->nr, j->kern->kc, j->kern->nc}, *kn = &kb;
+    if (j->fast) kb.mr = j->fast->mr, kb.nr = j->fast->nr, kb.kc = j->fast->kc, kb.nc = j->fast->nc;
     j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), 16));
     int64_t panels = ceil_div(j->N, kn->nr), max_panels = kn->nc / kn->nr;
     int64_t blocks_n = ceil_div(panels, max_panels);
@@ -142,11 +184,16 @@ static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
     plan_gemm(j, threads);
     int64_t tasks = j->tasks_n * ceil_div(j->M, j->mc);
     int64_t workers = tasks > 1 ? threads : 1;
-    size_t floats = (size_t)workers * (size_t)(j->kc * j->nc);
-    j->scratch = lm__alloc(floats * sizeof(float), 64);
+    if (j->fast) /* pair panels, then an x strip of mr rows */
+        j->slice = (size_t)(pairs_of(j->kc) * j->nc + j->fast->mr * strip_ld(j->kc)) * sizeof(uint32_t);
+    else
+        j->slice = (size_t)(j->kc * j->nc) * sizeof(float);
+    j->slice = (j->slice + 63) / 64 * 64;
+    size_t bytes = (size_t)workers * j->slice;
+    j->scratch = lm__alloc(bytes, 64);
     if (!j->scratch)
-        return lm__error(LM_OUT_OF_MEMORY, "cpu linear: packing scratch of %zu bytes for %lld workers failed",
-                         floats * sizeof(float), (long long)workers);
+        return lm__error(LM_OUT_OF_MEMORY, "cpu linear: packing scratch of %zu bytes for %lld workers failed", bytes,
+                         (long long)workers);
     lm_threadpool_run(pool, tasks, gemm_task, j);
     lm__free(j->scratch);
     j->scratch = NULL;
@@ -181,7 +228,26 @@ static void split_x(const float *x, int64_t ldx, int64_t M, int64_t K, int L, fl
             }
 }
 
-static lm_status run(lm_threadpool *pool, linear_job *j) {
+/* The fast-precision kernels for this call, or LM_UNSUPPORTED naming what is missing
+ * (never a silent exact run: lm_precision_check refuses such a CPU at model load, so
+ * this is reached only through an ISA override or a direct call). */
+static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
+#ifdef LM__HAVE_X86_KERNELS
+    lm__cpu_isa isa = lm__cpu_isa_active();
+    if (lm__cpu_bf16dot_supported() && isa == LM__CPU_ISA_AVX512) {
+        *out = &lm__bf16dot_kernels_avx512;
+        return LM_OK;
+    }
+    if (lm__cpu_bf16dot_supported())
+        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast runs on the avx512 path, but it is overridden to %s",
+                         lm__cpu_isa_name(isa));
+#endif
+    (void)out;
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS), which "
+                                     "this CPU or build lacks");
+}
+
+static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
         int L = j->kern->i4_split;
@@ -196,12 +262,20 @@ static lm_status run(lm_threadpool *pool, linear_job *j) {
         j->xsplit = NULL;
         return LM_OK;
     }
+    if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));
     return run_gemm(pool, j);
 }
 
 lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
                          int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    return lm__cpu_linear_prec(pool, lm__cpu_precision(), x, ldx, w, wdtype, ldw, y, ldy, M, N, K);
+}
+
+lm_status lm__cpu_linear_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const void *w,
+                              lm_dtype wdtype, int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
     LM_TRY(check_args(x, ldx, w, wdtype, ldw, y, ldy, M, N, K));
+    if (prec != LM_PRECISION_EXACT && prec != LM_PRECISION_FAST)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: precision %d", (int)prec);
     if (wdtype == LM_I8 || wdtype == LM_U8)
         return lm__error(LM_INVALID_ARGUMENT, "cpu linear: %s weights need their scales (lm__cpu_linear_i8 / _i4)",
                          wdtype == LM_I8 ? "int8" : "int4");
@@ -211,7 +285,7 @@ lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const
         return LM_OK;
     }
     linear_job j = {.x = x, .w = w, .y = y, .wdt = wdtype, .ldx = ldx, .ldw = ldw, .ldy = ldy, .M = M, .N = N, .K = K};
-    return run(pool, &j);
+    return run(pool, &j, prec);
 }
 
 lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, const int8_t *q, int64_t ldq,
@@ -230,7 +304,7 @@ lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, co
     }
     linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .wdt = LM_I8,
                     .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
-    return run(pool, &j);
+    return run(pool, &j, LM_PRECISION_EXACT);
 }
 
 /* The bias alone (K == 0: the empty sum), into or onto y. */
@@ -257,7 +331,7 @@ lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, co
     }
     linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .lds = lds,
                     .group = group, .wdt = LM_U8, .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
-    return run(pool, &j);
+    return run(pool, &j, LM_PRECISION_EXACT);
 }
 
 /* ---- mapping lm_matmul_out views onto lm__cpu_linear ------------------------------------ */

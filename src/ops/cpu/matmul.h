@@ -3,7 +3,8 @@
  * int8 weights with one f32 scale per row (with the bias and accumulate of
  * lm_linear_out folded into the store).
  *
- * Accumulation is f32, x is never rounded, weights are widened exactly. The vector
+ * Accumulation is f32, x is never rounded, weights are widened exactly (at the
+ * default exact precision; lm__cpu_linear_prec below has the opt-in fast one). The vector
  * path is chosen per call from ops/cpu/isa.h (AVX-512, AVX2+FMA+F16C, or portable
  * scalar). M <= a few rows streams W once split over threads by N (decode); larger
  * M packs W blocks into per-thread panels and runs a register-blocked microkernel.
@@ -20,9 +21,19 @@
  * Needs M, N, K >= 0, ldx, ldw >= 0, ldy >= N when M > 1 (rows of y never overlap),
  * and non-NULL pointers for whatever is read or written (LM_INVALID_ARGUMENT).
  * pool == NULL runs on the calling thread. Scratch comes from lm__alloc
- * (LM_OUT_OF_MEMORY; nothing leaks). */
+ * (LM_OUT_OF_MEMORY; nothing leaks). Runs at the calling thread's precision
+ * (ops/cpu/precision.h; exact unless a fast model's forward pass set it). */
 lm_status lm__cpu_linear(lm_threadpool *pool, const float *x, int64_t ldx, const void *w, lm_dtype wdtype,
                          int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
+
+/* lm__cpu_linear at precision prec (loom/ops.h lm_precision): LM_PRECISION_EXACT as
+ * above; LM_PRECISION_FAST runs the GEMM of bf16 weights (M above the kernels'
+ * gemv_max_m_16) with x rounded to bf16 and VDPBF16PS products (matmul_kernels.h,
+ * lm__bf16dot_kernels), LM_UNSUPPORTED when the CPU lacks AVX512_BF16 or the ISA
+ * override is below avx512; the gemv and f32/f16 weights stay exact. lm__cpu_linear
+ * is this with the calling thread's precision (ops/cpu/precision.h). */
+lm_status lm__cpu_linear_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const void *w,
+                              lm_dtype wdtype, int64_t ldw, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
 
 /* The int8 form: y[m * ldy + n] = (accumulate ? y[m * ldy + n] : 0) + scales[n] *
  * sum_k x[m * ldx + k] * q[n * ldq + k] + (bias ? bias[n] : 0). scales and bias are

@@ -19,6 +19,8 @@
 #ifdef LM__HAVE_X86_KERNELS
 #include <immintrin.h>
 
+#include "ops/cpu/transpose_avx512.h"
+
 #define INLINE static inline __attribute__((always_inline)) LM__TARGET_AVX512
 
 enum { GEMV_MR = 4, MR = 6, NR = 64 };
@@ -180,36 +182,6 @@ LM__TARGET_AVX512 static void gemv_i4_avx512(const float *x, int64_t ldx, int64_
         }
 }
 
-/* In-place transpose of a 16 x 16 f32 block held in 16 registers: r[i][j] -> r[j][i]. */
-INLINE void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) { /* pairs of rows: 2 x 2 blocks inside each 128-bit lane */
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) { /* groups of 4 rows: u[4g + i] lane L = rows 4g..4g+3, column 4L + i */
-        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) { /* gather lane L of the four groups: column 4L + i */
-        __m512 lo01 = _mm512_shuffle_f32x4(u[i], u[4 + i], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 hi01 = _mm512_shuffle_f32x4(u[i], u[4 + i], _MM_SHUFFLE(3, 2, 3, 2));
-        __m512 lo23 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 hi23 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], _MM_SHUFFLE(3, 2, 3, 2));
-        r[i] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
-        r[4 + i] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
-        r[8 + i] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
-        r[12 + i] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
-
 /* 16 rows x 16 k of W (rows >= ncols read as 0) transposed into 16 panel rows;
  * int8 rows are multiplied by their scale sc[j] (sc is NULL for float weights).
  * The 16 row streams advance only 32-64 bytes per block, too slowly for the hardware
@@ -227,7 +199,7 @@ INLINE void pack_block(const void *w, const lm_dtype DT, int64_t ldw, const floa
             if (DT == LM_I8) r[j] = _mm512_mul_ps(r[j], _mm512_set1_ps(sc[j]));
         } else r[j] = _mm512_setzero_ps();
     }
-    transpose16(r);
+    lm__transpose16_avx512(r);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         if (i < kn) _mm512_storeu_ps(dst + (k + i) * NR, r[i]);
@@ -267,7 +239,7 @@ INLINE void pack_block_i4(const lm__i4_weights *W, int ncols, int64_t k, float *
             r[j] = _mm512_mul_ps(load_q4_16(row, k), _mm512_set1_ps(W->scales[j * W->lds + k / W->group]));
         } else r[j] = _mm512_setzero_ps();
     }
-    transpose16(r);
+    lm__transpose16_avx512(r);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * NR, r[i]);
 }

@@ -8,7 +8,8 @@
  *  - GEMM: W blocks are widened to f32 and packed as panels of nr columns,
  *    dst[k * nr + j] = W[n0 + j, k0 + k], then a register-blocked microkernel
  *    computes mr x nr tiles of y, broadcasting x values against panel rows.
- * Every kernel accumulates in f32; x is never rounded. Sizes are in elements. int8
+ * Every kernel accumulates in f32; x is never rounded (except by the opt-in
+ * fast-precision GEMM, lm__bf16dot_kernels below). Sizes are in elements. int8
  * weights: the gemv sums x * q exactly widened and applies the row scale once per
  * output (then bias and accumulate); the GEMM packs q * scale (one f32 rounding per
  * weight) and reuses the f32 microkernel. int4 weights (two per byte, one f32 scale
@@ -83,10 +84,32 @@ typedef struct lm__linear_kernels {
     int i4_split; /* the gemv_i4 x layout (see gemv_i4): vector lanes L, or 0 for x as it is */
 } lm__linear_kernels;
 
+/* The fast-precision GEMM for bf16 weights (docs/QUANTIZATION.md, "Fast precision"):
+ * the same blocking as the f32 GEMM above, but panels hold bf16 pairs and x is
+ * rounded to bf16 (round to nearest even) once per mr-row strip of a K block, then
+ * VDPBF16PS adds two bf16 products per f32 lane: acc += x[2p] * W[2p] + x[2p+1] * W[2p+1]
+ * (each product exact in f32, accumulation f32). Sizes in elements; pairs p = ceil(kc / 2). */
+typedef struct lm__bf16dot_kernels {
+    int mr, nr;  /* tile, as lm__linear_kernels */
+    int64_t kc;  /* largest K block, a multiple of 16 (a block may end on an odd k: its last pair is padded) */
+    int64_t nc;  /* largest N block: kc * nc * 2 bytes of packed panels */
+    /* dst[p * nr + j] = W[j, 2p] | W[j, 2p + 1] << 16 (bf16 bits) for p < ceil(kc / 2), j < ncols;
+     * 0 for ncols <= j < nr and for the odd k = kc of the last pair. w: bf16 row 0, element 0. */
+    void (*pack)(const uint16_t *w, int64_t ldw, int ncols, int64_t kc, uint32_t *dst);
+    /* dst[r * ldd + p] = bf16(x[r, 2p]) | bf16(x[r, 2p + 1]) << 16 for r < rows, p < ceil(kc / 2)
+     * (k >= kc reads as 0), rounded to nearest even; ldd is a multiple of 16 >= ceil(kc / 2). */
+    void (*round_x)(const float *x, int64_t ldx, int rows, int64_t kc, uint32_t *dst, int64_t ldd);
+    /* c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0) + sum_{p < kp} dot2(a[r * lda + p], bp[p * nr + j])
+     * for r < mrows (<= mr), j < ncols (<= nr); nothing else in c is touched. */
+    void (*micro)(int64_t kp, const uint32_t *a, int64_t lda, int mrows, const uint32_t *bp, float *c, int64_t ldc,
+                  int ncols, int accumulate);
+} lm__bf16dot_kernels;
+
 extern const lm__linear_kernels lm__linear_kernels_scalar;
 #ifdef LM__HAVE_X86_KERNELS
 extern const lm__linear_kernels lm__linear_kernels_avx2;
 extern const lm__linear_kernels lm__linear_kernels_avx512;
+extern const lm__bf16dot_kernels lm__bf16dot_kernels_avx512;
 #endif
 
 /* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */

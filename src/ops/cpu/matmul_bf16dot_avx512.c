@@ -1,0 +1,125 @@
+/* ops/cpu/matmul_bf16dot_avx512.c — the fast-precision GEMM for bf16 weights
+ * (lm__bf16dot_kernels, see matmul_kernels.h; docs/QUANTIZATION.md "Fast precision").
+ *
+ * The exact GEMM (matmul_avx512.c) widens every bf16 weight to f32 in its panels and
+ * runs 16 f32 FMAs per instruction. Here the panels keep the weights as bf16 pairs
+ * (half the bytes) and x is rounded to bf16 pairs once per strip of mr rows and one
+ * K block (VCVTNE2PS2BF16: round to nearest even; like every AVX512_BF16 instruction
+ * it treats denormal inputs as zero). VDPBF16PS then adds 32 exact bf16 products into
+ * 16 f32 lanes per instruction: twice the multiply-adds of an FMA. The only new error
+ * is the rounding of x (relative 2^-9 per element); W is bf16 already, products are
+ * exact and sums stay f32. Same tile as the f32 GEMM: 6 x 64 = 24 zmm accumulators;
+ * per k pair: 4 panel loads, 6 broadcasts of an x pair, 24 VDPBF16PS.
+ * Compiled with generic flags: each function carries LM__TARGET_AVX512BF16 and runs
+ * only after lm__cpu_bf16dot_supported() (the driver, matmul.c, checks it).
+ */
+#include "ops/cpu/matmul_kernels.h"
+
+#ifdef LM__HAVE_X86_KERNELS
+#include <immintrin.h>
+
+#include "ops/cpu/transpose_avx512.h"
+
+#define INLINE static inline __attribute__((always_inline)) LM__TARGET_AVX512BF16
+
+enum { MR = 6, NR = 64 };
+
+/* Lanes 0 .. n-1 of 16 (none for n <= 0). */
+INLINE __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
+
+/* 32 bf16 of a row = 16 pairs; elements k >= n read as 0 (masked, never touched). */
+INLINE __m512 load_pairs(const uint16_t *p, int64_t n) {
+    __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+    return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, p));
+}
+
+/* One 16-row x 32-k block of W (rows >= ncols read as 0) as 16 panel rows of pairs:
+ * row j's 32-bit word i is the pair (k + 2i, k + 2i + 1), so the 16 x 16 transpose of
+ * 32-bit words puts pair i of the 16 rows in register i. Rows are prefetched ahead as
+ * the f32 packer does (matmul_avx512.c: slow row streams defeat hardware prefetch). */
+INLINE void pack_block(const uint16_t *w, int64_t ldw, int ncols, int64_t k, int64_t kn, uint32_t *dst) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) {
+        if (j < ncols) {
+            const uint16_t *row = w + j * ldw;
+            lm__prefetch_ahead(row, LM_BF16, k);
+            r[j] = load_pairs(row + k, kn);
+        } else r[j] = _mm512_setzero_ps();
+    }
+    lm__transpose16_avx512(r);
+    int64_t pairs = (kn + 1) / 2;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        if (i < pairs) _mm512_storeu_ps((float *)dst + (k / 2 + i) * NR, r[i]);
+}
+
+LM__TARGET_AVX512BF16 static void pack_bf16dot(const uint16_t *w, int64_t ldw, int ncols, int64_t kc, uint32_t *dst) {
+    for (int j = 0; j < NR; j += 16) { /* row j exists only when j < ncols */
+        const uint16_t *wj = j < ncols ? w + j * ldw : w;
+        for (int64_t k = 0; k < kc; k += 32)
+            pack_block(wj, ldw, ncols - j, k, kc - k < 32 ? kc - k : 32, dst + j);
+    }
+}
+
+/* x rows to bf16 pairs, 32 values per VCVTNE2PS2BF16 (its second operand fills the low
+ * 16 bf16 lanes, so lane p holds the pair (k + 2p, k + 2p + 1) in memory order). */
+LM__TARGET_AVX512BF16 static void round_x_bf16dot(const float *x, int64_t ldx, int rows, int64_t kc, uint32_t *dst,
+                                                  int64_t ldd) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        for (int64_t k = 0; k < kc; k += 32) {
+            __m512 lo = _mm512_maskz_loadu_ps(mask16(kc - k), xr + k);
+            __m512 hi = _mm512_maskz_loadu_ps(mask16(kc - k - 16), xr + k + 16);
+            _mm512_storeu_si512((void *)(dst + r * ldd + k / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+}
+
+LM__TARGET_AVX512BF16 static void micro_bf16dot(int64_t kp, const uint32_t *a, int64_t lda, int mrows,
+                                                const uint32_t *bp, float *c, int64_t ldc, int ncols, int accumulate) {
+    const uint32_t *ar[MR];
+    __m512 acc[MR][NR / 16];
+    /* Rows past mrows repeat the last row: in-bounds reads, results never stored. */
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        ar[r] = a + (r < mrows ? r : mrows - 1) * lda;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) acc[r][j] = _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kp; p++) {
+        __m512bh b[NR / 16];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) b[j] = (__m512bh)_mm512_loadu_si512((const void *)(bp + p * NR + 16 * j));
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ar[r][p]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NR / 16; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], av, b[j]);
+        }
+    }
+    __mmask16 mask[NR / 16];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR / 16; j++) mask[j] = mask16(ncols - 16 * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= mrows) break;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR / 16; j++) {
+            if (!mask[j]) continue; /* columns 16j.. are past ncols: not even addressed */
+            float *cp = c + r * ldc + 16 * j;
+            __m512 v = acc[r][j];
+            if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[j], cp));
+            _mm512_mask_storeu_ps(cp, mask[j], v);
+        }
+    }
+}
+
+/* kc 256 and nc 512 as the f32 GEMM: the same blocks in half the panel bytes (the
+ * blocking is shared, matmul.c plan_gemm). */
+const lm__bf16dot_kernels lm__bf16dot_kernels_avx512 = {
+    .mr = MR, .nr = NR, .kc = 256, .nc = 512,
+    .pack = pack_bf16dot, .round_x = round_x_bf16dot, .micro = micro_bf16dot,
+};
+
+#endif

@@ -1,0 +1,68 @@
+/* ops/cpu/precision.c — lm_precision names, the device check, and the per-thread
+ * precision of the CPU linear GEMM (ops/cpu/precision.h).
+ *
+ * Fast needs the AVX-512 kernels (F, BW, VL, FMA, F16C) plus AVX512_BF16 (cpuid leaf
+ * 7 subleaf 1, EAX bit 5; base/cpu.c also requires the OS to save zmm state). It is
+ * refused, never silently replaced by exact, where that is missing, and on CUDA.
+ */
+#include "ops/cpu/precision.h"
+
+#include "ops/cpu/isa.h"
+#include "runtime/internal.h"
+
+#include <string.h>
+
+static _Thread_local lm_precision t_precision = LM_PRECISION_EXACT;
+
+lm_precision lm__cpu_precision(void) { return t_precision; }
+
+lm_precision lm__cpu_precision_set(lm_precision p) {
+    lm_precision old = t_precision;
+    t_precision = p;
+    return old;
+}
+
+int lm__cpu_bf16dot_supported(void) {
+#ifdef LM__HAVE_X86_KERNELS
+    return lm__cpu_isa_supported(LM__CPU_ISA_AVX512) && lm_cpu_get_features()->avx512_bf16;
+#else
+    return 0;
+#endif
+}
+
+const char *lm_precision_name(lm_precision p) {
+    return p == LM_PRECISION_EXACT ? "exact" : p == LM_PRECISION_FAST ? "fast" : "invalid";
+}
+
+lm_status lm_precision_parse(const char *text, lm_precision *out) {
+    if (!text || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_precision_parse: NULL argument");
+    for (int p = LM_PRECISION_EXACT; p <= LM_PRECISION_FAST; p++)
+        if (strcmp(text, lm_precision_name((lm_precision)p)) == 0) {
+            *out = (lm_precision)p;
+            return LM_OK;
+        }
+    return lm__error(LM_INVALID_ARGUMENT, "precision '%s': expected exact or fast", text);
+}
+
+lm_status lm_precision_check(lm_device d, lm_precision p) {
+    if (p == LM_PRECISION_EXACT) return LM_OK;
+    if (p != LM_PRECISION_FAST) return lm__error(LM_INVALID_ARGUMENT, "precision %d: expected exact (0) or fast (1)", (int)p);
+    if (!lm__device_host_addressable(d))
+        return lm__error(LM_UNSUPPORTED, "precision fast is a CPU mode: CUDA already runs its products with bf16 "
+                                         "operands on tensor cores (use the default, exact)");
+#ifndef LM__HAVE_X86_KERNELS
+    return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (x86-64 VDPBF16PS); this build "
+                                     "has no x86 vector kernels");
+#else
+    const lm_cpu_features *f = lm_cpu_get_features();
+    if (!lm__cpu_isa_supported(LM__CPU_ISA_AVX512))
+        return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS) on top of "
+                                         "AVX-512 F/BW/VL; this CPU has no usable AVX-512 (avx512f %d, avx512bw %d, "
+                                         "avx512vl %d)", f->avx512f, f->avx512bw, f->avx512vl);
+    if (!f->avx512_bf16)
+        return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS), which this "
+                                         "CPU lacks (Intel Cooper Lake / Sapphire Rapids or later, AMD Zen 4 or later "
+                                         "have it); exact, the default, runs anywhere");
+    return LM_OK;
+#endif
+}

@@ -1,0 +1,22 @@
+/* ops/cpu/precision.h — the precision the CPU linear GEMM runs at on this thread
+ * (loom/ops.h lm_precision; docs/QUANTIZATION.md "Fast precision").
+ *
+ * A model's forward pass (nn/step.c) sets its load-time precision around the executor
+ * run and restores the previous value after it; lm__cpu_linear reads it on the calling
+ * thread when it plans a call (pool workers only run the plan), so concurrent models
+ * on different threads never see each other's setting. Default: exact.
+ */
+#ifndef LOOM_OPS_CPU_PRECISION_H
+#define LOOM_OPS_CPU_PRECISION_H
+
+#include "loom/ops.h"
+
+/* This thread's precision (LM_PRECISION_EXACT until set). */
+lm_precision lm__cpu_precision(void);
+/* Sets this thread's precision; returns the previous one (to restore). */
+lm_precision lm__cpu_precision_set(lm_precision p);
+/* 1 when this build and CPU can run the fast GEMM (AVX-512 F/BW/VL + AVX512_BF16, with
+ * the OS saving zmm state), whatever the ISA override says. */
+int lm__cpu_bf16dot_supported(void);
+
+#endif
