@@ -144,8 +144,9 @@ LM_API const char *lm_quant_format_name(lm_quant_format f); /* "none", "int8", "
 /* The name of module bit i (1 << i): "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
  * "up_proj", "down_proj", "lm_head"; NULL outside [0, LM_QUANT_MODULE_COUNT). */
 LM_API const char *lm_quant_module_name(int i);
-/* The modules quantized by default for cfg: every layer projection, and lm_head when
- * it is untied. */
+/* The modules quantized by default for cfg: every layer projection and lm_head (a
+ * tied lm_head as a quantized copy of the embedding table, made at load on the CPU;
+ * a quantized directory keeps the one float table). */
 LM_API int32_t lm_quant_modules_default(const lm_model_config *cfg);
 /* 1 when cfg stores tensor `name` quantized (a ".weight" of a module in
  * cfg->quant_modules, with cfg->quant_format set), else 0. */

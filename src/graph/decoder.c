@@ -279,11 +279,13 @@ static lm_status inputs(builder *b) {
 static lm_status head_weight(builder *b, lm_graph_value *w) {
     const lm_model_config *c = b->c;
     int64_t s[2] = {c->vocab_size, c->hidden_size};
-    if (c->tie_word_embeddings && b->embed >= 0) {
+    /* a tied head is the table itself, unless the loader made a quantized copy of it */
+    if (c->tie_word_embeddings && b->embed >= 0 && !lm_model_config_tensor_quantized(c, "lm_head.weight")) {
         *w = b->embed;
         return LM_OK;
     }
-    return param(b, c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, s, w);
+    int table = c->tie_word_embeddings && !lm_model_config_tensor_quantized(c, "lm_head.weight");
+    return param(b, table ? "model.embed_tokens.weight" : "lm_head.weight", 2, s, w);
 }
 
 /* The final norm and the output the options ask for, from the last residual x [N, H]. */

@@ -267,8 +267,8 @@ const char *lm_quant_format_name(lm_quant_format f) {
 const char *lm_quant_module_name(int i) { return i >= 0 && i < LM_QUANT_MODULE_COUNT ? k_quant_modules[i] : NULL; }
 
 int32_t lm_quant_modules_default(const lm_model_config *cfg) {
-    int32_t m = LM_QUANT_LM_HEAD - 1; /* every layer projection */
-    return cfg && !cfg->tie_word_embeddings ? m | LM_QUANT_LM_HEAD : m;
+    (void)cfg;
+    return (LM_QUANT_LM_HEAD - 1) | LM_QUANT_LM_HEAD; /* every layer projection and the output matrix */
 }
 
 int lm_model_config_tensor_quantized(const lm_model_config *cfg, const char *name) {

@@ -75,6 +75,7 @@ lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t) {
 typedef struct load_plan {
     lm_model_config stored; /* the directory's config (what its checkpoint must hold) */
     int quantize;           /* quantize the modules of m->cfg.quant_modules at load */
+    int tied_head;          /* add lm_head.weight: the tied table quantized (the table stays float) */
     int to_bf16;            /* convert float matrices that are not bf16 to bf16 */
 } load_plan;
 
@@ -167,17 +168,35 @@ static lm_status load_rope(lm_model *m) {
     return st;
 }
 
+/* lm_head.weight (+ _scale): the tied embedding table quantized as the output matrix,
+ * in int8 whatever the projections' format (the head sets every logit: int4 there cost
+ * the default model 1% of perplexity more than int8, see docs/QUANTIZATION.md). */
+static lm_status quantize_tied_head(lm_model *m, lm_ctx *ctx) {
+    const lm_tensor *emb = lm__model_weight(m, "model.embed_tokens.weight");
+    if (!emb) return lm__error(LM_INTERNAL, "quantizing the tied lm_head: no embedding table");
+    lm_model_config int8 = m->cfg;
+    int8.quant_format = LM_QUANT_INT8;
+    lm_tensor *q = NULL, *sc = NULL;
+    lm_status st = lm__quantize_matrix(ctx, &int8, lm_tensor_as_view(emb), &q, &sc);
+    if (st != LM_OK) return lm__error_context(st, "quantizing the tied lm_head to int8");
+    st = lm__model_add_weight(m, "lm_head.weight", q); /* takes q, also on failure */
+    if (st == LM_OK) return lm__model_add_weight(m, "lm_head.weight_scale", sc);
+    lm_tensor_destroy(sc);
+    return st;
+}
+
 static int64_t nbytes(const lm_tensor *t) { return t ? lm_tensor_numel(t) * (int64_t)lm_dtype_size(lm_tensor_dtype(t)) : 0; }
 
 /* Per token: every layer tensor, the final norm, the output matrix, and one row of
- * the embedding table (the tied table counts once, whole, as the output matrix). */
+ * the embedding table (the tied table counts once, whole, as the output matrix, unless
+ * a quantized copy of it is the output matrix). */
 static int64_t host_bytes_per_token(const lm_model *m) {
     const lm_model_config *c = &m->cfg;
     int64_t total = 0;
     for (int64_t i = 0; i < m->nw; i++) total += nbytes(m->w[i].t);
     const lm_tensor *emb = lm__model_weight(m, "model.embed_tokens.weight");
     int64_t row = nbytes(emb) / (c->vocab_size ? c->vocab_size : 1);
-    total += c->tie_word_embeddings ? row : row - nbytes(emb);
+    total += c->tie_word_embeddings && !lm__model_weight(m, "lm_head.weight") ? row : row - nbytes(emb);
     return total - nbytes(lm__model_weight(m, "rope.inv_freq"));
 }
 
@@ -189,6 +208,7 @@ static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
     if (st == LM_OK)
         st = lm_model_config_check_checkpoint(&lp->stored, ck);
     if (st == LM_OK) st = load_tensors(m, lp, ck, ctx);
+    if (st == LM_OK && lp->tied_head) st = quantize_tied_head(m, ctx);
     if (st == LM_OK) st = load_rope(m);
     lm_checkpoint_close(ck); /* tensors keep their own references to the mapped files */
     lm_ctx_destroy(ctx);
@@ -242,9 +262,6 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     if (want_fmt && !stored) {
         if (mods & ~((1 << LM_QUANT_MODULE_COUNT) - 1) || !mods)
             return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: quant_modules 0x%x", (unsigned)mods);
-        if ((mods & LM_QUANT_LM_HEAD) && m->cfg.tie_word_embeddings)
-            return lm__error(LM_INVALID_ARGUMENT, "lm_model_load_opts: lm_head is tied to the embedding table, which "
-                             "stays float");
         if (want_fmt == LM_QUANT_INT4) {
             int64_t attn = m->cfg.num_attention_heads * m->cfg.head_dim;
             if (group != 32 && group != 64 && group != 128)
@@ -259,6 +276,14 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
         m->cfg.quant_format = want_fmt;
         m->cfg.quant_modules = mods;
         lp->quantize = 1;
+    } else if (stored && m->cfg.tie_word_embeddings && !(o && o->quant_modules && !(o->quant_modules & LM_QUANT_LM_HEAD))) {
+        m->cfg.quant_modules |= LM_QUANT_LM_HEAD; /* a stored directory keeps a tied table float: copy it below */
+    }
+    /* A tied output matrix is quantized as a copy of the table (the embedding lookups keep
+     * the float table) on the CPU; a device keeps using the table for now. */
+    if (m->cfg.tie_word_embeddings && (m->cfg.quant_modules & LM_QUANT_LM_HEAD)) {
+        if (m->on_host) lp->tied_head = 1;
+        else m->cfg.quant_modules &= ~LM_QUANT_LM_HEAD;
     }
     m->weights = m->cfg.quant_format == LM_QUANT_INT8   ? LM_WEIGHTS_INT8
                  : m->cfg.quant_format == LM_QUANT_INT4 ? LM_WEIGHTS_INT4

@@ -80,6 +80,37 @@ static void test_int8_decode_matches_prefill(void) {
     lm_model_destroy(q);
 }
 
+/* A tied head (models/default) is quantized as a copy of the embedding table by default
+ * on the CPU: fewer bytes per token than with the float table as the head (quant_modules
+ * without LM_QUANT_LM_HEAD), different logits, both close to the float model's. */
+static void test_tied_head_quantized_copy(void) {
+    const char *dir = LOOM_SOURCE_DIR "/models/default";
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = LM_WEIGHTS_INT8;
+    lm_model *q = NULL, *qf = NULL, *f = load(dir, LM_WEIGHTS_AUTO);
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &o, &q));
+    o.quant_modules = lm_quant_modules_default(NULL) & ~LM_QUANT_LM_HEAD;
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &o, &qf));
+    if (!q || !qf || !f) {
+        lm_model_destroy(q), lm_model_destroy(qf), lm_model_destroy(f);
+        return;
+    }
+    const lm_model_config *c = lm_model_get_config(q);
+    LT_CHECK(c->tie_word_embeddings && (c->quant_modules & LM_QUANT_LM_HEAD));
+    LT_CHECK(!(lm_model_get_config(qf)->quant_modules & LM_QUANT_LM_HEAD));
+    int64_t head_f = c->vocab_size * c->hidden_size * 2, head_q = c->vocab_size * (c->hidden_size + 4);
+    LT_CHECK_MSG(lm_model_weight_bytes(qf) - lm_model_weight_bytes(q) == head_f - head_q,
+                 "bytes per token %lld (quantized head) vs %lld (float table as the head)",
+                 (long long)lm_model_weight_bytes(q), (long long)lm_model_weight_bytes(qf));
+    logits_diff dq = compare_logits(q, f), dqf = compare_logits(qf, f), dd = compare_logits(q, qf);
+    printf("  models/default int8, head quantized: nmse %.2e top-1 %d/%d; head float: nmse %.2e top-1 %d/%d\n",
+           dq.nmse, dq.agree, T, dqf.nmse, dqf.agree, T);
+    LT_CHECK(dd.max_abs > 0); /* the head's quantization shows */
+    LT_CHECK_MSG(dq.nmse <= 2e-3 && dq.agree * 4 >= T * 3, "nmse %.3g, top-1 %d/%d", dq.nmse, dq.agree, T);
+    lm_model_destroy(q), lm_model_destroy(qf), lm_model_destroy(f);
+}
+
 static void test_bf16_weights_convert_f32_checkpoint(void) {
     lm_model *b = load(MODELS "llama_gqa2_f32", LM_WEIGHTS_BF16), *f = load(MODELS "llama_gqa2_f32", LM_WEIGHTS_AUTO);
     if (!b || !f) {
@@ -97,8 +128,6 @@ static void test_refusals(void) {
     lm_model_load_options_default(&o);
     o.weights = LM_WEIGHTS_INT8;
     /* (int8 on CUDA loads now: tests/cuda/test_cuda_linear_quant.c compares its logits) */
-    o.quant_modules = LM_QUANT_LM_HEAD; /* tied model: its head is the embedding table */
-    LT_CHECK_STATUS(lm_model_load_opts(LOOM_SOURCE_DIR "/models/default", lm_device_cpu(), &o, &m), LM_INVALID_ARGUMENT);
     o.quant_modules = 1 << 12;
     LT_CHECK_STATUS(lm_model_load_opts(MODELS "llama_gqa2_f32", lm_device_cpu(), &o, &m), LM_INVALID_ARGUMENT);
     o.quant_modules = 0;
@@ -173,6 +202,7 @@ int main(void) {
     LT_RUN(test_int8_logits_close_to_float_on_reference_models);
     LT_RUN(test_int8_logits_close_to_bf16_on_default_model);
     LT_RUN(test_int8_decode_matches_prefill);
+    LT_RUN(test_tied_head_quantized_copy);
     LT_RUN(test_bf16_weights_convert_f32_checkpoint);
     LT_RUN(test_refusals);
     LT_RUN(test_quantization_config_parse);

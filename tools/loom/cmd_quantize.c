@@ -131,6 +131,8 @@ static int quantize(const char *dir, const char *out, lm_quant_format fmt, int g
     }
     cfg.quant_format = fmt;
     cfg.quant_modules = lm_quant_modules_default(&cfg);
+    if (cfg.tie_word_embeddings) /* the file keeps the one float table; loading quantizes the head's copy */
+        cfg.quant_modules &= ~LM_QUANT_LM_HEAD;
     cfg.quant_group = int4 ? group : 0;
     int64_t attn = cfg.num_attention_heads * cfg.head_dim;
     if (int4 && (cfg.hidden_size % group || cfg.intermediate_size % group || attn % group)) {
