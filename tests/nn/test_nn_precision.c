@@ -91,9 +91,9 @@ static void test_fast_prefill_logits_close_to_exact_on_default_model(void) {
     lm_model_destroy(f);
 }
 
-/* One token at a time every linear is a one-row GEMV, which fast leaves exact: the
- * logits of a decode-only run are identical. */
-static void test_fast_decode_is_exact(void) {
+/* One token at a time every linear is a one-row gemv, which fast runs with x rounded
+ * to bf16 as well: decode logits move within the prefill's gates, and do move. */
+static void test_fast_decode_close_to_exact(void) {
     lm_model *e = load(DEFAULT_MODEL, LM_PRECISION_EXACT), *f = load(DEFAULT_MODEL, LM_PRECISION_FAST);
     if (!e || !f) return;
     int64_t V = lm_model_get_config(e)->vocab_size;
@@ -101,13 +101,27 @@ static void test_fast_decode_is_exact(void) {
     LT_CHECK_OK(lm_kv_cache_create(e, 1, 8, &ce));
     LT_CHECK_OK(lm_kv_cache_create(f, 1, 8, &cf));
     float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
-    int slot = 0;
+    int slot = 0, agree = 0, moved = 0;
+    double worst_nmse = 0, worst_abs = 0, max_ref = 0;
     for (int32_t t = 0; t < 8; t++) {
         int32_t id = 100 + 37 * t;
         LT_CHECK_OK(lm_model_forward(f, g_ctx, cf, &slot, 1, &id, 1, a, 0));
         LT_CHECK_OK(lm_model_forward(e, g_ctx, ce, &slot, 1, &id, 1, b, 0));
-        LT_CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)V) == 0, "decode step %d: fast differs from exact", t);
+        double sq = 0, sb = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double d = (double)a[v] - b[v];
+            sq += d * d, sb += (double)b[v] * b[v];
+            worst_abs = fmax(worst_abs, fabs(d)), max_ref = fmax(max_ref, fabs(b[v]));
+        }
+        worst_nmse = fmax(worst_nmse, sq / (sb > 0 ? sb : 1));
+        agree += argmax(a, V) == argmax(b, V);
+        moved += memcmp(a, b, sizeof(float) * (size_t)V) != 0;
     }
+    printf("  default model, 8 decode steps: NMSE up to %.3g, max |fast - exact| %.4g (max |exact| %.3g), top-1 %d/8\n",
+           worst_nmse, worst_abs, max_ref, agree);
+    LT_CHECK_MSG(moved > 0, "decode logits equal exact bit for bit (the fast gemv did not run)");
+    LT_CHECK_MSG(worst_nmse <= 1e-4 && worst_abs <= 0.02 * max_ref && agree >= 7,
+                 "decode: NMSE %.3g, max |diff| %.4g of %.4g, top-1 %d/8", worst_nmse, worst_abs, max_ref, agree);
     free(a), free(b);
     lm_kv_cache_destroy(ce);
     lm_kv_cache_destroy(cf);
@@ -162,7 +176,7 @@ int main(void) {
     LT_RUN(test_refusals);
     if (lm_precision_check(lm_device_cpu(), LM_PRECISION_FAST) == LM_OK) {
         LT_RUN(test_fast_prefill_logits_close_to_exact_on_default_model);
-        LT_RUN(test_fast_decode_is_exact);
+        LT_RUN(test_fast_decode_close_to_exact);
         LT_RUN(test_precision_is_per_model);
     }
     lm_ctx_destroy(g_ctx);

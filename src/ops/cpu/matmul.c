@@ -11,10 +11,11 @@
  * split: their kernels apply the row scale, the bias and the accumulate as they store
  * (gemv) or pack the scale into the panels and add the bias after the last K block;
  * int4 weights (lm__cpu_linear_i4, wdt u8 here) the same with one scale per group.
- * Fast precision (bf16 weights, GEMM only; ops/cpu/precision.h): the same tasks and
- * blocks with the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x
- * strips are rounded to bf16 once per (task, K block, mr rows) in the worker's
- * scratch; still one fixed order per y element, so also thread-count independent.
+ * Fast precision (bf16 weights; ops/cpu/precision.h): the same tasks and blocks with
+ * the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x strips are
+ * rounded to bf16 once per (task, K block, mr rows) in the worker's scratch; the gemv
+ * rounds all of x once per call and streams W rows as pairs; still one fixed order
+ * per y element, so also thread-count independent.
  */
 #include "ops/cpu/matmul.h"
 
@@ -43,6 +44,8 @@ typedef struct linear_job {
     float *scratch;         /* GEMM: [workers][slice bytes] packed W (fast: then the bf16 x strip), one slice per pool worker */
     size_t slice;           /* GEMM: bytes of one worker's scratch, a multiple of 64 */
     float *xsplit;          /* int4 gemv with kern->i4_split: [M, K] x in the kernel's even/odd order */
+    uint32_t *xfast;        /* fast gemv: [M, ldxf] x rounded to bf16 pairs, once per call */
+    int64_t ldxf;
 } linear_job;
 
 static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
@@ -80,6 +83,11 @@ static void gemv_task(void *arg, int64_t task, int worker) {
         lm__i8_epilogue ep = {j->scales + n0, j->bias ? j->bias + n0 : NULL, j->accumulate};
         j->kern->gemv_i8(j->x, j->ldx, j->M, (const int8_t *)j->w + n0 * j->ldw, j->ldw, &ep, n1 - n0, j->K, j->y + n0,
                          j->ldy);
+        return;
+    }
+    if (j->xfast) {
+        j->fast->gemv(j->xfast, j->ldxf, j->M, (const uint16_t *)j->w + n0 * j->ldw, j->ldw, n1 - n0, j->K, j->y + n0,
+                      j->ldy);
         return;
     }
     j->kern->gemv(j->x, j->ldx, j->M, lm__w_at(j->w, j->wdt, j->ldw, n0, 0), j->wdt, j->ldw, n1 - n0, j->K, j->y + n0,
@@ -251,15 +259,22 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
         int L = j->kern->i4_split;
-        if (j->wdt == LM_U8 && L) {
+        if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) { /* x rounded to bf16 pairs once, shared by the tasks */
+            LM_TRY(fast_kernels(&j->fast));
+            j->ldxf = strip_ld(j->K);
+            size_t bytes = (size_t)(j->M * j->ldxf) * sizeof(uint32_t);
+            if (!(j->xfast = lm__alloc(bytes, 64)))
+                return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast x scratch of %zu bytes", bytes);
+            j->fast->round_x(j->x, j->ldx, (int)j->M, j->K, j->xfast, j->ldxf);
+        } else if (j->wdt == LM_U8 && L) {
             size_t bytes = (size_t)(j->M * j->K) * sizeof(float);
             if (!(j->xsplit = lm__alloc(bytes, 64)))
                 return lm__error(LM_OUT_OF_MEMORY, "cpu linear: int4 x scratch of %zu bytes", bytes);
             split_x(j->x, j->ldx, j->M, j->K, L, j->xsplit);
         }
         run_gemv(pool, j);
-        lm__free(j->xsplit);
-        j->xsplit = NULL;
+        lm__free(j->xsplit), lm__free(j->xfast);
+        j->xsplit = NULL, j->xfast = NULL;
         return LM_OK;
     }
     if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));

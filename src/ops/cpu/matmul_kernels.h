@@ -103,6 +103,11 @@ typedef struct lm__bf16dot_kernels {
      * for r < mrows (<= mr), j < ncols (<= nr); nothing else in c is touched. */
     void (*micro)(int64_t kp, const uint32_t *a, int64_t lda, int mrows, const uint32_t *bp, float *c, int64_t ldc,
                   int ncols, int accumulate);
+    /* y[m * ldy + r] = sum_{p < ceil(K / 2)} dot2(xp[m * ldxp + p], W row r's pair p) for m < M, r < nrows:
+     * the decode product of rounded x (round_x over all K, ldxp >= ceil(K / 2)) with bf16 rows w, ldw apart;
+     * an odd K's last pair reads its second weight as 0. */
+    void (*gemv)(const uint32_t *xp, int64_t ldxp, int64_t M, const uint16_t *w, int64_t ldw, int64_t nrows, int64_t K,
+                 float *y, int64_t ldy);
 } lm__bf16dot_kernels;
 
 extern const lm__linear_kernels lm__linear_kernels_scalar;
