@@ -1,8 +1,9 @@
 /* tests/nn/quant_model_util.h — what the int8 and int4 model tests share
  * (test_nn_int8.c, test_nn_int4.c): prefill logits through a fresh cache, the
  * difference of a quantized model's logits from its float model's on a random prompt,
- * and decode one token at a time against the prefill. The including test defines T
- * (the prompt length) and g_ctx (a CPU context) before including it.
+ * and decode one token at a time against the prefill (also test_nn_precision.c's
+ * prefill logits and argmax). The including test defines T (the prompt length) and
+ * g_ctx (a CPU context) before including it.
  */
 #ifndef LOOM_TESTS_QUANT_MODEL_UTIL_H
 #define LOOM_TESTS_QUANT_MODEL_UTIL_H
@@ -14,7 +15,7 @@
 #include <stdlib.h>
 
 /* logits [T, V] of ids through a fresh cache */
-static float *prefill_logits(const lm_model *m, const int32_t *ids) {
+static inline float *prefill_logits(const lm_model *m, const int32_t *ids) {
     int64_t V = lm_model_get_config(m)->vocab_size;
     float *out = malloc(sizeof(float) * (size_t)(T * V));
     lm_kv_cache *c = NULL;
@@ -25,7 +26,7 @@ static float *prefill_logits(const lm_model *m, const int32_t *ids) {
     return out;
 }
 
-static int64_t argmax(const float *row, int64_t V) {
+static inline int64_t argmax(const float *row, int64_t V) {
     int64_t b = 0;
     for (int64_t v = 1; v < V; v++)
         if (row[v] > row[b]) b = v;
@@ -38,7 +39,7 @@ typedef struct logits_diff {
 } logits_diff;
 
 /* q's logits against f's on T random tokens (seed 7), every position. */
-static logits_diff compare_logits(const lm_model *q, const lm_model *f) {
+static inline logits_diff compare_logits(const lm_model *q, const lm_model *f) {
     int64_t V = lm_model_get_config(q)->vocab_size;
     int32_t ids[T];
     lt_rng r = lt_rng_seed(7);
@@ -60,7 +61,7 @@ static logits_diff compare_logits(const lm_model *q, const lm_model *f) {
 
 /* Decoding one token at a time equals the prefill's logits (the GEMV-shaped linear
  * against the GEMM-shaped one, same quantized weights). */
-static void check_decode_matches_prefill(const char *tag, const lm_model *q) {
+static inline void check_decode_matches_prefill(const char *tag, const lm_model *q) {
     int64_t V = lm_model_get_config(q)->vocab_size;
     int32_t ids[T];
     for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % V);

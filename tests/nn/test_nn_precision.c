@@ -26,24 +26,7 @@
 
 static lm_ctx *g_ctx;
 
-/* logits [T, V] of ids through a fresh cache */
-static float *prefill_logits(const lm_model *m, const int32_t *ids) {
-    int64_t V = lm_model_get_config(m)->vocab_size;
-    float *out = malloc(sizeof(float) * (size_t)(T * V));
-    lm_kv_cache *c = NULL;
-    int slot = 0;
-    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
-    LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
-    lm_kv_cache_destroy(c);
-    return out;
-}
-
-static int64_t argmax(const float *row, int64_t V) {
-    int64_t b = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (row[v] > row[b]) b = v;
-    return b;
-}
+#include "quant_model_util.h"
 
 static lm_model *load(const char *dir, lm_precision p) {
     lm_model_load_options o;

@@ -33,6 +33,7 @@
  */
 #include "harness.h"
 #include "loom/train.h"
+#include "dist_test_util.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -46,7 +47,6 @@
 #define TOKENIZER LOOM_SOURCE_DIR "/tests/data/train/tokenizer.json"
 #define SHARD LOOM_BINARY_DIR "/train_zero.bin"
 #define WORK LOOM_BINARY_DIR "/train_zero"
-#define MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none"
 #define COMMON                                                                                                        \
     "train --data " SHARD " --steps 6 --batch 2 --seq 16 --threads 1 --lr 3e-3 --warmup 1 --save-every 3 --tokenizer " \
     TOKENIZER
@@ -132,31 +132,6 @@ static void check_identical(const char *what, const char *got_dir, const char *w
     }
 }
 
-/* Final weights of two runs: NMSE <= 1e-10, max-abs <= max_abs over every parameter. */
-static void check_weights(const char *what, const char *got_dir, const char *want_dir, double max_abs) {
-    char a[1024], b[1024];
-    snprintf(a, sizeof a, "%s/final", got_dir);
-    snprintf(b, sizeof b, "%s/final", want_dir);
-    lm_train_model *ma = NULL, *mb = NULL;
-    LT_CHECK_OK(lm_train_model_load(a, lm_device_cpu(), &ma));
-    LT_CHECK_OK(lm_train_model_load(b, lm_device_cpu(), &mb));
-    if (ma && mb) {
-        LT_CHECK(lm_train_model_numel(ma) == lm_train_model_numel(mb));
-        for (int i = 0; i < lm_train_model_param_count(mb); i++) {
-            lm_train_param pa, pb;
-            LT_CHECK_OK(lm_train_model_param(ma, i, &pa));
-            LT_CHECK_OK(lm_train_model_param(mb, i, &pb));
-            double *x = lt_view_to_f64(&pa.value), *y = lt_view_to_f64(&pb.value);
-            char name[256];
-            snprintf(name, sizeof name, "%s: %s", what, pb.name);
-            lt_check_close(name, x, y, lm_tensor_view_numel(&pb.value), 1e-10, max_abs);
-            free(x);
-            free(y);
-        }
-    }
-    lm_train_model_destroy(ma);
-    lm_train_model_destroy(mb);
-}
 
 /* The bytes in rank 0's "optimizer state:" line: "(N bytes," without ZeRO, "N bytes on
  * the largest slice" with it; -1 when absent. */

@@ -106,6 +106,20 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * kernels launched (or followed) without the attribute. */
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
+/* SMs of the current device (cached per device; 132, an H200's, if the query fails). */
+static inline int lm__cuda_sm_count(void) {
+    static int cached[LM__CUDA_MAX_DEVICES];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= LM__CUDA_MAX_DEVICES) return 132;
+    if (!cached[dev]) {
+        int n = 0;
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+        cached[dev] = n > 0 ? n : 132;
+    }
+    return cached[dev];
+}
+
 /* pdl_wait as the wait() argument of a kernel body written as a function
  * (gemv_body.cuh, attention_rows_body.cuh). */
 struct pdl_wait_fn {

@@ -28,22 +28,9 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     gemv_body<IN, M, KSPLIT>(p, blockIdx.x, gridDim.x, pdl_wait_fn());
 }
 
-static int sm_count(void) {
-    static int cached[LM__CUDA_MAX_DEVICES];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= LM__CUDA_MAX_DEVICES) return 132;
-    if (!cached[dev]) {
-        int n = 0;
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-        cached[dev] = n > 0 ? n : 132;
-    }
-    return cached[dev];
-}
-
 template <int IN, int M>
 static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    int64_t sms = sm_count();
+    int64_t sms = lm__cuda_sm_count();
     int ksplit = lm__gemv_ksplit(p->N, sms);
     int64_t blocks = lm__gemv_blocks(p->N, sms);
     cudaLaunchAttribute attr;

@@ -310,22 +310,9 @@ __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
     }
 }
 
-static int sm_count(void) {
-    static int cached[LM__CUDA_MAX_DEVICES];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= LM__CUDA_MAX_DEVICES) return 132;
-    if (!cached[dev]) {
-        int n = 0;
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-        cached[dev] = n > 0 ? n : 132;
-    }
-    return cached[dev];
-}
-
 template <int F, int M>
 static lm_status launch_gemv(const qparams *p, cudaStream_t s) {
-    int64_t groups = (p->N + RPW - 1) / RPW, sms = sm_count();
+    int64_t groups = (p->N + RPW - 1) / RPW, sms = lm__cuda_sm_count();
     int ksplit = groups < sms * 16 ? WARPS : 1; /* few rows: split K to get enough warps */
     int64_t per_block = WARPS / ksplit, blocks = LM_MIN((groups + per_block - 1) / per_block, sms * 4);
     cudaLaunchAttribute attr;
