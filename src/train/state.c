@@ -186,12 +186,12 @@ lm_status lm__train_state_read_range(const char *path, int64_t expect_numel, int
     lm_file_map map = {0};
     LM_TRY(lm_file_map_open(path, &map));
     lm_status st = check_layout(path, &map, expect_numel, expect_nparams, s);
-    /* the first moments start after the header, the second ones numel floats later */
-    const uint8_t *base = map.data + STATE_HEADER + (size_t)first * sizeof(float);
     size_t n = (size_t)count * sizeof(float), whole = (size_t)expect_numel * sizeof(float);
-    if (st == LM_OK && n) st = lm_device_copy(lm_tensor_device(m1), lm_tensor_data(m1), lm_device_cpu(), base, n);
-    if (st == LM_OK && n)
-        st = lm_device_copy(lm_tensor_device(m2), lm_tensor_data(m2), lm_device_cpu(), base + whole, n);
+    if (st == LM_OK && n) { /* laid out as checked: the first moments after the header, the second numel floats on */
+        const uint8_t *base = map.data + STATE_HEADER + (size_t)first * sizeof(float);
+        st = lm_device_copy(lm_tensor_device(m1), lm_tensor_data(m1), lm_device_cpu(), base, n);
+        if (st == LM_OK) st = lm_device_copy(lm_tensor_device(m2), lm_tensor_data(m2), lm_device_cpu(), base + whole, n);
+    }
     lm_file_map_close(&map);
     return st;
 }
