@@ -1,10 +1,13 @@
 /* tests/train/dist_test_util.h — what the data-parallel training tests share
- * (test_train_dist.c, test_train_zero.c): the mpirun command line and the comparison of
- * two runs' final weights. Included after harness.h and loom/train.h.
+ * (test_train_dist.c, test_train_zero.c): the mpirun command line, the sanitizer
+ * environment for Open MPI, and the comparison of two runs' logs and final weights.
+ * The including test defines STEPS (the steps a run logs) and includes harness.h,
+ * loom/train.h and jansson.h first.
  */
 #ifndef LOOM_TESTS_DIST_TEST_UTIL_H
 #define LOOM_TESTS_DIST_TEST_UTIL_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +39,56 @@ static inline void check_weights(const char *what, const char *got_dir, const ch
     }
     lm_train_model_destroy(ma);
     lm_train_model_destroy(mb);
+}
+
+/* The losses and gradient norms (norm may be NULL) of steps 1..STEPS in dir/log.jsonl
+ * (NAN where missing). */
+static inline void read_log(const char *dir, double *loss, double *norm) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    for (int i = 0; i < STEPS; i++) loss[i] = NAN, norm ? norm[i] = NAN : 0;
+    FILE *f = fopen(path, "r");
+    LT_CHECK_MSG(f != NULL, "no log '%s'", path);
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *s = json_object_get(j, "step"), *l = json_object_get(j, "loss"), *g = json_object_get(j, "grad_norm");
+        int64_t k = s ? json_integer_value(s) : 0;
+        if (l && k >= 1 && k <= STEPS) {
+            loss[k - 1] = json_number_value(l);
+            if (norm) norm[k - 1] = g ? json_number_value(g) : NAN;
+        }
+        json_decref(j);
+    }
+    if (f) fclose(f);
+}
+
+/* Losses (logged %.9g), and with norms the gradient norms (logged %.6g), within rel of
+ * want's; rel 0: equal as logged. */
+static inline void check_losses(const char *what, const char *got_dir, const char *want_dir, double rel, int norms) {
+    double got[STEPS], want[STEPS], gn[STEPS], wn[STEPS];
+    read_log(got_dir, got, gn);
+    read_log(want_dir, want, wn);
+    for (int i = 0; i < STEPS; i++) {
+        LT_CHECK_MSG(fabs(got[i] - want[i]) <= rel * fabs(want[i]), "%s: step %d loss %.9g, expected %.9g", what, i + 1,
+                     got[i], want[i]);
+        if (norms)
+            LT_CHECK_MSG(fabs(gn[i] - wn[i]) <= rel * fabs(wn[i]), "%s: step %d grad norm %.9g, expected %.9g", what,
+                         i + 1, gn[i], wn[i]);
+    }
+    printf("%s: losses", what);
+    for (int i = 0; i < STEPS; i++) printf(" %.9g%s", got[i], got[i] == want[i] ? "" : "*");
+    printf(" (* where not bit-equal to the reference)\n");
+}
+
+/* Under AddressSanitizer: Open MPI's own leaks at exit suppressed
+ * (tests/train/lsan_openmpi.supp says which), its components kept loaded for the stacks. */
+static inline void dist_test_sanitizer_env(void) {
+    if (LT_UNDER_ASAN) {
+        setenv("LSAN_OPTIONS", "suppressions=" LOOM_SOURCE_DIR "/tests/train/lsan_openmpi.supp:fast_unwind_on_malloc=0",
+               1);
+        setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
+    }
 }
 
 #endif

@@ -21,7 +21,6 @@
  */
 #include "harness.h"
 #include "loom/train.h"
-#include "dist_test_util.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -41,6 +40,8 @@
 /* Seconds a failing run may take to end: far above the ~1 s it needs, far below a hang. */
 #define DEADLINE 60
 #define STEPS 4
+
+#include "dist_test_util.h"
 
 static double now(void) {
     struct timespec t;
@@ -75,34 +76,6 @@ static int run_ok(const char *fmt, ...) {
     return ok;
 }
 
-/* The losses of steps 1..STEPS in dir/log.jsonl (NAN where missing). */
-static void read_losses(const char *dir, double *loss) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    for (int i = 0; i < STEPS; i++) loss[i] = NAN;
-    FILE *f = fopen(path, "r");
-    LT_CHECK_MSG(f != NULL, "no log '%s'", path);
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        json_t *j = json_loads(line, 0, NULL);
-        json_t *s = json_object_get(j, "step"), *l = json_object_get(j, "loss");
-        if (s && l && json_integer_value(s) >= 1 && json_integer_value(s) <= STEPS)
-            loss[json_integer_value(s) - 1] = json_number_value(l);
-        json_decref(j);
-    }
-    if (f) fclose(f);
-}
-
-static void check_losses(const char *what, const char *got_dir, const char *want_dir) {
-    double got[STEPS], want[STEPS];
-    read_losses(got_dir, got);
-    read_losses(want_dir, want);
-    for (int i = 0; i < STEPS; i++)
-        LT_CHECK_MSG(fabs(got[i] - want[i]) <= 1e-5 * fabs(want[i]), "%s: step %d loss %.9g, expected %.9g", what,
-                     i + 1, got[i], want[i]);
-}
-
-
 /* The reference runs every test compares with: 1 rank x grad-accum 2 (WORK/one) and
  * 2 ranks x grad-accum 1 (WORK/two), both from the same seeded init. */
 static int g_ready;
@@ -117,7 +90,7 @@ static void prepare(void) {
 
 static void test_two_ranks_match_one_rank_with_accumulation(void) {
     if (!g_ready) return;
-    check_losses("2 ranks vs 1 rank x accum 2", WORK "/two", WORK "/one");
+    check_losses("2 ranks vs 1 rank x accum 2", WORK "/two", WORK "/one", 1e-5, 0);
     check_weights("2 ranks vs 1 rank x accum 2", WORK "/two", WORK "/one", 1e-6);
 }
 
@@ -126,12 +99,12 @@ static void test_resume_with_another_rank_count(void) {
     /* 2 ranks -> 1 rank x grad-accum 2 */
     run_ok("rm -rf %s/r1 && cp -r %s/two %s/r1 && %s %s --resume %s/r1/checkpoint-000002 --grad-accum 2 --out %s/r1",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
-    check_losses("2-rank checkpoint resumed on 1 rank", WORK "/r1", WORK "/one");
+    check_losses("2-rank checkpoint resumed on 1 rank", WORK "/r1", WORK "/one", 1e-5, 0);
     check_weights("2-rank checkpoint resumed on 1 rank", WORK "/r1", WORK "/one", 1e-6);
     /* 1 rank x grad-accum 2 -> 2 ranks */
     run_ok("rm -rf %s/r2 && cp -r %s/one %s/r2 && " MPIRUN " -np 2 %s %s --resume %s/r2/checkpoint-000002 --out %s/r2",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
-    check_losses("1-rank checkpoint resumed on 2 ranks", WORK "/r2", WORK "/one");
+    check_losses("1-rank checkpoint resumed on 2 ranks", WORK "/r2", WORK "/one", 1e-5, 0);
     check_weights("1-rank checkpoint resumed on 2 ranks", WORK "/r2", WORK "/one", 1e-6);
 }
 
@@ -220,12 +193,7 @@ int main(void) {
         if (lt_finish() != 0) return 1;
         lt_skip("mpirun is not installed (Debian: openmpi-bin)");
     }
-    if (LT_UNDER_ASAN) {
-        /* Open MPI's own leaks at exit (tests/train/lsan_openmpi.supp says which) */
-        setenv("LSAN_OPTIONS", "suppressions=" LOOM_SOURCE_DIR "/tests/train/lsan_openmpi.supp:fast_unwind_on_malloc=0",
-               1);
-        setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    }
+    dist_test_sanitizer_env();
     prepare();
     LT_RUN(test_two_ranks_match_one_rank_with_accumulation);
     LT_RUN(test_resume_with_another_rank_count);

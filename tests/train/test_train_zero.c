@@ -33,7 +33,6 @@
  */
 #include "harness.h"
 #include "loom/train.h"
-#include "dist_test_util.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -51,6 +50,8 @@
     "train --data " SHARD " --steps 6 --batch 2 --seq 16 --threads 1 --lr 3e-3 --warmup 1 --save-every 3 --tokenizer " \
     TOKENIZER
 #define STEPS 6
+
+#include "dist_test_util.h"
 #define DEADLINE 60 /* seconds a refused run may take to end: far above what it needs, far below a hang */
 
 /* Runs a shell command built from fmt; the caller frees the result. */
@@ -78,41 +79,6 @@ static int run_ok(char *err, size_t size, const char *fmt, ...) {
     return ok;
 }
 
-/* The loss and gradient norm of steps 1..STEPS in dir/log.jsonl (NAN where missing). */
-static void read_log(const char *dir, double *loss, double *norm) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    for (int i = 0; i < STEPS; i++) loss[i] = norm[i] = NAN;
-    FILE *f = fopen(path, "r");
-    LT_CHECK_MSG(f != NULL, "no log '%s'", path);
-    char line[1024];
-    while (f && fgets(line, sizeof line, f)) {
-        json_t *j = json_loads(line, 0, NULL);
-        json_t *s = json_object_get(j, "step"), *l = json_object_get(j, "loss"), *g = json_object_get(j, "grad_norm");
-        int64_t k = s ? json_integer_value(s) : 0;
-        if (l && g && k >= 1 && k <= STEPS) loss[k - 1] = json_number_value(l), norm[k - 1] = json_number_value(g);
-        json_decref(j);
-    }
-    if (f) fclose(f);
-}
-
-/* Losses (logged %.9g) and gradient norms (logged %.6g) within rel of want's; 0: equal
- * as logged. */
-static void check_losses(const char *what, const char *got_dir, const char *want_dir, double rel) {
-    double got[STEPS], want[STEPS], gn[STEPS], wn[STEPS];
-    read_log(got_dir, got, gn);
-    read_log(want_dir, want, wn);
-    for (int i = 0; i < STEPS; i++) {
-        LT_CHECK_MSG(fabs(got[i] - want[i]) <= rel * fabs(want[i]), "%s: step %d loss %.9g, expected %.9g", what, i + 1,
-                     got[i], want[i]);
-        LT_CHECK_MSG(fabs(gn[i] - wn[i]) <= rel * fabs(wn[i]), "%s: step %d grad norm %.9g, expected %.9g", what, i + 1,
-                     gn[i], wn[i]);
-    }
-    printf("%s: losses", what);
-    for (int i = 0; i < STEPS; i++) printf(" %.9g%s", got[i], got[i] == want[i] ? "" : "*");
-    printf(" (* where not bit-equal to the reference)\n");
-}
-
 /* Whether two files hold the same bytes. */
 static int same_file(const char *a, const char *b) {
     lt_cmd_result r = run("cmp -s '%s' '%s'", a, b);
@@ -131,7 +97,6 @@ static void check_identical(const char *what, const char *got_dir, const char *w
         LT_CHECK_MSG(same_file(a, b), "%s: %s differs from %s", what, a, b);
     }
 }
-
 
 /* The bytes in rank 0's "optimizer state:" line: "(N bytes," without ZeRO, "N bytes on
  * the largest slice" with it; -1 when absent. */
@@ -243,11 +208,11 @@ static void prepare(void) {
 
 static void test_zero1_takes_the_replicated_steps(void) {
     if (!g_ready) return;
-    check_losses("2 ranks --zero 1 vs --zero 0", WORK "/z1", WORK "/z0", 0);
+    check_losses("2 ranks --zero 1 vs --zero 0", WORK "/z1", WORK "/z0", 0, 1);
     check_identical("2 ranks --zero 1 vs --zero 0", WORK "/z1", WORK "/z0");
-    check_losses("1 rank --zero 1 vs --zero 0", WORK "/one_z1", WORK "/one", 0);
+    check_losses("1 rank --zero 1 vs --zero 0", WORK "/one_z1", WORK "/one", 0, 1);
     check_identical("1 rank --zero 1 vs --zero 0", WORK "/one_z1", WORK "/one");
-    check_losses("3 ranks --zero 1 vs 1 rank x grad-accum 3", WORK "/z3", WORK "/one3", 1e-5);
+    check_losses("3 ranks --zero 1 vs 1 rank x grad-accum 3", WORK "/z3", WORK "/one3", 1e-5, 1);
     check_weights("3 ranks --zero 1 vs 1 rank x grad-accum 3", WORK "/z3", WORK "/one3", 1e-5);
 }
 
@@ -277,19 +242,19 @@ static void test_resume_across_zero_settings(void) {
     run_ok(NULL, 0, "rm -rf %s/ra && cp -r %s/z1 %s/ra && %s %s --resume %s/ra/checkpoint-000003 --grad-accum 2 --out "
                     "%s/ra",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
-    check_losses("--zero 1 x 2 ranks resumed with --zero 0 on 1 rank", WORK "/ra", WORK "/one", 1e-5);
+    check_losses("--zero 1 x 2 ranks resumed with --zero 0 on 1 rank", WORK "/ra", WORK "/one", 1e-5, 1);
     check_weights("--zero 1 x 2 ranks resumed with --zero 0 on 1 rank", WORK "/ra", WORK "/one", 1e-6);
     /* a 1-rank checkpoint without ZeRO -> 2 ranks with --zero 1 */
     run_ok(NULL, 0, "rm -rf %s/rb && cp -r %s/one %s/rb && " MPIRUN " -np 2 %s %s --resume %s/rb/checkpoint-000003 "
                     "--zero 1 --out %s/rb",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
-    check_losses("--zero 0 x 1 rank resumed with --zero 1 on 2 ranks", WORK "/rb", WORK "/z1", 1e-5);
+    check_losses("--zero 0 x 1 rank resumed with --zero 1 on 2 ranks", WORK "/rb", WORK "/z1", 1e-5, 1);
     check_weights("--zero 0 x 1 rank resumed with --zero 1 on 2 ranks", WORK "/rb", WORK "/z1", 1e-6);
     /* --zero 1 -> --zero 1: each rank reads its slice back; bit-exact like any resume */
     run_ok(NULL, 0, "rm -rf %s/rc && cp -r %s/z1 %s/rc && " MPIRUN " -np 2 %s %s --resume %s/rc/checkpoint-000003 "
                     "--zero 1 --out %s/rc",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
-    check_losses("--zero 1 resumed with --zero 1", WORK "/rc", WORK "/z1", 0);
+    check_losses("--zero 1 resumed with --zero 1", WORK "/rc", WORK "/z1", 0, 1);
     check_identical("--zero 1 resumed with --zero 1", WORK "/rc", WORK "/z1");
     /* the checkpoints of a ZeRO-1 run are complete ones of the one format */
     int64_t step = 0;
@@ -324,12 +289,7 @@ int main(void) {
         if (lt_finish() != 0) return 1;
         lt_skip(why);
     }
-    if (LT_UNDER_ASAN) {
-        /* Open MPI's own leaks at exit (tests/train/lsan_openmpi.supp says which) */
-        setenv("LSAN_OPTIONS", "suppressions=" LOOM_SOURCE_DIR "/tests/train/lsan_openmpi.supp:fast_unwind_on_malloc=0",
-               1);
-        setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    }
+    dist_test_sanitizer_env();
     prepare();
     LT_RUN(test_zero1_takes_the_replicated_steps);
     LT_RUN(test_optimizer_state_per_rank);
