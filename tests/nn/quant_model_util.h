@@ -12,7 +12,9 @@
 #include "loom/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* logits [T, V] of ids through a fresh cache */
 static inline float *prefill_logits(const lm_model *m, const int32_t *ids) {
@@ -82,6 +84,26 @@ static inline void check_decode_matches_prefill(const char *tag, const lm_model 
     LT_CHECK_MSG(md <= 1e-4 * mb, "%s: decode differs from prefill by %.3g", tag, md);
     lm_kv_cache_destroy(c);
     free(a), free(row);
+}
+
+/* One case of a quantization_config parse table: base (a config.json with one %s where
+ * the case's text goes) parsed into *c; the status must be want and an error message
+ * must name msg. Returns the status. */
+typedef struct quant_config_case {
+    const char *q;
+    lm_status want;
+    const char *msg;
+} quant_config_case;
+
+static inline lm_status parse_quant_config_case(const char *base, size_t i, const quant_config_case *k,
+                                                lm_model_config *c) {
+    char json[1024];
+    snprintf(json, sizeof json, base, k->q);
+    lm_status st = lm_model_config_parse(json, strlen(json), "config.json", c);
+    LT_CHECK_MSG(st == k->want, "case %zu: %s (%s)", i, lm_status_name(st), lm_last_error());
+    if (k->msg && st != LM_OK)
+        LT_CHECK_MSG(strstr(lm_last_error(), k->msg) != NULL, "case %zu: '%s' lacks '%s'", i, lm_last_error(), k->msg);
+    return st;
 }
 
 #endif

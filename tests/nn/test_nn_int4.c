@@ -116,11 +116,7 @@ static void test_int4_quantization_config_parse(void) {
     const char *base = "{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":32,\"hidden_size\":64,"
                        "\"intermediate_size\":128,\"num_hidden_layers\":1,\"num_attention_heads\":2%s}";
 #define Q4 ",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int4\",\"scheme\":\"group-wise symmetric\""
-    static const struct {
-        const char *q;
-        lm_status want;
-        const char *msg;
-    } cases[] = {
+    static const quant_config_case cases[] = {
         {Q4 ",\"group_size\":32,\"modules\":[\"q_proj\",\"down_proj\"]}", LM_OK, NULL},
         {Q4 ",\"group_size\":64,\"modules\":[\"up_proj\"]}", LM_OK, NULL},
         {Q4 ",\"modules\":[\"q_proj\"]}", LM_PARSE_ERROR, "group_size"},
@@ -135,14 +131,8 @@ static void test_int4_quantization_config_parse(void) {
     };
 #undef Q4
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char json[1024];
-        snprintf(json, sizeof json, base, cases[i].q);
         lm_model_config c;
-        lm_status st = lm_model_config_parse(json, strlen(json), "config.json", &c);
-        LT_CHECK_MSG(st == cases[i].want, "case %zu: %s (%s)", i, lm_status_name(st), lm_last_error());
-        if (cases[i].msg && st != LM_OK)
-            LT_CHECK_MSG(strstr(lm_last_error(), cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, lm_last_error(),
-                         cases[i].msg);
+        lm_status st = parse_quant_config_case(base, i, &cases[i], &c);
         if (i == 0 && st == LM_OK) {
             LT_CHECK(c.quant_format == LM_QUANT_INT4 && c.quant_group == 32);
             LT_CHECK(strcmp(lm_quant_format_name(LM_QUANT_INT4), "int4") == 0);

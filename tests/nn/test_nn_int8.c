@@ -149,11 +149,7 @@ static void test_refusals(void) {
 static void test_quantization_config_parse(void) {
     const char *base = "{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":32,\"hidden_size\":8,"
                        "\"intermediate_size\":16,\"num_hidden_layers\":1,\"num_attention_heads\":2%s}";
-    static const struct {
-        const char *q;
-        lm_status want;
-        const char *msg;
-    } cases[] = {
+    static const quant_config_case cases[] = {
         {",\"quantization_config\":{\"quant_method\":\"loom\",\"format\":\"int8\",\"scheme\":\"per-output-channel "
          "symmetric\",\"modules\":[\"q_proj\",\"down_proj\",\"lm_head\"]}", LM_OK, NULL},
         {",\"quantization_config\":null", LM_OK, NULL},
@@ -175,14 +171,8 @@ static void test_quantization_config_parse(void) {
         {",\"quantization_config\":[1]", LM_PARSE_ERROR, "not an object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char json[1024];
-        snprintf(json, sizeof json, base, cases[i].q);
         lm_model_config c;
-        lm_status st = lm_model_config_parse(json, strlen(json), "config.json", &c);
-        LT_CHECK_MSG(st == cases[i].want, "case %zu: %s (%s)", i, lm_status_name(st), lm_last_error());
-        if (cases[i].msg && st != LM_OK)
-            LT_CHECK_MSG(strstr(lm_last_error(), cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, lm_last_error(),
-                         cases[i].msg);
+        lm_status st = parse_quant_config_case(base, i, &cases[i], &c);
         if (i == 0 && st == LM_OK) {
             LT_CHECK(c.quant_format == LM_QUANT_INT8);
             LT_CHECK(c.quant_modules == (LM_QUANT_Q_PROJ | LM_QUANT_DOWN_PROJ | LM_QUANT_LM_HEAD));
