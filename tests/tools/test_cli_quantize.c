@@ -200,37 +200,49 @@ static void test_corrupt_directories_are_refused(void) {
 }
 
 /* Scales applied to the wrong rows: loads, but the logits fail test_nn_int8's gate. */
-static void test_wrong_rows_fail_the_accuracy_gate(void) {
-    char dir[400];
-    snprintf(dir, sizeof dir, "%s/reversed", g_tmp);
+/* The logits NMSE against the float model of a copy (dir) of the quantized directory
+ * `quantized` whose every layer scale tensor has its rows reversed (as a transposition
+ * would leave them); -1 when a model does not load (already reported). */
+static double wrong_rows_nmse(const char *quantized, const char *dir) {
     static const char *const mods[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    char src[400], saved[400];
+    snprintf(src, sizeof src, "%s", quantized);
+    snprintf(saved, sizeof saved, "%s", g_q); /* make_variant copies and edits g_q */
+    snprintf(g_q, sizeof g_q, "%s", src);
     make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    snprintf(g_q, sizeof g_q, "%s", dir);
     for (int l = 0; l < 2; l++)
         for (int k = 0; k < 7; k++) { /* rewrite each scale of the variant in turn */
             char name[128];
             snprintf(name, sizeof name, "model.layers.%d.%s.weight_scale", l, mods[k]);
-            char saved[400];
-            snprintf(saved, sizeof saved, "%s", g_q);
-            snprintf(g_q, sizeof g_q, "%s", dir);
             make_variant(dir, NULL, NULL, NULL, name, NULL);
-            snprintf(g_q, sizeof g_q, "%s", saved);
         }
+    snprintf(g_q, sizeof g_q, "%s", saved);
     lm_model *bad = load(dir, LM_WEIGHTS_AUTO), *f = load(SRC, LM_WEIGHTS_AUTO);
-    if (!bad || !f) {
-        lm_model_destroy(bad), lm_model_destroy(f);
-        return;
+    double nmse = -1;
+    if (bad && f) {
+        int32_t ids[T];
+        int64_t V = lm_model_get_config(f)->vocab_size;
+        for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 29 + 3) % V);
+        float *x = logits_of(bad, ids), *y = logits_of(f, ids);
+        double sq = 0, sb = 0;
+        for (int64_t i = 0; i < T * V; i++)
+            sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), sb += (double)y[i] * y[i];
+        nmse = sq / sb;
+        free(x), free(y);
     }
-    int32_t ids[T];
-    int64_t V = lm_model_get_config(f)->vocab_size;
-    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 29 + 3) % V);
-    float *x = logits_of(bad, ids), *y = logits_of(f, ids);
-    double sq = 0, sb = 0;
-    for (int64_t i = 0; i < T * V; i++) sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), sb += (double)y[i] * y[i];
-    printf("  scales on the wrong rows: nmse %.3g (the gate is 2e-3)\n", sq / sb);
-    LT_CHECK(sq / sb > 2e-2);
-    free(x), free(y);
     lm_model_destroy(bad), lm_model_destroy(f);
+    return nmse;
+}
+
+static void test_wrong_rows_fail_the_accuracy_gate(void) {
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/reversed", g_tmp);
+    double nmse = wrong_rows_nmse(g_q, dir);
+    if (nmse < 0) return;
+    printf("  scales on the wrong rows: nmse %.3g (the gate is 2e-3)\n", nmse);
+    LT_CHECK(nmse > 2e-2);
 }
 
 static void test_cli_refusals(void) {
@@ -384,36 +396,12 @@ static void test_int4_corrupt_directories_are_refused(void) {
 
 /* int4 scales on the wrong rows and groups: loads, but fails test_nn_int4's gate. */
 static void test_int4_wrong_rows_fail_the_accuracy_gate(void) {
-    char dir[400], saved[400];
-    static const char *const mods[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    char dir[400];
     snprintf(dir, sizeof dir, "%s/q4_reversed", g_tmp);
-    snprintf(saved, sizeof saved, "%s", g_q);
-    snprintf(g_q, sizeof g_q, "%s", g_q4);
-    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
-    snprintf(g_q, sizeof g_q, "%s", dir);
-    for (int l = 0; l < 2; l++)
-        for (int k = 0; k < 7; k++) {
-            char name[128];
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight_scale", l, mods[k]);
-            make_variant(dir, NULL, NULL, NULL, name, NULL);
-        }
-    snprintf(g_q, sizeof g_q, "%s", saved);
-    lm_model *bad = load(dir, LM_WEIGHTS_AUTO), *f = load(SRC, LM_WEIGHTS_AUTO);
-    if (!bad || !f) {
-        lm_model_destroy(bad), lm_model_destroy(f);
-        return;
-    }
-    int32_t ids[T];
-    int64_t V = lm_model_get_config(f)->vocab_size;
-    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 29 + 3) % V);
-    float *x = logits_of(bad, ids), *y = logits_of(f, ids);
-    double sq = 0, sb = 0;
-    for (int64_t i = 0; i < T * V; i++) sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), sb += (double)y[i] * y[i];
-    printf("  int4 scales on the wrong rows: nmse %.3g (the gate is 8e-2)\n", sq / sb);
-    LT_CHECK(sq / sb > 0.2);
-    free(x), free(y);
-    lm_model_destroy(bad), lm_model_destroy(f);
+    double nmse = wrong_rows_nmse(g_q4, dir);
+    if (nmse < 0) return;
+    printf("  int4 scales on the wrong rows: nmse %.3g (the gate is 8e-2)\n", nmse);
+    LT_CHECK(nmse > 0.2);
 }
 
 int main(void) {
