@@ -252,8 +252,9 @@ LM_API lm_status lm_precision_check(lm_device d, lm_precision p);
  * the reference; the tuned CPU level rounds only as f32 arithmetic does, x is never
  * quantized). fp8 weights: w f8_e4m3 with w_scales f32 [N], as int8 (the CPU runs the
  * reference). Quantized weights run on CUDA too (docs/QUANTIZATION.md: a GEMV for up to
- * 8 rows that streams the quantized bytes, a bf16 tensor-core product of the weights
- * dequantized in shared memory for more; both f32 x). Rows of x and out may have
+ * 8 rows that streams the quantized bytes; for more, given a workspace, the weights
+ * dequantized to bf16 and one cuBLASLt GEMM, else a bf16 tensor-core product of the
+ * weights dequantized in shared memory; f32 x in every case). Rows of x and out may have
  * any stride (unit last stride). lm_linear_supported says which calls a device runs
  * as one kernel without scratch memory (others go through the composition, which
  * allocates); on the CPU it says which calls take the tuned int8 path (which may use
@@ -277,6 +278,12 @@ typedef struct lm_linear_params {
      * w_bits != 4, or w_bits = 4 with another dtype, is LM_INVALID_ARGUMENT. */
     int w_bits;
     int w_group;
+    /* Optional device scratch of lm_linear_workspace_bytes() bytes for quantized
+     * weights on CUDA: with it, products of more than 8 rows (prefill, batched decode)
+     * run as the input and the weights rounded to bf16 into the workspace, then one
+     * cuBLASLt GEMM with the bias and accumulate in its epilogue; without it, a slower
+     * tensor-core kernel that needs no scratch. Ignored elsewhere; NULL is always valid. */
+    const lm_tensor_view *workspace;
 } lm_linear_params;
 
 /* Symmetric int8 quantization of float weights w [N, K] by row: w_scales[n] =
@@ -309,6 +316,12 @@ LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
  * fused kernel that needs no scratch memory (so a captured step may contain it). */
 LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K,
                                lm_dtype x_dtype, lm_dtype w_dtype);
+/* Bytes of lm_linear_params.workspace that device d uses for `rows` rows of K inputs
+ * over N outputs with weights of dtype w_dtype (i8, f8_e4m3 or u8 for int4; K counts
+ * inputs, not bytes): rows * K bf16 values plus up to 32 MiB of dequantized weight rows
+ * (all N rows when they fit; at least 64) on CUDA for more than 8 rows of quantized
+ * weights, 0 (none used) otherwise. */
+LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype);
 
 /* ---- losses and selections ----------------------------------------------------------------- */
 /* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping

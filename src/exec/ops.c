@@ -146,9 +146,15 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     }
     case LM__GOP_ADD_RMSNORM: return lm_add_rmsnorm_out(ctx, x, IN(1), IN(2), (float)op->a, out, &V[op->out2]);
     case LM__GOP_LINEAR: {
+        lm_tensor_view ws;
         lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
                               .accumulate = (int)op->i[3], .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0,
                               .w_group = (int)op->b}; /* b: the int4 group (graph/ir.h) */
+        if (e->work[i]) { /* quantized weights on CUDA, more than 8 rows */
+            int64_t n = (int64_t)e->work_bytes[i];
+            LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
+            p.workspace = &ws;
+        }
         return lm_linear_out(ctx, x, IN(1), IN(2), &p, out);
     }
     case LM__GOP_QKV_ROPE_STORE: {
@@ -189,5 +195,10 @@ size_t lm__exec_workspace_bytes(const lm_graph *g, int64_t i, lm_device d) {
         return lm_attention_cache_workspace_bytes(d, a->dims[0] * a->dims[1], a->dims[2], a->dims[3], row);
     }
     if (op->kind == LM__GOP_SAMPLE) return lm_sample_workspace_bytes(d, a->dims[0]);
+    if (op->kind == LM__GOP_LINEAR && op->in[5] >= 0) { /* quantized weights (int4: b is the group) */
+        const lm__gvalue *w = &g->values[op->in[1]], *y = &g->values[op->out];
+        int64_t K = op->b > 0 ? 2 * w->dims[1] : w->dims[1];
+        return lm_linear_workspace_bytes(d, y->dims[0], w->dims[0], K, w->dtype);
+    }
     return 0;
 }

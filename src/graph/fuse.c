@@ -9,9 +9,10 @@
  * the result as one kernel without scratch memory, so a captured step never needs
  * to allocate. The fused kinds are public operators with composed references
  * (include/loom/ops.h); their dtypes and shapes are those of the values they replace.
- * Int8 linears (weight scales in in[5]) keep their scales through every fusion that
- * rewrites a linear in place (input forms, residual accumulate, the re-emitted qkv
- * projection); they are never stacked (see stackable_linear).
+ * Quantized linears (weight scales in in[5]; int4's group in b) keep their scales and
+ * group through every fusion that rewrites a linear in place (input forms, residual
+ * accumulate, the re-emitted qkv projection); members of one format and group stack,
+ * with their scales stacked by rows beside the weights (nn/upload.c registers both).
  * Work per pass: O(ops * uses) with the linear scans of graph/rewrite.c.
  */
 #include "graph/rewrite.h"
@@ -36,10 +37,20 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* A plain linear: the input as it is, no accumulate. */
 static int plain_linear(const lm__gop *op) { return op && op->kind == LM__GOP_LINEAR && op->i[0] == 0 && !op->i[3]; }
-/* A plain linear over float weights (no int8 scales, in[5]): stacking concatenates
- * weights and the stacked parameters nn/upload.c registers are bf16, so int8 linears
- * are never stacked. */
-static int stackable_linear(const lm__gop *op) { return plain_linear(op) && op->in[5] < 0; }
+/* A plain linear: stacking concatenates the weights (and a quantized one's scales) by
+ * rows, as nn/upload.c lays them out. */
+static int stackable_linear(const lm__gop *op) { return plain_linear(op); }
+
+/* 1 when linears a and b may share a stack: weights of one dtype and width, scales
+ * (present for both or neither) of one width, one int4 group. */
+static int same_format(const lm_graph *g, const lm__gop *a, const lm__gop *b) {
+    const lm__gvalue *wa = &g->values[a->in[1]], *wb = &g->values[b->in[1]];
+    if (wa->dtype != wb->dtype || wa->dims[1] != wb->dims[1] || (a->in[5] >= 0) != (b->in[5] >= 0) || a->b != b->b)
+        return 0;
+    if (a->in[5] < 0) return 1;
+    const lm__gvalue *sa = &g->values[a->in[5]], *sb = &g->values[b->in[5]];
+    return sa->ndim == sb->ndim && (sa->ndim == 1 || sa->dims[1] == sb->dims[1]);
+}
 
 /* Per source op: -1 copy, -2 absorbed into a fusion emitted elsewhere, k >= 0 the
  * start of fusion k. */
@@ -136,7 +147,8 @@ static lm_status plan_stacks(stacks *s, plan *p) {
         int ok = 1;
         for (int k = 0; k < grp.n && ok; k++) {
             grp.ops[k] = k ? find_member(g, i + 1, op->in[0], grp.prefix, members[k], grp.has_bias) : (int)i;
-            ok = grp.ops[k] >= 0 && g->values[g->ops[grp.ops[k]].out].dtype == g->values[op->out].dtype;
+            ok = grp.ops[k] >= 0 && g->values[g->ops[grp.ops[k]].out].dtype == g->values[op->out].dtype &&
+                 same_format(g, op, &g->ops[grp.ops[k]]);
         }
         if (!ok) continue;
         LM_TRY(LM__PUSH(s->v, s->n, s->cap, grp));
@@ -163,12 +175,20 @@ static lm_status emit_stack(lm__rw *rw, int k, void *user) {
         snprintf(name, sizeof name, "%s%s.bias", grp->prefix, grp->stacked);
         LM_TRY(lm_graph_param(rw->dst, name, g->values[first->in[2]].dtype, 1, bs, 0.0, 0.0, &b));
     }
-    int in[6] = {lm__rw_in(rw, first->in[0]), w, b, -1, -1, -1};
+    lm_graph_value sc = -1;
+    if (first->in[5] >= 0) { /* quantized: "<stack>.weight_scale", the members' scales by rows */
+        const lm__gvalue *s0 = &g->values[first->in[5]];
+        int64_t ss[2] = {rows, s0->ndim == 2 ? s0->dims[1] : 1};
+        snprintf(name, sizeof name, "%s%s.weight_scale", grp->prefix, grp->stacked);
+        LM_TRY(lm_graph_param(rw->dst, name, s0->dtype, s0->ndim, ss, 0.0, 0.0, &sc));
+    }
+    int in[6] = {lm__rw_in(rw, first->in[0]), w, b, -1, -1, sc};
     int64_t ys[2] = {y0->dims[0], rows};
     lm__gop *op;
     snprintf(name, sizeof name, "%s%s", grp->prefix, grp->stacked); /* "model.layers.3.self_attn.qkv_proj" */
     LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, name, in, 6, 2, ys, y0->dtype, &op, &y));
     op->i[1] = b >= 0;
+    op->b = first->b; /* int4: the group */
     int64_t off = 0;
     for (int m = 0; m < grp->n; m++) { /* each member's output is a column slice of the stack */
         const lm__gop *mop = &g->ops[grp->ops[m]];
@@ -311,7 +331,7 @@ static lm_status emit_qkv(lm__rw *rw, int k, void *user) {
         lm__gop *lop;
         LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR, lin->name, lin_in, 6, st->ndim, st->dims, st->dtype, &lop,
                                 &stack));
-        lop->i[0] = LM_LINEAR_IN, lop->a = lin->a;
+        lop->i[0] = LM_LINEAR_IN, lop->a = lin->a, lop->b = lin->b;
         bias = lm__rw_in(rw, lin->in[2]);
     } else {
         stack = lm__rw_in(rw, m->stack);
@@ -416,6 +436,7 @@ static lm_status emit_linear(lm__rw *rw, int k, void *user) {
     op->i[2] = norm >= 0;
     op->i[3] = f->residual >= 0;
     op->a = f->norm >= 0 ? f->eps : lin->a;
+    op->b = lin->b; /* int4: the group */
     if (f->residual >= 0) rw->dst->values[out].root = rw->dst->values[in[4]].root; /* in place */
     rw->map[f->result] = out;
     rw->done[f->linear] = 1;
@@ -491,9 +512,20 @@ static int only_gemm_inputs(const lm_graph *g, const lm__pass_env *env, int v, l
     return readers > 0;
 }
 
-/* The dtype each source value gets: its own, or the weights' for GEMM inputs. */
+/* 1 when the graph's projections hold quantized weights (scales in in[5]). */
+static int quantized_linears(const lm_graph *g) {
+    for (int64_t i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == LM__GOP_LINEAR && g->ops[i].in[5] >= 0) return 1;
+    return 0;
+}
+
+/* The dtype each source value gets: its own, or the weights' for GEMM inputs. A
+ * multi-token q from the fused front goes bf16 (the flash kernel's q) with the
+ * attention's output, or on its own in a quantized model, whose linears take f32 x
+ * but whose prefill attention would otherwise run the per-row kernel. */
 static lm_status plan_low(const lm_graph *g, const lm__pass_env *env, lm_dtype *dt) {
     for (int64_t v = 0; v < g->nvalues; v++) dt[v] = g->values[v].dtype;
+    int quant = quantized_linears(g);
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
         int v = op->kind == LM__GOP_ADD_RMSNORM ? op->out2 : op->out;
@@ -502,13 +534,13 @@ static lm_status plan_low(const lm_graph *g, const lm__pass_env *env, lm_dtype *
             continue;
         if (g->values[v].dtype != LM_F32) continue;
         lm_dtype low = LM_F32; /* set by the readers' weights */
-        if (!only_gemm_inputs(g, env, v, &low, 0)) continue;
-        dt[v] = low;
-        if (op->kind == LM__GOP_ATTENTION_CACHE) { /* multi-token q from the fused front: bf16 too (flash) */
+        int lowered = only_gemm_inputs(g, env, v, &low, 0);
+        if (lowered) dt[v] = low;
+        if (op->kind == LM__GOP_ATTENTION_CACHE && (lowered || quant)) {
             const lm__gop *qp = producer(g, op->in[0]);
             if (qp->kind == LM__GOP_QKV_ROPE_STORE && g->values[op->in[0]].dims[1] > 1 &&
-                lm__graph_sole_use(g, op->in[0], 0) == i)
-                dt[op->in[0]] = low;
+                g->values[op->in[0]].dtype == LM_F32 && lm__graph_sole_use(g, op->in[0], 0) == i)
+                dt[op->in[0]] = lowered ? low : LM_BF16;
         }
     }
     return LM_OK;

@@ -10,9 +10,10 @@
  * the mapped file; f32/f16 ones are rounded to bf16 on the host in chunks of CHUNK
  * elements first. Pieces are listed once, sized, then uploaded in the same order, so
  * sizing and copying cannot disagree. The host table is replaced by the device one.
- * Quantized projections (i8, u8 int4, f8_e4m3) are copied byte for byte, each as its
- * own piece (never stacked: the GPU passes never stack quantized linears) followed by
- * its f32 "<name>_scale" piece.
+ * Quantized projections (i8, u8 int4, f8_e4m3) are copied byte for byte and stacked the
+ * same way when the members share a dtype and width (graph/fuse.c stacks such
+ * linears), each piece followed by its f32 scales: "<stack>_scale" holding the
+ * members' "<name>_scale" rows in order, each registered as a row view.
  */
 #include "nn/internal.h"
 
@@ -45,12 +46,14 @@ static int quantized(const lm_tensor *t) {
 
 static lm_status add(const lm_model *m, plan *pl, const char *stack, const char *const *names, int n, int f32) {
     const lm_tensor *src[3] = {NULL, NULL, NULL};
-    int quant = 0;
+    int quant = 0, mixed = 0;
     for (int i = 0; i < n; i++) {
         if (!(src[i] = lm__model_weight(m, names[i]))) return i ? LM_INTERNAL : LM_OK; /* optional piece absent */
         quant |= quantized(src[i]);
+        mixed |= i && (lm_tensor_dtype(src[i]) != lm_tensor_dtype(src[0]) ||
+                       lm_tensor_dim(src[i], lm_tensor_ndim(src[i]) - 1) != lm_tensor_dim(src[0], lm_tensor_ndim(src[0]) - 1));
     }
-    if (quant && n > 1) { /* each quantized projection alone, with its scales */
+    if (quant && mixed) { /* quantized members of different formats: each alone, with its scales */
         for (int i = 0; i < n; i++) LM_TRY(add(m, pl, NULL, &names[i], 1, f32));
         return LM_OK;
     }
@@ -67,12 +70,15 @@ static lm_status add(const lm_model *m, plan *pl, const char *stack, const char 
     }
     q->dt = quant ? lm_tensor_dtype(src[0]) : f32 ? LM_F32 : LM_BF16;
     q->bytes = q->rows * q->cols * (int64_t)lm_dtype_size(q->dt);
-    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G] */
-        char scale[96 + 8];
-        const char *sp = scale;
-        snprintf(scale, sizeof scale, "%s_scale", names[0]);
-        if (!lm__model_weight(m, scale)) return lm__error(LM_INTERNAL, "upload: '%s' has no scales", names[0]);
-        LM_TRY(add(m, pl, NULL, &sp, 1, 1));
+    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G], stacked as the weights are */
+        char scale[3][96 + 8], stack_scale[96 + 8];
+        const char *sp[3] = {scale[0], scale[1], scale[2]};
+        for (int i = 0; i < n; i++) {
+            snprintf(scale[i], sizeof scale[i], "%s_scale", names[i]);
+            if (!lm__model_weight(m, scale[i])) return lm__error(LM_INTERNAL, "upload: '%s' has no scales", names[i]);
+        }
+        snprintf(stack_scale, sizeof stack_scale, "%s_scale", n > 1 ? stack : names[0]);
+        LM_TRY(add(m, pl, stack_scale, sp, n, 1));
     }
     return LM_OK;
 }

@@ -97,9 +97,10 @@ typedef struct lm__cuda_ops {
      * views' layout does not suit the kernels */
     lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                         const lm_linear_params *p, const lm_tensor_view *out);
-    /* quantized weights (int8, int4, fp8: ops/cuda/gemv_quant.cu), every valid call */
-    lm_status (*linear_quant)(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                              const lm_linear_params *p, const lm_tensor_view *out, void *stream);
+    /* quantized weights (int8, int4, fp8: ops/cuda/gemv_quant.cu), every valid call;
+     * p->workspace, when given, was checked against lm_linear_workspace_bytes */
+    lm_status (*linear_quant)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                              const lm_linear_params *p, const lm_tensor_view *out);
     lm_status (*sample)(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
                         const lm_tensor_view *ids, void *stream);
     size_t (*sample_workspace)(int64_t rows);

@@ -132,7 +132,8 @@ typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 
 /* ops/linear.c: the shapes and dtypes the GPU's fused Linear kernels take (the
  * GEMV for up to LM__LINEAR_GEMV_MAX_ROWS rows of f32 over bf16 weights, any input
  * form; the cuBLASLt GEMM for plain bf16 x bf16 without accumulate; K a multiple of
- * 8). The one rule behind lm_linear_supported, the CUDA dispatch (ops/cuda/
+ * 8; quantized weights (i8, u8 int4, f8_e4m3) with f32 x at any rows, every form and
+ * accumulate: ops/cuda/gemv_quant.cu). The one rule behind lm_linear_supported, the CUDA dispatch (ops/cuda/
  * step_cuda.c) and the tests that run the GPU's passes on the CPU. */
 #define LM__LINEAR_GEMV_MAX_ROWS 8
 int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);

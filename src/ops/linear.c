@@ -17,18 +17,19 @@
  * [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4.
  * fp8 weights (w f8_e4m3 [N, K] with p->w_scales f32 [N]) run the reference on the CPU.
  * On CUDA all three quantized forms go to the table's linear_quant (ops/cuda/
- * gemv_quant.cu: a GEMV for up to 8 rows, a tensor-core product of the weights
- * dequantized in shared memory for more, a readable kernel for other layouts); none
- * needs scratch memory, so a captured step may hold them. lm_linear_supported stays 0
- * for them on CUDA, which keeps the GPU's fusions (which do not carry the int4 group)
- * away from quantized linears.
+ * gemv_quant.cu: a GEMV for up to 8 rows; for more, given p->workspace, the input and
+ * the weights rounded to bf16 in it and one cuBLASLt GEMM, else a tensor-core product
+ * of the weights dequantized in shared memory; a readable kernel for other layouts).
+ * None allocates, so a captured step may hold them, and each takes every input form
+ * and accumulate: lm_linear_supported is 1 for them on CUDA (f32 x), so the GPU's
+ * passes fuse and stack quantized linears as they do bf16 ones.
  */
 #include "ops/alias.h"
 #include "ops/cpu/matmul.h"
 #include "ops/ref/linear.h"
 #include "runtime/internal.h"
 
-static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL, 0, 0};
+static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL, 0, 0, NULL};
 
 /* int4 weights: u8 w with p->w_bits = 4 (K = 2 * w's columns). */
 static int is_i4(const lm_tensor_view *w, const lm_linear_params *p) { return w->dtype == LM_U8 && p->w_bits == 4; }
@@ -129,7 +130,9 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
 }
 
 int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    if ((unsigned)input > LM_LINEAR_IN_SWIGLU || rows < 1 || K < 1 || K % 8 || w != LM_BF16) return 0;
+    if ((unsigned)input > LM_LINEAR_IN_SWIGLU || rows < 1 || K < 1) return 0;
+    if (w == LM_I8 || w == LM_U8 || w == LM_F8_E4M3) return x == LM_F32; /* gemv_quant.cu: every form, any rows */
+    if (K % 8 || w != LM_BF16) return 0;
     if (rows <= LM__LINEAR_GEMV_MAX_ROWS && x == LM_F32) return 1;  /* the GEMV: every form */
     return input == LM_LINEAR_IN && !accumulate && x == LM_BF16; /* the GEMM with its bias epilogue */
 }
@@ -147,6 +150,19 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
     if (lm__device_host_addressable(d)) return cpu_i8_rule(input, rows, K, x_dtype, w_dtype);
     if (!lm__cuda_ops_get()) return 0;
     return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
+}
+
+size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype) {
+    int quant = w_dtype == LM_I8 || w_dtype == LM_U8 || w_dtype == LM_F8_E4M3;
+    if (!quant || rows <= LM__LINEAR_GEMV_MAX_ROWS || N < 1 || K < 1 || lm__device_host_addressable(d) ||
+        !lm__cuda_ops_get())
+        return 0;
+    /* in(x) as bf16, then as many rows of w as bf16 as fit in 32 MiB (at least 64): a
+     * large output matrix (an untied head) is dequantized and multiplied in chunks */
+    size_t xb = ((size_t)rows * (size_t)K * 2 + 255) / 256 * 256, cap = (size_t)32 << 20;
+    int64_t chunk = (int64_t)(cap / ((size_t)K * 2)) / 64 * 64;
+    chunk = LM_MIN(N, LM_MAX(chunk, 64));
+    return xb + (size_t)chunk * (size_t)K * 2;
 }
 
 /* ---- the tuned CPU level for int8 weights ------------------------------------------------- */
@@ -277,7 +293,21 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA && quant) return cu->linear_quant(x, w, bias, p, out, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA && quant) {
+        if (p->workspace) {
+            const lm_tensor_view *wv[] = {p->workspace};
+            static const char *const wn[] = {"workspace"};
+            LM_TRY(lm__op_check_devices(ctx, op, 1, wv, wn));
+            size_t need = lm_linear_workspace_bytes(lm_ctx_device(ctx), out->shape[0], w->shape[0],
+                                                    is_i4(w, p) ? 2 * w->shape[1] : w->shape[1], w->dtype);
+            if (!lm_tensor_view_is_contiguous(p->workspace) ||
+                (size_t)lm_tensor_view_numel(p->workspace) * lm_dtype_size(p->workspace->dtype) < need)
+                return lm__error(LM_INVALID_ARGUMENT, "%s: the workspace must be contiguous and hold %zu bytes "
+                                 "(lm_linear_workspace_bytes)", op, need);
+            LM_TRY(lm__op_check_alias(op, "out", out, "workspace", p->workspace, 0));
+        }
+        return cu->linear_quant(ctx, x, w, bias, p, out);
+    }
     if (level == LM__LEVEL_CPU) {
         if (cpu_i8_layout(x, w, bias, p, out)) return cpu_linear_i8(ctx, x, w, bias, p, out);
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED)

@@ -9,8 +9,10 @@
  * --weights int8 / int4 / fp8 on CUDA against the same quantized model on the CPU.
  * Gates: the GEMV (M <= 8) keeps x f32 and decodes weights exactly, so only f32
  * summation order and the fast exp/rsqrt differ: NMSE <= 1e-8, max-abs <= 1e-4 of the
- * largest |output|. The tensor-core path (M > 8) rounds x (and int4's q * scale) to
- * bf16 (2^-9 relative each): NMSE <= 3e-5, max-abs <= 2e-2 of the largest |output|.
+ * largest |output|. Past 8 rows both paths run (without and with a workspace): the
+ * tensor-core kernel rounds x (and int4's q * scale) to bf16, the workspace path x and
+ * q * scale (2^-9 relative each): NMSE <= 3e-5, max-abs <= 2e-2 of the largest |output|;
+ * 16,500 x 1,024 weights go through the workspace in two chunks (int8, int4 G = 128).
  * The model: logits NMSE <= 1e-3 and top-1 agreement >= 22/24 (bf16 KV cache and
  * embedding table on CUDA; the quantized projections are the same bytes).
  * Skipped (77) without a GPU or without CUDA in the build.
@@ -35,6 +37,7 @@ typedef struct qcase {
     int bias, accumulate;
     lm_dtype out_dt;
     int strided_out;
+    int ws; /* pass a workspace of lm_linear_workspace_bytes (M > 8: the bf16 copies + cuBLASLt path) */
 } qcase;
 
 static double max_abs(const lm_tensor_view *v) {
@@ -83,9 +86,18 @@ static void run_case(const qcase *c, uint64_t seed) {
     lm_tensor *want = lt_poisoned_tensor(c->out_dt, 2, os);
     if (c->accumulate) LT_CHECK_OK(lm_cast_out(g_ref, &oh, lm_tensor_as_view(want)));
     lm_linear_params ph = {c->in, lm_tensor_as_view(nw.h), 1e-5f, c->accumulate, lm_tensor_as_view(sc), i4 ? 4 : 0,
-                           i4 ? c->group : 0};
+                           i4 ? c->group : 0, NULL};
     lm_linear_params pd = ph;
     pd.norm_weight = lm_tensor_as_view(nw.d), pd.w_scales = lm_tensor_as_view(sp.d);
+    lm_tensor *work = NULL;
+    if (c->ws) {
+        int64_t wb[1] = {(int64_t)lm_linear_workspace_bytes(ct_gpu, M, N, K, lm_tensor_dtype(q))};
+        LT_CHECK(wb[0] > 0 || M <= 8);
+        if (wb[0] > 0) {
+            LT_CHECK_OK(lm_tensor_create(ct_gpu, LM_U8, 1, wb, &work));
+            pd.workspace = lm_tensor_as_view(work);
+        }
+    }
     LT_CHECK_OK(lm_linear_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(q), c->bias ? lm_tensor_as_view(b.h) : NULL,
                               &ph, lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_linear_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(qp.d),
@@ -95,10 +107,11 @@ static void run_case(const qcase *c, uint64_t seed) {
     double nmse = c->out_dt != LM_F32 ? ct_nmse(c->out_dt) + (mma ? 3e-5 : 0) : mma ? 3e-5 : 1e-8;
     double tol = (mma || c->out_dt != LM_F32 ? 2e-2 : 1e-4) * (big > 0 ? big : 1);
     char what[160];
-    snprintf(what, sizeof what, "%s%s%d M=%d N=%lld K=%lld in=%d bias=%d acc=%d out=%s%s", k_fmt[c->fmt],
+    snprintf(what, sizeof what, "%s%s%d M=%d N=%lld K=%lld in=%d bias=%d acc=%d out=%s%s%s", k_fmt[c->fmt],
              i4 ? " G=" : "", i4 ? c->group : 0, c->M, (long long)N, (long long)K, (int)c->in, c->bias, c->accumulate,
-             lm_dtype_name(c->out_dt), c->strided_out ? " strided" : "");
+             lm_dtype_name(c->out_dt), c->strided_out ? " strided" : "", work ? " workspace" : "");
     ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), nmse, tol);
+    lm_tensor_destroy(work);
     lm_tensor_destroy(want), lm_tensor_destroy(w);
     ct_pair_free(&qp), ct_pair_free(&sp), ct_pair_free(&x), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
 }
@@ -110,10 +123,11 @@ static void test_formats_and_rows(void) {
     uint64_t seed = 1000;
     for (int f = 0; f < 4; f++)
         for (int mi = 0; mi < 5; mi++)
-            for (int bias = 0; bias < 2; bias++) {
-                qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 67, 384, LM_LINEAR_IN, bias, 0, LM_F32, 0};
-                run_case(&c, seed++);
-            }
+            for (int bias = 0; bias < 2; bias++)
+                for (int ws = 0; ws <= (Ms[mi] > 8); ws++) {
+                    qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 67, 384, LM_LINEAR_IN, bias, 0, LM_F32, 0, ws};
+                    run_case(&c, seed++);
+                }
 }
 
 /* Large N (one warp per row pair in the GEMV), K = 256. */
@@ -121,11 +135,27 @@ static void test_large_n(void) {
     static const int fmts[4][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}, {F_I4, 128}};
     uint64_t seed = 2000;
     for (int f = 0; f < 4; f++) {
-        qcase c = {fmts[f][0], fmts[f][1], 1, 4229, 256, LM_LINEAR_IN, 1, 0, LM_F32, 0};
+        qcase c = {fmts[f][0], fmts[f][1], 1, 4229, 256, LM_LINEAR_IN, 1, 0, LM_F32, 0, 0};
         run_case(&c, seed++);
         c.M = 3, c.accumulate = 1;
         run_case(&c, seed++);
         c.M = 17;
+        run_case(&c, seed++);
+        c.ws = 1;
+        run_case(&c, seed++);
+    }
+}
+
+/* The workspace path when the weights do not fit its 32 MiB at once: rows in chunks of
+ * 16,384 (the last one 116 rows), each chunk's bias and output columns. */
+static void test_workspace_chunks(void) {
+    static const int fmts[2][2] = {{F_I8, 0}, {F_I4, 128}};
+    uint64_t seed = 2500;
+    for (int f = 0; f < 2; f++) {
+        qcase c = {fmts[f][0], fmts[f][1], 9, 16500, 1024, LM_LINEAR_IN_RMSNORM, 1, 1, LM_F32, 0, 1};
+        size_t need = lm_linear_workspace_bytes(ct_gpu, 9, 16500, 1024, f ? LM_U8 : LM_I8);
+        LT_CHECK_MSG(need == (size_t)(9 * 1024 * 2) + (size_t)16384 * 1024 * 2, /* 18,432: a multiple of 256 */
+                     "workspace bytes %zu", need);
         run_case(&c, seed++);
     }
 }
@@ -138,10 +168,12 @@ static void test_fused_inputs(void) {
     for (int f = 0; f < 3; f++)
         for (int mi = 0; mi < 3; mi++)
             for (int in = 1; in <= 2; in++)
-                for (int acc = 0; acc < 2; acc++) {
-                    qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 131, 256, (lm_linear_input)in, 1, acc, LM_F32, 0};
-                    run_case(&c, seed++);
-                }
+                for (int acc = 0; acc < 2; acc++)
+                    for (int ws = 0; ws <= (Ms[mi] > 8); ws++) {
+                        qcase c = {fmts[f][0], fmts[f][1], Ms[mi], 131, 256, (lm_linear_input)in, 1, acc, LM_F32, 0,
+                                   ws};
+                        run_case(&c, seed++);
+                    }
 }
 
 /* The readable kernel: K off the vector size, bf16 and strided outputs. */
@@ -149,23 +181,32 @@ static void test_readable_layouts(void) {
     uint64_t seed = 4000;
     for (int f = 0; f < 2; f++)
         for (int m = 3; m <= 17; m += 14) {
-            qcase c = {f, 0, m, 33, 40, LM_LINEAR_IN_RMSNORM, 1, 0, LM_F32, 0};
+            qcase c = {f, 0, m, 33, 40, LM_LINEAR_IN_RMSNORM, 1, 0, LM_F32, 0, 0};
             run_case(&c, seed++);
         }
     static const int fmts[3][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}};
     for (int f = 0; f < 3; f++) {
-        qcase c = {fmts[f][0], fmts[f][1], 3, 33, 64, LM_LINEAR_IN, 1, 0, LM_BF16, 0};
+        qcase c = {fmts[f][0], fmts[f][1], 3, 33, 64, LM_LINEAR_IN, 1, 0, LM_BF16, 0, 0};
         run_case(&c, seed++);
         c.out_dt = LM_F32, c.strided_out = 1, c.M = 9;
         run_case(&c, seed++);
     }
 }
 
-/* The GPU passes keep quantized linears unfused (lm_linear_supported 0 on CUDA). */
+/* The GPU passes fuse quantized linears (every form, accumulate, any rows of f32 x),
+ * and the workspace is asked for only past the GEMV's 8 rows. */
 static void test_supported_rule(void) {
-    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_I8));
-    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_F8_E4M3));
-    LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, LM_U8));
+    static const lm_dtype q[3] = {LM_I8, LM_F8_E4M3, LM_U8};
+    for (int i = 0; i < 3; i++) {
+        LT_CHECK(lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 1, 256, LM_F32, q[i]));
+        LT_CHECK(lm_linear_supported(ct_gpu, LM_LINEAR_IN_SWIGLU, 1, 512, 256, LM_F32, q[i]));
+        LT_CHECK(!lm_linear_supported(ct_gpu, LM_LINEAR_IN, 0, 512, 256, LM_BF16, q[i]));
+        LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 8, 64, 256, q[i]) == 0);
+        LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 9, 64, 256, q[i]) == 4608 + 64 * 256 * 2); /* 9 x 256 bf16 */
+        LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 9, 64, 200, q[i]) == 3840 + 64 * 200 * 2);  /* 3,600 -> 3,840 */
+        LT_CHECK(lm_linear_workspace_bytes(lm_device_cpu(), 64, 64, 256, q[i]) == 0);
+    }
+    LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 64, 64, 256, LM_BF16) == 0);
 }
 
 /* ---- the model ---- */
@@ -260,6 +301,7 @@ int main(void) {
     LT_RUN(test_supported_rule);
     LT_RUN(test_formats_and_rows);
     LT_RUN(test_large_n);
+    LT_RUN(test_workspace_chunks);
     LT_RUN(test_fused_inputs);
     LT_RUN(test_readable_layouts);
     LT_RUN(test_model_logits_cuda_vs_cpu);

@@ -10,6 +10,11 @@
  * It also checks what was fused: every layer has one fused QKV op, and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a decode step and a prefill
  * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops).
+ * Quantized weights (llama_gqa2_f32 and qwen2_bias_sharded loaded as int8, int4 G32
+ * and fp8) fuse the same way at every row count: stacked q|k|v and gate|up with their
+ * scales stacked by rows (and int4's group), input forms and residual accumulation,
+ * nothing left unfused in either step, a prefill's attention q in bf16 (the flash
+ * kernel's); logits as the canonical graph's (decode NMSE <= 1e-9, prefill as bf16's).
  * LM_TEST_LABELS: unit model
  */
 #include "harness.h"
@@ -71,7 +76,7 @@ static lm_status lookup(void *user, const char *name, lm_tensor_view *out) {
         const char *p[3] = {parts[0], parts[1], parts[2]};
         const char *stacked = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
         if (!stacked) return lm__error(LM_NOT_FOUND, "no weight '%s'", name);
-        const char *tail = strchr(strstr(name, stacked), '.'); /* ".weight" or ".bias" */
+        const char *tail = strchr(strstr(name, stacked), '.'); /* ".weight", ".weight_scale" or ".bias" */
         snprintf(base, sizeof base, "%.*s", (int)LM_MIN(96, strstr(name, stacked) - name), name);
         const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
         int n = stacked[0] == 'q' ? 3 : 2;
@@ -132,22 +137,46 @@ static void run_step(const lm_model *m, const lm_graph *g, int64_t B, int64_t T,
     lm_exec_destroy(e);
 }
 
-static void check_model(const char *name) {
+/* Each parameter's dtype as the model holds it (quantized projections, a float table). */
+static lm_dtype weight_dtype(void *user, const char *name, lm_dtype dflt) {
+    const lm_tensor *t = lm__model_weight(user, name);
+    return t ? lm_tensor_dtype(t) : dflt;
+}
+
+/* Stacked linears of the fused graph with weight scales (in[5]) of the weights' rows,
+ * and int4's group in b; -1 when a stack lacks them. */
+static int quant_stacks(const lm_graph *g, int group) {
+    int n = 0;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        if (op->kind != LM__GOP_LINEAR || (!strstr(op->name, "qkv_proj") && !strstr(op->name, "gate_up_proj"))) continue;
+        if (op->in[5] < 0 || g->values[op->in[5]].dims[0] != g->values[op->in[1]].dims[0] || op->b != group) return -1;
+        n++;
+    }
+    return n;
+}
+
+static void check_model_as(const char *name, lm_weights weights) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, name);
     lm_model *m = NULL;
-    LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &m));
+    lm_model_load_options lo;
+    lm_model_load_options_default(&lo);
+    lo.weights = weights;
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &lo, &m));
     if (!m) return;
     const lm_model_config *c = &m->cfg;
     lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
-    int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights only */
+    int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights, and quantized ones at every row count */
+    int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
     const int64_t shapes[2][2] = {{2, 1}, {2, 6}}; /* decode rows (GEMV) and a prefill (GEMM) */
     for (int s = 0; s < 2; s++) {
         int64_t B = shapes[s][0], T = shapes[s][1], V = c->vocab_size;
         lm_decoder_options o;
         lm_decoder_options_default(&o);
         o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = 64;
-        o.matrix_dtype = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight")); /* as stored */
+        o.matrix_dtype = quant ? LM_F32 : wdt; /* as stored */
+        if (quant) o.param_dtype = weight_dtype, o.param_user = m;
         lm_graph *g = NULL, *h = NULL, *fused = NULL;
         LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
         static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,   lm__pass_linear,       lm__pass_stack_linears,
@@ -160,16 +189,28 @@ static void check_model(const char *name) {
         if (!fused || !h) return;
         LT_CHECK_MSG(count(fused, LM__GOP_QKV_ROPE_STORE) == c->num_hidden_layers, "%s: %d fused QKV ops for %lld layers",
                      name, count(fused, LM__GOP_QKV_ROPE_STORE), (long long)c->num_hidden_layers);
-        if (s == 0 && bf16) {
+        if ((s == 0 && bf16) || quant) {
             LT_CHECK_MSG(count(fused, LM__GOP_RMSNORM) + count(fused, LM__GOP_SWIGLU) + count(fused, LM__GOP_ADD) == 0,
-                         "%s decode: %d rmsnorm, %d swiglu, %d add left", name, count(fused, LM__GOP_RMSNORM),
-                         count(fused, LM__GOP_SWIGLU), count(fused, LM__GOP_ADD));
+                         "%s %s %s: %d rmsnorm, %d swiglu, %d add left", name, lm_weights_name(weights),
+                         s ? "prefill" : "decode", count(fused, LM__GOP_RMSNORM), count(fused, LM__GOP_SWIGLU),
+                         count(fused, LM__GOP_ADD));
+        }
+        if (quant) {
+            int n = quant_stacks(fused, (int)c->quant_group * (wdt == LM_U8));
+            LT_CHECK_MSG(n == 2 * c->num_hidden_layers, "%s %s: %d quantized stacks for %lld layers", name,
+                         lm_weights_name(weights), n, (long long)c->num_hidden_layers);
         }
         if (s == 1) {
             int narrow = 0;
             for (int64_t i = 0; i < fused->nops; i++)
                 if (fused->ops[i].kind == LM__GOP_ADD_RMSNORM)
                     narrow += fused->values[fused->ops[i].out2].dtype == LM_BF16;
+            int bq = 0;
+            for (int64_t i = 0; i < fused->nops; i++)
+                if (fused->ops[i].kind == LM__GOP_ATTENTION_CACHE)
+                    bq += fused->values[fused->ops[i].in[0]].dtype == LM_BF16;
+            LT_CHECK_MSG(bq == ((bf16 || quant) ? c->num_hidden_layers : 0), "%s %s prefill: %d bf16 attention q",
+                         name, lm_weights_name(weights), bq);
             LT_CHECK_MSG(bf16 ? narrow > 0 : narrow == 0, "%s prefill: %d rows normalized into bf16 (weights %s)", name,
                          narrow, lm_dtype_name(o.matrix_dtype));
         }
@@ -182,11 +223,11 @@ static void check_model(const char *name) {
             num += d * d, den += (double)want[i] * want[i];
             md = fmax(md, fabs(d)), mx = fmax(mx, fabs(want[i]));
         }
-        int narrowed = bf16 && s == 1; /* only bf16 prefill rounds GEMM inputs to bf16 */
+        int narrowed = (bf16 || quant) && s == 1; /* prefill rounds GEMM inputs (quantized: the flash q) to bf16 */
         double nmse = num / (den > 0 ? den : 1), tol = narrowed ? 1e-4 : 1e-9;
         LT_CHECK_MSG(nmse <= tol && md <= (narrowed ? 0.02 : 1e-4) * mx && isfinite(nmse),
-                     "%s %s: fused vs canonical nmse %.3g, max |d| %.3g of %.3g", name, s ? "prefill" : "decode", nmse,
-                     md, mx);
+                     "%s %s %s: fused vs canonical nmse %.3g, max |d| %.3g of %.3g", name, lm_weights_name(weights),
+                     s ? "prefill" : "decode", nmse, md, mx);
         free(want), free(got);
         lm_graph_destroy(g), lm_graph_destroy(h), lm_graph_destroy(fused);
     }
@@ -194,12 +235,20 @@ static void check_model(const char *name) {
 }
 
 static void test_gpu_passes_keep_the_logits(void) {
-    for (int i = 0; i < NMODELS; i++) check_model(k_models[i]);
+    for (int i = 0; i < NMODELS; i++) check_model_as(k_models[i], LM_WEIGHTS_AUTO);
+}
+
+static void test_gpu_passes_quantized(void) {
+    static const lm_weights ws[3] = {LM_WEIGHTS_INT8, LM_WEIGHTS_INT4, LM_WEIGHTS_FP8};
+    static const char *const models[2] = {"llama_gqa2_f32", "qwen2_bias_sharded"};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 3; k++) check_model_as(models[i], ws[k]);
 }
 
 int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_gpu_passes_keep_the_logits);
+    LT_RUN(test_gpu_passes_quantized);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }

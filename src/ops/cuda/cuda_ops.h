@@ -214,17 +214,20 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
 
 /* gemv_quant.cu: lm_linear_out with quantized weights (int8 i8, fp8 f8_e4m3 with f32
  * [N] scales; int4 u8 with w_bits 4 and f32 [N, K/G] scales), views as lm_linear_out
- * validated them (f32 x): the decode GEMV for up to LM__CUDA_GEMV_MAX_ROWS rows, a bf16
- * tensor-core product of tiles dequantized in shared memory for more (unit last strides,
- * 16-byte aligned weight rows, f32 out), a readable kernel otherwise. No scratch. */
-lm_status lm__cuda_linear_quant(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                                const lm_linear_params *p, const lm_tensor_view *out, cudaStream_t s);
+ * validated them (f32 x): the decode GEMV for up to LM__CUDA_GEMV_MAX_ROWS rows; for more
+ * (unit last strides, 16-byte aligned weight rows, f32 out), with p->workspace the input
+ * and the weights rounded to bf16 there and one cuBLASLt GEMM (blas), without it a bf16
+ * tensor-core product of tiles dequantized in shared memory; a readable kernel
+ * otherwise. Allocates nothing. */
+lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                                const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
+                                cudaStream_t s);
 
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
- * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue). Algorithms are chosen once per
- * shape and cached. */
+ * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue); accumulate: out += that.
+ * Algorithms are chosen once per shape and cached. */
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
-                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate, cudaStream_t s);
 
 /* sample.cu: next token of each row of logits f32 [rows, V] (row stride ld) without
  * leaving the device. params lives in device memory (so a captured graph can be

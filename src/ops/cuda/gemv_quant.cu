@@ -2,13 +2,13 @@
  * f32 scales [N]), fp8 e4m3 (f8_e4m3 [N, K], f32 scales [N]) and int4 (u8 [N, K/2], two
  * nibbles per byte, low = even k, f32 scales [N, K/G] for groups of G = 32/64/128 k).
  *
- * Three kernels, none needing scratch memory (a captured step may hold them):
+ * Four paths, none allocating (a captured step may hold them):
  *  - the decode GEMV (M <= 8 rows): gemv.cu's structure with quantized weights. A warp
  *    owns RPW = 2 rows and streams their bytes in 16-byte loads (16 int8/fp8 or 32 int4
  *    weights each), UNROLL = 4 loads per row in flight per lane, the first batch issued
- *    before pdl_wait; split-K over KSPLIT = 8 warps when N is small. Weights are
- *    decoded to f32 in registers (int8: shifts; fp8: cvt e4m3x2 -> f16x2, exact; int4:
- *    shifts of the nibbles) and multiplied with f32 x. int8/fp8 apply the row scale once
+ *    before pdl_wait; split-K over KSPLIT = 8 warps when N is small; the input form is a
+ *    template argument. Weights are decoded to f32 in registers (int8: shifts; fp8: cvt
+ *    e4m3x2 -> f16x2, exact; int4: shifts of the nibbles) and multiplied with f32 x. int8/fp8 apply the row scale once
  *    per output after the sum; int4 the group scale once per 16-byte vector (32 k lie in
  *    one group since G is a multiple of 32). Bytes ~ N * K (int8/fp8), N * K / 2 + scales
  *    (int4); O(M * N * K) FMAs.
@@ -17,6 +17,10 @@
  *    shared memory (int8/fp8 values are exact in bf16 and their row scale is applied in
  *    the f32 epilogue; int4 tiles are stored as bf16(q * group scale)) and rounds x to bf16
  *    on the way in. Not a native int8/fp8 GEMM: the tensor cores see bf16.
+ *  - with a workspace (lm_linear_workspace_bytes), for more than 8 rows instead: in(x)
+ *    rounded to bf16 [M, K] and the weights dequantized to bf16(q * scale) [N, K] in it,
+ *    then one cuBLASLt GEMM with the bias and accumulate in its epilogue (prefill and
+ *    batched decode at the bf16 GEMM's speed plus one pass over the weights).
  *  - a readable kernel for every other layout (any strides, any float out, any K): one
  *    warp per output, f32 accumulation.
  * Input forms (PLAIN, RMSNORM, SWIGLU), bias and accumulate as lm_linear_out defines them,
@@ -119,15 +123,17 @@ __device__ __forceinline__ float row_inv_rms(const qparams &p, int64_t m) {
 }
 
 /* ---- the decode GEMV ------------------------------------------------------------------------- */
-/* 8 consecutive inputs of row m from column k (unit stride, 16-byte aligned rows). */
+/* 8 consecutive inputs of row m from column k (unit stride, 16-byte aligned rows), for
+ * the input form IN (a template argument: the form's loads and math are compiled in). */
+template <int IN>
 __device__ __forceinline__ void load_in8(const qparams &p, int m, int64_t k, float inv, const float *nw, float *v) {
     const float *xr = p.x + m * p.ldx + k;
     float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    if (p.in == LM_LINEAR_IN_RMSNORM) {
+    if (IN == LM_LINEAR_IN_RMSNORM) {
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] *= inv * nw[i];
-    } else if (p.in == LM_LINEAR_IN_SWIGLU) {
+    } else if (IN == LM_LINEAR_IN_SWIGLU) {
         const float *ur = xr + p.K;
         float4 c = *(const float4 *)ur, d = *(const float4 *)(ur + 4);
         float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
@@ -164,7 +170,7 @@ __device__ __forceinline__ void group_rows(const qparams &p, int64_t grp, const 
 
 /* M is the number of rows the kernel is built for (1, 2, 4 or 8): rows m >= p.M read
  * row p.M - 1 (in bounds) and are never stored. */
-template <int F, int M, int KSPLIT>
+template <int F, int IN, int M, int KSPLIT>
 __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
     constexpr int WPV = F == Q_I4 ? 32 : 16; /* weights per 16-byte vector */
     constexpr int CH = WPV / 8;              /* chunks of 8 weights per vector */
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
     for (int m = 0; m < M; m++) {
         mrow[m] = m < p.M ? m : p.M - 1;
         inv_rms[m] = 1.f;
-        if (p.in == LM_LINEAR_IN_RMSNORM) {
+        if (IN == LM_LINEAR_IN_RMSNORM) {
             const float4 *xr = (const float4 *)(p.x + mrow[m] * p.ldx);
             float ss = 0.f;
             for (int64_t k4 = lane; k4 < p.K / 4; k4 += 32) {
@@ -246,7 +252,7 @@ __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
                     for (int c = 0; c < CH; c++) {
                         const int64_t k0 = vi * WPV + c * 8;
                         float nw[8];
-                        if (p.in == LM_LINEAR_IN_RMSNORM) {
+                        if (IN == LM_LINEAR_IN_RMSNORM) {
                             float4 a = *(const float4 *)(p.norm_w + k0), b = *(const float4 *)(p.norm_w + k0 + 4);
                             nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w;
                             nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
@@ -257,7 +263,7 @@ __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
 #pragma unroll
                         for (int m = 0; m < M; m++) {
                             float x[8];
-                            load_in8(p, mrow[m], k0, inv_rms[m], nw, x);
+                            load_in8<IN>(p, mrow[m], k0, inv_rms[m], nw, x);
 #pragma unroll
                             for (int r = 0; r < RPW; r++)
 #pragma unroll
@@ -310,7 +316,7 @@ __global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
     }
 }
 
-template <int F, int M>
+template <int F, int IN, int M>
 static lm_status launch_gemv(const qparams *p, cudaStream_t s) {
     int64_t groups = (p->N + RPW - 1) / RPW, sms = lm__cuda_sm_count();
     int ksplit = groups < sms * 16 ? WARPS : 1; /* few rows: split K to get enough warps */
@@ -319,21 +325,28 @@ static lm_status launch_gemv(const qparams *p, cudaStream_t s) {
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {dim3((unsigned)blocks), dim3(THREADS), 0, s, &attr, 1};
-    cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, M, 1>, *p)
-                                : cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, M, WARPS>, *p);
+    cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, IN, M, 1>, *p)
+                                : cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, IN, M, WARPS>, *p);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv_quant launch");
     return lm__cuda_launched("linear_gemv_quant");
 }
 
-template <int F>
+template <int F, int IN>
 static lm_status launch_gemv_m(const qparams *p, cudaStream_t s) {
-    if (p->M == 1) return launch_gemv<F, 1>(p, s);
-    if (p->M == 2) return launch_gemv<F, 2>(p, s);
-    if (p->M <= 4) return launch_gemv<F, 4>(p, s);
-    return launch_gemv<F, 8>(p, s);
+    if (p->M == 1) return launch_gemv<F, IN, 1>(p, s);
+    if (p->M == 2) return launch_gemv<F, IN, 2>(p, s);
+    if (p->M <= 4) return launch_gemv<F, IN, 4>(p, s);
+    return launch_gemv<F, IN, 8>(p, s);
 }
 
-/* ---- the tensor-core product for more rows ----------------------------------------------------- */
+template <int F>
+static lm_status launch_gemv_in(const qparams *p, cudaStream_t s) {
+    if (p->in == LM_LINEAR_IN_RMSNORM) return launch_gemv_m<F, LM_LINEAR_IN_RMSNORM>(p, s);
+    if (p->in == LM_LINEAR_IN_SWIGLU) return launch_gemv_m<F, LM_LINEAR_IN_SWIGLU>(p, s);
+    return launch_gemv_m<F, LM_LINEAR_IN>(p, s);
+}
+
+/* ---- the tensor-core product for more rows, without a workspace ----------------------------------------------------- */
 #define TM 64 /* output rows (of x) per block */
 #define TN 64 /* outputs (rows of w) per block */
 #define TK 32 /* k per step */
@@ -436,6 +449,88 @@ static lm_status launch_mma(const qparams *p, cudaStream_t s) {
     return lm__cuda_launched("linear_mma_quant");
 }
 
+/* ---- the workspace path for more rows: bf16 copies and one cuBLASLt GEMM ------------------------ */
+/* in(x) row blockIdx.x rounded to bf16 into xb [M, K] (unit strides: the tuned layout). */
+__global__ void __launch_bounds__(256) input_bf16_kernel(qparams p, bf16 *xb) {
+    __shared__ float red[32];
+    const int64_t m = blockIdx.x;
+    const float *xr = p.x + m * p.ldx;
+    float inv = 1.f;
+    if (p.in == LM_LINEAR_IN_RMSNORM) {
+        float ss = 0.f;
+        for (int64_t k = threadIdx.x; k < p.K; k += blockDim.x) ss += xr[k] * xr[k];
+        inv = rsqrtf(block_sum(ss, red) / (float)p.K + p.eps);
+    }
+    bf16 *o = xb + m * p.K;
+    for (int64_t k = threadIdx.x; k < p.K; k += blockDim.x) {
+        float v = xr[k];
+        if (p.in == LM_LINEAR_IN_RMSNORM) v *= inv * p.norm_w[k];
+        else if (p.in == LM_LINEAR_IN_SWIGLU) v = v / (1.f + __expf(-v)) * xr[p.K + k];
+        o[k] = __float2bfloat16_rn(v);
+    }
+}
+
+/* The weights dequantized into wb [N, K] bf16: bf16(q * scale) (the row scale for
+ * int8/fp8, the group's for int4), one 16-byte vector of quantized bytes per thread
+ * step (K a multiple of the vector's weights; 16-byte aligned rows). */
+template <int F>
+__global__ void __launch_bounds__(256) dequant_bf16_kernel(qparams p, bf16 *wb) {
+    constexpr int WPV = F == Q_I4 ? 32 : 16;
+    const int64_t vpr = p.K / WPV, total = p.N * vpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t n = i / vpr, v = i % vpr;
+        const uint4 raw = __ldg((const uint4 *)(p.w + n * p.ldw) + v);
+        const float sc = F == Q_I4 ? __ldg(p.scales + n * p.lds + v * WPV / p.group) : __ldg(p.scales + n * p.lds);
+        uint4 *o = (uint4 *)(wb + n * p.K + v * WPV);
+#pragma unroll
+        for (int c = 0; c < WPV / 8; c++) {
+            float w[8];
+            decode8<F>(raw, c, w);
+            uint32_t h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                __nv_bfloat162 b2 = __floats2bfloat162_rn(w[2 * j] * sc, w[2 * j + 1] * sc);
+                h[j] = *(const uint32_t *)&b2;
+            }
+            o[c] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+    }
+}
+
+template <int F>
+static lm_status run_dequant(const qparams *p, bf16 *wb, cudaStream_t s) {
+    constexpr int WPV = F == Q_I4 ? 32 : 16;
+    int64_t total = p->N * (p->K / WPV), blocks = LM_MIN((total + 255) / 256, (int64_t)lm__cuda_sm_count() * 8);
+    dequant_bf16_kernel<F><<<(unsigned)blocks, 256, 0, s>>>(*p, wb);
+    return lm__cuda_launched("linear_dequant_bf16");
+}
+
+/* in(x) and the weights as bf16 in the workspace (ws_bytes, sized by
+ * lm_linear_workspace_bytes), then out = xb @ wb^T (+ bias) (+ out) through cuBLASLt, in
+ * chunks of the weight rows that fit after xb (all of them unless N * K is large).
+ * Bytes ~ N * K * (w bytes + 4) + M * K * 6: worth it once the GEMM's arithmetic, not
+ * the weight stream, sets the time. */
+static lm_status run_workspace(const lm__cuda_blas *blas, const qparams *p, int f, void *ws, size_t ws_bytes,
+                               cudaStream_t s) {
+    size_t xbytes = ((size_t)p->M * (size_t)p->K * 2 + 255) / 256 * 256;
+    int64_t chunk = xbytes < ws_bytes ? LM_MIN(p->N, (int64_t)((ws_bytes - xbytes) / ((size_t)p->K * 2))) : 0;
+    if (chunk < p->N && chunk >= 64) chunk = chunk / 64 * 64; /* 256-byte aligned column offsets */
+    if (chunk < 1) return lm__error(LM_INTERNAL, "linear (cuda, quantized): a workspace of %zu bytes", ws_bytes);
+    bf16 *xb = (bf16 *)ws, *wb = (bf16 *)((char *)ws + xbytes);
+    input_bf16_kernel<<<(unsigned)p->M, 256, 0, s>>>(*p, xb);
+    LM_TRY(lm__cuda_launched("linear_input_bf16"));
+    for (int64_t n0 = 0; n0 < p->N; n0 += chunk) {
+        qparams c = *p; /* rows n0 .. n0 + nc of w, its scales, its bias and out's columns */
+        int64_t nc = LM_MIN(chunk, p->N - n0);
+        c.N = nc, c.w = p->w + n0 * p->ldw, c.scales = p->scales + n0 * p->lds;
+        LM_TRY(f == Q_I8 ? run_dequant<Q_I8>(&c, wb, s) : f == Q_F8 ? run_dequant<Q_F8>(&c, wb, s)
+                                                         : run_dequant<Q_I4>(&c, wb, s));
+        LM_TRY(lm__cuda_linear_lt(blas, xb, p->K, wb, p->bias ? p->bias + n0 : NULL, (float *)p->out + n0, p->ldo,
+                                  p->M, nc, p->K, p->accumulate, s));
+    }
+    return LM_OK;
+}
+
 /* ---- the readable kernel ------------------------------------------------------------------------ */
 template <typename TO>
 __global__ void linear_quant_readable(qparams p, int f) {
@@ -460,8 +555,9 @@ __global__ void linear_quant_readable(qparams p, int f) {
 static int unit_last(const lm_tensor_view *v) { return v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
 
-lm_status lm__cuda_linear_quant(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                                const lm_linear_params *lp, const lm_tensor_view *out, cudaStream_t s) {
+lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
+                                const lm_tensor_view *bias, const lm_linear_params *lp, const lm_tensor_view *out,
+                                cudaStream_t s) {
     int f = lp->w_bits == 4 ? Q_I4 : w->dtype == LM_I8 ? Q_I8 : Q_F8;
     const lm_tensor_view *sc = lp->w_scales;
     int64_t M = out->shape[0], N = out->shape[1], K = f == Q_I4 ? 2 * w->shape[1] : w->shape[1];
@@ -489,10 +585,14 @@ lm_status lm__cuda_linear_quant(const lm_tensor_view *x, const lm_tensor_view *w
     int gemv = tuned && M <= LM__CUDA_GEMV_MAX_ROWS && K % wpv == 0 && p.ldx % 4 == 0 && aligned16(x->data) &&
                (lp->input != LM_LINEAR_IN_RMSNORM || aligned16(lp->norm_weight->data));
     if (gemv) {
-        if (f == Q_I8) return launch_gemv_m<Q_I8>(&p, s);
-        if (f == Q_F8) return launch_gemv_m<Q_F8>(&p, s);
-        return launch_gemv_m<Q_I4>(&p, s);
+        if (f == Q_I8) return launch_gemv_in<Q_I8>(&p, s);
+        if (f == Q_F8) return launch_gemv_in<Q_F8>(&p, s);
+        return launch_gemv_in<Q_I4>(&p, s);
     }
+    void *ws = lp->workspace ? lp->workspace->data : NULL;
+    if (tuned && ws && aligned16(ws) && K % wpv == 0) /* linear.c checked the workspace's size */
+        return run_workspace(blas, &p, f, ws, (size_t)lm_tensor_view_numel(lp->workspace) *
+                                                  lm_dtype_size(lp->workspace->dtype), s);
     if (tuned && K % TK == 0) {
         if (f == Q_I8) return launch_mma<Q_I8>(&p, s);
         if (f == Q_F8) return launch_mma<Q_F8>(&p, s);

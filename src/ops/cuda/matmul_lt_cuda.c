@@ -261,11 +261,11 @@ lm_status lm__cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view 
 }
 
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
-                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
+                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate, cudaStream_t s) {
     if (M == 0 || N == 0) return LM_OK;
     lt_problem p;
     memset(&p, 0, sizeof p);
-    p.tab = CUDA_R_16BF, p.tc = CUDA_R_32F;
+    p.tab = CUDA_R_16BF, p.tc = CUDA_R_32F, p.accumulate = accumulate != 0;
     p.opa = CUBLAS_OP_T, p.opb = CUBLAS_OP_N; /* A = w [N, K] row-major = K x N column-major, transposed */
     p.m = N, p.n = M, p.k = K;
     p.lda = K, p.ldb = ldx, p.ldc = ldo, p.batch = 1;

@@ -119,7 +119,7 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
     }
     if (layout)
         return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, bias ? (const float *)bias->data : NULL,
-                                  (float *)out->data, out->stride[0], M, N, K, s);
+                                  (float *)out->data, out->stride[0], M, N, K, 0, s);
     return lm__error(LM_UNSUPPORTED, "linear (cuda): no fused kernel for %lld rows of %s over %s weights",
                      (long long)M, lm_dtype_name(x->dtype), lm_dtype_name(w->dtype));
 }
