@@ -6,6 +6,7 @@
  * GB/s (decode) or TFLOP/s (prefill). Correctness lives in tests/cuda; this only times.
  * Built by scripts/gpu_check.sh against the library:
  *   cc -O2 -Iinclude bench/cuda_kernels.c BUILD/libloom.a -lcudart -lcublasLt ...
+ * Quantized weights (int8, fp8, int4) run the same linear shapes at M = 1, 8, 32, 512.
  * Usage: cuda_kernels [H I Hq Hkv hd V ctx]
  */
 #include "loom/ops.h"
@@ -240,6 +241,57 @@ int main(int argc, char **argv) {
         a.p.input = LM_LINEAR_IN;
         report(l[i].name, time_us(run_linear, &a), 2.0 * (l[i].N * l[i].K + T * l[i].K + 2 * T * l[i].N),
                2.0 * T * l[i].N * l[i].K);
+    }
+    /* quantized weights (int8, fp8, int4 G32) in the same four shapes: the GEMV at M = 1
+     * and 8 with the step's input forms, and past 8 rows (batched decode, prefill) the
+     * workspace path (bf16 copies + cuBLASLt); GB/s counts the quantized weight bytes */
+    static const struct {
+        const char *name;
+        lm_dtype dt;
+        int bits, group;
+    } qf[3] = {{"int8", LM_I8, 0, 0}, {"fp8", LM_F8_E4M3, 0, 0}, {"int4", LM_U8, 4, 32}};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < 4; i++) {
+            int64_t N = g[i].N, K = g[i].K, cols = qf[f].bits == 4 ? K / 2 : K;
+            int64_t qs[2] = {N, cols}, ss[2] = {N, qf[f].bits == 4 ? K / qf[f].group : 1};
+            lm_tensor *qw = dev(qf[f].dt, 2, qs), *sc = dev(LM_F32, qf[f].bits == 4 ? 2 : 1, ss);
+            static const int Ms[4] = {1, 8, 32, 512};
+            for (int mi = 0; mi < 4; mi++) {
+                int m = Ms[mi];
+                linear_args a;
+                memset(&a, 0, sizeof a);
+                int64_t kx = g[i].in == LM_LINEAR_IN_SWIGLU ? 2 * K : K;
+                lm_tensor_view xr = rows_of(x, m), orow = rows_of(out, m);
+                lm_tensor_view_slice(&xr, 1, 0, kx, 1, &a.x);
+                lm_tensor_view_slice(&orow, 1, 0, N, 1, &a.out);
+                a.w = *V(qw);
+                lm_linear_params p = {.input = g[i].in, .norm_weight = g[i].in == LM_LINEAR_IN_RMSNORM ? V(nw) : NULL,
+                                      .eps = 1e-6f, .accumulate = g[i].acc, .w_scales = V(sc), .w_bits = qf[f].bits,
+                                      .w_group = qf[f].group};
+                int64_t wsb = (int64_t)lm_linear_workspace_bytes(lm_device_cuda(0), m, N, K, qf[f].dt);
+                lm_tensor *work = wsb ? dev(LM_U8, 1, &wsb) : NULL;
+                p.workspace = work ? V(work) : NULL;
+                a.p = p;
+                char name[96];
+                snprintf(name, sizeof name, "%s %s M%d", g[i].name, qf[f].name, m);
+                double wbytes = (double)N * cols + 4.0 * ss[0] * ss[1];
+                report(name, time_us(run_linear, &a), wbytes, 2.0 * m * N * K);
+                lm_tensor_destroy(work);
+            }
+            lm_tensor_destroy(qw), lm_tensor_destroy(sc);
+        }
+    /* the bf16 GEMM at M = 32 (batched decode) for the quantized rows above */
+    for (int i = 0; i < 4; i++) {
+        linear_args a;
+        memset(&a, 0, sizeof a);
+        lm_tensor_view xr = rows_of(xb, 32), orow = rows_of(out, 32);
+        lm_tensor_view_slice(&xr, 1, 0, l[i].K, 1, &a.x);
+        lm_tensor_view_slice(&orow, 1, 0, l[i].N, 1, &a.out);
+        a.w = *V(l[i].w);
+        a.p.input = LM_LINEAR_IN;
+        char name[96];
+        snprintf(name, sizeof name, "bf16 M32: %s", l[i].name);
+        report(name, time_us(run_linear, &a), 2.0 * l[i].N * l[i].K, 2.0 * 32 * l[i].N * l[i].K);
     }
     for (int i = 0; i < 512; i++) pos[i] = i;
     lm_tensor *ppos = dev_i32(512, pos);

@@ -88,11 +88,12 @@ static void print_result(const bench_device_opts *o, run_state *s, int decode, d
     int64_t toks = decode ? (o->tokens - 1) * o->batch : o->prompt * o->batch;
     lm_device_memory_stats ms = {0};
     lm_device_memory_stats_get(dev, &ms);
-    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"weight_dtype\":\"bf16\",\"batch\":%d,"
+    printf("{\"bench\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"weight_dtype\":\"%s\","
+           "\"weights\":\"%s\",\"batch\":%d,"
            "\"prompt_tokens\":%lld,\"tokens\":%lld,\"best_s\":%.6f,\"median_s\":%.6f,\"tok_per_s\":%.3f,"
            "\"median_tok_per_s\":%.3f,\"peak_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"backend_allocs\":%lld",
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_device_format(dev, name, sizeof name),
-           o->batch, (long long)o->prompt, (long long)toks, best, med, toks / best, toks / med, (long long)ms.peak_bytes,
+           lm_dtype_name(c->dtype), lm_weights_name(lm_model_weights(s->m)), o->batch, (long long)o->prompt, (long long)toks, best, med, toks / best, toks / med, (long long)ms.peak_bytes,
            (long long)ms.peak_reserved_bytes, (long long)ms.backend_allocs);
     lm_kv_cache_steps ks;
     if (lm_kv_cache_steps_get(s->cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
