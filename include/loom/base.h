@@ -95,6 +95,7 @@ typedef struct lm_cpu_features {
     int avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16;
     int amx_tile, amx_bf16;
     int logical_cpus; /* CPUs this process may run on */
+    int avx512_vnni;  /* VPDPBUSD on zmm (with the OS saving zmm state) */
 } lm_cpu_features;
 
 /* Pointer to a process-wide, immutable description. Never NULL. */

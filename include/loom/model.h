@@ -63,9 +63,9 @@ typedef struct lm_model_load_options {
     int32_t quant_group;   /* LM_WEIGHTS_INT4 from a float directory: inputs per scale, 32, 64 or 128 (0 = 32);
                               another value, or one that does not divide a quantized matrix's inputs, is
                               LM_INVALID_ARGUMENT */
-    lm_precision precision; /* LM_PRECISION_EXACT (0); LM_PRECISION_FAST rounds x to bf16 in the CPU prefill
-                               GEMMs of bf16 weights (loom/ops.h; lm_precision_check's errors for a device or
-                               CPU that cannot run it) */
+    lm_precision precision; /* LM_PRECISION_EXACT (0); LM_PRECISION_FAST rounds x to bf16 in the CPU products
+                               of bf16 weights and to int8 blocks in the decode GEMV of int8 weights
+                               (loom/ops.h; lm_precision_check's errors for a device or CPU that cannot run it) */
     int64_t reserved[6];   /* zero */
 } lm_model_load_options;
 LM_API void lm_model_load_options_default(lm_model_load_options *o);

@@ -220,12 +220,14 @@ LM_API lm_status lm_sample_params_check(const lm_sample_params *p);
 LM_API lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
 LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
 
-/* Arithmetic of the CPU's products with bf16 weights (docs/QUANTIZATION.md, "Fast
- * precision"). LM_PRECISION_EXACT: weights widen exactly to f32 and x stays f32 (every
- * operator above). LM_PRECISION_FAST: the packed GEMM (more than a few rows of x:
- * prefill) rounds x to bf16 (nearest even) and multiplies with AVX512_BF16 dot
- * products (VDPBF16PS) into f32 sums; the decode GEMV, other weight dtypes and every
- * other operator stay exact. Selected per model (lm_model_load_options.precision).
+/* Arithmetic of the CPU's products with bf16 and int8 weights (docs/QUANTIZATION.md,
+ * "Fast precision"). LM_PRECISION_EXACT: weights widen exactly to f32 and x stays f32
+ * (every operator above). LM_PRECISION_FAST: with bf16 weights the packed GEMM (prefill)
+ * and the decode GEMV round x to bf16 (nearest even) and multiply with AVX512_BF16 dot
+ * products (VDPBF16PS) into f32 sums; with int8 weights the decode GEMV (up to 8 rows)
+ * quantizes x to int8 per block of 64 inputs (scale max |x| / 127) and sums exact int8
+ * products (AVX512_VNNI VPDPBUSD); other weight dtypes, the int8 GEMM and every other
+ * operator stay exact. Selected per model (lm_model_load_options.precision).
  * Public enum: grows at the end. */
 typedef enum lm_precision { LM_PRECISION_EXACT = 0, LM_PRECISION_FAST = 1 } lm_precision;
 LM_API const char *lm_precision_name(lm_precision p); /* "exact", "fast"; "invalid" */

@@ -62,6 +62,7 @@ static void detect_x86(lm_cpu_features *f) {
         f->avx512bw = (b >> 30) & 1;
         f->avx512vl = (b >> 31) & 1;
         f->avx512_fp16 = (d >> 23) & 1;
+        f->avx512_vnni = (c >> 11) & 1;
     }
     int amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1;
     unsigned a1, b1, c1, d1;

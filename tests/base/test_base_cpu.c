@@ -34,13 +34,14 @@ static void test_features_object_is_stable(void) {
 static void test_features_are_consistent(void) {
     const lm_cpu_features *f = lm_cpu_get_features();
     int flags[] = {f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16, f->avx512_fp16,
-                   f->amx_tile, f->amx_bf16};
-    for (int i = 0; i < 10; i++) LT_CHECK_MSG(flags[i] == 0 || flags[i] == 1, "feature %d is %d", i, flags[i]);
+                   f->amx_tile, f->amx_bf16, f->avx512_vnni};
+    for (int i = 0; i < 11; i++) LT_CHECK_MSG(flags[i] == 0 || flags[i] == 1, "feature %d is %d", i, flags[i]);
     LT_CHECK(!f->avx512f || f->avx2);
     LT_CHECK(!f->avx512bw || f->avx512f);
     LT_CHECK(!f->avx512vl || f->avx512f);
     LT_CHECK(!f->avx512_bf16 || f->avx512f);
     LT_CHECK(!f->avx512_fp16 || f->avx512f);
+    LT_CHECK(!f->avx512_vnni || f->avx512f);
     LT_CHECK(!f->amx_bf16 || f->amx_tile);
     LT_CHECK(f->logical_cpus >= 1);
 #if defined(__linux__)
@@ -82,7 +83,7 @@ static void test_features_agree_with_proc_cpuinfo(void) {
         int have;
     } rows[] = {{"avx2", f->avx2},         {"fma", f->fma},           {"f16c", f->f16c},
                 {"avx512f", f->avx512f},   {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
-                {"avx512_bf16", f->avx512_bf16}, {"avx512_fp16", f->avx512_fp16}};
+                {"avx512_bf16", f->avx512_bf16}, {"avx512_fp16", f->avx512_fp16}, {"avx512_vnni", f->avx512_vnni}};
     for (int i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++)
         LT_CHECK_MSG(cpuinfo_flag(line, rows[i].flag) == rows[i].have, "%s: cpuinfo %d, loom %d", rows[i].flag,
                      cpuinfo_flag(line, rows[i].flag), rows[i].have);

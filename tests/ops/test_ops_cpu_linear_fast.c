@@ -19,6 +19,15 @@
  *    For random mantissas E[d^2] = (u^2 / 3) E[1/m^2] (m in [1, 2), log-uniform) = 0.18 u^2
  *    = 2.8e-6, which is what large shapes show (printed below). A wrong rounding mode
  *    (truncation) fails the emulation gate; a dropped or mispaired k fails both.
+ * int8 weights (lm__cpu_linear_i8_prec): the fast gemv quantizes each x row per block
+ * of 64 k to int8 (d = max |x| / 127, nearest even) and sums exact int8 products:
+ *  - emulation: y equals the float64 sum of d_b * (xq . q)_b (times the row scale, plus
+ *    bias and accumulate) within f32 summation ((nb + 10) * 2^-24 of sum |d xq q|);
+ *  - against exact: NMSE <= 1e-4 on normal random x (expected ~(2.4 / 127)^2 / 12 =
+ *    3e-5: the rounding of x is uniform within d / 2 and max |x| of 64 normals ~ 2.4);
+ *  - NaN or Inf in a block of x reaches the output; a zero row gives the bias; q = -128
+ *    (which files may hold) is multiplied as -128; 1 vs 2 threads bit-identical; the GEMM
+ *    (M > 8) stays exact; refused under an ISA override below avx512.
  * Skipped (exit 77, with a message) on a CPU without AVX512_BF16.
  * LM_TEST_LABELS: unit
  */
@@ -33,7 +42,7 @@
 
 static const double k_u = 1.0 / 256.0; /* 2^-8 */
 static lm_threadpool *g_pool2;
-static double g_worst_nmse, g_worst_rel;
+static double g_worst_nmse, g_worst_rel, g_worst_nmse_i8;
 
 typedef struct fast_shape {
     int64_t M, N, K, pad; /* pad: extra elements per row of x, W and y (NaN in x and W) */
@@ -206,6 +215,130 @@ static void test_refusals_and_names(void) {
     LT_CHECK_MSG(strstr(lm_last_error(), "CUDA") != NULL, "message: %s", lm_last_error());
 }
 
+/* ---- int8 weights ---- */
+static void i8_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int pad, int bias, int acc, int special) {
+    int64_t ldx = K + pad, ldq = K + pad, ldy = N + pad;
+    int8_t *q = malloc((size_t)(N * ldq + 1));
+    for (int64_t i = 0; i < N * ldq; i++) q[i] = (int8_t)lt_rng_int(r, -128, 127);
+    float *sc = malloc(sizeof(float) * (size_t)N), *bs = malloc(sizeof(float) * (size_t)N);
+    for (int64_t n = 0; n < N; n++) sc[n] = (float)(0.01 + 0.02 * lt_rng_uniform(r)), bs[n] = (float)lt_rng_normal(r);
+    float *x = random_rows(r, M, K, ldx);
+    if (special && M > 1) { /* row 0 all zero; row 1 NaN in its last block */
+        for (int64_t k = 0; k < K; k++) x[k] = 0.0f;
+        x[ldx + K - 1] = NAN;
+    }
+    float *y1 = poisoned(M, ldy), *y2 = poisoned(M, ldy), *ye = poisoned(M, ldy);
+    if (acc)
+        for (int64_t i = 0; i < M * ldy; i++) y1[i] = y2[i] = ye[i] = i % ldy < N ? (float)lt_rng_normal(r) : NAN;
+    float *y0 = malloc(sizeof(float) * (size_t)(M * ldy + 1));
+    memcpy(y0, y1, sizeof(float) * (size_t)(M * ldy));
+    char what[128];
+    snprintf(what, sizeof what, "int8 fast M=%lld N=%lld K=%lld pad=%d bias=%d acc=%d", (long long)M, (long long)N,
+             (long long)K, pad, bias, acc);
+    const float *b = bias ? bs : NULL;
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, ldx, q, ldq, sc, b, acc, y1, ldy, M, N, K));
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_FAST, x, ldx, q, ldq, sc, b, acc, y2, ldy, M, N, K));
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_EXACT, x, ldx, q, ldq, sc, b, acc, ye, ldy, M, N, K));
+    LT_CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)(M * ldy)) == 0, "%s: 1 and 2 threads differ", what);
+    double sq = 0, sref = 0;
+    int bad = 0;
+    int64_t nb = (K + 63) / 64;
+    for (int64_t m = 0; m < M && !bad; m++) {
+        const float *xr = x + m * ldx;
+        int8_t xq[64];
+        double *d = malloc(sizeof(double) * (size_t)nb);
+        int8_t *xqa = malloc((size_t)(nb * 64));
+        for (int64_t bk = 0; bk < nb; bk++) { /* the specified quantization, in the kernel's float steps */
+            float am = 0.0f;
+            int finite = 1;
+            for (int64_t k = bk * 64; k < LM_MIN(K, bk * 64 + 64); k++) {
+                finite &= isfinite(xr[k]) != 0;
+                am = fmaxf(am, fabsf(xr[k]));
+            }
+            float inv = am > 0 ? 127.0f / am : 0.0f;
+            for (int i = 0; i < 64; i++) {
+                int64_t k = bk * 64 + i;
+                float v = k < K && finite && am > 0 ? rintf(xr[k] * inv) : 0.0f;
+                xq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            memcpy(xqa + bk * 64, xq, 64);
+            d[bk] = !finite ? NAN : am > 0 ? (double)(am / 127.0f) : 0.0;
+        }
+        for (int64_t n = 0; n < N && !bad; n++) {
+            double emul = 0, mag = 0, exact = 0;
+            for (int64_t bk = 0; bk < nb; bk++) {
+                long s = 0;
+                double sa = 0;
+                for (int64_t k = bk * 64; k < LM_MIN(K, bk * 64 + 64); k++) {
+                    s += (long)xqa[k] * q[n * ldq + k];
+                    sa += fabs((double)xqa[k] * q[n * ldq + k]);
+                }
+                emul += d[bk] * (double)s, mag += fabs(d[bk]) * sa;
+            }
+            for (int64_t k = 0; k < K; k++) exact += (double)xr[k] * q[n * ldq + k];
+            double add = (b ? bs[n] : 0.0) + (acc ? y0[m * ldy + n] : 0.0);
+            double want = emul * sc[n] + add, got = y1[m * ldy + n], ex = exact * sc[n] + add;
+            /* f32: a block's lanes times d into 4 accumulators, 64 lanes summed, the epilogue */
+            double tol = ((double)nb + 10) * ldexp(1.0, -24) * (mag * sc[n] + fabs(add)) + 1e-30;
+            if (isnan(want) ? !isnan(got) : !(fabs(got - want) <= tol)) {
+                LT_CHECK_MSG(0, "%s: y[%lld, %lld] = %.9g, quantized-x reference %.9g (bound %.3g)", what, (long long)m,
+                             (long long)n, got, want, tol);
+                bad = 1;
+            }
+            if (!isnan(ex)) sq += (got - ex) * (got - ex), sref += (ex - add) * (ex - add);
+        }
+        for (int64_t n = N; n < ldy && !bad; n++)
+            if (!isnan(y1[m * ldy + n])) {
+                LT_CHECK_MSG(0, "%s: padding y[%lld, %lld] was written", what, (long long)m, (long long)n);
+                bad = 1;
+            }
+        free(d), free(xqa);
+    }
+    double nmse = sq / (sref > 0 ? sref : 1);
+    if (!special) LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %.3g against exact > 1e-4", what, nmse);
+    if (!special && M * N * K >= 100000 && nmse > g_worst_nmse_i8) g_worst_nmse_i8 = nmse;
+    LT_CHECK_MSG(memcmp(y1, ye, sizeof(float) * (size_t)(M * ldy)) != 0 || K < 2, "%s: fast equals exact (did it run?)",
+                 what);
+    free(q), free(sc), free(bs), free(x), free(y0), free(y1), free(y2), free(ye);
+}
+
+static void test_fast_int8_gemv(void) {
+    lt_rng r = lt_rng_seed(31);
+    static const int64_t shapes[][3] = {{1, 1, 1},    {1, 33, 63},  {1, 70, 64},    {2, 17, 65},   {3, 40, 127},
+                                        {4, 130, 128}, {5, 64, 200}, {8, 64, 896},  {1, 896, 4864}, {7, 300, 1000}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int v = 0; v < 2; v++)
+            i8_case(&r, shapes[i][0], shapes[i][1], shapes[i][2], v ? 3 : 0, v, v, 0);
+    i8_case(&r, 3, 50, 130, 1, 1, 0, 1); /* a zero row, a NaN */
+    printf("  int8: observed NMSE vs exact up to %.2e (gate 1e-4)\n", g_worst_nmse_i8);
+    /* the GEMM (more rows than the gemv takes) is exact at fast precision */
+    int64_t M = 40, N = 30, K = 100;
+    int8_t *q = malloc((size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)lt_rng_int(&r, -127, 127);
+    float sc[30], *x = random_rows(&r, M, K, K), *yf = poisoned(M, N), *ye = poisoned(M, N);
+    for (int i = 0; i < 30; i++) sc[i] = 0.01f;
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, yf, N, M, N, K));
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_EXACT, x, K, q, K, sc, NULL, 0, ye, N, M, N, K));
+    LT_CHECK_MSG(memcmp(yf, ye, sizeof(float) * (size_t)(M * N)) == 0, "int8 GEMM: fast differs from exact");
+    /* the thread's precision reaches lm__cpu_linear_i8 */
+    float *yt = poisoned(1, N), *y1 = poisoned(1, N);
+    LT_CHECK(lm__cpu_precision_set(LM_PRECISION_FAST) == LM_PRECISION_EXACT);
+    LT_CHECK_OK(lm__cpu_linear_i8(NULL, x, K, q, K, sc, NULL, 0, yt, N, 1, N, K));
+    lm__cpu_precision_set(LM_PRECISION_EXACT);
+    LT_CHECK_OK(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K));
+    LT_CHECK_MSG(memcmp(yt, y1, sizeof(float) * (size_t)N) == 0, "int8: thread precision fast != explicit fast");
+    if (lm__cpu_isa_supported(LM__CPU_ISA_AVX2)) { /* no silent exact run under an override */
+        LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AVX2));
+        LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
+                        LM_UNSUPPORTED);
+        LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
+        LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
+    }
+    LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, (lm_precision)5, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
+                    LM_INVALID_ARGUMENT);
+    free(q), free(x), free(yf), free(ye), free(yt), free(y1);
+}
+
 int main(void) {
     if (!lm__cpu_bf16dot_supported())
         lt_skip("this CPU lacks AVX512_BF16 (or AVX-512 F/BW/VL): the fast-precision GEMM cannot run here; "
@@ -215,6 +348,8 @@ int main(void) {
     LT_RUN(test_fast_leaves_other_dtypes_exact);
     LT_RUN(test_thread_precision_selects_the_kernels);
     LT_RUN(test_refusals_and_names);
+    if (lm__cpu_i8dot_supported()) LT_RUN(test_fast_int8_gemv);
+    else printf("  (no AVX512_VNNI: the fast int8 gemv is not tested here)\n");
     lm_threadpool_destroy(g_pool2);
     return lt_finish();
 }

@@ -40,9 +40,10 @@ static int cmd_version(void) {
 static int cmd_cpu(void) {
     const lm_cpu_features *f = lm_cpu_get_features();
     printf("{\"logical_cpus\":%d,\"avx2\":%d,\"fma\":%d,\"f16c\":%d,\"avx512f\":%d,\"avx512bw\":%d,"
-           "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"amx_tile\":%d,\"amx_bf16\":%d}\n",
+           "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"avx512_vnni\":%d,\"amx_tile\":%d,"
+           "\"amx_bf16\":%d}\n",
            f->logical_cpus, f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16,
-           f->avx512_fp16, f->amx_tile, f->amx_bf16);
+           f->avx512_fp16, f->avx512_vnni, f->amx_tile, f->amx_bf16);
     return 0;
 }
 

@@ -15,7 +15,9 @@
  * the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x strips are
  * rounded to bf16 once per (task, K block, mr rows) in the worker's scratch; the gemv
  * rounds all of x once per call and streams W rows as pairs; still one fixed order
- * per y element, so also thread-count independent.
+ * per y element, so also thread-count independent. int8 weights at fast precision: the
+ * gemv quantizes x once per call (lm__i8dot_kernels: int8 blocks of 64 k, VPDPBUSD); the
+ * GEMM stays exact.
  */
 #include "ops/cpu/matmul.h"
 
@@ -46,6 +48,8 @@ typedef struct linear_job {
     float *xsplit;          /* int4 gemv with kern->i4_split: [M, K] x in the kernel's even/odd order */
     uint32_t *xfast;        /* fast gemv: [M, ldxf] x rounded to bf16 pairs, once per call */
     int64_t ldxf;
+    const lm__i8dot_kernels *i8fast; /* fast int8 gemv: x quantized per block into xi8, once per call */
+    void *xi8;
 } linear_job;
 
 static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
@@ -77,6 +81,11 @@ static void gemv_task(void *arg, int64_t task, int worker) {
         lm__i4_weights W = i4_at(j, n0);
         j->kern->gemv_i4(j->xsplit ? j->xsplit : j->x, j->xsplit ? j->K : j->ldx, j->M, &W, n1 - n0, j->K,
                          j->y + n0, j->ldy);
+        return;
+    }
+    if (j->wdt == LM_I8 && j->xi8) {
+        lm__i8_epilogue ep = {j->scales + n0, j->bias ? j->bias + n0 : NULL, j->accumulate};
+        j->i8fast->gemv(j->xi8, j->M, j->K, (const int8_t *)j->w + n0 * j->ldw, j->ldw, &ep, n1 - n0, j->y + n0, j->ldy);
         return;
     }
     if (j->wdt == LM_I8) {
@@ -255,11 +264,35 @@ static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
                                      "this CPU or build lacks");
 }
 
+/* The fast int8 gemv's kernels, or LM_UNSUPPORTED naming what is missing (as
+ * fast_kernels: reached without VNNI only through an ISA override or a direct call). */
+static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
+#ifdef LM__HAVE_X86_KERNELS
+    lm__cpu_isa isa = lm__cpu_isa_active();
+    if (lm__cpu_i8dot_supported() && isa == LM__CPU_ISA_AVX512) {
+        *out = &lm__i8dot_kernels_avx512;
+        return LM_OK;
+    }
+    if (lm__cpu_i8dot_supported())
+        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8 weights runs on the avx512 path, but it "
+                                         "is overridden to %s", lm__cpu_isa_name(isa));
+#endif
+    (void)out;
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8 weights needs the AVX512_VNNI CPU feature "
+                                     "(VPDPBUSD), which this CPU or build lacks");
+}
+
 static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
         int L = j->kern->i4_split;
-        if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) { /* x rounded to bf16 pairs once, shared by the tasks */
+        if (prec == LM_PRECISION_FAST && j->wdt == LM_I8) { /* x quantized per block once, shared by the tasks */
+            LM_TRY(i8fast_kernels(&j->i8fast));
+            size_t bytes = j->i8fast->x_bytes(j->M, j->K);
+            if (!(j->xi8 = lm__alloc(bytes, 64)))
+                return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);
+            j->i8fast->prep_x(j->x, j->ldx, j->M, j->K, j->xi8);
+        } else if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) { /* x rounded to bf16 pairs once, shared by the tasks */
             LM_TRY(fast_kernels(&j->fast));
             j->ldxf = strip_ld(j->K);
             size_t bytes = (size_t)(j->M * j->ldxf) * sizeof(uint32_t);
@@ -273,8 +306,8 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
             split_x(j->x, j->ldx, j->M, j->K, L, j->xsplit);
         }
         run_gemv(pool, j);
-        lm__free(j->xsplit), lm__free(j->xfast);
-        j->xsplit = NULL, j->xfast = NULL;
+        lm__free(j->xsplit), lm__free(j->xfast), lm__free(j->xi8);
+        j->xsplit = NULL, j->xfast = NULL, j->xi8 = NULL;
         return LM_OK;
     }
     if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));
@@ -306,6 +339,14 @@ lm_status lm__cpu_linear_prec(lm_threadpool *pool, lm_precision prec, const floa
 lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, const int8_t *q, int64_t ldq,
                             const float *scales, const float *bias, int accumulate, float *y, int64_t ldy, int64_t M,
                             int64_t N, int64_t K) {
+    return lm__cpu_linear_i8_prec(pool, lm__cpu_precision(), x, ldx, q, ldq, scales, bias, accumulate, y, ldy, M, N, K);
+}
+
+lm_status lm__cpu_linear_i8_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const int8_t *q,
+                                 int64_t ldq, const float *scales, const float *bias, int accumulate, float *y,
+                                 int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    if (prec != LM_PRECISION_EXACT && prec != LM_PRECISION_FAST)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: precision %d", (int)prec);
     LM_TRY(check_args(x, ldx, q, LM_I8, ldq, y, ldy, M, N, K));
     if (M == 0 || N == 0) return LM_OK;
     if (!scales) return lm__error(LM_INVALID_ARGUMENT, "cpu linear: NULL int8 row scales");
@@ -319,7 +360,7 @@ lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, co
     }
     linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .wdt = LM_I8,
                     .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
-    return run(pool, &j, LM_PRECISION_EXACT);
+    return run(pool, &j, prec);
 }
 
 /* The bias alone (K == 0: the empty sum), into or onto y. */

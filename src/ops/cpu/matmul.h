@@ -43,6 +43,13 @@ lm_status lm__cpu_linear_prec(lm_threadpool *pool, lm_precision prec, const floa
 lm_status lm__cpu_linear_i8(lm_threadpool *pool, const float *x, int64_t ldx, const int8_t *q, int64_t ldq,
                             const float *scales, const float *bias, int accumulate, float *y, int64_t ldy, int64_t M,
                             int64_t N, int64_t K);
+/* lm__cpu_linear_i8 at precision prec (lm__cpu_linear_i8 is this at the calling thread's).
+ * LM_PRECISION_FAST: the gemv (decode rows) quantizes each x row to int8 per block of 64
+ * k (scale max |x| / 127) and sums exact int8 products (AVX512_VNNI; LM_UNSUPPORTED
+ * without it); the GEMM is exact either way. */
+lm_status lm__cpu_linear_i8_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const int8_t *q,
+                                 int64_t ldq, const float *scales, const float *bias, int accumulate, float *y,
+                                 int64_t ldy, int64_t M, int64_t N, int64_t K);
 
 /* The int4 form: y[m * ldy + n] = (accumulate ? y : 0) + sum_k x[m * ldx + k] * q(n, k)
  * * scales[n * lds + k / group] + (bias ? bias[n] : 0), q(n, k) the signed nibble k & 1

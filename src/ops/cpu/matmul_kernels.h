@@ -110,11 +110,24 @@ typedef struct lm__bf16dot_kernels {
                  float *y, int64_t ldy);
 } lm__bf16dot_kernels;
 
+/* The fast-precision int8 gemv (matmul_i8dot_avx512.c, AVX512_VNNI): x quantized to int8
+ * per block of 64 k (scale max |x| / 127, nearest even) once per call into prep_x's
+ * buffer of x_bytes(M, K) bytes (64-byte aligned), then exact int8 products summed per
+ * block in int32 and per row in f32. gemv: y[m * ldy + r] = epilogue(sum_b d[m][b] *
+ * (xq[m] . q row r)[b]) for m < M, r < nrows, with the int8 gemv's epilogue. */
+typedef struct lm__i8dot_kernels {
+    size_t (*x_bytes)(int64_t M, int64_t K);
+    void (*prep_x)(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst);
+    void (*gemv)(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq, const lm__i8_epilogue *ep,
+                 int64_t nrows, float *y, int64_t ldy);
+} lm__i8dot_kernels;
+
 extern const lm__linear_kernels lm__linear_kernels_scalar;
 #ifdef LM__HAVE_X86_KERNELS
 extern const lm__linear_kernels lm__linear_kernels_avx2;
 extern const lm__linear_kernels lm__linear_kernels_avx512;
 extern const lm__bf16dot_kernels lm__bf16dot_kernels_avx512;
+extern const lm__i8dot_kernels lm__i8dot_kernels_avx512;
 #endif
 
 /* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */

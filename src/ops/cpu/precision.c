@@ -30,6 +30,14 @@ int lm__cpu_bf16dot_supported(void) {
 #endif
 }
 
+int lm__cpu_i8dot_supported(void) {
+#ifdef LM__HAVE_X86_KERNELS
+    return lm__cpu_isa_supported(LM__CPU_ISA_AVX512) && lm_cpu_get_features()->avx512_vnni;
+#else
+    return 0;
+#endif
+}
+
 const char *lm_precision_name(lm_precision p) {
     return p == LM_PRECISION_EXACT ? "exact" : p == LM_PRECISION_FAST ? "fast" : "invalid";
 }

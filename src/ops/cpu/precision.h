@@ -18,5 +18,7 @@ lm_precision lm__cpu_precision_set(lm_precision p);
 /* 1 when this build and CPU can run the fast GEMM (AVX-512 F/BW/VL + AVX512_BF16, with
  * the OS saving zmm state), whatever the ISA override says. */
 int lm__cpu_bf16dot_supported(void);
+/* 1 when this build and CPU can run the fast int8 gemv (AVX-512 F/BW/VL + AVX512_VNNI). */
+int lm__cpu_i8dot_supported(void);
 
 #endif

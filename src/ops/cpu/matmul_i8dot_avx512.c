@@ -1,0 +1,153 @@
+/* ops/cpu/matmul_i8dot_avx512.c — the fast-precision int8 gemv (lm__i8dot_kernels, see
+ * matmul_kernels.h; docs/QUANTIZATION.md "Fast precision").
+ *
+ * The exact int8 gemv (matmul_avx512.c) widens every weight to f32 and runs one f32
+ * FMA per weight: on cores whose AVX-512 units are 256 bits wide that is more
+ * instructions per byte than the memory stream allows, so decode stays below the
+ * read bandwidth. Here x is quantized instead, once per call: each block of QB = 64 k
+ * of an x row gets the scale d = max |x| / 127 and the values round(x / d) in
+ * [-127, 127] (nearest even); then VPDPBUSD adds 64 exact int8 x int8 products into 16
+ * int32 lanes per instruction. VPDPBUSD multiplies unsigned by signed bytes, so the
+ * weights enter biased, w + 128 (one xor per 64 weights, shared by the x rows), and
+ * each lane's int32 sum starts from -128 times the sum of the 4 xq it multiplies (a
+ * per-block vector made with x), which removes the bias exactly lane by lane: every
+ * lane holds the exact integer sum of its 4 products xq * w (|.| <= 4 * 127 * 128, so
+ * its conversion to f32 is exact too, and no lane carries a large offset that the f32
+ * sums would have to cancel).
+ * The block's sum times d goes into one of 4 f32 accumulators; the row's total times
+ * the row scale, bias and accumulate are the exact gemv's epilogue. The only new error
+ * is the rounding of x to 8 bits per block (relative to the block's largest |x|).
+ * A block with a non-finite x gets d = NaN, so NaN and Inf still reach the output.
+ * Per 64 weights and x row: one VPDPBUSD, one conversion, one FMA.
+ * Compiled with generic flags: each function carries the AVX512_VNNI target and runs
+ * only after lm__cpu_i8dot_supported() (the driver, matmul.c, checks it).
+ */
+#include "ops/cpu/matmul_kernels.h"
+
+#ifdef LM__HAVE_X86_KERNELS
+#include <immintrin.h>
+#include <math.h>
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define INLINE static inline __attribute__((always_inline)) TARGET
+
+enum { QB = 64, GEMV_MR = 4, KU = 4 };
+
+/* The prepared x of one row, K inputs: xq [nb * QB] int8 (zero past K), corr [nb][16]
+ * int32 (lane i = -128 * the sum of the block's xq 4i .. 4i + 3), d [nb] f32, each part
+ * 64-byte aligned. */
+static int64_t nblocks(int64_t K) { return (K + QB - 1) / QB; }
+static size_t row_bytes(int64_t K) {
+    int64_t nb = nblocks(K);
+    return (size_t)(nb * QB + nb * 64 + (nb * 4 + 63) / 64 * 64);
+}
+
+static size_t x_bytes_i8dot(int64_t M, int64_t K) { return (size_t)M * row_bytes(K); }
+
+INLINE __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
+
+TARGET static void prep_x_i8dot(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst) {
+    const int64_t nb = nblocks(K);
+    for (int64_t m = 0; m < M; m++) {
+        uint8_t *base = (uint8_t *)dst + (size_t)m * row_bytes(K);
+        int8_t *xq = (int8_t *)base;
+        int32_t *corr = (int32_t *)(base + nb * QB);
+        float *d = (float *)(base + nb * QB + nb * 64);
+        const float *xr = x + m * ldx;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t k0 = b * QB, n = LM_MIN(QB, K - k0);
+            __m512 v[4];
+            __m512 amax = _mm512_setzero_ps();
+            int finite = 1;
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm512_maskz_loadu_ps(mask16(n - 16 * i), xr + k0 + 16 * i); /* past K: 0 */
+                __m512 a = _mm512_abs_ps(v[i]);
+                /* |x| <= FLT_MAX is false for Inf and (ordered compare) for NaN */
+                finite &= _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028235e38f), _CMP_LE_OQ) == (__mmask16)0xffff;
+                amax = _mm512_max_ps(amax, a);
+            }
+            float am = _mm512_reduce_max_ps(amax);
+            int32_t *cb = corr + b * 16;
+            memset(cb, 0, 64);
+            if (!finite || am == 0.0f) { /* all zero: q = 0, d = 0; non-finite: d = NaN */
+                memset(xq + k0, 0, QB);
+                d[b] = finite ? 0.0f : NAN;
+                continue;
+            }
+            __m512 inv = _mm512_set1_ps(127.0f / am);
+            for (int i = 0; i < 4; i++) {
+                __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv)); /* nearest even; |q| <= 127 */
+                q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+                _mm_storeu_si128((__m128i *)(xq + k0 + 16 * i), _mm512_cvtsepi32_epi8(q));
+            }
+            /* per lane: the sum of its 4 xq (ones as the unsigned operand), times -128 */
+            __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
+                                             _mm512_load_si512((const void *)(xq + k0)));
+            _mm512_store_si512((void *)cb, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            d[b] = am / 127.0f;
+        }
+    }
+}
+
+/* y[m * ldy] = epilogue(sum over blocks of d[m][b] * (xq[m] . w)) for m < MRX. */
+INLINE void gemv_i8dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int MRX, const int8_t *wr, int64_t K,
+                           const lm__i8_epilogue *ep, int64_t r, float *y, int64_t ldy) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc[GEMV_MR][KU];
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) acc[m][u] = _mm512_setzero_ps();
+    const int64_t full = K / QB;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t k0 = b * QB;
+        __m512i w;
+        if (b < full) {
+            lm__prefetch_bytes(wr, k0);
+            w = _mm512_loadu_si512((const void *)(wr + k0));
+        } else {
+            int64_t n = K - k0;
+            w = _mm512_maskz_loadu_epi8(n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1), wr + k0);
+        }
+        w = _mm512_xor_si512(w, bias); /* w + 128 as unsigned bytes (a masked 0 becomes 128: its xq is 0) */
+        const int u = (int)(b & (KU - 1));
+#pragma GCC unroll 4
+        for (int m = 0; m < MRX; m++) {
+            const uint8_t *base = xp + (size_t)m * rb;
+            __m512i c = _mm512_load_si512((const void *)(base + nb * QB + b * 64));
+            __m512i s = _mm512_dpbusd_epi32(c, w, _mm512_load_si512((const void *)(base + k0)));
+            float dm = ((const float *)(base + nb * QB + nb * 64))[b];
+            acc[m][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dm), acc[m][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        __m512 s = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
+        y[m * ldy] = lm__i8_finish(ep, r, _mm512_reduce_add_ps(s), y + m * ldy);
+    }
+}
+
+TARGET static void gemv_i8dot(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq,
+                              const lm__i8_epilogue *ep, int64_t nrows, float *y, int64_t ldy) {
+    const int64_t nb = nblocks(K);
+    const size_t rb = row_bytes(K);
+    for (int64_t r = 0; r < nrows; r++) {
+        const int8_t *wr = q + r * ldq;
+        for (int64_t m = 0; m < M; m += GEMV_MR) { /* the W row stays in L1 between groups */
+            const uint8_t *xm = (const uint8_t *)xprep + (size_t)m * rb;
+            float *ym = y + m * ldy + r;
+            switch (M - m) {
+            case 1: gemv_i8dot_row(xm, rb, nb, 1, wr, K, ep, r, ym, ldy); break;
+            case 2: gemv_i8dot_row(xm, rb, nb, 2, wr, K, ep, r, ym, ldy); break;
+            case 3: gemv_i8dot_row(xm, rb, nb, 3, wr, K, ep, r, ym, ldy); break;
+            default: gemv_i8dot_row(xm, rb, nb, 4, wr, K, ep, r, ym, ldy); break;
+            }
+        }
+    }
+}
+
+const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
+    .x_bytes = x_bytes_i8dot, .prep_x = prep_x_i8dot, .gemv = gemv_i8dot,
+};
+
+#endif
