@@ -28,6 +28,8 @@
  *  - NaN or Inf in a block of x reaches the output; a zero row gives the bias; q = -128
  *    (which files may hold) is multiplied as -128; 1 vs 2 threads bit-identical; the GEMM
  *    (M > 8) stays exact; refused under an ISA override below avx512.
+ * int4 weights (lm__cpu_linear_i4_prec) the same way: groups of 32, 64 and 128, K = 32
+ * mod 64 (a half block), the float64 emulation and NMSE <= 1e-4 against exact.
  * Skipped (exit 77, with a message) on a CPU without AVX512_BF16.
  * LM_TEST_LABELS: unit
  */
@@ -42,7 +44,7 @@
 
 static const double k_u = 1.0 / 256.0; /* 2^-8 */
 static lm_threadpool *g_pool2;
-static double g_worst_nmse, g_worst_rel, g_worst_nmse_i8;
+static double g_worst_nmse, g_worst_rel, g_worst_nmse_i8, g_worst_nmse_i4;
 
 typedef struct fast_shape {
     int64_t M, N, K, pad; /* pad: extra elements per row of x, W and y (NaN in x and W) */
@@ -302,6 +304,87 @@ static void i8_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int pad, int bia
     free(q), free(sc), free(bs), free(x), free(y0), free(y1), free(y2), free(ye);
 }
 
+/* int4 (nibbles, group scales) at fast precision: the same x quantization, against the
+ * float64 emulation and exact. */
+static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int bias, int acc) {
+    int64_t ldq = K / 2 + 3, lds = K / group + 1, ldx = K + 2, ldy = N + 1;
+    uint8_t *q = malloc((size_t)(N * ldq));
+    for (int64_t i = 0; i < N * ldq; i++) q[i] = (uint8_t)lt_rng_int(r, 0, 255); /* -8 .. 7 each */
+    float *sc = malloc(sizeof(float) * (size_t)(N * lds)), *bs = malloc(sizeof(float) * (size_t)N);
+    for (int64_t i = 0; i < N * lds; i++) sc[i] = (float)(0.05 + 0.1 * lt_rng_uniform(r));
+    for (int64_t n = 0; n < N; n++) bs[n] = (float)lt_rng_normal(r);
+    float *x = random_rows(r, M, K, ldx), *y1 = poisoned(M, ldy), *y2 = poisoned(M, ldy), *ye = poisoned(M, ldy);
+    if (acc)
+        for (int64_t i = 0; i < M * ldy; i++) y1[i] = y2[i] = ye[i] = i % ldy < N ? (float)lt_rng_normal(r) : NAN;
+    float *y0 = malloc(sizeof(float) * (size_t)(M * ldy));
+    memcpy(y0, y1, sizeof(float) * (size_t)(M * ldy));
+    const float *b = bias ? bs : NULL;
+    char what[128];
+    snprintf(what, sizeof what, "int4 fast M=%lld N=%lld K=%lld G=%d bias=%d acc=%d", (long long)M, (long long)N,
+             (long long)K, group, bias, acc);
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(NULL, LM_PRECISION_FAST, x, ldx, q, ldq, sc, lds, group, b, acc, y1, ldy, M, N, K));
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, ldx, q, ldq, sc, lds, group, b, acc, y2, ldy, M, N,
+                                       K));
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_EXACT, x, ldx, q, ldq, sc, lds, group, b, acc, ye, ldy, M, N,
+                                       K));
+    LT_CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)(M * ldy)) == 0, "%s: 1 and 2 threads differ", what);
+    LT_CHECK_MSG(memcmp(y1, ye, sizeof(float) * (size_t)(M * ldy)) != 0, "%s: fast equals exact", what);
+    int64_t nb = (K + 63) / 64;
+    double sq = 0, sref = 0;
+    int bad = 0;
+    for (int64_t m = 0; m < M && !bad; m++) {
+        const float *xr = x + m * ldx;
+        for (int64_t n = 0; n < N && !bad; n++) {
+            double emul = 0, mag = 0, exact = 0;
+            for (int64_t bk = 0; bk < nb; bk++) {
+                int64_t k1 = LM_MIN(K, bk * 64 + 64);
+                float am = 0.0f;
+                for (int64_t k = bk * 64; k < k1; k++) am = fmaxf(am, fabsf(xr[k]));
+                float inv = am > 0 ? 127.0f / am : 0.0f;
+                double d = am > 0 ? (double)(am / 127.0f) : 0.0;
+                for (int64_t k = bk * 64; k < k1; k++) {
+                    float v = am > 0 ? rintf(xr[k] * inv) : 0.0f;
+                    int xq = (int)(v > 127 ? 127 : v < -127 ? -127 : v);
+                    int nib = (q[n * ldq + k / 2] >> ((k & 1) * 4)) & 15, qv = nib >= 8 ? nib - 16 : nib;
+                    double t = d * sc[n * lds + k / group] * xq * qv;
+                    emul += t, mag += fabs(t);
+                }
+            }
+            for (int64_t k = 0; k < K; k++) {
+                int nib = (q[n * ldq + k / 2] >> ((k & 1) * 4)) & 15, qv = nib >= 8 ? nib - 16 : nib;
+                exact += (double)xr[k] * qv * sc[n * lds + k / group];
+            }
+            double add = (b ? bs[n] : 0.0) + (acc ? y0[m * ldy + n] : 0.0);
+            double want = emul + add, got = y1[m * ldy + n], ex = exact + add;
+            double tol = ((double)nb + 10) * ldexp(1.0, -24) * 2 * (mag + fabs(add)) + 1e-30;
+            if (!(fabs(got - want) <= tol)) {
+                LT_CHECK_MSG(0, "%s: y[%lld, %lld] = %.9g, quantized-x reference %.9g (bound %.3g)", what, (long long)m,
+                             (long long)n, got, want, tol);
+                bad = 1;
+            }
+            sq += (got - ex) * (got - ex), sref += exact * exact;
+        }
+        if (!isnan(y1[m * ldy + N])) {
+            LT_CHECK_MSG(0, "%s: padding written", what);
+            bad = 1;
+        }
+    }
+    double nmse = sq / (sref > 0 ? sref : 1);
+    LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %.3g against exact > 1e-4", what, nmse);
+    if (M * N * K >= 100000 && nmse > g_worst_nmse_i4) g_worst_nmse_i4 = nmse;
+    free(q), free(sc), free(bs), free(x), free(y0), free(y1), free(y2), free(ye);
+}
+
+static void test_fast_int4_gemv(void) {
+    lt_rng r = lt_rng_seed(37);
+    static const int64_t shapes[][4] = {{1, 5, 32, 32},   {1, 33, 96, 32},  {2, 17, 64, 64},   {3, 40, 160, 32},
+                                        {4, 70, 256, 128}, {5, 64, 384, 64}, {8, 64, 896, 32},  {1, 896, 4864, 32},
+                                        {7, 100, 1024, 128}, {1, 300, 896, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int v = 0; v < 2; v++) i4_case(&r, shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], v, v);
+    printf("  int4: observed NMSE vs exact up to %.2e (gate 1e-4)\n", g_worst_nmse_i4);
+}
+
 static void test_fast_int8_gemv(void) {
     lt_rng r = lt_rng_seed(31);
     static const int64_t shapes[][3] = {{1, 1, 1},    {1, 33, 63},  {1, 70, 64},    {2, 17, 65},   {3, 40, 127},
@@ -349,6 +432,7 @@ int main(void) {
     LT_RUN(test_thread_precision_selects_the_kernels);
     LT_RUN(test_refusals_and_names);
     if (lm__cpu_i8dot_supported()) LT_RUN(test_fast_int8_gemv);
+    if (lm__cpu_i8dot_supported()) LT_RUN(test_fast_int4_gemv);
     else printf("  (no AVX512_VNNI: the fast int8 gemv is not tested here)\n");
     lm_threadpool_destroy(g_pool2);
     return lt_finish();

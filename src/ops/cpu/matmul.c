@@ -15,9 +15,9 @@
  * the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x strips are
  * rounded to bf16 once per (task, K block, mr rows) in the worker's scratch; the gemv
  * rounds all of x once per call and streams W rows as pairs; still one fixed order
- * per y element, so also thread-count independent. int8 weights at fast precision: the
- * gemv quantizes x once per call (lm__i8dot_kernels: int8 blocks of 64 k, VPDPBUSD); the
- * GEMM stays exact.
+ * per y element, so also thread-count independent. int8 and int4 weights at fast
+ * precision: the gemv quantizes x once per call (lm__i8dot_kernels: int8 blocks of 64 k,
+ * VPDPBUSD); the GEMM stays exact.
  */
 #include "ops/cpu/matmul.h"
 
@@ -77,6 +77,11 @@ static void gemv_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const linear_job *j = arg;
     int64_t n0 = task * j->rows_per_task, n1 = LM_MIN(j->N, n0 + j->rows_per_task);
+    if (j->wdt == LM_U8 && j->xi8) {
+        lm__i4_weights W = i4_at(j, n0);
+        j->i8fast->gemv_i4(j->xi8, j->M, j->K, &W, n1 - n0, j->y + n0, j->ldy);
+        return;
+    }
     if (j->wdt == LM_U8) {
         lm__i4_weights W = i4_at(j, n0);
         j->kern->gemv_i4(j->xsplit ? j->xsplit : j->x, j->xsplit ? j->K : j->ldx, j->M, &W, n1 - n0, j->K,
@@ -274,24 +279,25 @@ static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
         return LM_OK;
     }
     if (lm__cpu_i8dot_supported())
-        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8 weights runs on the avx512 path, but it "
-                                         "is overridden to %s", lm__cpu_isa_name(isa));
+        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights runs on the avx512 path, "
+                                         "but it is overridden to %s", lm__cpu_isa_name(isa));
 #endif
     (void)out;
-    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8 weights needs the AVX512_VNNI CPU feature "
-                                     "(VPDPBUSD), which this CPU or build lacks");
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights needs the AVX512_VNNI CPU "
+                                     "feature (VPDPBUSD), which this CPU or build lacks");
 }
 
 static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
         int L = j->kern->i4_split;
-        if (prec == LM_PRECISION_FAST && j->wdt == LM_I8) { /* x quantized per block once, shared by the tasks */
+        if (prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8)) { /* x quantized once, shared */
             LM_TRY(i8fast_kernels(&j->i8fast));
             size_t bytes = j->i8fast->x_bytes(j->M, j->K);
             if (!(j->xi8 = lm__alloc(bytes, 64)))
                 return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);
-            j->i8fast->prep_x(j->x, j->ldx, j->M, j->K, j->xi8);
+            if (j->wdt == LM_I8) j->i8fast->prep_x(j->x, j->ldx, j->M, j->K, j->xi8);
+            else j->i8fast->prep_x_i4(j->x, j->ldx, j->M, j->K, j->xi8);
         } else if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) { /* x rounded to bf16 pairs once, shared by the tasks */
             LM_TRY(fast_kernels(&j->fast));
             j->ldxf = strip_ld(j->K);
@@ -375,6 +381,15 @@ static void bias_only(const float *bias, int accumulate, float *y, int64_t ldy, 
 lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
                             const float *scales, int64_t lds, int group, const float *bias, int accumulate, float *y,
                             int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    return lm__cpu_linear_i4_prec(pool, lm__cpu_precision(), x, ldx, q, ldq, scales, lds, group, bias, accumulate, y,
+                                  ldy, M, N, K);
+}
+
+lm_status lm__cpu_linear_i4_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const uint8_t *q,
+                                 int64_t ldq, const float *scales, int64_t lds, int group, const float *bias,
+                                 int accumulate, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K) {
+    if (prec != LM_PRECISION_EXACT && prec != LM_PRECISION_FAST)
+        return lm__error(LM_INVALID_ARGUMENT, "cpu linear: precision %d", (int)prec);
     LM_TRY(check_args(x, ldx, q, LM_U8, ldq, y, ldy, M, N, K));
     if ((group != 32 && group != 64 && group != 128) || K % group)
         return lm__error(LM_INVALID_ARGUMENT, "cpu linear: int4 group %d with K = %lld (32, 64 or 128 dividing K)",
@@ -387,7 +402,7 @@ lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, co
     }
     linear_job j = {.x = x, .w = q, .y = y, .scales = scales, .bias = bias, .accumulate = accumulate, .lds = lds,
                     .group = group, .wdt = LM_U8, .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
-    return run(pool, &j, LM_PRECISION_EXACT);
+    return run(pool, &j, prec);
 }
 
 /* ---- mapping lm_matmul_out views onto lm__cpu_linear ------------------------------------ */

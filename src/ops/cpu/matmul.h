@@ -59,6 +59,11 @@ lm_status lm__cpu_linear_i8_prec(lm_threadpool *pool, lm_precision prec, const f
 lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
                             const float *scales, int64_t lds, int group, const float *bias, int accumulate, float *y,
                             int64_t ldy, int64_t M, int64_t N, int64_t K);
+/* lm__cpu_linear_i4 at precision prec (lm__cpu_linear_i4: the calling thread's); fast:
+ * the gemv with x quantized as lm__cpu_linear_i8_prec's, the GEMM exact. */
+lm_status lm__cpu_linear_i4_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const uint8_t *q,
+                                 int64_t ldq, const float *scales, int64_t lds, int group, const float *bias,
+                                 int accumulate, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
 
 /* 1 if lm_matmul_out(a, b, out) maps onto lm__cpu_linear: a f32 [..., M, K], out f32
  * [..., M, N] with the same batch dims, both with unit inner stride and batch + M dims

@@ -46,7 +46,10 @@ static size_t x_bytes_i8dot(int64_t M, int64_t K) { return (size_t)M * row_bytes
 
 INLINE __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
-TARGET static void prep_x_i8dot(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst) {
+/* split: store each block's xq as its 32 even-k values, then its 32 odd-k values (the
+ * order int4 bytes unpack to: low nibbles, then high ones); bias: the weights' offset
+ * (128 for int8, 8 for int4 nibbles), which sets the lanes' starting values. */
+INLINE void prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst, int split, int bias) {
     const int64_t nb = nblocks(K);
     for (int64_t m = 0; m < M; m++) {
         uint8_t *base = (uint8_t *)dst + (size_t)m * row_bytes(K);
@@ -57,10 +60,19 @@ TARGET static void prep_x_i8dot(const float *x, int64_t ldx, int64_t M, int64_t 
         for (int64_t b = 0; b < nb; b++) {
             int64_t k0 = b * QB, n = LM_MIN(QB, K - k0);
             __m512 v[4];
+            float tmp[QB];
+            const float *src = xr + k0;
+            if (split) { /* even k at 0 .. 31, odd k at 32 .. 63 (zeros past K) */
+                for (int i = 0; i < QB; i++) {
+                    int64_t k = i < 32 ? 2 * i : 2 * (i - 32) + 1;
+                    tmp[i] = k < n ? src[k] : 0.0f;
+                }
+                src = tmp, n = QB;
+            }
             __m512 amax = _mm512_setzero_ps();
             int finite = 1;
             for (int i = 0; i < 4; i++) {
-                v[i] = _mm512_maskz_loadu_ps(mask16(n - 16 * i), xr + k0 + 16 * i); /* past K: 0 */
+                v[i] = _mm512_maskz_loadu_ps(mask16(n - 16 * i), src + 16 * i); /* past K: 0 */
                 __m512 a = _mm512_abs_ps(v[i]);
                 /* |x| <= FLT_MAX is false for Inf and (ordered compare) for NaN */
                 finite &= _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028235e38f), _CMP_LE_OQ) == (__mmask16)0xffff;
@@ -80,13 +92,21 @@ TARGET static void prep_x_i8dot(const float *x, int64_t ldx, int64_t M, int64_t 
                 q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
                 _mm_storeu_si128((__m128i *)(xq + k0 + 16 * i), _mm512_cvtsepi32_epi8(q));
             }
-            /* per lane: the sum of its 4 xq (ones as the unsigned operand), times -128 */
+            /* per lane: the sum of its 4 xq (ones as the unsigned operand), times -bias */
             __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
                                              _mm512_load_si512((const void *)(xq + k0)));
-            _mm512_store_si512((void *)cb, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            _mm512_store_si512((void *)cb, _mm512_mullo_epi32(s4, _mm512_set1_epi32(-bias)));
             d[b] = am / 127.0f;
         }
     }
+}
+
+TARGET static void prep_x_i8dot(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst) {
+    prep_x(x, ldx, M, K, dst, 0, 128);
+}
+
+TARGET static void prep_x_i4dot(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst) {
+    prep_x(x, ldx, M, K, dst, 1, 8);
 }
 
 /* y[m * ldy] = epilogue(sum over blocks of d[m][b] * (xq[m] . w)) for m < MRX. */
@@ -146,8 +166,79 @@ TARGET static void gemv_i8dot(const void *xprep, int64_t M, int64_t K, const int
     }
 }
 
+/* int4: 32 bytes (64 k) of a row unpack to their low nibbles (even k) then high ones (odd
+ * k), each xor 8 (n + 8 as an unsigned byte, the prepared x's lanes start at -8 sum xq);
+ * the group scale is per lane: one per block for groups of 64 and 128, and for groups of
+ * 32 lanes 0-3 and 8-11 hold the block's first 32 k, lanes 4-7 and 12-15 its last 32. */
+INLINE void gemv_i4dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int MRX, const lm__i4_weights *W,
+                           int64_t r, int64_t K, float *y, int64_t ldy) {
+    const uint8_t *qr = W->q + r * W->ldq;
+    const float *sc = W->scales + r * W->lds;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc[GEMV_MR][KU];
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) acc[m][u] = _mm512_setzero_ps();
+    const int64_t full = K / QB;
+    const int gs = W->group == 32 ? 5 : W->group == 64 ? 6 : 7;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t k0 = b * QB;
+        __m256i v;
+        if (b < full) {
+            lm__prefetch_bytes(qr, k0 / 2);
+            v = _mm256_loadu_si256((const __m256i *)(qr + k0 / 2));
+        } else { /* K is a multiple of 32: a last block of 32 k, 16 bytes */
+            v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(qr + k0 / 2)));
+        }
+        __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+        __m512i w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), eight);
+        __m512 ws;
+        if (W->group == 32) {
+            float a = sc[k0 >> 5], bb = b < full ? sc[(k0 >> 5) + 1] : 0.0f;
+            ws = _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(a), _mm512_set1_ps(bb));
+        } else {
+            ws = _mm512_set1_ps(sc[k0 >> gs]);
+        }
+        const int u = (int)(b & (KU - 1));
+#pragma GCC unroll 4
+        for (int m = 0; m < MRX; m++) {
+            const uint8_t *base = xp + (size_t)m * rb;
+            __m512i c = _mm512_load_si512((const void *)(base + nb * QB + b * 64));
+            __m512i s = _mm512_dpbusd_epi32(c, w, _mm512_load_si512((const void *)(base + k0)));
+            float dm = ((const float *)(base + nb * QB + nb * 64))[b];
+            acc[m][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(dm)), acc[m][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        __m512 s = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
+        float v = _mm512_reduce_add_ps(s) + (W->bias ? W->bias[r] : 0.0f);
+        y[m * ldy] = W->accumulate ? y[m * ldy] + v : v;
+    }
+}
+
+TARGET static void gemv_i4dot(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows,
+                              float *y, int64_t ldy) {
+    const int64_t nb = nblocks(K);
+    const size_t rb = row_bytes(K);
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t m = 0; m < M; m += GEMV_MR) {
+            const uint8_t *xm = (const uint8_t *)xprep + (size_t)m * rb;
+            float *ym = y + m * ldy + r;
+            switch (M - m) {
+            case 1: gemv_i4dot_row(xm, rb, nb, 1, W, r, K, ym, ldy); break;
+            case 2: gemv_i4dot_row(xm, rb, nb, 2, W, r, K, ym, ldy); break;
+            case 3: gemv_i4dot_row(xm, rb, nb, 3, W, r, K, ym, ldy); break;
+            default: gemv_i4dot_row(xm, rb, nb, 4, W, r, K, ym, ldy); break;
+            }
+        }
+}
+
 const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
     .x_bytes = x_bytes_i8dot, .prep_x = prep_x_i8dot, .gemv = gemv_i8dot,
+    .prep_x_i4 = prep_x_i4dot, .gemv_i4 = gemv_i4dot,
 };
 
 #endif

@@ -120,6 +120,12 @@ typedef struct lm__i8dot_kernels {
     void (*prep_x)(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst);
     void (*gemv)(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq, const lm__i8_epilogue *ep,
                  int64_t nrows, float *y, int64_t ldy);
+    /* int4 weights: x quantized the same way but stored per block as its even k then its
+     * odd k (the order a block's bytes unpack to); gemv_i4: y = (accumulate ? y : 0) +
+     * sum_b d[m][b] * sum over the block's groups of scale * (xq . q) + bias. */
+    void (*prep_x_i4)(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst);
+    void (*gemv_i4)(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows, float *y,
+                    int64_t ldy);
 } lm__i8dot_kernels;
 
 extern const lm__linear_kernels lm__linear_kernels_scalar;
