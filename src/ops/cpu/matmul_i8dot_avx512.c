@@ -109,15 +109,38 @@ TARGET static void prep_x_i4dot(const float *x, int64_t ldx, int64_t M, int64_t 
     prep_x(x, ldx, M, K, dst, 1, 8);
 }
 
+/* Block b of every x row against the biased weight bytes w: acc[m][b % KU] += the lanes'
+ * exact int32 sums times d[m][b] (times the per-lane group scales ws when grouped). */
+INLINE void block_dot(const uint8_t *xp, size_t rb, int64_t nb, const int MRX, int64_t b, __m512i w, __m512 ws,
+                      const int grouped, __m512 acc[GEMV_MR][KU]) {
+    const int u = (int)(b & (KU - 1));
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++) {
+        const uint8_t *base = xp + (size_t)m * rb;
+        __m512i c = _mm512_load_si512((const void *)(base + nb * QB + b * 64));
+        __m512i s = _mm512_dpbusd_epi32(c, w, _mm512_load_si512((const void *)(base + b * QB)));
+        __m512 dm = _mm512_set1_ps(((const float *)(base + nb * QB + nb * 64))[b]);
+        acc[m][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), grouped ? _mm512_mul_ps(ws, dm) : dm, acc[m][u]);
+    }
+}
+
+INLINE void acc_zero(const int MRX, __m512 acc[GEMV_MR][KU]) {
+#pragma GCC unroll 4
+    for (int m = 0; m < MRX; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) acc[m][u] = _mm512_setzero_ps();
+}
+
+INLINE float acc_total(const __m512 a[KU]) {
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
 /* y[m * ldy] = epilogue(sum over blocks of d[m][b] * (xq[m] . w)) for m < MRX. */
 INLINE void gemv_i8dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int MRX, const int8_t *wr, int64_t K,
                            const lm__i8_epilogue *ep, int64_t r, float *y, int64_t ldy) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc[GEMV_MR][KU];
-#pragma GCC unroll 4
-    for (int m = 0; m < MRX; m++)
-#pragma GCC unroll 4
-        for (int u = 0; u < KU; u++) acc[m][u] = _mm512_setzero_ps();
+    acc_zero(MRX, acc);
     const int64_t full = K / QB;
     for (int64_t b = 0; b < nb; b++) {
         const int64_t k0 = b * QB;
@@ -130,40 +153,10 @@ INLINE void gemv_i8dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
             w = _mm512_maskz_loadu_epi8(n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1), wr + k0);
         }
         w = _mm512_xor_si512(w, bias); /* w + 128 as unsigned bytes (a masked 0 becomes 128: its xq is 0) */
-        const int u = (int)(b & (KU - 1));
-#pragma GCC unroll 4
-        for (int m = 0; m < MRX; m++) {
-            const uint8_t *base = xp + (size_t)m * rb;
-            __m512i c = _mm512_load_si512((const void *)(base + nb * QB + b * 64));
-            __m512i s = _mm512_dpbusd_epi32(c, w, _mm512_load_si512((const void *)(base + k0)));
-            float dm = ((const float *)(base + nb * QB + nb * 64))[b];
-            acc[m][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dm), acc[m][u]);
-        }
+        block_dot(xp, rb, nb, MRX, b, w, _mm512_setzero_ps(), 0, acc);
     }
 #pragma GCC unroll 4
-    for (int m = 0; m < MRX; m++) {
-        __m512 s = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
-        y[m * ldy] = lm__i8_finish(ep, r, _mm512_reduce_add_ps(s), y + m * ldy);
-    }
-}
-
-TARGET static void gemv_i8dot(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq,
-                              const lm__i8_epilogue *ep, int64_t nrows, float *y, int64_t ldy) {
-    const int64_t nb = nblocks(K);
-    const size_t rb = row_bytes(K);
-    for (int64_t r = 0; r < nrows; r++) {
-        const int8_t *wr = q + r * ldq;
-        for (int64_t m = 0; m < M; m += GEMV_MR) { /* the W row stays in L1 between groups */
-            const uint8_t *xm = (const uint8_t *)xprep + (size_t)m * rb;
-            float *ym = y + m * ldy + r;
-            switch (M - m) {
-            case 1: gemv_i8dot_row(xm, rb, nb, 1, wr, K, ep, r, ym, ldy); break;
-            case 2: gemv_i8dot_row(xm, rb, nb, 2, wr, K, ep, r, ym, ldy); break;
-            case 3: gemv_i8dot_row(xm, rb, nb, 3, wr, K, ep, r, ym, ldy); break;
-            default: gemv_i8dot_row(xm, rb, nb, 4, wr, K, ep, r, ym, ldy); break;
-            }
-        }
-    }
+    for (int m = 0; m < MRX; m++) y[m * ldy] = lm__i8_finish(ep, r, acc_total(acc[m]), y + m * ldy);
 }
 
 /* int4: 32 bytes (64 k) of a row unpack to their low nibbles (even k) then high ones (odd
@@ -177,10 +170,7 @@ INLINE void gemv_i4dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     const __m512i eight = _mm512_set1_epi8(8);
     __m512 acc[GEMV_MR][KU];
-#pragma GCC unroll 4
-    for (int m = 0; m < MRX; m++)
-#pragma GCC unroll 4
-        for (int u = 0; u < KU; u++) acc[m][u] = _mm512_setzero_ps();
+    acc_zero(MRX, acc);
     const int64_t full = K / QB;
     const int gs = W->group == 32 ? 5 : W->group == 64 ? 6 : 7;
     for (int64_t b = 0; b < nb; b++) {
@@ -201,39 +191,46 @@ INLINE void gemv_i4dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
         } else {
             ws = _mm512_set1_ps(sc[k0 >> gs]);
         }
-        const int u = (int)(b & (KU - 1));
-#pragma GCC unroll 4
-        for (int m = 0; m < MRX; m++) {
-            const uint8_t *base = xp + (size_t)m * rb;
-            __m512i c = _mm512_load_si512((const void *)(base + nb * QB + b * 64));
-            __m512i s = _mm512_dpbusd_epi32(c, w, _mm512_load_si512((const void *)(base + k0)));
-            float dm = ((const float *)(base + nb * QB + nb * 64))[b];
-            acc[m][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(dm)), acc[m][u]);
-        }
+        block_dot(xp, rb, nb, MRX, b, w, ws, 1, acc);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < MRX; m++) {
-        __m512 s = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
-        float v = _mm512_reduce_add_ps(s) + (W->bias ? W->bias[r] : 0.0f);
+        float v = acc_total(acc[m]) + (W->bias ? W->bias[r] : 0.0f);
         y[m * ldy] = W->accumulate ? y[m * ldy] + v : v;
     }
 }
 
-TARGET static void gemv_i4dot(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows,
-                              float *y, int64_t ldy) {
+/* Every W row of the call against every x row, GEMV_MR x rows at a time (the W row stays
+ * in L1 between the groups): int8 rows (q8) or int4 rows (W4). */
+TARGET static void gemv_rows(const void *xprep, int64_t M, int64_t K, const int8_t *q8, int64_t ldq,
+                             const lm__i8_epilogue *ep, const lm__i4_weights *W4, int64_t nrows, float *y, int64_t ldy) {
     const int64_t nb = nblocks(K);
     const size_t rb = row_bytes(K);
     for (int64_t r = 0; r < nrows; r++)
         for (int64_t m = 0; m < M; m += GEMV_MR) {
             const uint8_t *xm = (const uint8_t *)xprep + (size_t)m * rb;
             float *ym = y + m * ldy + r;
-            switch (M - m) {
-            case 1: gemv_i4dot_row(xm, rb, nb, 1, W, r, K, ym, ldy); break;
-            case 2: gemv_i4dot_row(xm, rb, nb, 2, W, r, K, ym, ldy); break;
-            case 3: gemv_i4dot_row(xm, rb, nb, 3, W, r, K, ym, ldy); break;
-            default: gemv_i4dot_row(xm, rb, nb, 4, W, r, K, ym, ldy); break;
+            const int rows = (int)LM_MIN(GEMV_MR, M - m);
+#define ROW(MRX)                                                                                                   \
+    (W4 ? gemv_i4dot_row(xm, rb, nb, MRX, W4, r, K, ym, ldy) : gemv_i8dot_row(xm, rb, nb, MRX, q8 + r * ldq, K, ep, r, ym, ldy))
+            switch (rows) {
+            case 1: ROW(1); break;
+            case 2: ROW(2); break;
+            case 3: ROW(3); break;
+            default: ROW(4); break;
             }
+#undef ROW
         }
+}
+
+TARGET static void gemv_i8dot(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq,
+                              const lm__i8_epilogue *ep, int64_t nrows, float *y, int64_t ldy) {
+    gemv_rows(xprep, M, K, q, ldq, ep, NULL, nrows, y, ldy);
+}
+
+TARGET static void gemv_i4dot(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows,
+                              float *y, int64_t ldy) {
+    gemv_rows(xprep, M, K, NULL, 0, NULL, W, nrows, y, ldy);
 }
 
 const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
