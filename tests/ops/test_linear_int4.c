@@ -299,7 +299,12 @@ static void test_int4_linear_errors(void) {
     lm_tensor *xh = lt_random_tensor(&r, LM_F32, 2, (int64_t[2]){M, K / 2}, 1.0);
     LT_CHECK_STATUS(lm_linear_out(g_one, V(xh), V(q), NULL, &p, V(o)), LM_SHAPE_MISMATCH);
     LT_CHECK(lm_linear_supported(lm_device_cpu(), LM_LINEAR_IN, 0, 1, 896, LM_F32, LM_U8));
-    LT_CHECK(!lm_linear_supported(lm_device_cuda(0), LM_LINEAR_IN, 0, 1, 896, LM_F32, LM_U8));
+#ifdef LOOM_HAVE_CUDA
+    LT_CHECK(lm_linear_supported(lm_device_cuda(0), LM_LINEAR_IN, 0, 1, 896, LM_F32, LM_U8)); /* gemv_quant.cu */
+#else
+    LT_CHECK(!lm_linear_supported(lm_device_cuda(0), LM_LINEAR_IN, 0, 1, 896, LM_F32, LM_U8)); /* no CUDA table */
+#endif
+    LT_CHECK(!lm_linear_supported(lm_device_cuda(0), LM_LINEAR_IN, 0, 1, 896, LM_BF16, LM_U8));
     lm_tensor *all[] = {q, sc, q8, s8, x, xb, o, s_bad, xh};
     for (int j = 0; j < 9; j++) lm_tensor_destroy(all[j]);
 }
