@@ -44,6 +44,10 @@ lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_
 
 /* nn/model.c: the weight called name, or NULL. */
 const lm_tensor *lm__model_weight(const lm_model *m, const char *name);
+/* nn/model.c: lm_decoder_options.param_dtype for model user (an lm_model *): the dtype
+ * of the weight called name as the model holds it (quantized projections, a float
+ * table), dflt for a name it lacks. */
+lm_dtype lm__model_param_dtype(void *user, const char *name, lm_dtype dflt);
 /* nn/model.c: adds (takes) t under name; keeps the table sorted. */
 lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t);
 /* nn/upload.c: moves the host weight table of m onto m->device: matrices as bf16

@@ -131,11 +131,6 @@ static lm_status lookup_weight(void *user, const char *name, lm_tensor_view *out
     return LM_OK;
 }
 
-static lm_dtype weight_dtype(void *user, const char *name, lm_dtype dflt) {
-    const lm_tensor *t = lm__model_weight(user, name);
-    return t ? lm_tensor_dtype(t) : dflt;
-}
-
 static lm_status bind_caches(lm_exec *e, const lm_kv_cache *c) {
     for (int l = 0; l < c->layers; l++) {
         char name[32];
@@ -178,7 +173,7 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     o.cache_slots = c->slots, o.cache_tokens = c->max_tokens, o.cache_blocks_per_row = c->blocks_per_row;
     o.act_dtype = o.vector_dtype = LM_F32;
     o.kv_dtype = lm_tensor_dtype(c->k);
-    o.param_dtype = weight_dtype;
+    o.param_dtype = lm__model_param_dtype;
     o.param_user = (void *)m;
     lm_graph *g = NULL;
     LM_TRY(lm_graph_build_decoder(&m->cfg, &o, &g));

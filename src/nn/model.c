@@ -49,6 +49,11 @@ const lm_tensor *lm__model_weight(const lm_model *m, const char *name) {
     return found ? m->w[i].t : NULL;
 }
 
+lm_dtype lm__model_param_dtype(void *user, const char *name, lm_dtype dflt) {
+    const lm_tensor *t = lm__model_weight(user, name);
+    return t ? lm_tensor_dtype(t) : dflt;
+}
+
 lm_status lm__model_add_weight(lm_model *m, const char *name, lm_tensor *t) {
     int found;
     int64_t i = find(m, name, &found);

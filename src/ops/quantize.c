@@ -82,6 +82,13 @@ static float scale_of(float amax, float qmax) {
     return scale == 0.0f ? FLT_TRUE_MIN : scale;
 }
 
+/* max |w[n, k]| over k0 <= k < k1 (exact: every |w| is an f32 value). */
+static float row_amax(const lm_tensor_view *w, int64_t n, int64_t k0, int64_t k1) {
+    float amax = 0.0f;
+    for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
+    return amax;
+}
+
 /* round-half-even(v / scale) clamped to [-qmax, qmax]. */
 static int quantize1(double v, float scale, double qmax) {
     double r = rint(v / (double)scale); /* the default mode: to nearest, ties to even */
@@ -95,9 +102,7 @@ lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_t
     int64_t N = w->shape[0], K = w->shape[1];
     LM_TRY(check_finite(op, w));
     for (int64_t n = 0; n < N; n++) {
-        float amax = 0.0f; /* every |w| is an f32 value, so the max is exact */
-        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
-        float scale = scale_of(amax, 127.0f);
+        float scale = scale_of(row_amax(w, n, 0, K), 127.0f);
         for (int64_t k = 0; k < K; k++)
             ((int8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] = (int8_t)quantize1(w_at(w, n, k), scale, 127.0);
         ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
@@ -117,9 +122,7 @@ lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < K / group; g++) {
             int64_t k0 = g * group;
-            float amax = 0.0f;
-            for (int64_t k = k0; k < k0 + group; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
-            float scale = scale_of(amax, 7.0f);
+            float scale = scale_of(row_amax(w, n, k0, k0 + group), 7.0f);
             for (int64_t k = k0; k < k0 + group; k += 2) {
                 unsigned lo = (unsigned)quantize1(w_at(w, n, k), scale, 7.0) & 15u;
                 unsigned hi = (unsigned)quantize1(w_at(w, n, k + 1), scale, 7.0) & 15u;
@@ -151,9 +154,7 @@ lm_status lm_quantize_fp8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_te
     int64_t N = w->shape[0], K = w->shape[1];
     LM_TRY(check_finite(op, w));
     for (int64_t n = 0; n < N; n++) {
-        float amax = 0.0f;
-        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
-        float scale = scale_of(amax, 448.0f);
+        float scale = scale_of(row_amax(w, n, 0, K), 448.0f);
         for (int64_t k = 0; k < K; k++)
             ((uint8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] =
                 f8_round(w_at(w, n, k) / (double)scale);

@@ -137,12 +137,6 @@ static void run_step(const lm_model *m, const lm_graph *g, int64_t B, int64_t T,
     lm_exec_destroy(e);
 }
 
-/* Each parameter's dtype as the model holds it (quantized projections, a float table). */
-static lm_dtype weight_dtype(void *user, const char *name, lm_dtype dflt) {
-    const lm_tensor *t = lm__model_weight(user, name);
-    return t ? lm_tensor_dtype(t) : dflt;
-}
-
 /* Stacked linears of the fused graph with weight scales (in[5]) of the weights' rows,
  * and int4's group in b; -1 when a stack lacks them. */
 static int quant_stacks(const lm_graph *g, int group) {
@@ -176,7 +170,7 @@ static void check_model_as(const char *name, lm_weights weights) {
         lm_decoder_options_default(&o);
         o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = 64;
         o.matrix_dtype = quant ? LM_F32 : wdt; /* as stored */
-        if (quant) o.param_dtype = weight_dtype, o.param_user = m;
+        if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = m; /* as nn/kv_cache.c builds it */
         lm_graph *g = NULL, *h = NULL, *fused = NULL;
         LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
         static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,   lm__pass_linear,       lm__pass_stack_linears,

@@ -250,41 +250,38 @@ static void split_x(const float *x, int64_t ldx, int64_t M, int64_t K, int L, fl
             }
 }
 
-/* The fast-precision kernels for this call, or LM_UNSUPPORTED naming what is missing
- * (never a silent exact run: lm_precision_check refuses such a CPU at model load, so
- * this is reached only through an ISA override or a direct call). */
-static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
+/* LM_OK when fast kernels whose feature this CPU and build have (supported) can run
+ * now, else LM_UNSUPPORTED naming what is missing: never a silent exact run
+ * (lm_precision_check refuses such a CPU at model load, so this is reached only
+ * through an ISA override or a direct call). what: the weights, in the message. */
+static lm_status fast_usable(int supported, const char *what, const char *feature) {
 #ifdef LM__HAVE_X86_KERNELS
     lm__cpu_isa isa = lm__cpu_isa_active();
-    if (lm__cpu_bf16dot_supported() && isa == LM__CPU_ISA_AVX512) {
-        *out = &lm__bf16dot_kernels_avx512;
-        return LM_OK;
-    }
-    if (lm__cpu_bf16dot_supported())
-        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast runs on the avx512 path, but it is overridden to %s",
-                         lm__cpu_isa_name(isa));
+    if (supported && isa == LM__CPU_ISA_AVX512) return LM_OK;
+    if (supported)
+        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast%s runs on the avx512 path, but it is overridden "
+                         "to %s", what, lm__cpu_isa_name(isa));
 #endif
-    (void)out;
-    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS), which "
-                                     "this CPU or build lacks");
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast%s needs the %s CPU feature, which this CPU or build "
+                     "lacks", what, feature);
 }
 
-/* The fast int8 gemv's kernels, or LM_UNSUPPORTED naming what is missing (as
- * fast_kernels: reached without VNNI only through an ISA override or a direct call). */
-static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
+/* The fast-precision kernels of bf16 weights (AVX512_BF16). */
+static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
+    LM_TRY(fast_usable(lm__cpu_bf16dot_supported(), "", "AVX512_BF16 (VDPBF16PS)"));
 #ifdef LM__HAVE_X86_KERNELS
-    lm__cpu_isa isa = lm__cpu_isa_active();
-    if (lm__cpu_i8dot_supported() && isa == LM__CPU_ISA_AVX512) {
-        *out = &lm__i8dot_kernels_avx512;
-        return LM_OK;
-    }
-    if (lm__cpu_i8dot_supported())
-        return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights runs on the avx512 path, "
-                                         "but it is overridden to %s", lm__cpu_isa_name(isa));
+    *out = &lm__bf16dot_kernels_avx512;
 #endif
-    (void)out;
-    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights needs the AVX512_VNNI CPU "
-                                     "feature (VPDPBUSD), which this CPU or build lacks");
+    return LM_OK;
+}
+
+/* The fast gemv's kernels of int8 and int4 weights (AVX512_VNNI). */
+static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
+    LM_TRY(fast_usable(lm__cpu_i8dot_supported(), " with int8/int4 weights", "AVX512_VNNI (VPDPBUSD)"));
+#ifdef LM__HAVE_X86_KERNELS
+    *out = &lm__i8dot_kernels_avx512;
+#endif
+    return LM_OK;
 }
 
 static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {

@@ -22,21 +22,19 @@ lm_precision lm__cpu_precision_set(lm_precision p) {
     return old;
 }
 
-int lm__cpu_bf16dot_supported(void) {
+/* 1 when this build has the x86 kernels and the CPU runs the avx512 path and feature. */
+static int avx512_and(int feature) {
 #ifdef LM__HAVE_X86_KERNELS
-    return lm__cpu_isa_supported(LM__CPU_ISA_AVX512) && lm_cpu_get_features()->avx512_bf16;
+    return feature && lm__cpu_isa_supported(LM__CPU_ISA_AVX512);
 #else
+    (void)feature;
     return 0;
 #endif
 }
 
-int lm__cpu_i8dot_supported(void) {
-#ifdef LM__HAVE_X86_KERNELS
-    return lm__cpu_isa_supported(LM__CPU_ISA_AVX512) && lm_cpu_get_features()->avx512_vnni;
-#else
-    return 0;
-#endif
-}
+int lm__cpu_bf16dot_supported(void) { return avx512_and(lm_cpu_get_features()->avx512_bf16); }
+
+int lm__cpu_i8dot_supported(void) { return avx512_and(lm_cpu_get_features()->avx512_vnni); }
 
 const char *lm_precision_name(lm_precision p) {
     return p == LM_PRECISION_EXACT ? "exact" : p == LM_PRECISION_FAST ? "fast" : "invalid";
