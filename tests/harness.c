@@ -298,3 +298,16 @@ void lt_cmd_free(lt_cmd_result *r) {
     lm_free(r->err);
     r->out = r->err = NULL;
 }
+
+float *lt_random_rows(lt_rng *r, int64_t M, int64_t K, int64_t ld) {
+    float *x = malloc(sizeof(float) * (size_t)(M * ld + 1));
+    for (int64_t i = 0; i < M * ld; i++) x[i] = i % ld < K ? (float)lt_rng_normal(r) : NAN;
+    x[M * ld] = NAN;
+    return x;
+}
+
+float *lt_poisoned_rows(int64_t M, int64_t ld) {
+    float *y = malloc(sizeof(float) * (size_t)(M * ld + 1));
+    for (int64_t i = 0; i < M * ld + 1; i++) y[i] = NAN;
+    return y;
+}

@@ -77,6 +77,11 @@ double *lt_view_to_f64(const lm_tensor_view *v);
 lm_tensor *lt_random_tensor(lt_rng *r, lm_dtype dt, int ndim, const int64_t *shape, double scale);
 /* A new contiguous CPU tensor poisoned with NaN (floats) / 0xA5 bytes (ints). */
 lm_tensor *lt_poisoned_tensor(lm_dtype dt, int ndim, const int64_t *shape);
+/* Raw f32 rows for the kernel-level tests (free()): M rows ld apart, elements k < K
+ * N(0, 1) and the padding k >= K NaN; poisoned: every element NaN. Both allocate one
+ * float more than M * ld (a NaN sentinel past the end). */
+float *lt_random_rows(lt_rng *r, int64_t M, int64_t K, int64_t ld);
+float *lt_poisoned_rows(int64_t M, int64_t ld);
 
 /* ---- allocation tracking ------------------------------------------------------------------ */
 /* Installs counting hooks; fail_at = k makes the k-th allocation (1-based) from now

@@ -2,7 +2,7 @@
  * (test_nn_int8.c, test_nn_int4.c): prefill logits through a fresh cache, the
  * difference of a quantized model's logits from its float model's on a random prompt,
  * and decode one token at a time against the prefill (also test_nn_precision.c's
- * prefill logits and argmax). The including test defines T (the prompt length) and
+ * prefill logits, argmax and model loading). The including test defines T (the prompt length) and
  * g_ctx (a CPU context) before including it.
  */
 #ifndef LOOM_TESTS_QUANT_MODEL_UTIL_H
@@ -26,6 +26,16 @@ static inline float *prefill_logits(const lm_model *m, const int32_t *ids) {
     LT_CHECK_OK(lm_model_forward(m, g_ctx, c, &slot, 1, ids, T, out, 1));
     lm_kv_cache_destroy(c);
     return out;
+}
+
+/* dir on the CPU with weights w at precision p (NULL, with a failed check, if it fails) */
+static inline lm_model *load_as(const char *dir, lm_weights w, lm_precision p) {
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = w, o.precision = p;
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &o, &m));
+    return m;
 }
 
 static inline int64_t argmax(const float *row, int64_t V) {

@@ -27,14 +27,7 @@ static lm_ctx *g_ctx;
 
 #include "quant_model_util.h"
 
-static lm_model *load(const char *dir, lm_weights w) {
-    lm_model_load_options o;
-    lm_model_load_options_default(&o);
-    o.weights = w;
-    lm_model *m = NULL;
-    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &o, &m));
-    return m;
-}
+static lm_model *load(const char *dir, lm_weights w) { return load_as(dir, w, LM_PRECISION_EXACT); }
 
 static void compare(const char *name, const char *dir) {
     lm_model *f = load(dir, LM_WEIGHTS_AUTO), *q = load(dir, LM_WEIGHTS_INT8);

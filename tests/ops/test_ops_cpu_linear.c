@@ -43,17 +43,7 @@ static wmat random_weights(lt_rng *r, lm_dtype dt, int64_t N, int64_t K, int64_t
     return w;
 }
 
-static float *random_rows(lt_rng *r, int64_t M, int64_t K, int64_t ld) {
-    float *x = malloc(sizeof(float) * (size_t)(M * ld + 1));
-    for (int64_t i = 0; i < M * ld; i++) x[i] = i % ld < K ? (float)lt_rng_normal(r) : NAN;
-    return x;
-}
 
-static float *poisoned_rows(int64_t M, int64_t ld) {
-    float *y = malloc(sizeof(float) * (size_t)(M * ld + 1));
-    for (int64_t i = 0; i < M * ld + 1; i++) y[i] = NAN;
-    return y;
-}
 
 /* want = x @ W^T in float64 and the per-element summation error bound. */
 static void reference(const float *x, int64_t ldx, const double *w64, int64_t M, int64_t N, int64_t K, double *want,
@@ -115,13 +105,13 @@ static lm_threadpool *g_pool2;
 static void run_shape_all_paths(lt_rng *r, const lin_shape *s, lm_dtype dt) {
     int64_t M = s->M, N = s->N, K = s->K, ldx = K + s->pad, ldw = K + s->pad, ldy = N + s->pad;
     wmat w = random_weights(r, dt, N, K, ldw);
-    float *x = random_rows(r, M, K, ldx);
+    float *x = lt_random_rows(r, M, K, ldx);
     double *want = malloc(sizeof(double) * (size_t)(M * N)), *bound = malloc(sizeof(double) * (size_t)(M * N));
     reference(x, ldx, w.f64, M, N, K, want, bound);
     for (int isa = 0; isa < LM__CPU_ISA_COUNT; isa++) {
         if (!lm__cpu_isa_supported((lm__cpu_isa)isa)) continue;
         LT_CHECK_OK(lm__cpu_set_isa_override(isa));
-        float *y1 = poisoned_rows(M, ldy), *y2 = poisoned_rows(M, ldy);
+        float *y1 = lt_poisoned_rows(M, ldy), *y2 = lt_poisoned_rows(M, ldy);
         char what[128];
         snprintf(what, sizeof what, "%s w=%s M=%lld N=%lld K=%lld pad=%lld", lm__cpu_isa_name((lm__cpu_isa)isa),
                  lm_dtype_name(dt), (long long)M, (long long)N, (long long)K, (long long)s->pad);
@@ -166,7 +156,7 @@ static void test_linear_matches_pytorch_fixtures(void) {
         for (int isa = 0; isa < LM__CPU_ISA_COUNT; isa++) {
             if (!lm__cpu_isa_supported((lm__cpu_isa)isa)) continue;
             LT_CHECK_OK(lm__cpu_set_isa_override(isa));
-            float *y = poisoned_rows(M, N);
+            float *y = lt_poisoned_rows(M, N);
             LT_CHECK_OK(lm__cpu_linear(g_pool2, lm_tensor_data(x), K, lm_tensor_data(w), dts[c], K, y, N, M, N, K));
             double *got = malloc(sizeof(double) * (size_t)(M * N));
             for (int64_t i = 0; i < M * N; i++) got[i] = y[i];
@@ -186,12 +176,12 @@ static void test_linear_matches_pytorch_fixtures(void) {
 static void test_linear_k_zero_writes_zeros_and_empty_sizes_write_nothing(void) {
     float x[4] = {1, 2, 3, 4};
     uint16_t w[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
-    float *y = poisoned_rows(3, 5);
+    float *y = lt_poisoned_rows(3, 5);
     LT_CHECK_OK(lm__cpu_linear(g_pool2, NULL, 0, NULL, LM_BF16, 0, y, 5, 3, 4, 0));
     for (int m = 0; m < 3; m++)
         for (int n = 0; n < 5; n++) LT_CHECK(n < 4 ? y[m * 5 + n] == 0.0f : m == 2 || isnan(y[m * 5 + n]));
     free(y);
-    y = poisoned_rows(2, 2);
+    y = lt_poisoned_rows(2, 2);
     LT_CHECK_OK(lm__cpu_linear(NULL, x, 2, w, LM_BF16, 2, y, 2, 0, 2, 2));
     LT_CHECK_OK(lm__cpu_linear(NULL, x, 2, w, LM_BF16, 2, y, 2, 2, 0, 2));
     LT_CHECK_OK(lm__cpu_linear(NULL, NULL, 0, NULL, LM_F16, 0, NULL, 0, 0, 0, 0));
@@ -220,7 +210,7 @@ static void test_linear_gemv_never_allocates_and_gemm_oom_leaks_nothing(void) {
     lt_rng r = lt_rng_seed(12);
     int64_t M = 40, N = 300, K = 80;
     wmat w = random_weights(&r, LM_BF16, N, K, K);
-    float *x = random_rows(&r, M, K, K), *y = poisoned_rows(M, N);
+    float *x = lt_random_rows(&r, M, K, K), *y = lt_poisoned_rows(M, N);
     for (int isa = 0; isa < LM__CPU_ISA_COUNT; isa++) {
         if (!lm__cpu_isa_supported((lm__cpu_isa)isa)) continue;
         LT_CHECK_OK(lm__cpu_set_isa_override(isa));

@@ -65,24 +65,14 @@ static uint16_t *random_bf16(lt_rng *r, int64_t N, int64_t K, int64_t ld) {
     return w;
 }
 
-static float *random_rows(lt_rng *r, int64_t M, int64_t K, int64_t ld) {
-    float *x = malloc(sizeof(float) * (size_t)(M * ld + 1));
-    for (int64_t i = 0; i < M * ld; i++) x[i] = i % ld < K ? (float)lt_rng_normal(r) : NAN;
-    return x;
-}
 
-static float *poisoned(int64_t M, int64_t ld) {
-    float *y = malloc(sizeof(float) * (size_t)(M * ld + 1));
-    for (int64_t i = 0; i < M * ld + 1; i++) y[i] = NAN;
-    return y;
-}
 
 /* One shape: fast on 1 and 2 threads, against the exact path and the two gates. */
 static void run_shape(lt_rng *r, const fast_shape *s) {
     int64_t M = s->M, N = s->N, K = s->K, ld = K + s->pad, ldy = N + s->pad;
     uint16_t *w = random_bf16(r, N, K, ld);
-    float *x = random_rows(r, M, K, ld);
-    float *y1 = poisoned(M, ldy), *y2 = poisoned(M, ldy), *ye = poisoned(M, ldy);
+    float *x = lt_random_rows(r, M, K, ld);
+    float *y1 = lt_poisoned_rows(M, ldy), *y2 = lt_poisoned_rows(M, ldy), *ye = lt_poisoned_rows(M, ldy);
     char what[128];
     snprintf(what, sizeof what, "fast M=%lld N=%lld K=%lld pad=%lld", (long long)M, (long long)N, (long long)K,
              (long long)s->pad);
@@ -153,7 +143,7 @@ static void test_fast_leaves_other_dtypes_exact(void) {
                 if (dts[d] == LM_F32) ((float *)w)[i] = v;
                 else ((uint16_t *)w)[i] = dts[d] == LM_F16 ? lm_f32_to_f16(v) : lm_f32_to_bf16(v);
             }
-            float *x = random_rows(&r, M, K, K), *yf = poisoned(M, N), *ye = poisoned(M, N);
+            float *x = lt_random_rows(&r, M, K, K), *yf = lt_poisoned_rows(M, N), *ye = lt_poisoned_rows(M, N);
             LT_CHECK_OK(lm__cpu_linear_prec(g_pool2, LM_PRECISION_FAST, x, K, w, dts[d], K, yf, N, M, N, K));
             LT_CHECK_OK(lm__cpu_linear_prec(g_pool2, LM_PRECISION_EXACT, x, K, w, dts[d], K, ye, N, M, N, K));
             LT_CHECK_MSG(memcmp(yf, ye, sizeof(float) * (size_t)(M * N)) == 0, "w=%s M=%lld: fast differs from exact",
@@ -173,7 +163,7 @@ static void test_thread_precision_selects_the_kernels(void) {
     lt_rng r = lt_rng_seed(29);
     int64_t M = 20, N = 100, K = 300;
     uint16_t *w = random_bf16(&r, N, K, K);
-    float *x = random_rows(&r, M, K, K), *yt = poisoned(M, N), *yf = poisoned(M, N), *yd = poisoned(M, N);
+    float *x = lt_random_rows(&r, M, K, K), *yt = lt_poisoned_rows(M, N), *yf = lt_poisoned_rows(M, N), *yd = lt_poisoned_rows(M, N);
     LT_CHECK(lm__cpu_precision() == LM_PRECISION_EXACT);
     LT_CHECK(lm__cpu_precision_set(LM_PRECISION_FAST) == LM_PRECISION_EXACT);
     LT_CHECK_OK(lm__cpu_linear(g_pool2, x, K, w, LM_BF16, K, yt, N, M, N, K));
@@ -217,23 +207,35 @@ static void test_refusals_and_names(void) {
     LT_CHECK_MSG(strstr(lm_last_error(), "CUDA") != NULL, "message: %s", lm_last_error());
 }
 
-/* ---- int8 weights ---- */
+/* ---- int8 and int4 weights ---- */
+/* A quantized case's outputs: fast on 1 thread, fast on 2, exact; poisoned, or under
+ * accumulate one shared random residual (padding NaN), which y0 keeps a copy of. */
+typedef struct qouts {
+    float *y1, *y2, *ye, *y0;
+} qouts;
+
+static qouts qouts_make(lt_rng *r, int64_t M, int64_t N, int64_t ldy, int acc) {
+    qouts o = {lt_poisoned_rows(M, ldy), lt_poisoned_rows(M, ldy), lt_poisoned_rows(M, ldy), lt_poisoned_rows(M, ldy)};
+    if (acc)
+        for (int64_t i = 0; i < M * ldy; i++) o.y1[i] = o.y2[i] = o.ye[i] = i % ldy < N ? (float)lt_rng_normal(r) : NAN;
+    memcpy(o.y0, o.y1, sizeof(float) * (size_t)(M * ldy));
+    return o;
+}
+
+static void qouts_free(qouts *o) { free(o->y1), free(o->y2), free(o->ye), free(o->y0); }
 static void i8_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int pad, int bias, int acc, int special) {
     int64_t ldx = K + pad, ldq = K + pad, ldy = N + pad;
     int8_t *q = malloc((size_t)(N * ldq + 1));
     for (int64_t i = 0; i < N * ldq; i++) q[i] = (int8_t)lt_rng_int(r, -128, 127);
     float *sc = malloc(sizeof(float) * (size_t)N), *bs = malloc(sizeof(float) * (size_t)N);
     for (int64_t n = 0; n < N; n++) sc[n] = (float)(0.01 + 0.02 * lt_rng_uniform(r)), bs[n] = (float)lt_rng_normal(r);
-    float *x = random_rows(r, M, K, ldx);
+    float *x = lt_random_rows(r, M, K, ldx);
     if (special && M > 1) { /* row 0 all zero; row 1 NaN in its last block */
         for (int64_t k = 0; k < K; k++) x[k] = 0.0f;
         x[ldx + K - 1] = NAN;
     }
-    float *y1 = poisoned(M, ldy), *y2 = poisoned(M, ldy), *ye = poisoned(M, ldy);
-    if (acc)
-        for (int64_t i = 0; i < M * ldy; i++) y1[i] = y2[i] = ye[i] = i % ldy < N ? (float)lt_rng_normal(r) : NAN;
-    float *y0 = malloc(sizeof(float) * (size_t)(M * ldy + 1));
-    memcpy(y0, y1, sizeof(float) * (size_t)(M * ldy));
+    qouts o = qouts_make(r, M, N, ldy, acc);
+    float *y1 = o.y1, *y2 = o.y2, *ye = o.ye, *y0 = o.y0;
     char what[128];
     snprintf(what, sizeof what, "int8 fast M=%lld N=%lld K=%lld pad=%d bias=%d acc=%d", (long long)M, (long long)N,
              (long long)K, pad, bias, acc);
@@ -301,7 +303,8 @@ static void i8_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int pad, int bia
     if (!special && M * N * K >= 100000 && nmse > g_worst_nmse_i8) g_worst_nmse_i8 = nmse;
     LT_CHECK_MSG(memcmp(y1, ye, sizeof(float) * (size_t)(M * ldy)) != 0 || K < 2, "%s: fast equals exact (did it run?)",
                  what);
-    free(q), free(sc), free(bs), free(x), free(y0), free(y1), free(y2), free(ye);
+    free(q), free(sc), free(bs), free(x);
+    qouts_free(&o);
 }
 
 /* int4 (nibbles, group scales) at fast precision: the same x quantization, against the
@@ -313,11 +316,9 @@ static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int b
     float *sc = malloc(sizeof(float) * (size_t)(N * lds)), *bs = malloc(sizeof(float) * (size_t)N);
     for (int64_t i = 0; i < N * lds; i++) sc[i] = (float)(0.05 + 0.1 * lt_rng_uniform(r));
     for (int64_t n = 0; n < N; n++) bs[n] = (float)lt_rng_normal(r);
-    float *x = random_rows(r, M, K, ldx), *y1 = poisoned(M, ldy), *y2 = poisoned(M, ldy), *ye = poisoned(M, ldy);
-    if (acc)
-        for (int64_t i = 0; i < M * ldy; i++) y1[i] = y2[i] = ye[i] = i % ldy < N ? (float)lt_rng_normal(r) : NAN;
-    float *y0 = malloc(sizeof(float) * (size_t)(M * ldy));
-    memcpy(y0, y1, sizeof(float) * (size_t)(M * ldy));
+    float *x = lt_random_rows(r, M, K, ldx);
+    qouts o = qouts_make(r, M, N, ldy, acc);
+    float *y1 = o.y1, *y2 = o.y2, *ye = o.ye, *y0 = o.y0;
     const float *b = bias ? bs : NULL;
     char what[128];
     snprintf(what, sizeof what, "int4 fast M=%lld N=%lld K=%lld G=%d bias=%d acc=%d", (long long)M, (long long)N,
@@ -372,7 +373,8 @@ static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int b
     double nmse = sq / (sref > 0 ? sref : 1);
     LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %.3g against exact > 1e-4", what, nmse);
     if (M * N * K >= 100000 && nmse > g_worst_nmse_i4) g_worst_nmse_i4 = nmse;
-    free(q), free(sc), free(bs), free(x), free(y0), free(y1), free(y2), free(ye);
+    free(q), free(sc), free(bs), free(x);
+    qouts_free(&o);
 }
 
 static void test_fast_int4_gemv(void) {
@@ -398,13 +400,13 @@ static void test_fast_int8_gemv(void) {
     int64_t M = 40, N = 30, K = 100;
     int8_t *q = malloc((size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)lt_rng_int(&r, -127, 127);
-    float sc[30], *x = random_rows(&r, M, K, K), *yf = poisoned(M, N), *ye = poisoned(M, N);
+    float sc[30], *x = lt_random_rows(&r, M, K, K), *yf = lt_poisoned_rows(M, N), *ye = lt_poisoned_rows(M, N);
     for (int i = 0; i < 30; i++) sc[i] = 0.01f;
     LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, yf, N, M, N, K));
     LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_EXACT, x, K, q, K, sc, NULL, 0, ye, N, M, N, K));
     LT_CHECK_MSG(memcmp(yf, ye, sizeof(float) * (size_t)(M * N)) == 0, "int8 GEMM: fast differs from exact");
     /* the thread's precision reaches lm__cpu_linear_i8 */
-    float *yt = poisoned(1, N), *y1 = poisoned(1, N);
+    float *yt = lt_poisoned_rows(1, N), *y1 = lt_poisoned_rows(1, N);
     LT_CHECK(lm__cpu_precision_set(LM_PRECISION_FAST) == LM_PRECISION_EXACT);
     LT_CHECK_OK(lm__cpu_linear_i8(NULL, x, K, q, K, sc, NULL, 0, yt, N, 1, N, K));
     lm__cpu_precision_set(LM_PRECISION_EXACT);
