@@ -2,7 +2,8 @@
  * reference (LM_IMPL_REF, double) on the same quantized bytes: int8, fp8 e4m3 and int4
  * (G = 32, 128), weights quantized on the host by lm_quantize_* from fresh random
  * floats, M in {1, 3, 8, 17, 64}, odd N (67: split-K GEMV; 4229: one warp per row
- * pair), K multiples of 128, every input form (plain, RMSNorm, SwiGLU), bias,
+ * pair), K multiples of 128 (2,048 and 7,168 at M = 1 and 8: the GEMV's input staged
+ * in shared memory, and at M = 8, K = 7,168 read from global memory per use), every input form (plain, RMSNorm, SwiGLU), bias,
  * accumulate; outputs NaN-poisoned before each run (except under accumulate, where
  * they hold the residual). Also the readable kernel (K = 40 off the 16-weight vectors,
  * a strided bf16 out), and a model: llama_gqa2_f32 / qwen2_bias_sharded loaded with
@@ -176,6 +177,21 @@ static void test_fused_inputs(void) {
                     }
 }
 
+/* Long rows: the GEMV stages in(x) in shared memory (K = 2,048; K = 7,168 at M = 1)
+ * or, past the opt-in limit (M = 8, K = 7,168: 229 KiB), reads it from global memory. */
+static void test_long_rows(void) {
+    static const int fmts[3][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 128}};
+    static const int Ks[2] = {2048, 7168};
+    uint64_t seed = 3500;
+    for (int f = 0; f < 3; f++)
+        for (int ki = 0; ki < 2; ki++)
+            for (int m = 1; m <= 8; m += 7)
+                for (int in = 1; in <= 2; in++) {
+                    qcase c = {fmts[f][0], fmts[f][1], m, 67, Ks[ki], (lm_linear_input)in, 1, in == 2, LM_F32, 0, 0};
+                    run_case(&c, seed++);
+                }
+}
+
 /* The readable kernel: K off the vector size, bf16 and strided outputs. */
 static void test_readable_layouts(void) {
     uint64_t seed = 4000;
@@ -303,6 +319,7 @@ int main(void) {
     LT_RUN(test_large_n);
     LT_RUN(test_workspace_chunks);
     LT_RUN(test_fused_inputs);
+    LT_RUN(test_long_rows);
     LT_RUN(test_readable_layouts);
     LT_RUN(test_model_logits_cuda_vs_cpu);
     LT_RUN(test_fp8_model_config);

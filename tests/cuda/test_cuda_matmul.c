@@ -6,7 +6,8 @@
  *    Linear layout), one batch dim, and LM_UNSUPPORTED (nothing queued) for layouts it
  *    does not take;
  *  - linear_lt (bf16 x with a row stride > K, bf16 w, f32 bias epilogue, strided f32
- *    out) and linear_gemv for M = 1, 3, 8 rows with each fused input (plain, RMSNorm,
+ *    out) and linear_gemv for M = 1, 3, 8 rows (K = 256 and 2,056: inputs staged in
+ *    shared memory; K = 7,208 at M = 8: read per use) with each fused input (plain, RMSNorm,
  *    SwiGLU), bias, and accumulation into the output, against reference compositions.
  * cuBLASLt runs with f32 compute (no TF32), so f32 keeps the f32 gate. GEMV inputs are
  * f32 and weights bf16 (exact in f32): only f32 summation order and the fast
@@ -127,9 +128,9 @@ static void test_linear_lt_bias_strided(void) {
     lm_tensor_destroy(x32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
 }
 
-static void check_gemv(lm__cuda_gemv_in in, int M, int accumulate) {
-    lt_rng r = lt_rng_seed(131 + (uint64_t)(M * 3 + in));
-    int64_t K = 256, N = 201, xw = in == LM__CUDA_GEMV_SWIGLU ? 2 * K : K;
+static void check_gemv(lm__cuda_gemv_in in, int M, int64_t K, int accumulate) {
+    lt_rng r = lt_rng_seed(131 + (uint64_t)(M * 3 + in) + (uint64_t)K);
+    int64_t N = 201, xw = in == LM__CUDA_GEMV_SWIGLU ? 2 * K : K;
     int64_t xs[2] = {M, xw}, ws[2] = {N, K}, os[2] = {M, N}, mk[2] = {M, K};
     ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.5), w = ct_random(&r, LM_BF16, 2, ws, 1.0);
     ct_pair nw = ct_random(&r, LM_F32, 1, &K, 1.0), bias = ct_random(&r, LM_F32, 1, &N, 1.0);
@@ -152,11 +153,14 @@ static void check_gemv(lm__cuda_gemv_in in, int M, int accumulate) {
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(bias.h), lm_tensor_as_view(want)));
     if (accumulate) LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(o.h), lm_tensor_as_view(want)));
     else LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
-    lm__cuda_gemv_params p = {in, lm_tensor_data(x.d), xw, lm_tensor_data(nw.d), eps, lm_tensor_data(w.d),
-                             lm_tensor_data(bias.d), lm_tensor_data(o.d), N, accumulate, M, N, K};
+    lm__cuda_gemv_params p;
+    memset(&p, 0, sizeof p);
+    p.in = in, p.wf = LM__CUDA_GEMV_BF16, p.x = lm_tensor_data(x.d), p.ldx = xw, p.norm_w = lm_tensor_data(nw.d);
+    p.eps = eps, p.w = lm_tensor_data(w.d), p.ldw = K * 2, p.bias = lm_tensor_data(bias.d), p.out = lm_tensor_data(o.d);
+    p.ldo = N, p.accumulate = accumulate, p.M = M, p.N = N, p.K = K;
     LT_CHECK_OK(lm__cuda_linear_gemv(&p, ct_stream(g_ctx)));
     char what[64];
-    snprintf(what, sizeof what, "linear_gemv in %d M %d accumulate %d", (int)in, M, accumulate);
+    snprintf(what, sizeof what, "linear_gemv in %d M %d K %lld accumulate %d", (int)in, M, (long long)K, accumulate);
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-9, 2e-3);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&nw), ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(in32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
@@ -165,11 +169,22 @@ static void check_gemv(lm__cuda_gemv_in in, int M, int accumulate) {
 static void test_linear_gemv_fused_inputs(void) {
     const int ms[3] = {1, 3, 8};
     for (int i = 0; i < 3; i++) {
-        check_gemv(LM__CUDA_GEMV_PLAIN, ms[i], i == 1);
-        check_gemv(LM__CUDA_GEMV_RMSNORM, ms[i], 0);
-        check_gemv(LM__CUDA_GEMV_SWIGLU, ms[i], 1);
+        check_gemv(LM__CUDA_GEMV_PLAIN, ms[i], 256, i == 1);
+        check_gemv(LM__CUDA_GEMV_RMSNORM, ms[i], 256, 0);
+        check_gemv(LM__CUDA_GEMV_SWIGLU, ms[i], 256, 1);
     }
-    lm__cuda_gemv_params bad = {LM__CUDA_GEMV_PLAIN, NULL, 12, NULL, 0, NULL, NULL, NULL, 4, 0, 9, 4, 12};
+    /* K = 2,056 (not a multiple of 32 floats: the staged rows are padded): in(x) staged
+     * in shared memory (M = 8: 66 KiB, past the default 48 KiB); K = 7,208 at M = 8 (231
+     * KiB, past an H200's opt-in limit): read from global memory per use */
+    for (int i = 0; i < 3; i++) {
+        check_gemv(LM__CUDA_GEMV_RMSNORM, ms[i], 2056, 1);
+        check_gemv(LM__CUDA_GEMV_SWIGLU, ms[i], 2056, 0);
+    }
+    check_gemv(LM__CUDA_GEMV_RMSNORM, 8, 7208, 0);
+    check_gemv(LM__CUDA_GEMV_SWIGLU, 8, 7208, 1);
+    lm__cuda_gemv_params bad;
+    memset(&bad, 0, sizeof bad);
+    bad.ldx = 12, bad.ldw = 24, bad.ldo = 4, bad.M = 9, bad.N = 4, bad.K = 12;
     LT_CHECK_STATUS(lm__cuda_linear_gemv(&bad, ct_stream(g_ctx)), LM_UNSUPPORTED); /* M = 9 > 8 */
 }
 

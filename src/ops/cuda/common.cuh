@@ -120,6 +120,21 @@ static inline int lm__cuda_sm_count(void) {
     return cached[dev];
 }
 
+/* Shared memory one block may opt in to on the current device (cached per device;
+ * 48 KiB, the default limit, if the query fails). */
+static inline int lm__cuda_smem_optin(void) {
+    static int cached[LM__CUDA_MAX_DEVICES];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= LM__CUDA_MAX_DEVICES) return 48 * 1024;
+    if (!cached[dev]) {
+        int n = 0;
+        cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cached[dev] = n > 0 ? n : 48 * 1024;
+    }
+    return cached[dev];
+}
+
 /* pdl_wait as the wait() argument of a kernel body written as a function
  * (gemv_body.cuh, attention_rows_body.cuh). */
 struct pdl_wait_fn {

@@ -190,19 +190,28 @@ size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim
  * heads; the last block of a (token, head) combines the splits. Any even hd <= 512. */
 lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
-/* gemv.cu: out f32 [M, N] (row stride ldo) = in [M, K] @ w^T (+ bias), w bf16 [N, K]
- * row-major, for M <= LM__CUDA_GEMV_MAX_ROWS (decode). The input is produced on the fly:
- * PLAIN reads x f32; RMSNORM normalizes x f32 rows with norm_w; SWIGLU reads
- * x f32 [M, 2K] (gate | up) and uses silu(gate) * up. accumulate: out += result. */
+/* gemv.cu: out f32 [M, N] (row stride ldo) = in [M, K] @ w^T (+ bias), for M <=
+ * LM__CUDA_GEMV_MAX_ROWS (decode). w: N rows of ldw bytes (a multiple of 16, 16-byte
+ * aligned) holding K weights of format wf: BF16; I8 or F8 (e4m3) with f32 row scales
+ * scales[n * lds]; I4 (two nibbles a byte, low = even k) with f32 group scales
+ * scales[n * lds + k / group], group a multiple of 32. The input is produced on the fly:
+ * PLAIN reads x f32; RMSNORM normalizes x f32 rows with norm_w; SWIGLU reads x f32
+ * [M, 2K] (gate | up) and uses silu(gate) * up. accumulate: out += result. */
 #define LM__CUDA_GEMV_MAX_ROWS 8 /* = LM__LINEAR_GEMV_MAX_ROWS (ops/internal.h) */
 typedef enum lm__cuda_gemv_in { LM__CUDA_GEMV_PLAIN = 0, LM__CUDA_GEMV_RMSNORM = 1, LM__CUDA_GEMV_SWIGLU = 2 } lm__cuda_gemv_in;
+typedef enum lm__cuda_gemv_w { LM__CUDA_GEMV_BF16 = 0, LM__CUDA_GEMV_I8, LM__CUDA_GEMV_F8, LM__CUDA_GEMV_I4 } lm__cuda_gemv_w;
 typedef struct lm__cuda_gemv_params {
     lm__cuda_gemv_in in;
-    const float *x; /* [M, K] or [M, 2K] (SWIGLU), row stride ldx */
+    lm__cuda_gemv_w wf;
+    const float *x; /* [M, K] or [M, 2K] (SWIGLU), row stride ldx; 16-byte aligned rows */
     int64_t ldx;
-    const float *norm_w; /* RMSNORM: [K] */
+    const float *norm_w; /* RMSNORM: [K], 16-byte aligned */
     float eps;
-    const void *w;     /* bf16 [N, K]; K % 8 == 0, 16-byte aligned */
+    const void *w; /* [N] rows of ldw bytes */
+    int64_t ldw;
+    const float *scales; /* quantized formats: [N] or [N, K / group], row stride lds */
+    int64_t lds;
+    int group;
     const float *bias; /* [N] or NULL */
     float *out;        /* [M, N], row stride ldo */
     int64_t ldo;

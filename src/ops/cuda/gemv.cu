@@ -3,69 +3,98 @@
  * the output write.
  *
  * Decode reads every weight byte once per step, so this kernel is about keeping
- * enough 16-byte weight loads in flight to stream W (bf16 [N, K]) at full bandwidth:
- *  - a warp owns RPW = 2 output rows and a slice of K; each lane issues UNROLL = 4
- *    16-byte loads per row (8 independent loads) before using any of them;
+ * enough 16-byte weight loads in flight to stream W at full bandwidth. One kernel for
+ * every weight format (bf16; int8, fp8 e4m3 with row scales; int4 with group scales),
+ * the format a template argument: a 16-byte vector holds 8, 16 or 32 weights, decoded to
+ * f32 in registers (int8/int4: shifts; fp8: cvt e4m3x2 -> f16x2, exact) and multiplied
+ * with f32 inputs; row scales are applied once per output after the sum, group scales
+ * once per vector (a vector's 32 k lie in one group).
+ *  - a warp owns RPW output rows and a slice of K; each lane issues UNROLL 16-byte
+ *    loads per row, 8 independent loads, before using any of them (bf16: 2 rows x 4;
+ *    at M <= 2 int8/fp8 4 x 2 and int4 8 x 1: gemv_cfg);
  *  - when N is small (o and down projections, N ~ H) a row's K is split over KSPLIT =
  *    8 warps of one block, combined through shared memory, so there are enough warps
  *    to cover the GPU; when N is large (q|k|v, gate|up, lm_head) KSPLIT = 1 and each
  *    warp owns whole rows;
- *  - the grid is at most 4 blocks per SM and walks the row groups in a stride loop,
+ *  - the grid is at most 4 blocks per SM (fewer where registers or shared memory
+ *    leave fewer resident: no second wave) and walks the row groups in a stride loop,
  *    so per-block work (the RMSNorm prologue) is paid a few hundred times, not once
  *    per pair of rows (the lm_head has 150k rows).
  *  - launched with programmatic dependent launch: each warp issues its first batch of
  *    weight loads before waiting for the previous kernel (pdl_wait), so the weight
  *    stream of this projection overlaps the tail of the kernel before it.
- * Inputs: PLAIN x; RMSNORM x / rms(x) * norm_w (1/rms of each row computed by every
- * warp from L1/L2: no block barrier on the critical path); SWIGLU silu(gate) * up from
- * x = [gate | up]. The M input rows are tiny and
- * served from L1/L2. Work O(M * N * K); bytes ~ 2 * N * K.
+ *  - in(x) is computed once per block into shared memory (RMSNORM x * norm_w, the
+ *    1 / rms applied to the finished sums; SWIGLU silu(gate) * up from x = [gate | up];
+ *    PLAIN x), swizzled so that the lanes' strided chunk reads are free of bank
+ *    conflicts, when the M rows fit the block's opt-in shared memory (227 KiB on an
+ *    H200: M = 8 up to K ~ 7,000); else each warp computes it per use from L1/L2.
+ * Work O(M * N * K); bytes ~ N * K * bytes per weight.
  */
 #include "ops/cuda/gemv_body.cuh"
 
-template <int IN, int M, int KSPLIT>
+template <int F, int IN, int M, int KSPLIT, int SMX>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
-    gemv_body<IN, M, KSPLIT>(p, blockIdx.x, gridDim.x, pdl_wait_fn());
+    extern __shared__ float4 xs[];
+    gemv_body<F, IN, M, KSPLIT, SMX>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
 }
 
-template <int IN, int M>
+template <int F, int IN, int M>
 static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
+    typedef gemv_cfg<F, M> cfg;
     int64_t sms = lm__cuda_sm_count();
-    int ksplit = lm__gemv_ksplit(p->N, sms);
-    int64_t blocks = lm__gemv_blocks(p->N, sms);
+    int ksplit = lm__gemv_ksplit(p->N, cfg::RPW, p->K / cfg::WPV, 32 * cfg::UNROLL, sms);
+    size_t smx = (size_t)M * (size_t)smx_row_chunks(p->K) * 16;
+    int staged = smx + GEMV_STATIC_SMEM <= (size_t)lm__cuda_smem_optin();
+    void (*kernel)(lm__cuda_gemv_params) = staged ? (ksplit == 1 ? gemv_kernel<F, IN, M, 1, 1> : gemv_kernel<F, IN, M, WARPS, 1>)
+                                                  : (ksplit == 1 ? gemv_kernel<F, IN, M, 1, 0> : gemv_kernel<F, IN, M, WARPS, 0>);
+    cudaError_t e = cudaSuccess;
+    if (staged && smx > 48 * 1024) /* past the default limit: opt in (a host-side attribute) */
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smx);
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv shared memory");
+    int per_sm = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, staged ? smx : 0);
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv occupancy");
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {dim3((unsigned)blocks), dim3(THREADS), 0, s, &attr, 1};
-    cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, 1>, *p)
-                                : cudaLaunchKernelEx(&cfg, gemv_kernel<IN, M, WARPS>, *p);
+    cudaLaunchConfig_t lc = {dim3((unsigned)lm__gemv_blocks(p->N, cfg::RPW, ksplit, sms, per_sm)), dim3(THREADS), staged ? smx : 0, s,
+                              &attr, 1};
+    e = cudaLaunchKernelEx(&lc, kernel, *p);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv launch");
     return lm__cuda_launched("linear_gemv");
 }
 
-template <int IN>
+/* M rows run the kernel built for 1, 2, 4 or 8 (the extra rows repeat the last one). */
+template <int F, int IN>
 static lm_status launch_m(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    switch (p->M) {
-    case 1: return launch<IN, 1>(p, s);
-    case 2: return launch<IN, 2>(p, s);
-    case 3: return launch<IN, 3>(p, s);
-    case 4: return launch<IN, 4>(p, s);
-    case 5: return launch<IN, 5>(p, s);
-    case 6: return launch<IN, 6>(p, s);
-    case 7: return launch<IN, 7>(p, s);
-    default: return launch<IN, 8>(p, s);
+    if (p->M == 1) return launch<F, IN, 1>(p, s);
+    if (p->M == 2) return launch<F, IN, 2>(p, s);
+    if (p->M <= 4) return launch<F, IN, 4>(p, s);
+    return launch<F, IN, 8>(p, s);
+}
+
+template <int F>
+static lm_status launch_in(const lm__cuda_gemv_params *p, cudaStream_t s) {
+    switch (p->in) {
+    case LM__CUDA_GEMV_PLAIN: return launch_m<F, LM__CUDA_GEMV_PLAIN>(p, s);
+    case LM__CUDA_GEMV_RMSNORM: return launch_m<F, LM__CUDA_GEMV_RMSNORM>(p, s);
+    default: return launch_m<F, LM__CUDA_GEMV_SWIGLU>(p, s);
     }
 }
 
 lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % 8 != 0 || p->ldx % 4 != 0 || ((uintptr_t)p->w & 15) ||
-        ((uintptr_t)p->x & 15))
-        return lm__error(LM_UNSUPPORTED, "linear_gemv: M = %d (1..%d), K = %lld (multiple of 8) or alignment not supported",
-                         p->M, LM__CUDA_GEMV_MAX_ROWS, (long long)p->K);
+    int wpv = p->wf == LM__CUDA_GEMV_I4 ? 32 : p->wf == LM__CUDA_GEMV_BF16 ? 8 : 16;
+    if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % wpv != 0 || p->ldx % 4 != 0 || p->ldw % 16 != 0 ||
+        ((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15) || (p->wf == LM__CUDA_GEMV_I4 && p->group % 32 != 0))
+        return lm__error(LM_UNSUPPORTED,
+                         "linear_gemv: M = %d (1..%d), K = %lld (a multiple of %d), int4 group %d or alignment "
+                         "not supported",
+                         p->M, LM__CUDA_GEMV_MAX_ROWS, (long long)p->K, wpv, p->group);
     if (p->N == 0) return LM_OK;
-    switch (p->in) {
-    case LM__CUDA_GEMV_PLAIN: return launch_m<LM__CUDA_GEMV_PLAIN>(p, s);
-    case LM__CUDA_GEMV_RMSNORM: return launch_m<LM__CUDA_GEMV_RMSNORM>(p, s);
-    default: return launch_m<LM__CUDA_GEMV_SWIGLU>(p, s);
+    switch (p->wf) {
+    case LM__CUDA_GEMV_BF16: return launch_in<LM__CUDA_GEMV_BF16>(p, s);
+    case LM__CUDA_GEMV_I8: return launch_in<LM__CUDA_GEMV_I8>(p, s);
+    case LM__CUDA_GEMV_F8: return launch_in<LM__CUDA_GEMV_F8>(p, s);
+    default: return launch_in<LM__CUDA_GEMV_I4>(p, s);
     }
 }

@@ -6,12 +6,63 @@
 
 #include "ops/cuda/common.cuh"
 
-#define WARPS 8
-#define RPW 2
-#define UNROLL 4
-#define THREADS (32 * WARPS)
+#include <cuda_fp8.h>
 
-/* 8 consecutive inputs of row m starting at column k, as the prologue defines them. */
+#define WARPS 8
+#define THREADS (32 * WARPS)
+/* Shared memory a block keeps besides the staged input (the split-K partials, the
+ * RMSNorm sums): the staged input gets the device's opt-in limit less this. */
+#define GEMV_STATIC_SMEM (4 * 1024)
+
+/* The shape of format F's kernel for M input rows: WPV weights per 16-byte vector, CH
+ * chunks of 8 of them; a warp owns RPW output rows and each lane keeps RPW x UNROLL = 8
+ * vector loads in flight. At M <= 2 the narrower formats take more rows per warp (int8/
+ * fp8 4, int4 8): a row of them is 2-4x fewer vectors, and more rows keep the lane's 8
+ * loads and reuse each staged input chunk more times; at larger M the row x input
+ * accumulators would not fit in registers, so 2. */
+template <int F, int M>
+struct gemv_cfg {
+    static constexpr int WPV = F == LM__CUDA_GEMV_I4 ? 32 : F == LM__CUDA_GEMV_BF16 ? 8 : 16;
+    static constexpr int CH = WPV / 8;
+    static constexpr int RPW = M > 2 || F == LM__CUDA_GEMV_BF16 ? 2 : F == LM__CUDA_GEMV_I4 ? 8 : 4;
+    static constexpr int UNROLL = 8 / RPW;
+};
+
+/* Weights c * 8 .. c * 8 + 7 of a 16-byte vector as f32: bf16 values, int8 / int4
+ * integers (the scale is applied by the caller) or e4m3 values (cvt e4m3x2 -> f16x2,
+ * exact). */
+template <int F>
+__device__ __forceinline__ void decode8(const uint4 &raw, int c, float *w) {
+    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (F == LM__CUDA_GEMV_BF16) {
+        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 f = __bfloat1622float2(w2[i]);
+            w[2 * i] = f.x, w[2 * i + 1] = f.y;
+        }
+    } else if (F == LM__CUDA_GEMV_I4) {
+        uint32_t v = u[c];
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = (float)((int32_t)(v << (28 - 4 * i)) >> 28);
+    } else if (F == LM__CUDA_GEMV_I8) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) w[4 * h + i] = (float)((int32_t)(u[2 * c + h] << (24 - 8 * i)) >> 24);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[2 * c + h / 2] >> (16 * (h & 1))),
+                                                       __NV_E4M3);
+            float2 f = __half22float2(__half2(r));
+            w[2 * h] = f.x, w[2 * h + 1] = f.y;
+        }
+    }
+}
+
+/* 8 consecutive inputs of row m from column k as the input form IN defines them, read
+ * from global memory (the kernels whose input does not fit the staging buffer). */
 template <int IN>
 __device__ __forceinline__ void load_in(const lm__cuda_gemv_params &p, int m, int64_t k, float inv, const float *nw,
                                         float *v) {
@@ -30,30 +81,35 @@ __device__ __forceinline__ void load_in(const lm__cuda_gemv_params &p, int m, in
     }
 }
 
-__device__ __forceinline__ float dot8(uint4 raw, const float *x) {
-    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&raw;
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(w2[i]);
-        s += f.x * x[2 * i] + f.y * x[2 * i + 1];
-    }
-    return s;
-}
+/* The staged input: row m's 4-float chunk j lives at chunk m * smx_row_chunks(K) +
+ * smx_swizzle(j). Lanes read their 16-byte weight vector's 2, 4 or 8 consecutive chunks
+ * (bf16, int8/fp8, int4) one chunk per instruction; the swizzle spreads the 8 lanes of
+ * each quarter-warp phase over the 8 different 16-byte bank groups for all three
+ * strides, so those reads run without bank conflicts (unswizzled, or read straight from
+ * L1, lanes 2-8 chunks apart touch 2-8x the cache lines per instruction — what bounded
+ * this kernel before the input was staged). */
+__host__ __device__ __forceinline__ int64_t smx_row_chunks(int64_t K) { return (K / 4 + 7) / 8 * 8; }
+__device__ __forceinline__ int64_t smx_swizzle(int64_t j) { return j ^ ((j >> 3) & 7); }
 
 /* What output (m, n) adds to its product: the bias, and the residual when
  * accumulating. Read at the start of a row group's iteration, by the thread that will
  * store the element, so these loads overlap the weight stream instead of adding a
- * memory round trip after it (always after pdl_wait: the residual is the previous
+ * memory round trip after it (always after the wait: the residual is the previous
  * kernel's output). */
 __device__ __forceinline__ float addend(const lm__cuda_gemv_params &p, int m, int64_t n) {
-    if (n >= p.N) return 0.f;
+    if (n >= p.N || m >= p.M) return 0.f;
     float v = p.bias ? p.bias[n] : 0.f;
     return p.accumulate ? v + p.out[m * p.ldo + n] : v;
 }
 
+/* The scale of output column n applied after the sum (int8/fp8 row scales; 1 otherwise). */
+template <int F>
+__device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_t n) {
+    return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? p.scales[n * p.lds] : 1.f;
+}
+
 /* Issues the UNROLL x RPW weight loads of one batch (zeros past the row's end). */
-template <int KSPLIT>
+template <int RPW, int UNROLL, int KSPLIT>
 __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, int64_t nvec, uint4 (*raw)[UNROLL]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
@@ -63,61 +119,148 @@ __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, in
     }
 }
 
-/* Row pointers of row group grp (rows past N repeat the last row; never stored). */
-__device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, int64_t nvec, const uint4 **w) {
+/* Rows of row group grp (rows past N repeat the last row; never stored). */
+template <int RPW>
+__device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, const uint4 **w, int64_t *rows) {
 #pragma unroll
-    for (int r = 0; r < RPW; r++) w[r] = (const uint4 *)p.w + LM_MIN(grp * RPW + r, p.N - 1) * nvec;
+    for (int r = 0; r < RPW; r++) {
+        rows[r] = LM_MIN(grp * RPW + r, p.N - 1);
+        w[r] = (const uint4 *)((const uint8_t *)p.w + rows[r] * p.ldw);
+    }
+}
+
+/* 1 / rms of input row m by one warp (every lane gets it). */
+__device__ __forceinline__ float gemv_inv_rms(const lm__cuda_gemv_params &p, int m) {
+    const float4 *xr = (const float4 *)(p.x + m * p.ldx);
+    float ss = 0.f;
+#pragma unroll 4
+    for (int64_t k4 = threadIdx.x & 31; k4 < p.K / 4; k4 += 32) {
+        float4 a = xr[k4];
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+    return rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
+}
+
+/* Stages in(x) of the M rows (rows >= p.M repeat the last) into xs, swizzled, by the
+ * block's threads together: loads issued SB chunks at a time before their stores, one
+ * barrier. RMSNORM stages x * norm_w and leaves each thread's partial sums of squares in
+ * red; the caller applies 1 / rms per row to the finished sums (gemv_inv_rows). */
+template <int IN, int M>
+__device__ __forceinline__ void stage_input(const lm__cuda_gemv_params &p, float4 *xs, float (*red)[M]) {
+    constexpr int SB = 4;
+    const int64_t kc = p.K / 4, rc = smx_row_chunks(p.K);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float4 *xr = (const float4 *)(p.x + LM_MIN(m, p.M - 1) * p.ldx);
+        float ss = 0.f;
+        for (int64_t j0 = threadIdx.x; j0 < kc; j0 += SB * THREADS) {
+            float4 a[SB], b[SB];
+#pragma unroll
+            for (int s = 0; s < SB; s++) {
+                int64_t j = j0 + s * THREADS;
+                if (j < kc) {
+                    a[s] = __ldg(xr + j);
+                    if (IN == LM__CUDA_GEMV_RMSNORM) b[s] = __ldg((const float4 *)p.norm_w + j);
+                    if (IN == LM__CUDA_GEMV_SWIGLU) b[s] = __ldg(xr + kc + j);
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < SB; s++) {
+                int64_t j = j0 + s * THREADS;
+                if (j < kc) {
+                    float4 v = a[s], g = b[s];
+                    if (IN == LM__CUDA_GEMV_RMSNORM) {
+                        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                        v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
+                    } else if (IN == LM__CUDA_GEMV_SWIGLU) {
+                        v.x = v.x / (1.f + __expf(-v.x)) * g.x, v.y = v.y / (1.f + __expf(-v.y)) * g.y;
+                        v.z = v.z / (1.f + __expf(-v.z)) * g.z, v.w = v.w / (1.f + __expf(-v.w)) * g.w;
+                    }
+                    xs[m * rc + smx_swizzle(j)] = v;
+                }
+            }
+        }
+        if (IN == LM__CUDA_GEMV_RMSNORM) {
+            ss = warp_sum(ss);
+            if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5][m] = ss;
+        }
+    }
+    __syncthreads();
+}
+
+/* 1 / rms of each staged row from the warps' partial sums (every thread, after the barrier). */
+template <int M>
+__device__ __forceinline__ void gemv_inv_rows(const lm__cuda_gemv_params &p, float (*red)[M], float *inv) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) t += red[w][m];
+        inv[m] = rsqrtf(t / (float)p.K + p.eps);
+    }
 }
 
 /* The kernel's body for block vb of vg (its own launch passes its block index and grid
- * size). wait() is called once, by every thread, after the first weight batch is in
- * flight and before any input is read: pdl_wait in its own launch. */
-template <int IN, int M, int KSPLIT, typename Wait>
-__device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb, int vg, Wait wait) {
+ * size). F is the weight format, IN the input form, M the number of input rows it is
+ * built for (1, 2, 4 or 8; rows m >= p.M read row p.M - 1 and are never stored), KSPLIT
+ * the warps sharing one row's K, SMX whether in(x) is staged in xs (dynamic shared
+ * memory of M * smx_row_chunks(K) * 16 bytes) or read from global memory per use.
+ * wait() is called once, by every thread, after the first weight batch is in flight and
+ * before any input is read: pdl_wait in its own launch. */
+template <int F, int IN, int M, int KSPLIT, int SMX, typename Wait>
+__device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb, int vg, Wait wait, float4 *xs) {
+    typedef gemv_cfg<F, M> cfg;
+    constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
     const int groups_per_block = WARPS / KSPLIT;
-    const int64_t nvec = p.K / 8, groups = (p.N + RPW - 1) / RPW;
+    const int64_t nvec = p.K / WPV, groups = (p.N + RPW - 1) / RPW, rc = smx_row_chunks(p.K);
     /* The weights do not depend on the previous kernel: start streaming this warp's first
      * batch, let the next kernel start too, and only then wait for our inputs. */
     pdl_trigger();
-    uint4 first[RPW][UNROLL];
+    uint4 raw[RPW][UNROLL]; /* the batch in flight: first that of the first group */
     const int64_t grp0 = (int64_t)vb * groups_per_block + gw;
     if (grp0 < groups) {
         const uint4 *w[RPW];
-        group_rows(p, grp0, nvec, w);
-        load_batch<KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, first);
+        int64_t rows[RPW];
+        group_rows<RPW>(p, grp0, w, rows);
+        load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw);
     }
     wait();
-    float inv_rms[M]; /* RMSNORM: 1 / rms of each input row, per warp (no block barrier) */
+    /* RMSNORM: 1 / rms of each input row; unstaged, computed by every warp (no block
+     * barrier) and applied to the inputs; staged, from the staging pass's sums and
+     * applied to the finished outputs (post_rms) */
+    int mrow[M];
+    float inv_rms[M], post_rms[M];
 #pragma unroll
     for (int m = 0; m < M; m++) {
-        inv_rms[m] = 1.f;
-        if (IN == LM__CUDA_GEMV_RMSNORM) {
-            const float4 *xr = (const float4 *)(p.x + m * p.ldx);
-            float ss = 0.f;
-#pragma unroll 4
-            for (int64_t k4 = lane; k4 < p.K / 4; k4 += 32) {
-                float4 a = xr[k4];
-                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            }
-            inv_rms[m] = rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
-        }
+        mrow[m] = m < p.M ? m : p.M - 1;
+        inv_rms[m] = IN == LM__CUDA_GEMV_RMSNORM && !SMX ? gemv_inv_rms(p, mrow[m]) : 1.f;
+        post_rms[m] = 1.f;
     }
-    int prefetched = 1; /* `first` holds the first batch of the first group */
+    if (SMX) {
+        __shared__ float red[WARPS][M];
+        stage_input<IN, M>(p, xs, red);
+        if (IN == LM__CUDA_GEMV_RMSNORM) gemv_inv_rows<M>(p, red, post_rms);
+    }
+    int prefetched = 1; /* raw holds the first batch of the first group */
     /* every warp of a block runs the same number of iterations (shared-memory combine) */
     for (int64_t g0 = (int64_t)vb * groups_per_block; g0 < groups; g0 += (int64_t)vg * groups_per_block) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
-        float add[RPW][M]; /* KSPLIT == 1: lane 0's rows; else thread t < RPW * M's element (in add[0][0]) */
+        /* KSPLIT == 1: lane 0's rows; else thread t < RPW * M's element (in add[0][0], scl[0]) */
+        float add[RPW][M], scl[RPW];
         if (KSPLIT == 1) {
             if (lane == 0 && grp < groups)
 #pragma unroll
-                for (int r = 0; r < RPW; r++)
+                for (int r = 0; r < RPW; r++) {
+                    scl[r] = row_scale<F>(p, n0 + r);
 #pragma unroll
                     for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n0 + r);
+                }
         } else if (threadIdx.x < RPW * M) {
             add[0][0] = addend(p, threadIdx.x % M, g0 * RPW + threadIdx.x / M);
+            scl[0] = row_scale<F>(p, g0 * RPW + threadIdx.x / M);
         }
         float acc[RPW][M];
 #pragma unroll
@@ -126,33 +269,54 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
             for (int m = 0; m < M; m++) acc[r][m] = 0.f;
         if (grp < groups) {
             const uint4 *w[RPW];
-            group_rows(p, grp, nvec, w);
+            int64_t rows[RPW];
+            group_rows<RPW>(p, grp, w, rows);
             for (int64_t v0 = (int64_t)slice * 32 + lane; v0 < nvec; v0 += (int64_t)KSPLIT * 32 * UNROLL) {
-                uint4 raw[RPW][UNROLL];
-                if (prefetched) {
-#pragma unroll
-                    for (int r = 0; r < RPW; r++)
-#pragma unroll
-                        for (int u = 0; u < UNROLL; u++) raw[r][u] = first[r][u];
-                    prefetched = 0;
-                } else {
-                    load_batch<KSPLIT>(w, v0, nvec, raw);
-                }
+                if (!prefetched) load_batch<RPW, UNROLL, KSPLIT>(w, v0, nvec, raw);
+                prefetched = 0;
 #pragma unroll
                 for (int u = 0; u < UNROLL; u++) {
                     int64_t vi = v0 + (int64_t)u * KSPLIT * 32;
                     if (vi >= nvec) break;
-                    float nw[8];
-                    if (IN == LM__CUDA_GEMV_RMSNORM) {
-                        float4 a = *(const float4 *)(p.norm_w + vi * 8), b = *(const float4 *)(p.norm_w + vi * 8 + 4);
-                        nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w, nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
+                    float t[RPW][M]; /* this vector's q . x */
+#pragma unroll
+                    for (int r = 0; r < RPW; r++)
+#pragma unroll
+                        for (int m = 0; m < M; m++) t[r][m] = 0.f;
+#pragma unroll
+                    for (int c = 0; c < CH; c++) {
+                        const int64_t k0 = vi * WPV + c * 8;
+                        float nw[8];
+                        if (IN == LM__CUDA_GEMV_RMSNORM && !SMX) {
+                            float4 a = *(const float4 *)(p.norm_w + k0), b = *(const float4 *)(p.norm_w + k0 + 4);
+                            nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w;
+                            nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
+                        }
+                        float wf[RPW][8];
+#pragma unroll
+                        for (int r = 0; r < RPW; r++) decode8<F>(raw[r][u], c, wf[r]);
+#pragma unroll
+                        for (int m = 0; m < M; m++) {
+                            float x[8];
+                            if (SMX) {
+                                float4 a = xs[m * rc + smx_swizzle(k0 / 4)], b = xs[m * rc + smx_swizzle(k0 / 4 + 1)];
+                                x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+                                x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+                            } else {
+                                load_in<IN>(p, mrow[m], k0, inv_rms[m], nw, x);
+                            }
+#pragma unroll
+                            for (int r = 0; r < RPW; r++)
+#pragma unroll
+                                for (int i = 0; i < 8; i++) t[r][m] += wf[r][i] * x[i];
+                        }
                     }
 #pragma unroll
-                    for (int m = 0; m < M; m++) {
-                        float x[8];
-                        load_in<IN>(p, m, vi * 8, inv_rms[m], nw, x);
+                    for (int r = 0; r < RPW; r++) {
+                        /* int4: the vector's group scale (32 k lie in one group); the others: 1 here */
+                        float s = F == LM__CUDA_GEMV_I4 ? __ldg(p.scales + rows[r] * p.lds + vi * WPV / p.group) : 1.f;
 #pragma unroll
-                        for (int r = 0; r < RPW; r++) acc[r][m] += dot8(raw[r][u], x);
+                        for (int m = 0; m < M; m++) acc[r][m] += t[r][m] * s;
                     }
                 }
             }
@@ -167,7 +331,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                 for (int r = 0; r < RPW; r++)
                     if (n0 + r < p.N)
 #pragma unroll
-                        for (int m = 0; m < M; m++) p.out[m * p.ldo + n0 + r] = acc[r][m] + add[r][m];
+                        for (int m = 0; m < M; m++)
+                            if (m < p.M) p.out[m * p.ldo + n0 + r] = acc[r][m] * scl[r] * post_rms[m] + add[r][m];
         } else {
             if (lane == 0)
 #pragma unroll
@@ -178,11 +343,14 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
             if (threadIdx.x < RPW * M) { /* one row group per block when KSPLIT == WARPS */
                 int r = threadIdx.x / M, m = threadIdx.x % M;
                 int64_t n = g0 * RPW + r;
-                if (n < p.N) {
-                    float v = 0.f;
+                if (n < p.N && m < p.M) {
+                    float v = 0.f, post = 1.f;
 #pragma unroll
                     for (int s = 0; s < KSPLIT; s++) v += part[s][r][m];
-                    p.out[m * p.ldo + n] = v + add[0][0];
+#pragma unroll
+                    for (int i = 0; i < M; i++)
+                        if (i == m) post = post_rms[i];
+                    p.out[m * p.ldo + n] = v * scl[0] * post + add[0][0];
                 }
             }
             __syncthreads();
@@ -190,12 +358,16 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     }
 }
 
-/* Whether a row's K is split over the block's warps (few rows: split K to get enough
- * warps) and how many blocks a standalone launch uses. */
-static inline int lm__gemv_ksplit(int64_t N, int64_t sms) { return (N + RPW - 1) / RPW < sms * 16 ? WARPS : 1; }
-static inline int64_t lm__gemv_blocks(int64_t N, int64_t sms) {
-    int64_t groups = (N + RPW - 1) / RPW, per_block = WARPS / lm__gemv_ksplit(N, sms);
-    return LM_MIN((groups + per_block - 1) / per_block, sms * 4);
+/* Whether a row's K is split over the block's warps (few row groups, and rows longer
+ * than one warp's batch of batch_vecs vectors: split K to get enough busy warps) and how
+ * many blocks a standalone launch uses: per_sm is the kernel's resident blocks per SM
+ * (at most 4 are used), so the grid never runs a second wave. */
+static inline int lm__gemv_ksplit(int64_t N, int rpw, int64_t nvec, int64_t batch_vecs, int64_t sms) {
+    return (N + rpw - 1) / rpw < sms * 16 && nvec > batch_vecs ? WARPS : 1;
+}
+static inline int64_t lm__gemv_blocks(int64_t N, int rpw, int ksplit, int64_t sms, int per_sm) {
+    int64_t groups = (N + rpw - 1) / rpw, per_block = WARPS / ksplit;
+    return LM_MIN((groups + per_block - 1) / per_block, sms * LM_MAX(1, LM_MIN(per_sm, 4)));
 }
 
 #endif

@@ -3,15 +3,10 @@
  * nibbles per byte, low = even k, f32 scales [N, K/G] for groups of G = 32/64/128 k).
  *
  * Four paths, none allocating (a captured step may hold them):
- *  - the decode GEMV (M <= 8 rows): gemv.cu's structure with quantized weights. A warp
- *    owns RPW = 2 rows and streams their bytes in 16-byte loads (16 int8/fp8 or 32 int4
- *    weights each), UNROLL = 4 loads per row in flight per lane, the first batch issued
- *    before pdl_wait; split-K over KSPLIT = 8 warps when N is small; the input form is a
- *    template argument. Weights are decoded to f32 in registers (int8: shifts; fp8: cvt
- *    e4m3x2 -> f16x2, exact; int4: shifts of the nibbles) and multiplied with f32 x. int8/fp8 apply the row scale once
- *    per output after the sum; int4 the group scale once per 16-byte vector (32 k lie in
- *    one group since G is a multiple of 32). Bytes ~ N * K (int8/fp8), N * K / 2 + scales
- *    (int4); O(M * N * K) FMAs.
+ *  - the decode GEMV (M <= 8 rows): gemv.cu's kernel, the weight format one of its
+ *    template arguments (int8/fp8 apply the row scale once per output after the sum,
+ *    int4 the group scale once per 16-byte vector). Bytes ~ N * K (int8/fp8),
+ *    N * K / 2 + scales (int4); O(M * N * K) FMAs.
  *  - the product for more rows (prefill): a bf16 tensor-core (WMMA 16x16x16) tiled GEMM,
  *    64 x 64 outputs per block, K in steps of 32, that dequantizes each weight tile into
  *    shared memory (int8/fp8 values are exact in bf16 and their row scale is applied in
@@ -26,17 +21,11 @@
  * Input forms (PLAIN, RMSNORM, SWIGLU), bias and accumulate as lm_linear_out defines them,
  * in every kernel. f32 x only (lm_linear_out checks it).
  */
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/gemv_body.cuh" /* decode8 */
 
-#include <cuda_fp8.h>
 #include <mma.h>
 
-#define WARPS 8
-#define RPW 2
-#define UNROLL 4
-#define THREADS (32 * WARPS)
-
-enum { Q_I8 = 0, Q_F8 = 1, Q_I4 = 2 };
+enum { Q_I8 = LM__CUDA_GEMV_I8, Q_F8 = LM__CUDA_GEMV_F8, Q_I4 = LM__CUDA_GEMV_I4 };
 
 struct qparams {
     int in;         /* LM_LINEAR_IN, _RMSNORM, _SWIGLU */
@@ -58,32 +47,6 @@ struct qparams {
     int M;
     int64_t N, K;
 };
-
-/* ---- weight decoding ------------------------------------------------------------------------- */
-/* Weights c * 8 .. c * 8 + 7 of a 16-byte vector (16 for int8/fp8, 32 for int4), as f32
- * integers (int8, int4) or e4m3 values (fp8). */
-template <int F>
-__device__ __forceinline__ void decode8(const uint4 &raw, int c, float *w) {
-    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-    if (F == Q_I4) {
-        uint32_t v = u[c];
-#pragma unroll
-        for (int i = 0; i < 8; i++) w[i] = (float)((int32_t)(v << (28 - 4 * i)) >> 28);
-    } else if (F == Q_I8) {
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) w[4 * h + i] = (float)((int32_t)(u[2 * c + h] << (24 - 8 * i)) >> 24);
-    } else {
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[2 * c + h / 2] >> (16 * (h & 1))),
-                                                       __NV_E4M3);
-            float2 f = __half22float2(__half2(r));
-            w[2 * h] = f.x, w[2 * h + 1] = f.y;
-        }
-    }
-}
 
 /* One weight (n, k) for the readable kernel: the quantized value times its scale. */
 __device__ __forceinline__ float weight_at(const qparams &p, int f, int64_t n, int64_t k) {
@@ -120,230 +83,6 @@ __device__ __forceinline__ float row_inv_rms(const qparams &p, int64_t m) {
         ss += v * v;
     }
     return rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
-}
-
-/* ---- the decode GEMV ------------------------------------------------------------------------- */
-/* 8 consecutive inputs of row m from column k (unit stride, 16-byte aligned rows), for
- * the input form IN (a template argument: the form's loads and math are compiled in). */
-template <int IN>
-__device__ __forceinline__ void load_in8(const qparams &p, int m, int64_t k, float inv, const float *nw, float *v) {
-    const float *xr = p.x + m * p.ldx + k;
-    float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    if (IN == LM_LINEAR_IN_RMSNORM) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] *= inv * nw[i];
-    } else if (IN == LM_LINEAR_IN_SWIGLU) {
-        const float *ur = xr + p.K;
-        float4 c = *(const float4 *)ur, d = *(const float4 *)(ur + 4);
-        float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = v[i] / (1.f + __expf(-v[i])) * u[i];
-    }
-}
-
-/* Bias and residual of output (m, n), read early (after pdl_wait) by the thread that stores it. */
-__device__ __forceinline__ float addend(const qparams &p, int m, int64_t n) {
-    if (n >= p.N || m >= p.M) return 0.f;
-    float v = p.bias ? p.bias[n] : 0.f;
-    return p.accumulate ? v + ((const float *)p.out)[m * p.ldo + n] : v;
-}
-
-template <int KSPLIT>
-__device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, int64_t nvec, uint4 (*raw)[UNROLL]) {
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-        int64_t vi = v0 + (int64_t)u * KSPLIT * 32;
-#pragma unroll
-        for (int r = 0; r < RPW; r++) raw[r][u] = vi < nvec ? __ldg(w[r] + vi) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-/* Rows of row group grp (rows past N repeat the last one; never stored). */
-__device__ __forceinline__ void group_rows(const qparams &p, int64_t grp, const uint4 **w, int64_t *rows) {
-#pragma unroll
-    for (int r = 0; r < RPW; r++) {
-        rows[r] = LM_MIN(grp * RPW + r, p.N - 1);
-        w[r] = (const uint4 *)(p.w + rows[r] * p.ldw);
-    }
-}
-
-/* M is the number of rows the kernel is built for (1, 2, 4 or 8): rows m >= p.M read
- * row p.M - 1 (in bounds) and are never stored. */
-template <int F, int IN, int M, int KSPLIT>
-__global__ void __launch_bounds__(THREADS) gemv_quant_kernel(qparams p) {
-    constexpr int WPV = F == Q_I4 ? 32 : 16; /* weights per 16-byte vector */
-    constexpr int CH = WPV / 8;              /* chunks of 8 weights per vector */
-    __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int slice = warp % KSPLIT, gw = warp / KSPLIT;
-    const int groups_per_block = WARPS / KSPLIT;
-    const int64_t nvec = p.K / WPV, groups = (p.N + RPW - 1) / RPW;
-    pdl_trigger();
-    uint4 first[RPW][UNROLL];
-    const int64_t grp0 = (int64_t)blockIdx.x * groups_per_block + gw;
-    if (grp0 < groups) {
-        const uint4 *w[RPW];
-        int64_t rows[RPW];
-        group_rows(p, grp0, w, rows);
-        load_batch<KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, first);
-    }
-    pdl_wait();
-    int mrow[M];
-    float inv_rms[M];
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-        mrow[m] = m < p.M ? m : p.M - 1;
-        inv_rms[m] = 1.f;
-        if (IN == LM_LINEAR_IN_RMSNORM) {
-            const float4 *xr = (const float4 *)(p.x + mrow[m] * p.ldx);
-            float ss = 0.f;
-            for (int64_t k4 = lane; k4 < p.K / 4; k4 += 32) {
-                float4 a = xr[k4];
-                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            }
-            inv_rms[m] = rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
-        }
-    }
-    int prefetched = 1;
-    float *out = (float *)p.out;
-    for (int64_t g0 = (int64_t)blockIdx.x * groups_per_block; g0 < groups; g0 += (int64_t)gridDim.x * groups_per_block) {
-        const int64_t grp = g0 + gw, n0 = grp * RPW;
-        float add[RPW][M];
-        if (KSPLIT == 1) {
-            if (lane == 0 && grp < groups)
-#pragma unroll
-                for (int r = 0; r < RPW; r++)
-#pragma unroll
-                    for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n0 + r);
-        } else if (threadIdx.x < RPW * M) {
-            add[0][0] = addend(p, threadIdx.x % M, g0 * RPW + threadIdx.x / M);
-        }
-        float acc[RPW][M];
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int m = 0; m < M; m++) acc[r][m] = 0.f;
-        if (grp < groups) {
-            const uint4 *w[RPW];
-            int64_t rows[RPW];
-            group_rows(p, grp, w, rows);
-            for (int64_t v0 = (int64_t)slice * 32 + lane; v0 < nvec; v0 += (int64_t)KSPLIT * 32 * UNROLL) {
-                uint4 raw[RPW][UNROLL];
-                if (prefetched) {
-#pragma unroll
-                    for (int r = 0; r < RPW; r++)
-#pragma unroll
-                        for (int u = 0; u < UNROLL; u++) raw[r][u] = first[r][u];
-                    prefetched = 0;
-                } else {
-                    load_batch<KSPLIT>(w, v0, nvec, raw);
-                }
-#pragma unroll
-                for (int u = 0; u < UNROLL; u++) {
-                    int64_t vi = v0 + (int64_t)u * KSPLIT * 32;
-                    if (vi >= nvec) break;
-                    float t[RPW][M]; /* this vector's q . x */
-#pragma unroll
-                    for (int r = 0; r < RPW; r++)
-#pragma unroll
-                        for (int m = 0; m < M; m++) t[r][m] = 0.f;
-#pragma unroll
-                    for (int c = 0; c < CH; c++) {
-                        const int64_t k0 = vi * WPV + c * 8;
-                        float nw[8];
-                        if (IN == LM_LINEAR_IN_RMSNORM) {
-                            float4 a = *(const float4 *)(p.norm_w + k0), b = *(const float4 *)(p.norm_w + k0 + 4);
-                            nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w;
-                            nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
-                        }
-                        float wf[RPW][8];
-#pragma unroll
-                        for (int r = 0; r < RPW; r++) decode8<F>(raw[r][u], c, wf[r]);
-#pragma unroll
-                        for (int m = 0; m < M; m++) {
-                            float x[8];
-                            load_in8<IN>(p, mrow[m], k0, inv_rms[m], nw, x);
-#pragma unroll
-                            for (int r = 0; r < RPW; r++)
-#pragma unroll
-                                for (int i = 0; i < 8; i++) t[r][m] += wf[r][i] * x[i];
-                        }
-                    }
-#pragma unroll
-                    for (int r = 0; r < RPW; r++) {
-                        /* int4: the vector's group scale; int8/fp8: the row scale comes at the end */
-                        float s = F == Q_I4 ? __ldg(p.scales + rows[r] * p.lds + vi * WPV / p.group) : 1.f;
-#pragma unroll
-                        for (int m = 0; m < M; m++) acc[r][m] += t[r][m] * s;
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (KSPLIT == 1) {
-            if (lane == 0 && grp < groups)
-#pragma unroll
-                for (int r = 0; r < RPW; r++)
-                    if (n0 + r < p.N) {
-                        float s = F == Q_I4 ? 1.f : p.scales[(n0 + r) * p.lds];
-#pragma unroll
-                        for (int m = 0; m < M; m++)
-                            if (m < p.M) out[m * p.ldo + n0 + r] = acc[r][m] * s + add[r][m];
-                    }
-        } else {
-            if (lane == 0)
-#pragma unroll
-                for (int r = 0; r < RPW; r++)
-#pragma unroll
-                    for (int m = 0; m < M; m++) part[slice][r][m] = acc[r][m];
-            __syncthreads();
-            if (threadIdx.x < RPW * M) {
-                int r = threadIdx.x / M, m = threadIdx.x % M;
-                int64_t n = g0 * RPW + r;
-                if (n < p.N && m < p.M) {
-                    float v = 0.f;
-#pragma unroll
-                    for (int s = 0; s < KSPLIT; s++) v += part[s][r][m];
-                    out[m * p.ldo + n] = v * (F == Q_I4 ? 1.f : p.scales[n * p.lds]) + add[0][0];
-                }
-            }
-            __syncthreads();
-        }
-    }
-}
-
-template <int F, int IN, int M>
-static lm_status launch_gemv(const qparams *p, cudaStream_t s) {
-    int64_t groups = (p->N + RPW - 1) / RPW, sms = lm__cuda_sm_count();
-    int ksplit = groups < sms * 16 ? WARPS : 1; /* few rows: split K to get enough warps */
-    int64_t per_block = WARPS / ksplit, blocks = LM_MIN((groups + per_block - 1) / per_block, sms * 4);
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {dim3((unsigned)blocks), dim3(THREADS), 0, s, &attr, 1};
-    cudaError_t e = ksplit == 1 ? cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, IN, M, 1>, *p)
-                                : cudaLaunchKernelEx(&cfg, gemv_quant_kernel<F, IN, M, WARPS>, *p);
-    if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv_quant launch");
-    return lm__cuda_launched("linear_gemv_quant");
-}
-
-template <int F, int IN>
-static lm_status launch_gemv_m(const qparams *p, cudaStream_t s) {
-    if (p->M == 1) return launch_gemv<F, IN, 1>(p, s);
-    if (p->M == 2) return launch_gemv<F, IN, 2>(p, s);
-    if (p->M <= 4) return launch_gemv<F, IN, 4>(p, s);
-    return launch_gemv<F, IN, 8>(p, s);
-}
-
-template <int F>
-static lm_status launch_gemv_in(const qparams *p, cudaStream_t s) {
-    if (p->in == LM_LINEAR_IN_RMSNORM) return launch_gemv_m<F, LM_LINEAR_IN_RMSNORM>(p, s);
-    if (p->in == LM_LINEAR_IN_SWIGLU) return launch_gemv_m<F, LM_LINEAR_IN_SWIGLU>(p, s);
-    return launch_gemv_m<F, LM_LINEAR_IN>(p, s);
 }
 
 /* ---- the tensor-core product for more rows, without a workspace ----------------------------------------------------- */
@@ -585,9 +324,14 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
     int gemv = tuned && M <= LM__CUDA_GEMV_MAX_ROWS && K % wpv == 0 && p.ldx % 4 == 0 && aligned16(x->data) &&
                (lp->input != LM_LINEAR_IN_RMSNORM || aligned16(lp->norm_weight->data));
     if (gemv) {
-        if (f == Q_I8) return launch_gemv_in<Q_I8>(&p, s);
-        if (f == Q_F8) return launch_gemv_in<Q_F8>(&p, s);
-        return launch_gemv_in<Q_I4>(&p, s);
+        lm__cuda_gemv_params gp;
+        memset(&gp, 0, sizeof gp);
+        gp.in = (lm__cuda_gemv_in)lp->input, gp.wf = (lm__cuda_gemv_w)f;
+        gp.x = p.x, gp.ldx = p.ldx, gp.norm_w = p.norm_w, gp.eps = p.eps;
+        gp.w = p.w, gp.ldw = p.ldw, gp.scales = p.scales, gp.lds = p.lds, gp.group = p.group;
+        gp.bias = p.bias, gp.out = (float *)p.out, gp.ldo = p.ldo, gp.accumulate = p.accumulate;
+        gp.M = p.M, gp.N = N, gp.K = K;
+        return lm__cuda_linear_gemv(&gp, s);
     }
     void *ws = lp->workspace ? lp->workspace->data : NULL;
     if (tuned && ws && aligned16(ws) && K % wpv == 0) /* linear.c checked the workspace's size */

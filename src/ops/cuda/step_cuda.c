@@ -111,10 +111,15 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
                  (!bias || contiguous(bias)) && (!p->norm_weight || contiguous(p->norm_weight));
     if (layout && M <= LM__LINEAR_GEMV_MAX_ROWS && x->dtype == LM_F32) { /* lm__linear_fused_rule admitted it */
         static const lm__cuda_gemv_in form[3] = {LM__CUDA_GEMV_PLAIN, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_SWIGLU};
-        lm__cuda_gemv_params gp = {form[p->input], (const float *)x->data, x->stride[0],
-                                   p->input == LM_LINEAR_IN_RMSNORM ? (const float *)p->norm_weight->data : NULL,
-                                   p->eps, w->data, bias ? (const float *)bias->data : NULL, (float *)out->data,
-                                   out->stride[0], p->accumulate, (int)M, N, K};
+        lm__cuda_gemv_params gp;
+        memset(&gp, 0, sizeof gp);
+        gp.in = form[p->input], gp.wf = LM__CUDA_GEMV_BF16;
+        gp.x = (const float *)x->data, gp.ldx = x->stride[0];
+        gp.norm_w = p->input == LM_LINEAR_IN_RMSNORM ? (const float *)p->norm_weight->data : NULL, gp.eps = p->eps;
+        gp.w = w->data, gp.ldw = K * 2;
+        gp.bias = bias ? (const float *)bias->data : NULL;
+        gp.out = (float *)out->data, gp.ldo = out->stride[0], gp.accumulate = p->accumulate;
+        gp.M = (int)M, gp.N = N, gp.K = K;
         return lm__cuda_linear_gemv(&gp, s);
     }
     if (layout)
