@@ -25,6 +25,7 @@
 #include "loom/model.h"
 #include "loom/safetensors.h"
 #include "loom/train.h"
+#include "train/train_run_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -63,40 +64,18 @@ static int prepare(void) {
     snprintf(g_final, sizeof g_final, "%s/train_run_ckpt_final", LOOM_BINARY_DIR);
     snprintf(g_config, sizeof g_config, "%s/tests/data/train/tiny_llama.json", LOOM_SOURCE_DIR);
     snprintf(g_tok, sizeof g_tok, "%s/tests/data/train/tokenizer.json", LOOM_SOURCE_DIR);
-    lm_tokenizer *tok = NULL;
-    LT_CHECK_OK(lm_tokenizer_load(g_tok, &tok));
-    const char *train[1] = {LOOM_SOURCE_DIR "/tests/data/train/corpus.txt"};
-    const char *val[1] = {LOOM_SOURCE_DIR "/tests/data/train/heldout.txt"};
-    int64_t n = 0;
-    LT_CHECK_OK(lm_data_prepare(tok, 1, train, 384, g_train, &n));
-    LT_CHECK_OK(lm_data_prepare(tok, 1, val, 384, g_val, NULL));
-    lm_tokenizer_destroy(tok);
-    return n > 0;
+    return lt_train_prepare("corpus.txt", g_train) > 0 && lt_train_prepare("heldout.txt", g_val) > 0;
 }
 
-typedef struct run {
-    lm_train_model *model;
-    lm_data_loader *data;
-    lm_trainer *trainer;
-} run;
+typedef lt_train_run run;
 
-static void run_free(run *r) {
-    lm_trainer_destroy(r->trainer);
-    lm_data_loader_destroy(r->data);
-    lm_train_model_destroy(r->model);
-}
+static void run_free(run *r) { lt_train_run_free(r); }
 
 /* from_dir NULL: a fresh model from the config; else the model of a checkpoint. */
 static int run_open(run *r, const char *from_dir) {
-    memset(r, 0, sizeof *r);
     lm_train_options o;
     options(&o);
-    const char *paths[1] = {g_train};
-    LT_CHECK_OK(from_dir ? lm_train_model_load(from_dir, lm_device_cpu(), &r->model)
-                         : lm_train_model_init(g_config, 1, lm_device_cpu(), &r->model));
-    LT_CHECK_OK(lm_data_loader_create(1, paths, o.seq, 1, 1, &r->data));
-    if (r->model && r->data) LT_CHECK_OK(lm_trainer_create(r->model, r->data, &o, &r->trainer));
-    return r->trainer != NULL;
+    return lt_train_run_open(r, &o, g_config, from_dir, g_train, lm_device_cpu(), LM_F32);
 }
 
 static double evaluate(run *r, lm_data_loader *val) {
