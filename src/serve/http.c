@@ -102,6 +102,7 @@ struct job {
     int64_t cap_out;
     int role_sent[LM__OAI_MAX_N];
     int done_sent;
+    double last_sent; /* lm_scheduler_now() when bytes last went out (keep-alive comments) */
     int64_t prompt_tokens, completion_tokens;
     int error; /* a choice ended with LM_FINISH_ERROR */
     char error_message[256];
@@ -466,13 +467,19 @@ static void stream_event(job *j, const event *e) {
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     job *j = cls;
+    /* The connection's idle timeout counts from the last bytes sent, also while this
+     * reader waits for the scheduler (a request queued behind a full batch): a quiet
+     * stream sends an SSE comment line, which clients ignore, every quarter of it. */
+    const double keepalive = j->srv->o.idle_timeout_s / 4;
     pthread_mutex_lock(&j->mu);
+    if (j->last_sent == 0) j->last_sent = lm_scheduler_now();
     for (;;) {
         if (j->out_off < j->out_len) {
             size_t n = LM_MIN(max, j->out_len - j->out_off);
             memcpy(buf, j->out + j->out_off, n);
             j->out_off += n;
             if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
+            j->last_sent = lm_scheduler_now();
             pthread_mutex_unlock(&j->mu);
             return (ssize_t)n;
         }
@@ -503,6 +510,11 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             }
             out_append(j, "data: [DONE]\n\n", 14);
             j->done_sent = 1;
+            continue;
+        }
+        if (lm_scheduler_now() - j->last_sent >= keepalive) {
+            static const char comment[] = ": keep-alive\n\n";
+            out_append(j, comment, sizeof comment - 1);
             continue;
         }
         job_wait_locked(j);
