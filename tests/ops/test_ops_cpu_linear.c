@@ -92,12 +92,14 @@ typedef struct lin_shape {
 } lin_shape;
 
 /* Around the vector widths (8/16), panels (8/16/64), gemv/GEMM switch (M 4..9), K
- * blocks (> 256, up to K = 4096), N blocks (> 512 columns) and the M split (narrow N). */
+ * blocks (> 256, up to K = 4096), N blocks (> 512 columns) and the M split (narrow N);
+ * the gemv at M 1..8 with K multiples of 32 (the widths of whole 64-byte bf16 rows). */
 static const lin_shape k_shapes[] = {
     {1, 1, 1, 0},     {1, 17, 1, 3},     {1, 37, 33, 0},   {1, 200, 300, 5},  {1, 700, 200, 1}, {2, 45, 70, 0},
     {3, 64, 64, 2},   {4, 7, 129, 0},    {4, 1000, 90, 4}, {5, 70, 31, 1},    {6, 33, 17, 0},   {7, 130, 260, 3},
     {8, 65, 16, 0},   {9, 129, 47, 2},   {13, 300, 530, 1}, {37, 75, 250, 0}, {20, 1100, 24, 7}, {50, 16, 100, 0},
     {64, 1, 5, 2},    {1, 3, 1000, 0},   {3, 40, 4096, 0}, {9, 20, 4096, 1},
+    {1, 50, 96, 1},   {2, 33, 896, 0},   {4, 20, 128, 3},  {5, 9, 32, 0},     {8, 11, 64, 2},
 };
 
 static lm_threadpool *g_pool2;

@@ -113,7 +113,9 @@ static void test_mismatched_runs_are_refused(void) {
     /* saved with 2 micro-batches per step; 2 ranks x 2 = 4 */
     lt_cmd_result r = run(NULL, MPIRUN " -np 2 %s %s --resume %s/two/checkpoint-000002 --grad-accum 2 --out %s/mis",
                           LOOM, COMMON, WORK, WORK);
-    LT_CHECK_MSG(r.status != 0 && r.err && strstr(r.err, "rank 0: loom train: cannot resume") &&
+    /* every rank refuses; which one's line reaches stderr before mpirun ends the others
+     * depends on scheduling (under load rank 1 may be the only one heard) */
+    LT_CHECK_MSG(r.status != 0 && r.err && strstr(r.err, ": loom train: cannot resume") &&
                      strstr(r.err, "2 micro-batches per step") && strstr(r.err, "2 x 2 = 4"),
                  "mismatched resume: exit %d: %s", r.status, r.err ? r.err : "");
     lt_cmd_free(&r);
