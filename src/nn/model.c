@@ -113,9 +113,7 @@ lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_
 static lm_status align_host_matrix(const lm_model *m, lm_tensor **t) {
     if (!m->on_host || ((uintptr_t)lm_tensor_data(*t) & 63) == 0) return LM_OK;
     lm_tensor *c = NULL;
-    const lm_tensor_view *v = lm_tensor_as_view(*t);
-    LM_TRY(lm_tensor_create(lm_device_cpu(), v->dtype, v->ndim, v->shape, &c));
-    memcpy(lm_tensor_data(c), lm_tensor_data(*t), (size_t)lm_tensor_view_numel(v) * lm_dtype_size(v->dtype));
+    LM_TRY(lm_tensor_to_device(NULL, *t, lm_device_cpu(), &c)); /* a new, 64-byte-aligned host tensor */
     lm_tensor_destroy(*t);
     *t = c;
     return LM_OK;

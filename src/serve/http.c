@@ -102,7 +102,7 @@ struct job {
     int64_t cap_out;
     int role_sent[LM__OAI_MAX_N];
     int done_sent;
-    double last_sent; /* lm_scheduler_now() when bytes last went out (keep-alive comments) */
+    double last_sent; /* lm_scheduler_now() when the headers or bytes last went out (keep-alive comments) */
     int64_t prompt_tokens, completion_tokens;
     int error; /* a choice ended with LM_FINISH_ERROR */
     char error_message[256];
@@ -472,7 +472,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
      * stream sends an SSE comment line, which clients ignore, every quarter of it. */
     const double keepalive = j->srv->o.idle_timeout_s / 4;
     pthread_mutex_lock(&j->mu);
-    if (j->last_sent == 0) j->last_sent = lm_scheduler_now();
     for (;;) {
         if (j->out_off < j->out_len) {
             size_t n = LM_MIN(max, j->out_len - j->out_off);
@@ -751,6 +750,7 @@ static enum MHD_Result generate(lm_server *s, struct MHD_Connection *c, int endp
     __atomic_sub_fetch(&s->admitting, 1, __ATOMIC_SEQ_CST); /* submitted: the scheduler sees it now */
     *admitted = 1;
     if (r->stream) {
+        j->last_sent = lm_scheduler_now(); /* the headers go out now (only this connection's reader reads it) */
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_done);
         if (!resp) { /* the connection's reference is dropped by hand */
             job_cancel(j);

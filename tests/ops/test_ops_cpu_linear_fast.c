@@ -65,8 +65,6 @@ static uint16_t *random_bf16(lt_rng *r, int64_t N, int64_t K, int64_t ld) {
     return w;
 }
 
-
-
 /* One shape: fast on 1 and 2 threads, against the exact path and the two gates. */
 static void run_shape(lt_rng *r, const fast_shape *s) {
     int64_t M = s->M, N = s->N, K = s->K, ld = K + s->pad, ldy = N + s->pad;
@@ -163,7 +161,8 @@ static void test_thread_precision_selects_the_kernels(void) {
     lt_rng r = lt_rng_seed(29);
     int64_t M = 20, N = 100, K = 300;
     uint16_t *w = random_bf16(&r, N, K, K);
-    float *x = lt_random_rows(&r, M, K, K), *yt = lt_poisoned_rows(M, N), *yf = lt_poisoned_rows(M, N), *yd = lt_poisoned_rows(M, N);
+    float *x = lt_random_rows(&r, M, K, K);
+    float *yt = lt_poisoned_rows(M, N), *yf = lt_poisoned_rows(M, N), *yd = lt_poisoned_rows(M, N);
     LT_CHECK(lm__cpu_precision() == LM_PRECISION_EXACT);
     LT_CHECK(lm__cpu_precision_set(LM_PRECISION_FAST) == LM_PRECISION_EXACT);
     LT_CHECK_OK(lm__cpu_linear(g_pool2, x, K, w, LM_BF16, K, yt, N, M, N, K));
