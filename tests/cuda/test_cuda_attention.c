@@ -130,8 +130,9 @@ static void check_cache_attention(const cache_case *c) {
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(want32), lm_tensor_as_view(want)));
     ct_pair o = ct_poisoned(c->out_dt, 4, qs);
     int flash = c->T > 1 && c->q_dt == LM_BF16 && (c->hd == 64 || c->hd == 128);
-    for (int rep = 0; rep < 4; rep++) { /* twice per kernel: the split counters must be back at zero */
-        const char *kernel = rep < 2 ? "head" : "group";
+    static const char *const kernels[3] = {"head", "early", "group"};
+    for (int rep = 0; rep < 6; rep++) { /* twice per kernel: the split counters must be back at zero */
+        const char *kernel = kernels[rep / 2];
         setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
         LT_CHECK_OK(lm_attention_cache_out(g_ctx, lm_tensor_as_view(q.d), lm_tensor_as_view(kc.d),
@@ -157,7 +158,8 @@ static void check_cache_attention(const cache_case *c) {
 /* Decode rows (T = 1) at different positions and slots: one split up to 32 splits
  * combined by the last block (with the workspace), groups of 1, 3, 4, 7, 8 and 16, head
  * dims 12, 16, 32, 64 and 128, f32 and bf16 q and out, windows. Each case runs the
- * per-head and (for groups 2..8) the grouped kernel (LOOM_CUDA_ATTN_ROWS). */
+ * per-head kernel, its early-V form (head dims 8..256, powers of two) and (for groups
+ * 2..8) the grouped kernel (LOOM_CUDA_ATTN_ROWS). */
 static void test_cache_attention_decode(void) {
     const int64_t st_a[3] = {0, 300, 63};
     const int sl_a[3] = {0, 1, 2};

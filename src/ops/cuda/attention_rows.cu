@@ -30,6 +30,13 @@
  * Both kernels are launched with programmatic dependent launch: a block waits for the
  * kernel before it (the attention front) before it reads anything, and lets the output
  * projection after it start streaming its weights.
+ * Early-V form (head dims 8..256, powers of two; chosen when the grid fits the GPU in
+ * one wave at its occupancy, e.g. one-sequence decode): each thread also issues the V
+ * loads of its first VBATCH keys of a tile (16-byte chunks, keys vg mod kgv) before
+ * scoring its own key, so a tile of a short context costs one round trip to the cache
+ * for K and V together instead of one for K and three for V in batches of pairs; its
+ * kgv partial sums meet in shared memory. It holds ~100 registers a thread, which is
+ * why the many-block grids of long contexts and batches keep the 64-register form.
  * Work O(ntok * Hq * pos * hd); bytes ~ 2 * pos * hd * 2 per (token, kv head) from HBM.
  *
  * Grouped variant (attn_group_kernel, for 2..GMAX query heads per kv head): one block
@@ -54,9 +61,9 @@ size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim
     return (size_t)ntok * (size_t)q_heads * (size_t)nsplit * (size_t)(head_dim + 2);
 }
 
-template <typename QT, typename OT, bool PAGED>
+template <typename QT, typename OT, bool PAGED, bool EARLY>
 __global__ void __launch_bounds__(TILE) attn_rows_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
-    attn_rows_body<QT, OT, PAGED>(p, kv, blockIdx.x, blockIdx.y, blockIdx.z, pdl_wait_fn());
+    attn_rows_body<QT, OT, PAGED, EARLY>(p, kv, blockIdx.x, blockIdx.y, blockIdx.z, pdl_wait_fn());
 }
 
 /* scale * q_g . k for the G queries of a group (qs [G][hd] in shared memory) against
@@ -282,13 +289,14 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
  * more positions. On an H200 (Qwen2.5-0.5B shape, group 7, bench/NOTES.md) it decodes
  * B32 at context 4,096 1.51x faster than the per-head kernel, but B1 (whose few
  * blocks run one after another through the group's heads) 18% slower at context 16
- * and 4,096, and B32 at context 16 12% slower. LOOM_CUDA_ATTN_ROWS=head|group
- * overrides the choice (for comparisons). */
+ * and 4,096, and B32 at context 16 12% slower. LOOM_CUDA_ATTN_ROWS=head|early|group
+ * overrides the choice (for comparisons and tests): head is the per-head kernel without
+ * its early-V form, early the per-head kernel with it wherever the head dim allows. */
 #define GROUP_MIN_TOKENS 8
 #define GROUP_MIN_CAPACITY 2048
 static int use_group_kernel(int G, int64_t ntok, int64_t capacity) {
     const char *e = getenv("LOOM_CUDA_ATTN_ROWS");
-    if (G < 2 || G > GMAX || (e && strcmp(e, "head") == 0)) return 0;
+    if (G < 2 || G > GMAX || (e && (strcmp(e, "head") == 0 || strcmp(e, "early") == 0))) return 0;
     return (e && strcmp(e, "group") == 0) || (ntok >= GROUP_MIN_TOKENS && capacity >= GROUP_MIN_CAPACITY);
 }
 
@@ -306,8 +314,24 @@ static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cu
     }
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
     size_t smem = sizeof(float) * (size_t)(2 * hd + TILE) + paged;
-    cudaError_t e = paged ? lm__cuda_launch_pdl(attn_rows_kernel<QT, OT, true>, grid, dim3(TILE), smem, s, *p, *kv)
-                          : lm__cuda_launch_pdl(attn_rows_kernel<QT, OT, false>, grid, dim3(TILE), smem, s, *p, *kv);
+    /* the early-V variant where its head dim allows and the grid fits the GPU in one wave
+     * at its occupancy (its V batch costs registers: a second wave would cost more than
+     * the round trips it saves) */
+    static lm__cuda_kernel_facts facts[2]; /* the early kernels, slot and paged */
+    void (*early)(lm__cuda_attn_params, lm__cuda_kv) = paged ? attn_rows_kernel<QT, OT, true, true>
+                                                             : attn_rows_kernel<QT, OT, false, true>;
+    const size_t early_smem = smem + sizeof(float) * 8 * TILE; /* red: kgv x hd = 8 TILE floats */
+    const char *force = getenv("LOOM_CUDA_ATTN_ROWS");
+    int per_sm = 0, use_early = hd >= 8 && hd <= 256 && (hd & (hd - 1)) == 0 && !(force && strcmp(force, "head") == 0);
+    if (use_early && !(force && strcmp(force, "early") == 0)) {
+        cudaError_t e = lm__cuda_blocks_per_sm(&facts[paged ? 1 : 0], (const void *)early, TILE, early_smem, &per_sm);
+        if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows occupancy");
+        use_early = (int64_t)grid.x * grid.y * grid.z <= (int64_t)lm__cuda_sm_count() * per_sm;
+    }
+    cudaError_t e;
+    if (use_early) e = lm__cuda_launch_pdl(early, grid, dim3(TILE), early_smem, s, *p, *kv);
+    else if (paged) e = lm__cuda_launch_pdl(attn_rows_kernel<QT, OT, true, false>, grid, dim3(TILE), smem, s, *p, *kv);
+    else e = lm__cuda_launch_pdl(attn_rows_kernel<QT, OT, false, false>, grid, dim3(TILE), smem, s, *p, *kv);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows launch");
     return lm__cuda_launched("attention_rows");
 }

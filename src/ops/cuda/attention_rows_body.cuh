@@ -11,6 +11,19 @@
 #define MIN_CHUNK 256 /* fewest keys worth a split (a split costs a combine step) */
 #define BATCH 8       /* loads issued together before their values are used */
 #define MAX_SPLITS 32
+#define VBATCH 8 /* EARLY: keys per thread whose V chunks are loaded together */
+
+/* EARLY: VBATCH 16-byte V chunks of this thread's keys j = j0 + u * kgv of the tile
+ * (chunk c of each row; zeros past n), issued before the scores are computed. */
+template <bool PAGED>
+__device__ __forceinline__ void load_v_batch(const bf16 *V, const int32_t *krow, int64_t t0, int j0, int n, int kgv,
+                                             int hd, int c, uint4 *vr) {
+#pragma unroll
+    for (int u = 0; u < VBATCH; u++) {
+        int j = j0 + u * kgv;
+        vr[u] = j < n ? *(const uint4 *)(V + (PAGED ? (int64_t)krow[j] : t0 + j) * hd + c * 8) : make_uint4(0, 0, 0, 0);
+    }
+}
 
 /* scale * q . k for key row kr (q in shared memory). The row's 16-byte chunks are
  * loaded BATCH at a time before any is used: one or two memory round trips a key. */
@@ -54,12 +67,18 @@ static __device__ __forceinline__ void key_entry(const int32_t *table, int64_t j
     *off = (int32_t)(j - (int64_t)e * P);
 }
 
-/* PAGED: nb != 1, keys found through the row's block table; else nb = 1, the row's slot. */
-/* The kernel's body for block (split, h, tok) (its own launch passes its block index).
+/* PAGED: nb != 1, keys found through the row's block table; else nb = 1, the row's slot.
+ * EARLY (head dims 8..256 that are powers of two; for grids that fit the GPU in one
+ * wave, where registers per thread cost nothing): thread (vg, c) owns the 8 dims of
+ * chunk c over keys vg mod kgv and issues the V loads of a tile's first VBATCH such
+ * keys together with its K loads, before the scores are known: a short context's
+ * attention is one round trip to the cache instead of one for K and one per V batch.
+ * The kgv partial sums meet in shared memory (red, kgv x hd floats past krow).
+ * The kernel's body for block (split, h, tok) (its own launch passes its block index).
  * wait() is called first, by every thread, before any input is read: pdl_wait in its
  * own launch (programmatic dependent launch), whatever orders it after the producers
  * of its inputs elsewhere. */
-template <typename QT, typename OT, bool PAGED, typename Wait>
+template <typename QT, typename OT, bool PAGED, bool EARLY, typename Wait>
 __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, const lm__cuda_kv &kv, int split, int h,
                                                int64_t tok_, Wait wait) {
     wait();
@@ -67,6 +86,7 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
     const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim;
     float *qs = sm, *acc = qs + hd, *sc = acc + hd; /* q [hd], acc [hd], sc [TILE] */
     int32_t *krow = (int32_t *)(sc + TILE);          /* PAGED: [TILE] cache row of each key of the tile */
+    float *red = (float *)(krow + (PAGED ? TILE : 0)); /* EARLY: [kgv][hd] partial P V sums */
     __shared__ float mx, sum, alpha;
     __shared__ int is_last;
     pdl_trigger(); /* the output projection's GEMV may start streaming its weights */
@@ -98,25 +118,42 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
     /* P V: thread (grp, d2) owns dims 2*d2, 2*d2+1 for keys j = grp mod kg */
     const int npairs = hd / 2, kg = TILE / npairs, d2 = threadIdx.x % npairs, grp = threadIdx.x / npairs;
     float2 o = make_float2(0.f, 0.f);
+    /* EARLY: thread (vg, c) of kgv key groups, its 8 sums and its batch of V chunks */
+    const int nch = EARLY ? hd / 8 : 1, c = threadIdx.x % nch, vg = threadIdx.x / nch, kgv = TILE / nch;
+    float o8[8];
+    uint4 vr[EARLY ? VBATCH : 1];
+#pragma unroll
+    for (int i = 0; i < 8; i++) o8[i] = 0.f;
     bool bad = false; /* PAGED: a key of this split sits in a block outside the pool (block-uniform) */
     __syncthreads();
     for (int64_t t0 = k0; t0 < k1; t0 += TILE) {
         int n = (int)LM_MIN((int64_t)TILE, k1 - t0);
         if (PAGED) { /* thread j scores key t0 + j; the P V step reads its row from krow */
             int miss = 0;
+            int32_t row = 0;
             if (threadIdx.x < n) {
                 int32_t block = nblock, off = noff;
                 if (t0 > k0) key_entry(table, t0 + threadIdx.x, P, &block, &off);
                 miss = block < 0 || block >= kv.blocks;
-                int32_t row = ((miss ? 0 : block) * Hkv + kvh) * (int32_t)P + off; /* < 2^31: the launcher */
+                row = ((miss ? 0 : block) * Hkv + kvh) * (int32_t)P + off; /* < 2^31: the launcher */
                 krow[threadIdx.x] = row;
-                if (!miss) sc[threadIdx.x] = score_key(K + (int64_t)row * hd, qs, hd, p.scale);
             }
-            if (__syncthreads_or(miss)) {
+            if (EARLY) { /* every key's row is known before the V loads go out */
+                if (__syncthreads_or(miss)) {
+                    bad = true;
+                    break;
+                }
+                load_v_batch<true>(V, krow, t0, vg, n, kgv, hd, c, vr);
+            }
+            if (threadIdx.x < n && !miss) sc[threadIdx.x] = score_key(K + (int64_t)row * hd, qs, hd, p.scale);
+            if (EARLY) {
+                __syncthreads();
+            } else if (__syncthreads_or(miss)) {
                 bad = true;
                 break;
             }
         } else {
+            if (EARLY) load_v_batch<false>(V, krow, t0, vg, n, kgv, hd, c, vr);
             if (threadIdx.x < n) sc[threadIdx.x] = score_key(K + (t0 + threadIdx.x) * hd, qs, hd, p.scale);
             __syncthreads();
         }
@@ -138,7 +175,26 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
             }
         }
         __syncthreads();
-        if (grp < kg) {
+        if (EARLY) { /* the first batch is in vr already */
+            const float a = alpha;
+#pragma unroll
+            for (int i = 0; i < 8; i++) o8[i] *= a;
+            for (int j0 = vg; j0 < n; j0 += VBATCH * kgv) {
+                if (j0 > vg) load_v_batch<PAGED>(V, krow, t0, j0, n, kgv, hd, c, vr);
+#pragma unroll
+                for (int u = 0; u < VBATCH; u++) {
+                    int j = j0 + u * kgv;
+                    if (j >= n) break;
+                    const float e = sc[j];
+                    const __nv_bfloat162 *v2 = (const __nv_bfloat162 *)&vr[u];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float2 f = __bfloat1622float2(v2[i]);
+                        o8[2 * i] += e * f.x, o8[2 * i + 1] += e * f.y;
+                    }
+                }
+            }
+        } else if (grp < kg) {
             o.x *= alpha, o.y *= alpha;
             for (int j0 = grp; j0 < n; j0 += BATCH * kg) { /* BATCH V loads in flight, then their use */
                 float2 v[BATCH];
@@ -160,7 +216,16 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
         }
         __syncthreads(); /* sc is rewritten by the next tile */
     }
-    if (grp < kg) {
+    if (EARLY) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[vg * hd + c * 8 + i] = o8[i];
+        __syncthreads();
+        for (int i = threadIdx.x; i < hd; i += TILE) {
+            float t = 0.f;
+            for (int g = 0; g < kgv; g++) t += red[g * hd + i];
+            acc[i] = t;
+        }
+    } else if (grp < kg) {
         atomicAdd(&acc[2 * d2], o.x);
         atomicAdd(&acc[2 * d2 + 1], o.y);
     }

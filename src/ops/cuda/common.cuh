@@ -135,6 +135,43 @@ static inline int lm__cuda_smem_optin(void) {
     return cached[dev];
 }
 
+/* Launch facts of one kernel, cached per device so the decode step's launches do not
+ * repeat host queries of several microseconds each: the dynamic shared memory limit it
+ * was raised to, and its resident blocks per SM for a few (threads, shared memory)
+ * pairs (direct-mapped). Concurrent first launches only repeat a query. */
+struct lm__cuda_kernel_facts {
+    size_t raised[LM__CUDA_MAX_DEVICES];
+    unsigned long long occ[LM__CUDA_MAX_DEVICES][4]; /* (smem << 12 | threads) << 8 | blocks; 0: empty */
+};
+
+/* Blocks of kernel resident per SM with threads threads and smem bytes of dynamic
+ * shared memory, after raising the kernel's limit when smem is past the default 48 KiB. */
+static inline cudaError_t lm__cuda_blocks_per_sm(lm__cuda_kernel_facts *f, const void *kernel, int threads,
+                                                 size_t smem, int *per_sm) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    const int cached = dev >= 0 && dev < LM__CUDA_MAX_DEVICES && smem < ((size_t)1 << 30) && threads < 4096;
+    cudaError_t e = cudaSuccess;
+    if (smem > 48 * 1024 && !(cached && __atomic_load_n(&f->raised[dev], __ATOMIC_RELAXED) >= smem)) {
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        if (cached) __atomic_store_n(&f->raised[dev], smem, __ATOMIC_RELAXED);
+    }
+    const unsigned long long key = (unsigned long long)smem << 12 | (unsigned)threads;
+    unsigned long long *slot = cached ? &f->occ[dev][(smem >> 4 ^ (size_t)threads) & 3] : NULL;
+    unsigned long long hit = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (hit && hit >> 8 == key) {
+        *per_sm = (int)(hit & 0xff);
+        return cudaSuccess;
+    }
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem);
+    if (e != cudaSuccess) return e;
+    *per_sm = n;
+    if (slot && n > 0 && n < 256) __atomic_store_n(slot, key << 8 | (unsigned)n, __ATOMIC_RELAXED);
+    return cudaSuccess;
+}
+
 /* pdl_wait as the wait() argument of a kernel body written as a function
  * (gemv_body.cuh, attention_rows_body.cuh). */
 struct pdl_wait_fn {

@@ -38,28 +38,26 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     gemv_body<F, IN, M, KSPLIT, SMX>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
 }
 
-template <int F, int IN, int M>
+template <int F, int IN, int M, int MU = M < 4 ? 4 : M>
 static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    typedef gemv_cfg<F, M> cfg;
-    int64_t sms = lm__cuda_sm_count();
-    int ksplit = lm__gemv_ksplit(p->N, cfg::RPW, p->K / cfg::WPV, 32 * cfg::UNROLL, sms);
-    size_t smx = (size_t)M * (size_t)smx_row_chunks(p->K) * 16;
-    int staged = smx + GEMV_STATIC_SMEM <= (size_t)lm__cuda_smem_optin();
-    void (*kernel)(lm__cuda_gemv_params) = staged ? (ksplit == 1 ? gemv_kernel<F, IN, M, 1, 1> : gemv_kernel<F, IN, M, WARPS, 1>)
-                                                  : (ksplit == 1 ? gemv_kernel<F, IN, M, 1, 0> : gemv_kernel<F, IN, M, WARPS, 0>);
-    cudaError_t e = cudaSuccess;
-    if (staged && smx > 48 * 1024) /* past the default limit: opt in (a host-side attribute) */
-        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smx);
-    if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv shared memory");
+    const int64_t sms = lm__cuda_sm_count();
+    const size_t smx = (size_t)M * (size_t)smx_row_chunks(p->K) * 16;
+    const int staged = smx + GEMV_STATIC_SMEM <= (size_t)lm__cuda_smem_optin();
+    /* the unstaged input (rows past ~57k floats at M = 1) runs the build for MU >= 4
+     * rows: no separate M = 1 / 2 instantiations for a shape no model has */
+    const int rpw = staged ? gemv_cfg<F, M>::RPW : gemv_cfg<F, MU>::RPW;
+    const int unroll = staged ? gemv_cfg<F, M>::UNROLL : gemv_cfg<F, MU>::UNROLL;
+    const int ksplit = lm__gemv_ksplit(p->N, rpw, p->K / gemv_cfg<F, M>::WPV, 32 * unroll, sms);
+    const int which = (staged ? 0 : 2) + (ksplit == 1 ? 0 : 1);
+    void (*const kernels[4])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1>, gemv_kernel<F, IN, M, WARPS, 1>,
+                                                        gemv_kernel<F, IN, MU, 1, 0>, gemv_kernel<F, IN, MU, WARPS, 0>};
+    static lm__cuda_kernel_facts facts[4]; /* of kernels[i], per device */
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, staged ? smx : 0);
+    cudaError_t e = lm__cuda_blocks_per_sm(&facts[which], (const void *)kernels[which], THREADS, staged ? smx : 0,
+                                           &per_sm);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv occupancy");
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t lc = {dim3((unsigned)lm__gemv_blocks(p->N, cfg::RPW, ksplit, sms, per_sm)), dim3(THREADS), staged ? smx : 0, s,
-                              &attr, 1};
-    e = cudaLaunchKernelEx(&lc, kernel, *p);
+    const dim3 grid((unsigned)lm__gemv_blocks(p->N, rpw, ksplit, sms, per_sm));
+    e = lm__cuda_launch_pdl(kernels[which], grid, dim3(THREADS), staged ? smx : 0, s, *p);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv launch");
     return lm__cuda_launched("linear_gemv");
 }

@@ -61,24 +61,36 @@ __device__ __forceinline__ void decode8(const uint4 &raw, int c, float *w) {
     }
 }
 
+/* in(x) of one input value: x * g (RMSNORM: g the norm weight, times 1 / rms where the
+ * caller applies it here), silu(x) * g (SWIGLU: g the matching up value) or x (PLAIN).
+ * The staging pass and the per-use read both compute the input through it. */
+template <int IN>
+__device__ __forceinline__ float in_value(float x, float g) {
+    if (IN == LM__CUDA_GEMV_RMSNORM) return x * g;
+    if (IN == LM__CUDA_GEMV_SWIGLU) return x / (1.f + __expf(-x)) * g;
+    return x;
+}
+template <int IN>
+__device__ __forceinline__ float4 in_value4(float4 x, float4 g) {
+    return make_float4(in_value<IN>(x.x, g.x), in_value<IN>(x.y, g.y), in_value<IN>(x.z, g.z), in_value<IN>(x.w, g.w));
+}
+__device__ __forceinline__ float sumsq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
 /* 8 consecutive inputs of row m from column k as the input form IN defines them, read
  * from global memory (the kernels whose input does not fit the staging buffer). */
 template <int IN>
 __device__ __forceinline__ void load_in(const lm__cuda_gemv_params &p, int m, int64_t k, float inv, const float *nw,
                                         float *v) {
     const float *xr = p.x + m * p.ldx + k;
-    float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4), g0 = make_float4(0.f, 0.f, 0.f, 0.f), g1 = g0;
     if (IN == LM__CUDA_GEMV_RMSNORM) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] *= inv * nw[i];
+        g0 = make_float4(inv * nw[0], inv * nw[1], inv * nw[2], inv * nw[3]);
+        g1 = make_float4(inv * nw[4], inv * nw[5], inv * nw[6], inv * nw[7]);
     } else if (IN == LM__CUDA_GEMV_SWIGLU) {
-        const float *ur = xr + p.K;
-        float4 c = *(const float4 *)ur, d = *(const float4 *)(ur + 4);
-        float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = v[i] / (1.f + __expf(-v[i])) * u[i];
+        g0 = *(const float4 *)(xr + p.K), g1 = *(const float4 *)(xr + p.K + 4);
     }
+    a = in_value4<IN>(a, g0), b = in_value4<IN>(b, g1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
 /* The staged input: row m's 4-float chunk j lives at chunk m * smx_row_chunks(K) +
@@ -135,8 +147,7 @@ __device__ __forceinline__ float gemv_inv_rms(const lm__cuda_gemv_params &p, int
     float ss = 0.f;
 #pragma unroll 4
     for (int64_t k4 = threadIdx.x & 31; k4 < p.K / 4; k4 += 32) {
-        float4 a = xr[k4];
-        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+        ss += sumsq4(xr[k4]);
     }
     return rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
 }
@@ -158,6 +169,7 @@ __device__ __forceinline__ void stage_input(const lm__cuda_gemv_params &p, float
 #pragma unroll
             for (int s = 0; s < SB; s++) {
                 int64_t j = j0 + s * THREADS;
+                b[s] = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (j < kc) {
                     a[s] = __ldg(xr + j);
                     if (IN == LM__CUDA_GEMV_RMSNORM) b[s] = __ldg((const float4 *)p.norm_w + j);
@@ -168,15 +180,8 @@ __device__ __forceinline__ void stage_input(const lm__cuda_gemv_params &p, float
             for (int s = 0; s < SB; s++) {
                 int64_t j = j0 + s * THREADS;
                 if (j < kc) {
-                    float4 v = a[s], g = b[s];
-                    if (IN == LM__CUDA_GEMV_RMSNORM) {
-                        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-                        v.x *= g.x, v.y *= g.y, v.z *= g.z, v.w *= g.w;
-                    } else if (IN == LM__CUDA_GEMV_SWIGLU) {
-                        v.x = v.x / (1.f + __expf(-v.x)) * g.x, v.y = v.y / (1.f + __expf(-v.y)) * g.y;
-                        v.z = v.z / (1.f + __expf(-v.z)) * g.z, v.w = v.w / (1.f + __expf(-v.w)) * g.w;
-                    }
-                    xs[m * rc + smx_swizzle(j)] = v;
+                    if (IN == LM__CUDA_GEMV_RMSNORM) ss += sumsq4(a[s]);
+                    xs[m * rc + smx_swizzle(j)] = in_value4<IN>(a[s], b[s]);
                 }
             }
         }
