@@ -8,7 +8,9 @@
  *  - linear_lt (bf16 x with a row stride > K, bf16 w, f32 bias epilogue, strided f32
  *    out) and linear_gemv for M = 1, 3, 8 rows (K = 256 and 2,056: inputs staged in
  *    shared memory; K = 7,208 at M = 8: read per use) with each fused input (plain, RMSNorm,
- *    SwiGLU), bias, and accumulation into the output, against reference compositions.
+ *    SwiGLU), bias, and accumulation into the output, against reference compositions;
+ *    one-row calls with more row groups than warps, each warp's second group prefetched
+ *    or not (LOOM_CUDA_GEMV_PF2).
  * cuBLASLt runs with f32 compute (no TF32), so f32 keeps the f32 gate. GEMV inputs are
  * f32 and weights bf16 (exact in f32): only f32 summation order and the fast
  * exp/rsqrt differ, NMSE 1e-9.
@@ -128,9 +130,9 @@ static void test_linear_lt_bias_strided(void) {
     lm_tensor_destroy(x32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
 }
 
-static void check_gemv(lm__cuda_gemv_in in, int M, int64_t K, int accumulate) {
-    lt_rng r = lt_rng_seed(131 + (uint64_t)(M * 3 + in) + (uint64_t)K);
-    int64_t N = 201, xw = in == LM__CUDA_GEMV_SWIGLU ? 2 * K : K;
+static void check_gemv_n(lm__cuda_gemv_in in, int M, int64_t N, int64_t K, int accumulate) {
+    lt_rng r = lt_rng_seed(131 + (uint64_t)(M * 3 + in) + (uint64_t)K + (uint64_t)N);
+    int64_t xw = in == LM__CUDA_GEMV_SWIGLU ? 2 * K : K;
     int64_t xs[2] = {M, xw}, ws[2] = {N, K}, os[2] = {M, N}, mk[2] = {M, K};
     ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.5), w = ct_random(&r, LM_BF16, 2, ws, 1.0);
     ct_pair nw = ct_random(&r, LM_F32, 1, &K, 1.0), bias = ct_random(&r, LM_F32, 1, &N, 1.0);
@@ -159,11 +161,17 @@ static void check_gemv(lm__cuda_gemv_in in, int M, int64_t K, int accumulate) {
     p.eps = eps, p.w = lm_tensor_data(w.d), p.ldw = K * 2, p.bias = lm_tensor_data(bias.d), p.out = lm_tensor_data(o.d);
     p.ldo = N, p.accumulate = accumulate, p.M = M, p.N = N, p.K = K;
     LT_CHECK_OK(lm__cuda_linear_gemv(&p, ct_stream(g_ctx)));
-    char what[64];
-    snprintf(what, sizeof what, "linear_gemv in %d M %d K %lld accumulate %d", (int)in, M, (long long)K, accumulate);
+    char what[128];
+    const char *pf2 = getenv("LOOM_CUDA_GEMV_PF2");
+    snprintf(what, sizeof what, "linear_gemv in %d M %d N %lld K %lld accumulate %d pf2 %s", (int)in, M, (long long)N,
+             (long long)K, accumulate, pf2 ? pf2 : "auto");
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-9, 2e-3);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&nw), ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(in32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
+}
+
+static void check_gemv(lm__cuda_gemv_in in, int M, int64_t K, int accumulate) {
+    check_gemv_n(in, M, 201, K, accumulate);
 }
 
 static void test_linear_gemv_fused_inputs(void) {
@@ -182,6 +190,19 @@ static void test_linear_gemv_fused_inputs(void) {
     }
     check_gemv(LM__CUDA_GEMV_RMSNORM, 8, 7208, 0);
     check_gemv(LM__CUDA_GEMV_SWIGLU, 8, 7208, 1);
+    /* one row, more row groups than the grid has warps (40,003 rows of 256; 1,201 rows of
+     * 2,056, split-K: more groups than blocks): each warp's second group prefetched before
+     * the wait (PF2), or not, or as the launcher picks */
+    static const char *const pf2[3] = {"1", "0", NULL};
+    for (int v = 0; v < 3; v++) {
+        if (pf2[v]) setenv("LOOM_CUDA_GEMV_PF2", pf2[v], 1);
+        else unsetenv("LOOM_CUDA_GEMV_PF2");
+        for (int in = 0; in < 3; in++) {
+            check_gemv_n((lm__cuda_gemv_in)in, 1, 40003, 256, in == 1);
+            check_gemv_n((lm__cuda_gemv_in)in, 1, 1201, 2056, in == 2);
+        }
+    }
+    unsetenv("LOOM_CUDA_GEMV_PF2");
     lm__cuda_gemv_params bad;
     memset(&bad, 0, sizeof bad);
     bad.ldx = 12, bad.ldw = 24, bad.ldo = 4, bad.M = 9, bad.N = 4, bad.K = 12;

@@ -22,7 +22,10 @@
  *    per pair of rows (the lm_head has 150k rows).
  *  - launched with programmatic dependent launch: each warp issues its first batch of
  *    weight loads before waiting for the previous kernel (pdl_wait), so the weight
- *    stream of this projection overlaps the tail of the kernel before it.
+ *    stream of this projection overlaps the tail of the kernel before it; bf16 with one
+ *    input row and more row groups than the grid has warps (PF2): the first batch of its
+ *    second group too, so a projection whose groups take two rounds per warp has both in
+ *    flight before its input arrives (where the extra registers keep the blocks per SM).
  *  - in(x) is computed once per block into shared memory (RMSNORM x * norm_w, the
  *    1 / rms applied to the finished sums; SWIGLU silu(gate) * up from x = [gate | up];
  *    PLAIN x), swizzled so that the lanes' strided chunk reads are free of bank
@@ -32,10 +35,18 @@
  */
 #include "ops/cuda/gemv_body.cuh"
 
-template <int F, int IN, int M, int KSPLIT, int SMX>
+template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     extern __shared__ float4 xs[];
-    gemv_body<F, IN, M, KSPLIT, SMX>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
+    gemv_body<F, IN, M, KSPLIT, SMX, PF2>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
+}
+
+/* Whether the staged one-row bf16 kernel issues the first batch of each warp's second
+ * row group before its wait too (PF2): LOOM_CUDA_GEMV_PF2=0 never, =1 always, else when
+ * the grid leaves warps more than one group and the PF2 kernel keeps as many blocks per SM. */
+static int pf2_mode(void) {
+    const char *e = getenv("LOOM_CUDA_GEMV_PF2");
+    return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : -1;
 }
 
 template <int F, int IN, int M, int MU = M < 4 ? 4 : M>
@@ -51,13 +62,28 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     const int which = (staged ? 0 : 2) + (ksplit == 1 ? 0 : 1);
     void (*const kernels[4])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1>, gemv_kernel<F, IN, M, WARPS, 1>,
                                                         gemv_kernel<F, IN, MU, 1, 0>, gemv_kernel<F, IN, MU, WARPS, 0>};
-    static lm__cuda_kernel_facts facts[4]; /* of kernels[i], per device */
+    static lm__cuda_kernel_facts facts[6]; /* of kernels[i] and pf2[i], per device */
     int per_sm = 0;
     cudaError_t e = lm__cuda_blocks_per_sm(&facts[which], (const void *)kernels[which], THREADS, staged ? smx : 0,
                                            &per_sm);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv occupancy");
-    const dim3 grid((unsigned)lm__gemv_blocks(p->N, rpw, ksplit, sms, per_sm));
-    e = lm__cuda_launch_pdl(kernels[which], grid, dim3(THREADS), staged ? smx : 0, s, *p);
+    int64_t blocks = lm__gemv_blocks(p->N, rpw, ksplit, sms, per_sm);
+    void (*kernel)(lm__cuda_gemv_params) = kernels[which];
+    /* bf16, one input row, staged: the first batches of a warp's first two row groups in
+     * flight before the wait (+15-40 registers a thread: only where that leaves the blocks
+     * per SM). Not built for int8/fp8/int4: measured no faster there (bench/NOTES.md). */
+    constexpr int PF = M == 1 && F == LM__CUDA_GEMV_BF16;
+    void (*const pf2[2])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1, PF>, gemv_kernel<F, IN, M, WARPS, 1, PF>};
+    const int mode = PF && staged ? pf2_mode() : 0;
+    const int64_t groups = (p->N + rpw - 1) / rpw, warps = blocks * (WARPS / ksplit);
+    if (mode == 1 || (mode == -1 && groups > warps)) {
+        int per_sm2 = 0;
+        e = lm__cuda_blocks_per_sm(&facts[4 + which], (const void *)pf2[which], THREADS, smx, &per_sm2);
+        if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv occupancy");
+        if (mode == 1 || per_sm2 >= LM_MIN(per_sm, 4))
+            kernel = pf2[which], blocks = lm__gemv_blocks(p->N, rpw, ksplit, sms, per_sm2);
+    }
+    e = lm__cuda_launch_pdl(kernel, dim3((unsigned)blocks), dim3(THREADS), staged ? smx : 0, s, *p);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv launch");
     return lm__cuda_launched("linear_gemv");
 }

@@ -212,7 +212,7 @@ __device__ __forceinline__ void gemv_inv_rows(const lm__cuda_gemv_params &p, flo
  * memory of M * smx_row_chunks(K) * 16 bytes) or read from global memory per use.
  * wait() is called once, by every thread, after the first weight batch is in flight and
  * before any input is read: pdl_wait in its own launch. */
-template <int F, int IN, int M, int KSPLIT, int SMX, typename Wait>
+template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, typename Wait>
 __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb, int vg, Wait wait, float4 *xs) {
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
@@ -225,12 +225,21 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
      * batch, let the next kernel start too, and only then wait for our inputs. */
     pdl_trigger();
     uint4 raw[RPW][UNROLL]; /* the batch in flight: first that of the first group */
-    const int64_t grp0 = (int64_t)vb * groups_per_block + gw;
+    uint4 raw2[PF2 ? RPW : 1][PF2 ? UNROLL : 1]; /* PF2: the first batch of the second group */
+    const int64_t grp0 = (int64_t)vb * groups_per_block + gw, gstep = (int64_t)vg * groups_per_block;
     if (grp0 < groups) {
         const uint4 *w[RPW];
         int64_t rows[RPW];
         group_rows<RPW>(p, grp0, w, rows);
         load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw);
+    }
+    if constexpr (PF2 != 0) {
+        if (grp0 + gstep < groups) {
+            const uint4 *w[RPW];
+            int64_t rows[RPW];
+            group_rows<RPW>(p, grp0 + gstep, w, rows);
+            load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw2);
+        }
     }
     wait();
     /* RMSNORM: 1 / rms of each input row; unstaged, computed by every warp (no block
@@ -249,9 +258,9 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         stage_input<IN, M>(p, xs, red);
         if (IN == LM__CUDA_GEMV_RMSNORM) gemv_inv_rows<M>(p, red, post_rms);
     }
-    int prefetched = 1; /* raw holds the first batch of the first group */
-    /* every warp of a block runs the same number of iterations (shared-memory combine) */
-    for (int64_t g0 = (int64_t)vb * groups_per_block; g0 < groups; g0 += (int64_t)vg * groups_per_block) {
+    /* one row group of the warp (g0: the block's first); buf holds its first batch when
+     * prefetched, later batches are loaded into it */
+    auto run_group = [&](int64_t g0, uint4 (&buf)[RPW][UNROLL], int prefetched) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
         /* KSPLIT == 1: lane 0's rows; else thread t < RPW * M's element (in add[0][0], scl[0]) */
         float add[RPW][M], scl[RPW];
@@ -277,7 +286,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
             int64_t rows[RPW];
             group_rows<RPW>(p, grp, w, rows);
             for (int64_t v0 = (int64_t)slice * 32 + lane; v0 < nvec; v0 += (int64_t)KSPLIT * 32 * UNROLL) {
-                if (!prefetched) load_batch<RPW, UNROLL, KSPLIT>(w, v0, nvec, raw);
+                if (!prefetched) load_batch<RPW, UNROLL, KSPLIT>(w, v0, nvec, buf);
                 prefetched = 0;
 #pragma unroll
                 for (int u = 0; u < UNROLL; u++) {
@@ -299,7 +308,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                         }
                         float wf[RPW][8];
 #pragma unroll
-                        for (int r = 0; r < RPW; r++) decode8<F>(raw[r][u], c, wf[r]);
+                        for (int r = 0; r < RPW; r++) decode8<F>(buf[r][u], c, wf[r]);
 #pragma unroll
                         for (int m = 0; m < M; m++) {
                             float x[8];
@@ -360,7 +369,14 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
             }
             __syncthreads();
         }
+    };
+    /* every warp of a block runs the same number of groups (shared-memory combine) */
+    int64_t g0 = (int64_t)vb * groups_per_block;
+    if (g0 < groups) run_group(g0, raw, 1), g0 += gstep;
+    if constexpr (PF2 != 0) {
+        if (g0 < groups) run_group(g0, raw2, 1), g0 += gstep;
     }
+    for (; g0 < groups; g0 += gstep) run_group(g0, raw, 0);
 }
 
 /* Whether a row's K is split over the block's warps (few row groups, and rows longer
