@@ -227,15 +227,20 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     uint4 raw[RPW][UNROLL]; /* the batch in flight: first that of the first group */
     uint4 raw2[PF2 ? RPW : 1][PF2 ? UNROLL : 1]; /* PF2: the first batch of the second group */
     const int64_t grp0 = (int64_t)vb * groups_per_block + gw, gstep = (int64_t)vg * groups_per_block;
-    auto first_batch = [&](int64_t grp, uint4 (&buf)[RPW][UNROLL]) { /* of row group grp, into buf */
-        if (grp >= groups) return;
+    if (grp0 < groups) {
         const uint4 *w[RPW];
         int64_t rows[RPW];
-        group_rows<RPW>(p, grp, w, rows);
-        load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, buf);
-    };
-    first_batch(grp0, raw);
-    if constexpr (PF2 != 0) first_batch(grp0 + gstep, raw2);
+        group_rows<RPW>(p, grp0, w, rows);
+        load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw);
+    }
+    if constexpr (PF2 != 0) {
+        if (grp0 + gstep < groups) {
+            const uint4 *w[RPW];
+            int64_t rows[RPW];
+            group_rows<RPW>(p, grp0 + gstep, w, rows);
+            load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw2);
+        }
+    }
     wait();
     /* RMSNORM: 1 / rms of each input row; unstaged, computed by every warp (no block
      * barrier) and applied to the inputs; staged, from the staging pass's sums and
