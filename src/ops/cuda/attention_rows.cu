@@ -35,8 +35,9 @@
  * loads of its first VBATCH keys of a tile (16-byte chunks, keys vg mod kgv) before
  * scoring its own key, so a tile of a short context costs one round trip to the cache
  * for K and V together instead of one for K and three for V in batches of pairs; its
- * kgv partial sums meet in shared memory. It holds ~100 registers a thread, which is
- * why the many-block grids of long contexts and batches keep the 64-register form.
+ * kgv partial sums meet in shared memory. It holds ~120 registers a thread (2 blocks
+ * per SM; ptxas), which is why the many-block grids of long contexts and batches keep
+ * the 64-register form.
  * Work O(ntok * Hq * pos * hd); bytes ~ 2 * pos * hd * 2 per (token, kv head) from HBM.
  *
  * Grouped variant (attn_group_kernel, for 2..GMAX query heads per kv head): one block
