@@ -64,6 +64,27 @@ LM_API lm_status lm_attention_backward_window_out(lm_ctx *ctx, const lm_tensor_v
                                                   int causal, int64_t window, const lm_tensor_view *dq,
                                                   const lm_tensor_view *dk, const lm_tensor_view *dv);
 
+/* Attention that keeps its softmax statistics for the backward, so that the backward
+ * does not recompute the forward (training). As lm_attention_window_out, and lse
+ * [B, Hq, Tq] f32 contiguous receives each query row's log-sum-exp of its scaled
+ * scores, log sum_j exp(scale q . k_j) over the keys the row sees (+inf where it sees
+ * none). Only where a kernel produces them as it goes, which
+ * lm_attention_lse_supported answers without side effects: today the CUDA flash
+ * kernel (bf16 q, k, v; head dim D = Dv of 64 or 128; unit last stride, 16-byte
+ * aligned rows; out bf16 or f32). Elsewhere both calls return LM_UNSUPPORTED. */
+LM_API int lm_attention_lse_supported(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                      const lm_tensor_view *v, int causal, const lm_tensor_view *out);
+LM_API lm_status lm_attention_lse_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                      const lm_tensor_view *v, float scale, int causal, int64_t window,
+                                      const lm_tensor_view *out, const lm_tensor_view *lse);
+/* The gradients of lm_attention_lse_out from its out and lse, unchanged since (dout
+ * bf16, each gradient bf16 or f32, all with the flash kernel's layout rules). */
+LM_API lm_status lm_attention_backward_lse_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                               const lm_tensor_view *v, const lm_tensor_view *out,
+                                               const lm_tensor_view *lse, const lm_tensor_view *dout, float scale,
+                                               int causal, int64_t window, const lm_tensor_view *dq,
+                                               const lm_tensor_view *dk, const lm_tensor_view *dv);
+
 /* ---- embedding (lm_embedding_out) -------------------------------------------------------------
  * ids [...] (i32/i64), dout [..., D]; dtable [V, D] is written completely: row v is
  * the sum of dout over every position whose id is v (duplicates add; unused rows

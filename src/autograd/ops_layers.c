@@ -126,12 +126,18 @@ lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var
     return lm__ag_finish(ag, &n, record, &y, out);
 }
 
-/* ---- attention ------------------------------------------------------------------------------------- */
+/* ---- attention: saved[0] = the forward's log-sum-exp [B, Hq, Tq] where the forward kept
+ * it (lm_attention_lse_out), or NULL (the backward recomputes the forward) ----------------------- */
 static lm_status attention_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     LM_TRY(lm__ag_grads_like(ag, n, gin));
-    return lm_attention_backward_window_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->in[2]->value),
-                                            V(gout[0]), n->p.f, n->p.flag, n->p.i0, lm__ag_opt(gin[0]),
-                                            lm__ag_opt(gin[1]), lm__ag_opt(gin[2]));
+    const lm_tensor_view *q = V(n->in[0]->value), *k = V(n->in[1]->value), *v = V(n->in[2]->value);
+    /* the statistics serve when dout has the layout the kernel takes as an output */
+    if (n->saved[0] && lm_attention_lse_supported(ag->ctx, q, k, v, n->p.flag, V(gout[0])))
+        return lm_attention_backward_lse_out(ag->ctx, q, k, v, V(n->out[0]->value), V(n->saved[0]), V(gout[0]), n->p.f,
+                                             n->p.flag, n->p.i0, lm__ag_opt(gin[0]), lm__ag_opt(gin[1]),
+                                             lm__ag_opt(gin[2]));
+    return lm_attention_backward_window_out(ag->ctx, q, k, v, V(gout[0]), n->p.f, n->p.flag, n->p.i0,
+                                            lm__ag_opt(gin[0]), lm__ag_opt(gin[1]), lm__ag_opt(gin[2]));
 }
 
 lm_status lm_ag_attention(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_var *v, float scale, int causal,
@@ -148,16 +154,25 @@ lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_va
     if (qv->ndim != 4 || vv->ndim != 4)
         return lm__error(LM_SHAPE_MISMATCH, "ag_attention: q and v must be [B, H, T, D]");
     int64_t shape[4] = {qv->shape[0], qv->shape[1], qv->shape[2], vv->shape[3]};
-    lm_tensor *y = NULL;
+    lm_tensor *y = NULL, *lse = NULL;
     LM_TRY(lm__ag_tensor(ag, qv->dtype, 4, shape, &y));
-    lm_status st = lm_attention_window_out(ag->ctx, qv, V(k->value), vv, scale, causal, window, V(y));
+    int record = lm__ag_recording(ag, 3, in);
+    lm_status st;
+    if (record && lm_attention_lse_supported(ag->ctx, qv, V(k->value), vv, causal, V(y))) {
+        st = lm__ag_tensor(ag, LM_F32, 3, shape, &lse); /* [B, Hq, Tq] */
+        if (st == LM_OK) st = lm_attention_lse_out(ag->ctx, qv, V(k->value), vv, scale, causal, window, V(y), V(lse));
+    } else {
+        st = lm_attention_window_out(ag->ctx, qv, V(k->value), vv, scale, causal, window, V(y));
+    }
     if (st != LM_OK) {
         lm_tensor_destroy(y);
+        lm_tensor_destroy(lse);
         return st;
     }
     lm__ag_node n = lm__ag_node_make("ag_attention", attention_backward, 3, 1, q, k, v);
     n.p.f = scale;
     n.p.flag = causal != 0;
     n.p.i0 = window;
-    return lm__ag_finish(ag, &n, lm__ag_recording(ag, 3, in), &y, out);
+    n.saved[0] = lse;
+    return lm__ag_finish(ag, &n, record, &y, out);
 }

@@ -8,8 +8,11 @@
  * On the CPU, views the tuned kernel accepts (f32, unit last-dim stride) run there
  * unless the context asks for the reference; others fall back to the reference, or
  * fail with LM_UNSUPPORTED when the context forces the tuned level.
+ * lm_attention_lse_out (training) also writes each row's log-sum-exp; only the CUDA
+ * flash kernel does that (see loom/ops_backward.h).
  */
 #include "ops/alias.h"
+#include "ops/backward_common.h"
 #include "ops/cpu/attention.h"
 #include "ops/internal.h"
 #include "ops/ref/attention.h"
@@ -42,10 +45,9 @@ lm_status lm_attention_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor
     return lm_attention_window_out(ctx, q, k, v, scale, causal, 0, out);
 }
 
-lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
-                                  const lm_tensor_view *v, float scale, int causal, int64_t window,
-                                  const lm_tensor_view *out) {
-    const char *op = "attention";
+/* Everything lm_attention_window_out asks of its views, with out's dtype that of q. */
+static lm_status check_attention(lm_ctx *ctx, const char *op, const lm_tensor_view *q, const lm_tensor_view *k,
+                                 const lm_tensor_view *v, int causal, int64_t window, const lm_tensor_view *out) {
     const lm_tensor_view *vs[] = {q, k, v, out};
     static const char *const names[] = {"q", "k", "v", "out"};
     LM_TRY(lm__op_check_devices(ctx, op, 4, vs, names));
@@ -59,7 +61,14 @@ lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "q", q, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "k", k, 0));
-    LM_TRY(lm__op_check_alias(op, "out", out, "v", v, 0));
+    return lm__op_check_alias(op, "out", out, "v", v, 0);
+}
+
+lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                                  const lm_tensor_view *v, float scale, int causal, int64_t window,
+                                  const lm_tensor_view *out) {
+    const char *op = "attention";
+    LM_TRY(check_attention(ctx, op, q, k, v, causal, window, out));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
@@ -71,4 +80,24 @@ lm_status lm_attention_window_out(lm_ctx *ctx, const lm_tensor_view *q, const lm
         if (lm_ctx_impl(ctx) == LM_IMPL_TUNED) return lm__error(LM_UNSUPPORTED, "%s: %s", op, why);
     }
     return lm__ref_attention(q, k, v, scale, causal, window, out);
+}
+
+/* ---- with the softmax statistics ---------------------------------------------------------------- */
+int lm_attention_lse_supported(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                               const lm_tensor_view *v, int causal, const lm_tensor_view *out) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if (!ctx || !q || !k || !v || !out || !cu || lm_ctx_device(ctx).type != LM_DEVICE_CUDA) return 0;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || out->ndim != 4) return 0;
+    return cu->attention_lse_supported(q, k, v, causal, out);
+}
+
+lm_status lm_attention_lse_out(lm_ctx *ctx, const lm_tensor_view *q, const lm_tensor_view *k,
+                               const lm_tensor_view *v, float scale, int causal, int64_t window,
+                               const lm_tensor_view *out, const lm_tensor_view *lse) {
+    const char *op = "attention_lse";
+    LM_TRY(check_attention(ctx, op, q, k, v, causal, window, out));
+    LM_TRY(lm__op_check_attention_lse(ctx, op, q, lse));
+    LM_TRY(lm__op_check_alias(op, "lse", lse, "out", out, 0));
+    if (!lm_attention_lse_supported(ctx, q, k, v, causal, out)) return lm__attention_lse_unsupported(op);
+    return lm__cuda_ops_get()->attention_lse(q, k, v, scale, causal, window, out, lse, lm_ctx_stream(ctx));
 }

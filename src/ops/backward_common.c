@@ -59,3 +59,23 @@ lm_status lm__op_backward_level(lm_ctx *ctx, const char *op, int has_cpu, int ha
     *out = LM__LEVEL_REF;
     return LM_OK;
 }
+
+lm_status lm__op_check_attention_lse(lm_ctx *ctx, const char *op, const lm_tensor_view *q, const lm_tensor_view *lse) {
+    const lm_tensor_view *vs[] = {lse};
+    static const char *const names[] = {"lse"};
+    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
+    LM_TRY(lm__op_check_dtype(op, "lse", lse, LM_F32));
+    int64_t shape[3] = {q->shape[0], q->shape[1], q->shape[2]};
+    LM_TRY(lm__op_check_shape(op, "lse [B, Hq, Tq]", lse, 3, shape));
+    if (!lm_tensor_view_is_contiguous(lse)) return lm__error(LM_INVALID_ARGUMENT, "%s: lse must be contiguous", op);
+    LM_TRY(lm__op_check_out(op, "lse", lse));
+    return lm__op_check_alias(op, "lse", lse, "q", q, 0);
+}
+
+lm_status lm__attention_lse_unsupported(const char *op) {
+    return lm__error(LM_UNSUPPORTED,
+                     "%s: only the CUDA flash attention kernel keeps the softmax statistics (a CUDA context; "
+                     "bf16 q, k, v and dout; head dim 64 or 128 for q and v; unit last stride and 16-byte "
+                     "aligned rows)",
+                     op);
+}

@@ -26,6 +26,12 @@ lm_status lm__op_check_f32_scalar(lm_ctx *ctx, const char *op, const char *name,
  * *counted receives the number of rows that are not ignored. */
 lm_status lm__op_check_targets(const char *op, const lm_tensor_view *targets, int64_t V, int64_t ignore_index,
                                int64_t *counted);
+/* lse [B, Hq, Tq] f32 contiguous on the context's device for attention q [B, Hq, Tq, D]
+ * (lm_attention_lse_out), not overlapping q. */
+lm_status lm__op_check_attention_lse(lm_ctx *ctx, const char *op, const lm_tensor_view *q, const lm_tensor_view *lse);
+/* The LM_UNSUPPORTED error of the attention operators with statistics on views or a
+ * device the flash kernel does not take. */
+lm_status lm__attention_lse_unsupported(const char *op);
 /* The level for an operator with a composed CPU path (has_cpu) and possibly a CUDA
  * implementation (has_cuda) when accepted says whether these views suit the composed
  * path: LM__LEVEL_CUDA on a cuda context with an implementation, LM__LEVEL_CPU when the

@@ -61,6 +61,18 @@ typedef struct lm__cuda_ops {
                                     const lm_tensor_view *dout, float scale, int causal, int64_t window,
                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
                                     void *stream);
+    /* the flash kernel's attention with its statistics (lm_attention_lse_out): whether
+     * it takes these views, the forward, and the backward from out and lse */
+    int (*attention_lse_supported)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                   int causal, const lm_tensor_view *out);
+    lm_status (*attention_lse)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale,
+                               int causal, int64_t window, const lm_tensor_view *out, const lm_tensor_view *lse,
+                               void *stream);
+    lm_status (*attention_backward_lse)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                        const lm_tensor_view *out, const lm_tensor_view *lse,
+                                        const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                        const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                        void *stream);
     /* dsum NULL for plain RMSNorm */
     lm_status (*rmsnorm_backward)(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                                   const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,

@@ -19,7 +19,9 @@
  * the tensor-core flash attention forward and backward (bf16, head dims 64 and 128,
  * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, gradients in
  * bf16 and f32; gate NMSE 1e-4: probabilities and dS are rounded to bf16 before their
- * products, as in every bf16 flash kernel).
+ * products, as in every bf16 flash kernel), also with its statistics kept
+ * (lm_attention_lse_out: the log-sum-exp against a double computation, gate 1e-4
+ * absolute; the backward from the saved out and lse; a window of 37 keys).
  * Gradients are checked in the operand's dtype and in f32.
  * Gates: ct_nmse/ct_abs of the OUTPUT dtype (cuda_test.h: f32 accumulation against the
  * reference's double, one rounding on store); sum of squares computes in double like
@@ -542,6 +544,74 @@ static ct_pair bthd(lt_rng *r, int64_t B, int64_t T, int64_t H, int64_t D, doubl
     return p;
 }
 
+/* lm_attention_lse_out and lm_attention_backward_lse_out against the reference: out,
+ * lse (computed here in double from the bf16 values), and the gradients in bf16 and
+ * f32 from the saved out and lse (no recomputed forward). */
+static void check_flash_lse(const lm_tensor_view *qh, const lm_tensor_view *qd, const lm_tensor_view *kh,
+                            const lm_tensor_view *kd, const lm_tensor_view *vh, const lm_tensor_view *vd,
+                            const lm_tensor_view *dyh, const lm_tensor_view *dyd, float scale, int causal,
+                            int64_t window) {
+    int64_t B = qh->shape[0], Hq = qh->shape[1], Tq = qh->shape[2], D = qh->shape[3];
+    int64_t Hkv = kh->shape[1], Tk = kh->shape[2];
+    int64_t os[4] = {B, Hq, Tq, D}, ls[3] = {B, Hq, Tq};
+    char what[128];
+    ct_pair o = ct_poisoned(LM_BF16, 4, os), lse = ct_poisoned(LM_F32, 3, ls);
+    LT_CHECK(lm_attention_lse_supported(g_ctx, qd, kd, vd, causal, DV(o)));
+    LT_CHECK_OK(lm_attention_lse_out(g_ctx, qd, kd, vd, scale, causal, window, DV(o), DV(lse)));
+    lm_tensor *wo = lt_poisoned_tensor(LM_BF16, 4, os), *wl = lt_poisoned_tensor(LM_F32, 3, ls);
+    LT_CHECK_OK(lm_attention_window_out(g_ref, qh, kh, vh, scale, causal, window, lm_tensor_as_view(wo)));
+    double *q = lt_view_to_f64(qh), *k = lt_view_to_f64(kh), *s = malloc(sizeof(double) * (size_t)Tk);
+    float *want = lm_tensor_data(wl);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                int64_t g = h / (Hq / Hkv), last = causal ? i + Tk - Tq : Tk - 1;
+                int64_t first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = first; j <= last; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += q[((b * Hq + h) * Tq + i) * D + d] * k[((b * Hkv + g) * Tk + j) * D + d];
+                    s[j] = scale * dot;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int64_t j = first; j <= last; j++) sum += exp(s[j] - mx);
+                want[(b * Hq + h) * Tq + i] = (float)(last >= first ? mx + log(sum) : INFINITY);
+            }
+    free(q), free(k), free(s);
+    snprintf(what, sizeof what, "flash attention_lse out D %lld Tq %lld Tk %lld causal %d window %lld", (long long)D,
+             (long long)Tq, (long long)Tk, causal, (long long)window);
+    ct_check(g_ctx, what, &o, DV(o), lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
+    snprintf(what, sizeof what, "flash attention_lse lse D %lld Tq %lld Tk %lld causal %d window %lld", (long long)D,
+             (long long)Tq, (long long)Tk, causal, (long long)window);
+    ct_check(g_ctx, what, &lse, DV(lse), lm_tensor_as_view(wl), 1e-10, 1e-4);
+    for (int f32 = 0; f32 < 2; f32++) {
+        lm_dtype gt = f32 ? LM_F32 : LM_BF16;
+        int64_t ksh[4] = {B, Hkv, Tk, D};
+        ct_pair dq = ct_poisoned(gt, 4, os), dk = ct_poisoned(gt, 4, ksh), dv = ct_poisoned(gt, 4, ksh);
+        lm_tensor *wq = lt_poisoned_tensor(gt, 4, os), *wk = lt_poisoned_tensor(gt, 4, ksh);
+        lm_tensor *wv = lt_poisoned_tensor(gt, 4, ksh);
+        LT_CHECK_OK(lm_attention_backward_window_out(g_ref, qh, kh, vh, dyh, scale, causal, window,
+                                                     lm_tensor_as_view(wq), lm_tensor_as_view(wk),
+                                                     lm_tensor_as_view(wv)));
+        LT_CHECK_OK(lm_attention_backward_lse_out(g_ctx, qd, kd, vd, DV(o), DV(lse), dyd, scale, causal, window, DV(dq),
+                                                  DV(dk), DV(dv)));
+        const char *nm[3] = {"dq", "dk", "dv"};
+        ct_pair *got[3] = {&dq, &dk, &dv};
+        lm_tensor *ref[3] = {wq, wk, wv};
+        for (int t = 0; t < 3; t++) {
+            snprintf(what, sizeof what,
+                     "flash attention_backward_lse %s D %lld Tq %lld Tk %lld causal %d window %lld -> %s", nm[t],
+                     (long long)D, (long long)Tq, (long long)Tk, causal, (long long)window, lm_dtype_name(gt));
+            ct_check(g_ctx, what, got[t], DV(*got[t]), lm_tensor_as_view(ref[t]), 1e-4, ct_abs(LM_BF16, 4.0));
+        }
+        ct_pair_free(&dq), ct_pair_free(&dk), ct_pair_free(&dv);
+        lm_tensor_destroy(wq), lm_tensor_destroy(wk), lm_tensor_destroy(wv);
+    }
+    ct_pair_free(&o), ct_pair_free(&lse);
+    lm_tensor_destroy(wo), lm_tensor_destroy(wl);
+}
+
 static void test_flash_attention(void) {
     static const int64_t dims[2] = {64, 128};
     static const int64_t tqk[3][2] = {{100, 100}, {100, 130}, {64, 64}};
@@ -587,6 +657,8 @@ static void test_flash_attention(void) {
                     ct_pair_free(&dq), ct_pair_free(&dk), ct_pair_free(&dv);
                     lm_tensor_destroy(wq), lm_tensor_destroy(wk), lm_tensor_destroy(wv);
                 }
+                check_flash_lse(&qh, &qd, &kh, &kd, &vh, &vd, &dyh, &dyd, scale, causal, 0);
+                if (causal) check_flash_lse(&qh, &qd, &kh, &kd, &vh, &vd, &dyh, &dyd, scale, causal, 37);
             }
             ct_pair_free(&q), ct_pair_free(&k), ct_pair_free(&v), ct_pair_free(&dy);
         }

@@ -1,7 +1,9 @@
 /* Tests for lm_attention_backward_out against float64 finite differences of
  * L = sum(attention(q, k, v) * dy): multi-head, grouped (GQA) and multi-query heads,
  * causal with Tk > Tq (a prefix already cached), Dv != D, q passed as a permuted
- * [B, T, H, D] buffer, bf16 operands with f32 gradients, and the error paths.
+ * [B, T, H, D] buffer, bf16 operands with f32 gradients, and the error paths; the
+ * attention with statistics (lm_attention_lse_out and its backward) refused on the
+ * CPU after its argument checks (its results are tested in tests/cuda).
  * LM_TEST_LABELS: unit
  */
 #include "backward_fd.h"
@@ -105,8 +107,40 @@ static void test_attention_backward_errors(void) {
     lm_tensor_destroy(q), lm_tensor_destroy(k), lm_tensor_destroy(kk), lm_tensor_destroy(d), lm_tensor_destroy(dq);
 }
 
+/* The attention with statistics runs only on the CUDA flash kernel: on the CPU it is
+ * refused by name (nothing written), after the usual argument checks. */
+static void test_attention_lse_refused_on_cpu(void) {
+    lt_rng r = lt_rng_seed(53);
+    int64_t qs[4] = {1, 2, 3, 4}, ls[3] = {1, 2, 3}, bad[3] = {1, 2, 4};
+    lm_tensor *q = lt_random_tensor(&r, LM_F32, 4, qs, 1), *o = lt_poisoned_tensor(LM_F32, 4, qs);
+    lm_tensor *lse = lt_poisoned_tensor(LM_F32, 3, ls), *lse_bad = lt_poisoned_tensor(LM_F32, 3, bad);
+    lm_tensor *lse_i32 = lt_poisoned_tensor(LM_I32, 3, ls), *dq = lt_poisoned_tensor(LM_F32, 4, qs);
+    const lm_tensor_view *vq = lm_tensor_as_view(q), *vo = lm_tensor_as_view(o), *vl = lm_tensor_as_view(lse);
+    LT_CHECK(!lm_attention_lse_supported(g_ctx, vq, vq, vq, 1, vo));
+    LT_CHECK(!lm_attention_lse_supported(NULL, vq, vq, vq, 1, vo));
+    LT_CHECK_STATUS(lm_attention_lse_out(g_ctx, vq, vq, vq, 0.5f, 1, 0, vo, vl), LM_UNSUPPORTED);
+    LT_CHECK(strstr(lm_last_error(), "attention_lse") && strstr(lm_last_error(), "CUDA flash"));
+    LT_CHECK_STATUS(lm_attention_lse_out(g_ctx, vq, vq, vq, 0.5f, 1, 0, vo, lm_tensor_as_view(lse_bad)),
+                    LM_SHAPE_MISMATCH);
+    LT_CHECK_STATUS(lm_attention_lse_out(g_ctx, vq, vq, vq, 0.5f, 1, 0, vo, lm_tensor_as_view(lse_i32)),
+                    LM_DTYPE_MISMATCH);
+    LT_CHECK_STATUS(lm_attention_lse_out(g_ctx, vq, vq, vq, 0.5f, 0, 2, vo, vl), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "window") != NULL);
+    LT_CHECK_STATUS(lm_attention_backward_lse_out(g_ctx, vq, vq, vq, vo, vl, vq, 0.5f, 1, 0, lm_tensor_as_view(dq),
+                                                  NULL, NULL),
+                    LM_UNSUPPORTED);
+    LT_CHECK(strstr(lm_last_error(), "attention_backward_lse") != NULL);
+    LT_CHECK_STATUS(lm_attention_backward_lse_out(g_ctx, vq, vq, vq, vo, vl, vq, 0.5f, 1, 0, vo, NULL, NULL),
+                    LM_INVALID_ARGUMENT); /* dq overlapping the saved out */
+    float *ql = lm_tensor_data(lse);
+    LT_CHECK(isnan(ql[0]) && isnan(ql[5])); /* poison untouched */
+    lm_tensor_destroy(q), lm_tensor_destroy(o), lm_tensor_destroy(lse), lm_tensor_destroy(lse_bad);
+    lm_tensor_destroy(lse_i32), lm_tensor_destroy(dq);
+}
+
 int main(void) {
     if (lm_ctx_create(lm_device_cpu(), 1, &g_ctx) != LM_OK) return 1;
+    LT_RUN(test_attention_lse_refused_on_cpu);
     LT_RUN(test_attention_backward_matches_finite_differences);
     LT_RUN(test_attention_backward_errors);
     lm_ctx_destroy(g_ctx);

@@ -23,14 +23,18 @@
  * pairs read from shared memory laid out [n][k], C {(g, 2c), (g, 2c+1), (g+8, 2c),
  * (g+8, 2c+1)}. The C layout of two adjacent n-tiles is the A layout of one k-chunk,
  * so probabilities computed in registers feed the next product directly. Operands
- * are staged row-major only; a B operand needed transposed (V, dO, Q, K as the
- * k-by-n matrix of a product over rows) is read with ldmatrix.trans.
+ * are staged row-major only (cp.async, double-buffered: the next tile is in flight
+ * while the current one is computed); B fragments are read with ldmatrix, and a B
+ * operand needed transposed (V, dO, Q, K as the k-by-n matrix of a product over rows)
+ * with ldmatrix.trans.
  *
  * forward   grid (query tiles, Hq, B): per key tile S = Q K^T, online softmax in the
  *           exp2 domain (scale * log2 e folded in), O += P V; writes O and, when asked,
- *           the row's log2-domain logsumexp L = m + log2(l).
- * backward  (as FlashAttention-2, without atomics): the forward is recomputed for O and
- *           L; D_i = dO_i . O_i; then
+ *           the row's logsumexp L = (m + log2 l) ln 2 (natural log of the softmax
+ *           denominator of the scaled scores; the kernels below work with L log2 e).
+ * backward  (as FlashAttention-2, without atomics): O and L come from the forward
+ *           (lm__cuda_flash_attention_lse) or the forward is recomputed for them;
+ *           D_i = dO_i . O_i; then
  *           dK/dV kernel, grid (key tiles, Hq, B): each warp keeps 16 keys' K and V
  *             fragments and dK, dV accumulators in registers and walks every query
  *             tile of its query head that sees its keys: S^T = K Q^T,
@@ -53,6 +57,7 @@
 #define NWARP 4
 #define PADE 8 /* bf16 of padding per shared row: fragment loads hit 32 distinct banks */
 #define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
 
 struct fa_view { /* a [B, H, T, D] view: element strides of b, h, t (d is unit) */
     void *p;
@@ -70,7 +75,7 @@ struct fa_args {
     const int32_t *row_table; /* [B, nb] each row's blocks, or NULL (not cache mode) */
     const int32_t *row_pos;   /* [B, Tq] positions, consecutive per row */
     int64_t nblocks, nb, P;   /* S, table entries per row, positions per block (Tk = nb * P) */
-    float *lse; /* [B, Hq, Tq] log2-domain logsumexp */
+    float *lse; /* [B, Hq, Tq] logsumexp (natural log) */
     float *dd;  /* [B, Hq, Tq] rowsum(dO * O) */
     float *pk, *pv; /* grouped heads: [B, Hq, Tk, D] f32 per-query-head dK, dV partials, else NULL */
 };
@@ -111,31 +116,6 @@ __device__ __forceinline__ void load_a(uint32_t (*a)[4], const fa_view &v, int64
         }
 }
 
-/* Stages TILE rows [t0, t0 + TILE) of two views (K and V, or Q and dO) into shared
- * memory, row-major rm[row][d] with a pitch of HD + PADE; rows past n are zeros. Every
- * thread issues all its 16-byte loads of both tiles before its first store, so the
- * loads are in flight together (one memory latency per tile pair, not one per chunk). */
-template <int HD>
-__device__ __forceinline__ void stage2(const fa_view &v0, int64_t b0, const fa_view &v1, int64_t b1, int64_t h,
-                                       int64_t t0, int64_t n, bf16 *rm0, bf16 *rm1) {
-    constexpr int PER = TILE * HD / 8 / (NWARP * 32); /* 16-byte chunks per thread per tile */
-    static_assert(TILE * HD / 8 % (NWARP * 32) == 0, "tile chunks divide evenly among the threads");
-    uint4 x0[PER], x1[PER];
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
-        int64_t t = t0 + row;
-        x0[j] = t < n ? *(const uint4 *)(row_ptr(v0, b0, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
-        x1[j] = t < n ? *(const uint4 *)(row_ptr(v1, b1, h, t) + ch * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
-        *(uint4 *)(rm0 + row * (HD + PADE) + ch * 8) = x0[j];
-        *(uint4 *)(rm1 + row * (HD + PADE) + ch * 8) = x1[j];
-    }
-}
-
 /* Cache mode, paged: the table entry (a block, not yet checked; -1 past the row's n
  * keys) and the offset in it of key t, the load left in flight until the entry is
  * used. 32-bit division: keys are i32 positions and P < 2^31 (the launcher checks). */
@@ -146,28 +126,61 @@ static __device__ __forceinline__ void key_entry(const fa_args &a, const int32_t
     *off = (int32_t)(t - (int64_t)e * a.P);
 }
 
-/* stage2 of a tile's TILE key rows from a paged cache, row r at element offset kofs[r]
- * of the K cache and vofs[r] of the V cache (shared memory; the rows' blocks and kv
- * head already applied), or -1: a block outside the pool (past the keys, or a hidden
- * key before a window: the row check covers every visible one), staged as zeros. */
+/* 16-byte asynchronous copy from global to shared memory (cp.async, bypassing L1);
+ * ok = 0 writes 16 zero bytes and reads nothing (src must still be a valid address). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* stage2 without registers: TILE rows [t0, t0 + TILE) of two views copied into shared
+ * memory with cp.async (rows past n as zeros); complete after cp_async_wait_all. */
 template <int HD>
-__device__ __forceinline__ void stage2_paged(const fa_args &a, const int64_t *kofs, const int64_t *vofs, bf16 *rm0,
-                                             bf16 *rm1) {
+__device__ __forceinline__ void stage2_async(const fa_view &v0, const fa_view &v1, int64_t b, int64_t h, int64_t t0,
+                                             int64_t n, bf16 *rm0, bf16 *rm1) {
     constexpr int PER = TILE * HD / 8 / (NWARP * 32);
-    uint4 x0[PER], x1[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
+        int64_t t = t0 + row;
+        bool ok = t < n;
+        cp_async16(rm0 + row * (HD + PADE) + ch * 8, ok ? row_ptr(v0, b, h, t) + ch * 8 : (const bf16 *)v0.p, ok);
+        cp_async16(rm1 + row * (HD + PADE) + ch * 8, ok ? row_ptr(v1, b, h, t) + ch * 8 : (const bf16 *)v1.p, ok);
+    }
+}
+
+/* stage2_async of a tile's TILE key rows from a paged cache, row r at element offset
+ * kofs[r] of the K cache and vofs[r] of the V cache (shared memory; the rows' blocks
+ * and kv head already applied), or -1: a block outside the pool (past the keys, or a
+ * hidden key before a window: the row check covers every visible one), staged as zeros. */
+template <int HD>
+__device__ __forceinline__ void stage2_paged_async(const fa_args &a, const int64_t *kofs, const int64_t *vofs,
+                                                   bf16 *rm0, bf16 *rm1) {
+    constexpr int PER = TILE * HD / 8 / (NWARP * 32);
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
         int64_t ko = kofs[row], vo = vofs[row];
-        x0[j] = ko >= 0 ? *(const uint4 *)((const bf16 *)a.k.p + ko + ch * 8) : make_uint4(0, 0, 0, 0);
-        x1[j] = vo >= 0 ? *(const uint4 *)((const bf16 *)a.v.p + vo + ch * 8) : make_uint4(0, 0, 0, 0);
+        cp_async16(rm0 + row * (HD + PADE) + ch * 8, (const bf16 *)a.k.p + (ko >= 0 ? ko + ch * 8 : 0), ko >= 0);
+        cp_async16(rm1 + row * (HD + PADE) + ch * 8, (const bf16 *)a.v.p + (vo >= 0 ? vo + ch * 8 : 0), vo >= 0);
     }
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
-        *(uint4 *)(rm0 + row * (HD + PADE) + ch * 8) = x0[j];
-        *(uint4 *)(rm1 + row * (HD + PADE) + ch * 8) = x1[j];
-    }
+}
+
+/* B fragments of two adjacent n-tiles [n0, n0 + 16) at k offset k0 of a shared [n][k]
+ * array (pitch ld): ldmatrix.x4, r[0..1] for n-tile n0, r[2..3] for n0 + 8 (lane l
+ * addresses row (l & 7) of matrix l / 8: n-half (l >> 4), k-half (l >> 3) & 1). */
+__device__ __forceinline__ void frag_b_x4(const bf16 *sm, int ld, int n0, int k0, int lane, uint32_t *r) {
+    const bf16 *p = sm + (n0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
 /* B fragments of two adjacent n-tiles [n0, n0 + 16) for k rows [k0, k0 + 16) of a
@@ -209,20 +222,39 @@ __device__ __forceinline__ void store_rows(const fa_view &v, int f32, int64_t b,
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
-/* 1 when key kj is hidden from query qi (offset off = Tk - Tq). */
-__device__ __forceinline__ int hidden(const fa_args &a, int64_t qi, int64_t kj, int64_t Tk, int64_t off) {
-    return kj >= Tk || (a.causal && kj > qi + off) || (a.window > 0 && kj <= qi + off - a.window);
+/* The mask of one tile in 32-bit numbers relative to its corner (query qr, key kr): the
+ * element of query qr + i and key kr + j is hidden when j >= kn (past the keys),
+ * j - i > dc (causal) or j - i <= dw (before the window). Differences outside [-128,
+ * 128] act as unbounded: within a tile |j - i| < 128. */
+struct tile_mask {
+    int kn, dc, dw;
+};
+__device__ __forceinline__ int clamp128(int64_t x) { return (int)LM_MAX((int64_t)-128, LM_MIN((int64_t)128, x)); }
+__device__ __forceinline__ tile_mask mask_of(const fa_args &a, int64_t qr, int64_t kr, int64_t Tk, int64_t off) {
+    tile_mask t;
+    t.kn = clamp128(Tk - kr);
+    t.dc = a.causal ? clamp128(qr + off - kr) : 128; /* key kj > qi + off */
+    t.dw = a.window > 0 ? clamp128(qr + off - a.window - kr) : -128; /* key kj <= qi + off - window */
+    return t;
+}
+__device__ __forceinline__ bool masked(const tile_mask &t, int qi, int kj) {
+    return kj >= t.kn || kj - qi > t.dc || kj - qi <= t.dw;
 }
 
-/* PAGED: cache mode with nb != 1 (keys through the row's block table). */
+/* PAGED: cache mode with nb != 1 (keys through the row's block table). Key tiles are
+ * double-buffered: tile i + 1 is copied (cp.async) while tile i is computed. Causal
+ * grids run their longest query tiles first. A warp skips the tiles none of its rows
+ * sees. */
 template <int HD, bool PAGED>
-__global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
-    __shared__ __align__(16) bf16 ks[TILE * (HD + PADE)];
-    __shared__ __align__(16) bf16 vs[TILE * (HD + PADE)];
-    __shared__ int64_t kofs[PAGED ? TILE : 1], vofs[PAGED ? TILE : 1]; /* PAGED: the tile's key rows */
+__global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int PITCH = HD + PADE, STAGE = TILE * PITCH;
+    bf16 *ks = (bf16 *)fa_smem, *vs = ks + 2 * STAGE; /* [2][TILE][PITCH] each */
+    __shared__ int64_t kofs[2][PAGED ? TILE : 1], vofs[2][PAGED ? TILE : 1]; /* PAGED: a tile's key rows */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv);
-    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16; /* the warp's rows q0 .. q0 + 15 */
     int64_t Tk = a.Tk, kb = b; /* keys of this row, and the batch index of its K/V */
     const int32_t *tab = NULL; /* cache mode: the row's block table [nb] */
     float o[HD / 8][4];
@@ -251,47 +283,67 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
     uint32_t qa[HD / 16][4];
     load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    int64_t first_q = (int64_t)blockIdx.x * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
-    int64_t kend = a.causal ? LM_MIN(Tk, last_q + off + 1) : Tk;
-    int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
-    int32_t nblk = -1, noff = 0; /* PAGED, thread r < TILE: the entry of row r of the coming tile */
-    if (PAGED && threadIdx.x < TILE) key_entry(a, tab, kbegin + threadIdx.x, Tk, &nblk, &noff);
-    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
-        __syncthreads();
-        if (PAGED) {
-            if (threadIdx.x < TILE) {
-                bool in = nblk >= 0 && nblk < a.nblocks;
-                kofs[threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
-                vofs[threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
-                if (k0 + TILE < kend) key_entry(a, tab, k0 + TILE + threadIdx.x, Tk, &nblk, &noff); /* in flight */
-            }
-            __syncthreads();
-            stage2_paged<HD>(a, kofs, vofs, ks, vs);
-        } else {
-            stage2<HD>(a.k, kb, a.v, kb, kvh, k0, Tk, ks, vs);
+    const int64_t last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    const int64_t kend = a.causal ? LM_MIN(Tk, last_q + off + 1) : Tk;
+    const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    /* the warp's own keys: up to its last row's (causal), from its first row's window start */
+    const int64_t wend = a.causal ? LM_MIN(kend, LM_MIN(a.Tq, q0 + 16) - 1 + off + 1) : kend;
+    const int64_t wbegin = a.window > 0 ? q0 + off - a.window + 1 : 0;
+    int32_t nblk = -1, noff = 0; /* PAGED, thread r < TILE: the entry of row r of the next tile to stage */
+    if (PAGED && threadIdx.x < TILE) {
+        key_entry(a, tab, kbegin + threadIdx.x, Tk, &nblk, &noff);
+        bool in = nblk >= 0 && nblk < a.nblocks;
+        kofs[0][threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
+        vofs[0][threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
+        key_entry(a, tab, kbegin + TILE + threadIdx.x, Tk, &nblk, &noff); /* in flight */
+    }
+    if (PAGED) __syncthreads();
+    if (kbegin < kend) {
+        if (PAGED) stage2_paged_async<HD>(a, kofs[0], vofs[0], ks, vs);
+        else stage2_async<HD>(a.k, a.v, kb, kvh, kbegin, Tk, ks, vs);
+    }
+    cp_async_commit();
+    int buf = 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE, buf ^= 1) {
+        cp_async_wait_all(); /* tile k0 is in buffer buf */
+        if (PAGED && threadIdx.x < TILE && k0 + TILE < kend) {
+            bool in = nblk >= 0 && nblk < a.nblocks;
+            kofs[buf ^ 1][threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
+            vofs[buf ^ 1][threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
+            if (k0 + 2 * TILE < kend) key_entry(a, tab, k0 + 2 * TILE + threadIdx.x, Tk, &nblk, &noff);
         }
-        __syncthreads();
+        __syncthreads(); /* tile k0 visible to all; every warp is done with buffer buf ^ 1 */
+        if (k0 + TILE < kend) {
+            bf16 *kn = ks + (buf ^ 1) * STAGE, *vn = vs + (buf ^ 1) * STAGE;
+            if (PAGED) stage2_paged_async<HD>(a, kofs[buf ^ 1], vofs[buf ^ 1], kn, vn);
+            else stage2_async<HD>(a.k, a.v, kb, kvh, k0 + TILE, Tk, kn, vn);
+        }
+        cp_async_commit();
+        if (k0 >= wend || k0 + TILE <= wbegin) continue; /* warp-uniform: no row of this warp sees the tile */
+        const bf16 *kt = ks + buf * STAGE, *vt = vs + buf * STAGE;
         float s[TILE / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < TILE / 8; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        for (int nt = 0; nt < TILE / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int np = 0; np < TILE / 16; np++)
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t b0, b1;
-                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
-                mma16816(s[nt], qa[kk], b0, b1);
+                uint32_t r[4];
+                frag_b_x4(kt, PITCH, np * 16, kk * 16, lane, r);
+                mma16816(s[2 * np], qa[kk], r[0], r[1]);
+                mma16816(s[2 * np + 1], qa[kk], r[2], r[3]);
             }
-        }
         float mloc[2] = {-INFINITY, -INFINITY};
         /* warp-uniform: only tiles crossing the diagonal, the window's edge or the end of
          * the keys need the mask */
         const bool edge = k0 + TILE > Tk || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, k0, Tk, off);
 #pragma unroll
         for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
-                s[nt][r] = edge && hidden(a, qi, kj, Tk, off) ? -INFINITY : s[nt][r] * a.scale_log2;
+                int i = g + (r >> 1) * 8, j = nt * 8 + 2 * c + (r & 1);
+                s[nt][r] = edge && masked(tm, i, j) ? -INFINITY : s[nt][r] * a.scale_log2;
                 mloc[r >> 1] = fmaxf(mloc[r >> 1], s[nt][r]);
             }
         float alpha[2];
@@ -324,12 +376,13 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
 #pragma unroll
             for (int dt = 0; dt < HD / 8; dt += 2) {
                 uint32_t r[4];
-                frag_b_trans(vs, HD + PADE, kk * 16, dt * 8, lane, r);
+                frag_b_trans(vt, PITCH, kk * 16, dt * 8, lane, r);
                 mma16816(o[dt], pa, r[0], r[1]);
                 mma16816(o[dt + 1], pa, r[2], r[3]);
             }
         }
     }
+    cp_async_wait_all(); /* nothing left in flight at exit (an empty last group) */
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -338,12 +391,12 @@ __global__ void __launch_bounds__(NWARP * 32) fa_fwd(fa_args a) {
         inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
         int64_t t = q0 + g + i * 8;
         if (a.lse && c == 0 && t < a.Tq)
-            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? m_run[i] + log2f(l_run[i]) : INFINITY;
+            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
     }
     store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
 }
 
-/* ---- backward: D = rowsum(dO * O), O f32 [B, Hq, Tq, HD] contiguous ------------------------ */
+/* ---- backward: D = rowsum(dO * O), O bf16 or f32 [B, Hq, Tq, HD] through its view ---------- */
 template <int HD>
 __global__ void fa_dot(fa_args a, int64_t rows) {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + (threadIdx.x >> 5);
@@ -351,24 +404,30 @@ __global__ void fa_dot(fa_args a, int64_t rows) {
     if (row >= rows) return;
     int64_t t = row % a.Tq, h = (row / a.Tq) % a.Hq, b = row / (a.Tq * a.Hq);
     const bf16 *d = row_ptr(a.dout, b, h, t);
-    const float *o = (const float *)a.o.p + row * HD;
+    int64_t o = b * a.o.sb + h * a.o.sh + t * a.o.st;
     float acc = 0.f;
-    for (int e = lane; e < HD; e += 32) acc += __bfloat162float(d[e]) * o[e];
+    for (int e = lane; e < HD; e += 32)
+        acc += __bfloat162float(d[e]) *
+               (a.o_f32 ? ((const float *)a.o.p)[o + e] : __bfloat162float(((const bf16 *)a.o.p)[o + e]));
     acc = warp_sum(acc);
     if (lane == 0) a.dd[row] = acc;
 }
 
 /* ---- backward: dK, dV ----------------------------------------------------------------------- */
+/* Query tiles (Q, dO, their L and D) are double-buffered in shared memory: tile i + 1
+ * is copied (cp.async) while tile i is computed. */
 template <int HD>
-__global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
+__global__ void __launch_bounds__(NWARP * 32, 2) fa_dkdv(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    bf16 *qs = (bf16 *)fa_smem;              /* [TILE][HD + PADE] Q row-major */
-    bf16 *ds = qs + TILE * (HD + PADE);      /* [TILE][HD + PADE] dO row-major */
-    float *lq = (float *)(ds + TILE * (HD + PADE)); /* [TILE] L of the tile's queries */
-    float *dq = lq + TILE;                    /* [TILE] D of the tile's queries */
+    constexpr int PITCH = HD + PADE, STAGE = TILE * PITCH;
+    bf16 *qs = (bf16 *)fa_smem;             /* [2][TILE][PITCH] Q row-major */
+    bf16 *ds = qs + 2 * STAGE;              /* [2][TILE][PITCH] dO row-major */
+    float *lq = (float *)(ds + 2 * STAGE);  /* [2][TILE] L of the tile's queries */
+    float *dq = lq + 2 * TILE;              /* [2][TILE] D of the tile's queries */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
     const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16; /* block's and warp's first key */
+    const int64_t rows = (b * a.Hq + h) * a.Tq; /* this head's first L / D entry */
     uint32_t ka[HD / 16][4], va[HD / 16][4];
     load_a<HD>(ka, a.k, b, kvh, kw, a.Tk, g, c);
     load_a<HD>(va, a.v, b, kvh, kw, a.Tk, g, c);
@@ -379,66 +438,81 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dkdv(fa_args a) {
         for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
     /* causal: query i sees key j when i >= j - off; the block's first key is k0. With a
      * window, query i sees key j only while i <= j - off + window - 1. */
-    int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
-    int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
-    {
-        for (int64_t q0 = qstart; q0 < qstop; q0 += TILE) {
-            __syncthreads();
-            stage2<HD>(a.q, b, a.dout, b, h, q0, a.Tq, qs, ds);
-            for (int i = threadIdx.x; i < TILE; i += NWARP * 32) {
-                int64_t t = q0 + i;
-                lq[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
-                dq[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+    const int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
+    const int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+    if (qstart < qstop) {
+        stage2_async<HD>(a.q, a.dout, b, h, qstart, a.Tq, qs, ds);
+        if (threadIdx.x < TILE) { /* rows past Tq read as 0 (masked) */
+            int64_t t = qstart + threadIdx.x;
+            cp_async4(lq + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
+            cp_async4(dq + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
+        }
+    }
+    cp_async_commit();
+    int buf = 0;
+    for (int64_t q0 = qstart; q0 < qstop; q0 += TILE, buf ^= 1) {
+        cp_async_wait_all();
+        __syncthreads(); /* tile q0 visible to all; every warp is done with buffer buf ^ 1 */
+        if (q0 + TILE < qstop) {
+            stage2_async<HD>(a.q, a.dout, b, h, q0 + TILE, a.Tq, qs + (buf ^ 1) * STAGE, ds + (buf ^ 1) * STAGE);
+            if (threadIdx.x < TILE) {
+                int64_t t = q0 + TILE + threadIdx.x;
+                cp_async4(lq + (buf ^ 1) * TILE + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
+                cp_async4(dq + (buf ^ 1) * TILE + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
             }
-            __syncthreads();
-            float p[TILE / 8][4], dp[TILE / 8][4];
+        }
+        cp_async_commit();
+        const bf16 *qt = qs + buf * STAGE, *dt = ds + buf * STAGE;
+        const float *lt = lq + buf * TILE, *dtt = dq + buf * TILE;
+        float p[TILE / 8][4], dp[TILE / 8][4];
 #pragma unroll
-            for (int nt = 0; nt < TILE / 8; nt++) {
-                p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
-                dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+        for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    uint32_t b0, b1;
-                    frag_b(qs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
-                    mma16816(p[nt], ka[kk], b0, b1); /* S^T = K Q^T */
-                    frag_b(ds, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
-                    mma16816(dp[nt], va[kk], b0, b1); /* dP^T = V dO^T */
-                }
+            for (int r = 0; r < 4; r++) p[nt][r] = dp[nt][r] = 0.f;
+#pragma unroll
+        for (int np = 0; np < TILE / 16; np++)
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t r[4];
+                frag_b_x4(qt, PITCH, np * 16, kk * 16, lane, r);
+                mma16816(p[2 * np], ka[kk], r[0], r[1]); /* S^T = K Q^T */
+                mma16816(p[2 * np + 1], ka[kk], r[2], r[3]);
+                frag_b_x4(dt, PITCH, np * 16, kk * 16, lane, r);
+                mma16816(dp[2 * np], va[kk], r[0], r[1]); /* dP^T = V dO^T */
+                mma16816(dp[2 * np + 1], va[kk], r[2], r[3]);
             }
-            const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
+        const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, kw, a.Tk, off);
+        const int qn = clamp128(a.Tq - q0);
 #pragma unroll
-            for (int nt = 0; nt < TILE / 8; nt++)
+        for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int col = nt * 8 + 2 * c + (r & 1);
-                    int masked = 0;
-                    if (edge) {
-                        int64_t kj = kw + g + (r >> 1) * 8, qi = q0 + col;
-                        masked = qi >= a.Tq || hidden(a, qi, kj, a.Tk, off);
-                    }
-                    float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - lq[col]);
-                    p[nt][r] = pv;
-                    dp[nt][r] = pv * (dp[nt][r] - dq[col]); /* dS^T */
-                }
+            for (int r = 0; r < 4; r++) {
+                int col = nt * 8 + 2 * c + (r & 1), key = g + (r >> 1) * 8;
+                bool hide = edge && (col >= qn || masked(tm, col, key));
+                float pv = hide ? 0.f : exp2f(p[nt][r] * a.scale_log2 - lt[col] * LOG2E);
+                p[nt][r] = pv;
+                dp[nt][r] = pv * (dp[nt][r] - dtt[col]); /* dS^T */
+            }
 #pragma unroll
-            for (int kk = 0; kk < TILE / 16; kk++) {
-                uint32_t pa[4] = {pk(p[2 * kk][0], p[2 * kk][1]), pk(p[2 * kk][2], p[2 * kk][3]),
-                                  pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pk(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-                uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
-                                  pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t pa[4] = {pk(p[2 * kk][0], p[2 * kk][1]), pk(p[2 * kk][2], p[2 * kk][3]),
+                              pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pk(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+            uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
+                              pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
 #pragma unroll
-                for (int d8 = 0; d8 < HD / 8; d8 += 2) {
-                    uint32_t r[4];
-                    frag_b_trans(ds, HD + PADE, kk * 16, d8 * 8, lane, r);
-                    mma16816(dv[d8], pa, r[0], r[1]); /* dV += P^T dO */
-                    mma16816(dv[d8 + 1], pa, r[2], r[3]);
-                    frag_b_trans(qs, HD + PADE, kk * 16, d8 * 8, lane, r);
-                    mma16816(dk[d8], sa, r[0], r[1]); /* dK += dS^T Q */
-                    mma16816(dk[d8 + 1], sa, r[2], r[3]);
-                }
+            for (int d8 = 0; d8 < HD / 8; d8 += 2) {
+                uint32_t r[4];
+                frag_b_trans(dt, PITCH, kk * 16, d8 * 8, lane, r);
+                mma16816(dv[d8], pa, r[0], r[1]); /* dV += P^T dO */
+                mma16816(dv[d8 + 1], pa, r[2], r[3]);
+                frag_b_trans(qt, PITCH, kk * 16, d8 * 8, lane, r);
+                mma16816(dk[d8], sa, r[0], r[1]); /* dK += dS^T Q */
+                mma16816(dk[d8 + 1], sa, r[2], r[3]);
             }
         }
     }
+    cp_async_wait_all();
     const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
     if (a.pk) { /* grouped: this query head's share, summed by fa_group_sum */
         fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
@@ -470,14 +544,17 @@ __global__ void fa_group_sum(fa_args a, int64_t B) {
 }
 
 /* ---- backward: dQ --------------------------------------------------------------------------- */
+/* Key tiles (K, V) double-buffered as in the forward. */
 template <int HD>
-__global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
+__global__ void __launch_bounds__(NWARP * 32, 2) fa_dq(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    bf16 *ks = (bf16 *)fa_smem;         /* [TILE][HD + PADE] K row-major */
-    bf16 *vs = ks + TILE * (HD + PADE); /* [TILE][HD + PADE] V row-major */
+    constexpr int PITCH = HD + PADE, STAGE = TILE * PITCH;
+    bf16 *ks = (bf16 *)fa_smem;  /* [2][TILE][PITCH] K row-major */
+    bf16 *vs = ks + 2 * STAGE;   /* [2][TILE][PITCH] V row-major */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
-    const int64_t q0 = (int64_t)blockIdx.x * TILE + warp * 16;
+    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* longest tiles first */
+    const int64_t q0 = qtile * TILE + warp * 16;
     uint32_t qa[HD / 16][4], oa[HD / 16][4];
     load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
     load_a<HD>(oa, a.dout, b, h, q0, a.Tq, g, c);
@@ -485,44 +562,55 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int64_t t = q0 + g + i * 8;
-        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] : INFINITY;
+        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] * LOG2E : INFINITY;
         Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
     }
     float dq[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-    int64_t first_q = (int64_t)blockIdx.x * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
-    int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
-    int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
-    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE) {
+    const int64_t first_q = qtile * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    const int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
+    const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    const int64_t wend = a.causal ? LM_MIN(kend, LM_MIN(a.Tq, q0 + 16) - 1 + off + 1) : kend;
+    const int64_t wbegin = a.window > 0 ? q0 + off - a.window + 1 : 0;
+    if (kbegin < kend) stage2_async<HD>(a.k, a.v, b, kvh, kbegin, a.Tk, ks, vs);
+    cp_async_commit();
+    int buf = 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE, buf ^= 1) {
+        cp_async_wait_all();
         __syncthreads();
-        stage2<HD>(a.k, b, a.v, b, kvh, k0, a.Tk, ks, vs);
-        __syncthreads();
+        if (k0 + TILE < kend)
+            stage2_async<HD>(a.k, a.v, b, kvh, k0 + TILE, a.Tk, ks + (buf ^ 1) * STAGE, vs + (buf ^ 1) * STAGE);
+        cp_async_commit();
+        if (k0 >= wend || k0 + TILE <= wbegin) continue; /* warp-uniform: no row of this warp sees the tile */
+        const bf16 *kt = ks + buf * STAGE, *vt = vs + buf * STAGE;
         float p[TILE / 8][4], dp[TILE / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < TILE / 8; nt++) {
-            p[nt][0] = p[nt][1] = p[nt][2] = p[nt][3] = 0.f;
-            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+        for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) p[nt][r] = dp[nt][r] = 0.f;
+#pragma unroll
+        for (int np = 0; np < TILE / 16; np++)
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t b0, b1;
-                frag_b(ks, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
-                mma16816(p[nt], qa[kk], b0, b1); /* S = Q K^T */
-                frag_b(vs, HD + PADE, nt * 8 + g, kk * 16, c, &b0, &b1);
-                mma16816(dp[nt], oa[kk], b0, b1); /* dP = dO V^T */
+                uint32_t r[4];
+                frag_b_x4(kt, PITCH, np * 16, kk * 16, lane, r);
+                mma16816(p[2 * np], qa[kk], r[0], r[1]); /* S = Q K^T */
+                mma16816(p[2 * np + 1], qa[kk], r[2], r[3]);
+                frag_b_x4(vt, PITCH, np * 16, kk * 16, lane, r);
+                mma16816(dp[2 * np], oa[kk], r[0], r[1]); /* dP = dO V^T */
+                mma16816(dp[2 * np + 1], oa[kk], r[2], r[3]);
             }
-        }
         const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, k0, a.Tk, off);
+        const int qn = clamp128(a.Tq - q0);
 #pragma unroll
         for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int masked = 0;
-                if (edge) {
-                    int64_t qi = q0 + g + (r >> 1) * 8, kj = k0 + nt * 8 + 2 * c + (r & 1);
-                    masked = qi >= a.Tq || hidden(a, qi, kj, a.Tk, off);
-                }
-                float pv = masked ? 0.f : exp2f(p[nt][r] * a.scale_log2 - L[r >> 1]);
+                int row = g + (r >> 1) * 8, col = nt * 8 + 2 * c + (r & 1);
+                bool hide = edge && (row >= qn || masked(tm, row, col));
+                float pv = hide ? 0.f : exp2f(p[nt][r] * a.scale_log2 - L[r >> 1]);
                 dp[nt][r] = pv * (dp[nt][r] - Dr[r >> 1]); /* dS */
             }
 #pragma unroll
@@ -532,12 +620,13 @@ __global__ void __launch_bounds__(NWARP * 32) fa_dq(fa_args a) {
 #pragma unroll
             for (int d8 = 0; d8 < HD / 8; d8 += 2) {
                 uint32_t r[4];
-                frag_b_trans(ks, HD + PADE, kk * 16, d8 * 8, lane, r);
+                frag_b_trans(kt, PITCH, kk * 16, d8 * 8, lane, r);
                 mma16816(dq[d8], sa, r[0], r[1]); /* dQ += dS K */
                 mma16816(dq[d8 + 1], sa, r[2], r[3]);
             }
         }
     }
+    cp_async_wait_all();
     const float sc[2] = {a.scale, a.scale};
     store_rows<HD>(a.dq, a.dq_f32, b, h, q0, a.Tq, dq, sc, g, c);
 }
@@ -570,12 +659,23 @@ static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const l
     return a;
 }
 
+static lm__cuda_kernel_facts fwd_facts[2][2]; /* [HD 128][PAGED] */
+
+template <int HD, bool PAGED>
+static lm_status launch_fwd(const fa_args &a, int64_t B, cudaStream_t s) {
+    size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE); /* K and V, two stages */
+    int per_sm = 0;
+    LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&fwd_facts[HD == 128][PAGED], (const void *)fa_fwd<HD, PAGED>,
+                                                 NWARP * 32, smem, &per_sm),
+                          "flash attention forward: kernel attributes"));
+    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+    fa_fwd<HD, PAGED><<<grid, NWARP * 32, smem, s>>>(a);
+    return lm__cuda_launched("flash attention forward");
+}
+
 template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
-    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-    if (a.row_table && a.nb != 1) fa_fwd<HD, true><<<grid, NWARP * 32, 0, s>>>(a);
-    else fa_fwd<HD, false><<<grid, NWARP * 32, 0, s>>>(a);
-    return lm__cuda_launched("flash attention forward");
+    return a.row_table && a.nb != 1 ? launch_fwd<HD, true>(a, B, s) : launch_fwd<HD, false>(a, B, s);
 }
 
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
@@ -586,14 +686,15 @@ lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view
     return q->shape[3] == 64 ? forward<64>(a, q->shape[0], s) : forward<128>(a, q->shape[0], s);
 }
 
+/* recompute: run the forward for O and L first (else a.o and a.lse hold the forward's). */
 template <int HD>
-static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
-    LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
+static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
+    if (recompute) LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
     int64_t rows = B * a.Hq * a.Tq;
     fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
     LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
     if (a.dk.p || a.dv.p) {
-        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE) + sizeof(float) * 2 * TILE;
+        size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE; /* two stages */
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dK/dV)"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
@@ -606,7 +707,7 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
         }
     }
     if (a.dq.p) {
-        size_t smem = sizeof(bf16) * 2 * TILE * (HD + PADE);
+        size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE); /* two stages */
         LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                               "cudaFuncSetAttribute (flash dQ)"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
@@ -616,29 +717,65 @@ static lm_status backward(fa_args a, int64_t B, cudaStream_t s) {
     return LM_OK;
 }
 
-lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
-                                            const lm_tensor_view *dout, float scale, int causal, int64_t window,
-                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
-                                            const lm_tensor_view *dv, cudaStream_t s) {
+/* The backward from the forward's out and lse when given (both or neither), else with
+ * the forward recomputed into a workspace. */
+static lm_status flash_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                const lm_tensor_view *out, const lm_tensor_view *lse, const lm_tensor_view *dout,
+                                float scale, int causal, int64_t window, const lm_tensor_view *dq,
+                                const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s) {
     int64_t B = q->shape[0], D = q->shape[3], rows = B * q->shape[1] * q->shape[2];
     if (rows == 0 || (!dq && !dk && !dv)) return LM_OK;
     fa_args a = args_of(q, k, v, scale, causal, window);
     a.dout = fa_of(dout), a.dq = fa_of(dq), a.dk = fa_of(dk), a.dv = fa_of(dv);
     a.dq_f32 = dq && dq->dtype == LM_F32, a.dk_f32 = dk && dk->dtype == LM_F32, a.dv_f32 = dv && dv->dtype == LM_F32;
-    int grouped = q->shape[1] != k->shape[1] && (dk || dv);
+    int grouped = q->shape[1] != k->shape[1] && (dk || dv), saved = out != NULL;
     int64_t krows = B * q->shape[1] * k->shape[2]; /* per-query-head dK/dV partial rows */
-    void *work = NULL; /* O f32 [rows, D], L and D [rows], then (grouped) dK and dV partials [krows, D] */
-    size_t bytes = sizeof(float) * ((size_t)rows * (size_t)(D + 2) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
+    /* workspace: (recomputing) O f32 [rows, D] and L [rows]; D [rows]; (grouped) dK and
+     * dV partials [krows, D] */
+    size_t bytes =
+        sizeof(float) * ((size_t)rows * (saved ? 1 : (size_t)D + 2) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
+    void *work = NULL;
     LM_TRY(lm__cuda_check(cudaMallocAsync(&work, bytes, s), "cudaMallocAsync (flash attention backward)"));
-    float *o = (float *)work;
-    a.o = (fa_view){o, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
-    a.o_f32 = 1;
-    a.lse = o + rows * D;
-    a.dd = a.lse + rows;
+    float *w = (float *)work;
+    if (saved) {
+        a.o = fa_of(out), a.o_f32 = out->dtype == LM_F32;
+        a.lse = (float *)lse->data;
+    } else {
+        a.o = (fa_view){w, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
+        a.o_f32 = 1;
+        a.lse = w + rows * D;
+        w = a.lse + rows;
+    }
+    a.dd = w;
     if (grouped) a.pk = a.dd + rows, a.pv = a.pk + krows * D;
-    lm_status st = D == 64 ? backward<64>(a, B, s) : backward<128>(a, B, s);
+    lm_status st = D == 64 ? backward<64>(a, B, !saved, s) : backward<128>(a, B, !saved, s);
     cudaFreeAsync(work, s);
     return st;
+}
+
+lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                            const lm_tensor_view *dout, float scale, int causal, int64_t window,
+                                            const lm_tensor_view *dq, const lm_tensor_view *dk,
+                                            const lm_tensor_view *dv, cudaStream_t s) {
+    return flash_backward(q, k, v, NULL, NULL, dout, scale, causal, window, dq, dk, dv, s);
+}
+
+lm_status lm__cuda_flash_attention_lse(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                       float scale, int causal, int64_t window, const lm_tensor_view *out,
+                                       const lm_tensor_view *lse, cudaStream_t s) {
+    fa_args a = args_of(q, k, v, scale, causal, window);
+    a.o = fa_of(out), a.o_f32 = out->dtype == LM_F32;
+    a.lse = (float *)lse->data;
+    if (lm_tensor_view_numel(out) == 0) return LM_OK;
+    return q->shape[3] == 64 ? forward<64>(a, q->shape[0], s) : forward<128>(a, q->shape[0], s);
+}
+
+lm_status lm__cuda_flash_attention_backward_lse(const lm_tensor_view *q, const lm_tensor_view *k,
+                                                const lm_tensor_view *v, const lm_tensor_view *out,
+                                                const lm_tensor_view *lse, const lm_tensor_view *dout, float scale,
+                                                int causal, int64_t window, const lm_tensor_view *dq,
+                                                const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s) {
+    return flash_backward(q, k, v, out, lse, dout, scale, causal, window, dq, dk, dv, s);
 }
 
 /* ---- cache mode: a prefill step's attention over its slots ----------------------------------- */

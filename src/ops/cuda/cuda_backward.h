@@ -50,6 +50,18 @@ lm_status lm__cuda_flash_attention_backward(const lm_tensor_view *q, const lm_te
                                             const lm_tensor_view *dq, const lm_tensor_view *dk,
                                             const lm_tensor_view *dv, cudaStream_t s);
 
+/* attention_flash.cu: the forward that also writes lse [B, Hq, Tq] f32 contiguous
+ * (natural-log logsumexp), and the backward from that out and lse (no recompute).
+ * Views as lm__cuda_flash_attention_supports takes them (dout bf16). */
+lm_status lm__cuda_flash_attention_lse(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                       float scale, int causal, int64_t window, const lm_tensor_view *out,
+                                       const lm_tensor_view *lse, cudaStream_t s);
+lm_status lm__cuda_flash_attention_backward_lse(const lm_tensor_view *q, const lm_tensor_view *k,
+                                                const lm_tensor_view *v, const lm_tensor_view *out,
+                                                const lm_tensor_view *lse, const lm_tensor_view *dout, float scale,
+                                                int causal, int64_t window, const lm_tensor_view *dq,
+                                                const lm_tensor_view *dk, const lm_tensor_view *dv, cudaStream_t s);
+
 /* norm_backward.cu: x [..., D] (the forward's input, or its sum for the fused add),
  * dsum NULL for plain RMSNorm. */
 lm_status lm__cuda_rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,

@@ -144,6 +144,20 @@ static lm_status attention_backward(const lm_tensor_view *q, const lm_tensor_vie
     return lm__cuda_attention_backward(q, k, v, dout, scale_, causal, window, dq, dk, dv, S(s));
 }
 
+static lm_status attention_lse(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v, float scale_,
+                               int causal, int64_t window, const lm_tensor_view *out, const lm_tensor_view *lse,
+                               void *s) {
+    return lm__cuda_flash_attention_lse(q, k, v, scale_, causal, window, out, lse, S(s));
+}
+
+static lm_status attention_backward_lse(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
+                                        const lm_tensor_view *out, const lm_tensor_view *lse,
+                                        const lm_tensor_view *dout, float scale_, int causal, int64_t window,
+                                        const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,
+                                        void *s) {
+    return lm__cuda_flash_attention_backward_lse(q, k, v, out, lse, dout, scale_, causal, window, dq, dk, dv, S(s));
+}
+
 static lm_status rmsnorm_backward(const lm_tensor_view *x, const lm_tensor_view *w, float eps,
                                   const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
                                   const lm_tensor_view *dw, void *s) {
@@ -250,6 +264,9 @@ static const lm__cuda_ops k_table = {
     .sum_squares = sum_squares,
     .matmul_backward = matmul_backward,
     .attention_backward = attention_backward,
+    .attention_lse_supported = lm__cuda_flash_attention_supports,
+    .attention_lse = attention_lse,
+    .attention_backward_lse = attention_backward_lse,
     .rmsnorm_backward = rmsnorm_backward,
     .swiglu_backward = swiglu_backward,
     .rope_backward = rope_backward,
