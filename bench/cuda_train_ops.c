@@ -10,7 +10,7 @@
  * Correctness lives in tests/cuda; this only times.
  * Built by scripts/gpu_check.sh (step lab) against the library:
  *   cc -O2 -Iinclude -Isrc bench/cuda_train_ops.c BUILD/libloom.a -lcudart -lcublasLt ...
- * Usage: cuda_train_ops [rows]
+ * Usage: cuda_train_ops [rows [name-substring]]
  */
 #include "loom/ops_backward.h"
 #include "loom/runtime.h"
@@ -18,6 +18,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define LM_TRY(e)                    \
     do {                             \
@@ -41,7 +42,10 @@ static lm_tensor *make(lm_dtype dt, int nd, const int64_t *shape) {
 
 typedef lm_status (*op_fn)(void *arg);
 
+static const char *g_only; /* argv[2]: time only the operators whose name contains it */
+
 static void report(const char *name, op_fn fn, void *arg, double flops, double bytes) {
+    if (g_only && !strstr(name, g_only)) return;
     lm_event *a = NULL, *b = NULL;
     lm_event_create(g_ctx, &a);
     lm_event_create(g_ctx, &b);
@@ -142,9 +146,18 @@ static lm_status ew_cast(void *p) {
 }
 
 typedef struct att {
-    lm_tensor *q, *k, *v, *o, *dq, *dk, *dv;
+    lm_tensor *q, *k, *v, *o, *dq, *dk, *dv, *lse;
     lm_tensor_view qv, kv, vv, ov, dqv, dkv, dvv;
 } att;
+static lm_status att_fwd_lse(void *p) {
+    att *a = p;
+    return lm_attention_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, 0.125f, 1, 0, &a->ov, V(a->lse));
+}
+static lm_status att_bwd_lse(void *p) { /* dout = out, as att_bwd */
+    att *a = p;
+    return lm_attention_backward_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, V(a->lse), &a->ov, 0.125f, 1, 0,
+                                         &a->dqv, &a->dkv, &a->dvv);
+}
 static lm_status att_fwd(void *p) {
     att *a = p;
     return lm_attention_out(g_ctx, &a->qv, &a->kv, &a->vv, 0.125f, 1, &a->ov);
@@ -218,6 +231,7 @@ static lm_status sumsq(void *arg) {
 }
 
 int main(int argc, char **argv) {
+    g_only = argc > 2 ? argv[2] : NULL;
     int64_t R = argc > 1 ? atoll(argv[1]) : 8192, H = 896, I = 4864, Vv = 151936, B = 8, Tt = R / 8;
     if (lm_ctx_create(g_dev, 1, &g_ctx) != LM_OK) {
         fprintf(stderr, "no CUDA context: %s\n", lm_last_error());
@@ -292,18 +306,38 @@ int main(int argc, char **argv) {
     lm_tensor_destroy(c.a), lm_tensor_destroy(c.b), lm_tensor_destroy(o.g), lm_tensor_destroy(o.m), lm_tensor_destroy(o.v);
     for (int i = 0; i < 4; i++) lm_tensor_destroy(((lm_tensor **)&n)[i]);
     lm_tensor_destroy(n.w), lm_tensor_destroy(n.dw);
-    /* attention: [B, T, H, 64] buffers viewed [B, H, T, 64] */
-    att a;
-    int64_t qs[4] = {B, Tt, 14, 64}, ks[4] = {B, Tt, 2, 64};
-    a.q = make(LM_BF16, 4, qs), a.o = make(LM_BF16, 4, qs), a.dq = make(LM_BF16, 4, qs);
-    a.k = make(LM_BF16, 4, ks), a.v = make(LM_BF16, 4, ks), a.dk = make(LM_BF16, 4, ks), a.dv = make(LM_BF16, 4, ks);
-    lm_tensor *ts[7] = {a.q, a.k, a.v, a.o, a.dq, a.dk, a.dv};
-    lm_tensor_view *vs[7] = {&a.qv, &a.kv, &a.vv, &a.ov, &a.dqv, &a.dkv, &a.dvv};
-    for (int i = 0; i < 7; i++) lm_tensor_view_transpose(V(ts[i]), 1, 2, vs[i]);
-    double afl = 4.0 * B * 14 * (double)Tt * Tt * 64 / 2; /* causal */
-    report("attention fwd (flash)", att_fwd, &a, afl, 0);
-    report("attention bwd (flash, incl. recompute)", att_bwd, &a, 2.5 * afl, 0);
-    for (int i = 0; i < 7; i++) lm_tensor_destroy(ts[i]);
+    /* attention: [B, T, H, 64] buffers viewed [B, H, T, 64]; the step's shape, then the
+     * Llama-3.2-1B training shape (B 4, T 2048, 32 query heads over 8 kv heads) */
+    const int64_t ashapes[2][4] = {{B, Tt, 14, 2}, {4, 2 * Tt, 32, 8}}; /* B, T, Hq, Hkv */
+    for (int sh = 0; sh < 2; sh++) {
+        int64_t ab = ashapes[sh][0], at = ashapes[sh][1], hq = ashapes[sh][2], hk = ashapes[sh][3];
+        att a;
+        int64_t qs[4] = {ab, at, hq, 64}, ks[4] = {ab, at, hk, 64};
+        a.q = make(LM_BF16, 4, qs), a.o = make(LM_BF16, 4, qs), a.dq = make(LM_BF16, 4, qs);
+        a.k = make(LM_BF16, 4, ks), a.v = make(LM_BF16, 4, ks);
+        a.dk = make(LM_BF16, 4, ks), a.dv = make(LM_BF16, 4, ks);
+        lm_tensor *ts[7] = {a.q, a.k, a.v, a.o, a.dq, a.dk, a.dv};
+        lm_tensor_view *vs[7] = {&a.qv, &a.kv, &a.vv, &a.ov, &a.dqv, &a.dkv, &a.dvv};
+        for (int i = 0; i < 7; i++) lm_tensor_view_transpose(V(ts[i]), 1, 2, vs[i]);
+        double afl = 4.0 * ab * hq * (double)at * at * 64 / 2; /* causal */
+        char nm[128];
+        snprintf(nm, sizeof nm, "attention fwd (flash) B%lld T%lld H%lld/%lld D64 causal", (long long)ab, (long long)at,
+                 (long long)hq, (long long)hk);
+        report(nm, att_fwd, &a, afl, 0);
+        snprintf(nm, sizeof nm, "attention bwd (flash, incl. recompute) B%lld T%lld H%lld/%lld D64 causal",
+                 (long long)ab, (long long)at, (long long)hq, (long long)hk);
+        report(nm, att_bwd, &a, 2.5 * afl, 0);
+        int64_t ls[3] = {ab, hq, at};
+        a.lse = make(LM_F32, 3, ls);
+        snprintf(nm, sizeof nm, "attention fwd (flash, keeping lse) B%lld T%lld H%lld/%lld D64 causal", (long long)ab,
+                 (long long)at, (long long)hq, (long long)hk);
+        report(nm, att_fwd_lse, &a, afl, 0);
+        snprintf(nm, sizeof nm, "attention bwd (flash, from saved out + lse) B%lld T%lld H%lld/%lld D64 causal",
+                 (long long)ab, (long long)at, (long long)hq, (long long)hk);
+        report(nm, att_bwd_lse, &a, 2.5 * afl, 0);
+        lm_tensor_destroy(a.lse);
+        for (int i = 0; i < 7; i++) lm_tensor_destroy(ts[i]);
+    }
     lce l = {T2(LM_BF16, R, H), T2(LM_BF16, Vv, H), make(LM_I32, 1, &R), make(LM_F32, 0, NULL),
              make(LM_F32, 0, NULL), T2(LM_BF16, R, H), T2(LM_BF16, Vv, H)};
     float one = 1.0f;

@@ -2,8 +2,8 @@
 """Training throughput and loss parity: loom against PyTorch (transformers) on one GPU.
 
 Usage: bench_train_gpu.py --loom BUILD/loom [--work DIR] [--out DIR] [--steps N] [--batch B]
-                          [--seq T] [--skip-compile]
-One run, GPU otherwise idle, Qwen2.5-0.5B shape (published configuration, random weights from
+                          [--seq T] [--skip-compile] [--shape qwen2.5-0.5b|llama-3.2-1b]
+One run, GPU otherwise idle, Qwen2.5-0.5B shape (or Llama-3.2-1B's; published configuration, random weights from
 transformers' own initializer, seed 0, saved as float32 safetensors so both sides start from the
 very same master weights), random token data (seed 0) written as a loom token shard. Both sides
 train B sequences of T tokens per step in file order (window k = tokens [kT, kT + T + 1)), with
@@ -34,11 +34,22 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-CONFIG = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-              num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-              rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-              use_sliding_window=False, max_window_layers=21, bos_token_id=151643,
-              eos_token_id=151643)
+SHAPES = {
+    "qwen2.5-0.5b": ("Qwen2.5-0.5B", transformers.Qwen2Config, dict(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        use_sliding_window=False, max_window_layers=21, bos_token_id=151643,
+        eos_token_id=151643)),
+    # the published Llama-3.2-1B shape without its llama3 RoPE frequency scaling (which
+    # changes no amount of work)
+    "llama-3.2-1b": ("Llama-3.2-1B", transformers.LlamaConfig, dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
+        eos_token_id=128001)),
+}
+CONFIG = SHAPES["qwen2.5-0.5b"][2]  # the --shape in use (set in main)
 PEAK_TFLOPS = 989.4
 WARMUP = 3
 LR, BETAS, EPS, WD, CLIP = 3e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
@@ -53,12 +64,13 @@ def parse_args():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--skip-compile", action="store_true")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     p.add_argument("--loom-only", action="store_true", help="just the loom run (no PyTorch, no table)")
     return p.parse_args()
 
 
-def make_checkpoint(work):
-    cfg = transformers.Qwen2Config(**CONFIG)
+def make_checkpoint(work, shape):
+    cfg = SHAPES[shape][1](**CONFIG)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     path = os.path.join(work, "model")
@@ -149,11 +161,13 @@ def run_torch(args, model_dir, tokens, compiled):
 
 
 def main():
+    global CONFIG
     args = parse_args()
+    CONFIG = SHAPES[args.shape][2]
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     B, T = args.batch, args.seq
-    model = make_checkpoint(args.work)
+    model = make_checkpoint(args.work, args.shape)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, CONFIG["vocab_size"], size=args.steps * B * T + 1, dtype=np.int64)
     shard = os.path.join(args.work, "train.bin")
@@ -177,7 +191,7 @@ def main():
         r["mfu"] = r["tok_s"] * fpt / (PEAK_TFLOPS * 1e12)
     ref = results["torch eager"]["losses"]
     parity = [abs(a - b) / abs(b) for a, b in zip(results["loom"]["losses"], ref)]
-    lines = [f"Qwen2.5-0.5B shape, B={B}, T={T}, {args.steps} steps (median step after {WARMUP}), "
+    lines = [f"{SHAPES[args.shape][0]} shape, B={B}, T={T}, {args.steps} steps (median step after {WARMUP}), "
              f"{torch.cuda.get_device_name()}", "",
              "| engine | step ms | tokens/s | MFU | peak GiB (allocated) | reserved GiB | loom / this |",
              "|---|---|---|---|---|---|---|"]

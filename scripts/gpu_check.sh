@@ -4,7 +4,8 @@
 #   tests  the whole suite, the cuda label's output in full
 #   lab    bench/cuda_kernels.c: per-kernel times at the Qwen2.5-0.5B and Llama-3.2-1B shapes
 #   bench  scripts/bench_gpu.sh (loom vs transformers, the table of bench/NOTES.md)
-#   trainlab  bench/cuda_train_ops.c: per-operator times of a bf16 training step (Qwen2.5-0.5B shape)
+#   trainlab  bench/cuda_train_ops.c: per-operator times of a bf16 training step (Qwen2.5-0.5B shape),
+#          then PyTorch's scaled_dot_product_attention at the same attention shapes
 #   train  scripts/bench_train_gpu.py (training: loom vs PyTorch eager + torch.compile, loss parity)
 #   train-quick  the same without torch.compile, 8 steps
 #   api    the Python package's tests with PyTorch on the GPU (DLPack both ways on CUDA,
@@ -46,6 +47,7 @@ for step in $steps; do
       -I/usr/local/cuda/include "$root/bench/cuda_train_ops.c" "$build/libloom.a" -L/usr/local/cuda/lib64 \
       -lcublasLt -lcudart -ljansson -lpcre2-8 -lutf8proc -lstdc++ -lm -lpthread -o "$build/cuda_train_ops" &&
       "$build/cuda_train_ops" >"$out/trainlab.txt" 2>&1
+    python3 "$root/scripts/bench_sdpa_gpu.py" >>"$out/trainlab.txt" 2>&1
     cat "$out/trainlab.txt"
     ;;
   train | train-quick)
