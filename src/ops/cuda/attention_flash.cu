@@ -413,6 +413,30 @@ __global__ void fa_dot(fa_args a, int64_t rows) {
     if (lane == 0) a.dd[row] = acc;
 }
 
+/* The two products of a backward kernel over one staged tile: p = A1 X^T and dp = A2 Y^T
+ * for the warp's 16 rows, with X and Y [TILE][PITCH] row-major in shared memory (the n
+ * side: TILE columns) and A1, A2 the rows' A fragments over HD. */
+template <int HD>
+__device__ __forceinline__ void two_products(const uint32_t (*a1)[4], const bf16 *x, const uint32_t (*a2)[4],
+                                             const bf16 *y, int lane, float (*p)[4], float (*dp)[4]) {
+#pragma unroll
+    for (int nt = 0; nt < TILE / 8; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) p[nt][r] = dp[nt][r] = 0.f;
+#pragma unroll
+    for (int np = 0; np < TILE / 16; np++)
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t r[4];
+            frag_b_x4(x, HD + PADE, np * 16, kk * 16, lane, r);
+            mma16816(p[2 * np], a1[kk], r[0], r[1]);
+            mma16816(p[2 * np + 1], a1[kk], r[2], r[3]);
+            frag_b_x4(y, HD + PADE, np * 16, kk * 16, lane, r);
+            mma16816(dp[2 * np], a2[kk], r[0], r[1]);
+            mma16816(dp[2 * np + 1], a2[kk], r[2], r[3]);
+        }
+}
+
 /* ---- backward: dK, dV ----------------------------------------------------------------------- */
 /* Query tiles (Q, dO, their L and D) are double-buffered in shared memory: tile i + 1
  * is copied (cp.async) while tile i is computed. */
@@ -465,22 +489,7 @@ __global__ void __launch_bounds__(NWARP * 32, 2) fa_dkdv(fa_args a) {
         const bf16 *qt = qs + buf * STAGE, *dt = ds + buf * STAGE;
         const float *lt = lq + buf * TILE, *dtt = dq + buf * TILE;
         float p[TILE / 8][4], dp[TILE / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < TILE / 8; nt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) p[nt][r] = dp[nt][r] = 0.f;
-#pragma unroll
-        for (int np = 0; np < TILE / 16; np++)
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t r[4];
-                frag_b_x4(qt, PITCH, np * 16, kk * 16, lane, r);
-                mma16816(p[2 * np], ka[kk], r[0], r[1]); /* S^T = K Q^T */
-                mma16816(p[2 * np + 1], ka[kk], r[2], r[3]);
-                frag_b_x4(dt, PITCH, np * 16, kk * 16, lane, r);
-                mma16816(dp[2 * np], va[kk], r[0], r[1]); /* dP^T = V dO^T */
-                mma16816(dp[2 * np + 1], va[kk], r[2], r[3]);
-            }
+        two_products<HD>(ka, qt, va, dt, lane, p, dp); /* S^T = K Q^T, dP^T = V dO^T */
         const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
         const tile_mask tm = mask_of(a, q0, kw, a.Tk, off);
         const int qn = clamp128(a.Tq - q0);
@@ -585,22 +594,7 @@ __global__ void __launch_bounds__(NWARP * 32, 2) fa_dq(fa_args a) {
         if (k0 >= wend || k0 + TILE <= wbegin) continue; /* warp-uniform: no row of this warp sees the tile */
         const bf16 *kt = ks + buf * STAGE, *vt = vs + buf * STAGE;
         float p[TILE / 8][4], dp[TILE / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < TILE / 8; nt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) p[nt][r] = dp[nt][r] = 0.f;
-#pragma unroll
-        for (int np = 0; np < TILE / 16; np++)
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t r[4];
-                frag_b_x4(kt, PITCH, np * 16, kk * 16, lane, r);
-                mma16816(p[2 * np], qa[kk], r[0], r[1]); /* S = Q K^T */
-                mma16816(p[2 * np + 1], qa[kk], r[2], r[3]);
-                frag_b_x4(vt, PITCH, np * 16, kk * 16, lane, r);
-                mma16816(dp[2 * np], oa[kk], r[0], r[1]); /* dP = dO V^T */
-                mma16816(dp[2 * np + 1], oa[kk], r[2], r[3]);
-            }
+        two_products<HD>(qa, kt, oa, vt, lane, p, dp); /* S = Q K^T, dP = dO V^T */
         const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
         const tile_mask tm = mask_of(a, q0, k0, a.Tk, off);
         const int qn = clamp128(a.Tq - q0);
