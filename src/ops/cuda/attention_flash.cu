@@ -139,12 +139,18 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
 __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-/* stage2 without registers: TILE rows [t0, t0 + TILE) of two views copied into shared
- * memory with cp.async (rows past n as zeros); complete after cp_async_wait_all. */
+/* 16-byte chunks per thread in a tile of TILE rows of HD bf16 */
+template <int HD> struct tile_chunks {
+    static constexpr int PER = TILE * HD / 8 / (NWARP * 32);
+    static_assert(TILE * HD / 8 % (NWARP * 32) == 0, "tile chunks divide evenly among the threads");
+};
+
+/* TILE rows [t0, t0 + TILE) of two views copied into shared memory with cp.async (rows
+ * past n as zeros); complete after cp_async_wait_all. */
 template <int HD>
 __device__ __forceinline__ void stage2_async(const fa_view &v0, const fa_view &v1, int64_t b, int64_t h, int64_t t0,
                                              int64_t n, bf16 *rm0, bf16 *rm1) {
-    constexpr int PER = TILE * HD / 8 / (NWARP * 32);
+    constexpr int PER = tile_chunks<HD>::PER;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
@@ -155,6 +161,15 @@ __device__ __forceinline__ void stage2_async(const fa_view &v0, const fa_view &v
     }
 }
 
+/* Cache mode, paged: the K and V element offsets of one key row from its table entry
+ * (block, offset; see key_entry) and kv head, or -1 for a block outside the pool. */
+static __device__ __forceinline__ void row_offsets(const fa_args &a, int32_t block, int32_t off, int64_t kvh,
+                                                   int64_t *ko, int64_t *vo) {
+    bool in = block >= 0 && block < a.nblocks;
+    *ko = in ? block * a.k.sb + kvh * a.k.sh + off * a.k.st : -1;
+    *vo = in ? block * a.v.sb + kvh * a.v.sh + off * a.v.st : -1;
+}
+
 /* stage2_async of a tile's TILE key rows from a paged cache, row r at element offset
  * kofs[r] of the K cache and vofs[r] of the V cache (shared memory; the rows' blocks
  * and kv head already applied), or -1: a block outside the pool (past the keys, or a
@@ -162,7 +177,7 @@ __device__ __forceinline__ void stage2_async(const fa_view &v0, const fa_view &v
 template <int HD>
 __device__ __forceinline__ void stage2_paged_async(const fa_args &a, const int64_t *kofs, const int64_t *vofs,
                                                    bf16 *rm0, bf16 *rm1) {
-    constexpr int PER = TILE * HD / 8 / (NWARP * 32);
+    constexpr int PER = tile_chunks<HD>::PER;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         int i = threadIdx.x + j * NWARP * 32, row = i / (HD / 8), ch = i % (HD / 8);
@@ -292,9 +307,7 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
     int32_t nblk = -1, noff = 0; /* PAGED, thread r < TILE: the entry of row r of the next tile to stage */
     if (PAGED && threadIdx.x < TILE) {
         key_entry(a, tab, kbegin + threadIdx.x, Tk, &nblk, &noff);
-        bool in = nblk >= 0 && nblk < a.nblocks;
-        kofs[0][threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
-        vofs[0][threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
+        row_offsets(a, nblk, noff, kvh, &kofs[0][threadIdx.x], &vofs[0][threadIdx.x]);
         key_entry(a, tab, kbegin + TILE + threadIdx.x, Tk, &nblk, &noff); /* in flight */
     }
     if (PAGED) __syncthreads();
@@ -307,9 +320,7 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
     for (int64_t k0 = kbegin; k0 < kend; k0 += TILE, buf ^= 1) {
         cp_async_wait_all(); /* tile k0 is in buffer buf */
         if (PAGED && threadIdx.x < TILE && k0 + TILE < kend) {
-            bool in = nblk >= 0 && nblk < a.nblocks;
-            kofs[buf ^ 1][threadIdx.x] = in ? nblk * a.k.sb + kvh * a.k.sh + noff * a.k.st : -1;
-            vofs[buf ^ 1][threadIdx.x] = in ? nblk * a.v.sb + kvh * a.v.sh + noff * a.v.st : -1;
+            row_offsets(a, nblk, noff, kvh, &kofs[buf ^ 1][threadIdx.x], &vofs[buf ^ 1][threadIdx.x]);
             if (k0 + 2 * TILE < kend) key_entry(a, tab, k0 + 2 * TILE + threadIdx.x, Tk, &nblk, &noff);
         }
         __syncthreads(); /* tile k0 visible to all; every warp is done with buffer buf ^ 1 */
@@ -464,27 +475,22 @@ __global__ void __launch_bounds__(NWARP * 32, 2) fa_dkdv(fa_args a) {
      * window, query i sees key j only while i <= j - off + window - 1. */
     const int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
     const int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
-    if (qstart < qstop) {
-        stage2_async<HD>(a.q, a.dout, b, h, qstart, a.Tq, qs, ds);
-        if (threadIdx.x < TILE) { /* rows past Tq read as 0 (masked) */
-            int64_t t = qstart + threadIdx.x;
-            cp_async4(lq + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
-            cp_async4(dq + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
+    /* query tile q0 into buffer bf: Q, dO and their L and D (rows past Tq read as 0: masked) */
+    auto stage = [&](int64_t q0, int bf) {
+        stage2_async<HD>(a.q, a.dout, b, h, q0, a.Tq, qs + bf * STAGE, ds + bf * STAGE);
+        if (threadIdx.x < TILE) {
+            int64_t t = q0 + threadIdx.x;
+            cp_async4(lq + bf * TILE + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
+            cp_async4(dq + bf * TILE + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
         }
-    }
+    };
+    if (qstart < qstop) stage(qstart, 0);
     cp_async_commit();
     int buf = 0;
     for (int64_t q0 = qstart; q0 < qstop; q0 += TILE, buf ^= 1) {
         cp_async_wait_all();
         __syncthreads(); /* tile q0 visible to all; every warp is done with buffer buf ^ 1 */
-        if (q0 + TILE < qstop) {
-            stage2_async<HD>(a.q, a.dout, b, h, q0 + TILE, a.Tq, qs + (buf ^ 1) * STAGE, ds + (buf ^ 1) * STAGE);
-            if (threadIdx.x < TILE) {
-                int64_t t = q0 + TILE + threadIdx.x;
-                cp_async4(lq + (buf ^ 1) * TILE + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
-                cp_async4(dq + (buf ^ 1) * TILE + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
-            }
-        }
+        if (q0 + TILE < qstop) stage(q0 + TILE, buf ^ 1);
         cp_async_commit();
         const bf16 *qt = qs + buf * STAGE, *dt = ds + buf * STAGE;
         const float *lt = lq + buf * TILE, *dtt = dq + buf * TILE;
@@ -653,15 +659,20 @@ static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const l
     return a;
 }
 
-static lm__cuda_kernel_facts fwd_facts[2][2]; /* [HD 128][PAGED] */
+static lm__cuda_kernel_facts fwd_facts[2][2], dkdv_facts[2], dq_facts[2]; /* [HD 128][PAGED] */
+
+/* Raises a kernel's dynamic shared-memory limit where smem needs it, once per kernel and
+ * device (lm__cuda_blocks_per_sm keeps what it raised). */
+static lm_status kernel_smem(lm__cuda_kernel_facts *f, const void *kernel, size_t smem, const char *what) {
+    int per_sm = 0;
+    return lm__cuda_check(lm__cuda_blocks_per_sm(f, kernel, NWARP * 32, smem, &per_sm), what);
+}
 
 template <int HD, bool PAGED>
 static lm_status launch_fwd(const fa_args &a, int64_t B, cudaStream_t s) {
     size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE); /* K and V, two stages */
-    int per_sm = 0;
-    LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&fwd_facts[HD == 128][PAGED], (const void *)fa_fwd<HD, PAGED>,
-                                                 NWARP * 32, smem, &per_sm),
-                          "flash attention forward: kernel attributes"));
+    LM_TRY(kernel_smem(&fwd_facts[HD == 128][PAGED], (const void *)fa_fwd<HD, PAGED>, smem,
+                       "flash attention forward: kernel attributes"));
     dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
     fa_fwd<HD, PAGED><<<grid, NWARP * 32, smem, s>>>(a);
     return lm__cuda_launched("flash attention forward");
@@ -689,8 +700,8 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
     LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
     if (a.dk.p || a.dv.p) {
         size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE; /* two stages */
-        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dkdv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                              "cudaFuncSetAttribute (flash dK/dV)"));
+        LM_TRY(kernel_smem(&dkdv_facts[HD == 128], (const void *)fa_dkdv<HD>, smem,
+                           "flash attention dK/dV: kernel attributes"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
         fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dK/dV"));
@@ -702,8 +713,8 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
     }
     if (a.dq.p) {
         size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE); /* two stages */
-        LM_TRY(lm__cuda_check(cudaFuncSetAttribute(fa_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                              "cudaFuncSetAttribute (flash dQ)"));
+        LM_TRY(kernel_smem(&dq_facts[HD == 128], (const void *)fa_dq<HD>, smem,
+                           "flash attention dQ: kernel attributes"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
         fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dQ"));
