@@ -178,6 +178,16 @@ static lm_status lce_bwd(void *p) {
     lce *l = p;
     return lm_linear_cross_entropy_backward_out(g_ctx, V(l->x), V(l->w), V(l->tg), -100, V(l->dloss), V(l->dx), V(l->dw));
 }
+/* what training runs: the loss with its gradients at dloss = 1, then their scaling */
+static lm_status lce_grads(void *p) {
+    lce *l = p;
+    return lm_linear_cross_entropy_grads_out(g_ctx, V(l->x), V(l->w), V(l->tg), -100, V(l->loss), V(l->dx), V(l->dw));
+}
+static lm_status lce_scale(void *p) {
+    lce *l = p;
+    lm_status st = lm_scale_by_out(g_ctx, V(l->dx), V(l->dloss), V(l->dx));
+    return st == LM_OK ? lm_scale_by_out(g_ctx, V(l->dw), V(l->dloss), V(l->dw)) : st;
+}
 
 typedef struct opt {
     lm_tensor *p, *g, *m, *v;
@@ -345,6 +355,8 @@ int main(int argc, char **argv) {
     double lfl = 2.0 * R * (double)Vv * H;
     report("linear+CE fwd", lce_fwd, &l, lfl, 0);
     report("linear+CE bwd", lce_bwd, &l, 3 * lfl, 0);
+    report("linear+CE fwd with grads (training)", lce_grads, &l, 3 * lfl, 0);
+    report("linear+CE grads scaled by dloss (training bwd)", lce_scale, &l, 0, 4.0 * (R + (double)Vv) * H);
     lm_ctx_destroy(g_ctx);
     return 0;
 }

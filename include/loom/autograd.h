@@ -112,7 +112,10 @@ LM_API lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, l
 LM_API lm_status lm_ag_embedding(lm_ag *ag, lm_ag_var *table, const lm_tensor_view *ids, lm_ag_var **out);
 LM_API lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view *targets, int64_t ignore_index,
                                      lm_ag_var **out);
-/* mean cross-entropy of x @ w^T, never materializing the logits (lm_linear_cross_entropy_out). */
+/* mean cross-entropy of x @ w^T, never materializing the logits (lm_linear_cross_entropy_out).
+ * While recording, the forward also computes the gradients at dloss = 1
+ * (lm_linear_cross_entropy_grads_out) and keeps them until the backward scales them
+ * by dloss: one logits GEMM instead of two, the gradients' memory held meanwhile. */
 LM_API lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, const lm_tensor_view *targets,
                                             int64_t ignore_index, lm_ag_var **out);
 /* Views: zero-copy on the value, gradients mapped back to the base. */

@@ -27,6 +27,10 @@ LM_API lm_status lm_mul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_vi
 /* out = x * s */
 LM_API lm_status lm_scale_out(lm_ctx *ctx, const lm_tensor_view *x, float s, const lm_tensor_view *out);
 LM_API lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **out);
+/* out = x * s[0], where s is an f32 scalar view on x's device, read there (no host
+ * synchronization on CUDA): the product is taken in f32 and rounded once to out's
+ * dtype. x and out are one float dtype and one shape; out may be x. */
+LM_API lm_status lm_scale_by_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *s, const lm_tensor_view *out);
 /* Converts to out's dtype: float<->float (round to nearest even), int->int and
  * int->float; float->int is LM_UNSUPPORTED. Integer narrowing that does not fit is
  * LM_OUT_OF_RANGE. */

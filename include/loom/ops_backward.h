@@ -116,6 +116,17 @@ LM_API lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tens
                                                       const lm_tensor_view *targets, int64_t ignore_index,
                                                       const lm_tensor_view *dloss, const lm_tensor_view *dx,
                                                       const lm_tensor_view *dw);
+/* The loss and, from the same logits, its gradients at dloss = 1: loss as
+ * lm_linear_cross_entropy_out writes it, dx and dw (either may be NULL) as
+ * lm_linear_cross_entropy_backward_out writes them for a dloss of exactly 1. For a loss
+ * that ends a training step: the backward then only scales dx and dw by dloss
+ * (lm_scale_by_out), so the [N, V] logits GEMM runs once per step instead of twice.
+ * When dloss is not 1, the result differs from the backward's by one more rounding
+ * of dx and dw to their dtype (none for f32 gradients). */
+LM_API lm_status lm_linear_cross_entropy_grads_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                                   const lm_tensor_view *targets, int64_t ignore_index,
+                                                   const lm_tensor_view *loss, const lm_tensor_view *dx,
+                                                   const lm_tensor_view *dw);
 
 /* ---- optimizer operators -------------------------------------------------------------------------
  * One AdamW step (Loshchilov & Hutter; torch.optim.AdamW's arithmetic) over n tensors

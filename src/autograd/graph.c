@@ -193,6 +193,14 @@ lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
     return LM_OK;
 }
 
+lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s) {
+    if (n < ag->nodes || n >= ag->nodes + ag->nnodes || s < 0 || s >= LM__AG_MAX_SAVED) return NULL;
+    lm__ag_node *mine = &ag->nodes[n - ag->nodes];
+    lm_tensor *t = mine->saved[s];
+    mine->saved[s] = NULL;
+    return t;
+}
+
 lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tensor **values, lm_ag_var **outs) {
     lm_status st = LM_OK;
     for (int j = 0; j < tmpl->nout; j++) {

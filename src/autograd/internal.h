@@ -55,7 +55,8 @@ struct lm__ag_node {
     int nin, nout;
     lm_ag_var *in[LM__AG_MAX_IN];
     lm_ag_var *out[LM__AG_MAX_OUT];
-    lm_tensor *saved[LM__AG_MAX_SAVED]; /* owned copies: ids, targets, positions, inv_freq */
+    lm_tensor *saved[LM__AG_MAX_SAVED]; /* owned: ids, targets, positions, inv_freq, kept statistics
+                                         * and gradients computed ahead (linear + cross-entropy) */
     lm__ag_params p;
 };
 
@@ -88,6 +89,10 @@ lm_status lm__ag_tensor(lm_ag *ag, lm_dtype dt, int ndim, const int64_t *shape, 
 lm_status lm__ag_new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out);
 /* gin[i] = a new tensor like input i, for each input that requires a gradient. */
 lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin);
+/* Takes saved tensor s out of node n (a node of ag's tape): the caller owns it and the
+ * slot is left NULL. For a backward that hands on what its forward computed; a tape's
+ * backward runs once, so the slot is not needed again. */
+lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s);
 /* t's view, or NULL for no tensor (an optional gradient output). */
 static inline const lm_tensor_view *lm__ag_opt(const lm_tensor *t) { return t ? lm_tensor_as_view(t) : NULL; }
 /* A new contiguous tensor holding a copy of view v (for saved index operands). */

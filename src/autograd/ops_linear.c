@@ -121,10 +121,17 @@ lm_status lm_ag_cross_entropy(lm_ag *ag, lm_ag_var *logits, const lm_tensor_view
     return lm__ag_finish(ag, &n, record, &y, out);
 }
 
+/* The forward already computed the gradients at dloss = 1 (saved[1] for x, saved[2] for
+ * w): they are taken from the node, scaled in place by dloss (on the device) and handed
+ * on, so the logits GEMM is not run again and no gradient buffer is allocated here. */
 static lm_status lce_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(lm__ag_grads_like(ag, n, gin));
-    return lm_linear_cross_entropy_backward_out(ag->ctx, V(n->in[0]->value), V(n->in[1]->value), V(n->saved[0]), n->p.i0,
-                                                V(gout[0]), lm__ag_opt(gin[0]), lm__ag_opt(gin[1]));
+    for (int i = 0; i < 2; i++) {
+        if (!n->in[i]->requires_grad) continue;
+        gin[i] = lm__ag_take_saved(ag, n, 1 + i);
+        if (!gin[i]) return lm__error(LM_INTERNAL, "ag_linear_cross_entropy: gradient %d was not kept by the forward", i);
+        LM_TRY(lm_scale_by_out(ag->ctx, V(gin[i]), V(gout[0]), V(gin[i])));
+    }
+    return LM_OK;
 }
 
 lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, const lm_tensor_view *targets,
@@ -137,9 +144,19 @@ lm_status lm_ag_linear_cross_entropy(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, cons
     lm__ag_node n = lm__ag_node_make("ag_linear_cross_entropy", lce_backward, 2, 1, x, w, NULL);
     n.p.i0 = ignore_index;
     int record = lm__ag_recording(ag, 2, in);
-    lm_status st = lm_linear_cross_entropy_out(ag->ctx, V(x->value), V(w->value), targets, ignore_index, V(y));
+    lm_status st = LM_OK;
+    if (record) { /* the loss and its gradients from one pass over the logits */
+        for (int i = 0; i < 2 && st == LM_OK; i++)
+            if (in[i]->requires_grad) st = lm__ag_new_like(ag, in[i]->value, &n.saved[1 + i]);
+        if (st == LM_OK)
+            st = lm_linear_cross_entropy_grads_out(ag->ctx, V(x->value), V(w->value), targets, ignore_index, V(y),
+                                                   lm__ag_opt(n.saved[1]), lm__ag_opt(n.saved[2]));
+    } else {
+        st = lm_linear_cross_entropy_out(ag->ctx, V(x->value), V(w->value), targets, ignore_index, V(y));
+    }
     if (st == LM_OK && record) st = lm__ag_copy(ag, targets, &n.saved[0]);
     if (st != LM_OK) {
+        for (int s = 0; s < LM__AG_MAX_SAVED; s++) lm_tensor_destroy(n.saved[s]);
         lm_tensor_destroy(y);
         return st;
     }

@@ -41,6 +41,9 @@ lm_status lm__composed_linear_ce(lm_ctx *ctx, const lm_tensor_view *x, const lm_
                                  const lm_tensor_view *loss);
 lm_status lm__composed_linear_ce_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                           const lm_tensor_view *targets, int64_t ignore_index, int64_t counted,
-                                          double dloss, const lm_tensor_view *dx, const lm_tensor_view *dw);
+                                          double dloss, const lm_tensor_view *dx, const lm_tensor_view *dw,
+                                          const lm_tensor_view *loss);
+/* (the backward also writes the forward's loss when loss is not NULL: one logits pass
+ * for both, lm_linear_cross_entropy_grads_out) */
 
 #endif

@@ -3,7 +3,8 @@
  * Rows are processed in chunks of C = max(1, 2^20 / V) so the f32 logits scratch is
  * [C, V] (4 MiB), never [N, V]. Per chunk:
  *   forward   z = linear(x_c, w); loss += logsumexp(z_r) - z_r[t_r] per counted row
- *   backward  z recomputed, dz = dloss / counted * (softmax(z) - onehot) in place,
+ *   backward  z recomputed, dz = dloss / counted * (softmax(z) - onehot) in place
+ *             (and, when asked, the loss from the same row statistics),
  *             dx_c = linear(dz, W = w^T)     (w^T materialized once, [H, V])
  *             dw  += linear(dz^T, W = x_c^T) (both chunk transposes materialized)
  * Row statistics are accumulated in double. Extra memory: the chunk scratch, w^T and,
@@ -60,13 +61,15 @@ lm_status lm__composed_linear_ce(lm_ctx *ctx, const lm_tensor_view *x, const lm_
     return st;
 }
 
-/* Turns the c rows of logits z into dz = scale * (softmax - onehot), 0 on ignored rows. */
+/* Turns the c rows of logits z into dz = scale * (softmax - onehot), 0 on ignored rows;
+ * adds each counted row's loss to *total, as the forward does. */
 static void chunk_dlogits(float *z, int64_t c, int64_t Vn, const lm_tensor_view *targets, int64_t r0,
-                          int64_t ignore_index, double scale) {
+                          int64_t ignore_index, double scale, double *total) {
     for (int64_t i = 0; i < c; i++) {
         float *row = z + i * Vn;
         int64_t t = lm__index_at(targets, r0 + i);
         double lse = t == ignore_index ? 0.0 : lm__row_logsumexp(LM_F32, row, 0, 1, Vn);
+        if (t != ignore_index) *total += lse - row[t];
         for (int64_t j = 0; j < Vn; j++)
             row[j] = t == ignore_index ? 0.0f : (float)(scale * (exp((double)row[j] - lse) - (j == t ? 1.0 : 0.0)));
     }
@@ -101,10 +104,11 @@ typedef struct bwd {
 
 lm_status lm__composed_linear_ce_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                           const lm_tensor_view *targets, int64_t ignore_index, int64_t counted,
-                                          double dloss, const lm_tensor_view *dx, const lm_tensor_view *dw) {
+                                          double dloss, const lm_tensor_view *dx, const lm_tensor_view *dw,
+                                          const lm_tensor_view *loss) {
     int64_t N = x->shape[0], Vn = w->shape[0], C = chunk_rows(N, Vn);
     int64_t shape[2] = {C, Vn};
-    double scale = counted ? dloss / (double)counted : 0.0;
+    double scale = counted ? dloss / (double)counted : 0.0, total = 0.0;
     bwd b = {NULL, NULL, NULL};
     lm_tensor_view t, accv = dw ? *dw : *w;
     lm_status st = lm_tensor_create(lm_ctx_device(ctx), LM_F32, 2, shape, &b.scratch);
@@ -117,12 +121,13 @@ lm_status lm__composed_linear_ce_backward(lm_ctx *ctx, const lm_tensor_view *x, 
         int64_t c = LM_MIN(C, N - r0);
         lm_tensor_view z, dxs;
         st = chunk_logits(ctx, x, w, r0, c, b.scratch, &z);
-        if (st == LM_OK) chunk_dlogits(z.data, c, Vn, targets, r0, ignore_index, scale);
+        if (st == LM_OK) chunk_dlogits(z.data, c, Vn, targets, r0, ignore_index, scale, &total);
         if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
             st = lm__composed_linear(ctx, &z, V(b.wT), &dxs);
         if (st == LM_OK && dw) st = chunk_dw(ctx, &z, x, r0, c, &accv, r0 == 0);
     }
     if (st == LM_OK && b.acc) st = lm_tensor_view_copy(ctx, dw, V(b.acc));
+    if (st == LM_OK && loss) *(float *)loss->data = counted ? (float)(total / (double)counted) : NAN;
     lm_tensor_destroy(b.scratch);
     lm_tensor_destroy(b.wT);
     lm_tensor_destroy(b.acc);

@@ -24,6 +24,8 @@ typedef struct lm__cuda_ops {
     lm_status (*add)(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, void *stream);
     lm_status (*mul)(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, void *stream);
     lm_status (*scale)(const lm_tensor_view *x, float scale, const lm_tensor_view *out, void *stream);
+    /* s: an f32 scalar on the device */
+    lm_status (*scale_by)(const lm_tensor_view *x, const float *s, const lm_tensor_view *out, void *stream);
     lm_status (*silu)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
     lm_status (*swiglu)(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out, void *stream);
     lm_status (*cast)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
@@ -87,13 +89,14 @@ typedef struct lm__cuda_ops {
                                         int64_t ignore_index, const lm_tensor_view *dloss,
                                         const lm_tensor_view *dlogits, void *stream);
     /* x [N, H] and w [V, H] contiguous in one float dtype (the operator packs them);
-     * dx contiguous, dw any strides */
+     * dx contiguous, dw any strides; backward: dloss NULL means 1, and a non-NULL
+     * loss is written as the forward writes it (lm_linear_cross_entropy_grads_out) */
     lm_status (*linear_cross_entropy)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                       const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *loss);
     lm_status (*linear_cross_entropy_backward)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                                const lm_tensor_view *targets, int64_t ignore_index,
                                                const lm_tensor_view *dloss, const lm_tensor_view *dx,
-                                               const lm_tensor_view *dw);
+                                               const lm_tensor_view *dw, const lm_tensor_view *loss);
 
     /* ---- the model step (ops/cuda/step_cuda.c, kv.cu) ---- */
     lm_status (*kv_store)(const lm_tensor_view *cache, const lm_tensor_view *x, const lm_tensor_view *slots,

@@ -1,7 +1,8 @@
-/* ops/elementwise.c — public add, mul, scale, cast, silu and swiglu: validation,
- * broadcasting and dispatch. On the CPU the tuned level (ops/cpu/pointwise.h) takes
- * f32 operands with unit-stride last dims (cast: bf16/f16/f32 -> f32); other views,
- * and every view under LM_IMPL_REF, run the reference. */
+/* ops/elementwise.c — public add, mul, scale (by a host or a device factor), cast, silu
+ * and swiglu: validation, broadcasting and dispatch. On the CPU the tuned level
+ * (ops/cpu/pointwise.h) takes f32 operands with unit-stride last dims (cast:
+ * bf16/f16/f32 -> f32); other views, and every view under LM_IMPL_REF, run the
+ * reference. */
 #include "ops/cpu/pointwise.h"
 #include "ops/internal.h"
 #include "ops/ref/elementwise.h"
@@ -99,6 +100,23 @@ lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **ou
     if (!x) return lm__error(LM_INVALID_ARGUMENT, "scale: NULL input");
     LM_TRY(lm__op_alloc(ctx, x->dtype, x->ndim, x->shape, out));
     return lm__op_finish(lm_scale_out(ctx, x, s, lm_tensor_as_view(*out)), out);
+}
+
+/* The factor is read where it lives: on the CPU before the scale above runs, on CUDA by
+ * the kernel itself. */
+lm_status lm_scale_by_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *s, const lm_tensor_view *out) {
+    const char *op = "scale_by";
+    if (!s) return lm__error(LM_INVALID_ARGUMENT, "%s: s is NULL", op);
+    const lm_tensor_view *vs[] = {s};
+    static const char *const names[] = {"s"};
+    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
+    LM_TRY(lm__op_check_dtype(op, "s", s, LM_F32));
+    LM_TRY(lm__op_check_shape(op, "s (a scalar)", s, 0, NULL));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(unary_check(ctx, op, x, out, 1, cu, &level));
+    if (level == LM__LEVEL_CUDA) return cu->scale_by(x, (const float *)s->data, out, lm_ctx_stream(ctx));
+    return lm_scale_out(ctx, x, *(const float *)s->data, out);
 }
 
 lm_status lm_silu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *out) {

@@ -6,6 +6,9 @@
  * of ops/cuda/linear_ce.cu (any float dtype; x and w are packed first when strided,
  * dx goes through a scratch when strided); on the CPU the composed, chunked path
  * (ops/composed_linear_ce.c) for f32 operands, otherwise the per-row reference.
+ * The grads form (loss and gradients at dloss = 1) is the backward's pass with the
+ * loss written too: one logits GEMM per chunk on CUDA and in the composed path; the
+ * reference runs its forward, then its backward.
  */
 #include "ops/backward_common.h"
 #include "ops/composed.h"
@@ -56,7 +59,7 @@ static lm_status cuda_forward(const lm__cuda_ops *cu, lm_ctx *ctx, const lm_tens
 
 static lm_status cuda_backward(const lm__cuda_ops *cu, lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                const lm_tensor_view *targets, int64_t ignore_index, const lm_tensor_view *dloss,
-                               const lm_tensor_view *dx, const lm_tensor_view *dw) {
+                               const lm_tensor_view *dx, const lm_tensor_view *dw, const lm_tensor_view *loss) {
     lm_tensor *xo = NULL, *wo = NULL, *dxo = NULL;
     lm_tensor_view xp, wp, dxv;
     lm_status st = packed(ctx, x, w, &xp, &wp, &xo, &wo);
@@ -66,7 +69,7 @@ static lm_status cuda_backward(const lm__cuda_ops *cu, lm_ctx *ctx, const lm_ten
             dxv = *lm_tensor_as_view(dxo);
     }
     if (st == LM_OK)
-        st = cu->linear_cross_entropy_backward(ctx, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw);
+        st = cu->linear_cross_entropy_backward(ctx, &xp, &wp, targets, ignore_index, dloss, dx ? &dxv : NULL, dw, loss);
     if (st == LM_OK && dxo) st = lm_tensor_view_copy(ctx, dx, &dxv);
     lm_tensor_destroy(xo);
     lm_tensor_destroy(wo);
@@ -112,9 +115,36 @@ lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view
     lm__level level;
     LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
                                  k_composed_needs, &level));
-    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, dloss, dx, dw);
+    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, dloss, dx, dw, NULL);
     double d = *(const float *)dloss->data;
     if (level == LM__LEVEL_CPU)
-        return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw);
+        return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw, NULL);
     return lm__ref_linear_cross_entropy_backward(x, w, targets, ignore_index, counted, d, dx, dw);
+}
+
+lm_status lm_linear_cross_entropy_grads_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                            const lm_tensor_view *targets, int64_t ignore_index,
+                                            const lm_tensor_view *loss, const lm_tensor_view *dx,
+                                            const lm_tensor_view *dw) {
+    const char *op = "linear_cross_entropy_grads";
+    int64_t counted;
+    if (!loss) return lm__error(LM_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    LM_TRY(check_inputs(ctx, op, x, w, targets, ignore_index, &counted));
+    LM_TRY(lm__op_check_f32_scalar(ctx, op, "loss", loss));
+    LM_TRY(lm__op_check_grad(ctx, op, "dx", dx, x));
+    LM_TRY(lm__op_check_grad(ctx, op, "dw", dw, w));
+    const lm_tensor_view *ins[] = {x, w, targets, loss, dw};
+    static const char *const names[] = {"x", "w", "targets", "loss", "dw"};
+    LM_TRY(lm__op_check_grad_alias(op, "loss", loss, 3, ins, names));
+    LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, names));
+    LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
+                                 k_composed_needs, &level));
+    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, NULL, dx, dw, loss);
+    if (level == LM__LEVEL_CPU)
+        return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, 1.0, dx, dw, loss);
+    LM_TRY(lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss));
+    return dx || dw ? lm__ref_linear_cross_entropy_backward(x, w, targets, ignore_index, counted, 1.0, dx, dw) : LM_OK;
 }

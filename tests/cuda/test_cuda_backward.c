@@ -10,7 +10,8 @@
  * embedding with duplicate ids (i32/i64, unused rows 0, bitwise repeatable, bad id
  * leaves dtable untouched), cross-entropy (ignored rows, none counted, bad target),
  * fused linear + cross-entropy (loss, dx, dw in chunks of 4 rows and in one chunk;
- * strided x and dx, ignored rows, none counted, bad target leaves dx untouched;
+ * strided x and dx, ignored rows, none counted, bad target leaves dx untouched; the
+ * grads form, loss and gradients at dloss = 1 from one pass, the same cases;
  * bf16/f16 logits are rounded to that dtype, so those gates are the dtype's: NMSE
  * 1e-3 / 3e-5),
  * matmul (the Linear case with a transposed weight gradient and the batched case on
@@ -380,11 +381,24 @@ static void test_cross_entropy_backward(void) {
  * the operands' dtype (bf16 keeps 8 bits), so errors follow that dtype, not f32. */
 static double lce_nmse(lm_dtype dt) { return dt == LM_F32 ? 1e-10 : dt == LM_BF16 ? 1e-3 : 3e-5; }
 
+/* The device loss against the reference's (NaN when no row is counted). */
+static void lce_check_loss(const char *what, const ct_pair *loss, const lm_tensor *want, lm_dtype dt, int all_ignored) {
+    if (all_ignored) {
+        double *got = ct_read(g_ctx, loss, DV(*loss));
+        LT_CHECK_MSG(isnan(got[0]), "%s: %g, expected NaN", what, got[0]);
+        free(got);
+    } else {
+        /* logits are rounded to the operands' dtype before the softmax (as autocast does) */
+        ct_check(g_ctx, what, loss, DV(*loss), lm_tensor_as_view(want), lce_nmse(dt),
+                 dt == LM_F32 ? 1e-5 : dt == LM_BF16 ? 5e-2 : 5e-3);
+    }
+}
+
 static void test_linear_cross_entropy(void) {
     int64_t N = 11, H = 24, V = 300, xs[2] = {N, H}, ws[2] = {V, H}, tn[1] = {N};
     int64_t tgt[11] = {3, -100, 299, 0, 150, -100, 7, 7, 123, 298, 1}, none[11], badt[11] = {3, 1, 2, 300};
     for (int i = 0; i < 11; i++) none[i] = -100;
-    ct_pair dloss = scalar(1.7f);
+    ct_pair dloss = scalar(1.7f), one = scalar(1.0f);
     for (int k = 0; k < 3; k++) {
         lm_dtype dt = ct_floats[k], gts[2];
         int ng = grad_dtypes(dt, gts);
@@ -403,15 +417,7 @@ static void test_linear_cross_entropy(void) {
                     char what[96];
                     snprintf(what, sizeof what, "linear_cross_entropy loss%s%s %s", chunked ? " (chunked)" : "",
                              all_ignored ? " (none counted)" : "", lm_dtype_name(dt));
-                    if (all_ignored) {
-                        double *got = ct_read(g_ctx, &loss, DV(loss));
-                        LT_CHECK_MSG(isnan(got[0]), "%s: %g, expected NaN", what, got[0]);
-                        free(got);
-                    } else {
-                        /* logits are rounded to the operands' dtype before the softmax (as autocast does) */
-                        ct_check(g_ctx, what, &loss, DV(loss), lm_tensor_as_view(want_loss), lce_nmse(dt),
-                                 dt == LM_F32 ? 1e-5 : dt == LM_BF16 ? 5e-2 : 5e-3);
-                    }
+                    lce_check_loss(what, &loss, want_loss, dt, all_ignored);
                     lm_tensor_view dxh, dxd;
                     ct_pair dx = ct_poisoned_strided(gts[j], 2, xs, &dxh, &dxd), dw = ct_poisoned(gts[j], 2, ws);
                     lm_tensor *wdx = lt_poisoned_tensor(gts[j], 2, xs), *wdw = lt_poisoned_tensor(gts[j], 2, ws);
@@ -425,6 +431,23 @@ static void test_linear_cross_entropy(void) {
                     snprintf(what, sizeof what, "linear_cross_entropy dw%s%s %s -> %s", chunked ? " (chunked)" : "",
                              all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
                     ct_check(g_ctx, what, &dw, DV(dw), lm_tensor_as_view(wdw), lce_nmse(dt), ct_abs(dt, 2.0));
+                    /* the grads form: the loss and the gradients at dloss = 1 from one pass */
+                    LT_CHECK_OK(lm_linear_cross_entropy_backward_out(g_ref, &xh, HV(w), HV(t), -100, HV(one),
+                                                                     lm_tensor_as_view(wdx), lm_tensor_as_view(wdw)));
+                    ct_pair l2 = ct_poisoned(LM_F32, 0, NULL), dw2 = ct_poisoned(gts[j], 2, ws);
+                    lm_tensor_view dx2h, dx2d;
+                    ct_pair dx2 = ct_poisoned_strided(gts[j], 2, xs, &dx2h, &dx2d);
+                    LT_CHECK_OK(lm_linear_cross_entropy_grads_out(g_ctx, &xd, DV(w), DV(t), -100, DV(l2), &dx2d, DV(dw2)));
+                    snprintf(what, sizeof what, "linear_cross_entropy grads: loss%s%s %s -> %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
+                    lce_check_loss(what, &l2, want_loss, dt, all_ignored);
+                    snprintf(what, sizeof what, "linear_cross_entropy grads: dx%s%s %s -> %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
+                    ct_check(g_ctx, what, &dx2, &dx2d, lm_tensor_as_view(wdx), lce_nmse(dt), ct_abs(dt, 2.0));
+                    snprintf(what, sizeof what, "linear_cross_entropy grads: dw%s%s %s -> %s", chunked ? " (chunked)" : "",
+                             all_ignored ? " (none counted)" : "", lm_dtype_name(dt), lm_dtype_name(gts[j]));
+                    ct_check(g_ctx, what, &dw2, DV(dw2), lm_tensor_as_view(wdw), lce_nmse(dt), ct_abs(dt, 2.0));
+                    ct_pair_free(&l2), ct_pair_free(&dx2), ct_pair_free(&dw2);
                     ct_pair_free(&t), ct_pair_free(&loss), ct_pair_free(&dx), ct_pair_free(&dw);
                     lm_tensor_destroy(want_loss), lm_tensor_destroy(wdx), lm_tensor_destroy(wdw);
                 }
@@ -435,9 +458,15 @@ static void test_linear_cross_entropy(void) {
                         LM_OUT_OF_RANGE);
         LT_CHECK_MSG(strstr(lm_last_error(), "targets[3] = 300") != NULL, "message: %s", lm_last_error());
         LT_CHECK(all_nan(g_ctx, &dx));
+        ct_pair l3 = ct_poisoned(LM_F32, 0, NULL);
+        LT_CHECK_STATUS(lm_linear_cross_entropy_grads_out(g_ctx, &xd, DV(w), DV(t), -100, DV(l3), DV(dx), NULL),
+                        LM_OUT_OF_RANGE);
+        LT_CHECK_MSG(strstr(lm_last_error(), "targets[3] = 300") != NULL, "message: %s", lm_last_error());
+        LT_CHECK(all_nan(g_ctx, &dx) && all_nan(g_ctx, &l3));
+        ct_pair_free(&l3);
         ct_pair_free(&t), ct_pair_free(&dx), ct_pair_free(&x), ct_pair_free(&w);
     }
-    ct_pair_free(&dloss);
+    ct_pair_free(&dloss), ct_pair_free(&one);
 }
 
 /* One matmul backward case: a, b, dout host/device views; gradients of dtype gdt

@@ -1,9 +1,10 @@
 /* CUDA elementwise kernels against the CPU reference operators, per float dtype:
  * add and mul with a broadcast operand and a permuted (non-row-major) operand into a
- * strided poisoned output; scale, silu and swiglu on permuted inputs; casts between
- * every float pair, int -> float, int -> int with the range check (the first value
- * that does not fit is reported and nothing is written); and the forward pass's
- * swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against reference swiglu + cast.
+ * strided poisoned output; scale (by a host or a device factor), silu and swiglu on
+ * permuted inputs; casts between every float pair, int -> float, int -> int with the
+ * range check (the first value that does not fit is reported and nothing is written);
+ * and the forward pass's swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against
+ * reference swiglu + cast.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -101,6 +102,25 @@ static void test_scale_silu_swiglu(void) {
         LT_CHECK_OK(lm__cuda_scale(&xd, -0.37f, &od, ct_stream(g_ctx)));
         snprintf(what, sizeof what, "scale %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
+        /* the factor from a device scalar (lm_scale_by_out): the same single rounding */
+        lm_tensor *sh = NULL;
+        LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 0, NULL, &sh));
+        *(float *)lm_tensor_data(sh) = -0.37f;
+        ct_pair sc = ct_pair_of(sh);
+        LT_CHECK_OK(lm_scale_by_out(g_ctx, &xd, lm_tensor_as_view(sc.d), &od));
+        snprintf(what, sizeof what, "scale_by %s", lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
+        if (dt == LM_BF16) { /* contiguous bf16: the 8-wide kernel */
+            int64_t cs[2] = {16, 72};
+            ct_pair c = ct_random(&r, dt, 2, cs, 3.0), co = ct_poisoned(dt, 2, cs);
+            lm_tensor *cw = lt_poisoned_tensor(dt, 2, cs);
+            LT_CHECK_OK(lm_scale_out(g_ref, lm_tensor_as_view(c.h), -0.37f, lm_tensor_as_view(cw)));
+            LT_CHECK_OK(lm_scale_by_out(g_ctx, lm_tensor_as_view(c.d), lm_tensor_as_view(sc.d), lm_tensor_as_view(co.d)));
+            ct_check(g_ctx, "scale_by bf16 (8-wide)", &co, lm_tensor_as_view(co.d), lm_tensor_as_view(cw), 0.0, 0.0);
+            ct_pair_free(&c), ct_pair_free(&co);
+            lm_tensor_destroy(cw);
+        }
+        ct_pair_free(&sc);
         LT_CHECK_OK(lm_silu_out(g_ref, &xh, lm_tensor_as_view(want)));
         LT_CHECK_OK(lm__cuda_silu(&xd, &od, ct_stream(g_ctx)));
         snprintf(what, sizeof what, "silu %s", lm_dtype_name(dt));

@@ -90,14 +90,17 @@ lm_status lm__cuda_cross_entropy_backward(const lm_tensor_view *logits, const lm
 /* linear_ce.cu: the fused output projection + cross-entropy in row chunks (no [N, V]
  * logits). x [N, H], w [V, H] contiguous, one float dtype; dx, dw contiguous in x's
  * dtype or f32 (dw may also be strided), either may be NULL; loss and dloss are f32
- * scalars on the device. Targets are checked and counted first (synchronizes). */
+ * scalars on the device. Targets are checked and counted first (synchronizes).
+ * The backward with dloss NULL takes dloss = 1, and with loss non-NULL also writes the
+ * loss (the forward and the gradients from one logits GEMM per chunk). */
 lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                                        const lm_tensor_view *targets, int64_t ignore_index,
                                        const lm_tensor_view *loss, cudaStream_t s);
 lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
                                                 const lm_tensor_view *w, const lm_tensor_view *targets,
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
-                                                const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s);
+                                                const lm_tensor_view *dx, const lm_tensor_view *dw,
+                                                const lm_tensor_view *loss, cudaStream_t s);
 /* Test hook: logits elements per chunk (default 2^29; <= 0 restores it), so tests
  * cover many chunks with small shapes. Not thread-safe. */
 void lm__cuda_linear_ce_set_chunk_elems(int64_t elems);

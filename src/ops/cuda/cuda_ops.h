@@ -32,6 +32,8 @@ extern "C" {
 lm_status lm__cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s);
+/* out = x * *s, s an f32 on the device (lm_scale_by_out) */
+lm_status lm__cuda_scale_by(const lm_tensor_view *x, const float *s, const lm_tensor_view *out, cudaStream_t s_);
 lm_status lm__cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
                          cudaStream_t s);

@@ -10,6 +10,8 @@
  * arithmetic runs 8 elements per thread with 16-byte loads and stores (vec8_kernel):
  * identical results, several times the bandwidth.
  * swiglu_packed_to_bf16: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
+ * Scale takes its factor from the host, or (scale_by) from an f32 on the device, read
+ * by each thread: the factor of a training step's loss gradient, never synchronized.
  */
 #include "ops/cuda/common.cuh"
 
@@ -19,7 +21,8 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
 template <typename T>
 __global__ void binary_kernel(int op, const T *a, lm__cuda_nd na, const T *b, lm__cuda_nd nb, T *out, lm__cuda_nd no,
-                              int64_t n, float scale) {
+                              int64_t n, float scale, const float *scale_at) {
+    if (scale_at) scale = *scale_at;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float x = ld(a + nd_offset(na, i)), r;
         switch (op) {
@@ -34,7 +37,9 @@ __global__ void binary_kernel(int op, const T *a, lm__cuda_nd na, const T *b, lm
 }
 
 /* b8 > 0: b is one row of b8 vectors broadcast over the rows (a bias). */
-static __global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale) {
+static __global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale,
+                            const float *scale_at) {
+    if (scale_at) scale = *scale_at;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         uint4 va = a[i], vb = b ? b[b8 ? i % b8 : i] : va, vo;
         const bf16 *xa = (const bf16 *)&va, *xb = (const bf16 *)&vb;
@@ -73,7 +78,7 @@ static int bias_row(const lm_tensor_view *b) {
 }
 
 static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out,
-                            float scale, cudaStream_t s) {
+                            float scale, const float *scale_at, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out);
     if (n == 0) return LM_OK;
     int64_t b8 = b && bias_row(b) ? b->shape[b->ndim - 1] / 8 : 0;
@@ -81,7 +86,7 @@ static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_vie
         (!b || b8 || lm_tensor_view_numel(b) == n)) {
         vec8_kernel<<<lm__cuda_blocks(n / 8, 256), 256, 0, s>>>(op, (const uint4 *)a->data,
                                                                 b ? (const uint4 *)b->data : NULL, b8,
-                                                                (uint4 *)out->data, n / 8, scale);
+                                                                (uint4 *)out->data, n / 8, scale, scale_at);
         return lm__cuda_launched("elementwise kernel (vec8)");
     }
     lm__cuda_nd na = lm__cuda_nd_of(a), nb = lm__cuda_nd_of(b ? b : a), no = lm__cuda_nd_of(out);
@@ -89,25 +94,29 @@ static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_vie
     LM_TRY(lm__cuda_float_only(out->dtype));
     LM__CUDA_FLOAT_SWITCH(out->dtype, T,
                          binary_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(
-                             op, (const T *)a->data, na, (const T *)pb, nb, (T *)out->data, no, n, scale));
+                             op, (const T *)a->data, na, (const T *)pb, nb, (T *)out->data, no, n, scale,
+                             scale_at));
     return lm__cuda_launched("elementwise kernel");
 }
 
 lm_status lm__cuda_add(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
-    return run_binary(OP_ADD, a, b, out, 0.f, s);
+    return run_binary(OP_ADD, a, b, out, 0.f, NULL, s);
 }
 lm_status lm__cuda_mul(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, cudaStream_t s) {
-    return run_binary(OP_MUL, a, b, out, 0.f, s);
+    return run_binary(OP_MUL, a, b, out, 0.f, NULL, s);
 }
 lm_status lm__cuda_scale(const lm_tensor_view *x, float scale, const lm_tensor_view *out, cudaStream_t s) {
-    return run_binary(OP_SCALE, x, NULL, out, scale, s);
+    return run_binary(OP_SCALE, x, NULL, out, scale, NULL, s);
+}
+lm_status lm__cuda_scale_by(const lm_tensor_view *x, const float *scale, const lm_tensor_view *out, cudaStream_t s) {
+    return run_binary(OP_SCALE, x, NULL, out, 0.f, scale, s);
 }
 lm_status lm__cuda_silu(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s) {
-    return run_binary(OP_SILU, x, NULL, out, 0.f, s);
+    return run_binary(OP_SILU, x, NULL, out, 0.f, NULL, s);
 }
 lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
                          cudaStream_t s) {
-    return run_binary(OP_SWIGLU, gate, up, out, 0.f, s);
+    return run_binary(OP_SWIGLU, gate, up, out, 0.f, NULL, s);
 }
 
 /* ---- cast ---------------------------------------------------------------------------- */

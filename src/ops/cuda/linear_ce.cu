@@ -9,15 +9,17 @@
  *   forward:  one block per row: an online max/sum pass gives lse (f32 math), and
  *             loss_r = lse - z[t_r] (double) goes to a per-row buffer
  *   backward: the same pass, then dz = dloss / counted * (softmax(z) - onehot(t_r))
- *             in place over z, 0 on ignored rows;
+ *             in place over z, 0 on ignored rows (and the row's loss, when the
+ *             caller asks for the loss too: lm_linear_cross_entropy_grads_out);
  *             dx_c = dz @ w  and  dw (+)= dz^T @ x_c   (cuBLASLt; dw accumulates in
  *             an f32 buffer, or in dw itself when it is f32 and contiguous)
- * The forward ends with one block summing the row losses in row order / counted
+ * The forward ends with one block summing the row losses in a fixed order / counted
  * (NaN when every row is ignored). Targets are validated and counted first (the
  * stream is synchronized to read the result), so a bad target fails before anything
  * is written, with the reference's message. dloss is read on the device.
- * Cost per call: O(N V H) GEMM work (the backward recomputes the forward GEMM) and a
- * few passes over each chunk's logits.
+ * Row passes read bf16 logits 8 at a time and take exponentials as exp2f in log2
+ * units. Cost per call: O(N V H) GEMM work (the backward recomputes the forward GEMM
+ * unless it runs as the grads form) and two reads and one write of each chunk's logits.
  */
 #include "ops/cuda/cuda_backward.h"
 #include "ops/cuda/common.cuh"
@@ -40,23 +42,65 @@ static __global__ void lce_check_kernel(const void *t, int is64, int64_t ts, int
     if (mine) atomicAdd(count, mine); /* integers: order does not matter */
 }
 
-/* (max, sum of exp(z - max)) of one row, combined over the block; every thread gets it. */
+/* Row statistics in log2 units: m = the largest z * log2(e) of the row, s = the sum of
+ * 2^(z log2(e) - m) (exp2f, the hardware's exponential with its few-ulp error). An
+ * element equal to the running maximum counts exactly 1, so a row whose maximum is
+ * +inf keeps lse = +inf as in the reference. */
+#define LCE_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ float lce_term(float y, float m) { return y == m ? 1.f : exp2f(y - m); }
+
+/* 1 when a row of z is read as 16-byte vectors of 8 bf16 (every row start aligned). */
+template <typename T> __device__ __forceinline__ int lce_vec8(const T *z, int64_t V) { return 0; }
+template <> __device__ __forceinline__ int lce_vec8<bf16>(const bf16 *z, int64_t V) {
+    return V % 8 == 0 && ((uintptr_t)z % 16) == 0;
+}
+
+/* (m, s) of one row, combined over the block; every thread gets them. A thread takes
+ * 8 elements at a time when the row allows (one rescale of its sum per 8). */
 template <typename T>
 __device__ void row_stats(const T *z, int64_t V, float *red, float *out_m, float *out_s) {
     float m = -INFINITY, sum = 0.f;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = ld(z + j);
-        if (v > m) {
-            sum = sum * expf(m - v) + 1.f;
-            m = v;
-        } else {
-            sum += expf(v - m);
+    if (lce_vec8(z, V)) {
+        const uint4 *zv = (const uint4 *)z;
+        for (int64_t j = threadIdx.x; j < V / 8; j += blockDim.x) {
+            uint4 u = zv[j];
+            const bf16 *e = (const bf16 *)&u;
+            float y[8], lm = m;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                y[k] = __bfloat162float(e[k]) * LCE_LOG2E;
+                lm = fmaxf(lm, y[k]);
+            }
+            if (lm > m) {
+                sum = m == -INFINITY ? 0.f : sum * exp2f(m - lm);
+                m = lm;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) sum += lce_term(y[k], m);
+        }
+    } else {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+            float y = ld(z + j) * LCE_LOG2E;
+            if (y > m) {
+                sum = (m == -INFINITY ? 0.f : sum * exp2f(m - y)) + 1.f;
+                m = y;
+            } else {
+                sum += lce_term(y, m);
+            }
         }
     }
     float bm = block_max(m, red);
-    float part = m == -INFINITY ? 0.f : sum * expf(m - bm);
+    float part = m == -INFINITY ? 0.f : sum * lce_term(m, bm);
     *out_s = block_sum(part, red);
     *out_m = bm;
+}
+
+/* lse (natural log) - z[target] in double from the row's log2 statistics. */
+template <typename T>
+__device__ __forceinline__ double row_loss_of(const T *row, int64_t target, float m, float s) {
+    double lse = isinf(m) ? (double)m : ((double)m + log2((double)s)) * 0.69314718055994530942;
+    return lse - (double)ld(row + target);
 }
 
 template <typename T>
@@ -72,38 +116,58 @@ __global__ void lce_loss_rows(const T *z, int64_t V, const void *t, int is64, in
     const T *row = z + r * V;
     float m, s;
     row_stats(row, V, red, &m, &s);
-    if (threadIdx.x == 0) {
-        double lse = isinf(m) ? (double)m : (double)m + log((double)s);
-        row_loss[r] = lse - (double)ld(row + target);
-    }
+    if (threadIdx.x == 0) row_loss[r] = row_loss_of(row, target, m, s);
 }
 
+/* dz = dloss / counted * (softmax(z) - onehot(target)) in place over the row, 0 on an
+ * ignored row; dloss NULL means 1. row_loss (when not NULL) gets the row's loss, as
+ * lce_loss_rows writes it. */
 template <typename T>
 __global__ void lce_grad_rows(T *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
-                              const float *dloss, double inv_counted) {
+                              const float *dloss, double inv_counted, double *row_loss) {
     __shared__ float red[32];
     int64_t r = blockIdx.x;
     int64_t target = lce_target(t, is64, r * ts);
     T *row = z + r * V, *drow = row; /* in place: each thread rewrites only the elements it read */
     if (target == ignore) {
         for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(drow + j, 0.f);
+        if (row_loss && threadIdx.x == 0) row_loss[r] = 0.0;
         return;
     }
     float m, s;
     row_stats(row, V, red, &m, &s);
-    float scale = (float)((double)*dloss * inv_counted), inv_s = 1.f / s;
-    __syncthreads(); /* every thread has read the row before an in-place f32 dz overwrites it */
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(ld(row + j) - m) * inv_s;
-        st(drow + j, scale * (p - (j == target ? 1.f : 0.f)));
+    float scale = (float)((dloss ? (double)*dloss : 1.0) * inv_counted), ps = scale / s;
+    if (row_loss && threadIdx.x == 0) row_loss[r] = row_loss_of(row, target, m, s);
+    __syncthreads(); /* every thread has read the row (and z[target]) before dz overwrites it */
+    if (lce_vec8(row, V)) {
+        uint4 *zv = (uint4 *)row;
+        for (int64_t j = threadIdx.x; j < V / 8; j += blockDim.x) {
+            uint4 u = zv[j];
+            bf16 *e = (bf16 *)&u;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float d = ps * lce_term(__bfloat162float(e[k]) * LCE_LOG2E, m);
+                e[k] = __float2bfloat16_rn(8 * j + k == target ? d - scale : d);
+            }
+            zv[j] = u;
+        }
+    } else {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+            float d = ps * lce_term(ld(row + j) * LCE_LOG2E, m);
+            st(drow + j, j == target ? d - scale : d);
+        }
     }
 }
 
+/* The mean of the row losses in a fixed order (each thread a strided run of rows, then
+ * the block's tree): one block of LCE_MEAN_THREADS, the same result on every run. */
+#define LCE_MEAN_THREADS 1024
 static __global__ void lce_mean_kernel(const double *row_loss, int64_t N, double inv_counted, float *out) {
-    if (threadIdx.x != 0) return;
-    double total = 0.0;
-    for (int64_t r = 0; r < N; r++) total += row_loss[r];
-    *out = inv_counted > 0 ? (float)(total * inv_counted) : NAN;
+    __shared__ double red[32];
+    double part = 0.0;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) part += row_loss[r];
+    double total = block_sum_d(part, red);
+    if (threadIdx.x == 0) *out = inv_counted > 0 ? (float)(total * inv_counted) : NAN;
 }
 
 /* Validates the targets and returns the number of rows not ignored (synchronizes). */
@@ -188,7 +252,7 @@ lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tens
         }
     }
     if (st == LM_OK) {
-        lce_mean_kernel<<<1, 32, 0, s>>>(row_loss, N, counted ? 1.0 / (double)counted : 0.0, (float *)loss->data);
+        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, counted ? 1.0 / (double)counted : 0.0, (float *)loss->data);
         st = lm__cuda_launched("linear_cross_entropy mean");
     }
     lm_tensor_destroy(zt);
@@ -199,12 +263,15 @@ lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tens
 lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, const lm_tensor_view *x,
                                                 const lm_tensor_view *w, const lm_tensor_view *targets,
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
-                                                const lm_tensor_view *dx, const lm_tensor_view *dw, cudaStream_t s) {
+                                                const lm_tensor_view *dx, const lm_tensor_view *dw,
+                                                const lm_tensor_view *loss, cudaStream_t s) {
     int64_t N = x->shape[0], V = w->shape[0], counted = 0;
     LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
-    int64_t C = chunk_rows(N, V);
-    lm_tensor *zt = NULL, *acc = NULL;
+    int64_t C = chunk_rows(N, V), n1 = N > 0 ? N : 1;
+    lm_tensor *zt = NULL, *acc = NULL, *lt = NULL;
     lm_status st = device_tensor(x->dtype, C, V, x, &zt);
+    if (st == LM_OK && loss) st = lm_tensor_create(x->device, LM_I64, 1, &n1, &lt); /* 8-byte rows of double */
+    double *row_loss = lt ? (double *)lm_tensor_data(lt) : NULL;
     int direct = dw && dw->dtype == LM_F32 && lm_tensor_view_is_contiguous(dw);
     if (st == LM_OK && dw && !direct) st = device_tensor(LM_F32, V, x->shape[1], x, &acc);
     lm_tensor_view accv = direct ? *dw : acc ? *lm_tensor_as_view(acc) : *w;
@@ -221,7 +288,7 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
             LM__CUDA_FLOAT_SWITCH(dz.dtype, T,
                                  lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (T *)z.data, V, tp, is64, targets->stride[0], ignore_index,
-                                     (const float *)dloss->data, inv));
+                                     dloss ? (const float *)dloss->data : NULL, inv, row_loss ? row_loss + r0 : NULL));
             st = lm__cuda_launched("linear_cross_entropy gradient rows");
         }
         if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
@@ -232,7 +299,12 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
     }
     if (st == LM_OK && dw && N == 0) st = lm__cuda_check(cudaMemsetAsync(accv.data, 0, (size_t)lm_tensor_view_numel(&accv) * 4, s), "cudaMemsetAsync");
     if (st == LM_OK && acc) st = lm__cuda_cast(lm_tensor_as_view(acc), dw, s);
+    if (st == LM_OK && loss) {
+        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, inv, (float *)loss->data);
+        st = lm__cuda_launched("linear_cross_entropy mean");
+    }
     lm_tensor_destroy(zt);
     lm_tensor_destroy(acc);
+    lm_tensor_destroy(lt);
     return st;
 }

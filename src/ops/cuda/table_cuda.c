@@ -23,6 +23,10 @@ static lm_status scale(const lm_tensor_view *x, float k, const lm_tensor_view *o
     return lm__cuda_scale(x, k, out, S(s));
 }
 
+static lm_status scale_by(const lm_tensor_view *x, const float *k, const lm_tensor_view *out, void *s) {
+    return lm__cuda_scale_by(x, k, out, S(s));
+}
+
 static lm_status silu(const lm_tensor_view *x, const lm_tensor_view *out, void *s) {
     return lm__cuda_silu(x, out, S(s));
 }
@@ -195,10 +199,10 @@ static lm_status linear_cross_entropy(lm_ctx *ctx, const lm_tensor_view *x, cons
 static lm_status linear_cross_entropy_backward(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                                const lm_tensor_view *targets, int64_t ignore_index,
                                                const lm_tensor_view *dloss, const lm_tensor_view *dx,
-                                               const lm_tensor_view *dw) {
+                                               const lm_tensor_view *dw, const lm_tensor_view *loss) {
     const lm__cuda_blas *blas;
     LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-    return lm__cuda_linear_cross_entropy_backward(blas, x, w, targets, ignore_index, dloss, dx, dw,
+    return lm__cuda_linear_cross_entropy_backward(blas, x, w, targets, ignore_index, dloss, dx, dw, loss,
                                                   S(lm_ctx_stream(ctx)));
 }
 
@@ -243,6 +247,7 @@ static const lm__cuda_ops k_table = {
     .add = add,
     .mul = mul,
     .scale = scale,
+    .scale_by = scale_by,
     .silu = silu,
     .swiglu = swiglu,
     .cast = cast,
