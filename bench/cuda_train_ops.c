@@ -90,6 +90,16 @@ static lm_status lin_bwd(void *p) {
     LM_TRY(lm_tensor_view_transpose(V(l->dw), 0, 1, &dwt));
     return lm_matmul_backward_out(g_ctx, V(l->x), &wt, V(l->y), V(l->dx), &dwt);
 }
+/* what training runs since the weight gradient goes straight into the f32 buffer:
+ * dx, then dw^T += dy^T x by the GEMM (l->bias holds the f32 [N, K] buffer here) */
+static lm_status lin_bwd_into_f32(void *p) {
+    lin *l = p;
+    lm_tensor_view wt, dwt;
+    LM_TRY(lm_tensor_view_transpose(V(l->w), 0, 1, &wt));
+    LM_TRY(lm_tensor_view_transpose(V(l->bias), 0, 1, &dwt));
+    LM_TRY(lm_matmul_backward_out(g_ctx, V(l->x), &wt, V(l->y), V(l->dx), NULL));
+    return lm_matmul_backward_acc_out(g_ctx, V(l->x), &wt, V(l->y), NULL, &dwt);
+}
 static lm_status grad_to_f32(void *p) { /* what a bound f32 gradient buffer costs per bf16 weight gradient */
     lin *l = p;
     lm_tensor *tmp = NULL;
@@ -261,6 +271,8 @@ int main(int argc, char **argv) {
         l.bias = make(LM_F32, 2, (int64_t[]){N, K});
         snprintf(nm, sizeof nm, "weight grad bf16 -> f32 add %s", names[i]);
         report(nm, grad_to_f32, &l, 0, (double)N * K * (2 + 4 + 4 + 4 + 4 + 4));
+        snprintf(nm, sizeof nm, "linear bwd dx + dw added into f32 by the GEMM %s", names[i]);
+        report(nm, lin_bwd_into_f32, &l, 2 * fl, 0);
         lm_tensor_destroy(l.bias);
         l.bias = make(LM_BF16, 1, &N);
         snprintf(nm, sizeof nm, "bias add %s", names[i]);

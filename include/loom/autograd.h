@@ -15,7 +15,8 @@
  * base, and a leaf read several times (tied embeddings) sums every contribution.
  *
  * Leaves: lm_ag_bind_grad binds a caller-owned gradient buffer (written or added
- * into); lm_ag_set_hook registers a function called exactly once per backward for
+ * into; a Linear weight's only contribution is put there by its GEMM directly, so a
+ * bf16 weight with an f32 buffer never has a bf16 gradient); lm_ag_set_hook registers a function called exactly once per backward for
  * every leaf that requires gradients, right after its last contribution (so an
  * all-reduce or optimizer update of that leaf can start while backward continues),
  * or at the end of backward for leaves the root does not depend on.

@@ -26,6 +26,13 @@ extern "C" {
  * broadcast shape, a's dtype); da has a's shape, db has b's shape. */
 LM_API lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                         const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
+/* As lm_matmul_backward_out with the gradients added into da and db (da += ..., db +=
+ * ...) instead of written. An f32 gradient of 16-bit operands is summed in f32 and
+ * rounded once, into the gradient (on CUDA the GEMM adds into it: no 16-bit copy of the
+ * gradient exists); the training tape uses it to put a bf16 Linear's weight gradient
+ * straight into its f32 slice. */
+LM_API lm_status lm_matmul_backward_acc_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                            const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
 
 /* ---- RMSNorm: out = x * r * weight, r = 1 / sqrt(mean(x^2) + eps) -------------------
  * x, dout, dx [..., D]; weight, dweight [D] (dweight is the sum over all rows). */

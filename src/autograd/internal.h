@@ -29,6 +29,7 @@ struct lm_ag_var {
     int64_t pending;      /* backward: contributions still to come */
     lm_tensor_view bound; /* caller's gradient buffer when has_bound */
     int has_bound, bound_accumulate;
+    int in_bound;         /* backward: the gradient was put straight into the bound buffer */
     lm_ag_hook_fn hook;
     void *hook_user;
 };
@@ -93,6 +94,13 @@ lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin);
  * slot is left NULL. For a backward that hands on what its forward computed; a tape's
  * backward runs once, so the slot is not needed again. */
 lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s);
+/* During a backward: whether v's gradient may be put straight into its bound buffer by
+ * the node now running (v is a leaf with a buffer, this is its only contribution and
+ * none has arrived). When it returns 1 the node must write (*accumulate 0) or add
+ * (*accumulate 1) the gradient into v->bound, leave its gin slot NULL and call
+ * lm__ag_mark_in_bound(v) once it has; the leaf then skips its buffer copy. */
+int lm__ag_can_write_bound(const lm_ag_var *v, int *accumulate);
+void lm__ag_mark_in_bound(lm_ag_var *v);
 /* t's view, or NULL for no tensor (an optional gradient output). */
 static inline const lm_tensor_view *lm__ag_opt(const lm_tensor *t) { return t ? lm_tensor_as_view(t) : NULL; }
 /* A new contiguous tensor holding a copy of view v (for saved index operands). */

@@ -38,15 +38,26 @@ static lm_status bias_grad(lm_ag *ag, const lm_tensor *g, lm_tensor **out) {
     return st;
 }
 
+/* The weight's gradient goes straight into its bound buffer when it is the weight's
+ * only contribution (a training step's parameter): the GEMM writes or adds it there,
+ * in f32 for a bf16 weight with an f32 buffer, with no gradient tensor in between. */
 static lm_status linear_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     lm_ag_var *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    int acc = 0, direct = w->requires_grad && lm__ag_can_write_bound(w, &acc);
     if (x->requires_grad) LM_TRY(lm__ag_new_like(ag, x->value, &gin[0]));
-    if (w->requires_grad) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
+    if (w->requires_grad && !direct) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
     if (b && b->requires_grad) LM_TRY(bias_grad(ag, gout[0], &gin[2]));
     lm_tensor_view wt, dwt;
     LM_TRY(lm_tensor_view_transpose(V(w->value), 0, 1, &wt));
     if (gin[1]) LM_TRY(lm_tensor_view_transpose(V(gin[1]), 0, 1, &dwt));
-    return lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), lm__ag_opt(gin[0]), gin[1] ? &dwt : NULL);
+    if (!direct)
+        return lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), lm__ag_opt(gin[0]), gin[1] ? &dwt : NULL);
+    LM_TRY(lm_tensor_view_transpose(&w->bound, 0, 1, &dwt));
+    if (gin[0]) LM_TRY(lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), V(gin[0]), NULL));
+    LM_TRY(acc ? lm_matmul_backward_acc_out(ag->ctx, V(x->value), &wt, V(gout[0]), NULL, &dwt)
+               : lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), NULL, &dwt));
+    lm__ag_mark_in_bound(w);
+    return LM_OK;
 }
 
 lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, lm_ag_var **out) {

@@ -58,7 +58,8 @@ typedef struct lm__cuda_ops {
                               const lm_adamw_hparams *hp, void *stream);
     lm_status (*sum_squares)(int n, const lm_tensor_view *xs, const lm_tensor_view *out, void *stream);
     lm_status (*matmul_backward)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
-                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db);
+                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
+                                 int accumulate);
     lm_status (*attention_backward)(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                     const lm_tensor_view *dout, float scale, int causal, int64_t window,
                                     const lm_tensor_view *dq, const lm_tensor_view *dk, const lm_tensor_view *dv,

@@ -5,14 +5,15 @@
  * Levels: the composed path (ops/composed.h) for f32 Linear-shaped calls, otherwise
  * the reference (ops/ref/matmul_backward.c); on CUDA ops/cuda/matmul_backward.cu
  * (cuBLASLt where a gradient is one GEMM, else its readable kernel).
+ * lm_matmul_backward_acc_out adds instead of writing: on CUDA inside the GEMM (beta =
+ * 1) or the readable kernel; on the CPU through a scratch gradient and lm_add_out.
  */
 #include "ops/backward_common.h"
 #include "ops/composed.h"
 #include "ops/ref/matmul_backward.h"
 
-lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
-                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
-    const char *op = "matmul_backward";
+static lm_status check_args(lm_ctx *ctx, const char *op, const lm_tensor_view *a, const lm_tensor_view *b,
+                            const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
     const lm_tensor_view *vs[] = {a, b, dout};
     static const char *const names[] = {"a", "b", "dout"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
@@ -31,13 +32,49 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
     const lm_tensor_view *ins[] = {a, b, dout, db};
     static const char *const in_names[] = {"a", "b", "dout", "db"};
     LM_TRY(lm__op_check_grad_alias(op, "da", da, 4, ins, in_names));
-    LM_TRY(lm__op_check_grad_alias(op, "db", db, 3, ins, in_names));
+    return lm__op_check_grad_alias(op, "db", db, 3, ins, in_names);
+}
+
+/* The level's gradients, written. */
+static lm_status run(lm_ctx *ctx, const char *op, const lm_tensor_view *a, const lm_tensor_view *b,
+                     const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
+                                 "f32 operands, a 2-d b and an a that is not broadcast", &level));
+    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db, 0);
+    if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
+    return lm__ref_matmul_backward(a, b, dout, da, db);
+}
+
+lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+    const char *op = "matmul_backward";
+    LM_TRY(check_args(ctx, op, a, b, dout, da, db));
+    return da || db ? run(ctx, op, a, b, dout, da, db) : LM_OK;
+}
+
+/* g += the gradient, through a scratch of g's dtype and shape. */
+static lm_status add_through_scratch(lm_ctx *ctx, const char *op, const lm_tensor_view *a, const lm_tensor_view *b,
+                                     const lm_tensor_view *dout, const lm_tensor_view *g, int which) {
+    lm_tensor *t = NULL;
+    LM_TRY(lm_tensor_create(g->device, g->dtype, g->ndim, g->shape, &t));
+    lm_status st = run(ctx, op, a, b, dout, which == 0 ? lm_tensor_as_view(t) : NULL, which == 1 ? lm_tensor_as_view(t) : NULL);
+    if (st == LM_OK) st = lm_add_out(ctx, g, lm_tensor_as_view(t), g);
+    lm_tensor_destroy(t);
+    return st;
+}
+
+lm_status lm_matmul_backward_acc_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
+                                     const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+    const char *op = "matmul_backward_acc";
+    LM_TRY(check_args(ctx, op, a, b, dout, da, db));
     if (!da && !db) return LM_OK;
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
                                  "f32 operands, a 2-d b and an a that is not broadcast", &level));
-    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db);
-    if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
-    return lm__ref_matmul_backward(a, b, dout, da, db);
+    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db, 1);
+    if (da) LM_TRY(add_through_scratch(ctx, op, a, b, dout, da, 0));
+    return db ? add_through_scratch(ctx, op, a, b, dout, db, 1) : LM_OK;
 }

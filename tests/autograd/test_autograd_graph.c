@@ -3,7 +3,8 @@
  * single owner (an in-place sum would corrupt a gradient shared by an add's two
  * inputs); views (slices, transpose, reshape) and a leaf read twice (tied
  * embeddings) accumulate exactly; hooks fire once per leaf, after its last
- * contribution; bound caller buffers are written or added into; leaves the root does
+ * contribution; bound caller buffers are written or added into (a Linear weight's
+ * only gradient by its GEMM, in the buffer's f32); leaves the root does
  * not depend on; no_grad records nothing and allocates exactly what plain operator
  * calls allocate; misuse fails with clear statuses; allocation failures leak nothing.
  * LM_TEST_LABELS: unit
@@ -212,6 +213,58 @@ static void test_bound_buffers_are_written_or_accumulated(void) {
     lm_tensor_destroy(x), lm_tensor_destroy(c), lm_tensor_destroy(buf), lm_tensor_destroy(acc), lm_tensor_destroy(zero);
 }
 
+/* A Linear weight's only contribution goes into its bound buffer by the GEMM itself:
+ * a bf16 weight with an f32 buffer gets f32 sums (no bf16 rounding of the gradient),
+ * written or added; a weight read by two Linears takes the summed path. Expected
+ * values in double: dW[n, k] = uses * sum_r c[r, n] x[r, k]. */
+static void test_linear_weight_gradient_goes_straight_into_its_buffer(void) {
+    lt_rng r = lt_rng_seed(6);
+    int64_t xs[2] = {7, 6}, ws[2] = {4, 6}, ys[2] = {7, 4};
+    lm_tensor *x = lt_random_tensor(&r, LM_BF16, 2, xs, 1), *w = lt_random_tensor(&r, LM_BF16, 2, ws, 1);
+    lm_tensor *c = lt_random_tensor(&r, LM_BF16, 2, ys, 1);
+    double *px = lt_view_to_f64(V(x)), *pc = lt_view_to_f64(V(c)), want[24];
+    for (int n = 0; n < 4; n++)
+        for (int k = 0; k < 6; k++) {
+            want[n * 6 + k] = 0;
+            for (int i = 0; i < 7; i++) want[n * 6 + k] += pc[i * 4 + n] * px[i * 6 + k];
+        }
+    lm_ag *ag = NULL;
+    LT_CHECK_OK(lm_ag_create(g_ctx, &ag));
+    for (int mode = 0; mode < 3; mode++) { /* written; added onto 1.0; read twice, added */
+        lm_tensor *buf = mode == 0 ? lt_poisoned_tensor(LM_F32, 2, ws) : NULL;
+        if (mode) {
+            float ones[24];
+            for (int i = 0; i < 24; i++) ones[i] = 1.0f;
+            LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_F32, 2, ws, ones, &buf));
+        }
+        lm_ag_var *vw = leaf(ag, w, 1), *vx = leaf(ag, x, 0), *y = NULL, *L = NULL;
+        LT_CHECK_OK(lm_ag_bind_grad(vw, V(buf), mode > 0));
+        LT_CHECK_OK(lm_ag_linear(ag, vx, vw, NULL, &y));
+        L = dot(ag, leaf(ag, c, 0), y);
+        if (mode == 2) {
+            lm_ag_var *y2 = NULL, *L2 = NULL;
+            LT_CHECK_OK(lm_ag_linear(ag, vx, vw, NULL, &y2));
+            LT_CHECK_OK(lm_ag_add(ag, L, dot(ag, leaf(ag, c, 0), y2), &L2));
+            L = L2;
+        }
+        LT_CHECK_OK(lm_ag_backward(ag, L, 1.0f));
+        LT_CHECK(lm_ag_grad(vw) == NULL);
+        const float *pb = lm_tensor_data(buf);
+        double worst = 0, uses = mode == 2 ? 2 : 1, base = mode ? 1 : 0;
+        for (int i = 0; i < 24; i++) {
+            double e = fabs(pb[i] - (base + uses * want[i])) / (fabs(want[i]) + 1);
+            worst = e > worst ? e : worst;
+        }
+        /* f32 sums of exact bf16 products (mode 2 sums two bf16 gradients: bf16 rounding) */
+        LT_CHECK_MSG(worst < (mode == 2 ? 1e-2 : 1e-5), "mode %d: worst relative error %g", mode, worst);
+        lm_ag_reset(ag);
+        lm_tensor_destroy(buf);
+    }
+    lm_ag_destroy(ag);
+    free(px), free(pc);
+    lm_tensor_destroy(x), lm_tensor_destroy(w), lm_tensor_destroy(c);
+}
+
 /* linear(+bias) -> rmsnorm -> swiglu(h, h) -> sum-free chain, under a given mode. */
 static void chain(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *b, lm_ag_var *nw) {
     lm_ag_var *y = NULL, *n = NULL, *s = NULL;
@@ -335,6 +388,7 @@ int main(void) {
     LT_RUN(test_views_accumulate_into_their_base);
     LT_RUN(test_tied_leaf_sums_both_uses_and_hooks_fire_once_after_the_last);
     LT_RUN(test_bound_buffers_are_written_or_accumulated);
+    LT_RUN(test_linear_weight_gradient_goes_straight_into_its_buffer);
     LT_RUN(test_no_grad_records_nothing_and_allocates_like_plain_ops);
     LT_RUN(test_misuse_fails_clearly);
     LT_RUN(test_allocation_failures_leak_nothing);

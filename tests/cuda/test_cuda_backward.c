@@ -14,8 +14,9 @@
  * grads form, loss and gradients at dloss = 1 from one pass, the same cases;
  * bf16/f16 logits are rounded to that dtype, so those gates are the dtype's: NMSE
  * 1e-3 / 3e-5),
- * matmul (the Linear case with a transposed weight gradient and the batched case on
- * the GEMM path, a broadcast case whose gradients sum over batches, f32 x bf16),
+ * matmul, written and accumulated (the Linear case with a transposed weight gradient
+ * and the batched case on the GEMM path, a broadcast case whose gradients sum over
+ * batches, f32 x bf16),
  * attention (grouped heads, Tk > Tq, causal and not, more keys than one chunk), and
  * the tensor-core flash attention forward and backward (bf16, head dims 64 and 128,
  * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, gradients in
@@ -492,6 +493,17 @@ static void matmul_case(const char *name, const lm_tensor_view *ah, const lm_ten
     ct_check(g_ctx, what, &ga, &gad, lm_tensor_as_view(wa), ct_nmse(gdt), ct_abs(gdt, 20.0));
     snprintf(what, sizeof what, "matmul %s db %s -> %s", name, lm_dtype_name(ah->dtype), lm_dtype_name(gdt));
     ct_check(g_ctx, what, &gb, &gbd, lm_tensor_as_view(wb), ct_nmse(gdt), ct_abs(gdt, 20.0));
+    /* the accumulating form adds the same gradients onto what the write left there
+     * (cuBLASLt with beta = 1, or the readable kernel from the stored value) */
+    lm_tensor *wa2 = NULL, *wb2 = NULL;
+    LT_CHECK_OK(lm_matmul_backward_acc_out(g_ctx, ad, bd, dd, &gad, &gbd));
+    LT_CHECK_OK(lm_add(g_ref, lm_tensor_as_view(wa), lm_tensor_as_view(wa), &wa2));
+    LT_CHECK_OK(lm_add(g_ref, lm_tensor_as_view(wb), lm_tensor_as_view(wb), &wb2));
+    snprintf(what, sizeof what, "matmul %s da += %s -> %s", name, lm_dtype_name(ah->dtype), lm_dtype_name(gdt));
+    ct_check(g_ctx, what, &ga, &gad, lm_tensor_as_view(wa2), ct_nmse(gdt), ct_abs(gdt, 40.0));
+    snprintf(what, sizeof what, "matmul %s db += %s -> %s", name, lm_dtype_name(ah->dtype), lm_dtype_name(gdt));
+    ct_check(g_ctx, what, &gb, &gbd, lm_tensor_as_view(wb2), ct_nmse(gdt), ct_abs(gdt, 40.0));
+    lm_tensor_destroy(wa2), lm_tensor_destroy(wb2);
     ct_pair_free(&ga), ct_pair_free(&gb);
     lm_tensor_destroy(wa), lm_tensor_destroy(wb);
 }

@@ -3,6 +3,8 @@
  * by the composed level), a broadcast a, b as the transposed view of a row-major
  * weight, bf16 operands with f32 gradients; the composed and reference levels must
  * both pass; poisoned outputs; NULL gradients; every error path with its status.
+ * lm_matmul_backward_acc_out: on the CPU exactly the start value plus what
+ * lm_matmul_backward_out writes, at both levels, and the same argument checks.
  * LM_TEST_LABELS: unit
  */
 #include "backward_fd.h"
@@ -177,6 +179,66 @@ static void test_matmul_backward_allocation_failures_leak_nothing(void) {
     lm_tensor_destroy(a), lm_tensor_destroy(w), lm_tensor_destroy(d), lm_tensor_destroy(ga), lm_tensor_destroy(gb);
 }
 
+static size_t nbytes(const lm_tensor *t) { return (size_t)lm_tensor_numel(t) * lm_dtype_size(lm_tensor_dtype(t)); }
+
+/* g0 + the written gradient, compared bit for bit (the CPU adds through a scratch). */
+static void acc_case(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *d, lm_dtype gdt,
+                     lt_rng *r) {
+    lm_tensor *wa = lt_poisoned_tensor(gdt, a->ndim, a->shape), *wb = lt_poisoned_tensor(gdt, b->ndim, b->shape);
+    lm_tensor *ga = lt_random_tensor(r, gdt, a->ndim, a->shape, 1), *gb = lt_random_tensor(r, gdt, b->ndim, b->shape, 1);
+    lm_tensor *ea = NULL, *eb = NULL;
+    LT_CHECK_OK(lm_matmul_backward_out(ctx, a, b, d, lm_tensor_as_view(wa), lm_tensor_as_view(wb)));
+    LT_CHECK_OK(lm_add(ctx, lm_tensor_as_view(ga), lm_tensor_as_view(wa), &ea));
+    LT_CHECK_OK(lm_add(ctx, lm_tensor_as_view(gb), lm_tensor_as_view(wb), &eb));
+    LT_CHECK_OK(lm_matmul_backward_acc_out(ctx, a, b, d, lm_tensor_as_view(ga), lm_tensor_as_view(gb)));
+    LT_CHECK(memcmp(lm_tensor_data(ga), lm_tensor_data(ea), nbytes(ea)) == 0);
+    LT_CHECK(memcmp(lm_tensor_data(gb), lm_tensor_data(eb), nbytes(eb)) == 0);
+    /* db alone, into the transposed view of a row-major buffer (the training tape's form) */
+    if (b->stride[0] == 1) {
+        lm_tensor *g2 = lt_random_tensor(r, gdt, 2, (int64_t[]){b->shape[1], b->shape[0]}, 1), *e2 = NULL;
+        lm_tensor_view g2t;
+        LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(g2), 0, 1, &g2t));
+        lm_tensor *c2 = NULL;
+        LT_CHECK_OK(lm_tensor_contiguous(ctx, g2, &c2));
+        lm_tensor_view wbt;
+        LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(wb), 0, 1, &wbt));
+        LT_CHECK_OK(lm_add(ctx, lm_tensor_as_view(c2), &wbt, &e2));
+        LT_CHECK_OK(lm_matmul_backward_acc_out(ctx, a, b, d, NULL, &g2t));
+        LT_CHECK(memcmp(lm_tensor_data(g2), lm_tensor_data(e2), nbytes(e2)) == 0);
+        lm_tensor_destroy(g2), lm_tensor_destroy(e2), lm_tensor_destroy(c2);
+    }
+    lm_tensor_destroy(wa), lm_tensor_destroy(wb), lm_tensor_destroy(ga), lm_tensor_destroy(gb);
+    lm_tensor_destroy(ea), lm_tensor_destroy(eb);
+}
+
+static void test_matmul_backward_acc_adds_the_gradient(void) {
+    lt_rng r = lt_rng_seed(15);
+    int64_t as[3] = {2, 3, 6}, ws[2] = {5, 6}, os[3] = {2, 3, 5};
+    const lm_dtype dts[2] = {LM_F32, LM_BF16};
+    for (int i = 0; i < 2; i++) {
+        lm_tensor *a = lt_random_tensor(&r, dts[i], 3, as, 1), *w = lt_random_tensor(&r, dts[i], 2, ws, 1);
+        lm_tensor *d = lt_random_tensor(&r, dts[i], 3, os, 1);
+        lm_tensor_view bt;
+        LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(w), 0, 1, &bt));
+        for (int level = 0; level < 2; level++) acc_case(level ? g_ref : g_ctx, lm_tensor_as_view(a), &bt, lm_tensor_as_view(d), LM_F32, &r);
+        lm_tensor_destroy(a), lm_tensor_destroy(w), lm_tensor_destroy(d);
+    }
+    /* the argument checks are the write form's */
+    int64_t bs[2] = {6, 5};
+    lm_tensor *a = lt_random_tensor(&r, LM_F32, 3, as, 1), *b = lt_random_tensor(&r, LM_F32, 2, bs, 1);
+    lm_tensor *d = lt_random_tensor(&r, LM_F32, 3, os, 1), *h = lt_poisoned_tensor(LM_F16, 2, bs);
+    LT_CHECK_STATUS(lm_matmul_backward_acc_out(g_ctx, lm_tensor_as_view(a), lm_tensor_as_view(b), lm_tensor_as_view(d), NULL,
+                                               lm_tensor_as_view(h)),
+                    LM_DTYPE_MISMATCH);
+    LT_CHECK(strstr(lm_last_error(), "matmul_backward_acc") != NULL);
+    LT_CHECK_STATUS(lm_matmul_backward_acc_out(g_ctx, lm_tensor_as_view(a), lm_tensor_as_view(b), lm_tensor_as_view(d), NULL,
+                                               lm_tensor_as_view(b)),
+                    LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm_matmul_backward_acc_out(g_ctx, lm_tensor_as_view(a), lm_tensor_as_view(b), NULL, NULL, NULL),
+                    LM_INVALID_ARGUMENT);
+    lm_tensor_destroy(a), lm_tensor_destroy(b), lm_tensor_destroy(d), lm_tensor_destroy(h);
+}
+
 int main(void) {
     if (lm_ctx_create(lm_device_cpu(), 2, &g_ctx) != LM_OK || lm_ctx_create(lm_device_cpu(), 1, &g_ref) != LM_OK) return 1;
     lm_ctx_set_impl(g_ref, LM_IMPL_REF);
@@ -184,6 +246,7 @@ int main(void) {
     LT_RUN(test_matmul_backward_skips_null_and_empty);
     LT_RUN(test_matmul_backward_errors);
     LT_RUN(test_matmul_backward_allocation_failures_leak_nothing);
+    LT_RUN(test_matmul_backward_acc_adds_the_gradient);
     lm_ctx_destroy(g_ctx);
     lm_ctx_destroy(g_ref);
     return lt_finish();

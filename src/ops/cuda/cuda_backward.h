@@ -31,10 +31,11 @@ lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_te
 lm_status lm__cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul_backward.cu: a [..., M, K], b [..., K, N] in their own shapes (unexpanded),
- * dout [batch..., M, N]; da, db may be NULL. cuBLASLt where a gradient is one GEMM. */
+ * dout [batch..., M, N]; da, db may be NULL. cuBLASLt where a gradient is one GEMM.
+ * accumulate 1 adds the gradients into da and db instead of writing them. */
 lm_status lm__cuda_matmul_backward(const lm__cuda_blas *blas, const lm_tensor_view *a, const lm_tensor_view *b,
                                   const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
-                                  cudaStream_t s);
+                                  int accumulate, cudaStream_t s);
 
 /* attention_backward.cu: shapes as lm_attention_backward_out; readable kernels (no
  * atomics, nothing Tq x Tk), head dims D, Dv <= 1024. Views the flash kernels take

@@ -154,6 +154,28 @@ static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulH
     return best;
 }
 
+/* fastest() for a call that accumulates into C: the candidates are timed writing a
+ * scratch matrix of C's layout (allocated for the timing, one unbatched problem), so
+ * C is left alone. 0 while the stream is captured or when the scratch cannot be had. */
+static int fastest_scratch(const lm__cuda_blas *blas, const lt_problem *p, lt_descs *d,
+                           const cublasLtMatmulHeuristicResult_t *res, int n, const void *A, const void *B,
+                           cudaStream_t s) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (n < 2 || p->batch != 1 || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return 0;
+    size_t es = p->tc == CUDA_R_32F ? 4 : 2, bytes = ((size_t)p->ldc * (size_t)(p->n - 1) + (size_t)p->m) * es;
+    void *scratch = NULL;
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int best = fastest(blas, d, res, n, A, B, scratch, s);
+    cudaStreamSynchronize(s);
+    cudaFree(scratch);
+    cudaGetLastError();
+    return best;
+}
+
 /* The cached plan of problem p, built on first use: descriptors, then the fastest of
  * the heuristic's first CANDIDATES algorithms on these operands. Called with g_mu held. */
 #define CANDIDATES 8
@@ -181,7 +203,7 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
         descs_destroy(&d);
         return st;
     }
-    int best = p->accumulate ? 0 : fastest(blas, &d, res, n, A, B, C, s);
+    int best = p->accumulate ? fastest_scratch(blas, p, &d, res, n, A, B, s) : fastest(blas, &d, res, n, A, B, C, s);
     lt_plan *pl;
     if (g_nplans < LT_CACHE) {
         pl = &g_plans[g_nplans++];

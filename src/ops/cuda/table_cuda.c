@@ -135,10 +135,11 @@ static lm_status sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_vi
 }
 
 static lm_status matmul_backward(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
-                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+                                 const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
+                                 int accumulate) {
     const lm__cuda_blas *blas;
     LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-    return lm__cuda_matmul_backward(blas, a, b, dout, da, db, S(lm_ctx_stream(ctx)));
+    return lm__cuda_matmul_backward(blas, a, b, dout, da, db, accumulate, S(lm_ctx_stream(ctx)));
 }
 
 static lm_status attention_backward(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
