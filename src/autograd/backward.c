@@ -24,6 +24,15 @@
 
 static lm_ag_var *var_at(const lm_ag *ag, int64_t i) { return &ag->blocks[i / LM__AG_BLOCK][i % LM__AG_BLOCK]; }
 
+static int single_owner(const lm_tensor *g) {
+    return lm_storage_refcount(lm_tensor_storage(g)) == 1 && !lm_tensor_view_overlaps_self(V(g));
+}
+
+lm_tensor *lm__ag_summable_grad(const lm_ag_var *v) {
+    if (!v->grad || !single_owner(v->grad) || lm_tensor_dtype(v->grad) != lm_tensor_dtype(v->value)) return NULL;
+    return v->grad;
+}
+
 /* Adds contribution g (ownership taken) into v's gradient. */
 static lm_status accumulate(lm_ag *ag, lm_ag_var *v, lm_tensor *g) {
     if (!v->grad) {
@@ -31,7 +40,7 @@ static lm_status accumulate(lm_ag *ag, lm_ag_var *v, lm_tensor *g) {
         return LM_OK;
     }
     lm_status st;
-    if (lm_storage_refcount(lm_tensor_storage(v->grad)) == 1 && !lm_tensor_view_overlaps_self(V(v->grad))) {
+    if (single_owner(v->grad)) {
         st = lm_add_out(ag->ctx, V(v->grad), V(g), V(v->grad));
         ag->stats.inplace_sums++;
     } else {

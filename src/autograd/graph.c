@@ -187,6 +187,36 @@ lm_status lm__ag_new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out) {
     return lm__ag_tensor(ag, v->dtype, v->ndim, v->shape, out);
 }
 
+/* The dims of v by decreasing stride (ties keep their order) into perm; 1 when v is
+ * dense in that order (every stride the product of the later dims' sizes). */
+static int dense_order(const lm_tensor_view *v, int *perm) {
+    for (int i = 0; i < v->ndim; i++) perm[i] = i;
+    for (int i = 1; i < v->ndim; i++) /* insertion sort: stable */
+        for (int j = i; j > 0 && v->stride[perm[j]] > v->stride[perm[j - 1]]; j--) {
+            int t = perm[j];
+            perm[j] = perm[j - 1], perm[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (int i = v->ndim - 1; i >= 0; i--) {
+        if (v->shape[perm[i]] != 1 && v->stride[perm[i]] != want) return 0;
+        want *= v->shape[perm[i]];
+    }
+    return 1;
+}
+
+lm_status lm__ag_new_ordered(lm_ag *ag, const lm_tensor_view *order, lm_dtype dt, int ndim, const int64_t *shape,
+                             lm_tensor **out) {
+    int perm[LM_MAX_DIMS], inv[LM_MAX_DIMS];
+    if (!order || order->ndim != ndim || ndim < 2 || !dense_order(order, perm)) return lm__ag_tensor(ag, dt, ndim, shape, out);
+    int64_t stored[LM_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) stored[i] = shape[perm[i]], inv[perm[i]] = i;
+    lm_tensor *t = NULL;
+    LM_TRY(lm__ag_tensor(ag, dt, ndim, stored, &t));
+    lm_status st = lm_tensor_permute(t, inv, out); /* out dim i = stored dim inv[i] */
+    lm_tensor_destroy(t);
+    return st;
+}
+
 lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
     for (int i = 0; i < n->nin; i++)
         if (n->in[i] && n->in[i]->requires_grad) LM_TRY(lm__ag_new_like(ag, n->in[i]->value, &gin[i]));

@@ -88,6 +88,13 @@ lm_status lm__ag_check_inputs(const lm_ag *ag, const char *op, int n, lm_ag_var 
 lm_status lm__ag_tensor(lm_ag *ag, lm_dtype dt, int ndim, const int64_t *shape, lm_tensor **out);
 /* A new tensor shaped and typed like t. */
 lm_status lm__ag_new_like(lm_ag *ag, const lm_tensor *t, lm_tensor **out);
+/* A new tensor of dtype dt and shape [ndim] whose storage orders the dims as `order`'s
+ * strides do when `order` is a permutation of a dense layout (e.g. attention's
+ * [B, H, T, D] view of a [B, T, H, D] buffer): the result is then that permuted view,
+ * so transposing it back is contiguous and a reshape needs no copy. Contiguous when
+ * `order` is not such a view. */
+lm_status lm__ag_new_ordered(lm_ag *ag, const lm_tensor_view *order, lm_dtype dt, int ndim, const int64_t *shape,
+                             lm_tensor **out);
 /* gin[i] = a new tensor like input i, for each input that requires a gradient. */
 lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin);
 /* Takes saved tensor s out of node n (a node of ag's tape): the caller owns it and the
@@ -101,6 +108,10 @@ lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s);
  * lm__ag_mark_in_bound(v) once it has; the leaf then skips its buffer copy. */
 int lm__ag_can_write_bound(const lm_ag_var *v, int *accumulate);
 void lm__ag_mark_in_bound(lm_ag_var *v);
+/* During a backward: v's gradient so far when a node may add its contribution into it
+ * in place (the tape's in-place sum condition: one owner, no self-overlap, v's dtype),
+ * else NULL. A node that does adds into it and leaves its gin slot NULL. */
+lm_tensor *lm__ag_summable_grad(const lm_ag_var *v);
 /* t's view, or NULL for no tensor (an optional gradient output). */
 static inline const lm_tensor_view *lm__ag_opt(const lm_tensor *t) { return t ? lm_tensor_as_view(t) : NULL; }
 /* A new contiguous tensor holding a copy of view v (for saved index operands). */

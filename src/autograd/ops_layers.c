@@ -129,7 +129,11 @@ lm_status lm_ag_rope(lm_ag *ag, lm_ag_var *x, const lm_rope_params *p, lm_ag_var
 /* ---- attention: saved[0] = the forward's log-sum-exp [B, Hq, Tq] where the forward kept
  * it (lm_attention_lse_out), or NULL (the backward recomputes the forward) ----------------------- */
 static lm_status attention_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
-    LM_TRY(lm__ag_grads_like(ag, n, gin));
+    for (int i = 0; i < 3; i++) /* each gradient in its operand's storage order: no copy when viewed back */
+        if (n->in[i]->requires_grad) {
+            const lm_tensor_view *x = V(n->in[i]->value);
+            LM_TRY(lm__ag_new_ordered(ag, x, x->dtype, x->ndim, x->shape, &gin[i]));
+        }
     const lm_tensor_view *q = V(n->in[0]->value), *k = V(n->in[1]->value), *v = V(n->in[2]->value);
     /* the statistics serve when dout has the layout the kernel takes as an output */
     if (n->saved[0] && lm_attention_lse_supported(ag->ctx, q, k, v, n->p.flag, V(gout[0])))
@@ -155,7 +159,7 @@ lm_status lm_ag_attention_window(lm_ag *ag, lm_ag_var *q, lm_ag_var *k, lm_ag_va
         return lm__error(LM_SHAPE_MISMATCH, "ag_attention: q and v must be [B, H, T, D]");
     int64_t shape[4] = {qv->shape[0], qv->shape[1], qv->shape[2], vv->shape[3]};
     lm_tensor *y = NULL, *lse = NULL;
-    LM_TRY(lm__ag_tensor(ag, qv->dtype, 4, shape, &y));
+    LM_TRY(lm__ag_new_ordered(ag, qv, qv->dtype, 4, shape, &y)); /* q's storage order ([B, T, H, D] buffers) */
     int record = lm__ag_recording(ag, 3, in);
     lm_status st;
     if (record && lm_attention_lse_supported(ag->ctx, qv, V(k->value), vv, causal, V(y))) {

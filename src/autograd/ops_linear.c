@@ -38,25 +38,31 @@ static lm_status bias_grad(lm_ag *ag, const lm_tensor *g, lm_tensor **out) {
     return st;
 }
 
-/* The weight's gradient goes straight into its bound buffer when it is the weight's
- * only contribution (a training step's parameter): the GEMM writes or adds it there,
- * in f32 for a bf16 weight with an f32 buffer, with no gradient tensor in between. */
+/* Where the GEMMs may put a gradient without a tensor in between:
+ * - the weight's, straight into its bound buffer when it is the weight's only
+ *   contribution (a training step's parameter): written or added there, in f32 for a
+ *   bf16 weight with an f32 buffer;
+ * - the input's, added into the input's gradient so far when it may be summed in place
+ *   (x read by several Linears, e.g. q, k and v: one GEMM with beta = 1 instead of a
+ *   new tensor and an add). */
 static lm_status linear_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     lm_ag_var *x = n->in[0], *w = n->in[1], *b = n->in[2];
     int acc = 0, direct = w->requires_grad && lm__ag_can_write_bound(w, &acc);
-    if (x->requires_grad) LM_TRY(lm__ag_new_like(ag, x->value, &gin[0]));
+    lm_tensor *xsum = x->requires_grad ? lm__ag_summable_grad(x) : NULL;
+    if (x->requires_grad && !xsum) LM_TRY(lm__ag_new_like(ag, x->value, &gin[0]));
     if (w->requires_grad && !direct) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
     if (b && b->requires_grad) LM_TRY(bias_grad(ag, gout[0], &gin[2]));
     lm_tensor_view wt, dwt;
     LM_TRY(lm_tensor_view_transpose(V(w->value), 0, 1, &wt));
-    if (gin[1]) LM_TRY(lm_tensor_view_transpose(V(gin[1]), 0, 1, &dwt));
-    if (!direct)
-        return lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), lm__ag_opt(gin[0]), gin[1] ? &dwt : NULL);
-    LM_TRY(lm_tensor_view_transpose(&w->bound, 0, 1, &dwt));
-    if (gin[0]) LM_TRY(lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), V(gin[0]), NULL));
-    LM_TRY(acc ? lm_matmul_backward_acc_out(ag->ctx, V(x->value), &wt, V(gout[0]), NULL, &dwt)
-               : lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), NULL, &dwt));
-    lm__ag_mark_in_bound(w);
+    if (direct) LM_TRY(lm_tensor_view_transpose(&w->bound, 0, 1, &dwt));
+    else if (gin[1]) LM_TRY(lm_tensor_view_transpose(V(gin[1]), 0, 1, &dwt));
+    const lm_tensor_view *dw = direct || gin[1] ? &dwt : NULL;
+    /* written: gin[0] and the weight gradient unless it is added; added: the rest */
+    const lm_tensor_view *dx_w = lm__ag_opt(gin[0]), *dw_w = direct && acc ? NULL : dw;
+    if (dx_w || dw_w) LM_TRY(lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), dx_w, dw_w));
+    const lm_tensor_view *dx_a = xsum ? V(xsum) : NULL, *dw_a = direct && acc ? dw : NULL;
+    if (dx_a || dw_a) LM_TRY(lm_matmul_backward_acc_out(ag->ctx, V(x->value), &wt, V(gout[0]), dx_a, dw_a));
+    if (direct) lm__ag_mark_in_bound(w);
     return LM_OK;
 }
 

@@ -215,8 +215,9 @@ static void test_bound_buffers_are_written_or_accumulated(void) {
 
 /* A Linear weight's only contribution goes into its bound buffer by the GEMM itself:
  * a bf16 weight with an f32 buffer gets f32 sums (no bf16 rounding of the gradient),
- * written or added; a weight read by two Linears takes the summed path. Expected
- * values in double: dW[n, k] = uses * sum_r c[r, n] x[r, k]. */
+ * written or added; a weight read by two Linears takes the summed path, and so does
+ * their input x (the second GEMM adds into the first's dx). Expected values in
+ * double: dW[n, k] = uses * sum_r c[r, n] x[r, k], dx[r, k] = 2 sum_n c[r, n] W[n, k]. */
 static void test_linear_weight_gradient_goes_straight_into_its_buffer(void) {
     lt_rng r = lt_rng_seed(6);
     int64_t xs[2] = {7, 6}, ws[2] = {4, 6}, ys[2] = {7, 4};
@@ -237,7 +238,7 @@ static void test_linear_weight_gradient_goes_straight_into_its_buffer(void) {
             for (int i = 0; i < 24; i++) ones[i] = 1.0f;
             LT_CHECK_OK(lm_tensor_from_host(lm_device_cpu(), LM_F32, 2, ws, ones, &buf));
         }
-        lm_ag_var *vw = leaf(ag, w, 1), *vx = leaf(ag, x, 0), *y = NULL, *L = NULL;
+        lm_ag_var *vw = leaf(ag, w, 1), *vx = leaf(ag, x, mode == 2), *y = NULL, *L = NULL;
         LT_CHECK_OK(lm_ag_bind_grad(vw, V(buf), mode > 0));
         LT_CHECK_OK(lm_ag_linear(ag, vx, vw, NULL, &y));
         L = dot(ag, leaf(ag, c, 0), y);
@@ -257,12 +258,86 @@ static void test_linear_weight_gradient_goes_straight_into_its_buffer(void) {
         }
         /* f32 sums of exact bf16 products (mode 2 sums two bf16 gradients: bf16 rounding) */
         LT_CHECK_MSG(worst < (mode == 2 ? 1e-2 : 1e-5), "mode %d: worst relative error %g", mode, worst);
+        if (mode == 2) { /* x read twice: the second GEMM adds into the first's dx (bf16) */
+            double *gx = lt_view_to_f64(V(lm_ag_grad(vx))), *pw = lt_view_to_f64(V(w)), wx = 0;
+            for (int i = 0; i < 7; i++)
+                for (int k = 0; k < 6; k++) {
+                    double e = 0;
+                    for (int n = 0; n < 4; n++) e += 2 * pc[i * 4 + n] * pw[n * 6 + k];
+                    e = fabs(gx[i * 6 + k] - e) / (fabs(e) + 1);
+                    wx = e > wx ? e : wx;
+                }
+            LT_CHECK_MSG(wx < 1e-2, "dx: worst relative error %g", wx);
+            free(gx), free(pw);
+        }
         lm_ag_reset(ag);
         lm_tensor_destroy(buf);
     }
     lm_ag_destroy(ag);
     free(px), free(pc);
     lm_tensor_destroy(x), lm_tensor_destroy(w), lm_tensor_destroy(c);
+}
+
+/* Attention over [B, H, T, D] views of [B, T, H, D] buffers (the training graph's
+ * form): its output and its input gradients keep that storage order, so viewed back
+ * as [B, T, H, D] they are contiguous (no copy before the next reshape), and the
+ * values equal those of the same attention on contiguous [B, H, T, D] copies. */
+static void test_attention_keeps_the_token_major_storage_order(void) {
+    lt_rng r = lt_rng_seed(7);
+    int64_t s[4] = {2, 5, 3, 4}; /* B, T, H, D */
+    lm_tensor *buf[3], *cont[3], *dy = lt_random_tensor(&r, LM_F32, 4, (int64_t[]){2, 3, 5, 4}, 1);
+    for (int i = 0; i < 3; i++) {
+        buf[i] = lt_random_tensor(&r, LM_F32, 4, s, 1);
+        lm_tensor *t = NULL;
+        LT_CHECK_OK(lm_tensor_transpose(buf[i], 1, 2, &t));
+        LT_CHECK_OK(lm_tensor_contiguous(g_ctx, t, &cont[i]));
+        lm_tensor_destroy(t);
+    }
+    lm_ag *ag = NULL;
+    LT_CHECK_OK(lm_ag_create(g_ctx, &ag));
+    double *got[2][4] = {{NULL}};
+    for (int pass = 0; pass < 2; pass++) { /* 0: token-major buffers viewed; 1: contiguous [B, H, T, D] */
+        lm_ag_var *lv[3], *in[3], *a = NULL, *L = NULL;
+        for (int i = 0; i < 3; i++) {
+            lv[i] = leaf(ag, pass ? cont[i] : buf[i], 1);
+            if (pass) in[i] = lv[i];
+            else LT_CHECK_OK(lm_ag_transpose(ag, lv[i], 1, 2, &in[i]));
+        }
+        LT_CHECK_OK(lm_ag_attention(ag, in[0], in[1], in[2], 0.5f, 1, &a));
+        const lm_tensor_view *av = V(lm_ag_value(a));
+        if (pass == 0) /* [B, H, T, D] over a [B, T, H, D] buffer */
+            LT_CHECK(av->stride[3] == 1 && av->stride[1] == 4 && av->stride[2] == 12 && av->stride[0] == 60);
+        L = dot(ag, leaf(ag, dy, 0), a);
+        LT_CHECK_OK(lm_ag_backward(ag, L, 1.0f));
+        got[pass][3] = lt_view_to_f64(av);
+        for (int i = 0; i < 3; i++) {
+            const lm_tensor *g = lm_ag_grad(lv[i]);
+            LT_CHECK(g != NULL);
+            if (!g) continue;
+            lm_tensor_view gv = *V(g);
+            if (pass == 0) LT_CHECK(lm_tensor_view_is_contiguous(&gv));
+            else { /* compare in [B, T, H, D] order */
+                lm_tensor_view t;
+                LT_CHECK_OK(lm_tensor_view_transpose(&gv, 1, 2, &t));
+                gv = t;
+            }
+            got[pass][i] = lt_view_to_f64(&gv);
+        }
+        lm_ag_reset(ag);
+    }
+    for (int i = 0; i < 4; i++) {
+        int64_t n = 2 * 5 * 3 * 4;
+        double worst = 0;
+        for (int64_t j = 0; j < n && got[0][i] && got[1][i]; j++) {
+            double e = fabs(got[0][i][j] - got[1][i][j]);
+            worst = e > worst ? e : worst;
+        }
+        LT_CHECK_MSG(worst < 1e-5, "tensor %d: max |difference| %g", i, worst);
+        free(got[0][i]), free(got[1][i]);
+    }
+    lm_ag_destroy(ag);
+    for (int i = 0; i < 3; i++) lm_tensor_destroy(buf[i]), lm_tensor_destroy(cont[i]);
+    lm_tensor_destroy(dy);
 }
 
 /* linear(+bias) -> rmsnorm -> swiglu(h, h) -> sum-free chain, under a given mode. */
@@ -389,6 +464,7 @@ int main(void) {
     LT_RUN(test_tied_leaf_sums_both_uses_and_hooks_fire_once_after_the_last);
     LT_RUN(test_bound_buffers_are_written_or_accumulated);
     LT_RUN(test_linear_weight_gradient_goes_straight_into_its_buffer);
+    LT_RUN(test_attention_keeps_the_token_major_storage_order);
     LT_RUN(test_no_grad_records_nothing_and_allocates_like_plain_ops);
     LT_RUN(test_misuse_fails_clearly);
     LT_RUN(test_allocation_failures_leak_nothing);
