@@ -96,6 +96,24 @@ lm_status lm_linear_cross_entropy_out(lm_ctx *ctx, const lm_tensor_view *x, cons
     return lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss);
 }
 
+/* The checks the backward and the grads form share: the f32 scalar (dloss read, or the
+ * loss written when scalar_out), dx and dw against x and w, no output overlapping an
+ * operand; then the level. */
+static lm_status check_grads(lm_ctx *ctx, const char *op, const lm_tensor_view *x, const lm_tensor_view *w,
+                             const lm_tensor_view *targets, const char *sname, const lm_tensor_view *scalar,
+                             int scalar_out, const lm_tensor_view *dx, const lm_tensor_view *dw, lm__level *level) {
+    LM_TRY(lm__op_check_f32_scalar(ctx, op, sname, scalar));
+    LM_TRY(lm__op_check_grad(ctx, op, "dx", dx, x));
+    LM_TRY(lm__op_check_grad(ctx, op, "dw", dw, w));
+    const lm_tensor_view *ins[] = {x, w, targets, scalar, dw};
+    const char *const names[] = {"x", "w", "targets", sname, "dw"};
+    if (scalar_out) LM_TRY(lm__op_check_grad_alias(op, sname, scalar, 3, ins, names));
+    LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, names));
+    LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
+    return lm__op_backward_level(ctx, op, 1, lm__cuda_ops_get() != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
+                                 k_composed_needs, level);
+}
+
 lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                                const lm_tensor_view *targets, int64_t ignore_index,
                                                const lm_tensor_view *dloss, const lm_tensor_view *dx,
@@ -103,19 +121,11 @@ lm_status lm_linear_cross_entropy_backward_out(lm_ctx *ctx, const lm_tensor_view
     const char *op = "linear_cross_entropy_backward";
     int64_t counted;
     LM_TRY(check_inputs(ctx, op, x, w, targets, ignore_index, &counted));
-    LM_TRY(lm__op_check_f32_scalar(ctx, op, "dloss", dloss));
-    LM_TRY(lm__op_check_grad(ctx, op, "dx", dx, x));
-    LM_TRY(lm__op_check_grad(ctx, op, "dw", dw, w));
-    const lm_tensor_view *ins[] = {x, w, targets, dloss, dw};
-    static const char *const names[] = {"x", "w", "targets", "dloss", "dw"};
-    LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, names));
-    LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
-    if (!dx && !dw) return LM_OK;
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if (!dx && !dw) return lm__op_check_f32_scalar(ctx, op, "dloss", dloss);
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
-                                 k_composed_needs, &level));
-    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, dloss, dx, dw, NULL);
+    LM_TRY(check_grads(ctx, op, x, w, targets, "dloss", dloss, 0, dx, dw, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cuda_backward(lm__cuda_ops_get(), ctx, x, w, targets, ignore_index, dloss, dx, dw, NULL);
     double d = *(const float *)dloss->data;
     if (level == LM__LEVEL_CPU)
         return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, d, dx, dw, NULL);
@@ -130,19 +140,10 @@ lm_status lm_linear_cross_entropy_grads_out(lm_ctx *ctx, const lm_tensor_view *x
     int64_t counted;
     if (!loss) return lm__error(LM_INVALID_ARGUMENT, "%s: loss is NULL", op);
     LM_TRY(check_inputs(ctx, op, x, w, targets, ignore_index, &counted));
-    LM_TRY(lm__op_check_f32_scalar(ctx, op, "loss", loss));
-    LM_TRY(lm__op_check_grad(ctx, op, "dx", dx, x));
-    LM_TRY(lm__op_check_grad(ctx, op, "dw", dw, w));
-    const lm_tensor_view *ins[] = {x, w, targets, loss, dw};
-    static const char *const names[] = {"x", "w", "targets", "loss", "dw"};
-    LM_TRY(lm__op_check_grad_alias(op, "loss", loss, 3, ins, names));
-    LM_TRY(lm__op_check_grad_alias(op, "dx", dx, 5, ins, names));
-    LM_TRY(lm__op_check_grad_alias(op, "dw", dw, 4, ins, names));
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_linear_ce_accepts(x, w, dx, dw),
-                                 k_composed_needs, &level));
-    if (level == LM__LEVEL_CUDA) return cuda_backward(cu, ctx, x, w, targets, ignore_index, NULL, dx, dw, loss);
+    LM_TRY(check_grads(ctx, op, x, w, targets, "loss", loss, 1, dx, dw, &level));
+    if (level == LM__LEVEL_CUDA)
+        return cuda_backward(lm__cuda_ops_get(), ctx, x, w, targets, ignore_index, NULL, dx, dw, loss);
     if (level == LM__LEVEL_CPU)
         return lm__composed_linear_ce_backward(ctx, x, w, targets, ignore_index, counted, 1.0, dx, dw, loss);
     LM_TRY(lm__ref_linear_cross_entropy(x, w, targets, ignore_index, counted, loss));
