@@ -11,7 +11,7 @@
  *    or in place when the accumulated storage has no other reference). When a leaf's
  *    pending count reaches zero its gradient is final: it goes to the bound buffer,
  *    then to the hook — exactly once. A node may put a leaf's only contribution straight
- *    into its bound buffer (lm__ag_can_write_bound: the Linear weight gradient, written
+ *    into its bound buffer (lm__ag_claim_bound: the Linear weight gradient, written
  *    or added by the GEMM); the leaf then skips the copy.
  * 3. Leaves that require gradients but were never marked are finalized at the end
  *    with no gradient.
@@ -78,7 +78,6 @@ static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
 static lm_status finalize_leaf(lm_ag *ag, lm_ag_var *v) {
     lm_status st = LM_OK;
     if (v->has_bound && !v->in_bound) st = to_buffer(ag, v);
-    v->in_bound = 0;
     const lm_tensor_view *g = v->has_bound ? &v->bound : v->grad ? V(v->grad) : NULL;
     if (st == LM_OK && v->hook) {
         ag->stats.hooks_fired++;

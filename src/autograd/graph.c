@@ -223,13 +223,12 @@ lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin) {
     return LM_OK;
 }
 
-int lm__ag_can_write_bound(const lm_ag_var *v, int *accumulate) {
-    if (!v->is_leaf || !v->has_bound || !v->requires_grad || v->pending != 1 || v->grad || v->in_bound) return 0;
+const lm_tensor_view *lm__ag_claim_bound(lm_ag_var *v, int *accumulate) {
+    if (!v->is_leaf || !v->has_bound || !v->requires_grad || v->pending != 1 || v->grad) return NULL;
+    v->in_bound = 1; /* reset by the next backward's marking */
     *accumulate = v->bound_accumulate;
-    return 1;
+    return &v->bound;
 }
-
-void lm__ag_mark_in_bound(lm_ag_var *v) { v->in_bound = 1; }
 
 lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s) {
     if (n < ag->nodes || n >= ag->nodes + ag->nnodes || s < 0 || s >= LM__AG_MAX_SAVED) return NULL;

@@ -101,13 +101,12 @@ lm_status lm__ag_grads_like(lm_ag *ag, const lm__ag_node *n, lm_tensor **gin);
  * slot is left NULL. For a backward that hands on what its forward computed; a tape's
  * backward runs once, so the slot is not needed again. */
 lm_tensor *lm__ag_take_saved(lm_ag *ag, const lm__ag_node *n, int s);
-/* During a backward: whether v's gradient may be put straight into its bound buffer by
- * the node now running (v is a leaf with a buffer, this is its only contribution and
- * none has arrived). When it returns 1 the node must write (*accumulate 0) or add
- * (*accumulate 1) the gradient into v->bound, leave its gin slot NULL and call
- * lm__ag_mark_in_bound(v) once it has; the leaf then skips its buffer copy. */
-int lm__ag_can_write_bound(const lm_ag_var *v, int *accumulate);
-void lm__ag_mark_in_bound(lm_ag_var *v);
+/* During a backward: v's bound buffer when the node now running may put v's gradient
+ * straight into it (v is a leaf with a buffer, this is its only contribution and none
+ * has arrived), else NULL. On a buffer the node must write (*accumulate 0) or add
+ * (*accumulate 1) the gradient there and leave its gin slot NULL; the leaf then skips
+ * its buffer copy. */
+const lm_tensor_view *lm__ag_claim_bound(lm_ag_var *v, int *accumulate);
 /* During a backward: v's gradient so far when a node may add its contribution into it
  * in place (the tape's in-place sum condition: one owner, no self-overlap, v's dtype),
  * else NULL. A node that does adds into it and leaves its gin slot NULL. */

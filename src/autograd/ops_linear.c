@@ -47,23 +47,20 @@ static lm_status bias_grad(lm_ag *ag, const lm_tensor *g, lm_tensor **out) {
  *   new tensor and an add). */
 static lm_status linear_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     lm_ag_var *x = n->in[0], *w = n->in[1], *b = n->in[2];
-    int acc = 0, direct = w->requires_grad && lm__ag_can_write_bound(w, &acc);
+    int acc = 0;
+    const lm_tensor_view *bound = w->requires_grad ? lm__ag_claim_bound(w, &acc) : NULL;
     lm_tensor *xsum = x->requires_grad ? lm__ag_summable_grad(x) : NULL;
     if (x->requires_grad && !xsum) LM_TRY(lm__ag_new_like(ag, x->value, &gin[0]));
-    if (w->requires_grad && !direct) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
+    if (w->requires_grad && !bound) LM_TRY(lm__ag_new_like(ag, w->value, &gin[1]));
     if (b && b->requires_grad) LM_TRY(bias_grad(ag, gout[0], &gin[2]));
     lm_tensor_view wt, dwt;
     LM_TRY(lm_tensor_view_transpose(V(w->value), 0, 1, &wt));
-    if (direct) LM_TRY(lm_tensor_view_transpose(&w->bound, 0, 1, &dwt));
+    if (bound) LM_TRY(lm_tensor_view_transpose(bound, 0, 1, &dwt));
     else if (gin[1]) LM_TRY(lm_tensor_view_transpose(V(gin[1]), 0, 1, &dwt));
-    const lm_tensor_view *dw = direct || gin[1] ? &dwt : NULL;
+    const lm_tensor_view *dw = bound || gin[1] ? &dwt : NULL, *dw_add = bound && acc ? dw : NULL;
     /* written: gin[0] and the weight gradient unless it is added; added: the rest */
-    const lm_tensor_view *dx_w = lm__ag_opt(gin[0]), *dw_w = direct && acc ? NULL : dw;
-    if (dx_w || dw_w) LM_TRY(lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), dx_w, dw_w));
-    const lm_tensor_view *dx_a = xsum ? V(xsum) : NULL, *dw_a = direct && acc ? dw : NULL;
-    if (dx_a || dw_a) LM_TRY(lm_matmul_backward_acc_out(ag->ctx, V(x->value), &wt, V(gout[0]), dx_a, dw_a));
-    if (direct) lm__ag_mark_in_bound(w);
-    return LM_OK;
+    LM_TRY(lm_matmul_backward_out(ag->ctx, V(x->value), &wt, V(gout[0]), lm__ag_opt(gin[0]), dw_add ? NULL : dw));
+    return lm_matmul_backward_acc_out(ag->ctx, V(x->value), &wt, V(gout[0]), xsum ? V(xsum) : NULL, dw_add);
 }
 
 lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, lm_ag_var **out) {

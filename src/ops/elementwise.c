@@ -3,6 +3,7 @@
  * (ops/cpu/pointwise.h) takes f32 operands with unit-stride last dims (cast:
  * bf16/f16/f32 -> f32); other views, and every view under LM_IMPL_REF, run the
  * reference. */
+#include "ops/backward_common.h"
 #include "ops/cpu/pointwise.h"
 #include "ops/internal.h"
 #include "ops/ref/elementwise.h"
@@ -106,12 +107,7 @@ lm_status lm_scale(lm_ctx *ctx, const lm_tensor_view *x, float s, lm_tensor **ou
  * the kernel itself. */
 lm_status lm_scale_by_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *s, const lm_tensor_view *out) {
     const char *op = "scale_by";
-    if (!s) return lm__error(LM_INVALID_ARGUMENT, "%s: s is NULL", op);
-    const lm_tensor_view *vs[] = {s};
-    static const char *const names[] = {"s"};
-    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
-    LM_TRY(lm__op_check_dtype(op, "s", s, LM_F32));
-    LM_TRY(lm__op_check_shape(op, "s (a scalar)", s, 0, NULL));
+    LM_TRY(lm__op_check_f32_scalar(ctx, op, "s", s));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(unary_check(ctx, op, x, out, 1, cu, &level));

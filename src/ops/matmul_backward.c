@@ -35,14 +35,29 @@ static lm_status check_args(lm_ctx *ctx, const char *op, const lm_tensor_view *a
     return lm__op_check_grad_alias(op, "db", db, 3, ins, in_names);
 }
 
-/* The level's gradients, written. */
+/* The gradients written (acc 0) or added (acc 1) at the context's level: CUDA does both
+ * in its kernels; on the CPU each gradient to add is written into a scratch of its dtype
+ * and shape, then added. */
 static lm_status run(lm_ctx *ctx, const char *op, const lm_tensor_view *a, const lm_tensor_view *b,
-                     const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
+                     const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db, int acc) {
+    if (!da && !db) return LM_OK;
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
                                  "f32 operands, a 2-d b and an a that is not broadcast", &level));
-    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db, 0);
+    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db, acc);
+    for (int which = 0; acc && which < 2; which++) {
+        const lm_tensor_view *g = which ? db : da;
+        if (!g) continue;
+        lm_tensor *t = NULL;
+        LM_TRY(lm_tensor_create(g->device, g->dtype, g->ndim, g->shape, &t));
+        const lm_tensor_view *tv = lm_tensor_as_view(t);
+        lm_status st = run(ctx, op, a, b, dout, which ? NULL : tv, which ? tv : NULL, 0);
+        if (st == LM_OK) st = lm_add_out(ctx, g, tv, g);
+        lm_tensor_destroy(t);
+        LM_TRY(st);
+    }
+    if (acc) return LM_OK;
     if (level == LM__LEVEL_CPU) return lm__composed_matmul_backward(ctx, a, b, dout, da, db);
     return lm__ref_matmul_backward(a, b, dout, da, db);
 }
@@ -51,30 +66,12 @@ lm_status lm_matmul_backward_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_
                                  const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
     const char *op = "matmul_backward";
     LM_TRY(check_args(ctx, op, a, b, dout, da, db));
-    return da || db ? run(ctx, op, a, b, dout, da, db) : LM_OK;
-}
-
-/* g += the gradient, through a scratch of g's dtype and shape. */
-static lm_status add_through_scratch(lm_ctx *ctx, const char *op, const lm_tensor_view *a, const lm_tensor_view *b,
-                                     const lm_tensor_view *dout, const lm_tensor_view *g, int which) {
-    lm_tensor *t = NULL;
-    LM_TRY(lm_tensor_create(g->device, g->dtype, g->ndim, g->shape, &t));
-    lm_status st = run(ctx, op, a, b, dout, which == 0 ? lm_tensor_as_view(t) : NULL, which == 1 ? lm_tensor_as_view(t) : NULL);
-    if (st == LM_OK) st = lm_add_out(ctx, g, lm_tensor_as_view(t), g);
-    lm_tensor_destroy(t);
-    return st;
+    return run(ctx, op, a, b, dout, da, db, 0);
 }
 
 lm_status lm_matmul_backward_acc_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                      const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db) {
     const char *op = "matmul_backward_acc";
     LM_TRY(check_args(ctx, op, a, b, dout, da, db));
-    if (!da && !db) return LM_OK;
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
-    lm__level level;
-    LM_TRY(lm__op_backward_level(ctx, op, 1, cu != NULL, lm__composed_matmul_backward_accepts(a, b, dout, da, db),
-                                 "f32 operands, a 2-d b and an a that is not broadcast", &level));
-    if (level == LM__LEVEL_CUDA) return cu->matmul_backward(ctx, a, b, dout, da, db, 1);
-    if (da) LM_TRY(add_through_scratch(ctx, op, a, b, dout, da, 0));
-    return db ? add_through_scratch(ctx, op, a, b, dout, db, 1) : LM_OK;
+    return run(ctx, op, a, b, dout, da, db, 1);
 }
