@@ -1,7 +1,8 @@
 /* CUDA RMSNorm kernels against the CPU reference, per float dtype: rmsnorm on a
  * permuted input into a strided output and in place; add_rmsnorm with sum_out in
  * place over the residual (the rounded sum and the normalized output both checked);
- * and the forward pass's v2 kernels (f32 residual stream -> bf16 rows, with and
+ * the register-resident rows path (contiguous rows, several team shapes); and the
+ * forward pass's v2 kernels (f32 residual stream -> bf16 rows, with and
  * without the fused residual add) against reference f32 norm + cast.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
@@ -68,6 +69,43 @@ static void test_add_rmsnorm_in_place_residual(void) {
     }
 }
 
+/* Contiguous rows on 16-byte boundaries take the register-resident path: team shapes
+ * of 1 to 8 warps and 1, 2 or 4 vectors a lane, row counts that leave a block's last
+ * teams idle; sum_out written beside the residual (exact), and the plain RMSNorm. */
+static void test_norms_rows_path(void) {
+    static const struct { lm_dtype dt; int64_t rows, D; } cases[] = {
+        {LM_BF16, 37, 896}, {LM_BF16, 13, 4096}, {LM_F32, 9, 200}, {LM_F16, 11, 24}, {LM_F32, 5, 4096}, {LM_BF16, 3, 520}, {LM_F16, 7, 2048},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        lm_dtype dt = cases[k].dt;
+        int64_t shape[2] = {cases[k].rows, cases[k].D}, d = cases[k].D;
+        lt_rng r = lt_rng_seed(41 + (uint64_t)k);
+        ct_pair x = ct_random(&r, dt, 2, shape, 1.0), res = ct_random(&r, dt, 2, shape, 3.0);
+        ct_pair w = ct_random(&r, dt, 1, &d, 1.0);
+        ct_pair o = ct_poisoned(dt, 2, shape), sum = ct_poisoned(dt, 2, shape);
+        lm_tensor *want = lt_poisoned_tensor(dt, 2, shape), *want_sum = lt_poisoned_tensor(dt, 2, shape);
+        LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(res.h), lm_tensor_as_view(w.h),
+                                       1e-6f, lm_tensor_as_view(want_sum), lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm__cuda_add_rmsnorm(lm_tensor_as_view(x.d), lm_tensor_as_view(res.d), lm_tensor_as_view(w.d), 1e-6f,
+                                        lm_tensor_as_view(sum.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+        char what[80];
+        snprintf(what, sizeof what, "add_rmsnorm rows path sum %s %lldx%lld", lm_dtype_name(dt), (long long)shape[0],
+                 (long long)d);
+        ct_check(g_ctx, what, &sum, lm_tensor_as_view(sum.d), lm_tensor_as_view(want_sum), 0.0, 0.0);
+        snprintf(what, sizeof what, "add_rmsnorm rows path out %s %lldx%lld", lm_dtype_name(dt), (long long)shape[0],
+                 (long long)d);
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        ct_pair o2 = ct_poisoned(dt, 2, shape);
+        LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), 1e-5f, lm_tensor_as_view(want)));
+        LT_CHECK_OK(lm__cuda_rmsnorm(lm_tensor_as_view(x.d), lm_tensor_as_view(w.d), 1e-5f, lm_tensor_as_view(o2.d),
+                                    ct_stream(g_ctx)));
+        snprintf(what, sizeof what, "rmsnorm rows path %s %lldx%lld", lm_dtype_name(dt), (long long)shape[0], (long long)d);
+        ct_check(g_ctx, what, &o2, lm_tensor_as_view(o2.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 10.0));
+        ct_pair_free(&x), ct_pair_free(&res), ct_pair_free(&w), ct_pair_free(&o), ct_pair_free(&sum), ct_pair_free(&o2);
+        lm_tensor_destroy(want), lm_tensor_destroy(want_sum);
+    }
+}
+
 static void test_bf16_norms_match_reference(void) {
     lt_rng r = lt_rng_seed(41);
     int64_t rows = 5, D = 896, shape[2] = {rows, D};
@@ -102,6 +140,7 @@ int main(void) {
     g_ref = ct_ref_ctx();
     LT_RUN(test_rmsnorm_strided_and_in_place);
     LT_RUN(test_add_rmsnorm_in_place_residual);
+    LT_RUN(test_norms_rows_path);
     LT_RUN(test_bf16_norms_match_reference);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);

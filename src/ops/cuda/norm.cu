@@ -6,17 +6,19 @@
  * view of an input is safe (the block reduction's barriers separate all reads of pass
  * 1 from the writes of pass 2). add_rmsnorm stores the sum rounded to the dtype and
  * normalizes the stored value, as the reference does.
+ * Tuned path (norm_vec_kernel; rows on 16-byte boundaries with contiguous elements, D a
+ * multiple of the 16-byte vector and at most 8 warps x 32 lanes x 4 vectors, the
+ * weight contiguous): a team of 1-8 warps owns a row, each lane loads its 16-byte
+ * vectors of x (and the residual) once, keeps the rounded sum in registers while the
+ * team reduces sum(x^2) by warp shuffles (and shared memory across its warps), then
+ * writes the sum and the normalized row once. Same arithmetic as the readable kernel
+ * (the sum rounded to the dtype, then (v * inv) * w); only the order of the f32 sum of
+ * squares differs. Measured on an H200: bench/NOTES.md (training, add + RMSNorm forward).
  * The _to_bf16 forms (the model step): the residual stream is f32 and stays f32, the normalized output
  * is bf16 for the next GEMM. O(rows * D).
  */
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
-/* The leading dims of v (all but the last) as a descriptor of the row index space. */
-static lm__cuda_nd rows_of(const lm_tensor_view *v) {
-    lm__cuda_nd d = lm__cuda_nd_of(v);
-    d.ndim = v->ndim - 1;
-    return d;
-}
 
 template <typename T>
 __global__ void rmsnorm_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const T *w, int64_t sw, T *out, lm__cuda_nd ro,
@@ -59,6 +61,130 @@ __global__ void add_rmsnorm_kernel(const T *x, lm__cuda_nd rx, int64_t sx, const
 
 static int64_t last_stride(const lm_tensor_view *v) { return v->stride[v->ndim - 1]; }
 
+/* ---- tuned path ---- */
+#define NF_THREADS 256 /* 8 warps */
+#define NF_MAX_NV 4    /* 16-byte vectors per lane */
+
+struct nf_args {
+    lm__cuda_nd rx, rr, rs, ro; /* row descriptors (rows_flat) of x, residual, sum, out */
+    int64_t rows;
+    int D, team_warps;
+    float eps;
+};
+
+/* x, res, sum, out [rows, D] (res and sum NULL for the plain RMSNorm), weight [D]; one
+ * row per team, the grid covers every row. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(NF_THREADS) norm_vec_kernel(const T *x, const T *res, const T *w, T *sum, T *out,
+                                                               nf_args a) {
+    constexpr int VEC = 16 / sizeof(T);
+    __shared__ float red[NF_THREADS / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tw = a.team_warps;
+    const int team = warp / tw, tt = (warp % tw) * 32 + lane, tthreads = tw * 32, teams = (NF_THREADS / 32) / tw;
+    const int nvec = a.D / VEC;
+    const int64_t r = (int64_t)blockIdx.x * teams + team;
+    const bool valid = r < a.rows;
+    uint4 v[NV];
+    float ss = 0.f;
+    if (valid) {
+        const T *xr = x + row_off(a.rx, r), *rr = res ? res + row_off(a.rr, r) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int j = tt + k * tthreads;
+            if (j < nvec) {
+                v[k] = *(const uint4 *)(xr + (int64_t)j * VEC);
+                if (rr) {
+                    uint4 u = *(const uint4 *)(rr + (int64_t)j * VEC);
+                    float f[VEC], g[VEC];
+                    unpack16(v[k], f, x), unpack16(u, g, x);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) f[e] += g[e];
+                    v[k] = pack16<T>(f); /* the sum rounded to T, as stored */
+                }
+            }
+        }
+        T *sr = sum ? sum + row_off(a.rs, r) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int j = tt + k * tthreads;
+            if (j < nvec) {
+                float f[VEC];
+                unpack16(v[k], f, x);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) ss += f[e] * f[e];
+                if (sr) *(uint4 *)(sr + (int64_t)j * VEC) = v[k];
+            }
+        }
+    }
+    ss = warp_sum(ss);
+    if (tw > 1) { /* uniform over the block: every thread reaches the barrier */
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        ss = 0.f;
+        for (int i = 0; i < tw; i++) ss += red[team * tw + i];
+    }
+    if (!valid) return;
+    const float inv = rsqrtf(ss / (float)a.D + a.eps);
+    T *orow = out + row_off(a.ro, r);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = tt + k * tthreads;
+        if (j < nvec) {
+            float f[VEC], wf[VEC];
+            unpack16(v[k], f, x);
+            unpack16(*(const uint4 *)(w + (int64_t)j * VEC), wf, x);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) f[e] = f[e] * inv * wf[e];
+            *(uint4 *)(orow + (int64_t)j * VEC) = pack16<T>(f);
+        }
+    }
+}
+
+template <typename T, int NV>
+static void launch_norm_vec(const lm_tensor_view *x, const lm_tensor_view *res, const lm_tensor_view *w,
+                            const lm_tensor_view *sum, const lm_tensor_view *out, unsigned blocks, const nf_args &a,
+                            cudaStream_t s) {
+    norm_vec_kernel<T, NV><<<blocks, NF_THREADS, 0, s>>>((const T *)x->data, res ? (const T *)res->data : NULL,
+                                                        (const T *)w->data, sum ? (T *)sum->data : NULL,
+                                                        (T *)out->data, a);
+}
+
+template <typename T>
+static void launch_norm_nv(int nv, const lm_tensor_view *x, const lm_tensor_view *res, const lm_tensor_view *w,
+                           const lm_tensor_view *sum, const lm_tensor_view *out, unsigned blocks, const nf_args &a,
+                           cudaStream_t s) {
+    if (nv == 1) launch_norm_vec<T, 1>(x, res, w, sum, out, blocks, a, s);
+    else if (nv == 2) launch_norm_vec<T, 2>(x, res, w, sum, out, blocks, a, s);
+    else launch_norm_vec<T, 4>(x, res, w, sum, out, blocks, a, s);
+}
+
+/* The tuned path, or LM_UNSUPPORTED (nothing queued) when the views do not fit it.
+ * residual and sum_out are both NULL (RMSNorm) or both given (add + RMSNorm). */
+static lm_status norm_vec(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,
+                          float eps, const lm_tensor_view *sum_out, const lm_tensor_view *out, int64_t rows, int64_t D,
+                          cudaStream_t s) {
+    int vec = 16 / (int)lm_dtype_size(x->dtype);
+    if (D % vec != 0 || D > (int64_t)(NF_THREADS / 32) * 32 * NF_MAX_NV * vec) return LM_UNSUPPORTED;
+    if (!rows_vec_ok(x) || !rows_vec_ok(out) || (residual && (!rows_vec_ok(residual) || !rows_vec_ok(sum_out))))
+        return LM_UNSUPPORTED;
+    if (((uintptr_t)weight->data & 15) != 0 || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
+    int tw, nv;
+    rows_team(D / vec, NF_MAX_NV, &tw, &nv);
+    int64_t teams = (NF_THREADS / 32) / tw, blocks = (rows + teams - 1) / teams;
+    if (blocks > INT32_MAX) return LM_UNSUPPORTED;
+    nf_args a;
+    a.rx = rows_flat(x), a.ro = rows_flat(out);
+    a.rr = residual ? rows_flat(residual) : a.rx;
+    a.rs = sum_out ? rows_flat(sum_out) : a.rx;
+    a.rows = rows, a.D = (int)D, a.team_warps = tw, a.eps = eps;
+    switch (x->dtype) {
+    case LM_F32: launch_norm_nv<float>(nv, x, residual, weight, sum_out, out, (unsigned)blocks, a, s); break;
+    case LM_BF16: launch_norm_nv<bf16>(nv, x, residual, weight, sum_out, out, (unsigned)blocks, a, s); break;
+    default: launch_norm_nv<__half>(nv, x, residual, weight, sum_out, out, (unsigned)blocks, a, s); break;
+    }
+    return lm__cuda_launched(residual ? "add_rmsnorm kernel (rows)" : "rmsnorm kernel (rows)");
+}
+
 lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
                           const lm_tensor_view *out, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out), D = x->shape[x->ndim - 1];
@@ -66,10 +192,11 @@ lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
     LM_TRY(lm__cuda_float_only(x->dtype));
+    if (lm_status vs = norm_vec(x, NULL, weight, eps, NULL, out, rows, D, s); vs != LM_UNSUPPORTED) return vs;
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
-                         rmsnorm_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rows_of(x), last_stride(x),
+                         rmsnorm_kernel<T><<<g, 256, 0, s>>>((const T *)x->data, rows_nd(x), last_stride(x),
                                                              (const T *)weight->data, weight->stride[0], (T *)out->data,
-                                                             rows_of(out), last_stride(out), rows, D, eps));
+                                                             rows_nd(out), last_stride(out), rows, D, eps));
     return lm__cuda_launched("rmsnorm kernel");
 }
 
@@ -80,11 +207,12 @@ lm_status lm__cuda_add_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *re
     int64_t rows = n / D;
     unsigned g = (unsigned)LM_MIN(rows, 65535 * 8);
     LM_TRY(lm__cuda_float_only(x->dtype));
+    if (lm_status vs = norm_vec(x, residual, weight, eps, sum_out, out, rows, D, s); vs != LM_UNSUPPORTED) return vs;
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
                          add_rmsnorm_kernel<T><<<g, 256, 0, s>>>(
-                             (const T *)x->data, rows_of(x), last_stride(x), (const T *)residual->data,
-                             rows_of(residual), last_stride(residual), (const T *)weight->data, weight->stride[0],
-                             (T *)sum_out->data, rows_of(sum_out), last_stride(sum_out), (T *)out->data, rows_of(out),
+                             (const T *)x->data, rows_nd(x), last_stride(x), (const T *)residual->data,
+                             rows_nd(residual), last_stride(residual), (const T *)weight->data, weight->stride[0],
+                             (T *)sum_out->data, rows_nd(sum_out), last_stride(sum_out), (T *)out->data, rows_nd(out),
                              last_stride(out), rows, D, eps));
     return lm__cuda_launched("add_rmsnorm kernel");
 }

@@ -25,7 +25,7 @@
  * partials [chunks, D]; pass 3 adds the chunks of each column in order (double). No
  * atomics anywhere. O(rows * D) work.
  */
-#include "ops/cuda/backward.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
 #define CHUNK 64
 
@@ -94,51 +94,6 @@ static lm_status dweight_zero(const lm_tensor_view *dweight, int64_t D, cudaStre
 #define NB_MAX_NV 4    /* 16-byte vectors per lane */
 #define NB_SUM_COLS 32
 #define NB_SUM_SEGS 32 /* block of the partial sum: 32 columns x 32 segments of blocks */
-
-/* 16 bytes at p (16-byte aligned) widened to f32: 4 (f32) or 8 (bf16/f16) values. */
-__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const float *) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-}
-__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const bf16 *) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x, f[2 * i + 1] = t.y;
-    }
-}
-__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const __half *) {
-    const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __half22float2(h[i]);
-        f[2 * i] = t.x, f[2 * i + 1] = t.y;
-    }
-}
-/* n = 16 / sizeof(T) values to p (aligned for the vector stores): rounded to O. */
-template <typename O> __device__ __forceinline__ void pack_store(O *p, const float *f, int n);
-template <> __device__ __forceinline__ void pack_store<float>(float *p, const float *f, int n) {
-    for (int i = 0; i < n; i += 4) *(float4 *)(p + i) = make_float4(f[i], f[i + 1], f[i + 2], f[i + 3]);
-}
-template <> __device__ __forceinline__ void pack_store<bf16>(bf16 *p, const float *f, int) {
-    uint4 u;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *(uint4 *)p = u;
-}
-template <> __device__ __forceinline__ void pack_store<__half>(__half *p, const float *f, int) {
-    uint4 u;
-    __half2 *h = (__half2 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-    *(uint4 *)p = u;
-}
-
-/* Element offset of row r for a row descriptor (see rows_flat). */
-__device__ __forceinline__ int64_t row_off(const lm__cuda_nd &d, int64_t r) {
-    return d.ndim == 1 ? r * d.stride[0] : nd_offset(d, r);
-}
 
 struct nb_args {
     lm__cuda_nd rx, rd, rs, ro; /* row descriptors of x, dout, dsum, dx */
@@ -278,35 +233,6 @@ static __global__ void __launch_bounds__(NB_SUM_COLS *NB_SUM_SEGS)
     }
 }
 
-/* The row-index descriptor of v with leading dims merged where they are contiguous
- * with each other: a row-major [..., D] view becomes 1-d (rows, stride). */
-static lm__cuda_nd rows_flat(const lm_tensor_view *v) {
-    lm__cuda_nd d = rows_nd(v);
-    d.contig_ndim = -1;
-    int n = 0;
-    for (int i = 0; i < d.ndim; i++) {
-        if (d.shape[i] == 1) continue; /* size-1 dims do not move the offset */
-        if (n > 0 && d.stride[n - 1] == d.stride[i] * d.shape[i]) {
-            d.shape[n - 1] *= d.shape[i], d.stride[n - 1] = d.stride[i];
-        } else {
-            d.shape[n] = d.shape[i], d.stride[n] = d.stride[i], n++;
-        }
-    }
-    if (n == 0) d.shape[0] = 1, d.stride[0] = 0, n = 1;
-    d.ndim = n;
-    return d;
-}
-
-/* v's rows start on 16-byte boundaries and each row's D elements are contiguous. */
-static int rows_vec_ok(const lm_tensor_view *v) {
-    size_t es = lm_dtype_size(v->dtype);
-    if (((uintptr_t)v->data & 15) != 0) return 0;
-    if (v->shape[v->ndim - 1] > 1 && v->stride[v->ndim - 1] != 1) return 0;
-    for (int i = 0; i < v->ndim - 1; i++)
-        if (v->shape[i] > 1 && ((size_t)v->stride[i] * es) % 16 != 0) return 0;
-    return 1;
-}
-
 template <typename T, typename O, int NV>
 static lm_status launch_rows_vec(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
                                  const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
@@ -338,10 +264,8 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
     if (dx && (!rows_vec_ok(dx) || (dx->dtype != x->dtype && dx->dtype != LM_F32))) return LM_UNSUPPORTED;
     if (((uintptr_t)weight->data & 15) != 0 || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
     int64_t nvec = D / vec;
-    int tw = 1;
-    while ((nvec + 32 * tw - 1) / (32 * tw) > NB_MAX_NV) tw *= 2; /* tw <= 8 by the D bound */
-    int nv = (int)((nvec + 32 * tw - 1) / (32 * tw));
-    nv = nv == 3 ? 4 : nv;
+    int tw, nv;
+    rows_team(nvec, NB_MAX_NV, &tw, &nv);
     int teams = (NB_THREADS / 32) / tw;
     int64_t blocks = LM_MIN((rows + teams - 1) / teams, (int64_t)NB_GRID);
     nb_args a;
