@@ -1,6 +1,7 @@
 /* CUDA RoPE kernels against the CPU reference: the readable rope per float dtype and
  * both pair styles, with [B, T] positions reaching 1e5 (and negative ones), a bias,
- * attn_factor, a permuted input into a strided output, and in place; the inverse
+ * attn_factor, a permuted input into a strided output, and in place; token tiles of
+ * many tokens and of one (more tiles than blocks), forward and gradient; the inverse
  * frequency table; and the forward pass's fused qkv_rope_store (bias, optional per-head
  * q/k RMSNorm, RoPE, q to its buffer in f32 or bf16, k and v into a NaN-poisoned bf16
  * cache at each token's slot and position) against the reference composition
@@ -58,6 +59,39 @@ static void test_rope_styles_positions_bias(void) {
         check_rope(ct_floats[k], LM_ROPE_INTERLEAVED, 0);
         check_rope(ct_floats[k], LM_ROPE_SPLIT_HALF, 1);
     }
+}
+
+/* Token tiles: many tokens per block (H 2, D 64, 3000 tokens, the last tile partial)
+ * and one or two per block (H 32, D 128, 2200 tokens: with one, more tiles than
+ * blocks, so the grid strides), forward and the input gradient, bf16 and f32; the
+ * split-half style takes the 16-byte vector kernel, the interleaved one the scalar. */
+static void test_rope_token_tiles(void) {
+    static const struct { int64_t B, T, H, D; } cases[] = {{3, 1000, 2, 64}, {2, 1100, 32, 128}};
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 4; k++) {
+            lm_dtype dt = k & 1 ? LM_F32 : LM_BF16;
+            lm_rope_style style = k & 2 ? LM_ROPE_INTERLEAVED : LM_ROPE_SPLIT_HALF;
+            lt_rng r = lt_rng_seed(61 + (uint64_t)(4 * c + k));
+            int64_t shape[4] = {cases[c].B, cases[c].T, cases[c].H, cases[c].D};
+            ct_pair x = ct_random(&r, dt, 4, shape, 1.0), o = ct_poisoned(dt, 4, shape), g = ct_poisoned(dt, 4, shape);
+            ct_pair inv = ct_pair_of(inv_freq_host(1000000.0, cases[c].D));
+            lm_rope_params ph = {style, lm_tensor_as_view(inv.h), 1.0f, NULL, 17, NULL};
+            lm_rope_params pd = {style, lm_tensor_as_view(inv.d), 1.0f, NULL, 17, NULL};
+            lm_tensor *want = lt_poisoned_tensor(dt, 4, shape);
+            LT_CHECK_OK(lm_rope_out(g_ref, lm_tensor_as_view(x.h), &ph, lm_tensor_as_view(want)));
+            LT_CHECK_OK(lm__cuda_rope(lm_tensor_as_view(x.d), &pd, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+            char what[80];
+            snprintf(what, sizeof what, "rope tiles %s style %d H %lld D %lld", lm_dtype_name(dt), (int)style,
+                     (long long)shape[2], (long long)shape[3]);
+            ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
+            LT_CHECK_OK(lm_rope_backward_out(g_ref, lm_tensor_as_view(x.h), &ph, lm_tensor_as_view(want), NULL));
+            LT_CHECK_OK(lm_rope_backward_out(g_ctx, lm_tensor_as_view(x.d), &pd, lm_tensor_as_view(g.d), NULL));
+            snprintf(what, sizeof what, "rope backward tiles %s style %d H %lld D %lld", lm_dtype_name(dt), (int)style,
+                     (long long)shape[2], (long long)shape[3]);
+            ct_check(g_ctx, what, &g, lm_tensor_as_view(g.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
+            ct_pair_free(&x), ct_pair_free(&o), ct_pair_free(&g), ct_pair_free(&inv);
+            lm_tensor_destroy(want);
+        }
 }
 
 static void test_inv_freq(void) {
@@ -166,6 +200,7 @@ int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_rope_styles_positions_bias);
+    LT_RUN(test_rope_token_tiles);
     LT_RUN(test_inv_freq);
     LT_RUN(test_qkv_rope_store_matches_reference);
     lm_ctx_destroy(g_ref);

@@ -1,10 +1,7 @@
 /* ops/cuda/rope.cu — rotary position embedding on CUDA.
  *
- * Readable kernel: one thread per (b, t, h, pair i). The angle pos * inv_freq[i] and
- * its cos/sin are computed in double (positions reach 1e5 and more, where a float
- * angle would be off by 1e-2 radians), scaled by attn_factor, then the pair (i, i+D/2)
- * or (2i, 2i+1) is read (plus bias) and rotated. Pairs are disjoint across threads and
- * each thread reads both members before writing, so in-place use is safe.
+ * lm__cuda_rope: rope_rows_kernel (rope_rows.cuh) with the bias and sgn = +1: a tile of
+ * tokens per block, each token's angles computed once (double) for all its heads.
  * qkv_rope_store (the model step): one warp per (token, head) of the fused q/k/v
  * projection: bias, qwen3's per-head RMSNorm (a warp reduction), RoPE, and the stores:
  * q to its attention buffer, k and v (bf16) into the cache at the token's position p:
@@ -16,75 +13,13 @@
  * O(ntok * (Hq + 2 Hkv) * hd).
  */
 #include "ops/cuda/qkv_rope_body.cuh"
-
-__device__ __forceinline__ int64_t ld_index(const void *p, int is64, int64_t off) {
-    return is64 ? ((const int64_t *)p)[off] : (int64_t)((const int32_t *)p)[off];
-}
-
-struct rope_args {
-    int style; /* LM_ROPE_SPLIT_HALF or LM_ROPE_INTERLEAVED */
-    const float *inv_freq;
-    int64_t inv_stride;
-    float attn_factor;
-    const void *pos; /* NULL: pos_offset + t */
-    int pos_is64, pos_ndim;
-    int64_t pos_stride[2];
-    int64_t pos_offset;
-    int64_t B, T, H, half;
-};
-
-template <typename T>
-__global__ void rope_kernel(const T *x, lm__cuda_nd nx, const T *bias, int64_t bs0, int64_t bs1, T *out,
-                            lm__cuda_nd no, rope_args a) {
-    int64_t n = a.B * a.T * a.H * a.half;
-    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = idx % a.half, h = (idx / a.half) % a.H, t = (idx / (a.half * a.H)) % a.T;
-        int64_t b = idx / (a.half * a.H * a.T);
-        int64_t pos = a.pos_offset + t;
-        if (a.pos)
-            pos = a.pos_ndim == 1 ? ld_index(a.pos, a.pos_is64, t * a.pos_stride[0])
-                                  : ld_index(a.pos, a.pos_is64, b * a.pos_stride[0] + t * a.pos_stride[1]);
-        double sn, cs;
-        sincos((double)pos * (double)a.inv_freq[i * a.inv_stride], &sn, &cs);
-        float c = (float)(cs * a.attn_factor), s = (float)(sn * a.attn_factor);
-        int64_t ia = a.style == LM_ROPE_INTERLEAVED ? 2 * i : i, ib = a.style == LM_ROPE_INTERLEAVED ? 2 * i + 1 : i + a.half;
-        int64_t xb = b * nx.stride[0] + t * nx.stride[1] + h * nx.stride[2];
-        int64_t ob = b * no.stride[0] + t * no.stride[1] + h * no.stride[2];
-        float va = ld(x + xb + ia * nx.stride[3]), vb = ld(x + xb + ib * nx.stride[3]);
-        if (bias) {
-            va += ld(bias + h * bs0 + ia * bs1);
-            vb += ld(bias + h * bs0 + ib * bs1);
-        }
-        st(out + ob + ia * no.stride[3], va * c - vb * s);
-        st(out + ob + ib * no.stride[3], vb * c + va * s);
-    }
-}
+#include "ops/cuda/rope_rows.cuh"
 
 lm_status lm__cuda_rope(const lm_tensor_view *x, const lm_rope_params *p, const lm_tensor_view *out, cudaStream_t s) {
-    int64_t n = lm_tensor_view_numel(out);
-    if (n == 0) return LM_OK;
-    rope_args a;
-    memset(&a, 0, sizeof a);
-    a.style = (int)p->style;
-    a.inv_freq = (const float *)p->inv_freq->data;
-    a.inv_stride = p->inv_freq->stride[0];
-    a.attn_factor = p->attn_factor;
-    a.pos_offset = p->pos_offset;
-    if (p->positions) {
-        a.pos = p->positions->data;
-        a.pos_is64 = p->positions->dtype == LM_I64;
-        a.pos_ndim = p->positions->ndim;
-        for (int i = 0; i < a.pos_ndim; i++) a.pos_stride[i] = p->positions->stride[i];
-    }
-    a.B = x->shape[0], a.T = x->shape[1], a.H = x->shape[2], a.half = x->shape[3] / 2;
+    if (lm_tensor_view_numel(out) == 0) return LM_OK;
     const void *bias = p->bias ? p->bias->data : NULL;
     int64_t bs0 = p->bias ? p->bias->stride[0] : 0, bs1 = p->bias ? p->bias->stride[1] : 0;
-    LM_TRY(lm__cuda_float_only(x->dtype));
-    LM__CUDA_FLOAT_SWITCH(x->dtype, T,
-                         rope_kernel<T><<<lm__cuda_blocks(n / 2, 256), 256, 0, s>>>(
-                             (const T *)x->data, lm__cuda_nd_of(x), (const T *)bias, bs0, bs1, (T *)out->data,
-                             lm__cuda_nd_of(out), a));
-    return lm__cuda_launched("rope kernel");
+    return lm__cuda_rope_rows(x, bias, bs0, bs1, out, lm__cuda_rope_args_of(p, x), 1.f, "rope kernel", s);
 }
 
 static __global__ void inv_freq_kernel(double theta, int64_t head_dim, float *out, int64_t stride) {
