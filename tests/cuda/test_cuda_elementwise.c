@@ -4,7 +4,8 @@
  * permuted inputs; casts between every float pair, int -> float, int -> int with the
  * range check (the first value that does not fit is reported and nothing is written);
  * and the forward pass's swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against
- * reference swiglu + cast.
+ * reference swiglu + cast. Contiguous aligned bf16 and f32 operands (and a broadcast
+ * bias row) take the 16-byte vector path, contiguous float casts the vector cast.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -39,43 +40,46 @@ static void check_binary(const char *name, binary_fn gpu, binary_ref ref, lm_dty
     lm_tensor_destroy(want);
 }
 
-/* Contiguous, aligned bf16 operands of 8k elements: the 8-wide vector path, in place too. */
-static void test_contiguous_bf16_vector_path(void) {
-    lt_rng r = lt_rng_seed(13);
+/* Contiguous, aligned bf16 (f32) operands: the vector path (8 (4) elements a step), in
+ * place too. */
+static void check_vector_path(lm_dtype dt) {
+    lt_rng r = lt_rng_seed(13 + (uint64_t)dt);
     int64_t shape[2] = {24, 96};
-    ct_pair a = ct_random(&r, LM_BF16, 2, shape, 2.0), b = ct_random(&r, LM_BF16, 2, shape, 1.0);
+    ct_pair a = ct_random(&r, dt, 2, shape, 2.0), b = ct_random(&r, dt, 2, shape, 1.0);
     static const char *const names[3] = {"add", "mul", "swiglu"};
     binary_fn gpu[3] = {lm__cuda_add, lm__cuda_mul, lm__cuda_swiglu};
     binary_ref ref[3] = {lm_add_out, lm_mul_out, lm_swiglu_out};
+    char what[80];
     for (int i = 0; i < 3; i++) {
-        ct_pair o = ct_poisoned(LM_BF16, 2, shape);
-        lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+        ct_pair o = ct_poisoned(dt, 2, shape);
+        lm_tensor *want = lt_poisoned_tensor(dt, 2, shape);
         LT_CHECK_OK(ref[i](g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
         LT_CHECK_OK(gpu[i](lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
-        char what[64];
-        snprintf(what, sizeof what, "%s bf16 contiguous (vector path)", names[i]);
-        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+        snprintf(what, sizeof what, "%s %s contiguous (vector path)", names[i], lm_dtype_name(dt));
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 8.0));
         ct_pair_free(&o);
         lm_tensor_destroy(want);
     }
     /* a bias row broadcast over the rows */
     int64_t n = 96;
-    ct_pair bias = ct_random(&r, LM_BF16, 1, &n, 1.0), o = ct_poisoned(LM_BF16, 2, shape);
-    lm_tensor *wb = lt_poisoned_tensor(LM_BF16, 2, shape);
+    ct_pair bias = ct_random(&r, dt, 1, &n, 1.0), o = ct_poisoned(dt, 2, shape);
+    lm_tensor *wb = lt_poisoned_tensor(dt, 2, shape);
     lm_tensor_view eh, ed;
     LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.h), 2, shape, &eh));
     LT_CHECK_OK(lm_tensor_view_expand(lm_tensor_as_view(bias.d), 2, shape, &ed));
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), &eh, lm_tensor_as_view(wb)));
     LT_CHECK_OK(lm__cuda_add(lm_tensor_as_view(a.d), &ed, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
-    ct_check(g_ctx, "add bf16 + broadcast bias row (vector path)", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(wb),
-             ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+    snprintf(what, sizeof what, "add %s + broadcast bias row (vector path)", lm_dtype_name(dt));
+    ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(wb),
+             ct_nmse(dt), ct_abs(dt, 8.0));
     ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(wb);
-    lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+    lm_tensor *want = lt_poisoned_tensor(dt, 2, shape);
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(a.h), lm_tensor_as_view(b.h), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm__cuda_add(lm_tensor_as_view(a.d), lm_tensor_as_view(b.d), lm_tensor_as_view(a.d), ct_stream(g_ctx)));
-    ct_check(g_ctx, "add bf16 in place (vector path)", &a, lm_tensor_as_view(a.d), lm_tensor_as_view(want),
-             ct_nmse(LM_BF16), ct_abs(LM_BF16, 8.0));
+    snprintf(what, sizeof what, "add %s in place (vector path)", lm_dtype_name(dt));
+    ct_check(g_ctx, what, &a, lm_tensor_as_view(a.d), lm_tensor_as_view(want),
+             ct_nmse(dt), ct_abs(dt, 8.0));
     lm_tensor_destroy(want);
     ct_pair_free(&a), ct_pair_free(&b);
 }
@@ -110,13 +114,14 @@ static void test_scale_silu_swiglu(void) {
         LT_CHECK_OK(lm_scale_by_out(g_ctx, &xd, lm_tensor_as_view(sc.d), &od));
         snprintf(what, sizeof what, "scale_by %s", lm_dtype_name(dt));
         ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 4.0));
-        if (dt == LM_BF16) { /* contiguous bf16: the 8-wide kernel */
+        if (dt != LM_F16) { /* contiguous bf16 or f32: the vector kernel */
             int64_t cs[2] = {16, 72};
             ct_pair c = ct_random(&r, dt, 2, cs, 3.0), co = ct_poisoned(dt, 2, cs);
             lm_tensor *cw = lt_poisoned_tensor(dt, 2, cs);
             LT_CHECK_OK(lm_scale_out(g_ref, lm_tensor_as_view(c.h), -0.37f, lm_tensor_as_view(cw)));
             LT_CHECK_OK(lm_scale_by_out(g_ctx, lm_tensor_as_view(c.d), lm_tensor_as_view(sc.d), lm_tensor_as_view(co.d)));
-            ct_check(g_ctx, "scale_by bf16 (8-wide)", &co, lm_tensor_as_view(co.d), lm_tensor_as_view(cw), 0.0, 0.0);
+            snprintf(what, sizeof what, "scale_by %s (vector path)", lm_dtype_name(dt));
+            ct_check(g_ctx, what, &co, lm_tensor_as_view(co.d), lm_tensor_as_view(cw), 0.0, 0.0);
             ct_pair_free(&c), ct_pair_free(&co);
             lm_tensor_destroy(cw);
         }
@@ -132,6 +137,11 @@ static void test_scale_silu_swiglu(void) {
         ct_pair_free(&x), ct_pair_free(&u), ct_pair_free(&o);
         lm_tensor_destroy(want);
     }
+}
+
+static void test_contiguous_vector_path(void) {
+    check_vector_path(LM_BF16);
+    check_vector_path(LM_F32);
 }
 
 static void check_cast(lm_dtype from, lm_dtype to) {
@@ -162,6 +172,25 @@ static void check_cast(lm_dtype from, lm_dtype to) {
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 0.0, 0.0); /* exact */
     ct_pair_free(&x), ct_pair_free(&o);
     lm_tensor_destroy(want);
+}
+
+/* Contiguous aligned float views, numel a multiple of 8: the vector cast (exact too). */
+static void test_cast_contiguous_vector_path(void) {
+    int64_t shape[2] = {17, 24};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            lt_rng r = lt_rng_seed(17 + (uint64_t)(3 * i + j));
+            ct_pair x = ct_random(&r, ct_floats[i], 2, shape, 100.0), o = ct_poisoned(ct_floats[j], 2, shape);
+            lm_tensor *want = lt_poisoned_tensor(ct_floats[j], 2, shape);
+            LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(want)));
+            LT_CHECK_OK(lm__cuda_cast(lm_tensor_as_view(x.d), lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+            char what[64];
+            snprintf(what, sizeof what, "cast %s -> %s contiguous", lm_dtype_name(ct_floats[i]),
+                     lm_dtype_name(ct_floats[j]));
+            ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 0.0, 0.0);
+            ct_pair_free(&x), ct_pair_free(&o);
+            lm_tensor_destroy(want);
+        }
 }
 
 static void test_cast_every_pair(void) {
@@ -215,9 +244,10 @@ int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_add_mul_broadcast_strided);
-    LT_RUN(test_contiguous_bf16_vector_path);
+    LT_RUN(test_contiguous_vector_path);
     LT_RUN(test_scale_silu_swiglu);
     LT_RUN(test_cast_every_pair);
+    LT_RUN(test_cast_contiguous_vector_path);
     LT_RUN(test_cast_int_range_is_checked_first);
     LT_RUN(test_swiglu_packed_matches_reference);
     lm_ctx_destroy(g_ref);

@@ -2,7 +2,7 @@
  * reference, per float dtype: embedding with i32/i64 ids of rank 2 into a strided
  * output (exact) and the bad-id error (reference message, output untouched);
  * softmax causal and not, in place and on permuted input; sum and max over every dim
- * (and a 1100-row sum on the chunked path)
+ * (and 1100-row sums on the chunked path, strided and row-major)
  * (max with a NaN that must stick); concat along a middle dim for a float and an
  * integer dtype (exact); cross-entropy with ignored rows, all rows ignored (NaN), and
  * a bad target; the widening embedding of the model step (bf16 rows -> f32, exact).
@@ -130,6 +130,24 @@ static void test_sum_max_concat(void) {
         ct_pair_free(&x), ct_pair_free(&o);
         lm_tensor_destroy(want);
     }
+    /* a row-major [rows, count] matrix summed over its rows takes the column-vector path:
+     * [1100, 24] over dim 0 and [1, 1100, 48] over dim 1 (a leading size-1 dim) */
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 2; c++) {
+            lm_dtype dt = ct_floats[k];
+            lt_rng r = lt_rng_seed(184 + (uint64_t)(2 * k + c));
+            int64_t s2[2] = {1100, 24}, s3[3] = {1, 1100, 48}, n = 24, os[2] = {1, 48};
+            ct_pair x = c ? ct_random(&r, dt, 3, s3, 1.0) : ct_random(&r, dt, 2, s2, 1.0);
+            ct_pair o = c ? ct_poisoned(dt, 2, os) : ct_poisoned(dt, 1, &n);
+            lm_tensor *want = c ? lt_poisoned_tensor(dt, 2, os) : lt_poisoned_tensor(dt, 1, &n);
+            LT_CHECK_OK(lm_sum_out(g_ref, lm_tensor_as_view(x.h), c, lm_tensor_as_view(want)));
+            LT_CHECK_OK(lm__cuda_sum(lm_tensor_as_view(x.d), c, lm_tensor_as_view(o.d), ct_stream(g_ctx)));
+            char what[64];
+            snprintf(what, sizeof what, "sum %s over 1100 rows (columns, dim %d)", lm_dtype_name(dt), c);
+            ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(dt), ct_abs(dt, 40.0));
+            ct_pair_free(&x), ct_pair_free(&o);
+            lm_tensor_destroy(want);
+        }
     /* a NaN sticks in max */
     int64_t s2[2] = {3, 9}, three = 3;
     lt_rng r = lt_rng_seed(182);

@@ -5,15 +5,16 @@
  * operand is addressed through its own shape/strides (broadcast inputs arrive
  * expanded with stride 0), values are widened to float, computed, and rounded once
  * on store, matching the reference's single rounding. O(numel) work.
- * When every operand is a contiguous bf16 view with 16-byte aligned data and numel a
- * multiple of 8 (b may also be a bias row broadcast over the leading dims), the same
- * arithmetic runs 8 elements per thread with 16-byte loads and stores (vec8_kernel):
- * identical results, several times the bandwidth.
+ * When every operand is a contiguous bf16 (or f32) view with 16-byte aligned data and
+ * numel a multiple of 8 (4) (b may also be a bias row broadcast over the leading dims),
+ * the same arithmetic runs one 16-byte vector per thread step (vec_kernel): identical
+ * results, several times the bandwidth. A float-to-float cast of contiguous aligned
+ * views runs 8 elements per step the same way (cast_vec_kernel).
  * swiglu_packed_to_bf16: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous.
  * Scale takes its factor from the host, or (scale_by) from an f32 on the device, read
  * by each thread: the factor of a training step's loss gradient, never synchronized.
  */
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
 enum { OP_ADD, OP_MUL, OP_SCALE, OP_SILU, OP_SWIGLU };
 
@@ -36,40 +37,42 @@ __global__ void binary_kernel(int op, const T *a, lm__cuda_nd na, const T *b, lm
     }
 }
 
-/* b8 > 0: b is one row of b8 vectors broadcast over the rows (a bias). */
-static __global__ void vec8_kernel(int op, const uint4 *a, const uint4 *b, int64_t b8, uint4 *out, int64_t n8, float scale,
-                            const float *scale_at) {
+/* bv > 0: b is one row of bv vectors broadcast over the rows (a bias). T: bf16 (8 per
+ * 16-byte vector) or f32 (4). */
+template <typename T>
+__global__ void vec_kernel(int op, const uint4 *a, const uint4 *b, int64_t bv, uint4 *out, int64_t nv, float scale,
+                           const float *scale_at) {
+    constexpr int VEC = 16 / sizeof(T);
     if (scale_at) scale = *scale_at;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 va = a[i], vb = b ? b[b8 ? i % b8 : i] : va, vo;
-        const bf16 *xa = (const bf16 *)&va, *xb = (const bf16 *)&vb;
-        bf16 *xo = (bf16 *)&vo;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv; i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 va = a[i], vb = b ? b[bv ? i % bv : i] : va;
+        float x[VEC], y[VEC], r[VEC];
+        unpack16(va, x, (const T *)NULL), unpack16(vb, y, (const T *)NULL);
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            float x = __bfloat162float(xa[e]), y = __bfloat162float(xb[e]), r;
+        for (int e = 0; e < VEC; e++) {
             switch (op) {
-            case OP_ADD: r = x + y; break;
-            case OP_MUL: r = x * y; break;
-            case OP_SCALE: r = x * scale; break;
-            case OP_SILU: r = silu(x); break;
-            default: r = silu(x) * y; break;
+            case OP_ADD: r[e] = x[e] + y[e]; break;
+            case OP_MUL: r[e] = x[e] * y[e]; break;
+            case OP_SCALE: r[e] = x[e] * scale; break;
+            case OP_SILU: r[e] = silu(x[e]); break;
+            default: r[e] = silu(x[e]) * y[e]; break;
             }
-            xo[e] = __float2bfloat16_rn(r);
         }
-        out[i] = vo;
+        out[i] = pack16<T>(r);
     }
 }
 
-/* 1 when v is a contiguous bf16 view whose data is 16-byte aligned. */
-static int vec8_ok(const lm_tensor_view *v) {
-    return v->dtype == LM_BF16 && lm_tensor_view_is_contiguous(v) && ((uintptr_t)v->data % 16) == 0;
+/* 1 when v is a contiguous bf16 or f32 view of dtype dt whose data is 16-byte aligned. */
+static int vec_ok(const lm_tensor_view *v, lm_dtype dt) {
+    return v->dtype == dt && (dt == LM_BF16 || dt == LM_F32) && lm_tensor_view_is_contiguous(v) &&
+           ((uintptr_t)v->data % 16) == 0;
 }
 
-/* 1 when b is a bf16 row [N] (N % 8 == 0, 16-byte aligned) expanded over leading dims:
- * every stride 0 except a unit last one. */
-static int bias_row(const lm_tensor_view *b) {
+/* 1 when b is a row [N] of dtype dt (N a multiple of the vector, 16-byte aligned)
+ * expanded over leading dims: every stride 0 except a unit last one. */
+static int bias_row(const lm_tensor_view *b, lm_dtype dt, int vec) {
     int nd = b->ndim;
-    if (nd < 2 || b->dtype != LM_BF16 || b->stride[nd - 1] != 1 || b->shape[nd - 1] % 8 != 0 ||
+    if (nd < 2 || b->dtype != dt || b->stride[nd - 1] != 1 || b->shape[nd - 1] % vec != 0 ||
         ((uintptr_t)b->data % 16) != 0)
         return 0;
     for (int i = 0; i < nd - 1; i++)
@@ -81,13 +84,16 @@ static lm_status run_binary(int op, const lm_tensor_view *a, const lm_tensor_vie
                             float scale, const float *scale_at, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(out);
     if (n == 0) return LM_OK;
-    int64_t b8 = b && bias_row(b) ? b->shape[b->ndim - 1] / 8 : 0;
-    if (n % 8 == 0 && vec8_ok(a) && vec8_ok(out) && (!b || b8 || vec8_ok(b)) && lm_tensor_view_numel(a) == n &&
-        (!b || b8 || lm_tensor_view_numel(b) == n)) {
-        vec8_kernel<<<lm__cuda_blocks(n / 8, 256), 256, 0, s>>>(op, (const uint4 *)a->data,
-                                                                b ? (const uint4 *)b->data : NULL, b8,
-                                                                (uint4 *)out->data, n / 8, scale, scale_at);
-        return lm__cuda_launched("elementwise kernel (vec8)");
+    lm_dtype dt = out->dtype;
+    int vec = 16 / (int)lm_dtype_size(dt);
+    int64_t bv = b && bias_row(b, dt, vec) ? b->shape[b->ndim - 1] / vec : 0;
+    if (n % vec == 0 && vec_ok(a, dt) && vec_ok(out, dt) && (!b || bv || vec_ok(b, dt)) && lm_tensor_view_numel(a) == n &&
+        (!b || bv || lm_tensor_view_numel(b) == n)) {
+        const uint4 *pa = (const uint4 *)a->data, *pb = b ? (const uint4 *)b->data : NULL;
+        unsigned g = lm__cuda_blocks(n / vec, 256);
+        if (dt == LM_BF16) vec_kernel<bf16><<<g, 256, 0, s>>>(op, pa, pb, bv, (uint4 *)out->data, n / vec, scale, scale_at);
+        else vec_kernel<float><<<g, 256, 0, s>>>(op, pa, pb, bv, (uint4 *)out->data, n / vec, scale, scale_at);
+        return lm__cuda_launched("elementwise kernel (vec)");
     }
     lm__cuda_nd na = lm__cuda_nd_of(a), nb = lm__cuda_nd_of(b ? b : a), no = lm__cuda_nd_of(out);
     const void *pb = b ? b->data : a->data;
@@ -154,11 +160,37 @@ __global__ void range_check_kernel(const TI *x, lm__cuda_nd nx, int64_t n, long 
     }
 }
 
+/* Float to float over contiguous 16-byte aligned views, 8 values a step (n8 steps):
+ * the same single rounding as cast_kernel (a float widened to double and back is exact). */
+template <typename TI, typename TO>
+__global__ void cast_vec_kernel(const TI *x, TO *out, int64_t n8) {
+    constexpr int VI = 16 / sizeof(TI);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+        float f[8];
+#pragma unroll
+        for (int k = 0; k < 8; k += VI) unpack16(*(const uint4 *)(x + 8 * i + k), f + k, x);
+        pack_store<TO>(out + 8 * i, f, 8);
+    }
+}
+
+static int cast_vec_ok(const lm_tensor_view *v) {
+    return lm_dtype_is_float(v->dtype) && lm_tensor_view_is_contiguous(v) && ((uintptr_t)v->data % 16) == 0;
+}
+
 template <typename TO>
 static lm_status cast_to(const lm_tensor_view *x, const lm_tensor_view *out, int64_t n, cudaStream_t s) {
     lm__cuda_nd nx = lm__cuda_nd_of(x), no = lm__cuda_nd_of(out);
     unsigned g = lm__cuda_blocks(n, 256);
     TO *o = (TO *)out->data;
+    if (n % 8 == 0 && cast_vec_ok(x) && cast_vec_ok(out)) {
+        unsigned gv = lm__cuda_blocks(n / 8, 256);
+        switch (x->dtype) {
+        case LM_F32: cast_vec_kernel<<<gv, 256, 0, s>>>((const float *)x->data, o, n / 8); break;
+        case LM_BF16: cast_vec_kernel<<<gv, 256, 0, s>>>((const bf16 *)x->data, o, n / 8); break;
+        default: cast_vec_kernel<<<gv, 256, 0, s>>>((const __half *)x->data, o, n / 8); break;
+        }
+        return lm__cuda_launched("cast kernel (vec)");
+    }
     switch (x->dtype) {
     case LM_F32: cast_kernel<<<g, 256, 0, s>>>((const float *)x->data, nx, o, no, n); break;
     case LM_BF16: cast_kernel<<<g, 256, 0, s>>>((const bf16 *)x->data, nx, o, no, n); break;

@@ -20,9 +20,10 @@
  * with bf16 grads.
  * Sum of squares: each tensor is reduced by a fixed grid of SS_BLOCKS blocks into
  * per-block double partials (grid-stride order, fixed tree), then one block adds all
- * partials in a fixed order: the same bits on every run. O(total elements).
+ * partials in a fixed order: the same bits on every run. A contiguous 16-byte aligned
+ * tensor is read 16 bytes a load, four loads in flight per thread. O(total elements).
  */
-#include "ops/cuda/backward.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
 #define SS_BLOCKS 256
 #define SS_THREADS 256
@@ -255,6 +256,42 @@ __global__ void sum_squares_kernel(const T *x, lm__cuda_nd nx, int64_t n, double
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
+/* A contiguous 16-byte aligned tensor: four 16-byte vectors in flight per thread step,
+ * then the n % VEC tail elements; the same per-block partial as sum_squares_kernel. */
+template <typename T>
+__global__ void sum_squares_vec_kernel(const T *x, int64_t n, double *partial) {
+    constexpr int VEC = 16 / sizeof(T);
+    __shared__ double red[32];
+    const uint4 *xv = (const uint4 *)x;
+    const int64_t nv = n / VEC, stride = (int64_t)gridDim.x * blockDim.x;
+    double acc = 0.0;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < nv; i += 4 * stride) {
+        uint4 u[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) u[k] = xv[i + k * stride];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float f[VEC];
+            unpack16(u[k], f, x);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc += (double)f[e] * (double)f[e];
+        }
+    }
+    for (; i < nv; i += stride) {
+        float f[VEC];
+        unpack16(xv[i], f, x);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc += (double)f[e] * (double)f[e];
+    }
+    for (int64_t j = nv * VEC + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n; j += stride) {
+        double a = ld(x + j);
+        acc += a * a;
+    }
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
 /* One block of SS_BLOCKS threads: thread t adds slot t of every tensor in list order,
  * then the fixed block tree adds the threads. */
 static __global__ void sum_partials_kernel(const double *partial, int n, float *out) {
@@ -275,6 +312,15 @@ lm_status lm__cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_
         if (count == 0) continue;
         lm__cuda_nd nx = flat_nd(&xs[i]);
         double *slot = partial + (size_t)i * SS_BLOCKS;
+        if (lm_tensor_view_is_contiguous(&xs[i]) && aligned(xs[i].data, 16)) {
+            switch (xs[i].dtype) {
+            case LM_F32: sum_squares_vec_kernel<float><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const float *)xs[i].data, count, slot); break;
+            case LM_BF16: sum_squares_vec_kernel<bf16><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const bf16 *)xs[i].data, count, slot); break;
+            default: sum_squares_vec_kernel<__half><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const __half *)xs[i].data, count, slot); break;
+            }
+            st = lm__cuda_launched("sum_squares kernel (vec)");
+            continue;
+        }
         switch (xs[i].dtype) {
         case LM_F32: sum_squares_kernel<float><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const float *)xs[i].data, nx, count, slot); break;
         case LM_BF16: sum_squares_kernel<bf16><<<SS_BLOCKS, SS_THREADS, 0, s>>>((const bf16 *)xs[i].data, nx, count, slot); break;

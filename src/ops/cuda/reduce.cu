@@ -5,11 +5,14 @@
  * seen (like torch.amax). O(numel(x)) work, no workspace. A long sum over few outputs
  * (a bias gradient: 8192 rows into 896 columns would keep 4 SMs busy) is split:
  * pass 1 sums chunks of SUM_CHUNK elements per output in double into a workspace
- * [chunks, count], pass 2 adds each output's chunks in order and rounds once.
+ * [chunks, count], pass 2 adds each output's chunks (32 segments of chunks in order,
+ * then the segments in order) and rounds once. A row-major [n, count] matrix summed
+ * over its rows (bias gradients) has pass 1 read 16-byte vectors of columns over
+ * chunks of COL_CHUNK rows (col_chunks_kernel). Both are run-independent.
  * concat: one launch per input copying it into its slice of out as raw elements of
  * the dtype's size, so it is exact for every dtype. O(numel(out)).
  */
-#include "ops/cuda/common.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
 /* x without dim: offsets of the starts of the reduced slices, indexed like out. */
 static lm__cuda_nd drop_dim(const lm_tensor_view *x, int dim) {
@@ -52,32 +55,91 @@ __global__ void sum_chunks_kernel(const T *x, lm__cuda_nd rest, int64_t n, int64
     }
 }
 
+/* out[o] = sum over c < chunks of part[c, o]: blocks of SEG_COLS outputs x SEG_SEGS
+ * segments; segment g adds chunks g, g + SEG_SEGS, ... in order, then the segments'
+ * sums are added in order (double) and rounded once. */
+#define SEG_COLS 32
+#define SEG_SEGS 32
 template <typename T>
-__global__ void sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm__cuda_nd no) {
-    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < count; o += (int64_t)gridDim.x * blockDim.x) {
-        double acc = 0.0;
-        for (int64_t c = 0; c < chunks; c++) acc += part[c * count + o];
+__global__ void __launch_bounds__(SEG_COLS *SEG_SEGS)
+    sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm__cuda_nd no) {
+    __shared__ double seg[SEG_SEGS][SEG_COLS];
+    int cx = threadIdx.x % SEG_COLS, g = threadIdx.x / SEG_COLS;
+    int64_t o = (int64_t)blockIdx.x * SEG_COLS + cx;
+    double acc = 0.0;
+    if (o < count)
+        for (int64_t c = g; c < chunks; c += SEG_SEGS) acc += part[c * count + o];
+    seg[g][cx] = acc;
+    __syncthreads();
+    if (g == 0 && o < count) {
+        for (int k = 1; k < SEG_SEGS; k++) acc += seg[k][cx];
         st(out + nd_offset(no, o), (float)acc);
     }
+}
+
+/* Column sums of a row-major [n, count] view (count a multiple of the 16-byte vector,
+ * rows 16-byte aligned): thread (chunk c, vector v) sums rows [c * COL_CHUNK, ...) of
+ * the vector's columns in order, in double, into part[c, columns]. */
+#define COL_CHUNK 32
+template <typename T>
+__global__ void col_chunks_kernel(const T *x, int64_t n, int64_t count, int64_t chunks, double *part) {
+    constexpr int VEC = 16 / sizeof(T);
+    const int64_t nvec = count / VEC;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < nvec * chunks;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t v = t % nvec, c = t / nvec; /* neighbouring threads: neighbouring vectors */
+        double acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc[e] = 0.0;
+        int64_t r0 = c * COL_CHUNK, r1 = r0 + COL_CHUNK < n ? r0 + COL_CHUNK : n;
+        const T *p = x + r0 * count + v * VEC;
+#pragma unroll 4
+        for (int64_t r = r0; r < r1; r++, p += count) {
+            float f[VEC];
+            unpack16(*(const uint4 *)p, f, x);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] += f[e];
+        }
+        double *q = part + c * count + v * VEC;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) q[e] = acc[e];
+    }
+}
+
+/* x reduced over dim is a row-major [n, count] matrix summed over its rows, with rows on
+ * 16-byte boundaries and count a multiple of the vector: col_chunks_kernel applies. */
+static int col_sum_ok(const lm_tensor_view *x, int dim, int64_t count) {
+    if (!lm_tensor_view_is_contiguous(x) || ((uintptr_t)x->data % 16) != 0) return 0;
+    for (int i = 0; i < dim; i++)
+        if (x->shape[i] != 1) return 0;
+    int64_t vec = 16 / (int64_t)lm_dtype_size(x->dtype);
+    return count % vec == 0;
 }
 
 static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_tensor_view *out, cudaStream_t s) {
     int64_t count = lm_tensor_view_numel(out), n = x->shape[dim];
     if (count == 0) return LM_OK;
     if (!is_max && n >= 4 * SUM_CHUNK && count < 65536) {
-        int64_t chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+        int cols = col_sum_ok(x, dim, count);
+        int64_t chunks = cols ? (n + COL_CHUNK - 1) / COL_CHUNK : (n + SUM_CHUNK - 1) / SUM_CHUNK;
         double *part = NULL;
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)(chunks * count), s),
                               "cudaMallocAsync (sum)"));
         lm_status st = LM_OK;
         LM_TRY(lm__cuda_float_only(x->dtype));
         LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
-            sum_chunks_kernel<T><<<lm__cuda_blocks(count * chunks, 256), 256, 0, s>>>(
-                (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
-            st = lm__cuda_launched("sum kernel (chunks)");
+            if (cols) {
+                col_chunks_kernel<T><<<lm__cuda_blocks(count / (16 / (int64_t)sizeof(T)) * chunks, 256), 256, 0, s>>>(
+                    (const T *)x->data, n, count, chunks, part);
+                st = lm__cuda_launched("sum kernel (column chunks)");
+            } else {
+                sum_chunks_kernel<T><<<lm__cuda_blocks(count * chunks, 256), 256, 0, s>>>(
+                    (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
+                st = lm__cuda_launched("sum kernel (chunks)");
+            }
             if (st == LM_OK) {
-                sum_finish_kernel<T><<<lm__cuda_blocks(count, 256), 256, 0, s>>>(part, count, chunks, (T *)out->data,
-                                                                                 lm__cuda_nd_of(out));
+                sum_finish_kernel<T><<<(unsigned)((count + SEG_COLS - 1) / SEG_COLS), SEG_COLS * SEG_SEGS, 0, s>>>(
+                    part, count, chunks, (T *)out->data, lm__cuda_nd_of(out));
                 st = lm__cuda_launched("sum kernel (finish)");
             }
         });
