@@ -16,6 +16,7 @@
 #include "loom/runtime.h"
 #include "loom/tensor.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,26 @@ static lm_status ewv_addnorm_bwd(void *p) {
 static lm_status ew_cast(void *p) {
     ew *e = p;
     return lm_cast_out(g_ctx, V(e->a), V(e->b));
+}
+
+/* RoPE of the q projection as the training step calls it: [1, R, 14, 64] bf16 with
+ * [1, R] i32 positions (t mod 1024) and the Qwen2.5 inverse frequencies. */
+typedef struct rp {
+    lm_tensor *x, *y, *inv, *pos;
+} rp;
+static lm_status rope_fwd(void *p) {
+    rp *r = p;
+    lm_rope_params q = {LM_ROPE_SPLIT_HALF, V(r->inv), 1.0f, V(r->pos), 0, NULL};
+    return lm_rope_out(g_ctx, V(r->x), &q, V(r->y));
+}
+static lm_status rope_bwd(void *p) {
+    rp *r = p;
+    lm_rope_params q = {LM_ROPE_SPLIT_HALF, V(r->inv), 1.0f, V(r->pos), 0, NULL};
+    return lm_rope_backward_out(g_ctx, V(r->y), &q, V(r->x), NULL);
+}
+static lm_status col_sum(void *p) { /* a bias gradient: [R, N] summed over the rows */
+    ew *e = p;
+    return lm_sum_out(g_ctx, V(e->a), 0, V(e->b));
 }
 
 typedef struct att {
@@ -308,6 +329,37 @@ int main(int argc, char **argv) {
         report("add_rmsnorm bwd [R, H] readable path (rows off 16-byte boundaries)", ewv_addnorm_bwd, &u, 0,
                (double)R * H * 8);
         for (int i = 0; i < 4; i++) lm_tensor_destroy(flat[i]);
+    }
+    {
+        int64_t shape[4] = {1, R, 14, 64}, half = 32, ps[2] = {1, R};
+        float *f = malloc(sizeof(float) * 32);
+        int32_t *pv = malloc(sizeof(int32_t) * (size_t)R);
+        for (int i = 0; i < 32; i++) f[i] = (float)pow(1000000.0, -2.0 * i / 64.0);
+        for (int64_t i = 0; i < R; i++) pv[i] = (int32_t)(i % 1024);
+        rp q = {make(LM_BF16, 4, shape), make(LM_BF16, 4, shape), NULL, NULL};
+        if (lm_tensor_from_host(g_dev, LM_F32, 1, &half, f, &q.inv) != LM_OK ||
+            lm_tensor_from_host(g_dev, LM_I32, 2, ps, pv, &q.pos) != LM_OK) {
+            fprintf(stderr, "upload: %s\n", lm_last_error());
+            exit(1);
+        }
+        report("rope fwd q [1, R, 14, 64]", rope_fwd, &q, 0, (double)R * 896 * 4);
+        report("rope bwd q [1, R, 14, 64]", rope_bwd, &q, 0, (double)R * 896 * 4);
+        lm_tensor_destroy(q.x), lm_tensor_destroy(q.y), lm_tensor_destroy(q.inv), lm_tensor_destroy(q.pos);
+        free(f), free(pv);
+        int64_t widths[2] = {896, 128};
+        for (int i = 0; i < 2; i++) {
+            ew b = {T2(LM_BF16, R, widths[i]), make(LM_BF16, 1, &widths[i]), NULL, NULL, NULL, NULL, NULL};
+            char nm[64];
+            snprintf(nm, sizeof nm, "bias grad column sums [R, %lld]", (long long)widths[i]);
+            report(nm, col_sum, &b, 0, (double)R * widths[i] * 2);
+            lm_tensor_destroy(b.a), lm_tensor_destroy(b.b);
+        }
+        int64_t E = 151936LL * 896;
+        ew g = {make(LM_BF16, 1, &E), make(LM_F32, 1, &E), make(LM_F32, 1, &E), NULL, NULL, NULL, NULL};
+        ew g2 = {g.b, g.c, g.c, NULL, NULL, NULL, NULL};
+        report("cast bf16 -> f32 [136M] (a widened gradient)", ew_cast, &g, 0, (double)E * 6);
+        report("add f32 [136M] in place (into the gradient buffer)", ew_add, &g2, 0, (double)E * 12);
+        lm_tensor_destroy(g.a), lm_tensor_destroy(g.b), lm_tensor_destroy(g.c);
     }
     int64_t P = 494032768;
     ew c = {make(LM_F32, 1, &P), make(LM_BF16, 1, &P), NULL, NULL, NULL, NULL, NULL};
