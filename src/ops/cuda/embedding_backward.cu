@@ -7,10 +7,11 @@
  *     positions end up contiguous and in increasing position order;
  *  3. a pass over the sorted ids marks where each id's run starts and ends;
  *  4. one block per table row sums its run of dout rows in position order (f32, one
- *     thread per column) and writes the row once; rows without a position get 0.
+ *     thread per column, or per 16-byte vector of columns where rows are contiguous
+ *     and aligned) and writes the row once; rows without a position get 0.
  * O(n log V + n D + V D) work for n positions; 4 n + 2 V ints plus CUB's scratch.
  */
-#include "ops/cuda/backward.cuh"
+#include "ops/cuda/rows_vec.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -49,6 +50,31 @@ __global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const i
             float acc = 0.f;
             for (int32_t k = s0; k < s1; k++) acc += ld(dout + nd_offset(nrow, pos[k]) + d * sd);
             st_dt(dt, dt_dt, v * ts0 + d * ts1, acc);
+        }
+    }
+}
+
+/* The same sums over 16-byte vectors of columns (rows of dout and dtable contiguous and
+ * 16-byte aligned, D a multiple of the vector): a thread owns a vector of columns of
+ * its block's row and adds the run's dout rows in position order, as rows_kernel does
+ * per column, so the results are the same bits. rd: dout's row descriptor (rows_flat). */
+template <typename T, typename O>
+__global__ void rows_vec_sum_kernel(const T *dout, lm__cuda_nd rd, const int32_t *pos, const int32_t *start,
+                                    const int32_t *end, int64_t V, int nvec, O *dt, int64_t ts0) {
+    constexpr int VEC = 16 / sizeof(T);
+    for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
+        int32_t s0 = start[v], s1 = end[v];
+        for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
+            float acc[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] = 0.f;
+            for (int32_t k = s0; k < s1; k++) {
+                float f[VEC];
+                unpack16(*(const uint4 *)(dout + row_off(rd, pos[k]) + (int64_t)c * VEC), f, dout);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) acc[e] += f[e];
+            }
+            pack_store<O>(dt + v * ts0 + (int64_t)c * VEC, acc, VEC);
         }
     }
 }
@@ -118,7 +144,28 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
             st = lm__cuda_launched("embedding_backward runs kernel");
         }
     }
-    if (st == LM_OK) {
+    int vec = 16 / (int)lm_dtype_size(dout->dtype);
+    if (st == LM_OK && D % vec == 0 && rows_vec_ok(dout) && rows_vec_ok(dtable) &&
+        (dtable->dtype == dout->dtype || dtable->dtype == LM_F32)) {
+        unsigned g = (unsigned)LM_MIN(V, 65535 * 8);
+        int nvec = (int)(D / vec), threads = nvec >= 256 ? 256 : (nvec + 31) / 32 * 32;
+        lm__cuda_nd rd = rows_flat(dout);
+        const void *dp = dout->data;
+        int64_t ts0 = dtable->stride[0];
+        int32_t f32 = dtable->dtype == LM_F32 && dout->dtype != LM_F32;
+        switch (dout->dtype) {
+        case LM_F32: rows_vec_sum_kernel<<<g, threads, 0, s>>>((const float *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0); break;
+        case LM_BF16:
+            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0);
+            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (bf16 *)dtable->data, ts0);
+            break;
+        default:
+            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0);
+            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (__half *)dtable->data, ts0);
+            break;
+        }
+        st = lm__cuda_launched("embedding_backward rows kernel (vec)");
+    } else if (st == LM_OK) {
         unsigned g = (unsigned)LM_MIN(V, 65535 * 8);
         int threads = D >= 256 ? 256 : 64;
         lm__cuda_nd nrow = lm__cuda_nd_of(dout);
