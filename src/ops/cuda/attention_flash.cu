@@ -424,6 +424,40 @@ __global__ void fa_dot(fa_args a, int64_t rows) {
     if (lane == 0) a.dd[row] = acc;
 }
 
+/* fa_dot for bf16 O whose rows (and dO's) are 16-byte aligned: HD / 8 lanes own a row,
+ * each reading 16 bytes of dO and of O, so a warp covers 256 / HD rows; rows are taken
+ * in (b, t, h) order, h fastest, so a warp's rows are neighbours in a token-major
+ * layout. Each lane adds its 8 products in order, then the row's lanes are added by
+ * xor shuffles. */
+template <int HD>
+__global__ void fa_dot_vec(fa_args a, int64_t rows) {
+    constexpr int LPR = HD / 8; /* lanes per row */
+    int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / LPR;
+    int part = threadIdx.x % LPR;
+    bool ok = row < rows;
+    int64_t h = ok ? row % a.Hq : 0, t = ok ? (row / a.Hq) % a.Tq : 0, b = ok ? row / (a.Hq * a.Tq) : 0;
+    float acc = 0.f;
+    if (ok) {
+        uint4 du = *(const uint4 *)(row_ptr(a.dout, b, h, t) + part * 8);
+        uint4 ou = *(const uint4 *)(row_ptr(a.o, b, h, t) + part * 8);
+        const __nv_bfloat162 *d2 = (const __nv_bfloat162 *)&du, *o2 = (const __nv_bfloat162 *)&ou;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 x = __bfloat1622float2(d2[i]), y = __bfloat1622float2(o2[i]);
+            acc += x.x * y.x;
+            acc += x.y * y.y;
+        }
+    }
+#pragma unroll
+    for (int off = LPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (ok && part == 0) a.dd[(b * a.Hq + h) * a.Tq + t] = acc;
+}
+
+/* 1 when fa_dot_vec may read v's rows: data and the b, h, t strides on 16 bytes. */
+static int fa_rows16(const fa_view &v) {
+    return (((uintptr_t)v.p | (uintptr_t)(v.sb * 2) | (uintptr_t)(v.sh * 2) | (uintptr_t)(v.st * 2)) & 15) == 0;
+}
+
 /* The two products of a backward kernel over one staged tile: p = A1 X^T and dp = A2 Y^T
  * for the warp's 16 rows, with X and Y [TILE][PITCH] row-major in shared memory (the n
  * side: TILE columns) and A1, A2 the rows' A fragments over HD. */
@@ -543,18 +577,26 @@ __global__ void __launch_bounds__(NWARP * 32, 2) fa_dkdv(fa_args a) {
  * partials; one thread per pair of elements. */
 template <int HD>
 __global__ void fa_group_sum(fa_args a, int64_t B) {
-    int64_t group = a.Hq / a.Hkv, n = B * a.Hkv * a.Tk * (HD / 2);
+    int64_t group = a.Hq / a.Hkv, n = B * a.Hkv * a.Tk * (HD / 4);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t d = (i % (HD / 2)) * 2, j = (i / (HD / 2)) % a.Tk, kvh = (i / (HD / 2 * a.Tk)) % a.Hkv;
-        int64_t b = i / (HD / 2 * a.Tk * a.Hkv);
-        float k0 = 0.f, k1 = 0.f, v0 = 0.f, v1 = 0.f;
+        int64_t d = (i % (HD / 4)) * 4, r = i / (HD / 4), j = r % a.Tk, kvh = (r / a.Tk) % a.Hkv, b = r / (a.Tk * a.Hkv);
+        float4 k = make_float4(0.f, 0.f, 0.f, 0.f), v = k;
         for (int64_t hh = 0; hh < group; hh++) {
             int64_t o = ((b * a.Hq + kvh * group + hh) * a.Tk + j) * HD + d;
-            float2 pk = *(const float2 *)(a.pk + o), pv = *(const float2 *)(a.pv + o);
-            k0 += pk.x, k1 += pk.y, v0 += pv.x, v1 += pv.y;
+            float4 pk = *(const float4 *)(a.pk + o), pv = *(const float4 *)(a.pv + o);
+            k.x += pk.x, k.y += pk.y, k.z += pk.z, k.w += pk.w;
+            v.x += pv.x, v.y += pv.y, v.z += pv.z, v.w += pv.w;
         }
-        if (a.dk.p) store_pair(a.dk.p, a.dk_f32, b * a.dk.sb + kvh * a.dk.sh + j * a.dk.st + d, k0, k1);
-        if (a.dv.p) store_pair(a.dv.p, a.dv_f32, b * a.dv.sb + kvh * a.dv.sh + j * a.dv.st + d, v0, v1);
+        if (a.dk.p) {
+            int64_t o = b * a.dk.sb + kvh * a.dk.sh + j * a.dk.st + d;
+            store_pair(a.dk.p, a.dk_f32, o, k.x, k.y);
+            store_pair(a.dk.p, a.dk_f32, o + 2, k.z, k.w);
+        }
+        if (a.dv.p) {
+            int64_t o = b * a.dv.sb + kvh * a.dv.sh + j * a.dv.st + d;
+            store_pair(a.dv.p, a.dv_f32, o, v.x, v.y);
+            store_pair(a.dv.p, a.dv_f32, o + 2, v.z, v.w);
+        }
     }
 }
 
@@ -696,7 +738,10 @@ template <int HD>
 static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
     if (recompute) LM_TRY(forward<HD>(a, B, s)); /* O (f32) and L */
     int64_t rows = B * a.Hq * a.Tq;
-    fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
+    if (!a.o_f32 && fa_rows16(a.o) && fa_rows16(a.dout))
+        fa_dot_vec<HD><<<(unsigned)((rows * (HD / 8) + 255) / 256), 256, 0, s>>>(a, rows);
+    else
+        fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
     LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
     if (a.dk.p || a.dv.p) {
         size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE; /* two stages */
@@ -706,7 +751,7 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
         fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dK/dV"));
         if (a.pk) {
-            int64_t n = B * a.Hkv * a.Tk * (HD / 2);
+            int64_t n = B * a.Hkv * a.Tk * (HD / 4);
             fa_group_sum<HD><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(a, B);
             LM_TRY(lm__cuda_launched("flash attention dK/dV group sum"));
         }
@@ -737,8 +782,9 @@ static lm_status flash_backward(const lm_tensor_view *q, const lm_tensor_view *k
     int64_t krows = B * q->shape[1] * k->shape[2]; /* per-query-head dK/dV partial rows */
     /* workspace: (recomputing) O f32 [rows, D] and L [rows]; D [rows]; (grouped) dK and
      * dV partials [krows, D] */
+    size_t r4 = ((size_t)rows + 3) / 4 * 4; /* lse and dd padded: the partials start on 16 bytes (float4 loads) */
     size_t bytes =
-        sizeof(float) * ((size_t)rows * (saved ? 1 : (size_t)D + 2) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
+        sizeof(float) * ((saved ? r4 : (size_t)rows * (size_t)D + 2 * r4) + (grouped ? 2 * (size_t)krows * (size_t)D : 0));
     void *work = NULL;
     LM_TRY(lm__cuda_check(cudaMallocAsync(&work, bytes, s), "cudaMallocAsync (flash attention backward)"));
     float *w = (float *)work;
@@ -749,10 +795,10 @@ static lm_status flash_backward(const lm_tensor_view *q, const lm_tensor_view *k
         a.o = (fa_view){w, q->shape[1] * q->shape[2] * D, q->shape[2] * D, D};
         a.o_f32 = 1;
         a.lse = w + rows * D;
-        w = a.lse + rows;
+        w = a.lse + r4;
     }
     a.dd = w;
-    if (grouped) a.pk = a.dd + rows, a.pv = a.pk + krows * D;
+    if (grouped) a.pk = a.dd + r4, a.pv = a.pk + krows * D;
     lm_status st = D == 64 ? backward<64>(a, B, !saved, s) : backward<128>(a, B, !saved, s);
     cudaFreeAsync(work, s);
     return st;
