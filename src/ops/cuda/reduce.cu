@@ -7,8 +7,9 @@
  * pass 1 sums chunks of SUM_CHUNK elements per output in double into a workspace
  * [chunks, count], pass 2 adds each output's chunks (32 segments of chunks in order,
  * then the segments in order) and rounds once. A row-major [n, count] matrix summed
- * over its rows (bias gradients) has pass 1 read 16-byte vectors of columns over
- * chunks of COL_CHUNK rows (col_chunks_kernel). Both are run-independent.
+ * over its rows (bias gradients) has pass 1 read 16-byte vectors of columns in blocks
+ * of (column vectors x row lanes) that add their lanes in order (col_blocks_kernel),
+ * ~1024 blocks whatever the width. Both are run-independent.
  * concat: one launch per input copying it into its slice of out as raw elements of
  * the dtype's size, so it is exact for every dtype. O(numel(out)).
  */
@@ -78,36 +79,45 @@ __global__ void __launch_bounds__(SEG_COLS *SEG_SEGS)
 }
 
 /* Column sums of a row-major [n, count] view (count a multiple of the 16-byte vector,
- * rows 16-byte aligned): thread (chunk c, vector v) sums rows [c * COL_CHUNK, ...) of
- * the vector's columns in order, in double, into part[c, columns]. */
-#define COL_CHUNK 32
+ * rows 16-byte aligned). Block (column group gx, row block gy) of COL_THREADS threads:
+ * cv = min(32, vectors) column vectors x lanes = COL_THREADS / cv row lanes; lane l sums
+ * rows gy * rb + l, + lanes, ... (< (gy + 1) * rb) of its vector in order, in double;
+ * the lanes' sums are then added in lane order, giving part[gy, columns]. */
+#define COL_THREADS 256
 template <typename T>
-__global__ void col_chunks_kernel(const T *x, int64_t n, int64_t count, int64_t chunks, double *part) {
+__global__ void __launch_bounds__(COL_THREADS)
+    col_blocks_kernel(const T *x, int64_t n, int64_t count, int cv, int64_t rb, double *part) {
     constexpr int VEC = 16 / sizeof(T);
+    __shared__ double sh[COL_THREADS][VEC + 1]; /* + 1: lanes of one vector hit distinct banks */
     const int64_t nvec = count / VEC;
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < nvec * chunks;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        int64_t v = t % nvec, c = t / nvec; /* neighbouring threads: neighbouring vectors */
-        double acc[VEC];
+    const int lanes = COL_THREADS / cv, c = threadIdx.x % cv, l = threadIdx.x / cv;
+    const int64_t v = (int64_t)blockIdx.x * cv + c, r0 = (int64_t)blockIdx.y * rb;
+    const int64_t r1 = r0 + rb < n ? r0 + rb : n;
+    double acc[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; e++) acc[e] = 0.0;
-        int64_t r0 = c * COL_CHUNK, r1 = r0 + COL_CHUNK < n ? r0 + COL_CHUNK : n;
-        const T *p = x + r0 * count + v * VEC;
-#pragma unroll 4
-        for (int64_t r = r0; r < r1; r++, p += count) {
+    for (int e = 0; e < VEC; e++) acc[e] = 0.0;
+    if (l < lanes && v < nvec)
+        for (int64_t r = r0 + l; r < r1; r += lanes) {
             float f[VEC];
-            unpack16(*(const uint4 *)p, f, x);
+            unpack16(*(const uint4 *)(x + r * count + v * VEC), f, x);
 #pragma unroll
             for (int e = 0; e < VEC; e++) acc[e] += f[e];
         }
-        double *q = part + c * count + v * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; e++) sh[threadIdx.x][e] = acc[e];
+    __syncthreads();
+    if (l == 0 && v < nvec) {
+        for (int k = 1; k < lanes; k++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] += sh[k * cv + c][e];
+        double *q = part + (int64_t)blockIdx.y * count + v * VEC;
 #pragma unroll
         for (int e = 0; e < VEC; e++) q[e] = acc[e];
     }
 }
 
 /* x reduced over dim is a row-major [n, count] matrix summed over its rows, with rows on
- * 16-byte boundaries and count a multiple of the vector: col_chunks_kernel applies. */
+ * 16-byte boundaries and count a multiple of the vector: col_blocks_kernel applies. */
 static int col_sum_ok(const lm_tensor_view *x, int dim, int64_t count) {
     if (!lm_tensor_view_is_contiguous(x) || ((uintptr_t)x->data % 16) != 0) return 0;
     for (int i = 0; i < dim; i++)
@@ -121,7 +131,19 @@ static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_t
     if (count == 0) return LM_OK;
     if (!is_max && n >= 4 * SUM_CHUNK && count < 65536) {
         int cols = col_sum_ok(x, dim, count);
-        int64_t chunks = cols ? (n + COL_CHUNK - 1) / COL_CHUNK : (n + SUM_CHUNK - 1) / SUM_CHUNK;
+        int64_t chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK, rb = 0;
+        int cv = 0;
+        unsigned groups = 0;
+        if (cols) { /* ~1024 blocks: row blocks of a multiple of the lanes, at most 65535 */
+            int64_t nvec = count / (16 / (int64_t)lm_dtype_size(x->dtype));
+            cv = (int)LM_MIN(nvec, (int64_t)32);
+            groups = (unsigned)((nvec + cv - 1) / cv);
+            int64_t lanes = COL_THREADS / cv, want = LM_MAX((int64_t)1, 1024 / (int64_t)groups);
+            rb = (n + want - 1) / want;
+            rb = LM_MAX(lanes, (rb + lanes - 1) / lanes * lanes);
+            chunks = (n + rb - 1) / rb;
+            if (chunks > 65535) rb = (n + 65534) / 65535, chunks = (n + rb - 1) / rb;
+        }
         double *part = NULL;
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)(chunks * count), s),
                               "cudaMallocAsync (sum)"));
@@ -129,9 +151,9 @@ static lm_status reduce(int is_max, const lm_tensor_view *x, int dim, const lm_t
         LM_TRY(lm__cuda_float_only(x->dtype));
         LM__CUDA_FLOAT_SWITCH(x->dtype, T, {
             if (cols) {
-                col_chunks_kernel<T><<<lm__cuda_blocks(count / (16 / (int64_t)sizeof(T)) * chunks, 256), 256, 0, s>>>(
-                    (const T *)x->data, n, count, chunks, part);
-                st = lm__cuda_launched("sum kernel (column chunks)");
+                col_blocks_kernel<T><<<dim3(groups, (unsigned)chunks), COL_THREADS, 0, s>>>((const T *)x->data, n, count,
+                                                                                      cv, rb, part);
+                st = lm__cuda_launched("sum kernel (column blocks)");
             } else {
                 sum_chunks_kernel<T><<<lm__cuda_blocks(count * chunks, 256), 256, 0, s>>>(
                     (const T *)x->data, drop_dim(x, dim), n, x->stride[dim], count, chunks, part);
