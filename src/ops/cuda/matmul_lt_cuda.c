@@ -10,7 +10,7 @@
  * microseconds of host time, more than a small GEMM runs, so a plan (descriptors +
  * algorithm) is built once per problem (shape, types, transposes, leading dims,
  * alignments, bias, device) and kept in a process-wide table of LT_CACHE plans (the
- * algorithm is the fastest of the heuristic's first few, timed once on first use); a
+ * algorithm is the fastest of the heuristic's first 24, timed once on first use); a
  * call only sets the bias pointer and enqueues, under one mutex (the bias pointer
  * lives in the shared descriptor).
  */
@@ -119,9 +119,11 @@ static void plan_destroy(lt_plan *pl) {
 }
 
 /* Index of the fastest of n candidate algorithms for this problem, timed on stream s
- * with the call's own operands (two runs each, the second timed). 0 when the stream
- * is being captured into a graph (nothing may run then), when the call accumulates
- * into C (timing runs would overwrite it), or when timing fails. */
+ * with the call's own operands (one warm-up run, then TIMED_RUNS runs timed together:
+ * a single run of a small GEMM is too noisy to rank). 0 when the stream is being
+ * captured into a graph (nothing may run then), when the call accumulates into C
+ * (timing runs would overwrite it), or when timing fails. */
+#define TIMED_RUNS 3
 static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulHeuristicResult_t *res, int n,
                    const void *A, const void *B, void *C, cudaStream_t s) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -137,7 +139,7 @@ static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulH
     float best_ms = 1e30f;
     for (int i = 0; i < n; i++) {
         int ok = 1;
-        for (int rep = 0; rep < 2 && ok; rep++) {
+        for (int rep = 0; rep <= TIMED_RUNS && ok; rep++) {
             if (rep == 1) cudaEventRecord(e0, s);
             ok = cublasLtMatmul((cublasLtHandle_t)blas->handle, d->op, &alpha, A, d->la, B, d->lb, &beta, C, d->lc, C,
                                 d->lc, &res[i].algo, blas->workspace, blas->workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
@@ -178,7 +180,7 @@ static int fastest_scratch(const lm__cuda_blas *blas, const lt_problem *p, lt_de
 
 /* The cached plan of problem p, built on first use: descriptors, then the fastest of
  * the heuristic's first CANDIDATES algorithms on these operands. Called with g_mu held. */
-#define CANDIDATES 8
+#define CANDIDATES 24
 static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const float *bias, const void *A,
                           const void *B, void *C, cudaStream_t s, lt_plan **out) {
     for (int i = 0; i < g_nplans; i++)
