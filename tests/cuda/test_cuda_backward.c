@@ -8,7 +8,8 @@
  * occur, more rows than one grid pass, dx-only and dweight-only calls, dweight and dx
  * bitwise repeatable), SwiGLU, RoPE (both styles, explicit and implicit positions, dbias),
  * embedding with duplicate ids (i32/i64, unused rows 0, bitwise repeatable, bad id
- * leaves dtable untouched), cross-entropy (ignored rows, none counted, bad target),
+ * leaves dtable untouched; contiguous rows on the vector kernel), cross-entropy
+ * (ignored rows, none counted, bad target),
  * fused linear + cross-entropy (loss, dx, dw in chunks of 4 rows and in one chunk;
  * strided x and dx, ignored rows, none counted, bad target leaves dx untouched; the
  * grads form, loss and gradients at dloss = 1 from one pass, the same cases;
@@ -19,7 +20,8 @@
  * batches, f32 x bf16),
  * attention (grouped heads, Tk > Tq, causal and not, more keys than one chunk), and
  * the tensor-core flash attention forward and backward (bf16, head dims 64 and 128,
- * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, gradients in
+ * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, an odd number of
+ * grouped query rows, gradients in
  * bf16 and f32; gate NMSE 1e-4: probabilities and dS are rounded to bf16 before their
  * products, as in every bf16 flash kernel), also with its statistics kept
  * (lm_attention_lse_out: the log-sum-exp against a double computation, gate 1e-4
@@ -326,6 +328,15 @@ static void test_embedding_backward(void) {
             double *b = ct_read(g_ctx, &dt_out, &od);
             LT_CHECK_MSG(memcmp(a, b, sizeof(double) * (size_t)(V * D)) == 0, "embedding_backward is not repeatable");
             free(a), free(b);
+            /* contiguous dout and table rows: the 16-byte vector kernel, the same sums */
+            ct_pair dyc = ct_pair_of(lt_poisoned_tensor(dt, 3, os)), tc = ct_poisoned(gts[j], 2, ts);
+            LT_CHECK_OK(lm_tensor_view_copy(NULL, HV(dyc), &yh));
+            LT_CHECK_OK(lm_tensor_view_copy(g_ctx, DV(dyc), &yd));
+            LT_CHECK_OK(lm_embedding_backward_out(g_ctx, DV(id), DV(dyc), DV(tc)));
+            snprintf(what, sizeof what, "embedding dtable %s -> %s (vector path)", lm_dtype_name(dt),
+                     lm_dtype_name(gts[j]));
+            ct_check(g_ctx, what, &tc, DV(tc), lm_tensor_as_view(want), ct_nmse(gts[j]), ct_abs(gts[j], 30.0));
+            ct_pair_free(&dyc), ct_pair_free(&tc);
             ct_pair_free(&id), ct_pair_free(&dt_out);
             lm_tensor_destroy(want);
         }
@@ -655,11 +666,14 @@ static void check_flash_lse(const lm_tensor_view *qh, const lm_tensor_view *qd, 
 
 static void test_flash_attention(void) {
     static const int64_t dims[2] = {64, 128};
-    static const int64_t tqk[3][2] = {{100, 100}, {100, 130}, {64, 64}};
+    /* the last case: 1 x 33 x 3 query rows (odd), grouped 3:1, so the dK/dV partials of
+     * the workspace follow an odd number of row statistics */
+    static const int64_t tqk[4][2] = {{100, 100}, {100, 130}, {64, 64}, {33, 33}};
     for (int di = 0; di < 2; di++)
-        for (int ti = 0; ti < 3; ti++) {
-            int64_t B = 2, Hq = 4, Hkv = 2, D = dims[di], Tq = tqk[ti][0], Tk = tqk[ti][1];
-            lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 3 + ti));
+        for (int ti = 0; ti < 4; ti++) {
+            int64_t B = ti == 3 ? 1 : 2, Hq = ti == 3 ? 3 : 4, Hkv = ti == 3 ? 1 : 2, D = dims[di], Tq = tqk[ti][0],
+                    Tk = tqk[ti][1];
+            lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 4 + ti));
             lm_tensor_view qh, qd, kh, kd, vh, vd, dyh, dyd;
             ct_pair q = bthd(&r, B, Tq, Hq, D, 1.0, &qh, &qd), k = bthd(&r, B, Tk, Hkv, D, 1.0, &kh, &kd);
             ct_pair v = bthd(&r, B, Tk, Hkv, D, 1.0, &vh, &vd), dy = bthd(&r, B, Tq, Hq, D, 1.0, &dyh, &dyd);

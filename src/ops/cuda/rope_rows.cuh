@@ -94,36 +94,47 @@ __device__ __forceinline__ void rope_tile_angles(const lm__cuda_rope_args &a, co
     __syncthreads();
 }
 
-/* Shared memory: cos and sin [tok * half] floats. out has dtype out_dt (st_dt). */
-template <typename T>
-__global__ void __launch_bounds__(ROPE_THREADS) rope_rows_kernel(const T *x, lm__cuda_nd nx, const T *bias, int64_t bs0,
-                                                                  int64_t bs1, void *out, int out_dt, lm__cuda_nd no,
-                                                                  lm__cuda_rope_args a, float sgn, int tok) {
+/* The tile loop of both kernels: per tile of `tok` tokens the angle phase, then
+ * item(j, lt, cos, sin, xoff, ooff) for each of the tile's items j < nt * per (lt: the
+ * item's token in the tile), then a barrier (the next tile replaces the angles).
+ * Shared memory: cos and sin [tok * half] floats. */
+template <typename F>
+__device__ __forceinline__ void rope_tiles(const lm__cuda_rope_args &a, const lm__cuda_nd &nx, const lm__cuda_nd &no,
+                                           int tok, int per, F item) {
     extern __shared__ float rope_sh[];
     __shared__ int64_t xoff[ROPE_MAX_TOK], ooff[ROPE_MAX_TOK];
-    const int half = (int)a.half, per = (int)(a.H * a.half);
-    float *cs = rope_sh, *sn = rope_sh + tok * half;
+    float *cs = rope_sh, *sn = rope_sh + tok * (int)a.half;
     const int64_t ntok = a.B * a.T;
     for (int64_t t0 = (int64_t)blockIdx.x * tok; t0 < ntok; t0 += (int64_t)gridDim.x * tok) {
         const int nt = (int)(ntok - t0 < tok ? ntok - t0 : tok);
         rope_tile_angles(a, nx, no, t0, nt, cs, sn, xoff, ooff);
-        for (int j = threadIdx.x; j < nt * per; j += blockDim.x) {
-            int lt = j / per, r = j - lt * per, h = r / half, i = r - h * half;
-            float c = cs[lt * half + i], s = sgn * sn[lt * half + i];
-            int64_t ia, ib;
-            rope_pair(a, i, &ia, &ib);
-            const T *xp = x + xoff[lt] + h * nx.stride[2];
-            float va = ld(xp + ia * nx.stride[3]), vb = ld(xp + ib * nx.stride[3]);
-            if (bias) {
-                va += ld(bias + h * bs0 + ia * bs1);
-                vb += ld(bias + h * bs0 + ib * bs1);
-            }
-            int64_t ob = ooff[lt] + h * no.stride[2];
-            st_dt(out, out_dt, ob + ia * no.stride[3], va * c - vb * s);
-            st_dt(out, out_dt, ob + ib * no.stride[3], vb * c + va * s);
-        }
-        __syncthreads(); /* the tile's angles are replaced by the next tile's */
+        for (int j = threadIdx.x; j < nt * per; j += blockDim.x) item(j, j / per, cs, sn, xoff, ooff);
+        __syncthreads();
     }
+}
+
+/* Any strides; out has dtype out_dt (st_dt); an item is one pair. */
+template <typename T>
+__global__ void __launch_bounds__(ROPE_THREADS) rope_rows_kernel(const T *x, lm__cuda_nd nx, const T *bias, int64_t bs0,
+                                                                  int64_t bs1, void *out, int out_dt, lm__cuda_nd no,
+                                                                  lm__cuda_rope_args a, float sgn, int tok) {
+    const int half = (int)a.half, per = (int)(a.H * a.half);
+    rope_tiles(a, nx, no, tok, per,
+               [&](int j, int lt, const float *cs, const float *sn, const int64_t *xoff, const int64_t *ooff) {
+                   int r = j - lt * per, h = r / half, i = r - h * half;
+                   float c = cs[lt * half + i], s = sgn * sn[lt * half + i];
+                   int64_t ia, ib;
+                   rope_pair(a, i, &ia, &ib);
+                   const T *xp = x + xoff[lt] + h * nx.stride[2];
+                   float va = ld(xp + ia * nx.stride[3]), vb = ld(xp + ib * nx.stride[3]);
+                   if (bias) {
+                       va += ld(bias + h * bs0 + ia * bs1);
+                       vb += ld(bias + h * bs0 + ib * bs1);
+                   }
+                   int64_t ob = ooff[lt] + h * no.stride[2];
+                   st_dt(out, out_dt, ob + ia * no.stride[3], va * c - vb * s);
+                   st_dt(out, out_dt, ob + ib * no.stride[3], vb * c + va * s);
+               });
 }
 
 /* The split-half style over x and out of one dtype T with unit last strides and every
@@ -133,31 +144,23 @@ template <typename T>
 __global__ void __launch_bounds__(ROPE_THREADS) rope_rows_vec_kernel(const T *x, lm__cuda_nd nx, T *out, lm__cuda_nd no,
                                                                       lm__cuda_rope_args a, float sgn, int tok) {
     constexpr int VEC = 16 / sizeof(T);
-    extern __shared__ float rope_sh[];
-    __shared__ int64_t xoff[ROPE_MAX_TOK], ooff[ROPE_MAX_TOK];
     const int half = (int)a.half, hv = half / VEC, per = (int)a.H * hv;
-    float *cs = rope_sh, *sn = rope_sh + tok * half;
-    const int64_t ntok = a.B * a.T;
-    for (int64_t t0 = (int64_t)blockIdx.x * tok; t0 < ntok; t0 += (int64_t)gridDim.x * tok) {
-        const int nt = (int)(ntok - t0 < tok ? ntok - t0 : tok);
-        rope_tile_angles(a, nx, no, t0, nt, cs, sn, xoff, ooff);
-        for (int j = threadIdx.x; j < nt * per; j += blockDim.x) {
-            int lt = j / per, r = j - lt * per, h = r / hv, i0 = (r - h * hv) * VEC;
-            const T *xp = x + xoff[lt] + h * nx.stride[2] + i0;
-            T *op = out + ooff[lt] + h * no.stride[2] + i0;
-            float va[VEC], vb[VEC], ra[VEC], rb[VEC];
-            unpack16(*(const uint4 *)xp, va, x), unpack16(*(const uint4 *)(xp + half), vb, x);
+    rope_tiles(a, nx, no, tok, per,
+               [&](int j, int lt, const float *cs, const float *sn, const int64_t *xoff, const int64_t *ooff) {
+                   int r = j - lt * per, h = r / hv, i0 = (r - h * hv) * VEC;
+                   const T *xp = x + xoff[lt] + h * nx.stride[2] + i0;
+                   T *op = out + ooff[lt] + h * no.stride[2] + i0;
+                   float va[VEC], vb[VEC], ra[VEC], rb[VEC];
+                   unpack16(*(const uint4 *)xp, va, x), unpack16(*(const uint4 *)(xp + half), vb, x);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                float c = cs[lt * half + i0 + e], s = sgn * sn[lt * half + i0 + e];
-                ra[e] = va[e] * c - vb[e] * s;
-                rb[e] = vb[e] * c + va[e] * s;
-            }
-            *(uint4 *)op = pack16<T>(ra);
-            *(uint4 *)(op + half) = pack16<T>(rb);
-        }
-        __syncthreads(); /* the tile's angles are replaced by the next tile's */
-    }
+                   for (int e = 0; e < VEC; e++) {
+                       float c = cs[lt * half + i0 + e], s = sgn * sn[lt * half + i0 + e];
+                       ra[e] = va[e] * c - vb[e] * s;
+                       rb[e] = vb[e] * c + va[e] * s;
+                   }
+                   *(uint4 *)op = pack16<T>(ra);
+                   *(uint4 *)(op + half) = pack16<T>(rb);
+               });
 }
 
 /* 1 when v's last dim is unit-stride and every 16-byte vector of a half-head starts

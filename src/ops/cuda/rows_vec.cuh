@@ -15,41 +15,35 @@
 __device__ __forceinline__ void unpack16(const uint4 &u, float *f, const float *) {
     f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
 }
-__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const bf16 *) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+__device__ __forceinline__ float2 pair_to_f2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 pair_to_f2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ void f2_to_pair(float a, float b, __nv_bfloat162 *h) { *h = __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ void f2_to_pair(float a, float b, __half2 *h) { *h = __floats2half2_rn(a, b); }
+/* 8 values of a 16-bit float type, as 4 pairs H2. */
+template <typename H2> __device__ __forceinline__ void unpack_pairs(const uint4 &u, float *f) {
+    const H2 *h = (const H2 *)&u;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
+        float2 t = pair_to_f2(h[i]);
         f[2 * i] = t.x, f[2 * i + 1] = t.y;
     }
 }
-__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const __half *) {
-    const __half2 *h = (const __half2 *)&u;
+template <typename H2> __device__ __forceinline__ uint4 pack_pairs(const float *f) {
+    uint4 u;
+    H2 *h = (H2 *)&u;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __half22float2(h[i]);
-        f[2 * i] = t.x, f[2 * i + 1] = t.y;
-    }
+    for (int i = 0; i < 4; i++) f2_to_pair(f[2 * i], f[2 * i + 1], &h[i]);
+    return u;
 }
+__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const bf16 *) { unpack_pairs<__nv_bfloat162>(u, f); }
+__device__ __forceinline__ void unpack16(const uint4 &u, float *f, const __half *) { unpack_pairs<__half2>(u, f); }
 /* 16 / sizeof(O) values rounded to O and packed into one 16-byte vector. */
 template <typename O> __device__ __forceinline__ uint4 pack16(const float *f);
 template <> __device__ __forceinline__ uint4 pack16<float>(const float *f) {
     return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
 }
-template <> __device__ __forceinline__ uint4 pack16<bf16>(const float *f) {
-    uint4 u;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return u;
-}
-template <> __device__ __forceinline__ uint4 pack16<__half>(const float *f) {
-    uint4 u;
-    __half2 *h = (__half2 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-    return u;
-}
+template <> __device__ __forceinline__ uint4 pack16<bf16>(const float *f) { return pack_pairs<__nv_bfloat162>(f); }
+template <> __device__ __forceinline__ uint4 pack16<__half>(const float *f) { return pack_pairs<__half2>(f); }
 /* n values to p (16-byte aligned), rounded to O: n / (16 / sizeof(O)) vector stores. */
 template <typename O> __device__ __forceinline__ void pack_store(O *p, const float *f, int n) {
     constexpr int V = 16 / sizeof(O);
