@@ -11,7 +11,10 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: pack_cuda_tests.sh OUT.tar.xz}
 build=/tmp/loom-packed
-cmake -S "$root" -B "$build" -G Ninja -DLOOM_CUDA=ON -DLOOM_MPI=OFF -DLOOM_SHARED_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+gen=""
+command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
+# MPI off: the GPU machine has no MPI library for the packed binaries to load.
+cmake -S "$root" -B "$build" $gen -DLOOM_CUDA=ON -DLOOM_MPI=OFF -DLOOM_SHARED_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets="loom test_runtime_cuda"
 for t in "$root"/tests/cuda/test_cuda_*.c; do targets="$targets $(basename "$t" .c)"; done
 echo "building $targets"
