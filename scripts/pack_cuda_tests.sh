@@ -10,6 +10,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: pack_cuda_tests.sh OUT.tar.xz}
+case $out in /*) ;; *) out=$(pwd)/$out ;; esac # the archive is written after cd /
 build=/tmp/loom-packed
 gen=""
 command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
