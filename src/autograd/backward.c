@@ -17,6 +17,7 @@
  *    with no gradient.
  */
 #include "autograd/internal.h"
+#include "ops/internal.h"
 
 #include <string.h>
 
@@ -56,7 +57,18 @@ static lm_status accumulate(lm_ag *ag, lm_ag_var *v, lm_tensor *g) {
     return st;
 }
 
-/* Writes (or adds) the leaf's gradient into its bound buffer; zeros when none came. */
+/* buf += x rounded to buf's dtype first (a buffer that is not f32). */
+static lm_status add_cast(lm_ag *ag, const lm_tensor_view *buf, const lm_tensor_view *x) {
+    lm_tensor *tmp = NULL;
+    lm_status st = lm_cast(ag->ctx, x, buf->dtype, &tmp);
+    if (st == LM_OK) st = lm_add_out(ag->ctx, buf, V(tmp), buf);
+    lm_tensor_destroy(tmp);
+    return st;
+}
+
+/* Writes (or adds) the leaf's gradient into its bound buffer; zeros when none came. A
+ * gradient of another dtype (a bf16 leaf's, bound to f32) is cast into the buffer, or
+ * added widened in one pass (lm__add_widened_out). */
 static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
     const lm_tensor_view *buf = &v->bound;
     lm_tensor *src = v->grad, *tmp = NULL;
@@ -65,12 +77,16 @@ static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
         if (v->bound_accumulate) return LM_OK;
         st = lm_tensor_zeros(buf->device, buf->dtype, buf->ndim, buf->shape, &tmp);
         src = tmp;
-    } else if (lm_tensor_dtype(src) != buf->dtype) {
-        st = lm_cast(ag->ctx, V(src), buf->dtype, &tmp);
-        src = tmp;
     }
-    if (st == LM_OK)
-        st = v->bound_accumulate && v->grad ? lm_add_out(ag->ctx, buf, V(src), buf) : lm_tensor_view_copy(ag->ctx, buf, V(src));
+    if (st == LM_OK) {
+        int same = lm_tensor_dtype(src) == buf->dtype;
+        if (v->bound_accumulate && v->grad)
+            st = same ? lm_add_out(ag->ctx, buf, V(src), buf)
+                 : buf->dtype == LM_F32 ? lm__add_widened_out(ag->ctx, buf, V(src))
+                                        : add_cast(ag, buf, V(src));
+        else
+            st = same ? lm_tensor_view_copy(ag->ctx, buf, V(src)) : lm_cast_out(ag->ctx, V(src), buf);
+    }
     lm_tensor_destroy(tmp);
     return st;
 }

@@ -158,6 +158,27 @@ lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view
     return LM_OK;
 }
 
+lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x) {
+    const char *op = "add (widened)";
+    const lm_tensor_view *vs[] = {acc, x};
+    static const char *const names[] = {"acc", "x"};
+    LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
+    LM_TRY(lm__op_check_dtype(op, "acc", acc, LM_F32));
+    LM_TRY(lm__op_check_float(op, "x", x));
+    LM_TRY(lm__op_check_same_shape(op, "x", x, acc));
+    LM_TRY(lm__op_check_out(op, "acc", acc));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) return cu->add_widened(acc, x, lm_ctx_stream(ctx));
+    if (x->dtype == LM_F32) return lm_add_out(ctx, acc, x, acc);
+    lm_tensor *tmp = NULL;
+    lm_status st = lm_cast(ctx, x, LM_F32, &tmp);
+    if (st == LM_OK) st = lm_add_out(ctx, acc, lm_tensor_as_view(tmp), acc);
+    lm_tensor_destroy(tmp);
+    return st;
+}
+
 lm_status lm_cast(lm_ctx *ctx, const lm_tensor_view *x, lm_dtype dtype, lm_tensor **out) {
     if (!x) return lm__error(LM_INVALID_ARGUMENT, "cast: NULL input");
     LM_TRY(lm__op_alloc(ctx, dtype, x->ndim, x->shape, out));

@@ -143,6 +143,11 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
  * LM_UNSUPPORTED naming the operator when the request cannot be met. */
 lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, lm__level *out);
 
+/* elementwise.c: acc (f32) += x, x any float dtype of acc's shape, widened exactly (the
+ * autograd's accumulation of a bf16 gradient into its f32 buffer): one pass on CUDA;
+ * elsewhere x is cast into a temporary and added by lm_add_out (the tuned f32 add). */
+lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x);
+
 /* rope.c: the rope parameters against x [B, T, H, D] (NULL checks, style, inv_freq
  * [D / 2] f32, positions [T] or [B, T], and with with_bias the bias [H, D] in x's
  * dtype), shared by the forward and the backward. */

@@ -6,10 +6,12 @@
  * and the forward pass's swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against
  * reference swiglu + cast. Contiguous aligned bf16 and f32 operands (and a broadcast
  * bias row) take the 16-byte vector path, contiguous float casts the vector cast.
+ * The autograd's widened accumulation (f32 += bf16/f16/f32) on both paths, exact.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
 #include "cuda_test.h"
+#include "ops/internal.h"
 
 #ifndef LOOM_HAVE_CUDA
 int main(void) { lt_skip("built without CUDA"); }
@@ -240,6 +242,62 @@ static void test_swiglu_packed_matches_reference(void) {
     lm_tensor_destroy(act32), lm_tensor_destroy(want);
 }
 
+/* acc (f32) += x widened, in place, against the CPU operator (cast + f32 add): exact.
+ * The vector path (contiguous, aligned, numel a multiple of 8), the readable one (acc a
+ * transposed view, x reversed, numel 91) and the dispatching operator on the CUDA
+ * context; a wrong dtype or shape is refused and acc left as it was. */
+static void check_add_widened(lm_dtype xt, int strided) {
+    lt_rng r = lt_rng_seed(19 + (uint64_t)xt + 7 * (uint64_t)strided);
+    int64_t shape[2] = {17, 24}, sshape[2] = {13, 7};
+    const int64_t *sh = strided ? sshape : shape;
+    lm_tensor_view ah, ad, xh, xd;
+    ct_pair acc = ct_random(&r, LM_F32, 2, sh, 3.0), x;
+    if (strided) {
+        int64_t tshape[2] = {sh[1], sh[0]};
+        lm_tensor_destroy(acc.h), lm_tensor_destroy(acc.d);
+        acc = ct_random(&r, LM_F32, 2, tshape, 3.0);
+        LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(acc.h), 0, 1, &ah));
+        ad = ct_mirror(acc.h, &ah, acc.d);
+        x = ct_random_reversed(&r, xt, 2, sh, 2.0, &xh, &xd);
+    } else {
+        ah = *lm_tensor_as_view(acc.h), ad = *lm_tensor_as_view(acc.d);
+        x = ct_random(&r, xt, 2, sh, 2.0);
+        xh = *lm_tensor_as_view(x.h), xd = *lm_tensor_as_view(x.d);
+    }
+    lm_tensor *want = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 2, sh, &want));
+    LT_CHECK_OK(lm_tensor_view_copy(g_ref, lm_tensor_as_view(want), &ah));
+    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(want), &xh));
+    char what[80];
+    snprintf(what, sizeof what, "add widened f32 += %s%s", lm_dtype_name(xt), strided ? " (strided)" : " (vector path)");
+    LT_CHECK_OK(lm__cuda_add_widened(&ad, &xd, ct_stream(g_ctx)));
+    ct_check(g_ctx, what, &acc, &ad, lm_tensor_as_view(want), 0.0, 0.0);
+    /* the dispatching operator on the CUDA context, twice more: acc = want + 2 x */
+    LT_CHECK_OK(lm__add_widened_out(g_ctx, &ad, &xd));
+    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(want), &xh));
+    snprintf(what, sizeof what, "lm__add_widened_out f32 += %s%s", lm_dtype_name(xt), strided ? " (strided)" : "");
+    ct_check(g_ctx, what, &acc, &ad, lm_tensor_as_view(want), 0.0, 0.0);
+    ct_pair_free(&acc), ct_pair_free(&x);
+    lm_tensor_destroy(want);
+}
+
+static void test_add_widened(void) {
+    for (int i = 0; i < 3; i++)
+        for (int strided = 0; strided < 2; strided++) check_add_widened(ct_floats[i], strided);
+}
+
+static void test_add_widened_refuses_bad_operands(void) {
+    lt_rng r = lt_rng_seed(23);
+    int64_t shape[2] = {4, 8}, other[2] = {8, 4};
+    ct_pair acc = ct_random(&r, LM_F32, 2, shape, 1.0), acc16 = ct_random(&r, LM_BF16, 2, shape, 1.0);
+    ct_pair x = ct_random(&r, LM_BF16, 2, shape, 1.0), xo = ct_random(&r, LM_BF16, 2, other, 1.0);
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc16.d), lm_tensor_as_view(x.d)), LM_DTYPE_MISMATCH);
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(xo.d)), LM_SHAPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") != NULL, "message: %s", lm_last_error());
+    ct_check(g_ctx, "refused add widened leaves acc", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h), 0.0, 0.0);
+    ct_pair_free(&acc), ct_pair_free(&acc16), ct_pair_free(&x), ct_pair_free(&xo);
+}
+
 int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
@@ -250,6 +308,8 @@ int main(void) {
     LT_RUN(test_cast_contiguous_vector_path);
     LT_RUN(test_cast_int_range_is_checked_first);
     LT_RUN(test_swiglu_packed_matches_reference);
+    LT_RUN(test_add_widened);
+    LT_RUN(test_add_widened_refuses_bad_operands);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -4,6 +4,7 @@
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
+#include "ops/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -177,6 +178,45 @@ static void test_allocating_forms_leak_nothing_when_allocation_fails(void) {
     lm_tensor_destroy(a);
 }
 
+/* The autograd's widened accumulation acc (f32) += x on the CPU: every x float dtype,
+ * exact against acc + (double)x rounded once to f32; a transposed x; bad operands are
+ * refused with acc untouched. */
+static void test_add_widened_out_is_exact(void) {
+    lt_rng r = lt_rng_seed(9);
+    int64_t shape[2] = {5, 7};
+    for (int i = 0; i < 3; i++) {
+        lm_tensor *acc = lt_random_tensor(&r, LM_F32, 2, shape, 3.0), *x = lt_random_tensor(&r, k_floats[i], 2, shape, 2.0);
+        double *a0 = lt_view_to_f64(lm_tensor_as_view(acc)), *x0 = lt_view_to_f64(lm_tensor_as_view(x));
+        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(x)));
+        const float *pa = lm_tensor_data(acc);
+        for (int64_t k = 0; k < 35; k++) LT_CHECK(pa[k] == (float)(a0[k] + x0[k]));
+        free(a0), free(x0);
+        lm_tensor_destroy(x);
+        /* x transposed into acc's shape [5, 7] from a [7, 5] tensor */
+        int64_t tshape[2] = {7, 5};
+        lm_tensor *xt = lt_random_tensor(&r, k_floats[i], 2, tshape, 2.0);
+        lm_tensor_view xv;
+        LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(xt), 0, 1, &xv));
+        a0 = lt_view_to_f64(lm_tensor_as_view(acc)), x0 = lt_view_to_f64(&xv);
+        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), &xv));
+        for (int64_t k = 0; k < 35; k++) LT_CHECK(pa[k] == (float)(a0[k] + x0[k]));
+        free(a0), free(x0);
+        lm_tensor_destroy(xt), lm_tensor_destroy(acc);
+    }
+    int64_t other[2] = {7, 5};
+    lm_tensor *acc = lt_random_tensor(&r, LM_F32, 2, shape, 1.0), *b16 = lt_random_tensor(&r, LM_BF16, 2, shape, 1.0);
+    lm_tensor *xo = lt_random_tensor(&r, LM_BF16, 2, other, 1.0);
+    double *before = lt_view_to_f64(lm_tensor_as_view(acc));
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(b16)), LM_DTYPE_MISMATCH);
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(xo)), LM_SHAPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") && strstr(lm_last_error(), "[7, 5]"), "message: %s",
+                 lm_last_error());
+    double *after = lt_view_to_f64(lm_tensor_as_view(acc));
+    LT_CHECK(memcmp(before, after, 35 * sizeof(double)) == 0);
+    free(before), free(after);
+    lm_tensor_destroy(acc), lm_tensor_destroy(b16), lm_tensor_destroy(xo);
+}
+
 int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &g_ctx));
     LT_RUN(test_add_mul_match_f64_with_broadcast);
@@ -186,6 +226,7 @@ int main(void) {
     LT_RUN(test_cast_rounds_to_nearest_even_and_checks_ranges);
     LT_RUN(test_elementwise_errors_name_the_problem);
     LT_RUN(test_allocating_forms_leak_nothing_when_allocation_fails);
+    LT_RUN(test_add_widened_out_is_exact);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }
