@@ -98,6 +98,12 @@ LM_API lm_status lm_attention_backward_lse_out(lm_ctx *ctx, const lm_tensor_view
  * are 0). An id outside [0, V) is LM_OUT_OF_RANGE and nothing is written. */
 LM_API lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
                                            const lm_tensor_view *dtable);
+/* The same sums added into dtable (dtable[v] += sum of its positions' dout rows, the sum
+ * formed first): rows of ids that do not occur are neither read nor written, so a
+ * gradient that already holds another contribution (a tied embedding's output
+ * projection) takes this one without a dense [V, D] tensor in between. */
+LM_API lm_status lm_embedding_backward_acc_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                               const lm_tensor_view *dtable);
 
 /* ---- cross-entropy (lm_cross_entropy_out: mean over counted rows) -----------------------------
  * dlogits[r, :] = dloss * (softmax(logits[r, :]) - onehot(targets[r])) / counted for

@@ -89,7 +89,12 @@ lm_status lm_ag_linear(lm_ag *ag, lm_ag_var *x, lm_ag_var *w, lm_ag_var *bias, l
 }
 
 /* ---- embedding -------------------------------------------------------------------------- */
+/* A table whose gradient so far may be summed in place (a tied embedding, after the
+ * output projection's contribution) takes this one added into the rows of the ids
+ * only; otherwise the whole [V, D] gradient is written. */
 static lm_status embedding_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
+    lm_tensor *sum = lm__ag_summable_grad(n->in[0]);
+    if (sum) return lm_embedding_backward_acc_out(ag->ctx, V(n->saved[0]), V(gout[0]), V(sum));
     LM_TRY(lm__ag_new_like(ag, n->in[0]->value, &gin[0]));
     return lm_embedding_backward_out(ag->ctx, V(n->saved[0]), V(gout[0]), V(gin[0]));
 }

@@ -87,7 +87,7 @@ typedef struct lm__cuda_ops {
     lm_status (*rope_backward)(const lm_tensor_view *dout, const lm_rope_params *p, const lm_tensor_view *dx,
                                const lm_tensor_view *dbias, void *stream);
     lm_status (*embedding_backward)(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                    const lm_tensor_view *dtable, void *stream);
+                                    const lm_tensor_view *dtable, int accumulate, void *stream);
     lm_status (*cross_entropy_backward)(const lm_tensor_view *logits, const lm_tensor_view *targets,
                                         int64_t ignore_index, const lm_tensor_view *dloss,
                                         const lm_tensor_view *dlogits, void *stream);

@@ -2,14 +2,14 @@
  * (reference level on the CPU, ops/cuda/embedding_backward.cu on CUDA;
  * O(numel(dout) + V * D)). ids i32/i64 of any rank below
  * LM_MAX_DIMS, dout float [..., D] = ids' shape + [D], dtable [V, D] in dout's dtype
- * or f32, written completely. An out-of-range id is LM_OUT_OF_RANGE (nothing written).
+ * or f32, written completely (or, accumulating, added into where ids occur). An
+ * out-of-range id is LM_OUT_OF_RANGE (nothing written).
  */
 #include "ops/backward_common.h"
 #include "ops/ref/embedding_backward.h"
 
-lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                    const lm_tensor_view *dtable) {
-    const char *op = "embedding_backward";
+static lm_status embedding_backward(lm_ctx *ctx, const char *op, const lm_tensor_view *ids,
+                                    const lm_tensor_view *dout, const lm_tensor_view *dtable, int accumulate) {
     const lm_tensor_view *vs[] = {ids, dout, dtable};
     static const char *const names[] = {"ids", "dout", "dtable"};
     LM_TRY(lm__op_check_devices(ctx, op, 3, vs, names));
@@ -32,6 +32,16 @@ lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, cons
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->embedding_backward(ids, dout, dtable, lm_ctx_stream(ctx));
-    return lm__ref_embedding_backward(ids, dout, dtable);
+    if (level == LM__LEVEL_CUDA) return cu->embedding_backward(ids, dout, dtable, accumulate, lm_ctx_stream(ctx));
+    return lm__ref_embedding_backward(ids, dout, dtable, accumulate);
+}
+
+lm_status lm_embedding_backward_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                    const lm_tensor_view *dtable) {
+    return embedding_backward(ctx, "embedding_backward", ids, dout, dtable, 0);
+}
+
+lm_status lm_embedding_backward_acc_out(lm_ctx *ctx, const lm_tensor_view *ids, const lm_tensor_view *dout,
+                                        const lm_tensor_view *dtable) {
+    return embedding_backward(ctx, "embedding_backward_acc", ids, dout, dtable, 1);
 }

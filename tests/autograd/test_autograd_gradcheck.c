@@ -178,6 +178,15 @@ static lm_status b_losses(lm_ag *ag, lm_ag_var **in, const gc_case *k, lm_ag_var
     return lm_ag_reshape(ag, h, 1, (int64_t[]){1}, out);
 }
 
+/* A tied table: the output projection's gradient arrives first, the embedding's is
+ * added into it in place (lm_embedding_backward_acc_out: rows of the ids only). */
+static lm_status b_tied(lm_ag *ag, lm_ag_var **in, const gc_case *k, lm_ag_var **out) {
+    lm_ag_var *e, *l;
+    TRY(lm_ag_embedding(ag, in[0], V(k->ids), &e)); /* [6, 4] from table [9, 4] */
+    TRY(lm_ag_linear_cross_entropy(ag, e, in[0], V(k->targets), -100, &l));
+    return lm_ag_reshape(ag, l, 1, (int64_t[]){1}, out);
+}
+
 static void test_every_tape_operation_matches_finite_differences(void) {
     int64_t half = 2;
     lm_tensor *inv = NULL, *ids = NULL, *tg = NULL;
@@ -197,6 +206,7 @@ static void test_every_tape_operation_matches_finite_differences(void) {
         {"rope + GQA attention views", 3, {4, 4, 4}, {{2, 3, 4, 4}, {2, 3, 2, 4}, {2, 3, 2, 4}}, b_attention, NULL, NULL,
          inv},
         {"embedding, slice, losses (tied)", 2, {2, 2}, {{9, 4}, {9, 4}}, b_losses, ids, tg, NULL},
+        {"tied embedding and output projection", 1, {2}, {{9, 4}}, b_tied, ids, tg, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run(&cases[i]);
     lm_tensor_destroy(inv), lm_tensor_destroy(ids), lm_tensor_destroy(tg);

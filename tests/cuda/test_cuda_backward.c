@@ -8,7 +8,8 @@
  * occur, more rows than one grid pass, dx-only and dweight-only calls, dweight and dx
  * bitwise repeatable), SwiGLU, RoPE (both styles, explicit and implicit positions, dbias),
  * embedding with duplicate ids (i32/i64, unused rows 0, bitwise repeatable, bad id
- * leaves dtable untouched; contiguous rows on the vector kernel), cross-entropy
+ * leaves dtable untouched; contiguous rows on the vector kernel; the accumulating form
+ * on both kernels, unused rows untouched), cross-entropy
  * (ignored rows, none counted, bad target),
  * fused linear + cross-entropy (loss, dx, dw in chunks of 4 rows and in one chunk;
  * strided x and dx, ignored rows, none counted, bad target leaves dx untouched; the
@@ -336,6 +337,26 @@ static void test_embedding_backward(void) {
             snprintf(what, sizeof what, "embedding dtable %s -> %s (vector path)", lm_dtype_name(dt),
                      lm_dtype_name(gts[j]));
             ct_check(g_ctx, what, &tc, DV(tc), lm_tensor_as_view(want), ct_nmse(gts[j]), ct_abs(gts[j], 30.0));
+            /* accumulating into a random table (rows > 2000 unused: left as they were), on
+             * the readable kernel (reversed dout) and the vector kernel (contiguous dout) */
+            for (int vec = 0; vec < 2; vec++) {
+                lt_rng rt = lt_rng_seed(571 + (uint64_t)(4 * k + 2 * j + vec));
+                ct_pair ta = ct_random(&rt, gts[j], 2, ts, 1.0);
+                lm_tensor *wa = NULL;
+                LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), gts[j], 2, ts, &wa));
+                LT_CHECK_OK(lm_tensor_view_copy(NULL, lm_tensor_as_view(wa), HV(ta)));
+                LT_CHECK_OK(lm_embedding_backward_acc_out(g_ref, HV(id), &yh, lm_tensor_as_view(wa)));
+                LT_CHECK_OK(lm_embedding_backward_acc_out(g_ctx, DV(id), vec ? DV(dyc) : &yd, DV(ta)));
+                snprintf(what, sizeof what, "embedding dtable += %s -> %s (%s)", lm_dtype_name(dt), lm_dtype_name(gts[j]),
+                         vec ? "vector path" : "readable");
+                ct_check(g_ctx, what, &ta, DV(ta), lm_tensor_as_view(wa), ct_nmse(gts[j]), ct_abs(gts[j], 30.0));
+                double *got = ct_read(g_ctx, &ta, DV(ta)), *init = lt_view_to_f64(HV(ta));
+                LT_CHECK_MSG(memcmp(got + 2001 * D, init + 2001 * D, sizeof(double) * (size_t)((V - 2001) * D)) == 0,
+                             "%s: an unused row changed", what);
+                free(got), free(init);
+                ct_pair_free(&ta);
+                lm_tensor_destroy(wa);
+            }
             ct_pair_free(&dyc), ct_pair_free(&tc);
             ct_pair_free(&id), ct_pair_free(&dt_out);
             lm_tensor_destroy(want);

@@ -78,9 +78,10 @@ lm_status lm__cuda_rope_backward(const lm_tensor_view *dout, const lm_rope_param
                                 const lm_tensor_view *dbias, cudaStream_t s);
 
 /* embedding_backward.cu: ids are checked first (synchronizes): LM_OUT_OF_RANGE names
- * the first bad position and nothing is written. */
+ * the first bad position and nothing is written. accumulate: dtable[v] += the sum for
+ * the ids that occur (other rows untouched). */
 lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                     const lm_tensor_view *dtable, cudaStream_t s);
+                                     const lm_tensor_view *dtable, int accumulate, cudaStream_t s);
 
 /* loss_backward.cu: targets are checked first (synchronizes), as in the reference;
  * dloss is an f32 scalar on the device, read there (dlogits may be NULL: check only). */

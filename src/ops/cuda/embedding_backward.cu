@@ -8,7 +8,9 @@
  *  3. a pass over the sorted ids marks where each id's run starts and ends;
  *  4. one block per table row sums its run of dout rows in position order (f32, one
  *     thread per column, or per 16-byte vector of columns where rows are contiguous
- *     and aligned) and writes the row once; rows without a position get 0.
+ *     and aligned) and writes the row once; rows without a position get 0. When
+ *     accumulating, a row with a run becomes its old value plus the run's sum (added
+ *     after the sum, in f32, rounded once) and a row without one is not touched.
  * O(n log V + n D + V D) work for n positions; 4 n + 2 V ints plus CUB's scratch.
  */
 #include "ops/cuda/rows_vec.cuh"
@@ -43,12 +45,15 @@ static __global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *star
  * leading dims are ids' shape (nrow), sd its last stride. */
 template <typename T>
 __global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const int32_t *pos, const int32_t *start,
-                            const int32_t *end, int64_t V, int64_t D, void *dt, int dt_dt, int64_t ts0, int64_t ts1) {
+                            const int32_t *end, int64_t V, int64_t D, void *dt, int dt_dt, int64_t ts0, int64_t ts1,
+                            int accumulate) {
     for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
         int32_t s0 = start[v], s1 = end[v];
+        if (accumulate && s0 == s1) continue;
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float acc = 0.f;
             for (int32_t k = s0; k < s1; k++) acc += ld(dout + nd_offset(nrow, pos[k]) + d * sd);
+            if (accumulate) acc = ld_dt(dt, dt_dt, v * ts0 + d * ts1) + acc;
             st_dt(dt, dt_dt, v * ts0 + d * ts1, acc);
         }
     }
@@ -60,10 +65,11 @@ __global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const i
  * per column, so the results are the same bits. rd: dout's row descriptor (rows_flat). */
 template <typename T, typename O>
 __global__ void rows_vec_sum_kernel(const T *dout, lm__cuda_nd rd, const int32_t *pos, const int32_t *start,
-                                    const int32_t *end, int64_t V, int nvec, O *dt, int64_t ts0) {
+                                    const int32_t *end, int64_t V, int nvec, O *dt, int64_t ts0, int accumulate) {
     constexpr int VEC = 16 / sizeof(T);
     for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
         int32_t s0 = start[v], s1 = end[v];
+        if (accumulate && s0 == s1) continue;
         for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
             float acc[VEC];
 #pragma unroll
@@ -74,7 +80,14 @@ __global__ void rows_vec_sum_kernel(const T *dout, lm__cuda_nd rd, const int32_t
 #pragma unroll
                 for (int e = 0; e < VEC; e++) acc[e] += f[e];
             }
-            pack_store<O>(dt + v * ts0 + (int64_t)c * VEC, acc, VEC);
+            O *row = dt + v * ts0 + (int64_t)c * VEC;
+            if (accumulate) {
+                float old[VEC];
+                for (int e = 0; e < VEC; e += 16 / (int)sizeof(O)) unpack16(*(const uint4 *)(row + e), old + e, row);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) acc[e] = old[e] + acc[e];
+            }
+            pack_store<O>(row, acc, VEC);
         }
     }
 }
@@ -111,7 +124,7 @@ static lm_status check_ids(const lm_tensor_view *ids, int64_t V, cudaStream_t s)
 }
 
 lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                     const lm_tensor_view *dtable, cudaStream_t s) {
+                                     const lm_tensor_view *dtable, int accumulate, cudaStream_t s) {
     int64_t V = dtable->shape[0], D = dtable->shape[1], n = lm_tensor_view_numel(ids);
     if (V >= INT32_MAX || n >= INT32_MAX)
         return lm__error(LM_UNSUPPORTED, "embedding_backward: the CUDA kernel needs fewer than 2^31 ids and rows");
@@ -154,14 +167,14 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
         int64_t ts0 = dtable->stride[0];
         int32_t f32 = dtable->dtype == LM_F32 && dout->dtype != LM_F32;
         switch (dout->dtype) {
-        case LM_F32: rows_vec_sum_kernel<<<g, threads, 0, s>>>((const float *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0); break;
+        case LM_F32: rows_vec_sum_kernel<<<g, threads, 0, s>>>((const float *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0, accumulate); break;
         case LM_BF16:
-            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0);
-            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (bf16 *)dtable->data, ts0);
+            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0, accumulate);
+            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, V, nvec, (bf16 *)dtable->data, ts0, accumulate);
             break;
         default:
-            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0);
-            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (__half *)dtable->data, ts0);
+            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (float *)dtable->data, ts0, accumulate);
+            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, V, nvec, (__half *)dtable->data, ts0, accumulate);
             break;
         }
         st = lm__cuda_launched("embedding_backward rows kernel (vec)");
@@ -175,7 +188,7 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
                              rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
                                                                   dout->stride[dout->ndim - 1], pos, start, end, V, D,
                                                                   dtable->data, dtable->dtype, dtable->stride[0],
-                                                                  dtable->stride[1]));
+                                                                  dtable->stride[1], accumulate));
         st = lm__cuda_launched("embedding_backward rows kernel");
     }
     cudaFreeAsync(work, s);

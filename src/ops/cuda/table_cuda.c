@@ -183,8 +183,8 @@ static lm_status rope_backward(const lm_tensor_view *dout, const lm_rope_params 
 }
 
 static lm_status embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                    const lm_tensor_view *dtable, void *s) {
-    return lm__cuda_embedding_backward(ids, dout, dtable, S(s));
+                                    const lm_tensor_view *dtable, int accumulate, void *s) {
+    return lm__cuda_embedding_backward(ids, dout, dtable, accumulate, S(s));
 }
 
 static lm_status cross_entropy_backward(const lm_tensor_view *logits, const lm_tensor_view *targets,

@@ -3,8 +3,9 @@
  * Positions are grouped by id with a counting sort (stable: each row sums its
  * positions in their row-major order), then every table row is written once, summed
  * in double: duplicates add exactly once per row, unused rows get 0, and the result
- * does not depend on how ids are ordered beyond that. All ids are checked before
- * anything is written. O(numel(ids) * D + V * D) time, O(numel(ids) + V + D) space.
+ * does not depend on how ids are ordered beyond that. Accumulating, a used row becomes
+ * its old value plus that sum (rounded once) and unused rows are left alone. All ids
+ * are checked before anything is written. O(numel(ids) * D + V * D) time, O(numel(ids) + V + D) space.
  */
 #include "ops/ref/embedding_backward.h"
 
@@ -39,7 +40,7 @@ static lm_status gather(const lm_tensor_view *ids, const lm_tensor_view *dout, i
 }
 
 lm_status lm__ref_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                     const lm_tensor_view *dtable) {
+                                     const lm_tensor_view *dtable, int accumulate) {
     int64_t V = dtable->shape[0], D = dtable->shape[1], n = lm_tensor_view_numel(ids);
     int64_t *ints = lm__calloc((size_t)(V + 1 + 3 * n), sizeof(int64_t));
     double *acc = lm__calloc((size_t)D + 1, sizeof(double));
@@ -48,11 +49,14 @@ lm_status lm__ref_embedding_backward(const lm_tensor_view *ids, const lm_tensor_
     if (st == LM_OK) st = gather(ids, dout, V, n, &ps);
     int64_t ds = dout->stride[dout->ndim - 1];
     for (int64_t v = 0; st == LM_OK && v < V; v++) {
+        if (accumulate && ps.start[v] == ps.start[v + 1]) continue;
         for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
         for (int64_t s = ps.start[v]; s < ps.start[v + 1]; s++)
             for (int64_t d = 0; d < D; d++) acc[d] += lm__ld(dout->dtype, dout->data, ps.order[s] + d * ds);
-        for (int64_t d = 0; d < D; d++)
-            lm__st(dtable->dtype, dtable->data, v * dtable->stride[0] + d * dtable->stride[1], acc[d]);
+        for (int64_t d = 0; d < D; d++) {
+            int64_t o = v * dtable->stride[0] + d * dtable->stride[1];
+            lm__st(dtable->dtype, dtable->data, o, accumulate ? lm__ld(dtable->dtype, dtable->data, o) + acc[d] : acc[d]);
+        }
     }
     lm__free(ints);
     lm__free(acc);

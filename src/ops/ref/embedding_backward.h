@@ -6,7 +6,8 @@
 
 #include "ops/internal.h"
 
+/* accumulate: dtable[v] += the sum, for the ids that occur only */
 lm_status lm__ref_embedding_backward(const lm_tensor_view *ids, const lm_tensor_view *dout,
-                                     const lm_tensor_view *dtable);
+                                     const lm_tensor_view *dtable, int accumulate);
 
 #endif
