@@ -120,12 +120,14 @@ static void plan_destroy(lt_plan *pl) {
 
 /* Index of the fastest of n candidate algorithms for this problem, timed on stream s
  * with the call's own operands (one warm-up run, then TIMED_RUNS runs timed together:
- * a single run of a small GEMM is too noisy to rank). 0 when the stream is being
- * captured into a graph (nothing may run then), when the call accumulates into C
- * (timing runs would overwrite it), or when timing fails. */
+ * a single run of a small GEMM is too noisy to rank), with the call's beta: cuBLASLt
+ * runs other kernels for beta = 1 (they read C), so they are ranked as they will run
+ * (ranked with beta = 0, an accumulating GEMM of the training step was seen running a
+ * kernel 1.5x slower than another candidate's). 0 when the stream is being
+ * captured into a graph (nothing may run then) or when timing fails. */
 #define TIMED_RUNS 3
 static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulHeuristicResult_t *res, int n,
-                   const void *A, const void *B, void *C, cudaStream_t s) {
+                   const void *A, const void *B, void *C, float beta, cudaStream_t s) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (n < 2 || cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return 0;
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -134,7 +136,7 @@ static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulH
         cudaGetLastError();
         return 0;
     }
-    const float alpha = 1.f, beta = 0.f;
+    const float alpha = 1.f;
     int best = 0;
     float best_ms = 1e30f;
     for (int i = 0; i < n; i++) {
@@ -156,9 +158,10 @@ static int fastest(const lm__cuda_blas *blas, lt_descs *d, const cublasLtMatmulH
     return best;
 }
 
-/* fastest() for a call that accumulates into C: the candidates are timed writing a
- * scratch matrix of C's layout (allocated for the timing, one unbatched problem), so
- * C is left alone. 0 while the stream is captured or when the scratch cannot be had. */
+/* fastest() for a call that accumulates into C: the candidates are timed accumulating
+ * into a zeroed scratch matrix of C's layout (allocated for the timing, one unbatched
+ * problem), so C is left alone. 0 while the stream is captured or when the scratch
+ * cannot be had. */
 static int fastest_scratch(const lm__cuda_blas *blas, const lt_problem *p, lt_descs *d,
                            const cublasLtMatmulHeuristicResult_t *res, int n, const void *A, const void *B,
                            cudaStream_t s) {
@@ -167,11 +170,12 @@ static int fastest_scratch(const lm__cuda_blas *blas, const lt_problem *p, lt_de
         return 0;
     size_t es = p->tc == CUDA_R_32F ? 4 : 2, bytes = ((size_t)p->ldc * (size_t)(p->n - 1) + (size_t)p->m) * es;
     void *scratch = NULL;
-    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess || cudaMemsetAsync(scratch, 0, bytes, s) != cudaSuccess) {
+        if (scratch) cudaFree(scratch);
         cudaGetLastError();
         return 0;
     }
-    int best = fastest(blas, d, res, n, A, B, scratch, s);
+    int best = fastest(blas, d, res, n, A, B, scratch, 1.f, s);
     cudaStreamSynchronize(s);
     cudaFree(scratch);
     cudaGetLastError();
@@ -205,7 +209,7 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
         descs_destroy(&d);
         return st;
     }
-    int best = p->accumulate ? fastest_scratch(blas, p, &d, res, n, A, B, s) : fastest(blas, &d, res, n, A, B, C, s);
+    int best = p->accumulate ? fastest_scratch(blas, p, &d, res, n, A, B, s) : fastest(blas, &d, res, n, A, B, C, 0.f, s);
     lt_plan *pl;
     if (g_nplans < LT_CACHE) {
         pl = &g_plans[g_nplans++];
