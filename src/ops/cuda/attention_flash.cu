@@ -27,8 +27,8 @@
  * while the current one is computed); B fragments are read with ldmatrix, and a B
  * operand needed transposed (V, dO, Q, K as the k-by-n matrix of a product over rows)
  * with ldmatrix.trans. Blocks per SM (launch bounds, D = 64): 3 for all three kernels;
- * the backward's pair spills a few registers at 3 (168 registers) and still ran 7%
- * faster than at 2 (more warps to hide the products' latency).
+ * at that bound (168 registers) the backward pair spills a few registers and still ran
+ * 3-8% faster than at 2 (more warps to hide the products' latency).
  *
  * forward   grid (query tiles, Hq, B): per key tile S = Q K^T, online softmax in the
  *           exp2 domain (scale * log2 e folded in), O += P V; writes O and, when asked,
