@@ -3,6 +3,7 @@
  * (ops/cpu/pointwise.h) takes f32 operands with unit-stride last dims (cast:
  * bf16/f16/f32 -> f32); other views, and every view under LM_IMPL_REF, run the
  * reference. */
+#include "ops/alias.h"
 #include "ops/backward_common.h"
 #include "ops/cpu/pointwise.h"
 #include "ops/internal.h"
@@ -167,6 +168,7 @@ lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_t
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_same_shape(op, "x", x, acc));
     LM_TRY(lm__op_check_out(op, "acc", acc));
+    LM_TRY(lm__op_check_alias(op, "acc", acc, "x", x, 1));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));

@@ -179,8 +179,8 @@ static void test_allocating_forms_leak_nothing_when_allocation_fails(void) {
 }
 
 /* The autograd's widened accumulation acc (f32) += x on the CPU: every x float dtype,
- * exact against acc + (double)x rounded once to f32; a transposed x; bad operands are
- * refused with acc untouched. */
+ * exact against acc + (double)x rounded once to f32; a transposed x; bad operands (a
+ * non-f32 acc, another shape, an x overlapping acc) are refused with acc untouched. */
 static void test_add_widened_out_is_exact(void) {
     lt_rng r = lt_rng_seed(9);
     int64_t shape[2] = {5, 7};
@@ -211,6 +211,12 @@ static void test_add_widened_out_is_exact(void) {
     LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(xo)), LM_SHAPE_MISMATCH);
     LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") && strstr(lm_last_error(), "[7, 5]"), "message: %s",
                  lm_last_error());
+    lm_tensor_view shifted; /* x overlapping acc one row down */
+    int64_t rows4[2] = {4, 7};
+    LT_CHECK_OK(lm_tensor_view_init(&shifted, (float *)lm_tensor_data(acc) + 7, LM_F32, lm_device_cpu(), 2, rows4, NULL));
+    lm_tensor_view acc4;
+    LT_CHECK_OK(lm_tensor_view_init(&acc4, lm_tensor_data(acc), LM_F32, lm_device_cpu(), 2, rows4, NULL));
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, &acc4, &shifted), LM_INVALID_ARGUMENT);
     double *after = lt_view_to_f64(lm_tensor_as_view(acc));
     LT_CHECK(memcmp(before, after, 35 * sizeof(double)) == 0);
     free(before), free(after);
