@@ -16,20 +16,14 @@
  */
 #include "ops/cuda/attention_flash.cu"
 #include <vector>
-static lm_tensor_view tv(void *p, lm_dtype dt, int64_t B, int64_t H, int64_t T, int64_t D, int64_t Ht) {
+/* A [B, H, T, D] view of a token-major [B, T, Ht, D] buffer (Ht heads a token). */
+static lm_tensor_view tv(void *p, int64_t B, int64_t H, int64_t T, int64_t D, int64_t Ht) {
+    int64_t shape[4] = {B, H, T, D}, stride[4] = {T * Ht * D, D, Ht * D, 1};
     lm_tensor_view v;
-    memset(&v, 0, sizeof v);
-    v.data = p;
-    v.dtype = dt;
-    v.ndim = 4;
-    v.shape[0] = B;
-    v.shape[1] = H;
-    v.shape[2] = T;
-    v.shape[3] = D;
-    v.stride[0] = T * Ht * D;
-    v.stride[1] = D;
-    v.stride[2] = Ht * D;
-    v.stride[3] = 1; /* token-major */
+    if (lm_tensor_view_init(&v, p, LM_BF16, lm_device_cuda(0), 4, shape, stride) != LM_OK) {
+        fprintf(stderr, "fa_lab: %s\n", lm_last_error());
+        exit(2);
+    }
     return v;
 }
 __global__ void fill(bf16 *p, int64_t n, uint32_t seed, float sc) {
@@ -72,22 +66,15 @@ int main(int argc, char **argv) {
     fill<<<1024, 256>>>(k, nk, 2, 2.f);
     fill<<<1024, 256>>>(v, nk, 3, 1.f);
     fill<<<1024, 256>>>(dO, nq, 4, 1.f);
-    lm_tensor_view Q = tv(q, LM_BF16, B, Hq, T, D, Hq), K = tv(k, LM_BF16, B, Hk, T, D, Hk),
-                   V_ = tv(v, LM_BF16, B, Hk, T, D, Hk);
-    lm_tensor_view O = tv(o, LM_BF16, B, Hq, T, D, Hq), DO = tv(dO, LM_BF16, B, Hq, T, D, Hq);
-    lm_tensor_view DQ = tv(dq, LM_BF16, B, Hq, T, D, Hq), DK = tv(dk, LM_BF16, B, Hk, T, D, Hk),
-                   DV = tv(dv, LM_BF16, B, Hk, T, D, Hk);
+    lm_tensor_view Q = tv(q, B, Hq, T, D, Hq), K = tv(k, B, Hk, T, D, Hk), V_ = tv(v, B, Hk, T, D, Hk);
+    lm_tensor_view O = tv(o, B, Hq, T, D, Hq), DO = tv(dO, B, Hq, T, D, Hq);
+    lm_tensor_view DQ = tv(dq, B, Hq, T, D, Hq), DK = tv(dk, B, Hk, T, D, Hk), DV = tv(dv, B, Hk, T, D, Hk);
+    int64_t lshape[3] = {B, Hq, T};
     lm_tensor_view L;
-    memset(&L, 0, sizeof L);
-    L.data = lse;
-    L.dtype = LM_F32;
-    L.ndim = 3;
-    L.shape[0] = B;
-    L.shape[1] = Hq;
-    L.shape[2] = T;
-    L.stride[0] = Hq * T;
-    L.stride[1] = T;
-    L.stride[2] = 1;
+    if (lm_tensor_view_init(&L, lse, LM_F32, lm_device_cuda(0), 3, lshape, NULL) != LM_OK) {
+        fprintf(stderr, "%s: %s\n", argv[0], lm_last_error());
+        return 2;
+    }
     float scale = 0.125f;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
