@@ -57,18 +57,9 @@ static lm_status accumulate(lm_ag *ag, lm_ag_var *v, lm_tensor *g) {
     return st;
 }
 
-/* buf += x rounded to buf's dtype first (a buffer that is not f32). */
-static lm_status add_cast(lm_ag *ag, const lm_tensor_view *buf, const lm_tensor_view *x) {
-    lm_tensor *tmp = NULL;
-    lm_status st = lm_cast(ag->ctx, x, buf->dtype, &tmp);
-    if (st == LM_OK) st = lm_add_out(ag->ctx, buf, V(tmp), buf);
-    lm_tensor_destroy(tmp);
-    return st;
-}
-
 /* Writes (or adds) the leaf's gradient into its bound buffer; zeros when none came. A
  * gradient of another dtype (a bf16 leaf's, bound to f32) is cast into the buffer, or
- * added widened in one pass (lm__add_widened_out). */
+ * added converted to its dtype (lm__add_widened_out: one pass into f32). */
 static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
     const lm_tensor_view *buf = &v->bound;
     lm_tensor *src = v->grad, *tmp = NULL;
@@ -79,13 +70,12 @@ static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
         src = tmp;
     }
     if (st == LM_OK) {
-        int same = lm_tensor_dtype(src) == buf->dtype;
         if (v->bound_accumulate && v->grad)
-            st = same ? lm_add_out(ag->ctx, buf, V(src), buf)
-                 : buf->dtype == LM_F32 ? lm__add_widened_out(ag->ctx, buf, V(src))
-                                        : add_cast(ag, buf, V(src));
+            st = lm__add_widened_out(ag->ctx, buf, V(src));
+        else if (lm_tensor_dtype(src) == buf->dtype)
+            st = lm_tensor_view_copy(ag->ctx, buf, V(src));
         else
-            st = same ? lm_tensor_view_copy(ag->ctx, buf, V(src)) : lm_cast_out(ag->ctx, V(src), buf);
+            st = lm_cast_out(ag->ctx, V(src), buf);
     }
     lm_tensor_destroy(tmp);
     return st;

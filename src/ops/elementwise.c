@@ -164,7 +164,7 @@ lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_t
     const lm_tensor_view *vs[] = {acc, x};
     static const char *const names[] = {"acc", "x"};
     LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
-    LM_TRY(lm__op_check_dtype(op, "acc", acc, LM_F32));
+    LM_TRY(lm__op_check_float(op, "acc", acc));
     LM_TRY(lm__op_check_float(op, "x", x));
     LM_TRY(lm__op_check_same_shape(op, "x", x, acc));
     LM_TRY(lm__op_check_out(op, "acc", acc));
@@ -172,10 +172,10 @@ lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_t
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->add_widened(acc, x, lm_ctx_stream(ctx));
-    if (x->dtype == LM_F32) return lm_add_out(ctx, acc, x, acc);
+    if (level == LM__LEVEL_CUDA && acc->dtype == LM_F32) return cu->add_widened(acc, x, lm_ctx_stream(ctx));
+    if (x->dtype == acc->dtype) return lm_add_out(ctx, acc, x, acc);
     lm_tensor *tmp = NULL;
-    lm_status st = lm_cast(ctx, x, LM_F32, &tmp);
+    lm_status st = lm_cast(ctx, x, acc->dtype, &tmp);
     if (st == LM_OK) st = lm_add_out(ctx, acc, lm_tensor_as_view(tmp), acc);
     lm_tensor_destroy(tmp);
     return st;

@@ -143,9 +143,10 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
  * LM_UNSUPPORTED naming the operator when the request cannot be met. */
 lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, lm__level *out);
 
-/* elementwise.c: acc (f32) += x, x any float dtype of acc's shape, widened exactly (the
- * autograd's accumulation of a bf16 gradient into its f32 buffer): one pass on CUDA;
- * elsewhere x is cast into a temporary and added by lm_add_out (the tuned f32 add). */
+/* elementwise.c: acc += x, both any float dtype, x of acc's shape, converted to acc's
+ * dtype (the autograd's accumulation of a gradient into its buffer). An f32 acc takes x
+ * widened exactly, in one pass on CUDA; otherwise x of another dtype is cast into a
+ * temporary (rounded to acc's dtype) and added by lm_add_out. */
 lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x);
 
 /* rope.c: the rope parameters against x [B, T, H, D] (NULL checks, style, inv_freq

@@ -251,11 +251,9 @@ static void check_add_widened(lm_dtype xt, int strided) {
     int64_t shape[2] = {17, 24}, sshape[2] = {13, 7};
     const int64_t *sh = strided ? sshape : shape;
     lm_tensor_view ah, ad, xh, xd;
-    ct_pair acc = ct_random(&r, LM_F32, 2, sh, 3.0), x;
+    int64_t tshape[2] = {sh[1], sh[0]}; /* strided: acc is the transpose of a [7, 13] tensor */
+    ct_pair acc = ct_random(&r, LM_F32, 2, strided ? tshape : sh, 3.0), x;
     if (strided) {
-        int64_t tshape[2] = {sh[1], sh[0]};
-        lm_tensor_destroy(acc.h), lm_tensor_destroy(acc.d);
-        acc = ct_random(&r, LM_F32, 2, tshape, 3.0);
         LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(acc.h), 0, 1, &ah));
         ad = ct_mirror(acc.h, &ah, acc.d);
         x = ct_random_reversed(&r, xt, 2, sh, 2.0, &xh, &xd);
@@ -286,16 +284,32 @@ static void test_add_widened(void) {
         for (int strided = 0; strided < 2; strided++) check_add_widened(ct_floats[i], strided);
 }
 
+/* A bf16 acc through the dispatcher: x (f32) rounded to bf16, then the bf16 add, as the
+ * CPU reference does (bf16 gates: the two adds may round a sum differently). */
+static void test_add_widened_into_bf16(void) {
+    lt_rng r = lt_rng_seed(29);
+    int64_t shape[2] = {9, 40};
+    ct_pair acc = ct_random(&r, LM_BF16, 2, shape, 2.0), x = ct_random(&r, LM_F32, 2, shape, 1.0);
+    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(acc.h), lm_tensor_as_view(x.h)));
+    LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(x.d)));
+    ct_check(g_ctx, "lm__add_widened_out bf16 += f32", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h),
+             ct_nmse(LM_BF16), ct_abs(LM_BF16, 3.0));
+    ct_pair_free(&acc), ct_pair_free(&x);
+}
+
 static void test_add_widened_refuses_bad_operands(void) {
     lt_rng r = lt_rng_seed(23);
     int64_t shape[2] = {4, 8}, other[2] = {8, 4};
-    ct_pair acc = ct_random(&r, LM_F32, 2, shape, 1.0), acc16 = ct_random(&r, LM_BF16, 2, shape, 1.0);
+    ct_pair acc = ct_random(&r, LM_F32, 2, shape, 1.0);
     ct_pair x = ct_random(&r, LM_BF16, 2, shape, 1.0), xo = ct_random(&r, LM_BF16, 2, other, 1.0);
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc16.d), lm_tensor_as_view(x.d)), LM_DTYPE_MISMATCH);
+    lm_tensor *i32 = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(ct_gpu, LM_I32, 2, shape, &i32));
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(x.d)), LM_UNSUPPORTED);
+    lm_tensor_destroy(i32);
     LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(xo.d)), LM_SHAPE_MISMATCH);
     LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") != NULL, "message: %s", lm_last_error());
     ct_check(g_ctx, "refused add widened leaves acc", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h), 0.0, 0.0);
-    ct_pair_free(&acc), ct_pair_free(&acc16), ct_pair_free(&x), ct_pair_free(&xo);
+    ct_pair_free(&acc), ct_pair_free(&x), ct_pair_free(&xo);
 }
 
 int main(void) {
@@ -309,6 +323,7 @@ int main(void) {
     LT_RUN(test_cast_int_range_is_checked_first);
     LT_RUN(test_swiglu_packed_matches_reference);
     LT_RUN(test_add_widened);
+    LT_RUN(test_add_widened_into_bf16);
     LT_RUN(test_add_widened_refuses_bad_operands);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);

@@ -179,8 +179,9 @@ static void test_allocating_forms_leak_nothing_when_allocation_fails(void) {
 }
 
 /* The autograd's widened accumulation acc (f32) += x on the CPU: every x float dtype,
- * exact against acc + (double)x rounded once to f32; a transposed x; bad operands (a
- * non-f32 acc, another shape, an x overlapping acc) are refused with acc untouched. */
+ * exact against acc + (double)x rounded once to f32; a transposed x; a bf16 acc takes
+ * x rounded to bf16 first (cast + add, exactly); bad operands (an integer acc, another
+ * shape, an x overlapping acc) are refused with acc untouched. */
 static void test_add_widened_out_is_exact(void) {
     lt_rng r = lt_rng_seed(9);
     int64_t shape[2] = {5, 7};
@@ -206,8 +207,19 @@ static void test_add_widened_out_is_exact(void) {
     int64_t other[2] = {7, 5};
     lm_tensor *acc = lt_random_tensor(&r, LM_F32, 2, shape, 1.0), *b16 = lt_random_tensor(&r, LM_BF16, 2, shape, 1.0);
     lm_tensor *xo = lt_random_tensor(&r, LM_BF16, 2, other, 1.0);
+    { /* bf16 acc += f32 x: x rounded to bf16, then the bf16 add */
+        lm_tensor *x32 = lt_random_tensor(&r, LM_F32, 2, shape, 1.0), *want = NULL, *x16 = NULL;
+        LT_CHECK_OK(lm_cast(g_ctx, lm_tensor_as_view(x32), LM_BF16, &x16));
+        LT_CHECK_OK(lm_add(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(x16), &want));
+        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(x32)));
+        LT_CHECK(memcmp(lm_tensor_data(b16), lm_tensor_data(want), 35 * 2) == 0);
+        lm_tensor_destroy(x32), lm_tensor_destroy(x16), lm_tensor_destroy(want);
+    }
+    lm_tensor *i32 = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_I32, 2, shape, &i32));
     double *before = lt_view_to_f64(lm_tensor_as_view(acc));
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(b16)), LM_DTYPE_MISMATCH);
+    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(b16)), LM_UNSUPPORTED);
+    lm_tensor_destroy(i32);
     LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(xo)), LM_SHAPE_MISMATCH);
     LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") && strstr(lm_last_error(), "[7, 5]"), "message: %s",
                  lm_last_error());
