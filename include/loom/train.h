@@ -190,8 +190,17 @@ LM_API int64_t lm_trainer_step_count(const lm_trainer *t);
  * r x A .. r x A + A - 1 of them, each gradient scaled by 1 / (N x A), and the gradient
  * buffer is summed over the ranks before clipping, so every rank applies the same
  * AdamW update: N ranks with grad_accum A take the steps of one rank with grad_accum
- * N x A, up to the order of the floating-point sums. */
+ * N x A, up to the order of the floating-point sums. On the CPU the sums go through
+ * MPI. With a model on a GPU (one GPU per rank) this joins the ranks in a NCCL
+ * communicator (collective: every rank must call it), and the sums run on the GPUs in
+ * the stream order of the step; when any rank cannot load NCCL (libnccl.so.2, or the
+ * file $LOOM_NCCL_LIBRARY names), every rank sums through page-locked host memory and
+ * MPI instead, and lm_trainer_collectives says so. */
 LM_API lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d);
+/* How the ranks' gradients are summed, for a log line: "none (one rank)", "MPI in host
+ * memory", "NCCL 2.27.3 on the GPUs" or "MPI through page-locked host memory (no
+ * NCCL: why)". Borrowed; lives as long as t. */
+LM_API const char *lm_trainer_collectives(const lm_trainer *t);
 /* ZeRO stage of the data-parallel run: 0 (the default) keeps the whole AdamW state on
  * every rank; 1 shards it: rank r of N owns the contiguous slice r of the flat
  * parameter space (numel / N elements, boundaries rounded down to 16; a slice may cut
@@ -207,7 +216,7 @@ LM_API lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d);
  * other's. One rank at stage 1 is stage 0. Call it on every rank, after
  * lm_trainer_set_dist and before lm_trainer_resume and the first step.
  * LM_INVALID_ARGUMENT for another stage or after a step or resume; LM_UNSUPPORTED
- * for stage 1 on a model that is not on the CPU. */
+ * for stage 1 with ranks on GPUs that sum without NCCL. */
 LM_API lm_status lm_trainer_set_zero(lm_trainer *t, int stage);
 LM_API int lm_trainer_zero_stage(const lm_trainer *t); /* 0 for NULL */
 /* Bytes of optimizer state (the AdamW moments) this rank holds: 8 x numel at stage 0,

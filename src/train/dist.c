@@ -331,3 +331,38 @@ lm_status lm__dist_gather_f32(lm_dist *d, const float *mine, float *full, const 
 #endif
     return LM_OK;
 }
+
+/* ---- the GPU communicator's bootstrap ------------------------------------------------------------- */
+
+lm_status lm__dist_nccl_create(lm_dist *d, lm_device dev, lm__nccl **out) {
+    *out = NULL;
+    int size = lm_dist_size(d), rank = lm_dist_rank(d);
+    /* every rank loads NCCL and they agree before anyone enters the collective init:
+     * the lowest failing rank's number is summed over the ranks as a flag per rank */
+    lm_status mine = lm__nccl_load();
+    char why[256] = "";
+    if (mine != LM_OK) snprintf(why, sizeof why, "%s", lm_last_error());
+    double *failed = lm__calloc((size_t)size, sizeof *failed);
+    if (!failed) return LM_OUT_OF_MEMORY;
+    failed[rank] = mine != LM_OK;
+    lm_status st = lm_dist_allreduce_sum_f64(d, failed, size);
+    int first = -1;
+    for (int r = 0; st == LM_OK && r < size && first < 0; r++)
+        if (failed[r] > 0) first = r;
+    lm__free(failed);
+    LM_TRY(st);
+    if (first >= 0)
+        return mine != LM_OK ? lm__error(LM_UNSUPPORTED, "%s", why)
+                             : lm__error(LM_UNSUPPORTED, "rank %d cannot use NCCL (its error says why)", first);
+    unsigned char id[LM__NCCL_ID_BYTES + 4] = {0}; /* the id, then rank 0's status */
+    if (rank == 0) {
+        int32_t code = (int32_t)lm__nccl_unique_id(id);
+        memcpy(id + LM__NCCL_ID_BYTES, &code, 4);
+    }
+    LM_TRY(lm_dist_broadcast(d, id, sizeof id, 0));
+    int32_t code;
+    memcpy(&code, id + LM__NCCL_ID_BYTES, 4);
+    if (code != LM_OK)
+        return rank == 0 ? (lm_status)code : lm__error((lm_status)code, "rank 0 could not make the NCCL id");
+    return lm__nccl_create(size, rank, id, dev, out);
+}

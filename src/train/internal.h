@@ -118,4 +118,35 @@ lm_status lm__dist_allgather_f32(lm_dist *d, float *buf, const int64_t *bounds);
  * only read on rank 0 (may be NULL elsewhere). */
 lm_status lm__dist_gather_f32(lm_dist *d, const float *mine, float *full, const int64_t *bounds);
 
+/* ---- dist_cuda.c (dist_nocuda.c without CUDA or nccl.h): collectives on GPU buffers ---- */
+/* A NCCL communicator of n ranks, one GPU each (a rank's buffers live on its GPU).
+ * NCCL is loaded at the first call (libnccl.so.2 or $LOOM_NCCL_LIBRARY); every entry
+ * point answers LM_UNSUPPORTED, saying why, when it cannot be. Collectives are queued
+ * on ctx's stream (ctx on the communicator's GPU) and return without waiting; every
+ * rank must call them in the same order. */
+typedef struct lm__nccl lm__nccl;
+#define LM__NCCL_ID_BYTES 128
+/* Loads NCCL (LM_OK when it can be used here). */
+lm_status lm__nccl_load(void);
+/* NCCL's version number (e.g. 22703 for 2.27.3), 0 when it is not loaded. */
+int lm__nccl_version(void);
+/* The id one rank makes and every rank passes to lm__nccl_create. */
+lm_status lm__nccl_unique_id(unsigned char id[LM__NCCL_ID_BYTES]);
+/* Joins the communicator as `rank` of `nranks` on GPU dev (collective: blocks until
+ * every rank has joined). */
+lm_status lm__nccl_create(int nranks, int rank, const unsigned char id[LM__NCCL_ID_BYTES], lm_device dev,
+                          lm__nccl **out);
+void lm__nccl_destroy(lm__nccl *c);
+/* buf[0, n) = its sum over the ranks, in place. */
+lm_status lm__nccl_allreduce_f32(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n);
+/* The ZeRO-1 pair over slices (bounds as above, any sizes): this rank's slice of buf
+ * becomes its sum over the ranks (the rest of buf is left as it was); then every
+ * rank's slice is copied into every other rank's buf. */
+lm_status lm__nccl_reduce_scatter_f32(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds);
+lm_status lm__nccl_allgather_f32(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds);
+/* dist.c: the communicator of d's ranks on dev. Every rank first loads NCCL and they
+ * agree: when any rank cannot, every rank returns LM_UNSUPPORTED (naming the rank and
+ * the reason) and none is left waiting; then rank 0 makes the id and broadcasts it. */
+lm_status lm__dist_nccl_create(lm_dist *d, lm_device dev, lm__nccl **out);
+
 #endif

@@ -22,7 +22,9 @@
  * the replicated ones; the norm is rounded to f32 from a double sum as the unsharded
  * one is. Checkpoints keep the one format: rank 0 gathers the moments to write them,
  * and a resuming rank reads its slice, so either setting and any rank count resume
- * the other's checkpoints. Host memory only (the CPU device) for now.
+ * the other's checkpoints. GPU ranks run these collectives through NCCL on the
+ * compute stream (train/dist_cuda.c); without NCCL, GPU ranks all-reduce through
+ * page-locked host memory and ZeRO-1 is refused there.
  * Everything the next step depends on (weights, moments, step, data position) is in
  * a checkpoint, so a resumed run replays the same steps bit for bit.
  *
@@ -61,6 +63,7 @@
  */
 #define _GNU_SOURCE /* renameat2 and RENAME_EXCHANGE in <stdio.h> (glibc 2.28+) */
 #include "train/internal.h"
+#include "runtime/internal.h"
 
 #include "loom/io_write.h"
 #include "loom/trace.h"
@@ -86,7 +89,9 @@ struct lm_trainer {
     int32_t *ids, *targets; /* [batch * seq] host micro-batch */
     int64_t saves;          /* lm_trainer_save calls so far (LOOM_TEST_KILL_AT counts them) */
     lm_dist *dist;          /* borrowed; NULL: a single process */
-    float *stage;           /* [numel] page-locked host copy of the gradients (device models with ranks) */
+    float *stage;           /* [numel] page-locked host copy of the gradients (device models with ranks, no NCCL) */
+    lm__nccl *nccl;         /* the ranks' GPU communicator (CUDA models with ranks, when NCCL loads) */
+    char collectives[320];  /* how the ranks' sums are taken (lm_trainer_collectives) */
     int zero;               /* ZeRO stage: 0 = replicated optimizer state, 1 = sharded over the ranks */
     int64_t *bounds;        /* [ranks + 1] ZeRO-1 slices of the flat parameters, rank r's
                              * [bounds[r], bounds[r + 1]); NULL at stage 0 */
@@ -140,6 +145,7 @@ void lm_trainer_destroy(lm_trainer *t) {
     if (!t) return;
     lm__free(t->bounds);
     if (t->stage) lm_host_free(t->model->device, t->stage);
+    lm__nccl_destroy(t->nccl);
     lm_optimizer_destroy(t->opt);
     lm__free(t->ids);
     lm__free(t->targets);
@@ -163,7 +169,28 @@ lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d) {
         return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_dist: the ZeRO-1 slices cannot change after the first "
                                               "step or a resume");
     t->dist = d;
+    lm__nccl_destroy(t->nccl);
+    t->nccl = NULL;
+    if (lm_dist_size(d) == 1) {
+        snprintf(t->collectives, sizeof t->collectives, "none (one rank)");
+    } else if (lm__device_host_addressable(t->model->device)) {
+        snprintf(t->collectives, sizeof t->collectives, "MPI in host memory");
+    } else { /* a GPU per rank: NCCL when every rank can load it, else MPI through host memory */
+        lm_status st = lm__dist_nccl_create(d, t->model->device, &t->nccl);
+        if (st == LM_OK)
+            snprintf(t->collectives, sizeof t->collectives, "NCCL %d.%d.%d on the GPUs", lm__nccl_version() / 10000,
+                     lm__nccl_version() / 100 % 100, lm__nccl_version() % 100);
+        else if (st == LM_UNSUPPORTED)
+            snprintf(t->collectives, sizeof t->collectives, "MPI through page-locked host memory (no NCCL: %s)",
+                     lm_last_error());
+        else
+            return st;
+    }
     return t->zero ? lm_trainer_set_zero(t, t->zero) : LM_OK;
+}
+
+const char *lm_trainer_collectives(const lm_trainer *t) {
+    return t && t->collectives[0] ? t->collectives : "none (one rank)";
 }
 
 /* Slice boundaries of n elements over k ranks: r x n / k rounded down to 16 floats
@@ -179,11 +206,11 @@ lm_status lm_trainer_set_zero(lm_trainer *t, int stage) {
         return lm__error(LM_INVALID_ARGUMENT, "ZeRO stage %d is not supported (0: optimizer state replicated on every "
                                               "rank, 1: sharded over the ranks)",
                          stage);
-    if (stage == 1 && t->model->device.type != LM_DEVICE_CPU) { /* the collectives use host pointers */
+    if (stage == 1 && lm_dist_size(t->dist) > 1 && !lm__device_host_addressable(t->model->device) && !t->nccl) {
         char dev[32];
-        return lm__error(LM_UNSUPPORTED, "ZeRO stage 1 (sharded optimizer state) runs on the CPU only for now; this "
-                                         "model is on %s (train it with ZeRO stage 0)",
-                         lm_device_format(t->model->device, dev, sizeof dev));
+        return lm__error(LM_UNSUPPORTED, "ZeRO stage 1 (sharded optimizer state) on %s needs NCCL, and the ranks sum "
+                                         "through %s (train with ZeRO stage 0)",
+                         lm_device_format(t->model->device, dev, sizeof dev), lm_trainer_collectives(t));
     }
     if (lm_trainer_step_count(t) > 0)
         return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_zero: call it before the first step and before a resume");
@@ -217,7 +244,9 @@ int64_t lm_trainer_optimizer_state_bytes(const lm_trainer *t) {
  * the global norm comes from the per-slice sums of squares (double, summed over the
  * ranks, then rounded to f32 as lm_train_model_grad_norm's operator rounds). */
 static lm_status zero_reduce(lm_trainer *t, lm_ctx *ctx, double *loss, double *norm) {
-    LM_TRY(lm__dist_reduce_scatter_f32(t->dist, lm_tensor_data(t->model->flat_grad), t->bounds));
+    float *grad = lm_tensor_data(t->model->flat_grad);
+    if (t->nccl) LM_TRY(lm__nccl_reduce_scatter_f32(t->nccl, ctx, grad, t->bounds));
+    else LM_TRY(lm__dist_reduce_scatter_f32(t->dist, grad, t->bounds));
     double sums[2] = {*loss, 0}; /* one all-reduce for the loss and the sum of squares */
     LM_TRY(lm__optimizer_grad_sumsq(t->opt, ctx, &sums[1]));
     LM_TRY(lm_dist_allreduce_sum_f64(t->dist, sums, 2));
@@ -256,7 +285,10 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     } else {
         if (lm_dist_size(t->dist) > 1) {
             tr = lm_trace_begin();
-            LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
+            if (t->nccl)
+                LM_TRY(lm__nccl_allreduce_f32(t->nccl, ctx, lm_tensor_data(t->model->flat_grad), t->model->numel));
+            else
+                LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
             LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &loss, 1));
             lm_ag_profile_mark(ctx, "step ", "allreduce");
             lm_trace_end(tr, "train", "allreduce", NULL);
@@ -277,7 +309,8 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     lm_trace_end(tr, "train", "optimizer", NULL);
     if (t->bounds && lm_dist_size(t->dist) > 1) { /* every rank's updated slice to every rank */
         tr = lm_trace_begin();
-        LM_TRY(lm__dist_allgather_f32(t->dist, lm_tensor_data(t->model->flat), t->bounds));
+        if (t->nccl) LM_TRY(lm__nccl_allgather_f32(t->nccl, ctx, lm_tensor_data(t->model->flat), t->bounds));
+        else LM_TRY(lm__dist_allgather_f32(t->dist, lm_tensor_data(t->model->flat), t->bounds));
         lm_ag_profile_mark(ctx, "step ", "allgather");
         lm_trace_end(tr, "train", "allgather", NULL);
     }
@@ -420,27 +453,33 @@ static lm_status remove_replaced(const lm_trainer *t, const char *dir) {
 static lm_status save(lm_trainer *t, lm_ctx *ctx, const char *dir, const char *tokenizer_path, const lm_tensor *m1,
                       const lm_tensor *m2);
 
-/* ZeRO-1: every rank's moment slices gathered into whole [numel] moments on rank 0
- * (*m1, *m2; NULL elsewhere; 8 bytes a parameter there while the checkpoint is
- * written). Rank 0's allocation outcome is shared first, so a failure is every rank's
- * before anyone enters the gather. */
-static lm_status gather_moments(lm_trainer *t, lm_tensor **m1, lm_tensor **m2) {
+/* ZeRO-1: every rank's moment slices gathered into whole [numel] moments in rank 0's
+ * host memory (*m1, *m2; NULL elsewhere; 8 bytes a parameter there while the
+ * checkpoint is written). A GPU's slices are copied to the host first. Whether every
+ * rank allocated and staged what it needs is summed over the ranks first, so a
+ * failure is every rank's before anyone enters the gathers. */
+static lm_status gather_moments(lm_trainer *t, lm_ctx *ctx, lm_tensor **m1, lm_tensor **m2) {
     *m1 = *m2 = NULL;
     lm_status st = LM_OK;
     int rank0 = lm_dist_rank(t->dist) == 0;
     if (rank0) {
-        st = lm_tensor_create(t->model->device, LM_F32, 1, &t->model->numel, m1);
-        if (st == LM_OK) st = lm_tensor_create(t->model->device, LM_F32, 1, &t->model->numel, m2);
+        st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, &t->model->numel, m1);
+        if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, 1, &t->model->numel, m2);
     }
-    int32_t code = (int32_t)st;
-    lm_status bst = lm_dist_broadcast(t->dist, &code, sizeof code, 0);
-    if (bst == LM_OK && code == LM_OK) bst = lm__dist_gather_f32(t->dist, lm_tensor_data(t->opt->m1),
-                                                                  rank0 ? lm_tensor_data(*m1) : NULL, t->bounds);
-    if (bst == LM_OK && code == LM_OK) bst = lm__dist_gather_f32(t->dist, lm_tensor_data(t->opt->m2),
-                                                                  rank0 ? lm_tensor_data(*m2) : NULL, t->bounds);
-    if (bst == LM_OK && code != LM_OK && !rank0)
-        bst = lm__error((lm_status)code, "rank 0 cannot hold the gathered optimizer moments");
+    lm_tensor *own[2] = {t->opt->m1, t->opt->m2}, *host[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && st == LM_OK; k++)
+        if (!lm__device_host_addressable(lm_tensor_device(own[k])))
+            st = lm_tensor_to_device(ctx, own[k], lm_device_cpu(), &host[k]);
+    double any = st != LM_OK; /* any rank's failure, so every rank skips the gathers together */
+    lm_status bst = lm_dist_allreduce_sum_f64(t->dist, &any, 1);
+    lm_tensor *full[2] = {*m1, *m2};
+    for (int k = 0; k < 2 && bst == LM_OK && any == 0; k++)
+        bst = lm__dist_gather_f32(t->dist, lm_tensor_data(host[k] ? host[k] : own[k]),
+                                  rank0 ? lm_tensor_data(full[k]) : NULL, t->bounds);
+    if (bst == LM_OK && any > 0 && st == LM_OK)
+        bst = lm__error(LM_OUT_OF_MEMORY, "another rank cannot stage its optimizer moments for the checkpoint");
     if (bst == LM_OK) bst = st;
+    lm_tensor_destroy(host[0]), lm_tensor_destroy(host[1]);
     if (bst != LM_OK) {
         lm_tensor_destroy(*m1), lm_tensor_destroy(*m2);
         *m1 = *m2 = NULL;
@@ -458,7 +497,7 @@ lm_status lm_trainer_save(lm_trainer *t, lm_ctx *ctx, const char *dir, const cha
         const lm_tensor *bufs[3] = {t->model->flat, t->opt->m1, t->opt->m2};
         LM_TRY(lm__dist_check_replicas(t->dist, ctx, bufs, t->bounds ? 1 : 3));
     }
-    if (t->bounds && lm_dist_size(t->dist) > 1) LM_TRY(gather_moments(t, &full1, &full2));
+    if (t->bounds && lm_dist_size(t->dist) > 1) LM_TRY(gather_moments(t, ctx, &full1, &full2));
     if (lm_dist_rank(t->dist) == 0)
         st = save(t, ctx, dir, tokenizer_path, full1 ? full1 : t->opt->m1, full2 ? full2 : t->opt->m2);
     lm_tensor_destroy(full1);

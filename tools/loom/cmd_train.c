@@ -472,6 +472,7 @@ static int report_optimizer_state(session *s) {
     else
         note("optimizer state: %.3f MiB per rank (%.0f bytes, replicated on each of %d rank%s)\n", most / mib, most, n,
              n == 1 ? "" : "s");
+    if (n > 1) note("gradients summed over the ranks by %s\n", lm_trainer_collectives(s->trainer));
     return 0;
 }
 
