@@ -29,6 +29,9 @@ struct lm__cuda_nd {
     int contig_ndim;             /* ndim when the view is row-major contiguous, else -1 */
 };
 
+/* 1 when p is 16-byte aligned (what the vector paths' 16-byte loads and stores need). */
+static inline int lm__cuda_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 static inline lm__cuda_nd lm__cuda_nd_of(const lm_tensor_view *v) {
     lm__cuda_nd d;
     memset(&d, 0, sizeof d);

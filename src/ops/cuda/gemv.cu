@@ -109,7 +109,7 @@ static lm_status launch_in(const lm__cuda_gemv_params *p, cudaStream_t s) {
 lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
     int wpv = p->wf == LM__CUDA_GEMV_I4 ? 32 : p->wf == LM__CUDA_GEMV_BF16 ? 8 : 16;
     if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % wpv != 0 || p->ldx % 4 != 0 || p->ldw % 16 != 0 ||
-        ((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15) || (p->wf == LM__CUDA_GEMV_I4 && p->group % 32 != 0))
+        !lm__cuda_aligned16(p->w) || !lm__cuda_aligned16(p->x) || (p->wf == LM__CUDA_GEMV_I4 && p->group % 32 != 0))
         return lm__error(LM_UNSUPPORTED,
                          "linear_gemv: M = %d (1..%d), K = %lld (a multiple of %d), int4 group %d or alignment "
                          "not supported",

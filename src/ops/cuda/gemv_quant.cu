@@ -292,7 +292,6 @@ __global__ void linear_quant_readable(qparams p, int f) {
 
 /* ---- the launcher ---------------------------------------------------------------------------- */
 static int unit_last(const lm_tensor_view *v) { return v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
-static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15) == 0; }
 
 lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                                 const lm_tensor_view *bias, const lm_linear_params *lp, const lm_tensor_view *out,
@@ -317,12 +316,12 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
     /* The tuned kernels: unit stride along K and N, 16-byte aligned weight rows, dense
      * scales along K, f32 out. */
     int tuned = K > 0 && out->dtype == LM_F32 && unit_last(x) && unit_last(w) && unit_last(out) &&
-                (sc->ndim == 1 || unit_last(sc)) && aligned16(w->data) && p.ldw % 16 == 0 &&
+                (sc->ndim == 1 || unit_last(sc)) && lm__cuda_aligned16(w->data) && p.ldw % 16 == 0 &&
                 (!bias || unit_last(bias)) && (lp->input != LM_LINEAR_IN_RMSNORM || unit_last(lp->norm_weight));
     if (tuned) p.xs1 = 1, p.os1 = 1, p.ws1 = 1, p.nws = 1, p.bs = 1, p.ss1 = 1;
     int wpv = f == Q_I4 ? 32 : 16;
-    int gemv = tuned && M <= LM__CUDA_GEMV_MAX_ROWS && K % wpv == 0 && p.ldx % 4 == 0 && aligned16(x->data) &&
-               (lp->input != LM_LINEAR_IN_RMSNORM || aligned16(lp->norm_weight->data));
+    int gemv = tuned && M <= LM__CUDA_GEMV_MAX_ROWS && K % wpv == 0 && p.ldx % 4 == 0 && lm__cuda_aligned16(x->data) &&
+               (lp->input != LM_LINEAR_IN_RMSNORM || lm__cuda_aligned16(lp->norm_weight->data));
     if (gemv) {
         lm__cuda_gemv_params gp;
         memset(&gp, 0, sizeof gp);
@@ -334,7 +333,7 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
         return lm__cuda_linear_gemv(&gp, s);
     }
     void *ws = lp->workspace ? lp->workspace->data : NULL;
-    if (tuned && ws && aligned16(ws) && K % wpv == 0) /* linear.c checked the workspace's size */
+    if (tuned && ws && lm__cuda_aligned16(ws) && K % wpv == 0) /* linear.c checked the workspace's size */
         return run_workspace(blas, &p, f, ws, (size_t)lm_tensor_view_numel(lp->workspace) *
                                                   lm_dtype_size(lp->workspace->dtype), s);
     if (tuned && K % TK == 0) {

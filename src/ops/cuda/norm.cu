@@ -167,7 +167,7 @@ static lm_status norm_vec(const lm_tensor_view *x, const lm_tensor_view *residua
     if (D % vec != 0 || D > (int64_t)(NF_THREADS / 32) * 32 * NF_MAX_NV * vec) return LM_UNSUPPORTED;
     if (!rows_vec_ok(x) || !rows_vec_ok(out) || (residual && (!rows_vec_ok(residual) || !rows_vec_ok(sum_out))))
         return LM_UNSUPPORTED;
-    if (((uintptr_t)weight->data & 15) != 0 || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
+    if (!lm__cuda_aligned16(weight->data) || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
     int tw, nv;
     rows_team(D / vec, NF_MAX_NV, &tw, &nv);
     int64_t teams = (NF_THREADS / 32) / tw, blocks = (rows + teams - 1) / teams;

@@ -262,7 +262,7 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
     if (D % vec != 0 || D > (int64_t)(NB_THREADS / 32) * 32 * NB_MAX_NV * vec) return LM_UNSUPPORTED;
     if (!rows_vec_ok(x) || !rows_vec_ok(dout) || (dsum && !rows_vec_ok(dsum))) return LM_UNSUPPORTED;
     if (dx && (!rows_vec_ok(dx) || (dx->dtype != x->dtype && dx->dtype != LM_F32))) return LM_UNSUPPORTED;
-    if (((uintptr_t)weight->data & 15) != 0 || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
+    if (!lm__cuda_aligned16(weight->data) || (D > 1 && weight->stride[0] != 1)) return LM_UNSUPPORTED;
     int64_t nvec = D / vec;
     int tw, nv;
     rows_team(nvec, NB_MAX_NV, &tw, &nv);

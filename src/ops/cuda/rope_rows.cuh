@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_rows_vec_kernel(const T *x,
  * on a 16-byte boundary (data and the b, t, h strides multiples of the vector). */
 static inline int rope_rows_vec_ok(const lm_tensor_view *v, int64_t half) {
     int64_t vec = 16 / (int64_t)lm_dtype_size(v->dtype);
-    if (((uintptr_t)v->data & 15) != 0 || v->stride[3] != 1 || half % vec != 0) return 0;
+    if (!lm__cuda_aligned16(v->data) || v->stride[3] != 1 || half % vec != 0) return 0;
     for (int i = 0; i < 3; i++)
         if (v->shape[i] > 1 && v->stride[i] % vec != 0) return 0;
     return 1;

@@ -77,7 +77,7 @@ static inline lm__cuda_nd rows_flat(const lm_tensor_view *v) {
 /* v's rows start on 16-byte boundaries and each row's D elements are contiguous. */
 static inline int rows_vec_ok(const lm_tensor_view *v) {
     size_t es = lm_dtype_size(v->dtype);
-    if (((uintptr_t)v->data & 15) != 0) return 0;
+    if (!lm__cuda_aligned16(v->data)) return 0;
     if (v->shape[v->ndim - 1] > 1 && v->stride[v->ndim - 1] != 1) return 0;
     for (int i = 0; i < v->ndim - 1; i++)
         if (v->shape[i] > 1 && ((size_t)v->stride[i] * es) % 16 != 0) return 0;
