@@ -18,6 +18,7 @@
 
 #include <cublasLt.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct lt_problem {
@@ -182,6 +183,20 @@ static int fastest_scratch(const lm__cuda_blas *blas, const lt_problem *p, lt_de
     return best;
 }
 
+/* Whether plans are timed (the default) or take cuBLASLt's first heuristic choice
+ * (LOOM_GEMM_AUTOTUNE=0): timing picks the fastest kernel on this GPU at this moment, so
+ * two processes (two runs, or the ranks of one) may pick different kernels for the same
+ * GEMM and round differently; the heuristic's choice depends only on the problem and
+ * the GPU, so such runs compute the same bits. */
+static int autotune(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOOM_GEMM_AUTOTUNE");
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on;
+}
+
 /* The cached plan of problem p, built on first use: descriptors, then the fastest of
  * the heuristic's first CANDIDATES algorithms on these operands. Called with g_mu held. */
 #define CANDIDATES 24
@@ -209,7 +224,9 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
         descs_destroy(&d);
         return st;
     }
-    int best = p->accumulate ? fastest_scratch(blas, p, &d, res, n, A, B, s) : fastest(blas, &d, res, n, A, B, C, 0.f, s);
+    int best = !autotune() ? 0
+               : p->accumulate ? fastest_scratch(blas, p, &d, res, n, A, B, s)
+                               : fastest(blas, &d, res, n, A, B, C, 0.f, s);
     lt_plan *pl;
     if (g_nplans < LT_CACHE) {
         pl = &g_plans[g_nplans++];
