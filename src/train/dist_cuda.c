@@ -54,8 +54,10 @@ static void load_once(void) {
     nccl.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!nccl.lib) {
         const char *why = dlerror();
-        snprintf(nccl.error, sizeof nccl.error, "NCCL could not be loaded (%s); install NCCL or name its library in "
-                 "LOOM_NCCL_LIBRARY", why ? why : path);
+        snprintf(nccl.error, sizeof nccl.error,
+                 "NCCL could not be loaded (%s); install NCCL or name its library in "
+                 "LOOM_NCCL_LIBRARY",
+                 why ? why : path);
         return;
     }
     struct {
@@ -63,12 +65,18 @@ static void load_once(void) {
         const char *name;
         int optional;
     } syms[] = {
-        {(void **)&nccl.get_version, "ncclGetVersion", 0},     {(void **)&nccl.get_unique_id, "ncclGetUniqueId", 0},
-        {(void **)&nccl.comm_init_rank, "ncclCommInitRank", 0}, {(void **)&nccl.comm_destroy, "ncclCommDestroy", 0},
-        {(void **)&nccl.comm_abort, "ncclCommAbort", 0},       {(void **)&nccl.all_reduce, "ncclAllReduce", 0},
-        {(void **)&nccl.reduce, "ncclReduce", 0},              {(void **)&nccl.broadcast, "ncclBroadcast", 0},
-        {(void **)&nccl.group_start, "ncclGroupStart", 0},     {(void **)&nccl.group_end, "ncclGroupEnd", 0},
-        {(void **)&nccl.error_string, "ncclGetErrorString", 0}, {(void **)&nccl.last_error, "ncclGetLastError", 1},
+        {(void **)&nccl.get_version, "ncclGetVersion", 0},
+        {(void **)&nccl.get_unique_id, "ncclGetUniqueId", 0},
+        {(void **)&nccl.comm_init_rank, "ncclCommInitRank", 0},
+        {(void **)&nccl.comm_destroy, "ncclCommDestroy", 0},
+        {(void **)&nccl.comm_abort, "ncclCommAbort", 0},
+        {(void **)&nccl.all_reduce, "ncclAllReduce", 0},
+        {(void **)&nccl.reduce, "ncclReduce", 0},
+        {(void **)&nccl.broadcast, "ncclBroadcast", 0},
+        {(void **)&nccl.group_start, "ncclGroupStart", 0},
+        {(void **)&nccl.group_end, "ncclGroupEnd", 0},
+        {(void **)&nccl.error_string, "ncclGetErrorString", 0},
+        {(void **)&nccl.last_error, "ncclGetLastError", 1},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(nccl.lib, syms[i].name);
@@ -90,19 +98,31 @@ lm_status lm__nccl_load(void) {
 
 static lm_status nccl_fail(ncclResult_t rc, ncclComm_t comm, const char *what) {
     const char *detail = comm && nccl.last_error ? nccl.last_error(comm) : NULL;
-    return lm__error(rc == ncclSystemError || rc == ncclRemoteError ? LM_IO_ERROR : LM_DEVICE_ERROR, "NCCL: %s failed: %s%s%s",
-                     what, nccl.error_string(rc), detail && *detail ? ": " : "", detail && *detail ? detail : "");
+    return lm__error(rc == ncclSystemError || rc == ncclRemoteError ? LM_IO_ERROR : LM_DEVICE_ERROR,
+                     "NCCL: %s failed: %s%s%s", what, nccl.error_string(rc), detail && *detail ? ": " : "",
+                     detail && *detail ? detail : "");
 }
-#define NCCL_TRY(call, comm, what)                                                                                 \
-    do {                                                                                                           \
-        ncclResult_t nccl_rc_ = (call);                                                                            \
-        if (nccl_rc_ != ncclSuccess) return nccl_fail(nccl_rc_, comm, what);                                       \
+#define NCCL_TRY(call, comm, what)                                                                                     \
+    do {                                                                                                               \
+        ncclResult_t nccl_rc_ = (call);                                                                                \
+        if (nccl_rc_ != ncclSuccess) return nccl_fail(nccl_rc_, comm, what);                                           \
     } while (0)
 
 struct lm__nccl {
     ncclComm_t comm;
     int rank, size, device;
+    cudaStream_t side; /* the overlapped all-reduces' stream (made at the first) */
 };
+
+/* Work queued on `to` after this call waits for what is queued on `from` so far. */
+static lm_status order_after(cudaStream_t to, cudaStream_t from) {
+    cudaEvent_t e;
+    LM_TRY(lm__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    lm_status st = lm__cuda_check(cudaEventRecord(e, from), "cudaEventRecord");
+    if (st == LM_OK) st = lm__cuda_check(cudaStreamWaitEvent(to, e, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(e); /* released once the wait has passed it */
+    return st;
+}
 
 lm_status lm__nccl_unique_id(unsigned char id[LM__NCCL_ID_BYTES]) {
     LM_TRY(lm__nccl_load());
@@ -137,6 +157,10 @@ lm_status lm__nccl_create(int nranks, int rank, const unsigned char id[LM__NCCL_
 void lm__nccl_destroy(lm__nccl *c) {
     if (!c) return;
     if (c->comm) nccl.comm_destroy(c->comm);
+    if (c->side) {
+        cudaStreamSynchronize(c->side);
+        cudaStreamDestroy(c->side);
+    }
     lm__free(c);
 }
 
@@ -154,42 +178,47 @@ static lm_status stream_of(const lm__nccl *c, lm_ctx *ctx, cudaStream_t *s) {
     return lm__cuda_check(cudaSetDevice(c->device), "cudaSetDevice");
 }
 
-lm_status lm__nccl_allreduce_f32(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n) {
+lm_status lm__nccl_allreduce_f32_overlapped(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n) {
     cudaStream_t s;
     LM_TRY(stream_of(c, ctx, &s));
     if (n <= 0) return LM_OK;
-    NCCL_TRY(nccl.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, c->comm, s), c->comm, "ncclAllReduce");
+    if (!c->side)
+        LM_TRY(lm__cuda_check(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    LM_TRY(order_after(c->side, s));
+    NCCL_TRY(nccl.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, c->comm, c->side), c->comm, "ncclAllReduce");
+    return LM_OK;
+}
+
+lm_status lm__nccl_join(lm__nccl *c, lm_ctx *ctx) {
+    cudaStream_t s;
+    LM_TRY(stream_of(c, ctx, &s));
+    return c->side ? order_after(s, c->side) : LM_OK;
+}
+
+/* One reduce (to its owner) or broadcast (from its owner) per slice, in one group. */
+static lm_status per_slice(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds, int broadcast) {
+    cudaStream_t s;
+    LM_TRY(stream_of(c, ctx, &s));
+    NCCL_TRY(nccl.group_start(), c->comm, "ncclGroupStart");
+    ncclResult_t rc = ncclSuccess;
+    for (int r = 0; r < c->size && rc == ncclSuccess; r++) {
+        float *slice = buf + bounds[r];
+        size_t count = (size_t)(bounds[r + 1] - bounds[r]);
+        if (count && broadcast)
+            rc = nccl.broadcast(slice, slice, count, ncclFloat32, r, c->comm, s);
+        else if (count)
+            rc = nccl.reduce(slice, slice, count, ncclFloat32, ncclSum, r, c->comm, s);
+    }
+    ncclResult_t end = nccl.group_end();
+    if (rc != ncclSuccess) return nccl_fail(rc, c->comm, broadcast ? "ncclBroadcast" : "ncclReduce");
+    if (end != ncclSuccess) return nccl_fail(end, c->comm, "ncclGroupEnd");
     return LM_OK;
 }
 
 lm_status lm__nccl_reduce_scatter_f32(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds) {
-    cudaStream_t s;
-    LM_TRY(stream_of(c, ctx, &s));
-    NCCL_TRY(nccl.group_start(), c->comm, "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
-    for (int r = 0; r < c->size && rc == ncclSuccess; r++) {
-        float *slice = buf + bounds[r];
-        size_t count = (size_t)(bounds[r + 1] - bounds[r]);
-        if (count) rc = nccl.reduce(slice, slice, count, ncclFloat32, ncclSum, r, c->comm, s);
-    }
-    ncclResult_t end = nccl.group_end();
-    if (rc != ncclSuccess) return nccl_fail(rc, c->comm, "ncclReduce");
-    if (end != ncclSuccess) return nccl_fail(end, c->comm, "ncclGroupEnd");
-    return LM_OK;
+    return per_slice(c, ctx, buf, bounds, 0);
 }
 
 lm_status lm__nccl_allgather_f32(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds) {
-    cudaStream_t s;
-    LM_TRY(stream_of(c, ctx, &s));
-    NCCL_TRY(nccl.group_start(), c->comm, "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
-    for (int r = 0; r < c->size && rc == ncclSuccess; r++) {
-        float *slice = buf + bounds[r];
-        size_t count = (size_t)(bounds[r + 1] - bounds[r]);
-        if (count) rc = nccl.broadcast(slice, slice, count, ncclFloat32, r, c->comm, s);
-    }
-    ncclResult_t end = nccl.group_end();
-    if (rc != ncclSuccess) return nccl_fail(rc, c->comm, "ncclBroadcast");
-    if (end != ncclSuccess) return nccl_fail(end, c->comm, "ncclGroupEnd");
-    return LM_OK;
+    return per_slice(c, ctx, buf, bounds, 1);
 }

@@ -24,8 +24,13 @@ lm_status lm__nccl_create(int nranks, int rank, const unsigned char id[LM__NCCL_
 void lm__nccl_destroy(lm__nccl *c) { (void)c; }
 int lm__nccl_version(void) { return 0; }
 
-lm_status lm__nccl_allreduce_f32(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n) {
+lm_status lm__nccl_allreduce_f32_overlapped(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n) {
     (void)c, (void)ctx, (void)buf, (void)n;
+    return no_nccl();
+}
+
+lm_status lm__nccl_join(lm__nccl *c, lm_ctx *ctx) {
+    (void)c, (void)ctx;
     return no_nccl();
 }
 

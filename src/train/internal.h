@@ -11,6 +11,7 @@
 #define LOOM_TRAIN_INTERNAL_H
 
 #include "base/internal.h"
+#include "loom/graph.h"
 #include "loom/train.h"
 
 typedef struct lm__tparam {
@@ -36,6 +37,16 @@ struct lm_train_model {
     lm_tensor *flat_low;         /* [numel] bf16 copy of flat under bf16 compute; NULL: f32 compute */
     int embed, head;             /* parameter indices; head == embed when tied */
     lm_tensor *inv_freq;         /* [head_dim / 2] f32 on device */
+    /* step.c: what one step builds and the next can reuse (the shape, compute dtype
+     * and output it was made for; rebuilt when one changes): the prepared training
+     * graph per output (loss, all logits) and the [B, T] positions on the device */
+    struct lm__train_cached_graph {
+        lm_graph *g;
+        int B;
+        int64_t T;
+        lm_dtype dt;
+    } graphs[2];
+    lm_tensor *positions;
 };
 
 /* The optimizer updates the elements [lo, hi) of the flat parameter space: all of it
@@ -69,6 +80,15 @@ lm_status lm__optimizer_grad_sumsq(const lm_optimizer *o, lm_ctx *ctx, double *s
 /* ---- model.c ---- */
 /* Index of the parameter called name, or -1. */
 int lm__train_find(const lm_train_model *m, const char *name);
+/* step.c: lm_train_model_forward_backward that also calls done(user, i) once per
+ * parameter i during the backward, right after the last contribution to its gradient
+ * was queued (in the order the backward finishes them; the buffer holds the final
+ * gradient once the work queued so far has run). done NULL: none. A non-OK status
+ * from done aborts the backward. */
+typedef lm_status (*lm__param_done_fn)(void *user, int param);
+lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx, const int32_t *ids,
+                                                  const int32_t *targets, int B, int64_t T, float grad_scale,
+                                                  float *loss, lm__param_done_fn done, void *user);
 
 /* ---- state.c: train_state.bin ---- */
 typedef struct lm__train_state {
@@ -137,8 +157,11 @@ lm_status lm__nccl_unique_id(unsigned char id[LM__NCCL_ID_BYTES]);
 lm_status lm__nccl_create(int nranks, int rank, const unsigned char id[LM__NCCL_ID_BYTES], lm_device dev,
                           lm__nccl **out);
 void lm__nccl_destroy(lm__nccl *c);
-/* buf[0, n) = its sum over the ranks, in place. */
-lm_status lm__nccl_allreduce_f32(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n);
+/* buf[0, n) = its sum over the ranks, in place, on the communicator's own stream after
+ * the work queued on ctx's stream so far (so it overlaps what ctx queues next);
+ * lm__nccl_join makes ctx's stream wait for every such all-reduce queued before it. */
+lm_status lm__nccl_allreduce_f32_overlapped(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n);
+lm_status lm__nccl_join(lm__nccl *c, lm_ctx *ctx);
 /* The ZeRO-1 pair over slices (bounds as above, any sizes): this rank's slice of buf
  * becomes its sum over the ranks (the rest of buf is left as it was); then every
  * rank's slice is copied into every other rank's buf. */

@@ -197,6 +197,8 @@ void lm_train_model_destroy(lm_train_model *m) {
     lm_tensor_destroy(m->flat_grad);
     lm_tensor_destroy(m->flat_low);
     lm_tensor_destroy(m->inv_freq);
+    for (int i = 0; i < 2; i++) lm_graph_destroy(m->graphs[i].g);
+    lm_tensor_destroy(m->positions);
     lm_free(m->config_json);
     lm__free(m->source_dir);
     lm__free(m);

@@ -27,9 +27,23 @@ typedef struct fwd {
     lm_ag_var **p; /* [nparams] parameter leaves */
     int B;
     int64_t T;
-    lm_tensor *ids, *pos, *targets; /* [B, T] i32 ids and positions, [B*T] targets, on the device */
-    lm_graph *g;                    /* the prepared training graph */
+    lm_tensor *ids, *targets;       /* [B, T] i32 ids, [B*T] targets, on the device */
+    const lm_tensor *pos;           /* [B, T] i32 positions (the model's, kept between steps) */
+    const lm_graph *g;              /* the prepared training graph (the model's, kept between steps) */
+    struct param_hook *hooks;       /* [nparams] when the caller wants to hear of finished gradients */
 } fwd;
+
+typedef struct param_hook {
+    lm__param_done_fn done;
+    void *user;
+    int param;
+} param_hook;
+
+static lm_status leaf_done(void *user, lm_ag_var *leaf, const lm_tensor_view *grad) {
+    (void)leaf, (void)grad;
+    const param_hook *h = user;
+    return h->done(h->user, h->param);
+}
 
 /* Leaves over the compute-dtype weights: the f32 masters, or (bf16 compute) their
  * bf16 copies, refreshed from the masters first. Gradients always land in the f32
@@ -40,6 +54,7 @@ static lm_status make_leaves(fwd *f, int train) {
     for (int i = 0; i < m->nparams; i++) {
         LM_TRY(lm_ag_leaf(f->ag, m->flat_low ? m->params[i].low : m->params[i].value, train, &f->p[i]));
         if (train) LM_TRY(lm_ag_bind_grad(f->p[i], V(m->params[i].grad), 1));
+        if (train && f->hooks) LM_TRY(lm_ag_set_hook(f->p[i], leaf_done, &f->hooks[i]));
     }
     return LM_OK;
 }
@@ -77,26 +92,70 @@ static lm_status check_batch(const lm_train_model *m, const int32_t *ids, int B,
     return LM_OK;
 }
 
-/* The training graph of B x T tokens with `output` (loss or logits), prepared. */
+/* The training graph of B x T tokens with `output` (loss or logits), prepared: the
+ * model keeps the last one of each output, so a step of the same shape reuses it
+ * (building and preparing the graph of a 24-layer model costs ~2 ms of host time, in
+ * which the device would wait). */
 static lm_status build_graph(fwd *f, lm_decoder_output output) {
+    struct lm__train_cached_graph *c = &f->m->graphs[output == LM_DECODER_OUT_LOSS ? 0 : 1];
+    lm_dtype dt = lm_train_model_compute_dtype(f->m);
+    if (c->g && c->B == f->B && c->T == f->T && c->dt == dt) {
+        f->g = c->g;
+        return LM_OK;
+    }
+    lm_graph_destroy(c->g);
+    c->g = NULL;
     lm_decoder_options o;
     lm_decoder_options_default(&o);
     o.mode = LM_DECODER_TRAIN;
     o.output = output;
     o.batch = f->B, o.tokens = f->T;
     o.act_dtype = o.matrix_dtype = o.vector_dtype = lm_train_model_compute_dtype(f->m);
-    lm_graph *g = NULL;
+    lm_graph *g = NULL, *prepared = NULL;
     LM_TRY(lm_graph_build_decoder(&f->m->cfg, &o, &g));
-    lm_status st = lm__exec_autograd_prepare(g, &f->g);
+    lm_status st = lm__exec_autograd_prepare(g, &prepared);
     lm_graph_destroy(g);
+    if (st == LM_OK) *c = (struct lm__train_cached_graph){prepared, f->B, f->T, dt}, f->g = prepared;
     return st;
+}
+
+/* The [B, T] positions 0..T-1 of every row on the device (kept by the model). */
+static lm_status positions(fwd *f) {
+    lm_train_model *m = f->m;
+    int64_t shape[2] = {f->B, f->T}, BT = (int64_t)f->B * f->T;
+    const lm_tensor_view *pv = m->positions ? lm_tensor_as_view(m->positions) : NULL;
+    if (pv && pv->shape[0] == f->B && pv->shape[1] == f->T) {
+        f->pos = m->positions;
+        return LM_OK;
+    }
+    lm_tensor_destroy(m->positions);
+    m->positions = NULL;
+    int32_t *pos = lm__calloc((size_t)BT, sizeof *pos);
+    if (!pos) return LM_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < BT; i++) pos[i] = (int32_t)(i % f->T);
+    lm_status st = lm_tensor_from_host(m->device, LM_I32, 2, shape, pos, &m->positions);
+    lm__free(pos);
+    f->pos = m->positions;
+    return st;
+}
+
+/* A device tensor of host i32 data, copied in ctx's stream order (no wait for the
+ * device); the host data must stay unchanged until the step reads its loss. */
+static lm_status upload(fwd *f, int ndim, const int64_t *shape, const int32_t *host, lm_tensor **out) {
+    LM_TRY(lm_tensor_create(f->m->device, LM_I32, ndim, shape, out));
+    return lm_ctx_copy(f->ctx, f->m->device, lm_tensor_data(*out), lm_device_cpu(), host,
+                       (size_t)lm_tensor_numel(*out) * sizeof(int32_t));
 }
 
 /* Sets up the tape, leaves, the graph and the device copies of ids and positions. */
 static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
-                       int64_t T, int train, lm_decoder_output output) {
+                       int64_t T, int train, lm_decoder_output output, lm__param_done_fn done, void *user) {
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
+    if (done) {
+        if (!(f->hooks = lm__calloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *f->hooks))) return LM_OUT_OF_MEMORY;
+        for (int i = 0; i < m->nparams; i++) f->hooks[i] = (param_hook){done, user, i};
+    }
     LM_TRY(check_batch(m, ids, B, T));
     if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
         char a[32], b[32];
@@ -104,13 +163,9 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
                          lm_device_format(lm_ctx_device(ctx), a, sizeof a), lm_device_format(m->device, b, sizeof b));
     }
     int64_t BT = (int64_t)B * T, shape[2] = {B, T};
-    int32_t *pos = lm__calloc((size_t)BT, sizeof *pos);
-    if (!pos) return LM_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < BT; i++) pos[i] = (int32_t)(i % T);
-    lm_status st = lm_tensor_from_host(m->device, LM_I32, 2, shape, pos, &f->pos);
-    lm__free(pos);
-    if (st == LM_OK) st = lm_tensor_from_host(m->device, LM_I32, 2, shape, ids, &f->ids);
-    if (st == LM_OK && targets) st = lm_tensor_from_host(m->device, LM_I32, 1, &BT, targets, &f->targets);
+    lm_status st = positions(f);
+    if (st == LM_OK) st = upload(f, 2, shape, ids, &f->ids);
+    if (st == LM_OK && targets) st = upload(f, 1, &BT, targets, &f->targets);
     if (st == LM_OK && !(f->p = lm__calloc((size_t)m->nparams, sizeof *f->p))) st = LM_OUT_OF_MEMORY;
     if (st == LM_OK) st = build_graph(f, output);
     if (st == LM_OK) st = lm_ag_create(ctx, &f->ag);
@@ -122,9 +177,8 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
 static void end(fwd *f) {
     lm_ag_destroy(f->ag);
     lm__free(f->p);
-    lm_graph_destroy(f->g);
+    lm__free(f->hooks);
     lm_tensor_destroy(f->ids);
-    lm_tensor_destroy(f->pos);
     lm_tensor_destroy(f->targets); /* the tape keeps its own copies */
 }
 
@@ -137,12 +191,13 @@ static lm_status read_scalar(lm_ctx *ctx, const lm_ag_var *v, float *out) {
     return lm_tensor_view_read(ctx, V(lm_ag_value(v)), out);
 }
 
-lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
-                                          int B, int64_t T, float grad_scale, float *loss) {
+lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx, const int32_t *ids,
+                                                  const int32_t *targets, int B, int64_t T, float grad_scale,
+                                                  float *loss, lm__param_done_fn done, void *user) {
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_forward_backward: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user);
     lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
     int64_t tr = lm_trace_begin();
     if (st == LM_OK) st = run(&f, &L);
@@ -158,12 +213,17 @@ lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const 
     return st;
 }
 
+lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
+                                          int B, int64_t T, float grad_scale, float *loss) {
+    return lm__train_model_forward_backward_notify(m, ctx, ids, targets, B, T, grad_scale, loss, NULL, NULL);
+}
+
 lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
                               int64_t T, float *loss) {
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_loss: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL);
     if (st == LM_OK) st = run(&f, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
     end(&f);
@@ -174,7 +234,7 @@ lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *i
     if (!m || !ctx || !logits) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_logits: NULL argument");
     fwd f;
     lm_ag_var *z = NULL;
-    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS);
+    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS, NULL, NULL);
     if (st == LM_OK) st = run(&f, &z);
     lm_tensor *wide = NULL;
     if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);

@@ -91,11 +91,72 @@ struct lm_trainer {
     lm_dist *dist;          /* borrowed; NULL: a single process */
     float *stage;           /* [numel] page-locked host copy of the gradients (device models with ranks, no NCCL) */
     lm__nccl *nccl;         /* the ranks' GPU communicator (CUDA models with ranks, when NCCL loads) */
+    struct grad_buckets *buckets; /* NCCL at ZeRO stage 0: all-reduces overlapped with the backward */
     char collectives[320];  /* how the ranks' sums are taken (lm_trainer_collectives) */
     int zero;               /* ZeRO stage: 0 = replicated optimizer state, 1 = sharded over the ranks */
     int64_t *bounds;        /* [ranks + 1] ZeRO-1 slices of the flat parameters, rank r's
                              * [bounds[r], bounds[r + 1]); NULL at stage 0 */
 };
+
+/* The gradient buffer cut into buckets of whole parameters, in flat order, of at least
+ * 32 MiB each ($LOOM_NCCL_BUCKET_MB sets another size; the last bucket takes the
+ * rest): during a step's last backward, a bucket is all-reduced on the communicator's
+ * stream as soon as its last parameter's gradient is final, while the backward goes on
+ * with the layers below (every rank finishes the parameters in the same order, so the
+ * collectives match). */
+typedef struct grad_buckets {
+    lm_trainer *t;
+    lm_ctx *ctx;    /* of the running step */
+    int n;          /* buckets */
+    int *of_param;  /* [nparams] each parameter's bucket */
+    int *count;     /* [n] parameters in each bucket */
+    int *left;      /* [n] of them not final yet in this backward */
+    int64_t *lo;    /* [n + 1] bucket b covers flat elements [lo[b], lo[b + 1]) */
+} grad_buckets;
+
+static void buckets_destroy(grad_buckets *b) {
+    if (!b) return;
+    lm__free(b->of_param), lm__free(b->count), lm__free(b->left), lm__free(b->lo);
+    lm__free(b);
+}
+
+static lm_status buckets_create(lm_trainer *t, grad_buckets **out) {
+    const lm_train_model *m = t->model;
+    size_t np = (size_t)(m->nparams > 0 ? m->nparams : 1);
+    grad_buckets *b = lm__calloc(1, sizeof *b);
+    if (!b) return LM_OUT_OF_MEMORY;
+    b->t = t;
+    b->of_param = lm__calloc(np, sizeof *b->of_param);
+    b->count = lm__calloc(np, sizeof *b->count), b->left = lm__calloc(np, sizeof *b->left);
+    b->lo = lm__calloc(np + 1, sizeof *b->lo);
+    if (!b->of_param || !b->count || !b->left || !b->lo) {
+        buckets_destroy(b);
+        return LM_OUT_OF_MEMORY;
+    }
+    const char *env = getenv("LOOM_NCCL_BUCKET_MB");
+    double mb = env && *env ? strtod(env, NULL) : 32.0;
+    if (!(mb > 0 && mb < 1e6)) {
+        buckets_destroy(b);
+        return lm__error(LM_INVALID_ARGUMENT, "LOOM_NCCL_BUCKET_MB='%s' is not a size in MiB (e.g. 32 or 0.5)", env);
+    }
+    int64_t cap = LM_MAX((int64_t)(mb * 1024 * 1024 / sizeof(float)), 1);
+    for (int i = 0; i < m->nparams; i++) { /* parameters lie in flat order, back to back */
+        if (b->n == 0 || m->params[i].offset - b->lo[b->n - 1] >= cap) b->lo[b->n++] = m->params[i].offset;
+        b->of_param[i] = b->n - 1;
+        b->count[b->n - 1]++;
+    }
+    b->lo[0] = 0, b->lo[b->n] = m->numel;
+    *out = b;
+    return LM_OK;
+}
+
+static lm_status bucket_param_done(void *user, int param) {
+    grad_buckets *b = user;
+    int k = b->of_param[param];
+    if (--b->left[k] > 0) return LM_OK;
+    float *g = lm_tensor_data(b->t->model->flat_grad);
+    return lm__nccl_allreduce_f32_overlapped(b->t->nccl, b->ctx, g + b->lo[k], b->lo[k + 1] - b->lo[k]);
+}
 
 /* Micro-batches per optimizer step over all ranks. */
 static int64_t global_accum(const lm_trainer *t) { return (int64_t)lm_dist_size(t->dist) * t->o.grad_accum; }
@@ -145,6 +206,7 @@ void lm_trainer_destroy(lm_trainer *t) {
     if (!t) return;
     lm__free(t->bounds);
     if (t->stage) lm_host_free(t->model->device, t->stage);
+    buckets_destroy(t->buckets);
     lm__nccl_destroy(t->nccl);
     lm_optimizer_destroy(t->opt);
     lm__free(t->ids);
@@ -169,17 +231,21 @@ lm_status lm_trainer_set_dist(lm_trainer *t, lm_dist *d) {
         return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_set_dist: the ZeRO-1 slices cannot change after the first "
                                               "step or a resume");
     t->dist = d;
+    buckets_destroy(t->buckets);
     lm__nccl_destroy(t->nccl);
-    t->nccl = NULL;
+    t->nccl = NULL, t->buckets = NULL;
     if (lm_dist_size(d) == 1) {
         snprintf(t->collectives, sizeof t->collectives, "none (one rank)");
     } else if (lm__device_host_addressable(t->model->device)) {
         snprintf(t->collectives, sizeof t->collectives, "MPI in host memory");
     } else { /* a GPU per rank: NCCL when every rank can load it, else MPI through host memory */
         lm_status st = lm__dist_nccl_create(d, t->model->device, &t->nccl);
+        if (st == LM_OK) st = buckets_create(t, &t->buckets);
         if (st == LM_OK)
-            snprintf(t->collectives, sizeof t->collectives, "NCCL %d.%d.%d on the GPUs", lm__nccl_version() / 10000,
-                     lm__nccl_version() / 100 % 100, lm__nccl_version() % 100);
+            snprintf(t->collectives, sizeof t->collectives, "NCCL %d.%d.%d on the GPUs (%d bucket%s overlapped with "
+                     "the backward)",
+                     lm__nccl_version() / 10000, lm__nccl_version() / 100 % 100, lm__nccl_version() % 100,
+                     t->buckets->n, t->buckets->n == 1 ? "" : "s");
         else if (st == LM_UNSUPPORTED)
             snprintf(t->collectives, sizeof t->collectives, "MPI through page-locked host memory (no NCCL: %s)",
                      lm_last_error());
@@ -273,8 +339,14 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
         lm_ag_profile_mark(ctx, "step ", "data");
         lm_trace_end(tr, "train", "data", NULL);
         if (a < mine || a >= mine + o->grad_accum) continue; /* another rank's micro-batch */
-        LM_TRY(lm_train_model_forward_backward(t->model, ctx, t->ids, t->targets, o->batch, o->seq, 1.0f / (float)G,
-                                               &l));
+        /* NCCL at stage 0: the last backward all-reduces each bucket as it completes */
+        grad_buckets *b = t->nccl && !t->bounds && a == mine + o->grad_accum - 1 ? t->buckets : NULL;
+        if (b) {
+            b->ctx = ctx;
+            memcpy(b->left, b->count, (size_t)b->n * sizeof *b->left);
+        }
+        LM_TRY(lm__train_model_forward_backward_notify(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
+                                                       1.0f / (float)G, &l, b ? bucket_param_done : NULL, b));
         loss += l;
     }
     if (t->bounds) {
@@ -285,9 +357,14 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     } else {
         if (lm_dist_size(t->dist) > 1) {
             tr = lm_trace_begin();
-            if (t->nccl)
-                LM_TRY(lm__nccl_allreduce_f32(t->nccl, ctx, lm_tensor_data(t->model->flat_grad), t->model->numel));
-            else
+            if (t->nccl) { /* every bucket went during the backward (each parameter's hook fires once) */
+                for (int k = 0; k < t->buckets->n; k++)
+                    if (t->buckets->left[k] != 0)
+                        return lm__error(LM_INTERNAL, "gradient bucket %d of %d was not all-reduced (%d parameters "
+                                                      "unfinished)",
+                                         k, t->buckets->n, t->buckets->left[k]);
+                LM_TRY(lm__nccl_join(t->nccl, ctx));
+            } else
                 LM_TRY(lm__dist_allreduce_tensor(t->dist, t->model->flat_grad, &t->stage));
             LM_TRY(lm_dist_allreduce_sum_f64(t->dist, &loss, 1));
             lm_ag_profile_mark(ctx, "step ", "allreduce");

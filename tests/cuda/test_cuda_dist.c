@@ -5,8 +5,9 @@
  * it, told apart as two hosts through NCCL_HOSTID, so NCCL carries the traffic over
  * its socket transport on the loopback interface). Each rank then checks, on
  * buffers filled with rank-dependent integers (exact in f32, so every sum is exact):
- *  - all-reduce in place over sizes 1, 1000 and 3 x 2^20 + 7: every element is the
- *    sum over the ranks;
+ *  - all-reduce in place (on the communicator's stream, joined back to the
+ *    context's) over sizes 1, 1000 and 3 x 2^20 + 7: every element is the sum over
+ *    the ranks;
  *  - the ZeRO-1 pair over uneven slices (one empty): after the reduce-scatter this
  *    rank's slice holds the sum and the other slices are untouched; after the
  *    all-gather every slice holds its owner's values;
@@ -58,7 +59,8 @@ static float *read_back(lm_ctx *ctx, const lm_tensor *t) {
 
 static void check_allreduce(lm__nccl *c, lm_ctx *ctx, int rank, int64_t n) {
     lm_tensor *t = filled(rank, n);
-    LT_CHECK_OK(lm__nccl_allreduce_f32(c, ctx, lm_tensor_data(t), n));
+    LT_CHECK_OK(lm__nccl_allreduce_f32_overlapped(c, ctx, lm_tensor_data(t), n));
+    LT_CHECK_OK(lm__nccl_join(c, ctx));
     float *h = read_back(ctx, t);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += h[i] != value(0, i) + value(1, i);
@@ -110,7 +112,7 @@ static void test_context_on_another_device_is_refused(void) {
     lm_ctx *cpu = NULL;
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
     float x = 0;
-    LT_CHECK_STATUS(lm__nccl_allreduce_f32(g_comm, cpu, &x, 1), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm__nccl_allreduce_f32_overlapped(g_comm, cpu, &x, 1), LM_INVALID_ARGUMENT);
     LT_CHECK(strstr(lm_last_error(), "cuda:") != NULL);
     lm_ctx_destroy(cpu);
 }

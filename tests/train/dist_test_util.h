@@ -8,6 +8,7 @@
 #define LOOM_TESTS_DIST_TEST_UTIL_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,8 +16,25 @@
  * single-copy mechanism needs ptrace rights that containers often lack. */
 #define MPIRUN "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none"
 
-/* Final weights of two runs: NMSE <= 1e-10, max-abs <= max_abs over every parameter. */
-static inline void check_weights(const char *what, const char *got_dir, const char *want_dir, double max_abs) {
+/* Runs a shell command built from fmt that must succeed (a failed check otherwise);
+ * its stderr goes into err[size] (err may be NULL). 1 when it succeeded. */
+static inline int dist_run_ok(char *err, size_t size, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    lt_cmd_result r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0, "`%s` exited %d: %s", cmd, r.status, r.err ? r.err : "");
+    if (err) snprintf(err, size, "%s", r.err ? r.err : "");
+    int ok = r.status == 0;
+    lt_cmd_free(&r);
+    return ok;
+}
+
+/* Final weights of two runs: NMSE <= nmse, max-abs <= max_abs over every parameter. */
+static inline void check_weights_within(const char *what, const char *got_dir, const char *want_dir, double nmse,
+                                        double max_abs) {
     char a[1024], b[1024];
     snprintf(a, sizeof a, "%s/final", got_dir);
     snprintf(b, sizeof b, "%s/final", want_dir);
@@ -32,13 +50,18 @@ static inline void check_weights(const char *what, const char *got_dir, const ch
             double *x = lt_view_to_f64(&pa.value), *y = lt_view_to_f64(&pb.value);
             char name[256];
             snprintf(name, sizeof name, "%s: %s", what, pb.name);
-            lt_check_close(name, x, y, lm_tensor_view_numel(&pb.value), 1e-10, max_abs);
+            lt_check_close(name, x, y, lm_tensor_view_numel(&pb.value), nmse, max_abs);
             free(x);
             free(y);
         }
     }
     lm_train_model_destroy(ma);
     lm_train_model_destroy(mb);
+}
+
+/* The same with NMSE <= 1e-10. */
+static inline void check_weights(const char *what, const char *got_dir, const char *want_dir, double max_abs) {
+    check_weights_within(what, got_dir, want_dir, 1e-10, max_abs);
 }
 
 /* The losses and gradient norms (norm may be NULL) of steps 1..STEPS in dir/log.jsonl

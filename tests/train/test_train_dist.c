@@ -62,30 +62,17 @@ static lt_cmd_result run(double *seconds, const char *fmt, ...) {
     return r;
 }
 
-/* A run that must succeed. */
-static int run_ok(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    lt_cmd_result r = lt_run_cmd(cmd);
-    LT_CHECK_MSG(r.status == 0, "`%s` exited %d: %s", cmd, r.status, r.err ? r.err : "");
-    int ok = r.status == 0;
-    lt_cmd_free(&r);
-    return ok;
-}
-
 /* The reference runs every test compares with: 1 rank x grad-accum 2 (WORK/one) and
  * 2 ranks x grad-accum 1 (WORK/two), both from the same seeded init. */
 static int g_ready;
 
 static void prepare(void) {
-    LT_CHECK(run_ok("rm -rf '%s' && mkdir -p '%s'", WORK, WORK));
-    LT_CHECK(run_ok("%s data prepare --tokenizer %s %s/tests/data/train/corpus.txt -o %s >/dev/null", LOOM, TOKENIZER,
-                    LOOM_SOURCE_DIR, SHARD));
-    g_ready = run_ok("%s %s --config %s --grad-accum 2 --out %s/one", LOOM, COMMON, CONFIG, WORK) &&
-              run_ok(MPIRUN " -np 2 %s %s --config %s --grad-accum 1 --out %s/two", LOOM, COMMON, CONFIG, WORK);
+    LT_CHECK(dist_run_ok(NULL, 0, "rm -rf '%s' && mkdir -p '%s'", WORK, WORK));
+    LT_CHECK(dist_run_ok(NULL, 0, "%s data prepare --tokenizer %s %s/tests/data/train/corpus.txt -o %s >/dev/null",
+                         LOOM, TOKENIZER, LOOM_SOURCE_DIR, SHARD));
+    g_ready =
+        dist_run_ok(NULL, 0, "%s %s --config %s --grad-accum 2 --out %s/one", LOOM, COMMON, CONFIG, WORK) &&
+        dist_run_ok(NULL, 0, MPIRUN " -np 2 %s %s --config %s --grad-accum 1 --out %s/two", LOOM, COMMON, CONFIG, WORK);
 }
 
 static void test_two_ranks_match_one_rank_with_accumulation(void) {
@@ -97,13 +84,17 @@ static void test_two_ranks_match_one_rank_with_accumulation(void) {
 static void test_resume_with_another_rank_count(void) {
     if (!g_ready) return;
     /* 2 ranks -> 1 rank x grad-accum 2 */
-    run_ok("rm -rf %s/r1 && cp -r %s/two %s/r1 && %s %s --resume %s/r1/checkpoint-000002 --grad-accum 2 --out %s/r1",
-           WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
+    dist_run_ok(
+        NULL, 0,
+        "rm -rf %s/r1 && cp -r %s/two %s/r1 && %s %s --resume %s/r1/checkpoint-000002 --grad-accum 2 --out %s/r1", WORK,
+        WORK, WORK, LOOM, COMMON, WORK, WORK);
     check_losses("2-rank checkpoint resumed on 1 rank", WORK "/r1", WORK "/one", 1e-5, 0);
     check_weights("2-rank checkpoint resumed on 1 rank", WORK "/r1", WORK "/one", 1e-6);
     /* 1 rank x grad-accum 2 -> 2 ranks */
-    run_ok("rm -rf %s/r2 && cp -r %s/one %s/r2 && " MPIRUN " -np 2 %s %s --resume %s/r2/checkpoint-000002 --out %s/r2",
-           WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
+    dist_run_ok(NULL, 0,
+                "rm -rf %s/r2 && cp -r %s/one %s/r2 && " MPIRUN
+                " -np 2 %s %s --resume %s/r2/checkpoint-000002 --out %s/r2",
+                WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
     check_losses("1-rank checkpoint resumed on 2 ranks", WORK "/r2", WORK "/one", 1e-5, 0);
     check_weights("1-rank checkpoint resumed on 2 ranks", WORK "/r2", WORK "/one", 1e-6);
 }

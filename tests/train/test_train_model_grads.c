@@ -217,6 +217,36 @@ static void test_accumulation_equals_one_large_batch(void) {
     lm_train_model_destroy(m);
 }
 
+/* The model keeps the prepared graph and positions of the last shape between calls
+ * (train/step.c): a call of another shape or output rebuilds them, and the results
+ * are those of a model that never saw the other shapes (the same bits). */
+static void test_shape_changes_between_calls(void) {
+    lm_train_model *m = tiny_model(11), *fresh = tiny_model(11);
+    if (!m || !fresh) return;
+    float a = 0, b = 0, c = 0, want_b = 0, want_c = 0, again = 0, bb = 0;
+    float logits[6 * 37], want_logits[6 * 37];
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 2, 6, &a));
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 1, 6, &b));   /* one row */
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 3, 4, &c));   /* other rows, other length */
+    LT_CHECK_OK(lm_train_model_logits(m, g_ctx, k_ids + 6, 6, logits)); /* the other output */
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 2, 6, &again));
+    LT_CHECK_OK(lm_train_model_loss(m, g_ctx, k_ids, k_tgt, 1, 6, &bb)); /* cached again */
+    LT_CHECK_OK(lm_train_model_loss(fresh, g_ctx, k_ids, k_tgt, 1, 6, &want_b));
+    lm_train_model_destroy(fresh);
+    fresh = tiny_model(11);
+    if (fresh) LT_CHECK_OK(lm_train_model_loss(fresh, g_ctx, k_ids, k_tgt, 3, 4, &want_c));
+    lm_train_model_destroy(fresh);
+    fresh = tiny_model(11);
+    if (fresh) LT_CHECK_OK(lm_train_model_logits(fresh, g_ctx, k_ids + 6, 6, want_logits));
+    LT_CHECK_MSG(a == again, "2 x 6 loss %.9g, then %.9g after other shapes", a, again);
+    LT_CHECK_MSG(b == want_b && bb == want_b, "1 x 6 loss %.9g / %.9g, fresh model %.9g", b, bb, want_b);
+    LT_CHECK_MSG(c == want_c, "3 x 4 loss %.9g, fresh model %.9g", c, want_c);
+    LT_CHECK(memcmp(logits, want_logits, sizeof logits) == 0);
+    LT_CHECK(a != b && b != c); /* the shapes did give other losses */
+    lm_train_model_destroy(fresh);
+    lm_train_model_destroy(m);
+}
+
 static void test_compute_dtype_and_flops(void) {
     lm_train_model *m = tiny_model(3);
     if (!m) return;
@@ -241,6 +271,7 @@ int main(void) {
     LT_RUN(test_gradients_match_pytorch_float64);
     LT_RUN(test_gradients_match_finite_differences);
     LT_RUN(test_accumulation_equals_one_large_batch);
+    LT_RUN(test_shape_changes_between_calls);
     LT_RUN(test_compute_dtype_and_flops);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

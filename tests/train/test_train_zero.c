@@ -64,21 +64,6 @@ static lt_cmd_result run(const char *fmt, ...) {
     return lt_run_cmd(cmd);
 }
 
-/* A run that must succeed; its stderr goes into err (may be NULL). */
-static int run_ok(char *err, size_t size, const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    lt_cmd_result r = lt_run_cmd(cmd);
-    LT_CHECK_MSG(r.status == 0, "`%s` exited %d: %s", cmd, r.status, r.err ? r.err : "");
-    if (err) snprintf(err, size, "%s", r.err ? r.err : "");
-    int ok = r.status == 0;
-    lt_cmd_free(&r);
-    return ok;
-}
-
 /* Whether two files hold the same bytes. */
 static int same_file(const char *a, const char *b) {
     lt_cmd_result r = run("cmp -s '%s' '%s'", a, b);
@@ -194,16 +179,16 @@ static int g_ready;
 static char g_err_z0[16384], g_err_z1[16384], g_err_z3[16384], g_err_one_z1[16384];
 
 static void prepare(void) {
-    g_ready = run_ok(NULL, 0, "%s %s --config %s --grad-accum 2 --out %s/one", LOOM, COMMON, CONFIG, WORK) &&
-              run_ok(g_err_one_z1, sizeof g_err_one_z1, "%s %s --config %s --grad-accum 2 --zero 1 --out %s/one_z1",
-                     LOOM, COMMON, CONFIG, WORK) &&
-              run_ok(g_err_z0, sizeof g_err_z0, MPIRUN " -np 2 %s %s --config %s --out %s/z0", LOOM, COMMON, CONFIG,
-                     WORK) &&
-              run_ok(g_err_z1, sizeof g_err_z1, MPIRUN " -np 2 %s %s --config %s --zero 1 --out %s/z1", LOOM, COMMON,
-                     CONFIG, WORK) &&
-              run_ok(NULL, 0, "%s %s --config %s --grad-accum 3 --out %s/one3", LOOM, COMMON, CONFIG, WORK) &&
-              run_ok(g_err_z3, sizeof g_err_z3, MPIRUN " -np 3 %s %s --config %s --zero 1 --out %s/z3", LOOM, COMMON,
-                     CONFIG, WORK);
+    g_ready = dist_run_ok(NULL, 0, "%s %s --config %s --grad-accum 2 --out %s/one", LOOM, COMMON, CONFIG, WORK) &&
+              dist_run_ok(g_err_one_z1, sizeof g_err_one_z1,
+                          "%s %s --config %s --grad-accum 2 --zero 1 --out %s/one_z1", LOOM, COMMON, CONFIG, WORK) &&
+              dist_run_ok(g_err_z0, sizeof g_err_z0, MPIRUN " -np 2 %s %s --config %s --out %s/z0", LOOM, COMMON,
+                          CONFIG, WORK) &&
+              dist_run_ok(g_err_z1, sizeof g_err_z1, MPIRUN " -np 2 %s %s --config %s --zero 1 --out %s/z1", LOOM,
+                          COMMON, CONFIG, WORK) &&
+              dist_run_ok(NULL, 0, "%s %s --config %s --grad-accum 3 --out %s/one3", LOOM, COMMON, CONFIG, WORK) &&
+              dist_run_ok(g_err_z3, sizeof g_err_z3, MPIRUN " -np 3 %s %s --config %s --zero 1 --out %s/z3", LOOM,
+                          COMMON, CONFIG, WORK);
 }
 
 static void test_zero1_takes_the_replicated_steps(void) {
@@ -239,19 +224,21 @@ static void test_optimizer_state_per_rank(void) {
 static void test_resume_across_zero_settings(void) {
     if (!g_ready) return;
     /* a 2-rank --zero 1 checkpoint -> 1 rank x grad-accum 2 without ZeRO */
-    run_ok(NULL, 0, "rm -rf %s/ra && cp -r %s/z1 %s/ra && %s %s --resume %s/ra/checkpoint-000003 --grad-accum 2 --out "
-                    "%s/ra",
-           WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
+    dist_run_ok(NULL, 0,
+                "rm -rf %s/ra && cp -r %s/z1 %s/ra && %s %s --resume %s/ra/checkpoint-000003 --grad-accum 2 --out "
+                "%s/ra",
+                WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
     check_losses("--zero 1 x 2 ranks resumed with --zero 0 on 1 rank", WORK "/ra", WORK "/one", 1e-5, 1);
     check_weights("--zero 1 x 2 ranks resumed with --zero 0 on 1 rank", WORK "/ra", WORK "/one", 1e-6);
     /* a 1-rank checkpoint without ZeRO -> 2 ranks with --zero 1 */
-    run_ok(NULL, 0, "rm -rf %s/rb && cp -r %s/one %s/rb && " MPIRUN " -np 2 %s %s --resume %s/rb/checkpoint-000003 "
-                    "--zero 1 --out %s/rb",
-           WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
+    dist_run_ok(NULL, 0,
+                "rm -rf %s/rb && cp -r %s/one %s/rb && " MPIRUN " -np 2 %s %s --resume %s/rb/checkpoint-000003 "
+                "--zero 1 --out %s/rb",
+                WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
     check_losses("--zero 0 x 1 rank resumed with --zero 1 on 2 ranks", WORK "/rb", WORK "/z1", 1e-5, 1);
     check_weights("--zero 0 x 1 rank resumed with --zero 1 on 2 ranks", WORK "/rb", WORK "/z1", 1e-6);
     /* --zero 1 -> --zero 1: each rank reads its slice back; bit-exact like any resume */
-    run_ok(NULL, 0, "rm -rf %s/rc && cp -r %s/z1 %s/rc && " MPIRUN " -np 2 %s %s --resume %s/rc/checkpoint-000003 "
+    dist_run_ok(NULL, 0, "rm -rf %s/rc && cp -r %s/z1 %s/rc && " MPIRUN " -np 2 %s %s --resume %s/rc/checkpoint-000003 "
                     "--zero 1 --out %s/rc",
            WORK, WORK, WORK, LOOM, COMMON, WORK, WORK);
     check_losses("--zero 1 resumed with --zero 1", WORK "/rc", WORK "/z1", 0, 1);
@@ -275,9 +262,9 @@ static void test_ranks_with_different_zero_are_refused(void) {
 int main(void) {
     /* the test itself is never one of the ranks */
     unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("PMI_SIZE"), unsetenv("PMIX_SIZE"), unsetenv("MV2_COMM_WORLD_SIZE");
-    LT_CHECK(run_ok(NULL, 0, "rm -rf '%s' && mkdir -p '%s'", WORK, WORK));
-    LT_CHECK(run_ok(NULL, 0, "%s data prepare --tokenizer %s %s/tests/data/train/corpus.txt -o %s >/dev/null", LOOM,
-                    TOKENIZER, LOOM_SOURCE_DIR, SHARD));
+    LT_CHECK(dist_run_ok(NULL, 0, "rm -rf '%s' && mkdir -p '%s'", WORK, WORK));
+    LT_CHECK(dist_run_ok(NULL, 0, "%s data prepare --tokenizer %s %s/tests/data/train/corpus.txt -o %s >/dev/null",
+                         LOOM, TOKENIZER, LOOM_SOURCE_DIR, SHARD));
     LT_RUN(test_bad_zero_values_are_refused);
     LT_RUN(test_set_zero_api);
     const char *why = NULL;
