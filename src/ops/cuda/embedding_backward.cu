@@ -104,6 +104,29 @@ __global__ void rows_vec_sum_kernel(const T *dout, lm__cuda_nd rd, const int32_t
     }
 }
 
+/* The arguments of one rows_vec_sum_kernel launch but the data pointers. */
+struct vec_launch {
+    unsigned grid;
+    int threads;
+    lm__cuda_nd rd;
+    const int32_t *pos, *start, *end;
+    int64_t items;
+    int nvec;
+    int64_t ts0;
+    const int32_t *keys;
+};
+
+/* rows_vec_sum_kernel over dout elements T into a table of T, or of f32 (to_f32). */
+template <typename T>
+static void launch_vec(const vec_launch &l, const void *dout, void *table, bool to_f32, cudaStream_t s) {
+    if (to_f32)
+        rows_vec_sum_kernel<<<l.grid, l.threads, 0, s>>>((const T *)dout, l.rd, l.pos, l.start, l.end, l.items, l.nvec,
+                                                          (float *)table, l.ts0, l.keys);
+    else
+        rows_vec_sum_kernel<<<l.grid, l.threads, 0, s>>>((const T *)dout, l.rd, l.pos, l.start, l.end, l.items, l.nvec,
+                                                          (T *)table, l.ts0, l.keys);
+}
+
 /* LM_OUT_OF_RANGE naming the first bad id (synchronizes s), LM_OK when all are good. */
 static lm_status check_ids(const lm_tensor_view *ids, int64_t V, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(ids);
@@ -183,20 +206,12 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
         (dtable->dtype == dout->dtype || dtable->dtype == LM_F32)) {
         unsigned g = (unsigned)LM_MIN(items, 65535 * 8);
         int nvec = (int)(D / vec), threads = nvec >= 256 ? 256 : (nvec + 31) / 32 * 32;
-        lm__cuda_nd rd = rows_flat(dout);
-        const void *dp = dout->data;
-        int64_t ts0 = dtable->stride[0];
-        int32_t f32 = dtable->dtype == LM_F32 && dout->dtype != LM_F32;
+        const vec_launch l = {g, threads, rows_flat(dout), pos, start, end, items, nvec, dtable->stride[0], kp};
+        const bool to_f32 = dtable->dtype == LM_F32;
         switch (dout->dtype) {
-        case LM_F32: rows_vec_sum_kernel<<<g, threads, 0, s>>>((const float *)dp, rd, pos, start, end, items, nvec, (float *)dtable->data, ts0, kp); break;
-        case LM_BF16:
-            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, items, nvec, (float *)dtable->data, ts0, kp);
-            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const bf16 *)dp, rd, pos, start, end, items, nvec, (bf16 *)dtable->data, ts0, kp);
-            break;
-        default:
-            if (f32) rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, items, nvec, (float *)dtable->data, ts0, kp);
-            else rows_vec_sum_kernel<<<g, threads, 0, s>>>((const __half *)dp, rd, pos, start, end, items, nvec, (__half *)dtable->data, ts0, kp);
-            break;
+        case LM_F32: launch_vec<float>(l, dout->data, dtable->data, to_f32, s); break;
+        case LM_BF16: launch_vec<bf16>(l, dout->data, dtable->data, to_f32, s); break;
+        default: launch_vec<__half>(l, dout->data, dtable->data, to_f32, s); break;
         }
         st = lm__cuda_launched("embedding_backward rows kernel (vec)");
     } else if (st == LM_OK) {
@@ -204,13 +219,14 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
         int threads = D >= 256 ? 256 : 64;
         lm__cuda_nd nrow = lm__cuda_nd_of(dout);
         nrow.ndim = dout->ndim - 1;
-        LM_TRY(lm__cuda_float_only(dout->dtype));
-        LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
+        st = lm__cuda_float_only(dout->dtype);
+        if (st == LM_OK)
+            LM__CUDA_FLOAT_SWITCH(dout->dtype, T,
                              rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
                                                                   dout->stride[dout->ndim - 1], pos, start, end, items, D,
                                                                   dtable->data, dtable->dtype, dtable->stride[0],
                                                                   dtable->stride[1], kp));
-        st = lm__cuda_launched("embedding_backward rows kernel");
+        if (st == LM_OK) st = lm__cuda_launched("embedding_backward rows kernel");
     }
     cudaFreeAsync(work, s);
     return st;

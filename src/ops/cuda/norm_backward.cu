@@ -92,8 +92,6 @@ static lm_status dweight_zero(const lm_tensor_view *dweight, int64_t D, cudaStre
 #define NB_THREADS 256 /* 8 warps */
 #define NB_GRID 264    /* at most 2 resident blocks per SM of a 132-SM H100/H200: one wave */
 #define NB_MAX_NV 4    /* 16-byte vectors per lane */
-#define NB_SUM_COLS 32
-#define NB_SUM_SEGS 32 /* block of the partial sum: 32 columns x 32 segments of blocks */
 
 struct nb_args {
     lm__cuda_nd rx, rd, rs, ro; /* row descriptors of x, dout, dsum, dx */
@@ -206,31 +204,14 @@ __global__ void __launch_bounds__(NB_THREADS, 2) rows_vec_kernel(const T *x, con
     }
 }
 
-/* dweight[i] = sum over b < blocks of partial[b, i]: block (32 columns, 32 segments);
- * segment s adds blocks s, s + 32, ... in order, then segment sums are added in order. */
-static __global__ void __launch_bounds__(NB_SUM_COLS *NB_SUM_SEGS)
+/* dweight[i] = sum over b < blocks of partial[b, i] (seg_col_sum's order). */
+static __global__ void __launch_bounds__(SEG_COLS *SEG_SEGS)
     dweight_blocks_sum_kernel(const float *partial, int blocks, int D, void *dw, int dw_dt, int64_t sw) {
-    __shared__ double seg[NB_SUM_SEGS][NB_SUM_COLS];
+    __shared__ double seg[SEG_SEGS][SEG_COLS];
     pdl_wait(); /* partial is written by the previous kernel */
-    int cx = threadIdx.x % NB_SUM_COLS, sg = threadIdx.x / NB_SUM_COLS, i = blockIdx.x * NB_SUM_COLS + cx;
-    double acc = 0.0;
-    if (i < D) {
-        int b = sg;
-        for (; b + 7 * NB_SUM_SEGS < blocks; b += 8 * NB_SUM_SEGS) { /* eight loads in flight, added in order */
-            float q[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) q[u] = partial[(int64_t)(b + u * NB_SUM_SEGS) * D + i];
-#pragma unroll
-            for (int u = 0; u < 8; u++) acc += q[u];
-        }
-        for (; b < blocks; b += NB_SUM_SEGS) acc += partial[(int64_t)b * D + i];
-    }
-    seg[sg][cx] = acc;
-    __syncthreads();
-    if (sg == 0 && i < D) {
-        for (int k = 1; k < NB_SUM_SEGS; k++) acc += seg[k][cx];
-        st_dt(dw, dw_dt, i * sw, (float)acc);
-    }
+    const int64_t i = (int64_t)blockIdx.x * SEG_COLS + threadIdx.x % SEG_COLS;
+    double acc;
+    if (seg_col_sum(partial, blocks, D, i, seg, &acc)) st_dt(dw, dw_dt, i * sw, (float)acc);
 }
 
 template <typename T, typename O, int NV>
@@ -296,7 +277,7 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
         cudaLaunchAttribute attr;
         attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {dim3((unsigned)((D + NB_SUM_COLS - 1) / NB_SUM_COLS)), dim3(NB_SUM_COLS * NB_SUM_SEGS),
+        cudaLaunchConfig_t cfg = {dim3((unsigned)((D + SEG_COLS - 1) / SEG_COLS)), dim3(SEG_COLS * SEG_SEGS),
                                   0, s, &attr, 1};
         cudaError_t e = cudaLaunchKernelEx(&cfg, dweight_blocks_sum_kernel, (const float *)partial, (int)blocks, (int)D,
                                            dweight->data, (int)dweight->dtype, (int64_t)dweight->stride[0]);

@@ -56,26 +56,14 @@ __global__ void sum_chunks_kernel(const T *x, lm__cuda_nd rest, int64_t n, int64
     }
 }
 
-/* out[o] = sum over c < chunks of part[c, o]: blocks of SEG_COLS outputs x SEG_SEGS
- * segments; segment g adds chunks g, g + SEG_SEGS, ... in order, then the segments'
- * sums are added in order (double) and rounded once. */
-#define SEG_COLS 32
-#define SEG_SEGS 32
+/* out[o] = sum over c < chunks of part[c, o] (seg_col_sum's order), rounded once. */
 template <typename T>
 __global__ void __launch_bounds__(SEG_COLS *SEG_SEGS)
     sum_finish_kernel(const double *part, int64_t count, int64_t chunks, T *out, lm__cuda_nd no) {
     __shared__ double seg[SEG_SEGS][SEG_COLS];
-    int cx = threadIdx.x % SEG_COLS, g = threadIdx.x / SEG_COLS;
-    int64_t o = (int64_t)blockIdx.x * SEG_COLS + cx;
-    double acc = 0.0;
-    if (o < count)
-        for (int64_t c = g; c < chunks; c += SEG_SEGS) acc += part[c * count + o];
-    seg[g][cx] = acc;
-    __syncthreads();
-    if (g == 0 && o < count) {
-        for (int k = 1; k < SEG_SEGS; k++) acc += seg[k][cx];
-        st(out + nd_offset(no, o), (float)acc);
-    }
+    const int64_t o = (int64_t)blockIdx.x * SEG_COLS + threadIdx.x % SEG_COLS;
+    double acc;
+    if (seg_col_sum(part, chunks, count, o, seg, &acc)) st(out + nd_offset(no, o), (float)acc);
 }
 
 /* Column sums of a row-major [n, count] view (count a multiple of the 16-byte vector,

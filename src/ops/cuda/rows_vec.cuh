@@ -95,4 +95,36 @@ static inline void rows_team(int64_t nvec, int max_nv, int *team_warps, int *nv)
     *nv = n == 3 ? 4 : n;
 }
 
+/* The deterministic column sums of a [rows, count] partial matrix (f32 or f64) that end
+ * the two-pass reductions (reduce.cu's sums, norm_backward.cu's weight gradient): a
+ * block of SEG_COLS x SEG_SEGS threads (threadIdx.x = segment * SEG_COLS + column)
+ * takes SEG_COLS columns; segment g adds rows g, g + SEG_SEGS, ... in order (eight
+ * loads in flight), then thread (0, column) adds the segments' sums in order, all in
+ * double. Returns 1 in the thread that holds column o's sum in *sum (o < count). */
+#define SEG_COLS 32
+#define SEG_SEGS 32
+template <typename P>
+__device__ __forceinline__ int seg_col_sum(const P *part, int64_t rows, int64_t count, int64_t o,
+                                           double (*seg)[SEG_COLS], double *sum) {
+    const int cx = threadIdx.x % SEG_COLS, g = threadIdx.x / SEG_COLS;
+    double acc = 0.0;
+    if (o < count) {
+        int64_t r = g;
+        for (; r + 7 * SEG_SEGS < rows; r += 8 * SEG_SEGS) {
+            P q[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) q[u] = part[(r + u * SEG_SEGS) * count + o];
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc += q[u];
+        }
+        for (; r < rows; r += SEG_SEGS) acc += part[r * count + o];
+    }
+    seg[g][cx] = acc;
+    __syncthreads();
+    if (g != 0 || o >= count) return 0;
+    for (int k = 1; k < SEG_SEGS; k++) acc += seg[k][cx];
+    *sum = acc;
+    return 1;
+}
+
 #endif
