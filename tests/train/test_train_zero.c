@@ -16,6 +16,7 @@
  *     runs are bit-identical), and AdamW's m / sqrt(v) turns the last-bit differences
  *     of near-zero gradients into steps of up to ~lr: measured NMSE 3e-13, max-abs
  *     1.7e-6 on the embeddings, losses equal as logged;
+ *   - the start-up line names MPI as the way 2 ranks sum their gradients (none for 1);
  *   - the optimizer state reported at the start: 8 x numel bytes per rank without
  *     ZeRO, within [8 x numel / N, 8 x numel / N + 8 x 16] with it (slice boundaries
  *     are rounded to 16 floats);
@@ -201,6 +202,15 @@ static void test_zero1_takes_the_replicated_steps(void) {
     check_weights("3 ranks --zero 1 vs 1 rank x grad-accum 3", WORK "/z3", WORK "/one3", 1e-5);
 }
 
+/* The start-up line that names how the ranks' gradients are summed (lm_trainer_collectives):
+ * MPI on the CPU; none for one rank. */
+static void test_the_run_names_its_collectives(void) {
+    if (!g_ready) return;
+    LT_CHECK_MSG(strstr(g_err_z0, "loom train: gradients summed over the ranks by MPI in host memory"), "2 ranks: %s",
+                 g_err_z0);
+    LT_CHECK_MSG(!strstr(g_err_one_z1, "gradients summed"), "1 rank names a sum over ranks: %s", g_err_one_z1);
+}
+
 static void test_optimizer_state_per_rank(void) {
     if (!g_ready) return;
     lm_train_model *m = NULL;
@@ -279,6 +289,7 @@ int main(void) {
     dist_test_sanitizer_env();
     prepare();
     LT_RUN(test_zero1_takes_the_replicated_steps);
+    LT_RUN(test_the_run_names_its_collectives);
     LT_RUN(test_optimizer_state_per_rank);
     LT_RUN(test_resume_across_zero_settings);
     LT_RUN(test_ranks_with_different_zero_are_refused);
