@@ -3,7 +3,8 @@
  *   bench bandwidth                 multi-threaded read bandwidth of this machine (GB/s)
  *   bench decode  --model DIR       tokens/s of one-token decode steps, beside the
  *                                   memory-bandwidth roofline (weight bytes per token /
- *                                   measured read bandwidth)
+ *                                   measured read bandwidth) and the weight bandwidth
+ *                                   the steps achieved (achieved_gb_s)
  *   bench prefill --model DIR       tokens/s of a T-token prompt forward pass
  *   bench tokenize --tokenizer FILE encode throughput (MB/s) over a text corpus
  *   bench serve   --url URL         load test of an OpenAI-compatible server (cmd_bench_serve.c)
@@ -132,8 +133,9 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
         double bw = measure_bandwidth(ctx);
         double bytes = (double)lm_model_weight_bytes(m);
         double roof = bw * 1e9 / bytes * B; /* each step reads the weights once for all rows */
-        printf(",\"bytes_per_step\":%.0f,\"read_gb_s\":%.2f,\"roofline_tok_per_s\":%.3f,\"fraction_of_roofline\":%.3f",
-               bytes, bw, roof, toks / best / roof);
+        printf(",\"bytes_per_step\":%.0f,\"read_gb_s\":%.2f,\"achieved_gb_s\":%.2f,\"roofline_tok_per_s\":%.3f,"
+               "\"fraction_of_roofline\":%.3f",
+               bytes, bw, bytes * (toks / best / B) / 1e9, roof, toks / best / roof);
     }
     printf("}\n");
     rc = 0;
