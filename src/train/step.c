@@ -174,7 +174,11 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
     return st;
 }
 
-static void end(fwd *f) {
+/* Releases what begin made. After a failure nothing has read a result back yet, so
+ * the ids and targets copies may still be reading the caller's host arrays: wait for
+ * them before the caller may reuse those. */
+static void end(fwd *f, lm_status st) {
+    if (st != LM_OK && f->ctx) (void)lm_ctx_synchronize(f->ctx);
     lm_ag_destroy(f->ag);
     lm__free(f->p);
     lm__free(f->hooks);
@@ -208,7 +212,7 @@ lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx
     if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
     lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
     lm_trace_end(tr, "train", "backward", NULL);
-    end(&f);
+    end(&f, st);
     lm_ag_profile_mark(ctx, "step ", "(tape release)");
     return st;
 }
@@ -226,7 +230,7 @@ lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids
     lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL);
     if (st == LM_OK) st = run(&f, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
-    end(&f);
+    end(&f, st);
     return st;
 }
 
@@ -240,6 +244,6 @@ lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *i
     if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);
     if (st == LM_OK) st = lm_tensor_view_read(ctx, wide ? V(wide) : V(lm_ag_value(z)), logits);
     lm_tensor_destroy(wide);
-    end(&f);
+    end(&f, st);
     return st;
 }
