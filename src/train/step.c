@@ -94,8 +94,9 @@ static lm_status check_batch(const lm_train_model *m, const int32_t *ids, int B,
 
 /* The training graph of B x T tokens with `output` (loss or logits), prepared: the
  * model keeps the last one of each output, so a step of the same shape reuses it
- * (building and preparing the graph of a 24-layer model costs ~2 ms of host time, in
- * which the device would wait). */
+ * (building and preparing the graph of a 24-layer model costs ~2 ms of host time a
+ * micro-batch on a 2-core machine; on the H200 host it did not show in the step time,
+ * which the device bounds). */
 static lm_status build_graph(fwd *f, lm_decoder_output output) {
     struct lm__train_cached_graph *c = &f->m->graphs[output == LM_DECODER_OUT_LOSS ? 0 : 1];
     lm_dtype dt = lm_train_model_compute_dtype(f->m);
@@ -110,7 +111,7 @@ static lm_status build_graph(fwd *f, lm_decoder_output output) {
     o.mode = LM_DECODER_TRAIN;
     o.output = output;
     o.batch = f->B, o.tokens = f->T;
-    o.act_dtype = o.matrix_dtype = o.vector_dtype = lm_train_model_compute_dtype(f->m);
+    o.act_dtype = o.matrix_dtype = o.vector_dtype = dt;
     lm_graph *g = NULL, *prepared = NULL;
     LM_TRY(lm_graph_build_decoder(&f->m->cfg, &o, &g));
     lm_status st = lm__exec_autograd_prepare(g, &prepared);
