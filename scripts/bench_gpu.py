@@ -201,6 +201,9 @@ def table(results, versions):
             roof = lm["roofline_tok_per_s"]
             lines.append(f"| {r['model']} | decode B{b}, % of HBM roofline ({roof:.0f} tok/s) | "
                          f"{100 * h['tok_per_s'] / roof:.1f}% | {100 * lm['fraction_of_roofline']:.1f}% | | |")
+            if "achieved_gb_s" in lm:
+                lines.append(f"| {r['model']} | decode B{b}, weight GB/s achieved; kernels per step | | "
+                             f"{lm['achieved_gb_s']:.0f}; {lm.get('kernels_per_step', 0)} | | |")
             lines.append(f"| {r['model']} | decode B{b}, peak MiB in use / reserved | {mib(h['peak_allocated'])} / "
                          f"{mib(h['peak_reserved'])} | {mib(lm['peak_bytes'])} / {mib(lm['peak_reserved_bytes'])} | "
                          f"{lm['peak_reserved_bytes'] / h['peak_reserved']:.2f}x reserved | <= transformers |")

@@ -73,6 +73,7 @@ typedef struct lm_exec_stats {
     int64_t live_bytes;     /* the largest sum of activations live at one op: what any plan needs */
     int64_t owned_bytes;    /* executor-owned input buffers and operator workspaces */
     int64_t runs, replays;  /* runs so far, and of them replays of a captured device graph */
+    int64_t kernels;        /* kernel launches one replay of the captured graph makes (0: none captured) */
 } lm_exec_stats;
 
 LM_API lm_status lm_exec_get_stats(const lm_exec *e, lm_exec_stats *out);

@@ -103,6 +103,8 @@ typedef struct lm_kv_cache_steps {
     int64_t planned_bytes; /* the largest executor's planned arena (= arena_bytes once it ran) */
     int64_t live_bytes;    /* the largest live lower bound: what any plan of those steps needs */
     int64_t owned_bytes;   /* operator workspaces, summed over the executors */
+    int64_t last_kernels;  /* kernel launches one replay of the most recently run step makes
+                            * (0 while it runs uncaptured: on the CPU, on its first run, traced) */
 } lm_kv_cache_steps;
 LM_API lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out);
 LM_API int lm_kv_cache_slots(const lm_kv_cache *c);

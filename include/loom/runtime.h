@@ -157,6 +157,9 @@ LM_API lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out);
 LM_API int lm_ctx_capturing(const lm_ctx *ctx);
 /* Queues one replay on ctx (asynchronous, like any other work on the context). */
 LM_API lm_status lm_device_graph_launch(const lm_device_graph *g, lm_ctx *ctx);
+/* Kernel launches one replay of g makes (the captured kernel nodes; memsets and copies
+ * are not counted); 0 for NULL. */
+LM_API int64_t lm_device_graph_kernels(const lm_device_graph *g);
 LM_API void lm_device_graph_destroy(lm_device_graph *g); /* accepts NULL */
 
 #ifdef __cplusplus

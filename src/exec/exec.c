@@ -328,6 +328,7 @@ lm_status lm_exec_get_stats(const lm_exec *e, lm_exec_stats *out) {
     out->owned_bytes = e->owned_bytes;
     out->runs = e->runs;
     out->replays = e->replays;
+    out->kernels = lm_device_graph_kernels(e->captured);
     return LM_OK;
 }
 

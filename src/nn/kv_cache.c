@@ -91,10 +91,12 @@ lm_status lm_kv_cache_steps_get(const lm_kv_cache *c, lm_kv_cache_steps *out) {
     if (!c || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_kv_cache_steps_get: NULL argument");
     memset(out, 0, sizeof *out);
     out->arena_bytes = (int64_t)c->arena_bytes;
+    int64_t last = -1;
     for (int i = 0; i < c->nprogs; i++) {
         lm_exec_stats st;
         if (!c->progs[i].exec) continue;
         LM_TRY(lm_exec_get_stats(c->progs[i].exec, &st));
+        if (c->progs[i].last_used > last) last = c->progs[i].last_used, out->last_kernels = st.kernels;
         out->programs++;
         out->live_bytes = LM_MAX(out->live_bytes, st.live_bytes);
         out->planned_bytes = LM_MAX(out->planned_bytes, st.arena_bytes);

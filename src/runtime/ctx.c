@@ -28,6 +28,7 @@ struct lm_device_graph {
     lm_device device;
     const lm__device_backend *be;
     void *exec; /* the backend's executable graph (cudaGraphExec_t) */
+    int64_t kernels; /* kernel launches one replay makes */
 };
 
 lm_status lm_ctx_create(lm_device device, int nthreads, lm_ctx **out) {
@@ -171,7 +172,8 @@ lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out) {
     if (!ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_ctx_capture_end: NULL argument");
     *out = NULL;
     void *exec = NULL;
-    lm_status st = ctx->be->capture_end(ctx->stream, &exec); /* always ends the capture */
+    int64_t kernels = 0;
+    lm_status st = ctx->be->capture_end(ctx->stream, &exec, &kernels); /* always ends the capture */
     ctx->capturing = 0;
     LM_TRY(st);
     lm_device_graph *g = lm__calloc(1, sizeof *g);
@@ -182,9 +184,12 @@ lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out) {
     g->device = ctx->device;
     g->be = ctx->be;
     g->exec = exec;
+    g->kernels = kernels;
     *out = g;
     return LM_OK;
 }
+
+int64_t lm_device_graph_kernels(const lm_device_graph *g) { return g ? g->kernels : 0; }
 
 lm_status lm_device_graph_launch(const lm_device_graph *g, lm_ctx *ctx) {
     if (!g || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_device_graph_launch: NULL argument");

@@ -54,8 +54,8 @@ lm_status lm__cuda_event_sync(void *event);
 lm_status lm__cuda_event_elapsed(void *start, void *end, double *ms);
 lm_status lm__cuda_stream_wait(void *stream, void *event);
 lm_status lm__cuda_capture_begin(void *stream);
-/* *exec receives a cudaGraphExec_t. */
-lm_status lm__cuda_capture_end(void *stream, void **exec);
+/* *exec receives a cudaGraphExec_t, *kernels its kernel nodes. */
+lm_status lm__cuda_capture_end(void *stream, void **exec, int64_t *kernels);
 lm_status lm__cuda_graph_launch(void *exec, void *stream);
 void lm__cuda_graph_destroy(void *exec);
 

@@ -119,7 +119,7 @@ static lm_status cpu_no_capture(void) {
 
 static lm_status cpu_capture_begin(void *stream) { return cpu_no_capture(); }
 
-static lm_status cpu_capture_end(void *stream, void **graph) {
+static lm_status cpu_capture_end(void *stream, void **graph, int64_t *kernels) {
     *graph = NULL;
     return cpu_no_capture();
 }

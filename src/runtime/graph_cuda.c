@@ -46,13 +46,36 @@ lm_status lm__cuda_capture_begin(void *stream) {
                           "cudaStreamBeginCapture");
 }
 
-lm_status lm__cuda_capture_end(void *stream, void **exec) {
+/* Kernel nodes of a captured graph (memset, copy and event nodes are not counted). */
+static lm_status count_kernels(cudaGraph_t graph, int64_t *kernels) {
+    size_t n = 0;
+    LM_TRY(lm__cuda_check(cudaGraphGetNodes(graph, NULL, &n), "cudaGraphGetNodes"));
+    cudaGraphNode_t *nodes = n ? lm__calloc(n, sizeof *nodes) : NULL;
+    if (n && !nodes) return LM_OUT_OF_MEMORY;
+    lm_status st = n ? lm__cuda_check(cudaGraphGetNodes(graph, nodes, &n), "cudaGraphGetNodes") : LM_OK;
+    *kernels = 0;
+    for (size_t i = 0; st == LM_OK && i < n; i++) {
+        enum cudaGraphNodeType type;
+        st = lm__cuda_check(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
+        if (st == LM_OK && type == cudaGraphNodeTypeKernel) ++*kernels;
+    }
+    lm__free(nodes);
+    return st;
+}
+
+lm_status lm__cuda_capture_end(void *stream, void **exec, int64_t *kernels) {
     *exec = NULL;
+    *kernels = 0;
     cudaGraph_t graph = NULL;
     lm_status st = lm__cuda_check(cudaStreamEndCapture((cudaStream_t)stream, &graph), "cudaStreamEndCapture");
     if (st != LM_OK) {
         cudaGetLastError();
         if (graph) cudaGraphDestroy(graph);
+        return st;
+    }
+    st = count_kernels(graph, kernels);
+    if (st != LM_OK) {
+        cudaGraphDestroy(graph);
         return st;
     }
     cudaGraphExec_t e = NULL;

@@ -77,9 +77,10 @@ typedef struct lm__device_backend {
     lm_status (*event_elapsed)(void *start, void *end, double *ms);
     lm_status (*stream_wait)(void *stream, void *event);
 
-    /* graphs: capture_end always ends the capture; on failure *graph is NULL */
+    /* graphs: capture_end always ends the capture; on failure *graph is NULL; *kernels
+     * receives the kernel launches one replay makes */
     lm_status (*capture_begin)(void *stream);
-    lm_status (*capture_end)(void *stream, void **graph);
+    lm_status (*capture_end)(void *stream, void **graph, int64_t *kernels);
     lm_status (*graph_launch)(void *graph, void *stream);
     void (*graph_destroy)(void *graph);
 

@@ -101,6 +101,17 @@ static void check_prompt(pair_models *pm, const char *name, const lt_fixture *fx
         delta = fmax(delta, compare(what, lg, lc, V));
     }
     pm->worst_nmse_delta = fmax(pm->worst_nmse_delta, delta);
+    /* the decode step was captured from its second run on: its graph's kernel launches
+     * (at least four a layer; none counted on the CPU, which runs uncaptured) */
+    lm_kv_cache_steps ks;
+    int64_t L = lm_model_get_config(pm->gpu)->num_hidden_layers;
+    LT_CHECK_OK(lm_kv_cache_steps_get(cg, &ks));
+    if (S >= 3)
+        LT_CHECK_MSG(ks.last_kernels >= 4 * L && ks.last_kernels <= 64 * L + 64,
+                     "%s: %lld kernels in the captured decode step of %lld layers", name, (long long)ks.last_kernels,
+                     (long long)L);
+    LT_CHECK_OK(lm_kv_cache_steps_get(cc, &ks));
+    LT_CHECK(ks.last_kernels == 0);
     /* greedy on the device against transformers, while the margins allow */
     LT_CHECK_OK(lm_kv_cache_reset(cg, 0));
     lm_sample_params gp = {.greedy = 1, .temperature = 1.0f, .top_p = 1.0f};

@@ -7,8 +7,9 @@
  *    tail) round-trip exactly;
  *  - events: record, synchronize and a positive elapsed time around real work;
  *    wait_event orders a second context after the first;
- *  - graphs: a captured region (two kernels on a caller-owned buffer) does nothing
- *    at capture time and exactly its work at every replay; capture on a CPU context
+ *  - graphs: a captured region (two kernels on a caller-owned buffer, and a copy) does
+ *    nothing at capture time and exactly its work at every replay; the graph counts
+ *    its 2 kernels (the copy is not one); capture on a CPU context
  *    is LM_UNSUPPORTED;
  *  - strided copies within the device (transposes, slices, permuted 4-d views, every
  *    element size) queued on the context's stream equal the host strided copy bit for
@@ -130,14 +131,19 @@ static void test_graph_capture_and_replay(void) {
     lm_tensor *h = NULL;
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &n, &h));
     for (int64_t i = 0; i < n; i++) ((float *)lm_tensor_data(h))[i] = (float)(i % 7) - 3.0f;
-    lm_tensor *d = ct_upload(h);
+    lm_tensor *d = ct_upload(h), *d2 = ct_upload(h);
     lm_device_graph *g = NULL;
     LT_CHECK(lm_ctx_capturing(g_ctx) == 0);
     LT_CHECK_OK(lm_ctx_capture_begin(g_ctx));
     LT_CHECK(lm_ctx_capturing(g_ctx) == 1);
     queue_work(g_ctx, lm_tensor_as_view(d));
+    /* a device copy in the region is a copy node, not a kernel */
+    LT_CHECK_OK(lm_ctx_copy(g_ctx, ct_gpu, lm_tensor_data(d2), ct_gpu, lm_tensor_data(d), (size_t)n * sizeof(float)));
     LT_CHECK_OK(lm_ctx_capture_end(g_ctx, &g));
     LT_CHECK(lm_ctx_capturing(g_ctx) == 0);
+    LT_CHECK_MSG(lm_device_graph_kernels(g) == 2, "kernels in the graph: %lld, expected 2 (scale, add)",
+                 (long long)lm_device_graph_kernels(g));
+    LT_CHECK(lm_device_graph_kernels(NULL) == 0);
     LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
     float back[1000];
     LT_CHECK_OK(lm_device_copy(lm_device_cpu(), back, ct_gpu, lm_tensor_data(d), sizeof back));
@@ -156,6 +162,7 @@ static void test_graph_capture_and_replay(void) {
     LT_CHECK_STATUS(lm_ctx_capture_begin(cpu), LM_UNSUPPORTED);
     lm_ctx_destroy(cpu);
     lm_tensor_destroy(d);
+    lm_tensor_destroy(d2);
     lm_tensor_destroy(h);
 }
 

@@ -1,6 +1,6 @@
 /* The loom CLI's machine-readable contracts, run as a user would run them:
  * `loom logits` JSON lines (keys, sorted top list, probes, values equal to the library's
- * forward pass), `loom bench decode` JSON (roofline and achieved weight bandwidth), `loom generate --print-ids` (equal to transformers' greedy ids from
+ * forward pass), `loom bench decode` JSON (roofline, achieved bandwidth, kernels per step), `loom generate --print-ids` (equal to transformers' greedy ids from
  * tests/data/models), `loom tokenize` both ways on a real tokenizer (skipped if the
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
@@ -77,9 +77,9 @@ static void test_logits_lines_match_the_library(void) {
     lt_cmd_free(&r);
 }
 
-/* `loom bench decode` prints one JSON object: the speed, and the roofline beside the
- * weight bandwidth the steps achieved (bytes_per_step x steps/s). No timing is
- * asserted beyond positivity. */
+/* `loom bench decode` prints one JSON object: the speed, the roofline beside the weight
+ * bandwidth the steps achieved (bytes_per_step x steps/s), and kernels_per_step, 0 on
+ * the CPU (no captured step). No timing is asserted beyond positivity. */
 static void test_bench_decode_json(void) {
     lt_cmd_result r = lt_run_cmd(LOOM " bench decode --model " MODELS "llama_gqa2_f32 --prompt 4 --tokens 3 --repeat 2 "
                                       "--threads 1");
@@ -89,7 +89,7 @@ static void test_bench_decode_json(void) {
     LT_CHECK_MSG(o != NULL, "bench decode output is not one JSON object: %s", r.out ? r.out : "(none)");
     if (o) {
         const char *keys[] = {"tok_per_s", "bytes_per_step", "achieved_gb_s", "roofline_tok_per_s",
-                              "fraction_of_roofline"};
+                              "fraction_of_roofline", "kernels_per_step"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             LT_CHECK_MSG(json_object_get(o, keys[i]) != NULL, "no '%s' in %s", keys[i], r.out);
         double tps = json_number_value(json_object_get(o, "tok_per_s"));
@@ -99,6 +99,7 @@ static void test_bench_decode_json(void) {
         /* batch 1: one step per token (the printed value has two decimals) */
         LT_CHECK_MSG(fabs(achieved - bytes * tps / 1e9) <= 0.006 + 1e-6 * achieved,
                      "achieved %.4f GB/s, bytes x tok/s gives %.4f", achieved, bytes * tps / 1e9);
+        LT_CHECK(json_integer_value(json_object_get(o, "kernels_per_step")) == 0);
     }
     json_decref(o);
     lt_cmd_free(&r);

@@ -4,7 +4,8 @@
  *   bench decode  --model DIR       tokens/s of one-token decode steps, beside the
  *                                   memory-bandwidth roofline (weight bytes per token /
  *                                   measured read bandwidth) and the weight bandwidth
- *                                   the steps achieved (achieved_gb_s)
+ *                                   the steps achieved; kernels_per_step counts the
+ *                                   kernel launches of the captured step (0 uncaptured)
  *   bench prefill --model DIR       tokens/s of a T-token prompt forward pass
  *   bench tokenize --tokenizer FILE encode throughput (MB/s) over a text corpus
  *   bench serve   --url URL         load test of an OpenAI-compatible server (cmd_bench_serve.c)
@@ -127,8 +128,8 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
     lm_kv_cache_steps ks;
     if (lm_kv_cache_steps_get(cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
-        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld", (long long)ks.programs,
-               (long long)ks.arena_bytes, (long long)ks.live_bytes);
+        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld,\"kernels_per_step\":%lld",
+               (long long)ks.programs, (long long)ks.arena_bytes, (long long)ks.live_bytes, (long long)ks.last_kernels);
     if (decode) {
         double bw = measure_bandwidth(ctx);
         double bytes = (double)lm_model_weight_bytes(m);
