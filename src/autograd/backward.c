@@ -59,7 +59,7 @@ static lm_status accumulate(lm_ag *ag, lm_ag_var *v, lm_tensor *g) {
 
 /* Writes (or adds) the leaf's gradient into its bound buffer; zeros when none came. A
  * gradient of another dtype (a bf16 leaf's, bound to f32) is cast into the buffer, or
- * added converted to its dtype (lm__add_widened_out: one pass into f32). */
+ * added converted to its dtype (lm__accumulate_out: one pass into f32). */
 static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
     const lm_tensor_view *buf = &v->bound;
     lm_tensor *src = v->grad, *tmp = NULL;
@@ -71,7 +71,7 @@ static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
     }
     if (st == LM_OK) {
         if (v->bound_accumulate && v->grad)
-            st = lm__add_widened_out(ag->ctx, buf, V(src));
+            st = lm__accumulate_out(ag->ctx, buf, V(src));
         else if (lm_tensor_dtype(src) == buf->dtype)
             st = lm_tensor_view_copy(ag->ctx, buf, V(src));
         else

@@ -29,8 +29,8 @@ typedef struct lm__cuda_ops {
     lm_status (*silu)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
     lm_status (*swiglu)(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out, void *stream);
     lm_status (*cast)(const lm_tensor_view *x, const lm_tensor_view *out, void *stream);
-    /* acc (f32) += x widened (lm__add_widened_out) */
-    lm_status (*add_widened)(const lm_tensor_view *acc, const lm_tensor_view *x, void *stream);
+    /* acc (f32) += x widened (lm__accumulate_out) */
+    lm_status (*accumulate)(const lm_tensor_view *acc, const lm_tensor_view *x, void *stream);
     lm_status (*rmsnorm)(const lm_tensor_view *x, const lm_tensor_view *weight, float eps, const lm_tensor_view *out,
                          void *stream);
     lm_status (*add_rmsnorm)(const lm_tensor_view *x, const lm_tensor_view *residual, const lm_tensor_view *weight,

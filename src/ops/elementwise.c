@@ -159,8 +159,8 @@ lm_status lm_cast_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view
     return LM_OK;
 }
 
-lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x) {
-    const char *op = "add (widened)";
+lm_status lm__accumulate_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x) {
+    const char *op = "accumulate";
     const lm_tensor_view *vs[] = {acc, x};
     static const char *const names[] = {"acc", "x"};
     LM_TRY(lm__op_check_devices(ctx, op, 2, vs, names));
@@ -172,7 +172,7 @@ lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_t
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 1, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA && acc->dtype == LM_F32) return cu->add_widened(acc, x, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA && acc->dtype == LM_F32) return cu->accumulate(acc, x, lm_ctx_stream(ctx));
     if (x->dtype == acc->dtype) return lm_add_out(ctx, acc, x, acc);
     lm_tensor *tmp = NULL;
     lm_status st = lm_cast(ctx, x, acc->dtype, &tmp);

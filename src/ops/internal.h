@@ -147,7 +147,7 @@ lm_status lm__op_level(lm_ctx *ctx, const char *op, int has_cpu, int has_cuda, l
  * dtype (the autograd's accumulation of a gradient into its buffer). An f32 acc takes x
  * widened exactly, in one pass on CUDA; otherwise x of another dtype is cast into a
  * temporary (rounded to acc's dtype) and added by lm_add_out. */
-lm_status lm__add_widened_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x);
+lm_status lm__accumulate_out(lm_ctx *ctx, const lm_tensor_view *acc, const lm_tensor_view *x);
 
 /* rope.c: the rope parameters against x [B, T, H, D] (NULL checks, style, inv_freq
  * [D / 2] f32, positions [T] or [B, T], and with with_bias the bias [H, D] in x's

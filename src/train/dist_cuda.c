@@ -38,7 +38,6 @@ static struct {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*comm_destroy)(ncclComm_t);
-    ncclResult_t (*comm_abort)(ncclComm_t);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
@@ -69,7 +68,6 @@ static void load_once(void) {
         {(void **)&nccl.get_unique_id, "ncclGetUniqueId", 0},
         {(void **)&nccl.comm_init_rank, "ncclCommInitRank", 0},
         {(void **)&nccl.comm_destroy, "ncclCommDestroy", 0},
-        {(void **)&nccl.comm_abort, "ncclCommAbort", 0},
         {(void **)&nccl.all_reduce, "ncclAllReduce", 0},
         {(void **)&nccl.reduce, "ncclReduce", 0},
         {(void **)&nccl.broadcast, "ncclBroadcast", 0},
@@ -110,7 +108,7 @@ static lm_status nccl_fail(ncclResult_t rc, ncclComm_t comm, const char *what) {
 
 struct lm__nccl {
     ncclComm_t comm;
-    int rank, size, device;
+    int size, device;
     cudaStream_t side; /* the overlapped all-reduces' stream (made at the first) */
 };
 
@@ -149,7 +147,7 @@ lm_status lm__nccl_create(int nranks, int rank, const unsigned char id[LM__NCCL_
         lm__free(c);
         return nccl_fail(rc, NULL, "ncclCommInitRank");
     }
-    c->rank = rank, c->size = nranks, c->device = dev.index;
+    c->size = nranks, c->device = dev.index;
     *out = c;
     return LM_OK;
 }

@@ -84,11 +84,13 @@ int lm__train_find(const lm_train_model *m, const char *name);
  * parameter i during the backward, right after the last contribution to its gradient
  * was queued (in the order the backward finishes them; the buffer holds the final
  * gradient once the work queued so far has run). done NULL: none. A non-OK status
- * from done aborts the backward. */
+ * from done aborts the backward. refresh_low 0 skips refreshing the bf16 weight copies
+ * from the f32 masters: only for a caller that knows the masters have not changed since
+ * the last forward (the trainer's 2nd..A-th micro-batch of a step). */
 typedef lm_status (*lm__param_done_fn)(void *user, int param);
 lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx, const int32_t *ids,
                                                   const int32_t *targets, int B, int64_t T, float grad_scale,
-                                                  float *loss, lm__param_done_fn done, void *user);
+                                                  float *loss, lm__param_done_fn done, void *user, int refresh_low);
 
 /* ---- state.c: train_state.bin ---- */
 typedef struct lm__train_state {

@@ -46,11 +46,12 @@ static lm_status leaf_done(void *user, lm_ag_var *leaf, const lm_tensor_view *gr
 }
 
 /* Leaves over the compute-dtype weights: the f32 masters, or (bf16 compute) their
- * bf16 copies, refreshed from the masters first. Gradients always land in the f32
- * buffer (a bf16 leaf's gradient is widened when it is added there). */
-static lm_status make_leaves(fwd *f, int train) {
+ * bf16 copies, refreshed from the masters first unless the caller knows they are
+ * current (fresh 0). Gradients always land in the f32 buffer (a bf16 leaf's gradient
+ * is widened when it is added there). */
+static lm_status make_leaves(fwd *f, int train, int fresh) {
     lm_train_model *m = f->m;
-    if (m->flat_low) LM_TRY(lm_cast_out(f->ctx, V(m->flat), V(m->flat_low)));
+    if (m->flat_low && fresh) LM_TRY(lm_cast_out(f->ctx, V(m->flat), V(m->flat_low)));
     for (int i = 0; i < m->nparams; i++) {
         LM_TRY(lm_ag_leaf(f->ag, m->flat_low ? m->params[i].low : m->params[i].value, train, &f->p[i]));
         if (train) LM_TRY(lm_ag_bind_grad(f->p[i], V(m->params[i].grad), 1));
@@ -150,7 +151,8 @@ static lm_status upload(fwd *f, int ndim, const int64_t *shape, const int32_t *h
 
 /* Sets up the tape, leaves, the graph and the device copies of ids and positions. */
 static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
-                       int64_t T, int train, lm_decoder_output output, lm__param_done_fn done, void *user) {
+                       int64_t T, int train, lm_decoder_output output, lm__param_done_fn done, void *user,
+                       int refresh) {
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
     if (done) {
@@ -171,7 +173,7 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
     if (st == LM_OK) st = build_graph(f, output);
     if (st == LM_OK) st = lm_ag_create(ctx, &f->ag);
     if (st == LM_OK) lm_ag_set_grad_enabled(f->ag, train);
-    if (st == LM_OK) st = make_leaves(f, train);
+    if (st == LM_OK) st = make_leaves(f, train, refresh);
     return st;
 }
 
@@ -198,11 +200,12 @@ static lm_status read_scalar(lm_ctx *ctx, const lm_ag_var *v, float *out) {
 
 lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx, const int32_t *ids,
                                                   const int32_t *targets, int B, int64_t T, float grad_scale,
-                                                  float *loss, lm__param_done_fn done, void *user) {
+                                                  float *loss, lm__param_done_fn done, void *user,
+                                                  int refresh_low) {
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_forward_backward: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user, refresh_low);
     lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
     int64_t tr = lm_trace_begin();
     if (st == LM_OK) st = run(&f, &L);
@@ -220,7 +223,7 @@ lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx
 
 lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
                                           int B, int64_t T, float grad_scale, float *loss) {
-    return lm__train_model_forward_backward_notify(m, ctx, ids, targets, B, T, grad_scale, loss, NULL, NULL);
+    return lm__train_model_forward_backward_notify(m, ctx, ids, targets, B, T, grad_scale, loss, NULL, NULL, 1);
 }
 
 lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
@@ -228,7 +231,7 @@ lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_loss: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL, 1);
     if (st == LM_OK) st = run(&f, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
     end(&f, st);
@@ -239,7 +242,7 @@ lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *i
     if (!m || !ctx || !logits) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_logits: NULL argument");
     fwd f;
     lm_ag_var *z = NULL;
-    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS, NULL, NULL);
+    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS, NULL, NULL, 1);
     if (st == LM_OK) st = run(&f, &z);
     lm_tensor *wide = NULL;
     if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);

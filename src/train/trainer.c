@@ -346,7 +346,8 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
             memcpy(b->left, b->count, (size_t)b->n * sizeof *b->left);
         }
         LM_TRY(lm__train_model_forward_backward_notify(t->model, ctx, t->ids, t->targets, o->batch, o->seq,
-                                                       1.0f / (float)G, &l, b ? bucket_param_done : NULL, b));
+                                                       1.0f / (float)G, &l, b ? bucket_param_done : NULL, b,
+                                                       a == mine)); /* masters unchanged after the first */
         loss += l;
     }
     if (t->bounds) {

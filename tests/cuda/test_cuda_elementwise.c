@@ -246,7 +246,7 @@ static void test_swiglu_packed_matches_reference(void) {
  * The vector path (contiguous, aligned, numel a multiple of 8), the readable one (acc a
  * transposed view, x reversed, numel 91) and the dispatching operator on the CUDA
  * context; a wrong dtype or shape is refused and acc left as it was. */
-static void check_add_widened(lm_dtype xt, int strided) {
+static void check_accumulate(lm_dtype xt, int strided) {
     lt_rng r = lt_rng_seed(19 + (uint64_t)xt + 7 * (uint64_t)strided);
     int64_t shape[2] = {17, 24}, sshape[2] = {13, 7};
     const int64_t *sh = strided ? sshape : shape;
@@ -265,15 +265,15 @@ static void check_add_widened(lm_dtype xt, int strided) {
     lm_tensor *want = NULL;
     LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 2, sh, &want));
     LT_CHECK_OK(lm_tensor_view_copy(g_ref, lm_tensor_as_view(want), &ah));
-    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(want), &xh));
+    LT_CHECK_OK(lm__accumulate_out(g_ref, lm_tensor_as_view(want), &xh));
     char what[80];
     snprintf(what, sizeof what, "add widened f32 += %s%s", lm_dtype_name(xt), strided ? " (strided)" : " (vector path)");
-    LT_CHECK_OK(lm__cuda_add_widened(&ad, &xd, ct_stream(g_ctx)));
+    LT_CHECK_OK(lm__cuda_accumulate(&ad, &xd, ct_stream(g_ctx)));
     ct_check(g_ctx, what, &acc, &ad, lm_tensor_as_view(want), 0.0, 0.0);
     /* the dispatching operator on the CUDA context, twice more: acc = want + 2 x */
-    LT_CHECK_OK(lm__add_widened_out(g_ctx, &ad, &xd));
-    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(want), &xh));
-    snprintf(what, sizeof what, "lm__add_widened_out f32 += %s%s", lm_dtype_name(xt), strided ? " (strided)" : "");
+    LT_CHECK_OK(lm__accumulate_out(g_ctx, &ad, &xd));
+    LT_CHECK_OK(lm__accumulate_out(g_ref, lm_tensor_as_view(want), &xh));
+    snprintf(what, sizeof what, "lm__accumulate_out f32 += %s%s", lm_dtype_name(xt), strided ? " (strided)" : "");
     ct_check(g_ctx, what, &acc, &ad, lm_tensor_as_view(want), 0.0, 0.0);
     ct_pair_free(&acc), ct_pair_free(&x);
     lm_tensor_destroy(want);
@@ -281,7 +281,7 @@ static void check_add_widened(lm_dtype xt, int strided) {
 
 static void test_add_widened(void) {
     for (int i = 0; i < 3; i++)
-        for (int strided = 0; strided < 2; strided++) check_add_widened(ct_floats[i], strided);
+        for (int strided = 0; strided < 2; strided++) check_accumulate(ct_floats[i], strided);
 }
 
 /* A bf16 acc through the dispatcher: x (f32) rounded to bf16, then the bf16 add, as the
@@ -290,9 +290,9 @@ static void test_add_widened_into_bf16(void) {
     lt_rng r = lt_rng_seed(29);
     int64_t shape[2] = {9, 40};
     ct_pair acc = ct_random(&r, LM_BF16, 2, shape, 2.0), x = ct_random(&r, LM_F32, 2, shape, 1.0);
-    LT_CHECK_OK(lm__add_widened_out(g_ref, lm_tensor_as_view(acc.h), lm_tensor_as_view(x.h)));
-    LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(x.d)));
-    ct_check(g_ctx, "lm__add_widened_out bf16 += f32", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h),
+    LT_CHECK_OK(lm__accumulate_out(g_ref, lm_tensor_as_view(acc.h), lm_tensor_as_view(x.h)));
+    LT_CHECK_OK(lm__accumulate_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(x.d)));
+    ct_check(g_ctx, "lm__accumulate_out bf16 += f32", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h),
              ct_nmse(LM_BF16), ct_abs(LM_BF16, 3.0));
     ct_pair_free(&acc), ct_pair_free(&x);
 }
@@ -304,10 +304,10 @@ static void test_add_widened_refuses_bad_operands(void) {
     ct_pair x = ct_random(&r, LM_BF16, 2, shape, 1.0), xo = ct_random(&r, LM_BF16, 2, other, 1.0);
     lm_tensor *i32 = NULL;
     LT_CHECK_OK(lm_tensor_zeros(ct_gpu, LM_I32, 2, shape, &i32));
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(x.d)), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm__accumulate_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(x.d)), LM_UNSUPPORTED);
     lm_tensor_destroy(i32);
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(xo.d)), LM_SHAPE_MISMATCH);
-    LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") != NULL, "message: %s", lm_last_error());
+    LT_CHECK_STATUS(lm__accumulate_out(g_ctx, lm_tensor_as_view(acc.d), lm_tensor_as_view(xo.d)), LM_SHAPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "accumulate") != NULL, "message: %s", lm_last_error());
     ct_check(g_ctx, "refused add widened leaves acc", &acc, lm_tensor_as_view(acc.d), lm_tensor_as_view(acc.h), 0.0, 0.0);
     ct_pair_free(&acc), ct_pair_free(&x), ct_pair_free(&xo);
 }

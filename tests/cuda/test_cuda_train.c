@@ -12,6 +12,9 @@
  *    final weights within NMSE 1e-8; bf16 losses within 3e-2 relative at the first
  *    two steps (later ones amplify bf16 rounding chaotically as the loss collapses)
  *    and below 5% of the first after five;
+ *  - the trainer's 2nd..A-th micro-batch skips refreshing the bf16 weight copies: a
+ *    forward told not to refresh after an optimizer step reproduces the loss of the
+ *    old weights to the bit, and a refreshing one the public call's new loss;
  *  - the logits of lm_train_model_logits under bf16 compute come back as f32;
  *  - a context of the other device is refused by name.
  * Skipped (77) without a GPU or without CUDA in the build.
@@ -20,6 +23,7 @@
 #include "cuda_test.h"
 
 #include "loom/train.h"
+#include "train/internal.h"
 
 #ifndef LOOM_HAVE_CUDA
 int main(void) { lt_skip("built without CUDA"); }
@@ -177,6 +181,33 @@ done:
     free(b.ids), free(b.tgt);
 }
 
+/* refresh_low 0 must read the bf16 copies as the last refresh left them, 1 the masters. */
+static void test_bf16_copy_refresh(void) {
+    const char *name = "qwen2_bias_sharded";
+    batch b;
+    if (!load_batch(name, &b)) return;
+    lm_train_model *m = load(name, ct_gpu);
+    lm_adamw_config c = {0.9, 0.95, 1e-8, 0.1};
+    lm_optimizer *o = NULL;
+    float l0 = 0, stale = 0, fresh = 0, pub = 0;
+    if (!m) goto done;
+    LT_CHECK_OK(lm_train_model_set_compute_dtype(m, LM_BF16));
+    LT_CHECK_OK(lm_optimizer_create(m, &c, &o));
+    if (!o) goto done;
+    LT_CHECK_OK(lm__train_model_forward_backward_notify(m, g_ctx, b.ids, b.tgt, b.B, b.T, 1.0f, &l0, NULL, NULL, 1));
+    LT_CHECK_OK(lm_optimizer_step(o, g_ctx, 1e-2, 1.0)); /* the masters move */
+    LT_CHECK_OK(lm__train_model_forward_backward_notify(m, g_ctx, b.ids, b.tgt, b.B, b.T, 1.0f, &stale, NULL, NULL, 0));
+    LT_CHECK_OK(lm__train_model_forward_backward_notify(m, g_ctx, b.ids, b.tgt, b.B, b.T, 1.0f, &fresh, NULL, NULL, 1));
+    LT_CHECK_OK(lm_train_model_forward_backward(m, g_ctx, b.ids, b.tgt, b.B, b.T, 1.0f, &pub));
+    LT_CHECK_MSG(stale == l0, "no refresh: loss %.9g, the old weights' %.9g", stale, l0);
+    LT_CHECK_MSG(fresh != l0 && fresh == pub, "refresh: loss %.9g, public call %.9g, old weights %.9g", fresh, pub, l0);
+    printf("  bf16 copies: old weights %.6f, not refreshed %.6f, refreshed %.6f\n", l0, stale, fresh);
+done:
+    lm_optimizer_destroy(o);
+    lm_train_model_destroy(m);
+    free(b.ids), free(b.tgt);
+}
+
 static void test_bf16_logits_and_errors(void) {
     const char *name = "qwen3_headdim";
     lm_train_model *cpu = load(name, lm_device_cpu()), *gpu = load(name, ct_gpu);
@@ -205,6 +236,7 @@ int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_cpu));
     LT_RUN(test_gradients_match_cpu);
     LT_RUN(test_training_steps_match_cpu);
+    LT_RUN(test_bf16_copy_refresh);
     LT_RUN(test_bf16_logits_and_errors);
     lm_ctx_destroy(g_cpu);
     lm_ctx_destroy(g_ctx);

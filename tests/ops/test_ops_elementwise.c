@@ -182,13 +182,13 @@ static void test_allocating_forms_leak_nothing_when_allocation_fails(void) {
  * exact against acc + (double)x rounded once to f32; a transposed x; a bf16 acc takes
  * x rounded to bf16 first (cast + add, exactly); bad operands (an integer acc, another
  * shape, an x overlapping acc) are refused with acc untouched. */
-static void test_add_widened_out_is_exact(void) {
+static void test_accumulate_out_is_exact(void) {
     lt_rng r = lt_rng_seed(9);
     int64_t shape[2] = {5, 7};
     for (int i = 0; i < 3; i++) {
         lm_tensor *acc = lt_random_tensor(&r, LM_F32, 2, shape, 3.0), *x = lt_random_tensor(&r, k_floats[i], 2, shape, 2.0);
         double *a0 = lt_view_to_f64(lm_tensor_as_view(acc)), *x0 = lt_view_to_f64(lm_tensor_as_view(x));
-        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(x)));
+        LT_CHECK_OK(lm__accumulate_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(x)));
         const float *pa = lm_tensor_data(acc);
         for (int64_t k = 0; k < 35; k++) LT_CHECK(pa[k] == (float)(a0[k] + x0[k]));
         free(a0), free(x0);
@@ -199,7 +199,7 @@ static void test_add_widened_out_is_exact(void) {
         lm_tensor_view xv;
         LT_CHECK_OK(lm_tensor_view_transpose(lm_tensor_as_view(xt), 0, 1, &xv));
         a0 = lt_view_to_f64(lm_tensor_as_view(acc)), x0 = lt_view_to_f64(&xv);
-        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), &xv));
+        LT_CHECK_OK(lm__accumulate_out(g_ctx, lm_tensor_as_view(acc), &xv));
         for (int64_t k = 0; k < 35; k++) LT_CHECK(pa[k] == (float)(a0[k] + x0[k]));
         free(a0), free(x0);
         lm_tensor_destroy(xt), lm_tensor_destroy(acc);
@@ -211,24 +211,24 @@ static void test_add_widened_out_is_exact(void) {
         lm_tensor *x32 = lt_random_tensor(&r, LM_F32, 2, shape, 1.0), *want = NULL, *x16 = NULL;
         LT_CHECK_OK(lm_cast(g_ctx, lm_tensor_as_view(x32), LM_BF16, &x16));
         LT_CHECK_OK(lm_add(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(x16), &want));
-        LT_CHECK_OK(lm__add_widened_out(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(x32)));
+        LT_CHECK_OK(lm__accumulate_out(g_ctx, lm_tensor_as_view(b16), lm_tensor_as_view(x32)));
         LT_CHECK(memcmp(lm_tensor_data(b16), lm_tensor_data(want), 35 * 2) == 0);
         lm_tensor_destroy(x32), lm_tensor_destroy(x16), lm_tensor_destroy(want);
     }
     lm_tensor *i32 = NULL;
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_I32, 2, shape, &i32));
     double *before = lt_view_to_f64(lm_tensor_as_view(acc));
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(b16)), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm__accumulate_out(g_ctx, lm_tensor_as_view(i32), lm_tensor_as_view(b16)), LM_UNSUPPORTED);
     lm_tensor_destroy(i32);
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(xo)), LM_SHAPE_MISMATCH);
-    LT_CHECK_MSG(strstr(lm_last_error(), "add (widened)") && strstr(lm_last_error(), "[7, 5]"), "message: %s",
+    LT_CHECK_STATUS(lm__accumulate_out(g_ctx, lm_tensor_as_view(acc), lm_tensor_as_view(xo)), LM_SHAPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "accumulate") && strstr(lm_last_error(), "[7, 5]"), "message: %s",
                  lm_last_error());
     lm_tensor_view shifted; /* x overlapping acc one row down */
     int64_t rows4[2] = {4, 7};
     LT_CHECK_OK(lm_tensor_view_init(&shifted, (float *)lm_tensor_data(acc) + 7, LM_F32, lm_device_cpu(), 2, rows4, NULL));
     lm_tensor_view acc4;
     LT_CHECK_OK(lm_tensor_view_init(&acc4, lm_tensor_data(acc), LM_F32, lm_device_cpu(), 2, rows4, NULL));
-    LT_CHECK_STATUS(lm__add_widened_out(g_ctx, &acc4, &shifted), LM_INVALID_ARGUMENT);
+    LT_CHECK_STATUS(lm__accumulate_out(g_ctx, &acc4, &shifted), LM_INVALID_ARGUMENT);
     double *after = lt_view_to_f64(lm_tensor_as_view(acc));
     LT_CHECK(memcmp(before, after, 35 * sizeof(double)) == 0);
     free(before), free(after);
@@ -244,7 +244,7 @@ int main(void) {
     LT_RUN(test_cast_rounds_to_nearest_even_and_checks_ranges);
     LT_RUN(test_elementwise_errors_name_the_problem);
     LT_RUN(test_allocating_forms_leak_nothing_when_allocation_fails);
-    LT_RUN(test_add_widened_out_is_exact);
+    LT_RUN(test_accumulate_out_is_exact);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }

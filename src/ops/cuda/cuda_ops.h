@@ -41,7 +41,7 @@ lm_status lm__cuda_swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, 
  * first (synchronizes): LM_OUT_OF_RANGE naming the first value that does not fit. */
 lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cudaStream_t s);
 /* acc (f32) += x (any float dtype, acc's shape) widened, in place */
-lm_status lm__cuda_add_widened(const lm_tensor_view *acc, const lm_tensor_view *x, cudaStream_t s);
+lm_status lm__cuda_accumulate(const lm_tensor_view *acc, const lm_tensor_view *x, cudaStream_t s);
 
 /* norm.cu: one block per row; out (or sum_out) may be the very view of an input */
 lm_status lm__cuda_rmsnorm(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,

@@ -243,7 +243,7 @@ static lm_status cast_int(const lm_tensor_view *x, const lm_tensor_view *out, in
 /* ---- acc (f32) += x widened ------------------------------------------------------------ */
 /* Readable: any strides; one element a thread step. */
 template <typename TX>
-__global__ void add_widened_kernel(float *acc, lm__cuda_nd na, const TX *x, lm__cuda_nd nx, int64_t n) {
+__global__ void accumulate_kernel(float *acc, lm__cuda_nd na, const TX *x, lm__cuda_nd nx, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float *a = acc + nd_offset(na, i);
         *a += (float)ldv(x + nd_offset(nx, i));
@@ -252,7 +252,7 @@ __global__ void add_widened_kernel(float *acc, lm__cuda_nd na, const TX *x, lm__
 
 /* Contiguous, 16-byte aligned: 8 values a step (one or two 16-byte loads of x, two of acc). */
 template <typename TX>
-__global__ void add_widened_vec_kernel(float *acc, const TX *x, int64_t n8) {
+__global__ void accumulate_vec_kernel(float *acc, const TX *x, int64_t n8) {
     constexpr int VX = 16 / sizeof(TX);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         float f[8], a[8];
@@ -266,19 +266,19 @@ __global__ void add_widened_vec_kernel(float *acc, const TX *x, int64_t n8) {
     }
 }
 
-lm_status lm__cuda_add_widened(const lm_tensor_view *acc, const lm_tensor_view *x, cudaStream_t s) {
+lm_status lm__cuda_accumulate(const lm_tensor_view *acc, const lm_tensor_view *x, cudaStream_t s) {
     int64_t n = lm_tensor_view_numel(acc);
     if (n == 0) return LM_OK;
     LM_TRY(lm__cuda_float_only(x->dtype));
     float *a = (float *)acc->data;
     if (n % 8 == 0 && cast_vec_ok(x) && cast_vec_ok(acc)) {
         unsigned g = lm__cuda_blocks(n / 8, 256);
-        LM__CUDA_FLOAT_SWITCH(x->dtype, T, add_widened_vec_kernel<T><<<g, 256, 0, s>>>(a, (const T *)x->data, n / 8));
+        LM__CUDA_FLOAT_SWITCH(x->dtype, T, accumulate_vec_kernel<T><<<g, 256, 0, s>>>(a, (const T *)x->data, n / 8));
         return lm__cuda_launched("add widened kernel (vec)");
     }
     lm__cuda_nd na = lm__cuda_nd_of(acc), nx = lm__cuda_nd_of(x);
     LM__CUDA_FLOAT_SWITCH(x->dtype, T,
-                         add_widened_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(a, na, (const T *)x->data, nx, n));
+                         accumulate_kernel<T><<<lm__cuda_blocks(n, 256), 256, 0, s>>>(a, na, (const T *)x->data, nx, n));
     return lm__cuda_launched("add widened kernel");
 }
 

@@ -47,8 +47,8 @@ static lm_status swiglu(const lm_tensor_view *gate, const lm_tensor_view *up, co
 static lm_status cast(const lm_tensor_view *x, const lm_tensor_view *out, void *s) {
     return lm__cuda_cast(x, out, S(s));
 }
-static lm_status add_widened(const lm_tensor_view *acc, const lm_tensor_view *x, void *s) {
-    return lm__cuda_add_widened(acc, x, S(s));
+static lm_status accumulate(const lm_tensor_view *acc, const lm_tensor_view *x, void *s) {
+    return lm__cuda_accumulate(acc, x, S(s));
 }
 
 static lm_status rmsnorm(const lm_tensor_view *x, const lm_tensor_view *w, float eps, const lm_tensor_view *out,
@@ -255,7 +255,7 @@ static const lm__cuda_ops k_table = {
     .silu = silu,
     .swiglu = swiglu,
     .cast = cast,
-    .add_widened = add_widened,
+    .accumulate = accumulate,
     .rmsnorm = rmsnorm,
     .add_rmsnorm = add_rmsnorm,
     .rope = rope,
