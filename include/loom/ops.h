@@ -329,6 +329,23 @@ LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulat
  * weights, 0 (none used) otherwise. */
 LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype);
 
+/* The attention front (lm_qkv_rope_store_out) with its projection: qkv = lm_linear_out(x [B*T, K], w, no bias, lin)
+ * (lin->accumulate must be 0; its workspace is not used), then lm_qkv_rope_store_out on
+ * qkv viewed as [B, T, (Hq + 2 Hkv) D] with p (p->bias is the projection's bias). On CUDA
+ * up to 8 rows of f32 x (decode) run as one kernel, the decode GEMV that rotates and
+ * stores its own results (lm_linear_qkv_rope_fused says when); elsewhere the two
+ * operators run in turn through a temporary qkv of B*T*(Hq + 2 Hkv)*D floats. */
+LM_API lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                             const lm_linear_params *lin, const lm_qkv_rope_params *p,
+                                             const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                             const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                             const lm_tensor_view *q);
+/* 1 when device d runs lm_linear_qkv_rope_store_out as one kernel that needs no scratch
+ * memory, for `rows` rows of K inputs of dtype x_dtype with input form `input` over
+ * weights of dtype w_dtype, with (1) or without (0) per-head q/k norms. */
+LM_API int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                                    lm_dtype w_dtype, int qk_norm);
+
 /* ---- losses and selections ----------------------------------------------------------------- */
 /* Mean cross-entropy of logits [N, V] against targets [N] (i32/i64), skipping
  * targets equal to ignore_index; out is an f32 scalar. If every target is ignored

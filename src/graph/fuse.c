@@ -361,6 +361,70 @@ lm_status lm__pass_qkv_rope_store(const lm_graph *g, const lm__pass_env *env, lm
     return finish_pass(g, &p, planned, emit_qkv, &s, s.v, out);
 }
 
+/* ---- the q|k|v projection into the attention front ------------------------------------------------ */
+typedef struct front_fusion {
+    int linear, reshape, front; /* the projection, its [B, T, N] view, the qkv_rope_store */
+} front_fusion;
+
+typedef struct fronts {
+    const lm_graph *g;
+    front_fusion *v;
+    int64_t n, cap;
+} fronts;
+
+static lm_status plan_fronts(fronts *s, plan *p, const lm__pass_env *env) {
+    const lm_graph *g = s->g;
+    if (!env->front_fused) return LM_OK;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *fr = &g->ops[i];
+        if (fr->kind != LM__GOP_QKV_ROPE_STORE || fr->i[2] || fr->region >= 0) continue;
+        const lm__gop *rs = producer(g, fr->in[0]);
+        if (rs->kind != LM__GOP_RESHAPE || lm__graph_sole_use(g, fr->in[0], 0) != i) continue;
+        int y = rs->in[0], reshape = g->values[fr->in[0]].op;
+        const lm__gop *lin = producer(g, y);
+        if (lin->kind != LM__GOP_LINEAR || lin->i[3] || lin->in[2] >= 0 || lin->region >= 0 ||
+            lm__graph_sole_use(g, y, 0) != reshape)
+            continue;
+        const lm__gvalue *x = &g->values[lin->in[0]], *w = &g->values[lin->in[1]];
+        if (x->ndim != 2) continue;
+        int64_t K = lin->i[0] == LM_LINEAR_IN_SWIGLU ? x->dims[1] / 2 : x->dims[1];
+        if (!env->front_fused(env->device, (lm_linear_input)lin->i[0], x->dims[0], K, x->dtype, w->dtype, 0)) continue;
+        front_fusion f = {g->values[y].op, reshape, (int)i};
+        LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));
+        p->at[f.linear] = p->at[f.reshape] = -2;
+        p->at[i] = (int)s->n - 1;
+    }
+    return LM_OK;
+}
+
+static lm_status emit_front(lm__rw *rw, int k, void *user) {
+    const fronts *s = user;
+    const front_fusion *f = &s->v[k];
+    const lm_graph *g = s->g;
+    const lm__gop *lin = &g->ops[f->linear], *fr = &g->ops[f->front];
+    const lm__gvalue *q = &g->values[fr->out];
+    int in[10] = {lm__rw_in(rw, lin->in[0]), lm__rw_in(rw, lin->in[1]), lm__rw_in(rw, lin->in[3]),
+                  lm__rw_in(rw, lin->in[5]), lm__rw_in(rw, fr->in[1]),  lm__rw_in(rw, fr->in[4]),
+                  lm__rw_in(rw, fr->in[5]),  lm__rw_in(rw, fr->in[6]),  lm__rw_in(rw, fr->in[7]),
+                  lm__rw_in(rw, fr->in[8])};
+    lm__gop *op;
+    lm_graph_value y;
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR_QKV_ROPE, q->name, in, 10, q->ndim, q->dims, q->dtype, &op, &y));
+    op->a = lin->a, op->b = fr->b;
+    op->i[0] = fr->i[0], op->i[1] = lin->i[0], op->i[2] = (int64_t)lin->b; /* Hq, the input form, the int4 group */
+    rw->map[fr->out] = y;
+    rw->done[f->linear] = rw->done[f->reshape] = rw->done[f->front] = 1;
+    return LM_OK;
+}
+
+lm_status lm__pass_linear_qkv_rope(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    plan p;
+    fronts s = {g, NULL, 0, 0};
+    LM_TRY(plan_init(&p, g));
+    lm_status planned = plan_fronts(&s, &p, env);
+    return finish_pass(g, &p, planned, emit_front, &s, s.v, out);
+}
+
 /* ---- linear input forms and the residual add -------------------------------------------------- */
 typedef struct lin_fusion {
     int linear;   /* the linear op */

@@ -70,6 +70,10 @@ typedef enum lm__gopk {
     LM__GOP_QKV_ROPE_STORE, /* qkv [B, T, (Hq + 2 Hkv) D], bias?, q_norm?, k_norm?, inv_freq, positions, slots,
                                k_cache, v_cache; out = q [B, T, Hq, D]; a = eps, b = attention factor,
                                i[0] = Hq, i[1] = has bias, i[2] = has q/k norms */
+    LM__GOP_LINEAR_QKV_ROPE, /* x [B*T, K], w, norm_weight?, w_scales?, bias?, inv_freq, positions, slots, k_cache,
+                                v_cache; out = q [B, T, Hq, D]: the q|k|v linear (no accumulate) and the
+                                qkv_rope_store of its rows without q/k norms; a = the linear's eps, b = attention
+                                factor, i[0] = Hq, i[1] = lm_linear_input, i[2] = int4 group (0 otherwise) */
     LM__GOP_COUNT
 } lm__gopk;
 

@@ -45,6 +45,9 @@ typedef struct lm__pass_env {
     lm_device device;
     int (*linear_supported)(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K,
                             lm_dtype x_dtype, lm_dtype w_dtype);
+    /* lm_linear_qkv_rope_fused, or NULL: the projection never joins the front */
+    int (*front_fused)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                       lm_dtype w_dtype, int qk_norm);
 } lm__pass_env;
 
 typedef lm_status (*lm__pass_fn)(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
@@ -72,6 +75,11 @@ lm_status lm__pass_qkv_rope_store(const lm_graph *g, const lm__pass_env *env, lm
  * read by nothing else -> the linear with that input form, where the device runs it
  * as one kernel (lm_linear_supported: the decode GEMVs). */
 lm_status lm__pass_linear_input(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* A q|k|v linear (no bias left, no accumulate) read only through a reshape by a
+ * qkv_rope_store without q/k norms -> linear_qkv_rope (lm_linear_qkv_rope_store_out),
+ * where the device runs it as one kernel (env->front_fused: the decode GEMV). Runs after
+ * lm__pass_linear_input, so the projection's RMSNorm input form comes along. */
+lm_status lm__pass_linear_qkv_rope(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* add(r, linear(..)) where r's storage is read by nothing later -> the linear
  * accumulating into r in place (the residual stream), where the device runs it as
  * one kernel. */

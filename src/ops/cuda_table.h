@@ -111,6 +111,12 @@ typedef struct lm__cuda_ops {
     lm_status (*qkv_rope_store)(const lm_tensor_view *qkv, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
                                 const lm_tensor_view *positions, const lm_tensor_view *k_cache,
                                 const lm_tensor_view *v_cache, const lm_tensor_view *q, void *stream);
+    /* LM_UNSUPPORTED (nothing queued) when the views do not suit the decode GEMV */
+    lm_status (*linear_qkv_rope_store)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                       const lm_linear_params *lin, const lm_qkv_rope_params *p,
+                                       const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                       const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                       const lm_tensor_view *q);
     /* for calls lm__linear_fused_rule admits; LM_UNSUPPORTED (nothing queued) when the
      * views' layout does not suit the kernels */
     lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

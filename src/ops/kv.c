@@ -182,21 +182,20 @@ static lm_status check_vector(const char *op, const char *name, const lm_tensor_
     return lm__op_check_shape(op, name, v, 1, &n);
 }
 
-lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
-                                const lm_tensor_view *slots, const lm_tensor_view *positions,
-                                const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
-                                const lm_tensor_view *q) {
-    const char *op = "qkv_rope_store";
-    const lm_tensor_view *vs[] = {qkv, slots, positions, k_cache, v_cache, q};
-    static const char *const names[] = {"qkv", "slots", "positions", "k_cache", "v_cache", "q"};
-    LM_TRY(lm__op_check_devices(ctx, op, 6, vs, names));
+/* The checks of the attention front's parameters, caches, indices and q (all but its
+ * qkv input); *width is the qkv rows' (Hq + 2 Hkv) D. */
+static lm_status check_front(lm_ctx *ctx, const char *op, const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                             const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                             const lm_tensor_view *v_cache, const lm_tensor_view *q, int64_t *width) {
+    const lm_tensor_view *vs[] = {slots, positions, k_cache, v_cache, q};
+    static const char *const names[] = {"slots", "positions", "k_cache", "v_cache", "q"};
+    LM_TRY(lm__op_check_devices(ctx, op, 5, vs, names));
     if (!p || !p->inv_freq || (!p->q_norm) != (!p->k_norm))
         return lm__error(LM_INVALID_ARGUMENT, "%s: parameters need inv_freq, and q_norm and k_norm together", op);
     const lm_tensor_view *pv[] = {p->inv_freq, p->bias ? p->bias : p->inv_freq, p->q_norm ? p->q_norm : p->inv_freq,
                                   p->k_norm ? p->k_norm : p->inv_freq};
     static const char *const pn[] = {"inv_freq", "bias", "q_norm", "k_norm"};
     LM_TRY(lm__op_check_devices(ctx, op, 4, pv, pn));
-    LM_TRY(lm__op_check_float(op, "qkv", qkv));
     LM_TRY(lm__op_check_float(op, "q", q));
     int64_t any4[4] = {-1, -1, -1, -1};
     LM_TRY(check_cache(op, "k_cache [S, Hkv, P, D]", k_cache, -1, -1));
@@ -207,9 +206,9 @@ lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm
         return lm__error(LM_SHAPE_MISMATCH, "%s: %lld query heads over %lld kv heads of %lld dims (a multiple, even dims)",
                          op, (long long)Hq, (long long)Hkv, (long long)D);
     LM_TRY(lm__op_check_shape(op, "q [B, T, Hq, D]", q, 4, any4));
-    int64_t qs[4] = {q->shape[0], q->shape[1], Hq, D}, xs[3] = {q->shape[0], q->shape[1], (Hq + 2 * Hkv) * D};
+    int64_t qs[4] = {q->shape[0], q->shape[1], Hq, D};
     LM_TRY(lm__op_check_shape(op, "q [B, T, Hq, D]", q, 4, qs));
-    LM_TRY(lm__op_check_shape(op, "qkv [B, T, (Hq + 2 Hkv) D]", qkv, 3, xs));
+    *width = (Hq + 2 * Hkv) * D;
     LM_TRY(check_vector(op, "inv_freq", p->inv_freq, D / 2));
     if (p->bias) LM_TRY(check_vector(op, "bias", p->bias, (Hq + 2 * Hkv) * D));
     if (p->q_norm) LM_TRY(check_vector(op, "q_norm", p->q_norm, D));
@@ -219,11 +218,76 @@ lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm
     LM_TRY(lm__op_check_out(op, "q", q));
     LM_TRY(lm__op_check_out(op, "k_cache", k_cache));
     LM_TRY(lm__op_check_out(op, "v_cache", v_cache));
+    return lm__kv_check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions);
+}
+
+lm_status lm_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
+                                const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                const lm_tensor_view *q) {
+    const char *op = "qkv_rope_store";
+    const lm_tensor_view *vs[] = {qkv};
+    static const char *const names[] = {"qkv"};
+    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, names));
+    int64_t width = 0;
+    LM_TRY(check_front(ctx, op, p, slots, positions, k_cache, v_cache, q, &width));
+    LM_TRY(lm__op_check_float(op, "qkv", qkv));
+    int64_t xs[3] = {q->shape[0], q->shape[1], width};
+    LM_TRY(lm__op_check_shape(op, "qkv [B, T, (Hq + 2 Hkv) D]", qkv, 3, xs));
     LM_TRY(lm__op_check_alias(op, "q", q, "qkv", qkv, 0));
-    LM_TRY(lm__kv_check_indices(op, q->shape[0], q->shape[1], k_cache->shape[0], k_cache->shape[2], slots, positions));
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
     if (level == LM__LEVEL_CUDA) return cu->qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q, lm_ctx_stream(ctx));
     return lm__ref_qkv_rope_store(qkv, p, slots, positions, k_cache, v_cache, q);
+}
+
+lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                       const lm_linear_params *lin, const lm_qkv_rope_params *p,
+                                       const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                       const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
+                                       const lm_tensor_view *q) {
+    const char *op = "linear_qkv_rope_store";
+    if (!lin) return lm__error(LM_INVALID_ARGUMENT, "%s: NULL linear parameters", op);
+    const lm_tensor_view *vs[] = {x, w, lin->norm_weight ? lin->norm_weight : x, lin->w_scales ? lin->w_scales : x};
+    static const char *const names[] = {"x", "w", "norm_weight", "w_scales"};
+    LM_TRY(lm__op_check_devices(ctx, op, 4, vs, names));
+    if (lin->accumulate) return lm__error(LM_INVALID_ARGUMENT, "%s: the projection cannot accumulate", op);
+    LM_TRY(lm__linear_check_inputs(op, x, w, NULL, lin));
+    int64_t width = 0;
+    LM_TRY(check_front(ctx, op, p, slots, positions, k_cache, v_cache, q, &width));
+    const int64_t rows = q->shape[0] * q->shape[1];
+    if (x->shape[0] != rows || w->shape[0] != width)
+        return lm__error(LM_SHAPE_MISMATCH, "%s: x has %lld rows and w %lld outputs; q [B, T, Hq, D] needs B*T = %lld "
+                         "rows and (Hq + 2 Hkv) D = %lld outputs", op, (long long)x->shape[0], (long long)w->shape[0],
+                         (long long)rows, (long long)width);
+    const lm_tensor_view *ins[] = {x, w, lin->norm_weight, lin->w_scales};
+    const lm_tensor_view *outs[] = {q, k_cache, v_cache};
+    static const char *const out_names[] = {"q", "k_cache", "v_cache"};
+    for (int o = 0; o < 3; o++)
+        for (int i = 0; i < 4; i++)
+            if (ins[i]) LM_TRY(lm__op_check_alias(op, out_names[o], outs[o], names[i], ins[i], 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) {
+        lm_status st = cu->linear_qkv_rope_store(ctx, x, w, lin, p, slots, positions, k_cache, v_cache, q);
+        if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
+        lm_clear_error();                    /* a layout the kernel refuses: the composition runs it */
+    }
+    /* the composition: the projection into a temporary, then the front over it */
+    if (lm_ctx_capturing(ctx))
+        return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (lm_linear_qkv_rope_fused is 0), and the "
+                         "composition allocates, which a capture cannot", op);
+    lm_tensor *qkv = NULL;
+    int64_t shape[2] = {rows, width}, s3[3] = {q->shape[0], q->shape[1], width};
+    lm_linear_params lp = *lin;
+    lp.workspace = NULL;
+    lm_status st = lm_tensor_create(lm_ctx_device(ctx), LM_F32, 2, shape, &qkv);
+    if (st == LM_OK) st = lm_linear_out(ctx, x, w, NULL, &lp, lm_tensor_as_view(qkv));
+    lm_tensor_view v3;
+    if (st == LM_OK) st = lm_tensor_view_init(&v3, lm_tensor_data(qkv), LM_F32, lm_ctx_device(ctx), 3, s3, NULL);
+    if (st == LM_OK) st = lm_qkv_rope_store_out(ctx, &v3, p, slots, positions, k_cache, v_cache, q);
+    lm_tensor_destroy(qkv); /* the device allocator keeps queued work's blocks safe (runtime/pool_cuda.c) */
+    return st;
 }

@@ -94,14 +94,13 @@ static lm_status check_weights(const char *op, const lm_tensor_view *w, const lm
     return lm__op_check_shape(op, "w_scales [N]", sc, 1, ns);
 }
 
-static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                       const lm_linear_params *p, const lm_tensor_view *out) {
+lm_status lm__linear_check_inputs(const char *op, const lm_tensor_view *x, const lm_tensor_view *w,
+                                  const lm_tensor_view *bias, const lm_linear_params *p) {
     if ((unsigned)p->input > LM_LINEAR_IN_SWIGLU) return lm__error(LM_INVALID_ARGUMENT, "%s: unknown input form %d", op, (int)p->input);
     int64_t any2[2] = {-1, -1};
     LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
     LM_TRY(check_weights(op, w, p));
     LM_TRY(lm__op_check_float(op, "x", x));
-    LM_TRY(lm__op_check_float(op, "out", out));
     if (x->dtype != LM_F32 && is_quant(w, p))
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; %s weights take f32 x", op, lm_dtype_name(x->dtype),
                          quant_name(w, p));
@@ -109,9 +108,8 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
         return lm__error(LM_DTYPE_MISMATCH, "%s: x is %s; expected f32 or w's %s", op, lm_dtype_name(x->dtype),
                          lm_dtype_name(w->dtype));
     int64_t M = x->ndim == 2 ? x->shape[0] : -1, N = w->shape[0], K = is_i4(w, p) ? 2 * w->shape[1] : w->shape[1];
-    int64_t xs[2] = {M, p->input == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, os[2] = {M, N}, bs[1] = {N}, ks[1] = {K};
+    int64_t xs[2] = {M, p->input == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, bs[1] = {N}, ks[1] = {K};
     LM_TRY(lm__op_check_shape(op, p->input == LM_LINEAR_IN_SWIGLU ? "x [M, 2K]" : "x [M, K]", x, 2, xs));
-    LM_TRY(lm__op_check_shape(op, "out [M, N]", out, 2, os));
     if (bias) {
         LM_TRY(lm__op_check_dtype(op, "bias", bias, LM_F32));
         LM_TRY(lm__op_check_shape(op, "bias [N]", bias, 1, bs));
@@ -122,6 +120,15 @@ static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_
         LM_TRY(lm__op_check_shape(op, "norm_weight [K]", p->norm_weight, 1, ks));
         if (!isfinite(p->eps) || p->eps < 0) return lm__error(LM_INVALID_ARGUMENT, "%s: eps %g", op, p->eps);
     }
+    return LM_OK;
+}
+
+static lm_status check(const char *op, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                       const lm_linear_params *p, const lm_tensor_view *out) {
+    LM_TRY(lm__linear_check_inputs(op, x, w, bias, p));
+    LM_TRY(lm__op_check_float(op, "out", out));
+    int64_t os[2] = {x->shape[0], w->shape[0]};
+    LM_TRY(lm__op_check_shape(op, "out [M, N]", out, 2, os));
     LM_TRY(lm__op_check_out(op, "out", out));
     LM_TRY(lm__op_check_alias(op, "out", out, "x", x, 0));
     LM_TRY(lm__op_check_alias(op, "out", out, "w", w, 0));
@@ -150,6 +157,19 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
     if (lm__device_host_addressable(d)) return cpu_i8_rule(input, rows, K, x_dtype, w_dtype);
     if (!lm__cuda_ops_get()) return 0;
     return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
+}
+
+int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
+    if (qk_norm || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
+    /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
+    int64_t per_vector = w == LM_U8 ? 32 : w == LM_I8 || w == LM_F8_E4M3 ? 16 : 8;
+    return K % per_vector == 0 && lm__linear_fused_rule(input, 0, rows, K, x, w);
+}
+
+int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                             lm_dtype w_dtype, int qk_norm) {
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0;
+    return lm__linear_front_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
 }
 
 size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype) {

@@ -177,7 +177,7 @@ static lm_status stream_of(const lm__nccl *c, lm_ctx *ctx, cudaStream_t *s) {
 }
 
 lm_status lm__nccl_allreduce_f32_overlapped(lm__nccl *c, lm_ctx *ctx, float *buf, int64_t n) {
-    cudaStream_t s;
+    cudaStream_t s = NULL;
     LM_TRY(stream_of(c, ctx, &s));
     if (n <= 0) return LM_OK;
     if (!c->side)
@@ -188,14 +188,14 @@ lm_status lm__nccl_allreduce_f32_overlapped(lm__nccl *c, lm_ctx *ctx, float *buf
 }
 
 lm_status lm__nccl_join(lm__nccl *c, lm_ctx *ctx) {
-    cudaStream_t s;
+    cudaStream_t s = NULL;
     LM_TRY(stream_of(c, ctx, &s));
     return c->side ? order_after(s, c->side) : LM_OK;
 }
 
 /* One reduce (to its owner) or broadcast (from its owner) per slice, in one group. */
 static lm_status per_slice(lm__nccl *c, lm_ctx *ctx, float *buf, const int64_t *bounds, int broadcast) {
-    cudaStream_t s;
+    cudaStream_t s = NULL;
     LM_TRY(stream_of(c, ctx, &s));
     NCCL_TRY(nccl.group_start(), c->comm, "ncclGroupStart");
     ncclResult_t rc = ncclSuccess;

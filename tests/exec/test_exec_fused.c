@@ -7,7 +7,9 @@
  * give the logits the canonical graph gives, within the rounding the passes add
  * (a bf16 prefill, whose GEMM inputs are rounded to bf16: NMSE <= 1e-4, max |d| <= 2%
  * of max |logit|, measured 4e-6..1.3e-5; everything else NMSE <= 1e-9, measured ~1e-13).
- * It also checks what was fused: every layer has one fused QKV op, and with bf16
+ * It also checks what was fused: every layer has one fused QKV op (at decode with bf16
+ * or quantized weights and no q/k norms, joined with its projection: linear_qkv_rope,
+ * whose CPU level is its composition), and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a decode step and a prefill
  * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops).
  * Quantized weights (llama_gqa2_f32 and qwen2_bias_sharded loaded as int8, int4 G32
@@ -39,6 +41,10 @@ static lm_ctx *g_ctx;
 static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
     (void)d;
     return lm__linear_fused_rule(in, accumulate, rows, K, x, w);
+}
+static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
+    (void)d;
+    return lm__linear_front_rule(in, rows, K, x, w, qk_norm);
 }
 
 typedef struct binder {
@@ -143,6 +149,12 @@ static int quant_stacks(const lm_graph *g, int group) {
     int n = 0;
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
+        if (op->kind == LM__GOP_LINEAR_QKV_ROPE) { /* the q|k|v stack joined to the front: scales in[3], group i[2] */
+            if (op->in[3] < 0 || g->values[op->in[3]].dims[0] != g->values[op->in[1]].dims[0] || op->i[2] != group)
+                return -1;
+            n++;
+            continue;
+        }
         if (op->kind != LM__GOP_LINEAR || (!strstr(op->name, "qkv_proj") && !strstr(op->name, "gate_up_proj"))) continue;
         if (op->in[5] < 0 || g->values[op->in[5]].dims[0] != g->values[op->in[1]].dims[0] || op->b != group) return -1;
         n++;
@@ -173,16 +185,21 @@ static void check_model_as(const char *name, lm_weights weights) {
         if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = m; /* as nn/kv_cache.c builds it */
         lm_graph *g = NULL, *h = NULL, *fused = NULL;
         LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
-        static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,   lm__pass_linear,       lm__pass_stack_linears,
-                                          lm__pass_qkv_rope_store, lm__pass_linear_input, lm__pass_linear_residual,
-                                          lm__pass_add_rmsnorm,    lm__pass_gemm_inputs};
-        lm__pass_env env = {lm_device_cuda(0), gpu_rule};
+        static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
+                                          lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
+                                          lm__pass_linear_residual, lm__pass_add_rmsnorm,     lm__pass_gemm_inputs};
+        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused));
         static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, 1, none, &h));
         if (!fused || !h) return;
-        LT_CHECK_MSG(count(fused, LM__GOP_QKV_ROPE_STORE) == c->num_hidden_layers, "%s: %d fused QKV ops for %lld layers",
-                     name, count(fused, LM__GOP_QKV_ROPE_STORE), (long long)c->num_hidden_layers);
+        int fronts = count(fused, LM__GOP_QKV_ROPE_STORE), with_proj = count(fused, LM__GOP_LINEAR_QKV_ROPE);
+        LT_CHECK_MSG(fronts + with_proj == c->num_hidden_layers, "%s: %d fused QKV ops for %lld layers", name,
+                     fronts + with_proj, (long long)c->num_hidden_layers);
+        /* the decode GEMV takes the front (no q/k norms) for bf16 and quantized weights */
+        int want_proj = s == 0 && (bf16 || quant) && !c->qk_norm ? (int)c->num_hidden_layers : 0;
+        LT_CHECK_MSG(with_proj == want_proj, "%s %s %s: %d projections joined to the front, expected %d", name,
+                     lm_weights_name(weights), s ? "prefill" : "decode", with_proj, want_proj);
         if ((s == 0 && bf16) || quant) {
             LT_CHECK_MSG(count(fused, LM__GOP_RMSNORM) + count(fused, LM__GOP_SWIGLU) + count(fused, LM__GOP_ADD) == 0,
                          "%s %s %s: %d rmsnorm, %d swiglu, %d add left", name, lm_weights_name(weights),

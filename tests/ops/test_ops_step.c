@@ -1,5 +1,6 @@
 /* The model-step operators on the CPU: KV store, attention over a KV cache (with and
- * without a sliding window), the fused QKV + RoPE + KV write, the fused Linear, and
+ * without a sliding window), the fused QKV + RoPE + KV write (alone and with its
+ * projection), the fused Linear, and
  * token selection. Each against an independent computation written here in double
  * (or against the composition of the basic operators it fuses), on fresh random
  * inputs with poisoned outputs; plus the errors that name bad slots, positions and
@@ -274,6 +275,66 @@ static void test_qkv_rope_store_equals_its_composition(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
 }
 
+/* linear_qkv_rope_store equals lm_linear_out (no bias) into qkv, then qkv_rope_store
+ * with the bias, to the bit (its CPU level is that composition: this checks which
+ * argument goes where); and its argument errors. */
+static void test_linear_qkv_rope_store_equals_its_parts(void) {
+    lt_rng r = lt_rng_seed(15);
+    const int64_t S = 3, Hq = 4, Hkv = 2, P = 16, D = 8, B = 2, T = 2, K = 24, W = (Hq + 2 * Hkv) * D;
+    int64_t cs[4] = {S, Hkv, P, D}, xs[2] = {B * T, K}, wsh[2] = {W, K}, qs[4] = {B, T, Hq, D}, bs[1] = {B};
+    int64_t ps[2] = {B, T}, ws[1] = {W}, ks[1] = {K}, fs[1] = {D / 2}, q2[2] = {B * T, W}, q3[3] = {B, T, W};
+    lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1.0), *w = lt_random_tensor(&r, LM_BF16, 2, wsh, 0.3);
+    lm_tensor *bias = lt_random_tensor(&r, LM_F32, 1, ws, 0.3), *nw = lt_random_tensor(&r, LM_F32, 1, ks, 1.0);
+    lm_tensor *inv = lt_random_tensor(&r, LM_F32, 1, fs, 0.5), *qkv = lt_poisoned_tensor(LM_F32, 2, q2);
+    int32_t slots[2] = {2, 0}, pos[4] = {5, 6, 13, 14};
+    lm_tensor *sl = i32(1, bs, slots), *po = i32(2, ps, pos);
+    lm_tensor *kc = lt_poisoned_tensor(LM_F32, 4, cs), *vc = lt_poisoned_tensor(LM_F32, 4, cs);
+    lm_tensor *kc2 = lt_poisoned_tensor(LM_F32, 4, cs), *vc2 = lt_poisoned_tensor(LM_F32, 4, cs);
+    lm_tensor *q = lt_poisoned_tensor(LM_F32, 4, qs), *qw = lt_poisoned_tensor(LM_F32, 4, qs);
+    lm_linear_params lp = {.input = LM_LINEAR_IN_RMSNORM, .norm_weight = V(nw), .eps = 1e-6f};
+    lm_qkv_rope_params rp = {Hq, V(bias), NULL, NULL, 0.f, V(inv), 1.1f};
+    LT_CHECK_OK(lm_linear_qkv_rope_store_out(g_ctx, V(x), V(w), &lp, &rp, V(sl), V(po), V(kc), V(vc), V(q)));
+    lm_tensor_view v3;
+    LT_CHECK_OK(lm_linear_out(g_ctx, V(x), V(w), NULL, &lp, V(qkv)));
+    LT_CHECK_OK(lm_tensor_view_reshape(V(qkv), 3, q3, &v3));
+    LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, &v3, &rp, V(sl), V(po), V(kc2), V(vc2), V(qw)));
+    const lm_tensor *got[3] = {q, kc, vc}, *want[3] = {qw, kc2, vc2};
+    for (int i = 0; i < 3; i++) {
+        double *a = lt_view_to_f64(V(got[i])), *b = lt_view_to_f64(V(want[i]));
+        int64_t n = lm_tensor_numel(got[i]), differ = 0;
+        for (int64_t j = 0; j < n; j++) differ += !(a[j] == b[j] || (isnan(a[j]) && isnan(b[j])));
+        LT_CHECK_MSG(differ == 0, "linear_qkv_rope_store %s: %lld of %lld values differ from the parts'",
+                     i == 0 ? "q" : i == 1 ? "k cache" : "v cache", (long long)differ, (long long)n);
+        free(a), free(b);
+    }
+    lm_linear_params acc = lp;
+    acc.accumulate = 1;
+    LT_CHECK_STATUS(lm_linear_qkv_rope_store_out(g_ctx, V(x), V(w), &acc, &rp, V(sl), V(po), V(kc), V(vc), V(q)),
+                    LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "accumulate") != NULL);
+    lm_qkv_rope_params five = rp;
+    five.q_heads = 6; /* (6 + 4) * 8 = 80 outputs, w has 64 */
+    five.bias = NULL;
+    LT_CHECK_STATUS(lm_linear_qkv_rope_store_out(g_ctx, V(x), V(w), &lp, &five, V(sl), V(po), V(kc), V(vc), V(q)),
+                    LM_SHAPE_MISMATCH);
+    lm_tensor_view xk; /* the k cache over x's storage: written while x is read */
+    int64_t xk4[4] = {2, Hkv, 3, D}; /* all of x's 96 floats */
+    LT_CHECK_OK(lm_tensor_view_init(&xk, lm_tensor_data(x), LM_F32, lm_device_cpu(), 4, xk4, NULL));
+    int32_t own[2] = {0, 1}, p0[4] = {0, 1, 0, 1};
+    lm_tensor *sl0 = i32(1, bs, own), *po0 = i32(2, ps, p0);
+    lm_tensor_view xv = xk;
+    xv.data = (float *)lm_tensor_data(vc); /* a v cache of the same shape elsewhere */
+    LT_CHECK_STATUS(lm_linear_qkv_rope_store_out(g_ctx, V(x), V(w), &lp, &rp, V(sl0), V(po0), &xk, &xv, V(q)),
+                    LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "k_cache") != NULL, "error: %s", lm_last_error());
+    lm_tensor_destroy(sl0), lm_tensor_destroy(po0);
+    LT_CHECK_STATUS(lm_linear_qkv_rope_store_out(g_ctx, V(x), V(w), NULL, &rp, V(sl), V(po), V(kc), V(vc), V(q)),
+                    LM_INVALID_ARGUMENT);
+    LT_CHECK(lm_linear_qkv_rope_fused(lm_device_cpu(), LM_LINEAR_IN_RMSNORM, 1, K, LM_F32, LM_BF16, 0) == 0);
+    lm_tensor *all[] = {x, w, bias, nw, inv, qkv, sl, po, kc, vc, kc2, vc2, q, qw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+}
+
 /* The fused Linear for each input form, with and without bias and accumulate,
  * against the composition rmsnorm/swiglu -> matmul (transposed weight) -> add. */
 static void test_linear_equals_its_composition(void) {
@@ -497,6 +558,7 @@ int main(void) {
     LT_RUN(test_qkv_rope_store_equals_its_composition);
     LT_RUN(test_paged_cache_equals_contiguous);
     LT_RUN(test_linear_equals_its_composition);
+    LT_RUN(test_linear_qkv_rope_store_equals_its_parts);
     LT_RUN(test_sample_rules);
     LT_RUN(test_sample_per_row_records);
     LT_RUN(test_mixed_dtype_forms_round_once);

@@ -5,6 +5,7 @@
 #define LOOM_OPS_CUDA_GEMV_BODY_CUH
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/qkv_rope_body.cuh"
 
 #include <cuda_fp8.h>
 
@@ -120,6 +121,47 @@ __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_
     return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? p.scales[n * p.lds] : 1.f;
 }
 
+/* front: the logical row of the q|k|v projection that virtual row j computes. Within
+ * the q and k heads the rows go i, i + hd / 2 alternately, so that each RoPE pair is
+ * two neighbouring rows of one warp (RPW is even); the v rows and every row of a plain
+ * product stay in place. */
+__device__ __forceinline__ int64_t front_row(const lm__cuda_gemv_params &p, int64_t j) {
+    const int64_t hd = p.kv.head_dim;
+    if (!p.front || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
+    int64_t h = j / hd, w = j - h * hd;
+    return h * hd + (w >> 1) + (w & 1) * (hd >> 1);
+}
+
+/* front: token m's finished values (bias added) of virtual rows j and j + 1 (j even): a
+ * q or k head's RoPE pair, rotated and stored to q or the k cache, or two neighbouring
+ * v values stored to the v cache; as qkv_rope_item does (a bad token: NaN q, no store). */
+__device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
+    const lm__cuda_qkv_params &f = p.q_front;
+    const lm__cuda_kv &kv = p.kv;
+    const int64_t hd = kv.head_dim, half = hd / 2, Hq = f.q_heads, Hkv = kv.kv_heads, h = j / hd, w = j - h * hd;
+    int64_t off, block = front_block(f, kv, m, &off);
+    if (h >= Hq + Hkv) { /* v */
+        if (block < 0) return;
+        bf16 *v = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * kv.block_tokens + off) * hd + w;
+        v[0] = __float2bfloat16_rn(va), v[1] = __float2bfloat16_rn(vb);
+        return;
+    }
+    const int i = (int)(w >> 1);
+    if (block < 0) {
+        va = vb = NAN;
+    } else {
+        front_rotate(f, f.tok_pos[m], i, va, vb);
+    }
+    if (h < Hq) {
+        const int64_t o = (m * Hq + h) * hd + i;
+        if (f.q_bf16) st((bf16 *)f.q + o, va), st((bf16 *)f.q + o + half, vb);
+        else st((float *)f.q + o, va), st((float *)f.q + o + half, vb);
+    } else if (block >= 0) {
+        bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * kv.block_tokens + off) * hd + i;
+        k[0] = __float2bfloat16_rn(va), k[half] = __float2bfloat16_rn(vb);
+    }
+}
+
 /* Issues the UNROLL x RPW weight loads of one batch (zeros past the row's end). */
 template <int RPW, int UNROLL, int KSPLIT>
 __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, int64_t nvec, uint4 (*raw)[UNROLL]) {
@@ -136,7 +178,7 @@ template <int RPW>
 __device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, const uint4 **w, int64_t *rows) {
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
-        rows[r] = LM_MIN(grp * RPW + r, p.N - 1);
+        rows[r] = front_row(p, LM_MIN(grp * RPW + r, p.N - 1));
         w[r] = (const uint4 *)((const uint8_t *)p.w + rows[r] * p.ldw);
     }
 }
@@ -217,6 +259,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
+    __shared__ float fin[RPW][M]; /* KSPLIT > 1 with the front: the finished values */
+    static_assert(RPW % 2 == 0 && RPW * M <= 32, "the front epilogue pairs rows within one warp");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
     const int groups_per_block = WARPS / KSPLIT;
@@ -262,19 +306,22 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
      * prefetched, later batches are loaded into it */
     auto run_group = [&](int64_t g0, uint4 (&buf)[RPW][UNROLL], int prefetched) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
-        /* KSPLIT == 1: lane 0's rows; else thread t < RPW * M's element (in add[0][0], scl[0]) */
+        /* KSPLIT == 1: lane 0's rows (every lane's with the front epilogue); else thread
+         * t < RPW * M's element (in add[0][0], scl[0]) */
         float add[RPW][M], scl[RPW];
         if (KSPLIT == 1) {
-            if (lane == 0 && grp < groups)
+            if ((lane == 0 || p.front) && grp < groups)
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
-                    scl[r] = row_scale<F>(p, n0 + r);
+                    const int64_t n = front_row(p, n0 + r);
+                    scl[r] = row_scale<F>(p, n);
 #pragma unroll
-                    for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n0 + r);
+                    for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n);
                 }
         } else if (threadIdx.x < RPW * M) {
-            add[0][0] = addend(p, threadIdx.x % M, g0 * RPW + threadIdx.x / M);
-            scl[0] = row_scale<F>(p, g0 * RPW + threadIdx.x / M);
+            const int64_t n = front_row(p, g0 * RPW + threadIdx.x / M);
+            add[0][0] = addend(p, threadIdx.x % M, n);
+            scl[0] = row_scale<F>(p, n);
         }
         float acc[RPW][M];
 #pragma unroll
@@ -339,7 +386,21 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         for (int r = 0; r < RPW; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (KSPLIT == 1) {
+        if (KSPLIT == 1 && p.front) { /* lane t < RPW / 2 * M: pair t / M of token t % M */
+            if (grp < groups && lane < RPW / 2 * M) {
+                float va = 0.f, vb = 0.f;
+#pragma unroll
+                for (int q = 0; q < RPW / 2; q++)
+#pragma unroll
+                    for (int m = 0; m < M; m++)
+                        if (q * M + m == lane) {
+                            va = acc[2 * q][m] * scl[2 * q] * post_rms[m] + add[2 * q][m];
+                            vb = acc[2 * q + 1][m] * scl[2 * q + 1] * post_rms[m] + add[2 * q + 1][m];
+                        }
+                const int64_t j = n0 + 2 * (lane / M);
+                if (j < p.N && lane % M < p.M) front_store(p, lane % M, j, va, vb);
+            }
+        } else if (KSPLIT == 1) {
             if (lane == 0 && grp < groups)
 #pragma unroll
                 for (int r = 0; r < RPW; r++)
@@ -364,8 +425,16 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
 #pragma unroll
                     for (int i = 0; i < M; i++)
                         if (i == m) post = post_rms[i];
-                    p.out[m * p.ldo + n] = v * scl[0] * post + add[0][0];
+                    v = v * scl[0] * post + add[0][0];
+                    if (p.front) fin[r][m] = v;
+                    else p.out[m * p.ldo + n] = v;
                 }
+            }
+            if (p.front && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
+                __syncwarp();
+                const int64_t j = g0 * RPW + 2 * (lane / M);
+                if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
+                    front_store(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
             }
             __syncthreads();
         }

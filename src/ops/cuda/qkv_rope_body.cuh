@@ -8,6 +8,31 @@
 #include "ops/cuda/common.cuh"
 
 /* ---- the model step: fused bias + q/k norm + RoPE + KV-cache store ---------------------------- */
+/* Token tok's cache block (its row's table entry for its position), -1 for a bad token
+ * (a position past the row's nb * block_tokens, or a block outside the pool); *off is
+ * the position's offset in the block. */
+__device__ __forceinline__ int64_t front_block(const lm__cuda_qkv_params &p, const lm__cuda_kv &kv, int64_t tok,
+                                               int64_t *off) {
+    const int64_t P = kv.block_tokens;
+    int64_t pos = p.tok_pos[tok], block = -1;
+    *off = pos;
+    if (pos >= 0 && pos < kv.nb * P) {
+        int64_t e = kv.nb == 1 ? 0 : pos / P;
+        block = p.row_table[(tok / p.T) * kv.nb + e], *off = pos - e * P;
+    }
+    return block >= 0 && block < kv.blocks ? block : -1;
+}
+
+/* The RoPE pair (a, b) = (x[i], x[i + hd / 2]) of a head rotated by the angle pos *
+ * inv_freq[i] (computed in double, like the CPU), cos and sin scaled by attn_factor. */
+__device__ __forceinline__ void front_rotate(const lm__cuda_qkv_params &p, int64_t pos, int i, float &a, float &b) {
+    double sn, cs;
+    sincos((double)pos * (double)p.inv_freq[i], &sn, &cs);
+    float c = (float)(cs * p.attn_factor), s = (float)(sn * p.attn_factor);
+    float ra = a * c - b * s, rb = b * c + a * s;
+    a = ra, b = rb;
+}
+
 /* One warp's work item (token, head) = item (warp-uniform; nothing past the last). */
 template <typename QT>
 __device__ __forceinline__ void qkv_rope_item(const lm__cuda_qkv_params &p, const lm__cuda_kv &kv, int64_t item) {
@@ -17,13 +42,9 @@ __device__ __forceinline__ void qkv_rope_item(const lm__cuda_qkv_params &p, cons
     int h = (int)(item % heads), lane = threadIdx.x & 31;
     const float *src = p.qkv + tok * heads * hd + (int64_t)h * hd;
     const float *b = p.bias ? p.bias + (int64_t)h * hd : NULL;
-    const int64_t P = kv.block_tokens;
-    int64_t pos = p.tok_pos[tok], block = -1, off = pos; /* the token's block and offset in it */
-    if (pos >= 0 && pos < kv.nb * P) {
-        int64_t e = kv.nb == 1 ? 0 : pos / P;
-        block = p.row_table[(tok / p.T) * kv.nb + e], off = pos - e * P;
-    }
-    if (block < 0 || block >= kv.blocks) { /* a bad token: no store, NaN q */
+    const int64_t P = kv.block_tokens, pos = p.tok_pos[tok];
+    int64_t off, block = front_block(p, kv, tok, &off);
+    if (block < 0) { /* a bad token: no store, NaN q */
         QT *q = (QT *)p.q + (tok * Hq + h) * hd;
         for (int d = lane; h < Hq && d < hd; d += 32) st(q + d, NAN);
         return;
@@ -44,15 +65,13 @@ __device__ __forceinline__ void qkv_rope_item(const lm__cuda_qkv_params &p, cons
         inv = rsqrtf(warp_sum(ss) / (float)hd + p.eps);
     }
     for (int i = lane; i < half; i += 32) {
-        double sn, cs;
-        sincos((double)pos * (double)p.inv_freq[i], &sn, &cs);
-        float c = (float)(cs * p.attn_factor), s = (float)(sn * p.attn_factor);
         float va = src[i] + (b ? b[i] : 0.f), vb = src[i + half] + (b ? b[i + half] : 0.f);
         if (nw) {
             va *= inv * nw[i];
             vb *= inv * nw[i + half];
         }
-        float ra = va * c - vb * s, rb = vb * c + va * s;
+        float ra = va, rb = vb;
+        front_rotate(p, pos, i, ra, rb);
         if (h < Hq) {
             QT *q = (QT *)p.q + (tok * Hq + h) * hd;
             st(q + i, ra);

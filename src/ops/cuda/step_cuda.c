@@ -23,6 +23,7 @@ _Static_assert(sizeof(lm__cuda_sample_params) == sizeof(lm_sample_params) &&
                "the device sampler reads lm_sample_params records as they are");
 
 static int contiguous(const lm_tensor_view *v) { return lm_tensor_view_is_contiguous(v); }
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; } /* the GEMV's 16-byte loads */
 /* rows with a unit last stride (any row stride) */
 static int unit_last(const lm_tensor_view *v) { return v->ndim == 0 || v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
 
@@ -76,6 +77,21 @@ lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view
 }
 
 /* ---- the fused front of the attention --------------------------------------------------------- */
+/* The front's parameters from the views (qkv left NULL): q [B, T, Hq, D] gives the tokens. */
+static lm__cuda_qkv_params front_of(const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                    const lm_tensor_view *positions, const lm_tensor_view *q) {
+    lm__cuda_qkv_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.bias = p->bias ? (const float *)p->bias->data : NULL;
+    kp.q_norm = p->q_norm ? (const float *)p->q_norm->data : NULL;
+    kp.k_norm = p->k_norm ? (const float *)p->k_norm->data : NULL;
+    kp.eps = p->eps, kp.inv_freq = (const float *)p->inv_freq->data, kp.attn_factor = p->attn_factor;
+    kp.tok_pos = (const int32_t *)positions->data, kp.row_table = (const int32_t *)slots->data;
+    kp.ntok = q->shape[0] * q->shape[1], kp.T = q->shape[1];
+    kp.q_heads = (int)p->q_heads, kp.q_bf16 = q->dtype == LM_BF16, kp.q = q->data;
+    return kp;
+}
+
 lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_rope_params *p,
                                         const lm_tensor_view *slots, const lm_tensor_view *positions,
                                         const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
@@ -88,18 +104,56 @@ lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_
     if (!ok)
         return lm__error(LM_UNSUPPORTED, "qkv_rope_store (cuda): needs contiguous f32 qkv and vectors, f32/bf16 q, "
                                          "bf16 caches");
-    lm__cuda_qkv_params kp;
-    memset(&kp, 0, sizeof kp);
+    lm__cuda_qkv_params kp = front_of(p, slots, positions, q);
     kp.qkv = (const float *)qkv->data;
-    kp.bias = p->bias ? (const float *)p->bias->data : NULL;
-    kp.q_norm = p->q_norm ? (const float *)p->q_norm->data : NULL;
-    kp.k_norm = p->k_norm ? (const float *)p->k_norm->data : NULL;
-    kp.eps = p->eps, kp.inv_freq = (const float *)p->inv_freq->data, kp.attn_factor = p->attn_factor;
-    kp.tok_pos = (const int32_t *)positions->data, kp.row_table = (const int32_t *)slots->data;
-    kp.ntok = qkv->shape[0] * qkv->shape[1], kp.T = qkv->shape[1];
-    kp.q_heads = (int)p->q_heads, kp.q_bf16 = q->dtype == LM_BF16, kp.q = q->data;
     lm__cuda_kv kv = cache_of(k_cache, v_cache, slots);
     return lm__cuda_qkv_rope_store(&kp, &kv, s);
+}
+
+/* The decode GEMV's parameters for x [M, K] @ w^T (+ bias) with w in any format lin
+ * describes, when the views suit it: f32 x with 16-byte aligned rows, unit last strides,
+ * 16-byte aligned weight rows, K a whole number of 16-byte weight vectors. 0 otherwise. */
+static int gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                   const lm_linear_params *lin, lm__cuda_gemv_params *gp) {
+    const lm_tensor_view *sc = lin->w_scales, *nw = lin->input == LM_LINEAR_IN_RMSNORM ? lin->norm_weight : NULL;
+    lm__cuda_gemv_w wf = lin->w_bits == 4         ? LM__CUDA_GEMV_I4
+                         : w->dtype == LM_I8       ? LM__CUDA_GEMV_I8
+                         : w->dtype == LM_F8_E4M3 ? LM__CUDA_GEMV_F8
+                                                   : LM__CUDA_GEMV_BF16;
+    int64_t M = x->shape[0], K = wf == LM__CUDA_GEMV_I4 ? 2 * w->shape[1] : w->shape[1];
+    int64_t ldw = w->stride[0] * (int64_t)lm_dtype_size(w->dtype), wpv = wf == LM__CUDA_GEMV_I4 ? 32 : wf ? 16 : 8;
+    if (x->dtype != LM_F32 || (wf == LM__CUDA_GEMV_BF16 && w->dtype != LM_BF16) || x->ndim != 2 || M < 1 ||
+        M > LM__CUDA_GEMV_MAX_ROWS || K % wpv || !unit_last(x) || !unit_last(w) || x->stride[0] % 4 || ldw % 16 ||
+        !aligned16(x->data) || !aligned16(w->data) || (sc && !unit_last(sc)) ||
+        (bias && !contiguous(bias)) || (nw && (!contiguous(nw) || !aligned16(nw->data))))
+        return 0;
+    memset(gp, 0, sizeof *gp);
+    gp->in = (lm__cuda_gemv_in)lin->input, gp->wf = wf;
+    gp->x = (const float *)x->data, gp->ldx = x->stride[0];
+    gp->norm_w = nw ? (const float *)nw->data : NULL, gp->eps = lin->eps;
+    gp->w = w->data, gp->ldw = ldw;
+    gp->scales = sc ? (const float *)sc->data : NULL, gp->lds = sc ? sc->stride[0] : 0;
+    gp->group = wf == LM__CUDA_GEMV_I4 ? lin->w_group : 0;
+    gp->bias = bias ? (const float *)bias->data : NULL;
+    gp->M = (int)M, gp->N = w->shape[0], gp->K = K;
+    return 1;
+}
+
+lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_linear_params *lin,
+                                         const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                         const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                         const lm_tensor_view *v_cache, const lm_tensor_view *q, cudaStream_t s) {
+    lm__cuda_gemv_params gp;
+    int ok = !p->q_norm && contiguous(q) && q->dtype != LM_F16 && k_cache->dtype == LM_BF16 &&
+             v_cache->dtype == LM_BF16 && contiguous(k_cache) && contiguous(v_cache) && contiguous(slots) &&
+             contiguous(positions) && contiguous(p->inv_freq) && gemv_of(x, w, p->bias, lin, &gp);
+    if (!ok)
+        return lm__error(LM_UNSUPPORTED, "linear_qkv_rope_store (cuda): needs up to %d rows of f32 x over aligned "
+                         "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
+    gp.front = 1;
+    gp.q_front = front_of(p, slots, positions, q);
+    gp.kv = cache_of(k_cache, v_cache, slots);
+    return lm__cuda_linear_gemv(&gp, s);
 }
 
 /* ---- the fused Linear --------------------------------------------------------------------------- */

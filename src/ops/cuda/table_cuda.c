@@ -228,6 +228,13 @@ static lm_status qkv_rope_store(const lm_tensor_view *qkv, const lm_qkv_rope_par
     return lm__cuda_qkv_rope_store_views(qkv, p, slots, positions, kc, vc, q, S(s));
 }
 
+static lm_status linear_qkv_rope_store(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                       const lm_linear_params *lin, const lm_qkv_rope_params *p,
+                                       const lm_tensor_view *slots, const lm_tensor_view *positions,
+                                       const lm_tensor_view *kc, const lm_tensor_view *vc, const lm_tensor_view *q) {
+    return lm__cuda_linear_qkv_rope_views(x, w, lin, p, slots, positions, kc, vc, q, S(lm_ctx_stream(ctx)));
+}
+
 static lm_status linear(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                         const lm_linear_params *p, const lm_tensor_view *out) {
     const lm__cuda_blas *blas;
@@ -288,6 +295,7 @@ static const lm__cuda_ops k_table = {
     .attention_cache = attention_cache,
     .attention_cache_workspace = lm__cuda_attention_cache_workspace,
     .qkv_rope_store = qkv_rope_store,
+    .linear_qkv_rope_store = linear_qkv_rope_store,
     .linear = linear,
     .linear_quant = linear_quant,
     .sample = sample,
