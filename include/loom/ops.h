@@ -329,6 +329,20 @@ LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulat
  * weights, 0 (none used) otherwise. */
 LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype);
 
+/* The MLP's gate|up projection with its SwiGLU: y = lm_linear_out(x, w [2I, K], bias, lin)
+ * (lin->accumulate must be 0; its workspace is not used), then out [M, I] =
+ * silu(y[:, :I]) * y[:, I:] (lm_swiglu_out; out any float dtype). On CUDA up to 8 rows
+ * of f32 x into an f32 out (decode) run as one kernel, the decode GEMV that pairs each
+ * gate row with its up row and stores the product (lm_linear_swiglu_fused says when);
+ * elsewhere the two operators run in turn through a temporary y of M * 2I floats. */
+LM_API lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                                      const lm_tensor_view *bias, const lm_linear_params *lin,
+                                      const lm_tensor_view *out);
+/* 1 when device d runs lm_linear_swiglu_out as one kernel that needs no scratch memory,
+ * for `rows` rows of K inputs of dtype x_dtype with input form `input` over weights of
+ * dtype w_dtype, into an f32 out. */
+LM_API int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                                  lm_dtype w_dtype);
 /* The attention front (lm_qkv_rope_store_out) with its projection: qkv = lm_linear_out(x [B*T, K], w, no bias, lin)
  * (lin->accumulate must be 0; its workspace is not used), then lm_qkv_rope_store_out on
  * qkv viewed as [B, T, (Hq + 2 Hkv) D] with p (p->bias is the projection's bias). On CUDA

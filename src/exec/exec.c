@@ -22,11 +22,12 @@ void lm_exec_options_default(lm_exec_options *o) {
  * fused op at any matched op), then the fusions its operators have kernels for. */
 static lm_status passes_for(lm_device d, const lm_device_caps *caps, int fuse, const lm_graph *g, lm_graph **out) {
     static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
-    static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,   lm__pass_linear,          lm__pass_stack_linears,
-                                      lm__pass_qkv_rope_store, lm__pass_linear_input,    lm__pass_linear_qkv_rope,
-                                      lm__pass_linear_residual, lm__pass_add_rmsnorm,    lm__pass_gemm_inputs};
+    static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
+                                      lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
+                                      lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
+                                      lm__pass_gemm_inputs};
     static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
-    lm__pass_env env = {d, lm_linear_supported, lm_linear_qkv_rope_fused};
+    lm__pass_env env = {d, lm_linear_supported, lm_linear_qkv_rope_fused, lm_linear_swiglu_fused};
     if (!fuse) return lm__graph_run_passes(g, &env, 1, none, out);
     if (caps->host_addressable) return lm__graph_run_passes(g, &env, 2, host, out); /* the CPU's operators */
     return lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);

@@ -161,6 +161,11 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
         lm_qkv_rope_params p = {op->i[0], IN(1), IN(2), IN(3), (float)op->a, IN(4), (float)op->b};
         return lm_qkv_rope_store_out(ctx, x, &p, IN(6), IN(5), IN(7), IN(8), out);
     }
+    case LM__GOP_LINEAR_SWIGLU: {
+        lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
+                              .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0, .w_group = (int)op->b};
+        return lm_linear_swiglu_out(ctx, x, IN(1), IN(2), &p, out);
+    }
     case LM__GOP_LINEAR_QKV_ROPE: {
         lm_linear_params lp = {.input = (lm_linear_input)op->i[1], .norm_weight = IN(2), .eps = (float)op->a,
                                .w_scales = IN(3), .w_bits = op->i[2] > 0 ? 4 : 0, .w_group = (int)op->i[2]};

@@ -425,6 +425,76 @@ lm_status lm__pass_linear_qkv_rope(const lm_graph *g, const lm__pass_env *env, l
     return finish_pass(g, &p, planned, emit_front, &s, s.v, out);
 }
 
+/* ---- the gate|up projection with its SwiGLU ------------------------------------------------------- */
+typedef struct swiglu_fusion {
+    int gate_up, down; /* the [M, 2I] projection and its SWIGLU-form reader */
+    int act;           /* the dst value of the [M, I] activation (set when the first is emitted) */
+} swiglu_fusion;
+
+typedef struct swiglus {
+    const lm_graph *g;
+    swiglu_fusion *v;
+    int64_t n, cap;
+} swiglus;
+
+static lm_status plan_swiglus(swiglus *s, plan *p, const lm__pass_env *env) {
+    const lm_graph *g = s->g;
+    if (!env->swiglu_fused) return LM_OK;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *down = &g->ops[i];
+        if (down->kind != LM__GOP_LINEAR || down->i[0] != LM_LINEAR_IN_SWIGLU || down->region >= 0) continue;
+        int y = down->in[0];
+        const lm__gop *gu = producer(g, y);
+        if (gu->kind != LM__GOP_LINEAR || gu->i[3] || gu->region >= 0 || lm__graph_sole_use(g, y, 0) != i ||
+            p->at[g->values[y].op] != -1)
+            continue;
+        const lm__gvalue *x = &g->values[gu->in[0]], *w = &g->values[gu->in[1]], *vy = &g->values[y];
+        if (x->ndim != 2 || vy->dtype != LM_F32 || vy->dims[1] % 2) continue;
+        int64_t K = gu->i[0] == LM_LINEAR_IN_SWIGLU ? x->dims[1] / 2 : x->dims[1];
+        if (!env->swiglu_fused(env->device, (lm_linear_input)gu->i[0], x->dims[0], K, x->dtype, w->dtype)) continue;
+        swiglu_fusion f = {g->values[y].op, (int)i, -1};
+        LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));
+        p->at[f.gate_up] = (int)(2 * (s->n - 1)); /* even: the projection, odd: its reader */
+        p->at[i] = (int)(2 * (s->n - 1) + 1);
+    }
+    return LM_OK;
+}
+
+static lm_status emit_swiglu(lm__rw *rw, int k, void *user) {
+    swiglus *s = user;
+    swiglu_fusion *f = &s->v[k / 2];
+    const lm_graph *g = s->g;
+    const lm__gop *src = &g->ops[k % 2 ? f->down : f->gate_up];
+    int in[6] = {k % 2 ? f->act : lm__rw_in(rw, src->in[0]), lm__rw_in(rw, src->in[1]), lm__rw_in(rw, src->in[2]),
+                 k % 2 ? -1 : lm__rw_in(rw, src->in[3]), lm__rw_in(rw, src->in[4]), lm__rw_in(rw, src->in[5])};
+    const lm__gvalue *y = &g->values[src->out];
+    int64_t dims[2] = {y->dims[0], k % 2 ? y->dims[1] : y->dims[1] / 2};
+    char name[LM__G_NAME];
+    snprintf(name, sizeof name, "%.50s%s", y->name, k % 2 ? "" : ".act");
+    lm__gop *op;
+    lm_graph_value out;
+    LM_TRY(lm__graph_append(rw->dst, k % 2 ? LM__GOP_LINEAR : LM__GOP_LINEAR_SWIGLU, k % 2 ? src->name : name, in, 6, 2,
+                            dims, y->dtype, &op, &out));
+    op->i[0] = k % 2 ? LM_LINEAR_IN : src->i[0], op->i[1] = src->i[1], op->i[2] = k % 2 ? 0 : src->i[2];
+    op->i[3] = src->i[3], op->a = src->a, op->b = src->b; /* the reader keeps its accumulate and int4 group */
+    if (k % 2) {
+        if (src->i[3]) rw->dst->values[out].root = rw->dst->values[in[4]].root; /* in place, as before */
+        rw->map[src->out] = out;
+    } else {
+        f->act = out;
+    }
+    rw->done[k % 2 ? f->down : f->gate_up] = 1;
+    return LM_OK;
+}
+
+lm_status lm__pass_linear_swiglu(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    plan p;
+    swiglus s = {g, NULL, 0, 0};
+    LM_TRY(plan_init(&p, g));
+    lm_status planned = plan_swiglus(&s, &p, env);
+    return finish_pass(g, &p, planned, emit_swiglu, &s, s.v, out);
+}
+
 /* ---- linear input forms and the residual add -------------------------------------------------- */
 typedef struct lin_fusion {
     int linear;   /* the linear op */

@@ -52,7 +52,7 @@ const char *lm__gop_name(lm__gopk k) {
         "mul",       "softmax",  "layer_norm", "rms_norm",  "reshape",       "permute",    "repeat_in",
         "repeat_out", "slice",   "cast",     "embedding",   "swiglu",        "rope",       "attention",
         "kv_store",  "attention_cache", "linear_cross_entropy", "sample", "add_rmsnorm", "linear",
-        "qkv_rope_store", "linear_qkv_rope"};
+        "qkv_rope_store", "linear_qkv_rope", "linear_swiglu"};
     return (unsigned)k < LM__GOP_COUNT ? names[k] : "invalid";
 }
 

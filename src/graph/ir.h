@@ -74,6 +74,8 @@ typedef enum lm__gopk {
                                 v_cache; out = q [B, T, Hq, D]: the q|k|v linear (no accumulate) and the
                                 qkv_rope_store of its rows without q/k norms; a = the linear's eps, b = attention
                                 factor, i[0] = Hq, i[1] = lm_linear_input, i[2] = int4 group (0 otherwise) */
+    LM__GOP_LINEAR_SWIGLU, /* as LINEAR (x, w [2I, K], bias?, norm_weight?, -, w_scales?; i[0..2], a, b; never
+                              accumulates), out [M, I] = silu(y[:, :I]) * y[:, I:] of its product y */
     LM__GOP_COUNT
 } lm__gopk;
 

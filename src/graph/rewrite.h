@@ -48,6 +48,9 @@ typedef struct lm__pass_env {
     /* lm_linear_qkv_rope_fused, or NULL: the projection never joins the front */
     int (*front_fused)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                        lm_dtype w_dtype, int qk_norm);
+    /* lm_linear_swiglu_fused, or NULL: the gate|up projection never takes the SwiGLU */
+    int (*swiglu_fused)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                        lm_dtype w_dtype);
 } lm__pass_env;
 
 typedef lm_status (*lm__pass_fn)(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
@@ -80,6 +83,11 @@ lm_status lm__pass_linear_input(const lm_graph *g, const lm__pass_env *env, lm_g
  * where the device runs it as one kernel (env->front_fused: the decode GEMV). Runs after
  * lm__pass_linear_input, so the projection's RMSNorm input form comes along. */
 lm_status lm__pass_linear_qkv_rope(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* A linear (no accumulate) read only by a linear of SWIGLU input form -> linear_swiglu
+ * (lm_linear_swiglu_out: the product and its SwiGLU, [M, I]) and the reader as a plain
+ * linear over it, where the device runs the first as one kernel (env->swiglu_fused:
+ * the decode GEMV). Runs after lm__pass_linear_input. */
+lm_status lm__pass_linear_swiglu(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* add(r, linear(..)) where r's storage is read by nothing later -> the linear
  * accumulating into r in place (the residual stream), where the device runs it as
  * one kernel. */

@@ -117,6 +117,8 @@ typedef struct lm__cuda_ops {
                                        const lm_tensor_view *slots, const lm_tensor_view *positions,
                                        const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
                                        const lm_tensor_view *q);
+    lm_status (*linear_swiglu)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                               const lm_tensor_view *bias, const lm_linear_params *lin, const lm_tensor_view *out);
     /* for calls lm__linear_fused_rule admits; LM_UNSUPPORTED (nothing queued) when the
      * views' layout does not suit the kernels */
     lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

@@ -166,10 +166,65 @@ int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dty
     return K % per_vector == 0 && lm__linear_fused_rule(input, 0, rows, K, x, w);
 }
 
+/* LOOM_CUDA_PAIR_EPILOGUES=0: the decode GEMV's pair epilogues are not used (graphs keep
+ * the front and the SwiGLU as their own kernels), for side-by-side measurements. */
+static int pair_epilogues_on(void) {
+    const char *e = getenv("LOOM_CUDA_PAIR_EPILOGUES");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                              lm_dtype w_dtype, int qk_norm) {
-    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0;
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || !pair_epilogues_on()) return 0;
     return lm__linear_front_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
+}
+
+int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
+                           lm_dtype w_dtype) {
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || !pair_epilogues_on()) return 0;
+    return lm__linear_front_rule(input, rows, K, x_dtype, w_dtype, 0); /* the same GEMV, another epilogue */
+}
+
+lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                               const lm_linear_params *p, const lm_tensor_view *out) {
+    const char *op = "linear_swiglu";
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "%s: NULL linear parameters", op);
+    const lm_tensor_view *vs[] = {x, w, out, bias ? bias : x, p->norm_weight ? p->norm_weight : x,
+                                  p->w_scales ? p->w_scales : x};
+    static const char *const names[] = {"x", "w", "out", "bias", "norm_weight", "w_scales"};
+    LM_TRY(lm__op_check_devices(ctx, op, 6, vs, names));
+    if (p->accumulate) return lm__error(LM_INVALID_ARGUMENT, "%s: the projection cannot accumulate", op);
+    LM_TRY(lm__linear_check_inputs(op, x, w, bias, p));
+    LM_TRY(lm__op_check_float(op, "out", out));
+    int64_t M = x->shape[0], N = w->shape[0], os[2] = {M, N / 2};
+    if (N % 2) return lm__error(LM_SHAPE_MISMATCH, "%s: w has %lld rows; gate | up needs an even number", op, (long long)N);
+    LM_TRY(lm__op_check_shape(op, "out [M, N/2]", out, 2, os));
+    LM_TRY(lm__op_check_out(op, "out", out));
+    for (int i = 0; i < 6; i++)
+        if (i != 2) LM_TRY(lm__op_check_alias(op, "out", out, names[i], vs[i], 0));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level == LM__LEVEL_CUDA) {
+        lm_status st = cu->linear_swiglu(ctx, x, w, bias, p, out);
+        if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
+        lm_clear_error();                    /* a layout the kernel refuses: the composition runs it */
+    }
+    if (lm_ctx_capturing(ctx))
+        return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (lm_linear_swiglu_fused is 0), and the "
+                         "composition allocates, which a capture cannot", op);
+    lm_tensor *y = NULL;
+    int64_t ys[2] = {M, N};
+    lm_linear_params lp = *p;
+    lp.workspace = NULL;
+    lm_status st = lm_tensor_create(lm_ctx_device(ctx), LM_F32, 2, ys, &y);
+    if (st == LM_OK) st = lm_linear_out(ctx, x, w, bias, &lp, lm_tensor_as_view(y));
+    lm_tensor_view gate, up;
+    if (st == LM_OK) st = lm_tensor_view_slice(lm_tensor_as_view(y), 1, 0, N / 2, 1, &gate);
+    if (st == LM_OK) st = lm_tensor_view_slice(lm_tensor_as_view(y), 1, N / 2, N, 1, &up);
+    if (st == LM_OK) st = lm_swiglu_out(ctx, &gate, &up, out);
+    lm_tensor_destroy(y); /* the device allocator keeps queued work's blocks safe (runtime/pool_cuda.c) */
+    return st;
 }
 
 size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype) {

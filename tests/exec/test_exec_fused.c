@@ -42,6 +42,10 @@ static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t row
     (void)d;
     return lm__linear_fused_rule(in, accumulate, rows, K, x, w);
 }
+static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_front_rule(in, rows, K, x, w, 0);
+}
 static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     (void)d;
     return lm__linear_front_rule(in, rows, K, x, w, qk_norm);
@@ -155,7 +159,9 @@ static int quant_stacks(const lm_graph *g, int group) {
             n++;
             continue;
         }
-        if (op->kind != LM__GOP_LINEAR || (!strstr(op->name, "qkv_proj") && !strstr(op->name, "gate_up_proj"))) continue;
+        if ((op->kind != LM__GOP_LINEAR && op->kind != LM__GOP_LINEAR_SWIGLU) ||
+            (!strstr(op->name, "qkv_proj") && !strstr(op->name, "gate_up_proj")))
+            continue;
         if (op->in[5] < 0 || g->values[op->in[5]].dims[0] != g->values[op->in[1]].dims[0] || op->b != group) return -1;
         n++;
     }
@@ -187,8 +193,9 @@ static void check_model_as(const char *name, lm_weights weights) {
         LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
         static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
                                           lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
-                                          lm__pass_linear_residual, lm__pass_add_rmsnorm,     lm__pass_gemm_inputs};
-        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule};
+                                          lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
+                                          lm__pass_gemm_inputs};
+        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_swiglu_rule};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused));
         static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, 1, none, &h));
@@ -200,6 +207,10 @@ static void check_model_as(const char *name, lm_weights weights) {
         int want_proj = s == 0 && (bf16 || quant) && !c->qk_norm ? (int)c->num_hidden_layers : 0;
         LT_CHECK_MSG(with_proj == want_proj, "%s %s %s: %d projections joined to the front, expected %d", name,
                      lm_weights_name(weights), s ? "prefill" : "decode", with_proj, want_proj);
+        /* and the gate|up GEMV takes the SwiGLU (the down projection then reads [M, I] plainly) */
+        int swiglus = count(fused, LM__GOP_LINEAR_SWIGLU), want_sw = s == 0 && (bf16 || quant) ? (int)c->num_hidden_layers : 0;
+        LT_CHECK_MSG(swiglus == want_sw, "%s %s %s: %d gate|up projections with their SwiGLU, expected %d", name,
+                     lm_weights_name(weights), s ? "prefill" : "decode", swiglus, want_sw);
         if ((s == 0 && bf16) || quant) {
             LT_CHECK_MSG(count(fused, LM__GOP_RMSNORM) + count(fused, LM__GOP_SWIGLU) + count(fused, LM__GOP_ADD) == 0,
                          "%s %s %s: %d rmsnorm, %d swiglu, %d add left", name, lm_weights_name(weights),

@@ -1,6 +1,6 @@
 /* The model-step operators on the CPU: KV store, attention over a KV cache (with and
  * without a sliding window), the fused QKV + RoPE + KV write (alone and with its
- * projection), the fused Linear, and
+ * projection), the fused Linear (and the gate|up projection with its SwiGLU), and
  * token selection. Each against an independent computation written here in double
  * (or against the composition of the basic operators it fuses), on fresh random
  * inputs with poisoned outputs; plus the errors that name bad slots, positions and
@@ -335,6 +335,49 @@ static void test_linear_qkv_rope_store_equals_its_parts(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
 }
 
+/* linear_swiglu equals lm_linear_out into [M, 2I], then lm_swiglu_out of its halves, to
+ * the bit, for both input forms with a bias, into f32 and bf16; and its errors. */
+static void test_linear_swiglu_equals_its_parts(void) {
+    lt_rng r = lt_rng_seed(16);
+    const int64_t M = 3, K = 16, I = 10;
+    int64_t xs[2] = {M, K}, ws[2] = {2 * I, K}, bs[1] = {2 * I}, ks[1] = {K}, ys[2] = {M, 2 * I}, os[2] = {M, I};
+    lm_tensor *x = lt_random_tensor(&r, LM_F32, 2, xs, 1.0), *w = lt_random_tensor(&r, LM_BF16, 2, ws, 0.3);
+    lm_tensor *b = lt_random_tensor(&r, LM_F32, 1, bs, 0.3), *nw = lt_random_tensor(&r, LM_F32, 1, ks, 1.0);
+    lm_tensor *y = lt_poisoned_tensor(LM_F32, 2, ys);
+    for (int form = 0; form < 2; form++)
+        for (int bf = 0; bf < 2; bf++) {
+            lm_dtype odt = bf ? LM_BF16 : LM_F32;
+            lm_tensor *out = lt_poisoned_tensor(odt, 2, os), *want = lt_poisoned_tensor(odt, 2, os);
+            lm_linear_params p = {.input = form ? LM_LINEAR_IN_RMSNORM : LM_LINEAR_IN, .norm_weight = V(nw), .eps = 1e-6f};
+            LT_CHECK_OK(lm_linear_swiglu_out(g_ctx, V(x), V(w), V(b), &p, V(out)));
+            LT_CHECK_OK(lm_linear_out(g_ctx, V(x), V(w), V(b), &p, V(y)));
+            lm_tensor_view gate, up;
+            LT_CHECK_OK(lm_tensor_view_slice(V(y), 1, 0, I, 1, &gate));
+            LT_CHECK_OK(lm_tensor_view_slice(V(y), 1, I, 2 * I, 1, &up));
+            LT_CHECK_OK(lm_swiglu_out(g_ctx, &gate, &up, V(want)));
+            double *a = lt_view_to_f64(V(out)), *e = lt_view_to_f64(V(want));
+            int64_t differ = 0;
+            for (int64_t i = 0; i < M * I; i++) differ += a[i] != e[i];
+            LT_CHECK_MSG(differ == 0, "linear_swiglu form %d into %s: %lld values differ from the parts'", form,
+                         lm_dtype_name(odt), (long long)differ);
+            free(a), free(e);
+            lm_tensor_destroy(out), lm_tensor_destroy(want);
+        }
+    lm_tensor *o = lt_poisoned_tensor(LM_F32, 2, os);
+    lm_linear_params acc = {.input = LM_LINEAR_IN, .accumulate = 1};
+    LT_CHECK_STATUS(lm_linear_swiglu_out(g_ctx, V(x), V(w), NULL, &acc, V(o)), LM_INVALID_ARGUMENT);
+    LT_CHECK(strstr(lm_last_error(), "accumulate") != NULL);
+    lm_linear_params plain = {.input = LM_LINEAR_IN};
+    LT_CHECK_STATUS(lm_linear_swiglu_out(g_ctx, V(x), V(w), NULL, &plain, V(y)), LM_SHAPE_MISMATCH); /* [M, 2I] out */
+    int64_t w3[2] = {2 * I + 1, K};
+    lm_tensor *odd = lt_random_tensor(&r, LM_BF16, 2, w3, 0.3);
+    LT_CHECK_STATUS(lm_linear_swiglu_out(g_ctx, V(x), V(odd), NULL, &plain, V(o)), LM_SHAPE_MISMATCH);
+    LT_CHECK(strstr(lm_last_error(), "even") != NULL);
+    LT_CHECK(lm_linear_swiglu_fused(lm_device_cpu(), LM_LINEAR_IN_RMSNORM, 1, K, LM_F32, LM_BF16) == 0);
+    lm_tensor *all[] = {x, w, b, nw, y, o, odd};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lm_tensor_destroy(all[i]);
+}
+
 /* The fused Linear for each input form, with and without bias and accumulate,
  * against the composition rmsnorm/swiglu -> matmul (transposed weight) -> add. */
 static void test_linear_equals_its_composition(void) {
@@ -559,6 +602,7 @@ int main(void) {
     LT_RUN(test_paged_cache_equals_contiguous);
     LT_RUN(test_linear_equals_its_composition);
     LT_RUN(test_linear_qkv_rope_store_equals_its_parts);
+    LT_RUN(test_linear_swiglu_equals_its_parts);
     LT_RUN(test_sample_rules);
     LT_RUN(test_sample_per_row_records);
     LT_RUN(test_mixed_dtype_forms_round_once);

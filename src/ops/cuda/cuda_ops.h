@@ -201,14 +201,22 @@ lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_
  * scales[n * lds + k / group], group a multiple of 32. The input is produced on the fly:
  * PLAIN reads x f32; RMSNORM normalizes x f32 rows with norm_w; SWIGLU reads x f32
  * [M, 2K] (gate | up) and uses silu(gate) * up. accumulate: out += result.
- * front != 0: the rows are a step's fused q|k|v projection of M tokens and the result
- * goes through the attention front instead of out (which is not written): each q and
- * k head's RoPE pairs (i, i + hd / 2) are computed as neighbouring rows of one warp,
- * rotated and stored as lm__cuda_qkv_rope_store does (q to q_front.q, k and v into kv),
- * with the bias added first; N = (Hq + 2 Hkv) hd, no q/k norm, no accumulate. */
+ * Pair epilogues (no accumulate): rows that belong together are computed as
+ * neighbouring rows of one warp, which finishes both and stores what they make:
+ *  - FRONT: the rows are a step's fused q|k|v projection of M tokens, N = (Hq + 2 Hkv)
+ *    hd (no q/k norm); each q and k head's RoPE pair (i, i + hd / 2) is rotated and
+ *    stored as lm__cuda_qkv_rope_store does (q to q_front.q, k and v into kv); out is
+ *    not written;
+ *  - SWIGLU: the rows are gate | up (N = 2I); out [M, I] gets silu(gate) * up, as the
+ *    SWIGLU input form would compute it from the two halves. */
 #define LM__CUDA_GEMV_MAX_ROWS 8 /* = LM__LINEAR_GEMV_MAX_ROWS (ops/internal.h) */
 typedef enum lm__cuda_gemv_in { LM__CUDA_GEMV_PLAIN = 0, LM__CUDA_GEMV_RMSNORM = 1, LM__CUDA_GEMV_SWIGLU = 2 } lm__cuda_gemv_in;
 typedef enum lm__cuda_gemv_w { LM__CUDA_GEMV_BF16 = 0, LM__CUDA_GEMV_I8, LM__CUDA_GEMV_F8, LM__CUDA_GEMV_I4 } lm__cuda_gemv_w;
+typedef enum lm__cuda_gemv_epi {
+    LM__CUDA_GEMV_EPI_OUT = 0,
+    LM__CUDA_GEMV_EPI_FRONT = 1,
+    LM__CUDA_GEMV_EPI_SWIGLU = 2
+} lm__cuda_gemv_epi;
 typedef struct lm__cuda_gemv_params {
     lm__cuda_gemv_in in;
     lm__cuda_gemv_w wf;
@@ -227,7 +235,7 @@ typedef struct lm__cuda_gemv_params {
     int accumulate;
     int M;
     int64_t N, K;
-    int front;                    /* 1: the attention front's epilogue (above) */
+    lm__cuda_gemv_epi epi;        /* the output: OUT, or a pair epilogue (above) */
     lm__cuda_qkv_params q_front;  /* front: positions, table, inv_freq, q (qkv, bias, norms unused) */
     lm__cuda_kv kv;               /* front: the layer's caches */
 } lm__cuda_gemv_params;
@@ -293,6 +301,10 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
                                          const lm_qkv_rope_params *p, const lm_tensor_view *slots,
                                          const lm_tensor_view *positions, const lm_tensor_view *k_cache,
                                          const lm_tensor_view *v_cache, const lm_tensor_view *q, cudaStream_t s);
+/* lm_linear_swiglu_out as one decode GEMV with the SwiGLU epilogue; LM_UNSUPPORTED
+ * (nothing queued) when the views do not suit it. */
+lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                       const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                           const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
                           cudaStream_t s);

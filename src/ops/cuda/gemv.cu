@@ -31,10 +31,12 @@
  *    PLAIN x), swizzled so that the lanes' strided chunk reads are free of bank
  *    conflicts, when the M rows fit the block's opt-in shared memory (227 KiB on an
  *    H200: M = 8 up to K ~ 7,000); else each warp computes it per use from L1/L2.
- *  - the front epilogue (q|k|v of decode): the rows of each q and k head are walked in
- *    RoPE-pair order (i, i + hd / 2 side by side), so a warp finishes both halves of a
- *    pair and rotates and stores it itself (q, or bf16 k / v into the cache): the
- *    attention front needs no kernel of its own.
+ *  - pair epilogues (decode): the front (q|k|v): the rows of each q and k head are
+ *    walked in RoPE-pair order (i, i + hd / 2 side by side), so a warp finishes both
+ *    halves of a pair and rotates and stores it itself (q, or bf16 k / v into the
+ *    cache): the attention front needs no kernel of its own; SwiGLU (gate|up): gate row
+ *    i and up row i side by side, the warp stores silu(gate) * up, so the down GEMV
+ *    stages I plain inputs instead of computing them from 2I.
  * Work O(M * N * K); bytes ~ N * K * bytes per weight.
  */
 #include "ops/cuda/gemv_body.cuh"
@@ -118,13 +120,15 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
                          "linear_gemv: M = %d (1..%d), K = %lld (a multiple of %d), int4 group %d or alignment "
                          "not supported",
                          p->M, LM__CUDA_GEMV_MAX_ROWS, (long long)p->K, wpv, p->group);
-    if (p->front) {
+    if (p->epi == LM__CUDA_GEMV_EPI_FRONT) {
         const int64_t hd = p->kv.head_dim, heads = p->q_front.q_heads + 2 * (int64_t)p->kv.kv_heads;
         if (p->accumulate || hd < 2 || hd % 2 || p->N != heads * hd || p->q_front.ntok != p->M ||
             p->q_front.q_norm || p->q_front.k_norm)
             return lm__error(LM_UNSUPPORTED, "linear_gemv: the attention front needs N = (Hq + 2 Hkv) hd rows of an "
                                              "even hd, one token per input row, no accumulate and no q/k norm");
     }
+    if (p->epi == LM__CUDA_GEMV_EPI_SWIGLU && (p->accumulate || p->N % 2))
+        return lm__error(LM_UNSUPPORTED, "linear_gemv: the SwiGLU epilogue needs an even N (gate | up), no accumulate");
     if (p->N == 0) return LM_OK;
     switch (p->wf) {
     case LM__CUDA_GEMV_BF16: return launch_in<LM__CUDA_GEMV_BF16>(p, s);

@@ -121,13 +121,14 @@ __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_
     return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? p.scales[n * p.lds] : 1.f;
 }
 
-/* front: the logical row of the q|k|v projection that virtual row j computes. Within
- * the q and k heads the rows go i, i + hd / 2 alternately, so that each RoPE pair is
- * two neighbouring rows of one warp (RPW is even); the v rows and every row of a plain
- * product stay in place. */
-__device__ __forceinline__ int64_t front_row(const lm__cuda_gemv_params &p, int64_t j) {
+/* The logical row that virtual row j computes. FRONT: within the q and k heads the
+ * rows go i, i + hd / 2 alternately, so that each RoPE pair is two neighbouring rows
+ * of one warp (RPW is even; the v rows stay in place); SWIGLU: gate row i, then up row
+ * i; a plain product's rows stay in place. */
+__device__ __forceinline__ int64_t pair_row(const lm__cuda_gemv_params &p, int64_t j) {
+    if (p.epi == LM__CUDA_GEMV_EPI_SWIGLU) return (j >> 1) + (j & 1) * (p.N >> 1);
     const int64_t hd = p.kv.head_dim;
-    if (!p.front || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
+    if (p.epi != LM__CUDA_GEMV_EPI_FRONT || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
     int64_t h = j / hd, w = j - h * hd;
     return h * hd + (w >> 1) + (w & 1) * (hd >> 1);
 }
@@ -162,6 +163,12 @@ __device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m
     }
 }
 
+/* A pair epilogue's store of token m's finished values of virtual rows j, j + 1. */
+__device__ __forceinline__ void pair_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
+    if (p.epi == LM__CUDA_GEMV_EPI_SWIGLU) p.out[m * p.ldo + (j >> 1)] = in_value<LM__CUDA_GEMV_SWIGLU>(va, vb);
+    else front_store(p, m, j, va, vb);
+}
+
 /* Issues the UNROLL x RPW weight loads of one batch (zeros past the row's end). */
 template <int RPW, int UNROLL, int KSPLIT>
 __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, int64_t nvec, uint4 (*raw)[UNROLL]) {
@@ -178,7 +185,7 @@ template <int RPW>
 __device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, const uint4 **w, int64_t *rows) {
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
-        rows[r] = front_row(p, LM_MIN(grp * RPW + r, p.N - 1));
+        rows[r] = pair_row(p, LM_MIN(grp * RPW + r, p.N - 1));
         w[r] = (const uint4 *)((const uint8_t *)p.w + rows[r] * p.ldw);
     }
 }
@@ -259,8 +266,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
-    __shared__ float fin[RPW][M]; /* KSPLIT > 1 with the front: the finished values */
-    static_assert(RPW % 2 == 0 && RPW * M <= 32, "the front epilogue pairs rows within one warp");
+    __shared__ float fin[RPW][M]; /* KSPLIT > 1 with a pair epilogue: the finished values */
+    static_assert(RPW % 2 == 0 && RPW * M <= 32, "the pair epilogues pair rows within one warp");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
     const int groups_per_block = WARPS / KSPLIT;
@@ -306,20 +313,20 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
      * prefetched, later batches are loaded into it */
     auto run_group = [&](int64_t g0, uint4 (&buf)[RPW][UNROLL], int prefetched) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
-        /* KSPLIT == 1: lane 0's rows (every lane's with the front epilogue); else thread
+        /* KSPLIT == 1: lane 0's rows (every lane's with a pair epilogue); else thread
          * t < RPW * M's element (in add[0][0], scl[0]) */
         float add[RPW][M], scl[RPW];
         if (KSPLIT == 1) {
-            if ((lane == 0 || p.front) && grp < groups)
+            if ((lane == 0 || p.epi != LM__CUDA_GEMV_EPI_OUT) && grp < groups)
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
-                    const int64_t n = front_row(p, n0 + r);
+                    const int64_t n = pair_row(p, n0 + r);
                     scl[r] = row_scale<F>(p, n);
 #pragma unroll
                     for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n);
                 }
         } else if (threadIdx.x < RPW * M) {
-            const int64_t n = front_row(p, g0 * RPW + threadIdx.x / M);
+            const int64_t n = pair_row(p, g0 * RPW + threadIdx.x / M);
             add[0][0] = addend(p, threadIdx.x % M, n);
             scl[0] = row_scale<F>(p, n);
         }
@@ -386,7 +393,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         for (int r = 0; r < RPW; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (KSPLIT == 1 && p.front) { /* lane t < RPW / 2 * M: pair t / M of token t % M */
+        if (KSPLIT == 1 && p.epi != LM__CUDA_GEMV_EPI_OUT) { /* lane t < RPW / 2 * M: pair t / M of token t % M */
             if (grp < groups && lane < RPW / 2 * M) {
                 float va = 0.f, vb = 0.f;
 #pragma unroll
@@ -398,7 +405,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                             vb = acc[2 * q + 1][m] * scl[2 * q + 1] * post_rms[m] + add[2 * q + 1][m];
                         }
                 const int64_t j = n0 + 2 * (lane / M);
-                if (j < p.N && lane % M < p.M) front_store(p, lane % M, j, va, vb);
+                if (j < p.N && lane % M < p.M) pair_store(p, lane % M, j, va, vb);
             }
         } else if (KSPLIT == 1) {
             if (lane == 0 && grp < groups)
@@ -426,15 +433,15 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                     for (int i = 0; i < M; i++)
                         if (i == m) post = post_rms[i];
                     v = v * scl[0] * post + add[0][0];
-                    if (p.front) fin[r][m] = v;
+                    if (p.epi != LM__CUDA_GEMV_EPI_OUT) fin[r][m] = v;
                     else p.out[m * p.ldo + n] = v;
                 }
             }
-            if (p.front && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
+            if (p.epi != LM__CUDA_GEMV_EPI_OUT && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
                 __syncwarp();
                 const int64_t j = g0 * RPW + 2 * (lane / M);
                 if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
-                    front_store(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
+                    pair_store(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
             }
             __syncthreads();
         }

@@ -150,9 +150,20 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
     if (!ok)
         return lm__error(LM_UNSUPPORTED, "linear_qkv_rope_store (cuda): needs up to %d rows of f32 x over aligned "
                          "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
-    gp.front = 1;
+    gp.epi = LM__CUDA_GEMV_EPI_FRONT;
     gp.q_front = front_of(p, slots, positions, q);
     gp.kv = cache_of(k_cache, v_cache, slots);
+    return lm__cuda_linear_gemv(&gp, s);
+}
+
+lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                       const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s) {
+    lm__cuda_gemv_params gp;
+    if (out->dtype != LM_F32 || !unit_last(out) || !gemv_of(x, w, bias, lin, &gp))
+        return lm__error(LM_UNSUPPORTED, "linear_swiglu (cuda): needs up to %d rows of f32 x over aligned weight rows "
+                         "and an f32 out with unit last stride", LM__CUDA_GEMV_MAX_ROWS);
+    gp.epi = LM__CUDA_GEMV_EPI_SWIGLU;
+    gp.out = (float *)out->data, gp.ldo = out->stride[0];
     return lm__cuda_linear_gemv(&gp, s);
 }
 

@@ -235,6 +235,11 @@ static lm_status linear_qkv_rope_store(lm_ctx *ctx, const lm_tensor_view *x, con
     return lm__cuda_linear_qkv_rope_views(x, w, lin, p, slots, positions, kc, vc, q, S(lm_ctx_stream(ctx)));
 }
 
+static lm_status linear_swiglu(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
+                               const lm_tensor_view *bias, const lm_linear_params *lin, const lm_tensor_view *out) {
+    return lm__cuda_linear_swiglu_views(x, w, bias, lin, out, S(lm_ctx_stream(ctx)));
+}
+
 static lm_status linear(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                         const lm_linear_params *p, const lm_tensor_view *out) {
     const lm__cuda_blas *blas;
@@ -296,6 +301,7 @@ static const lm__cuda_ops k_table = {
     .attention_cache_workspace = lm__cuda_attention_cache_workspace,
     .qkv_rope_store = qkv_rope_store,
     .linear_qkv_rope_store = linear_qkv_rope_store,
+    .linear_swiglu = linear_swiglu,
     .linear = linear,
     .linear_quant = linear_quant,
     .sample = sample,

@@ -1,5 +1,12 @@
-/* lm_linear_qkv_rope_store_out on CUDA (the decode GEMV with the attention front's
- * epilogue: ops/cuda/gemv_body.cuh) against the CPU's composition (lm_linear_out, then
+/* The decode GEMV's pair epilogues (ops/cuda/gemv_body.cuh) on CUDA.
+ * lm_linear_swiglu_out (gate row i and up row i side by side, the warp stores
+ * silu(gate) * up) against the CPU's composition (lm_linear_out, lm_swiglu_out) and the
+ * GPU's two kernels (the GEMV into [M, 2I], then the packed SwiGLU): bf16, int8, fp8,
+ * int4 (G 32, 128) weights, M = 1, 2, 5, 8, K = 256 and 2,048 (split K), RMSNorm and
+ * plain inputs, with and without a bias; gates NMSE <= 1e-8 and max-abs <= 1e-4 of the
+ * largest output against the CPU, and against the two GPU kernels NMSE <= 1e-12.
+ * lm_linear_qkv_rope_store_out on CUDA (the attention front's
+ * epilogue) against the CPU's composition (lm_linear_out, then
  * lm_qkv_rope_store_out, LM_IMPL_REF) on the same weights, and against the GPU's own
  * two-kernel path (lm_linear_out + lm_qkv_rope_store_out on the device):
  *  - bf16, int8, fp8 and int4 (G = 32, 128) weights quantized on the host by
@@ -197,6 +204,62 @@ static void test_formats_rows_and_caches(void) {
     run_case(&b, seed++);
 }
 
+static void run_swiglu(int fmt, int group, int M, int64_t K, int64_t I, lm_linear_input in, int with_bias,
+                       uint64_t seed) {
+    lt_rng r = lt_rng_seed(seed);
+    fcase c = {fmt, group, M, 1, K, 0, 0, 0, in, with_bias, 0, 0};
+    int64_t xs[2] = {M, K}, ks[1] = {K}, ns[1] = {2 * I}, os[2] = {M, I}, ys[2] = {M, 2 * I};
+    lm_tensor *wq = NULL, *sch = NULL;
+    make_weights(&c, &r, 2 * I, &wq, &sch);
+    ct_pair w = ct_pair_of(wq), sc = sch ? ct_pair_of(sch) : (ct_pair){NULL, NULL};
+    ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.0), bias = ct_random(&r, LM_F32, 1, ns, 0.5);
+    lm_tensor *nh = lt_random_tensor(&r, LM_F32, 1, ks, 0.5);
+    for (int64_t k = 0; k < K; k++) ((float *)lm_tensor_data(nh))[k] += 1.0f;
+    ct_pair nw = ct_pair_of(nh), o = ct_poisoned(LM_F32, 2, os), o2 = ct_poisoned(LM_F32, 2, os);
+    lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, os), *y = NULL;
+    lm_linear_params lh = {in, lm_tensor_as_view(nw.h), 1e-6f, 0, sch ? lm_tensor_as_view(sch) : NULL,
+                           fmt == F_I4 ? 4 : 0, fmt == F_I4 ? group : 0, NULL};
+    lm_linear_params ld = lh;
+    ld.norm_weight = lm_tensor_as_view(nw.d), ld.w_scales = sch ? lm_tensor_as_view(sc.d) : NULL;
+    LT_CHECK_OK(lm_linear_swiglu_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(wq),
+                                     with_bias ? lm_tensor_as_view(bias.h) : NULL, &lh, lm_tensor_as_view(want)));
+    LT_CHECK_OK(lm_linear_swiglu_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(w.d),
+                                     with_bias ? lm_tensor_as_view(bias.d) : NULL, &ld, lm_tensor_as_view(o.d)));
+    LT_CHECK_OK(lm_tensor_create(ct_gpu, LM_F32, 2, ys, &y));
+    lm_tensor_view gate, up;
+    LT_CHECK_OK(lm_linear_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(w.d),
+                              with_bias ? lm_tensor_as_view(bias.d) : NULL, &ld, lm_tensor_as_view(y)));
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(y), 1, 0, I, 1, &gate));
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(y), 1, I, 2 * I, 1, &up));
+    LT_CHECK_OK(lm_swiglu_out(g_ctx, &gate, &up, lm_tensor_as_view(o2.d)));
+    char what[160];
+    snprintf(what, sizeof what, "linear_swiglu %s%s M %d K %lld I %lld %s bias %d", k_fmt[fmt],
+             fmt == F_I4 ? (group == 32 ? " G32" : " G128") : "", M, (long long)K, (long long)I,
+             in == LM_LINEAR_IN_RMSNORM ? "rmsnorm" : "plain", with_bias);
+    double *wv = lt_view_to_f64(lm_tensor_as_view(want));
+    double big = max_abs_of(wv, M * I);
+    free(wv);
+    ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-8, 1e-4 * big);
+    double *a = ct_read(g_ctx, &o, lm_tensor_as_view(o.d)), *b = ct_read(g_ctx, &o2, lm_tensor_as_view(o2.d));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < M * I; i++) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+    LT_CHECK_MSG(den > 0 && num / den <= 1e-12, "%s: fused vs two kernels NMSE %.2e", what, num / den);
+    free(a), free(b);
+    lm_tensor_destroy(want), lm_tensor_destroy(y);
+    ct_pair_free(&w), ct_pair_free(&x), ct_pair_free(&bias), ct_pair_free(&nw), ct_pair_free(&o), ct_pair_free(&o2);
+    if (sch) ct_pair_free(&sc);
+}
+
+static void test_swiglu_epilogue(void) {
+    static const int rows[4] = {1, 2, 5, 8};
+    uint64_t seed = 700;
+    for (int f = F_BF16; f <= F_I4; f++)
+        for (int k = 0; k < 2; k++)
+            for (int m = 0; m < 4; m++)
+                run_swiglu(f, m % 2 ? 128 : 32, rows[m], k ? 2048 : 256, k ? 96 : 608,
+                           m == 2 ? LM_LINEAR_IN : LM_LINEAR_IN_RMSNORM, m != 1, seed++);
+}
+
 static void test_errors(void) {
     lt_rng r = lt_rng_seed(5);
     int64_t xs[2] = {1, 64}, ws[2] = {256, 64}, cs[4] = {2, 1, 8, 32}, q4[4] = {1, 1, 6, 32}, one[2] = {1, 1}, h = 16;
@@ -233,6 +296,8 @@ static void test_fusion_rule(void) {
     LT_CHECK(lm_linear_qkv_rope_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 1) == 0);
     LT_CHECK(lm_linear_qkv_rope_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 1, 904, LM_F32, LM_U8, 0) == 0); /* K % 32 */
     LT_CHECK(lm_linear_qkv_rope_fused(lm_device_cpu(), LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 0) == 0);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16) == 1);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 9, 896, LM_F32, LM_BF16) == 0);
 }
 
 int main(void) {
@@ -240,6 +305,7 @@ int main(void) {
     g_ref = ct_ref_ctx();
     LT_RUN(test_fusion_rule);
     LT_RUN(test_formats_rows_and_caches);
+    LT_RUN(test_swiglu_epilogue);
     LT_RUN(test_errors);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
