@@ -332,7 +332,8 @@ LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, in
 /* The MLP's gate|up projection with its SwiGLU: y = lm_linear_out(x, w [2I, K], bias, lin)
  * (lin->accumulate must be 0; its workspace is not used), then out [M, I] =
  * silu(y[:, :I]) * y[:, I:] (lm_swiglu_out; out any float dtype). On CUDA up to 8 rows
- * of f32 x into an f32 out (decode) run as one kernel, the decode GEMV that pairs each
+ * of f32 x in the RMSNorm input form into an f32 out (decode) run as one kernel, the
+ * decode GEMV that pairs each
  * gate row with its up row and stores the product (lm_linear_swiglu_fused says when);
  * elsewhere the two operators run in turn through a temporary y of M * 2I floats. */
 LM_API lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
@@ -346,7 +347,8 @@ LM_API int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t ro
 /* The attention front (lm_qkv_rope_store_out) with its projection: qkv = lm_linear_out(x [B*T, K], w, no bias, lin)
  * (lin->accumulate must be 0; its workspace is not used), then lm_qkv_rope_store_out on
  * qkv viewed as [B, T, (Hq + 2 Hkv) D] with p (p->bias is the projection's bias). On CUDA
- * up to 8 rows of f32 x (decode) run as one kernel, the decode GEMV that rotates and
+ * up to 8 rows of f32 x in the RMSNorm input form (decode) run as one kernel, the
+ * decode GEMV that rotates and
  * stores its own results (lm_linear_qkv_rope_fused says when); elsewhere the two
  * operators run in turn through a temporary qkv of B*T*(Hq + 2 Hkv)*D floats. */
 LM_API lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,

@@ -160,7 +160,7 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
 }
 
 int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
-    if (qk_norm || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
+    if (qk_norm || input != LM_LINEAR_IN_RMSNORM || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
     int64_t per_vector = w == LM_U8 ? 32 : w == LM_I8 || w == LM_F8_E4M3 ? 16 : 8;
     return K % per_vector == 0 && lm__linear_fused_rule(input, 0, rows, K, x, w);

@@ -2,15 +2,16 @@
  * lm_linear_swiglu_out (gate row i and up row i side by side, the warp stores
  * silu(gate) * up) against the CPU's composition (lm_linear_out, lm_swiglu_out) and the
  * GPU's two kernels (the GEMV into [M, 2I], then the packed SwiGLU): bf16, int8, fp8,
- * int4 (G 32, 128) weights, M = 1, 2, 5, 8, K = 256 and 2,048 (split K), RMSNorm and
- * plain inputs, with and without a bias; gates NMSE <= 1e-8 and max-abs <= 1e-4 of the
+ * int4 (G 32, 128) weights, M = 1, 2, 5, 8, K = 256 and 2,048 (split K), RMSNorm input
+ * (and one plain call, which runs the composition), with and without a bias; gates NMSE <= 1e-8 and max-abs <= 1e-4 of the
  * largest output against the CPU, and against the two GPU kernels NMSE <= 1e-12.
  * lm_linear_qkv_rope_store_out on CUDA (the attention front's
  * epilogue) against the CPU's composition (lm_linear_out, then
  * lm_qkv_rope_store_out, LM_IMPL_REF) on the same weights, and against the GPU's own
  * two-kernel path (lm_linear_out + lm_qkv_rope_store_out on the device):
  *  - bf16, int8, fp8 and int4 (G = 32, 128) weights quantized on the host by
- *    lm_quantize_*, from fresh random floats; RMSNorm and plain input forms;
+ *    lm_quantize_*, from fresh random floats; the RMSNorm input form (the one the
+ *    epilogues are built for; a plain one runs the composition);
  *  - M = 1, 2, 5, 8 rows (B rows of one token, and one row of several tokens);
  *  - K = 256 (whole rows per warp) and K = 2,048 (a row's K split over the block's
  *    warps: the shared-memory epilogue); Hq 4 over Hkv 2 (and 1) heads of 64 and 32;
@@ -102,8 +103,8 @@ static void run_case(const fcase *c, uint64_t seed) {
     ct_pair inv = ct_pair_of(invh);
     /* positions: row b's tokens end at 45 - 7 b (T consecutive); tables: distinct blocks, reversed */
     int32_t pos[8], table[8 * 3];
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) pos[b * T + t] = (int32_t)(45 - 7 * b - (T - 1 - t));
+    for (int64_t b = 0; b < B; b++) /* 45, 40, ..., 10 */
+        for (int64_t t = 0; t < T; t++) pos[b * T + t] = (int32_t)(45 - 5 * b - (T - 1 - t));
     for (int64_t i = 0; i < B * NB; i++) table[i] = (int32_t)(S - 1 - i);
     ct_pair ph = ct_pair_of(i32_host(2, pt, pos)), th = ct_pair_of(i32_host(c->paged ? 2 : 1, tb, table));
     lm_dtype qdt = c->q_bf16 ? LM_BF16 : LM_F32;
@@ -194,7 +195,7 @@ static void test_formats_rows_and_caches(void) {
         for (int k = 0; k < 2; k++)
             for (int m = 0; m < 4; m++) {
                 fcase c = {f, m % 2 ? 128 : 32, rows[m][0], rows[m][1], k ? 2048 : 256, 4, 2, 64,
-                           m == 2 ? LM_LINEAR_IN : LM_LINEAR_IN_RMSNORM, m != 1, m == 3, m % 2};
+                           LM_LINEAR_IN_RMSNORM, m != 1, m == 3, m % 2};
                 run_case(&c, seed++);
             }
     /* eight rows, MQA with head dim 32, and a paged bf16 q over split K */
@@ -256,8 +257,10 @@ static void test_swiglu_epilogue(void) {
     for (int f = F_BF16; f <= F_I4; f++)
         for (int k = 0; k < 2; k++)
             for (int m = 0; m < 4; m++)
-                run_swiglu(f, m % 2 ? 128 : 32, rows[m], k ? 2048 : 256, k ? 96 : 608,
-                           m == 2 ? LM_LINEAR_IN : LM_LINEAR_IN_RMSNORM, m != 1, seed++);
+                run_swiglu(f, m % 2 ? 128 : 32, rows[m], k ? 2048 : 256, k ? 96 : 608, LM_LINEAR_IN_RMSNORM, m != 1,
+                           seed++);
+    /* the plain input form is not fused: the composition runs it, same results */
+    run_swiglu(F_BF16, 0, 2, 256, 608, LM_LINEAR_IN, 1, seed++);
 }
 
 static void test_errors(void) {
@@ -279,10 +282,14 @@ static void test_errors(void) {
     acc.accumulate = 1;
     LT_CHECK_STATUS(CALL(&acc, &rp), LM_INVALID_ARGUMENT);
     LT_CHECK(strstr(lm_last_error(), "accumulate") != NULL);
-    lm_qkv_rope_params seven = rp;
-    seven.q_heads = 7; /* 7 over 1: 288 outputs, w has 256 */
-    LT_CHECK_STATUS(CALL(&lp, &seven), LM_SHAPE_MISMATCH);
+    int64_t w2[2] = {288, 64}; /* (7 + 2) * 32 outputs: q [1, 1, 6, 32] needs 256 */
+    ct_pair wide = ct_random(&r, LM_BF16, 2, w2, 0.1);
+    LT_CHECK_STATUS(lm_linear_qkv_rope_store_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(wide.d), &lp, &rp,
+                                                 lm_tensor_as_view(slot.d), lm_tensor_as_view(pos.d),
+                                                 lm_tensor_as_view(kc.d), lm_tensor_as_view(vc.d), lm_tensor_as_view(q.d)),
+                    LM_SHAPE_MISMATCH);
     LT_CHECK(strstr(lm_last_error(), "outputs") != NULL);
+    ct_pair_free(&wide);
     LT_CHECK_STATUS(CALL(NULL, &rp), LM_INVALID_ARGUMENT);
 #undef CALL
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&inv);
@@ -298,6 +305,7 @@ static void test_fusion_rule(void) {
     LT_CHECK(lm_linear_qkv_rope_fused(lm_device_cpu(), LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 0) == 0);
     LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16) == 1);
     LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 9, 896, LM_F32, LM_BF16) == 0);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 1, 896, LM_F32, LM_BF16) == 0);
 }
 
 int main(void) {

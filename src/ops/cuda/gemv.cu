@@ -41,10 +41,10 @@
  */
 #include "ops/cuda/gemv_body.cuh"
 
-template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0>
+template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__CUDA_GEMV_EPI_OUT>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     extern __shared__ float4 xs[];
-    gemv_body<F, IN, M, KSPLIT, SMX, PF2>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
+    gemv_body<F, IN, M, KSPLIT, SMX, PF2, EPI>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
 }
 
 /* Whether the staged one-row bf16 kernel issues the first batch of each warp's second
@@ -55,19 +55,26 @@ static int pf2_mode(void) {
     return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : -1;
 }
 
-template <int F, int IN, int M, int MU = M < 4 ? 4 : M>
+template <int F, int IN, int M, int EPI = LM__CUDA_GEMV_EPI_OUT, int MU = M < 4 ? 4 : M>
 static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     const int64_t sms = lm__cuda_sm_count();
     const size_t smx = (size_t)M * (size_t)smx_row_chunks(p->K) * 16;
     const int staged = smx + GEMV_STATIC_SMEM <= (size_t)lm__cuda_smem_optin();
+    /* the pair epilogues are built for staged inputs only (decode's K is a few thousand) */
+    if (EPI != LM__CUDA_GEMV_EPI_OUT && !staged)
+        return lm__error(LM_UNSUPPORTED, "linear_gemv: a pair epilogue over K = %lld inputs (more than shared memory "
+                         "stages)", (long long)p->K);
     /* the unstaged input (rows past ~57k floats at M = 1) runs the build for MU >= 4
      * rows: no separate M = 1 / 2 instantiations for a shape no model has */
     const int rpw = staged ? gemv_cfg<F, M>::RPW : gemv_cfg<F, MU>::RPW;
     const int unroll = staged ? gemv_cfg<F, M>::UNROLL : gemv_cfg<F, MU>::UNROLL;
     const int ksplit = lm__gemv_ksplit(p->N, rpw, p->K / gemv_cfg<F, M>::WPV, 32 * unroll, sms);
     const int which = (staged ? 0 : 2) + (ksplit == 1 ? 0 : 1);
-    void (*const kernels[4])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1>, gemv_kernel<F, IN, M, WARPS, 1>,
-                                                        gemv_kernel<F, IN, MU, 1, 0>, gemv_kernel<F, IN, MU, WARPS, 0>};
+    /* (with a pair epilogue the unstaged entries repeat the staged ones: never chosen) */
+    constexpr int E = EPI != LM__CUDA_GEMV_EPI_OUT, MUE = E ? M : MU, SMXU = E ? 1 : 0;
+    void (*const kernels[4])(lm__cuda_gemv_params) = {
+        gemv_kernel<F, IN, M, 1, 1, 0, EPI>, gemv_kernel<F, IN, M, WARPS, 1, 0, EPI>,
+        gemv_kernel<F, IN, MUE, 1, SMXU, 0, EPI>, gemv_kernel<F, IN, MUE, WARPS, SMXU, 0, EPI>};
     static lm__cuda_kernel_facts facts[6]; /* of kernels[i] and pf2[i], per device */
     int per_sm = 0;
     cudaError_t e = lm__cuda_blocks_per_sm(&facts[which], (const void *)kernels[which], THREADS, staged ? smx : 0,
@@ -79,7 +86,8 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
      * flight before the wait (+15-40 registers a thread: only where that leaves the blocks
      * per SM). Not built for int8/fp8/int4: measured no faster there (bench/NOTES.md). */
     constexpr int PF = M == 1 && F == LM__CUDA_GEMV_BF16;
-    void (*const pf2[2])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1, PF>, gemv_kernel<F, IN, M, WARPS, 1, PF>};
+    void (*const pf2[2])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1, PF, EPI>,
+                                                  gemv_kernel<F, IN, M, WARPS, 1, PF, EPI>};
     const int mode = PF && staged ? pf2_mode() : 0;
     const int64_t groups = (p->N + rpw - 1) / rpw, warps = blocks * (WARPS / ksplit);
     if (mode == 1 || (mode == -1 && groups > warps)) {
@@ -95,19 +103,24 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
 }
 
 /* M rows run the kernel built for 1, 2, 4 or 8 (the extra rows repeat the last one). */
-template <int F, int IN>
+template <int F, int IN, int EPI = LM__CUDA_GEMV_EPI_OUT>
 static lm_status launch_m(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    if (p->M == 1) return launch<F, IN, 1>(p, s);
-    if (p->M == 2) return launch<F, IN, 2>(p, s);
-    if (p->M <= 4) return launch<F, IN, 4>(p, s);
-    return launch<F, IN, 8>(p, s);
+    if (p->M == 1) return launch<F, IN, 1, EPI>(p, s);
+    if (p->M == 2) return launch<F, IN, 2, EPI>(p, s);
+    if (p->M <= 4) return launch<F, IN, 4, EPI>(p, s);
+    return launch<F, IN, 8, EPI>(p, s);
 }
 
+/* The pair epilogues are built for the RMSNorm input form only (decode's q|k|v and
+ * gate|up projections read the normalized residual stream). */
 template <int F>
 static lm_status launch_in(const lm__cuda_gemv_params *p, cudaStream_t s) {
     switch (p->in) {
     case LM__CUDA_GEMV_PLAIN: return launch_m<F, LM__CUDA_GEMV_PLAIN>(p, s);
-    case LM__CUDA_GEMV_RMSNORM: return launch_m<F, LM__CUDA_GEMV_RMSNORM>(p, s);
+    case LM__CUDA_GEMV_RMSNORM:
+        if (p->epi == LM__CUDA_GEMV_EPI_FRONT) return launch_m<F, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_EPI_FRONT>(p, s);
+        if (p->epi == LM__CUDA_GEMV_EPI_SWIGLU) return launch_m<F, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_EPI_SWIGLU>(p, s);
+        return launch_m<F, LM__CUDA_GEMV_RMSNORM>(p, s);
     default: return launch_m<F, LM__CUDA_GEMV_SWIGLU>(p, s);
     }
 }
@@ -127,6 +140,8 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
             return lm__error(LM_UNSUPPORTED, "linear_gemv: the attention front needs N = (Hq + 2 Hkv) hd rows of an "
                                              "even hd, one token per input row, no accumulate and no q/k norm");
     }
+    if (p->epi != LM__CUDA_GEMV_EPI_OUT && p->in != LM__CUDA_GEMV_RMSNORM)
+        return lm__error(LM_UNSUPPORTED, "linear_gemv: the pair epilogues take the RMSNorm input form only");
     if (p->epi == LM__CUDA_GEMV_EPI_SWIGLU && (p->accumulate || p->N % 2))
         return lm__error(LM_UNSUPPORTED, "linear_gemv: the SwiGLU epilogue needs an even N (gate | up), no accumulate");
     if (p->N == 0) return LM_OK;

@@ -125,10 +125,11 @@ __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_
  * rows go i, i + hd / 2 alternately, so that each RoPE pair is two neighbouring rows
  * of one warp (RPW is even; the v rows stay in place); SWIGLU: gate row i, then up row
  * i; a plain product's rows stay in place. */
+template <int EPI>
 __device__ __forceinline__ int64_t pair_row(const lm__cuda_gemv_params &p, int64_t j) {
-    if (p.epi == LM__CUDA_GEMV_EPI_SWIGLU) return (j >> 1) + (j & 1) * (p.N >> 1);
+    if (EPI == LM__CUDA_GEMV_EPI_SWIGLU) return (j >> 1) + (j & 1) * (p.N >> 1);
     const int64_t hd = p.kv.head_dim;
-    if (p.epi != LM__CUDA_GEMV_EPI_FRONT || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
+    if (EPI != LM__CUDA_GEMV_EPI_FRONT || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
     int64_t h = j / hd, w = j - h * hd;
     return h * hd + (w >> 1) + (w & 1) * (hd >> 1);
 }
@@ -164,8 +165,9 @@ __device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m
 }
 
 /* A pair epilogue's store of token m's finished values of virtual rows j, j + 1. */
+template <int EPI>
 __device__ __forceinline__ void pair_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
-    if (p.epi == LM__CUDA_GEMV_EPI_SWIGLU) p.out[m * p.ldo + (j >> 1)] = in_value<LM__CUDA_GEMV_SWIGLU>(va, vb);
+    if (EPI == LM__CUDA_GEMV_EPI_SWIGLU) p.out[m * p.ldo + (j >> 1)] = in_value<LM__CUDA_GEMV_SWIGLU>(va, vb);
     else front_store(p, m, j, va, vb);
 }
 
@@ -181,11 +183,11 @@ __device__ __forceinline__ void load_batch(const uint4 *const *w, int64_t v0, in
 }
 
 /* Rows of row group grp (rows past N repeat the last row; never stored). */
-template <int RPW>
+template <int RPW, int EPI>
 __device__ __forceinline__ void group_rows(const lm__cuda_gemv_params &p, int64_t grp, const uint4 **w, int64_t *rows) {
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
-        rows[r] = pair_row(p, LM_MIN(grp * RPW + r, p.N - 1));
+        rows[r] = pair_row<EPI>(p, LM_MIN(grp * RPW + r, p.N - 1));
         w[r] = (const uint4 *)((const uint8_t *)p.w + rows[r] * p.ldw);
     }
 }
@@ -258,10 +260,12 @@ __device__ __forceinline__ void gemv_inv_rows(const lm__cuda_gemv_params &p, flo
  * size). F is the weight format, IN the input form, M the number of input rows it is
  * built for (1, 2, 4 or 8; rows m >= p.M read row p.M - 1 and are never stored), KSPLIT
  * the warps sharing one row's K, SMX whether in(x) is staged in xs (dynamic shared
- * memory of M * smx_row_chunks(K) * 16 bytes) or read from global memory per use.
+ * memory of M * smx_row_chunks(K) * 16 bytes) or read from global memory per use, EPI
+ * the output: LM__CUDA_GEMV_EPI_OUT, or a pair epilogue (FRONT, SWIGLU: a template
+ * argument, so the plain products carry none of its code or registers).
  * wait() is called once, by every thread, after the first weight batch is in flight and
  * before any input is read: pdl_wait in its own launch. */
-template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, typename Wait>
+template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__CUDA_GEMV_EPI_OUT, typename Wait>
 __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb, int vg, Wait wait, float4 *xs) {
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
@@ -281,14 +285,14 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     if (grp0 < groups) {
         const uint4 *w[RPW];
         int64_t rows[RPW];
-        group_rows<RPW>(p, grp0, w, rows);
+        group_rows<RPW, EPI>(p, grp0, w, rows);
         load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw);
     }
     if constexpr (PF2 != 0) {
         if (grp0 + gstep < groups) {
             const uint4 *w[RPW];
             int64_t rows[RPW];
-            group_rows<RPW>(p, grp0 + gstep, w, rows);
+            group_rows<RPW, EPI>(p, grp0 + gstep, w, rows);
             load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw2);
         }
     }
@@ -317,16 +321,16 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
          * t < RPW * M's element (in add[0][0], scl[0]) */
         float add[RPW][M], scl[RPW];
         if (KSPLIT == 1) {
-            if ((lane == 0 || p.epi != LM__CUDA_GEMV_EPI_OUT) && grp < groups)
+            if ((lane == 0 || EPI != LM__CUDA_GEMV_EPI_OUT) && grp < groups)
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
-                    const int64_t n = pair_row(p, n0 + r);
+                    const int64_t n = pair_row<EPI>(p, n0 + r);
                     scl[r] = row_scale<F>(p, n);
 #pragma unroll
                     for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n);
                 }
         } else if (threadIdx.x < RPW * M) {
-            const int64_t n = pair_row(p, g0 * RPW + threadIdx.x / M);
+            const int64_t n = pair_row<EPI>(p, g0 * RPW + threadIdx.x / M);
             add[0][0] = addend(p, threadIdx.x % M, n);
             scl[0] = row_scale<F>(p, n);
         }
@@ -338,7 +342,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         if (grp < groups) {
             const uint4 *w[RPW];
             int64_t rows[RPW];
-            group_rows<RPW>(p, grp, w, rows);
+            group_rows<RPW, EPI>(p, grp, w, rows);
             for (int64_t v0 = (int64_t)slice * 32 + lane; v0 < nvec; v0 += (int64_t)KSPLIT * 32 * UNROLL) {
                 if (!prefetched) load_batch<RPW, UNROLL, KSPLIT>(w, v0, nvec, buf);
                 prefetched = 0;
@@ -393,7 +397,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         for (int r = 0; r < RPW; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (KSPLIT == 1 && p.epi != LM__CUDA_GEMV_EPI_OUT) { /* lane t < RPW / 2 * M: pair t / M of token t % M */
+        if (KSPLIT == 1 && EPI != LM__CUDA_GEMV_EPI_OUT) { /* lane t < RPW / 2 * M: pair t / M of token t % M */
             if (grp < groups && lane < RPW / 2 * M) {
                 float va = 0.f, vb = 0.f;
 #pragma unroll
@@ -405,7 +409,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                             vb = acc[2 * q + 1][m] * scl[2 * q + 1] * post_rms[m] + add[2 * q + 1][m];
                         }
                 const int64_t j = n0 + 2 * (lane / M);
-                if (j < p.N && lane % M < p.M) pair_store(p, lane % M, j, va, vb);
+                if (j < p.N && lane % M < p.M) pair_store<EPI>(p, lane % M, j, va, vb);
             }
         } else if (KSPLIT == 1) {
             if (lane == 0 && grp < groups)
@@ -433,15 +437,15 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                     for (int i = 0; i < M; i++)
                         if (i == m) post = post_rms[i];
                     v = v * scl[0] * post + add[0][0];
-                    if (p.epi != LM__CUDA_GEMV_EPI_OUT) fin[r][m] = v;
+                    if (EPI != LM__CUDA_GEMV_EPI_OUT) fin[r][m] = v;
                     else p.out[m * p.ldo + n] = v;
                 }
             }
-            if (p.epi != LM__CUDA_GEMV_EPI_OUT && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
+            if (EPI != LM__CUDA_GEMV_EPI_OUT && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
                 __syncwarp();
                 const int64_t j = g0 * RPW + 2 * (lane / M);
                 if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
-                    pair_store(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
+                    pair_store<EPI>(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
             }
             __syncthreads();
         }
