@@ -139,7 +139,8 @@ typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 
 int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
 /* ops/linear.c: the calls the CUDA decode GEMV runs with a pair epilogue, the attention
  * front or the SwiGLU (lm_linear_qkv_rope_fused, lm_linear_swiglu_fused on a GPU): up to
- * 8 rows of f32 x in the RMSNorm input form; K counts inputs. */
+ * 8 rows of f32 x in the RMSNorm input form (quantized weights: 3 to 8 rows); K counts
+ * inputs. */
 int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
 /* ops/linear.c: lm_linear_out's checks of everything but out (the input form, w and its
  * scales, x [M, K] or [M, 2K], the bias [N] and the norm weight), errors named by op. */

@@ -162,7 +162,11 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
 int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     if (qk_norm || input != LM_LINEAR_IN_RMSNORM || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
-    int64_t per_vector = w == LM_U8 ? 32 : w == LM_I8 || w == LM_F8_E4M3 ? 16 : 8;
+    int quant = w == LM_U8 || w == LM_I8 || w == LM_F8_E4M3;
+    int64_t per_vector = w == LM_U8 ? 32 : quant ? 16 : 8;
+    /* quantized weights at 1-2 rows run the GEMV's 4- and 8-row warps, whose pair
+     * epilogues measured slower than the separate kernels (bench/NOTES.md, v6) */
+    if (quant && rows <= 2) return 0;
     return K % per_vector == 0 && lm__linear_fused_rule(input, 0, rows, K, x, w);
 }
 

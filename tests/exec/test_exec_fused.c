@@ -46,6 +46,22 @@ static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_
     (void)d;
     return lm__linear_front_rule(in, rows, K, x, w, 0);
 }
+/* The pair epilogues' rule itself: RMSNorm input, f32 x, up to 8 rows (quantized: 3-8). */
+static void test_pair_epilogue_rule(void) {
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 0) == 1);
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 8, 896, LM_F32, LM_BF16, 0) == 1);
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 9, 896, LM_F32, LM_BF16, 0) == 0);
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN, 1, 896, LM_F32, LM_BF16, 0) == 0);
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 1) == 0);
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_BF16, LM_BF16, 0) == 0);
+    for (int q = 0; q < 3; q++) {
+        lm_dtype w = q == 0 ? LM_I8 : q == 1 ? LM_F8_E4M3 : LM_U8;
+        LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 2, 896, LM_F32, w, 0) == 0);
+        LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 3, 896, LM_F32, w, 0) == 1);
+    }
+    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
+}
+
 static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     (void)d;
     return lm__linear_front_rule(in, rows, K, x, w, qk_norm);
@@ -181,9 +197,10 @@ static void check_model_as(const char *name, lm_weights weights) {
     lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
     int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights, and quantized ones at every row count */
     int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
-    const int64_t shapes[2][2] = {{2, 1}, {2, 6}}; /* decode rows (GEMV) and a prefill (GEMM) */
-    for (int s = 0; s < 2; s++) {
-        int64_t B = shapes[s][0], T = shapes[s][1], V = c->vocab_size;
+    const int64_t shapes[3][2] = {{2, 1}, {2, 6}, {4, 1}}; /* decode rows (GEMV), a prefill (GEMM), 4 decode rows */
+    for (int si = 0; si < 3; si++) {
+        int s = si == 2 ? 0 : si; /* the third is a decode step too */
+        int64_t B = shapes[si][0], T = shapes[si][1], V = c->vocab_size;
         lm_decoder_options o;
         lm_decoder_options_default(&o);
         o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = 64;
@@ -204,11 +221,12 @@ static void check_model_as(const char *name, lm_weights weights) {
         LT_CHECK_MSG(fronts + with_proj == c->num_hidden_layers, "%s: %d fused QKV ops for %lld layers", name,
                      fronts + with_proj, (long long)c->num_hidden_layers);
         /* the decode GEMV takes the front (no q/k norms) for bf16 and quantized weights */
-        int want_proj = s == 0 && (bf16 || quant) && !c->qk_norm ? (int)c->num_hidden_layers : 0;
+        int want_proj = s == 0 && (bf16 || (quant && B * T > 2)) && !c->qk_norm ? (int)c->num_hidden_layers : 0;
         LT_CHECK_MSG(with_proj == want_proj, "%s %s %s: %d projections joined to the front, expected %d", name,
                      lm_weights_name(weights), s ? "prefill" : "decode", with_proj, want_proj);
         /* and the gate|up GEMV takes the SwiGLU (the down projection then reads [M, I] plainly) */
-        int swiglus = count(fused, LM__GOP_LINEAR_SWIGLU), want_sw = s == 0 && (bf16 || quant) ? (int)c->num_hidden_layers : 0;
+        int swiglus = count(fused, LM__GOP_LINEAR_SWIGLU);
+        int want_sw = s == 0 && (bf16 || (quant && B * T > 2)) ? (int)c->num_hidden_layers : 0;
         LT_CHECK_MSG(swiglus == want_sw, "%s %s %s: %d gate|up projections with their SwiGLU, expected %d", name,
                      lm_weights_name(weights), s ? "prefill" : "decode", swiglus, want_sw);
         if ((s == 0 && bf16) || quant) {
@@ -271,6 +289,7 @@ int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_gpu_passes_keep_the_logits);
     LT_RUN(test_gpu_passes_quantized);
+    LT_RUN(test_pair_epilogue_rule);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }
