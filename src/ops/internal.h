@@ -142,6 +142,9 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
  * 8 rows of f32 x in the RMSNorm input form (quantized weights: 3 to 8 rows); K counts
  * inputs. */
 int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
+/* ops/linear.c: LM_OK, or (while ctx captures) LM_UNSUPPORTED naming op and the rule that
+ * said no kernel: a fused operator's composition allocates temporaries. */
+lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule);
 /* ops/linear.c: lm_linear_out's checks of everything but out (the input form, w and its
  * scales, x [M, K] or [M, 2K], the bias [N] and the norm weight), errors named by op. */
 lm_status lm__linear_check_inputs(const char *op, const lm_tensor_view *x, const lm_tensor_view *w,

@@ -276,9 +276,7 @@ lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, con
         lm_clear_error();                    /* a layout the kernel refuses: the composition runs it */
     }
     /* the composition: the projection into a temporary, then the front over it */
-    if (lm_ctx_capturing(ctx))
-        return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (lm_linear_qkv_rope_fused is 0), and the "
-                         "composition allocates, which a capture cannot", op);
+    LM_TRY(lm__op_composition_allowed(ctx, op, "lm_linear_qkv_rope_fused"));
     lm_tensor *qkv = NULL;
     int64_t shape[2] = {rows, width}, s3[3] = {q->shape[0], q->shape[1], width};
     lm_linear_params lp = *lin;

@@ -159,6 +159,12 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
     return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
 }
 
+lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule) {
+    if (!lm_ctx_capturing(ctx)) return LM_OK;
+    return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (%s is 0), and the composition allocates, "
+                     "which a capture cannot", op, rule);
+}
+
 int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     if (qk_norm || input != LM_LINEAR_IN_RMSNORM || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
@@ -214,9 +220,7 @@ lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
         if (st != LM_UNSUPPORTED) return st; /* queued, or a real failure */
         lm_clear_error();                    /* a layout the kernel refuses: the composition runs it */
     }
-    if (lm_ctx_capturing(ctx))
-        return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (lm_linear_swiglu_fused is 0), and the "
-                         "composition allocates, which a capture cannot", op);
+    LM_TRY(lm__op_composition_allowed(ctx, op, "lm_linear_swiglu_fused"));
     lm_tensor *y = NULL;
     int64_t ys[2] = {M, N};
     lm_linear_params lp = *p;
@@ -297,9 +301,7 @@ static lm_status cpu_linear_i8(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
  * Allocates its temporaries, so it may not run inside a capture. */
 static lm_status composed(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                           const lm_linear_params *p, const lm_tensor_view *out) {
-    if (lm_ctx_capturing(ctx))
-        return lm__error(LM_UNSUPPORTED, "linear: no fused kernel for this form (lm_linear_supported is 0), and the "
-                         "composition allocates, which a capture cannot");
+    LM_TRY(lm__op_composition_allowed(ctx, "linear", "lm_linear_supported"));
     lm_device d = lm_ctx_device(ctx);
     int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
     int64_t xs[2] = {M, x->shape[1]}, as[2] = {M, K}, ys[2] = {M, N};
