@@ -6,8 +6,9 @@
  * written at its place, everything else is copied. A fusion applies only when the
  * values it hides are read by nothing else, when every input it needs exists at its
  * place, and (for the linear fusions) when lm_linear_supported says the device runs
- * the result as one kernel without scratch memory, so a captured step never needs
- * to allocate. The fused kinds are public operators with composed references
+ * the result as one kernel without scratch memory (for the decode GEMV's pair
+ * epilogues, lm_linear_qkv_rope_fused and lm_linear_swiglu_fused), so a captured step
+ * never needs to allocate. The fused kinds are public operators with composed references
  * (include/loom/ops.h); their dtypes and shapes are those of the values they replace.
  * Quantized linears (weight scales in in[5]; int4's group in b) keep their scales and
  * group through every fusion that rewrites a linear in place (input forms, residual
