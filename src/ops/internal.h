@@ -141,7 +141,7 @@ int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, i
  * front or the SwiGLU (lm_linear_qkv_rope_fused, lm_linear_swiglu_fused on a GPU): up to
  * 8 rows of f32 x in the RMSNorm input form (quantized weights: 3 to 8 rows); K counts
  * inputs. */
-int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
+int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
 /* ops/linear.c: LM_OK, or (while ctx captures) LM_UNSUPPORTED naming op and the rule that
  * said no kernel: a fused operator's composition allocates temporaries. */
 lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule);

@@ -284,7 +284,7 @@ lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, con
     lm_status st = lm_tensor_create(lm_ctx_device(ctx), LM_F32, 2, shape, &qkv);
     if (st == LM_OK) st = lm_linear_out(ctx, x, w, NULL, &lp, lm_tensor_as_view(qkv));
     lm_tensor_view v3;
-    if (st == LM_OK) st = lm_tensor_view_init(&v3, lm_tensor_data(qkv), LM_F32, lm_ctx_device(ctx), 3, s3, NULL);
+    if (st == LM_OK) st = lm_tensor_view_reshape(lm_tensor_as_view(qkv), 3, s3, &v3);
     if (st == LM_OK) st = lm_qkv_rope_store_out(ctx, &v3, p, slots, positions, k_cache, v_cache, q);
     lm_tensor_destroy(qkv); /* the device allocator keeps queued work's blocks safe (runtime/pool_cuda.c) */
     return st;

@@ -165,7 +165,7 @@ lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *ru
                      "which a capture cannot", op, rule);
 }
 
-int lm__linear_front_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
+int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     if (qk_norm || input != LM_LINEAR_IN_RMSNORM || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
     int quant = w == LM_U8 || w == LM_I8 || w == LM_F8_E4M3;
@@ -186,13 +186,13 @@ static int pair_epilogues_on(void) {
 int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                              lm_dtype w_dtype, int qk_norm) {
     if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || !pair_epilogues_on()) return 0;
-    return lm__linear_front_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
+    return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
 }
 
 int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                            lm_dtype w_dtype) {
     if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || !pair_epilogues_on()) return 0;
-    return lm__linear_front_rule(input, rows, K, x_dtype, w_dtype, 0); /* the same GEMV, another epilogue */
+    return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, 0); /* the same GEMV, another epilogue */
 }
 
 lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,

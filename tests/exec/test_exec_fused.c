@@ -44,27 +44,27 @@ static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t row
 }
 static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
     (void)d;
-    return lm__linear_front_rule(in, rows, K, x, w, 0);
+    return lm__linear_pair_rule(in, rows, K, x, w, 0);
 }
 /* The pair epilogues' rule itself: RMSNorm input, f32 x, up to 8 rows (quantized: 3-8). */
 static void test_pair_epilogue_rule(void) {
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 0) == 1);
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 8, 896, LM_F32, LM_BF16, 0) == 1);
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 9, 896, LM_F32, LM_BF16, 0) == 0);
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN, 1, 896, LM_F32, LM_BF16, 0) == 0);
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 1) == 0);
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_BF16, LM_BF16, 0) == 0);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 0) == 1);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 8, 896, LM_F32, LM_BF16, 0) == 1);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 9, 896, LM_F32, LM_BF16, 0) == 0);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN, 1, 896, LM_F32, LM_BF16, 0) == 0);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_F32, LM_BF16, 1) == 0);
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 1, 896, LM_BF16, LM_BF16, 0) == 0);
     for (int q = 0; q < 3; q++) {
         lm_dtype w = q == 0 ? LM_I8 : q == 1 ? LM_F8_E4M3 : LM_U8;
-        LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 2, 896, LM_F32, w, 0) == 0);
-        LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 3, 896, LM_F32, w, 0) == 1);
+        LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 2, 896, LM_F32, w, 0) == 0);
+        LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 3, 896, LM_F32, w, 0) == 1);
     }
-    LT_CHECK(lm__linear_front_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
+    LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
 }
 
 static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     (void)d;
-    return lm__linear_front_rule(in, rows, K, x, w, qk_norm);
+    return lm__linear_pair_rule(in, rows, K, x, w, qk_norm);
 }
 
 typedef struct binder {

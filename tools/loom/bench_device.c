@@ -97,19 +97,12 @@ static void print_result(const bench_device_opts *o, run_state *s, int decode, d
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_device_format(dev, name, sizeof name),
            lm_dtype_name(c->dtype), lm_weights_name(lm_model_weights(s->m)), o->batch, (long long)o->prompt, (long long)toks, best, med, toks / best, toks / med, (long long)ms.peak_bytes,
            (long long)ms.peak_reserved_bytes, (long long)ms.backend_allocs);
-    lm_kv_cache_steps ks;
-    if (lm_kv_cache_steps_get(s->cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
-        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld,\"kernels_per_step\":%lld",
-               (long long)ks.programs, (long long)ks.arena_bytes, (long long)ks.live_bytes, (long long)ks.last_kernels);
+    cli_print_steps(s->cache); /* the step arena beside what any plan would need */
     if (decode) {
         double kv_token = 2.0 * (double)(c->num_hidden_layers * c->num_key_value_heads * c->head_dim) * 2; /* K+V bf16 */
         double mean_ctx = (double)o->prompt + (double)o->tokens / 2;
         double bytes = (double)lm_model_weight_bytes(s->m) + o->batch * mean_ctx * kv_token;
-        double bw = copy_bandwidth(dev, 5);
-        double roof = bw * 1e9 / bytes * o->batch;
-        printf(",\"bytes_per_step\":%.0f,\"copy_gb_s\":%.2f,\"achieved_gb_s\":%.2f,\"roofline_tok_per_s\":%.3f,"
-               "\"fraction_of_roofline\":%.4f",
-               bytes, bw, bytes * (toks / best / o->batch) / 1e9, roof, toks / best / roof);
+        cli_print_roofline(bytes, "copy_gb_s", copy_bandwidth(dev, 5), toks / best, o->batch);
     }
     printf("}\n");
 }

@@ -126,18 +126,8 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
            decode ? "decode" : "prefill", o->model, lm_arch_name(c->arch), lm_dtype_name(c->dtype),
            lm_weights_name(lm_model_weights(m)), lm_precision_name(lm_model_precision(m)), threads, B,
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
-    lm_kv_cache_steps ks;
-    if (lm_kv_cache_steps_get(cache, &ks) == LM_OK) /* the step arena beside what any plan would need */
-        printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld,\"kernels_per_step\":%lld",
-               (long long)ks.programs, (long long)ks.arena_bytes, (long long)ks.live_bytes, (long long)ks.last_kernels);
-    if (decode) {
-        double bw = measure_bandwidth(ctx);
-        double bytes = (double)lm_model_weight_bytes(m);
-        double roof = bw * 1e9 / bytes * B; /* each step reads the weights once for all rows */
-        printf(",\"bytes_per_step\":%.0f,\"read_gb_s\":%.2f,\"achieved_gb_s\":%.2f,\"roofline_tok_per_s\":%.3f,"
-               "\"fraction_of_roofline\":%.3f",
-               bytes, bw, bytes * (toks / best / B) / 1e9, roof, toks / best / roof);
-    }
+    cli_print_steps(cache); /* the step arena beside what any plan would need */
+    if (decode) cli_print_roofline((double)lm_model_weight_bytes(m), "read_gb_s", measure_bandwidth(ctx), toks / best, B);
     printf("}\n");
     rc = 0;
 done:

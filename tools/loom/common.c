@@ -23,6 +23,20 @@ void cli_best_median(double *times, int n, double *best, double *median) {
     *median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
+void cli_print_steps(const lm_kv_cache *cache) {
+    lm_kv_cache_steps ks;
+    if (lm_kv_cache_steps_get(cache, &ks) != LM_OK) return;
+    printf(",\"step_executors\":%lld,\"step_arena_bytes\":%lld,\"step_live_bytes\":%lld,\"kernels_per_step\":%lld",
+           (long long)ks.programs, (long long)ks.arena_bytes, (long long)ks.live_bytes, (long long)ks.last_kernels);
+}
+
+void cli_print_roofline(double bytes, const char *bw_key, double bw_gb_s, double tok_per_s, int batch) {
+    double roof = bw_gb_s * 1e9 / bytes * batch; /* each step reads the bytes once for all rows */
+    printf(",\"bytes_per_step\":%.0f,\"%s\":%.2f,\"achieved_gb_s\":%.2f,\"roofline_tok_per_s\":%.3f,"
+           "\"fraction_of_roofline\":%.4f",
+           bytes, bw_key, bw_gb_s, bytes * (tok_per_s / batch) / 1e9, roof, tok_per_s / roof);
+}
+
 int cli_fail(const char *cmd, const char *what, lm_status st) {
     const char *detail = lm_last_error();
     fprintf(stderr, "loom %s: %s: %s%s%s\n", cmd, what, lm_status_str(st), detail[0] ? ": " : "", detail);

@@ -68,6 +68,14 @@ int cli_parse_device(const char *cmd, const char *text, lm_device *out);
 double cli_now(void);
 /* Sorts times[0..n) (n >= 1) and returns the fastest in *best and the median in *median. */
 void cli_best_median(double *times, int n, double *best, double *median);
+/* The decode and prefill benches' shared JSON fields (CPU and device alike), printed as
+ * ",\"key\":value" pairs into an object already open on stdout. Steps: the cache's step
+ * executors, arena and live bytes, and the kernel launches of its latest captured step.
+ * Roofline: bytes a step reads, the measured bandwidth under bw_key, the bandwidth the
+ * steps reached (bytes x steps_per_s), the roofline tokens/s (bw / bytes x batch) and
+ * the fraction of it that tok_per_s is. */
+void cli_print_steps(const lm_kv_cache *cache);
+void cli_print_roofline(double bytes, const char *bw_key, double bw_gb_s, double tok_per_s, int batch);
 /* The model used when --model is not given: $LOOM_DEFAULT_MODEL when set and not
  * empty, else the default model of the source tree (models/default). Prints which one
  * to stderr; prints why and returns NULL when it has no config.json. */
