@@ -86,8 +86,9 @@ static void run_case(const qcase *c, uint64_t seed) {
     }
     lm_tensor *want = lt_poisoned_tensor(c->out_dt, 2, os);
     if (c->accumulate) LT_CHECK_OK(lm_cast_out(g_ref, &oh, lm_tensor_as_view(want)));
-    lm_linear_params ph = {c->in, lm_tensor_as_view(nw.h), 1e-5f, c->accumulate, lm_tensor_as_view(sc), i4 ? 4 : 0,
-                           i4 ? c->group : 0, NULL};
+    lm_linear_params ph = {.input = c->in, .norm_weight = lm_tensor_as_view(nw.h), .eps = 1e-5f,
+                           .accumulate = c->accumulate, .w_scales = lm_tensor_as_view(sc), .w_bits = i4 ? 4 : 0,
+                           .w_group = i4 ? c->group : 0};
     lm_linear_params pd = ph;
     pd.norm_weight = lm_tensor_as_view(nw.d), pd.w_scales = lm_tensor_as_view(sp.d);
     lm_tensor *work = NULL;

@@ -112,8 +112,9 @@ static void run_case(const fcase *c, uint64_t seed) {
     ct_pair kc2 = ct_poisoned(LM_BF16, 4, cs), vc2 = ct_poisoned(LM_BF16, 4, cs), q2 = ct_poisoned(qdt, 4, q4);
     lm_tensor *kw = lt_poisoned_tensor(LM_BF16, 4, cs), *vw = lt_poisoned_tensor(LM_BF16, 4, cs);
     lm_tensor *qw = lt_poisoned_tensor(qdt, 4, q4);
-    lm_linear_params lh = {c->in, lm_tensor_as_view(nw.h), 1e-6f, 0, sch ? lm_tensor_as_view(sch) : NULL,
-                           c->fmt == F_I4 ? 4 : 0, c->fmt == F_I4 ? c->group : 0, NULL};
+    lm_linear_params lh = {.input = c->in, .norm_weight = lm_tensor_as_view(nw.h), .eps = 1e-6f,
+                           .w_scales = sch ? lm_tensor_as_view(sch) : NULL, .w_bits = c->fmt == F_I4 ? 4 : 0,
+                           .w_group = c->fmt == F_I4 ? c->group : 0};
     lm_linear_params ld = lh;
     ld.norm_weight = lm_tensor_as_view(nw.d), ld.w_scales = sch ? lm_tensor_as_view(sc.d) : NULL;
     lm_qkv_rope_params rh = {c->Hq, c->bias ? lm_tensor_as_view(bias.h) : NULL, NULL, NULL, 0.f,
@@ -218,8 +219,9 @@ static void run_swiglu(int fmt, int group, int M, int64_t K, int64_t I, lm_linea
     for (int64_t k = 0; k < K; k++) ((float *)lm_tensor_data(nh))[k] += 1.0f;
     ct_pair nw = ct_pair_of(nh), o = ct_poisoned(LM_F32, 2, os), o2 = ct_poisoned(LM_F32, 2, os);
     lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, os), *y = NULL;
-    lm_linear_params lh = {in, lm_tensor_as_view(nw.h), 1e-6f, 0, sch ? lm_tensor_as_view(sch) : NULL,
-                           fmt == F_I4 ? 4 : 0, fmt == F_I4 ? group : 0, NULL};
+    lm_linear_params lh = {.input = in, .norm_weight = lm_tensor_as_view(nw.h), .eps = 1e-6f,
+                           .w_scales = sch ? lm_tensor_as_view(sch) : NULL, .w_bits = fmt == F_I4 ? 4 : 0,
+                           .w_group = fmt == F_I4 ? group : 0};
     lm_linear_params ld = lh;
     ld.norm_weight = lm_tensor_as_view(nw.d), ld.w_scales = sch ? lm_tensor_as_view(sc.d) : NULL;
     LT_CHECK_OK(lm_linear_swiglu_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(wq),
@@ -271,7 +273,7 @@ static void test_errors(void) {
     ct_pair inv = ct_random(&r, LM_F32, 1, &h, 0.1);
     int32_t zero = 0;
     ct_pair pos = ct_pair_of(i32_host(2, one, &zero)), slot = ct_pair_of(i32_host(1, one, &zero));
-    lm_linear_params lp = {LM_LINEAR_IN, NULL, 0.f, 0, NULL, 0, 0, NULL};
+    lm_linear_params lp = {.input = LM_LINEAR_IN};
     lm_qkv_rope_params rp = {6, NULL, NULL, NULL, 0.f, lm_tensor_as_view(inv.d), 1.f};
 #define CALL(LP, RP)                                                                                                   \
     lm_linear_qkv_rope_store_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(w.d), LP, RP,                        \

@@ -129,14 +129,14 @@ static void check_linear(lm_linear_input in, int bias, int acc) {
             want[m * N + n] = (double)(float)(a + (acc ? od[m * N + n] : 0));
         }
     }
-    lm_linear_params p = {in, V(nw), 1e-5f, acc, V(sc), 0, 0, NULL};
+    lm_linear_params p = {.input = in, .norm_weight = V(nw), .eps = 1e-5f, .accumulate = acc, .w_scales = V(sc)};
     LT_CHECK_OK(lm_linear_out(g_ctx, V(x), V(q), bias ? V(b) : NULL, &p, V(out)));
     got = lt_view_to_f64(V(out));
     char what[64];
     snprintf(what, sizeof what, "fp8 linear in=%d bias=%d acc=%d", (int)in, bias, acc);
     lt_check_close(what, got, want, M * N, 1e-12, 1e-5);
     /* fp8 weights without scales, or with w_bits 4, are argument errors */
-    lm_linear_params bad = {LM_LINEAR_IN, NULL, 0, 0, NULL, 0, 0, NULL};
+    lm_linear_params bad = {.input = LM_LINEAR_IN};
     if (in == LM_LINEAR_IN && !bias && !acc) {
         lm_tensor *o2 = lt_poisoned_tensor(LM_F32, 2, os);
         LT_CHECK_STATUS(lm_linear_out(g_ctx, V(x), V(q), NULL, &bad, V(o2)), LM_INVALID_ARGUMENT);

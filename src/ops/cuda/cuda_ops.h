@@ -240,6 +240,14 @@ typedef struct lm__cuda_gemv_params {
     lm__cuda_kv kv;               /* front: the layer's caches */
 } lm__cuda_gemv_params;
 lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
+/* step_cuda.c: the GEMV's parameters for x [M, K] @ w^T (+ bias) with w in any format
+ * lin describes, when the views suit it: up to LM__CUDA_GEMV_MAX_ROWS rows of f32 x with
+ * 16-byte aligned rows, unit last strides, 16-byte aligned weight rows, K a whole number
+ * of 16-byte weight vectors. 0 otherwise. The one place every GEMV caller (the fused
+ * Linear, the quantized Linear, the pair epilogues) fills them; each sets its output
+ * (out, ldo, accumulate, epi). */
+int lm__cuda_gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                     const lm_linear_params *lin, lm__cuda_gemv_params *gp);
 
 /* gemv_quant.cu: lm_linear_out with quantized weights (int8 i8, fp8 f8_e4m3 with f32
  * [N] scales; int4 u8 with w_bits 4 and f32 [N, K/G] scales), views as lm_linear_out

@@ -270,7 +270,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
-    __shared__ float fin[RPW][M]; /* KSPLIT > 1 with a pair epilogue: the finished values */
+    constexpr int E = EPI != LM__CUDA_GEMV_EPI_OUT;
+    __shared__ float fin[E ? RPW : 1][E ? M : 1]; /* KSPLIT > 1 with a pair epilogue: the finished values */
     static_assert(RPW % 2 == 0 && RPW * M <= 32, "the pair epilogues pair rows within one warp");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
@@ -437,15 +438,18 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
                     for (int i = 0; i < M; i++)
                         if (i == m) post = post_rms[i];
                     v = v * scl[0] * post + add[0][0];
-                    if (EPI != LM__CUDA_GEMV_EPI_OUT) fin[r][m] = v;
+                    if constexpr (E) fin[r][m] = v;
                     else p.out[m * p.ldo + n] = v;
                 }
             }
-            if (EPI != LM__CUDA_GEMV_EPI_OUT && warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
-                __syncwarp();
-                const int64_t j = g0 * RPW + 2 * (lane / M);
-                if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
-                    pair_store<EPI>(p, lane % M, j, fin[2 * (lane / M)][lane % M], fin[2 * (lane / M) + 1][lane % M]);
+            if constexpr (E) {
+                if (warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
+                    __syncwarp();
+                    const int64_t j = g0 * RPW + 2 * (lane / M);
+                    if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
+                        pair_store<EPI>(p, lane % M, j, fin[2 * (lane / M)][lane % M],
+                                        fin[2 * (lane / M) + 1][lane % M]);
+                }
             }
             __syncthreads();
         }

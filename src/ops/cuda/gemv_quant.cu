@@ -320,16 +320,9 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
                 (!bias || unit_last(bias)) && (lp->input != LM_LINEAR_IN_RMSNORM || unit_last(lp->norm_weight));
     if (tuned) p.xs1 = 1, p.os1 = 1, p.ws1 = 1, p.nws = 1, p.bs = 1, p.ss1 = 1;
     int wpv = f == Q_I4 ? 32 : 16;
-    int gemv = tuned && M <= LM__CUDA_GEMV_MAX_ROWS && K % wpv == 0 && p.ldx % 4 == 0 && lm__cuda_aligned16(x->data) &&
-               (lp->input != LM_LINEAR_IN_RMSNORM || lm__cuda_aligned16(lp->norm_weight->data));
-    if (gemv) {
-        lm__cuda_gemv_params gp;
-        memset(&gp, 0, sizeof gp);
-        gp.in = (lm__cuda_gemv_in)lp->input, gp.wf = (lm__cuda_gemv_w)f;
-        gp.x = p.x, gp.ldx = p.ldx, gp.norm_w = p.norm_w, gp.eps = p.eps;
-        gp.w = p.w, gp.ldw = p.ldw, gp.scales = p.scales, gp.lds = p.lds, gp.group = p.group;
-        gp.bias = p.bias, gp.out = (float *)p.out, gp.ldo = p.ldo, gp.accumulate = p.accumulate;
-        gp.M = p.M, gp.N = N, gp.K = K;
+    lm__cuda_gemv_params gp;
+    if (tuned && lm__cuda_gemv_of(x, w, bias, lp, &gp)) { /* up to LM__CUDA_GEMV_MAX_ROWS rows */
+        gp.out = (float *)p.out, gp.ldo = p.ldo, gp.accumulate = p.accumulate;
         return lm__cuda_linear_gemv(&gp, s);
     }
     void *ws = lp->workspace ? lp->workspace->data : NULL;

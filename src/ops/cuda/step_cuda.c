@@ -110,11 +110,8 @@ lm_status lm__cuda_qkv_rope_store_views(const lm_tensor_view *qkv, const lm_qkv_
     return lm__cuda_qkv_rope_store(&kp, &kv, s);
 }
 
-/* The decode GEMV's parameters for x [M, K] @ w^T (+ bias) with w in any format lin
- * describes, when the views suit it: f32 x with 16-byte aligned rows, unit last strides,
- * 16-byte aligned weight rows, K a whole number of 16-byte weight vectors. 0 otherwise. */
-static int gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                   const lm_linear_params *lin, lm__cuda_gemv_params *gp) {
+int lm__cuda_gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                     const lm_linear_params *lin, lm__cuda_gemv_params *gp) {
     const lm_tensor_view *sc = lin->w_scales, *nw = lin->input == LM_LINEAR_IN_RMSNORM ? lin->norm_weight : NULL;
     lm__cuda_gemv_w wf = lin->w_bits == 4         ? LM__CUDA_GEMV_I4
                          : w->dtype == LM_I8       ? LM__CUDA_GEMV_I8
@@ -124,7 +121,7 @@ static int gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_te
     int64_t ldw = w->stride[0] * (int64_t)lm_dtype_size(w->dtype), wpv = wf == LM__CUDA_GEMV_I4 ? 32 : wf ? 16 : 8;
     if (x->dtype != LM_F32 || (wf == LM__CUDA_GEMV_BF16 && w->dtype != LM_BF16) || x->ndim != 2 || M < 1 ||
         M > LM__CUDA_GEMV_MAX_ROWS || K % wpv || !unit_last(x) || !unit_last(w) || x->stride[0] % 4 || ldw % 16 ||
-        !aligned16(x->data) || !aligned16(w->data) || (sc && !unit_last(sc)) ||
+        !aligned16(x->data) || !aligned16(w->data) || (sc && sc->ndim == 2 && !unit_last(sc)) ||
         (bias && !contiguous(bias)) || (nw && (!contiguous(nw) || !aligned16(nw->data))))
         return 0;
     memset(gp, 0, sizeof *gp);
@@ -146,7 +143,7 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
     lm__cuda_gemv_params gp;
     int ok = !p->q_norm && contiguous(q) && q->dtype != LM_F16 && k_cache->dtype == LM_BF16 &&
              v_cache->dtype == LM_BF16 && contiguous(k_cache) && contiguous(v_cache) && contiguous(slots) &&
-             contiguous(positions) && contiguous(p->inv_freq) && gemv_of(x, w, p->bias, lin, &gp);
+             contiguous(positions) && contiguous(p->inv_freq) && lm__cuda_gemv_of(x, w, p->bias, lin, &gp);
     if (!ok)
         return lm__error(LM_UNSUPPORTED, "linear_qkv_rope_store (cuda): needs up to %d rows of f32 x over aligned "
                          "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
@@ -159,7 +156,7 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
 lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                                        const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s) {
     lm__cuda_gemv_params gp;
-    if (out->dtype != LM_F32 || !unit_last(out) || !gemv_of(x, w, bias, lin, &gp))
+    if (out->dtype != LM_F32 || !unit_last(out) || !lm__cuda_gemv_of(x, w, bias, lin, &gp))
         return lm__error(LM_UNSUPPORTED, "linear_swiglu (cuda): needs up to %d rows of f32 x over aligned weight rows "
                          "and an f32 out with unit last stride", LM__CUDA_GEMV_MAX_ROWS);
     gp.epi = LM__CUDA_GEMV_EPI_SWIGLU;
@@ -175,16 +172,11 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
     int layout = contiguous(w) && unit_last(x) && unit_last(out) && out->dtype == LM_F32 &&
                  (!bias || contiguous(bias)) && (!p->norm_weight || contiguous(p->norm_weight));
     if (layout && M <= LM__LINEAR_GEMV_MAX_ROWS && x->dtype == LM_F32) { /* lm__linear_fused_rule admitted it */
-        static const lm__cuda_gemv_in form[3] = {LM__CUDA_GEMV_PLAIN, LM__CUDA_GEMV_RMSNORM, LM__CUDA_GEMV_SWIGLU};
         lm__cuda_gemv_params gp;
-        memset(&gp, 0, sizeof gp);
-        gp.in = form[p->input], gp.wf = LM__CUDA_GEMV_BF16;
-        gp.x = (const float *)x->data, gp.ldx = x->stride[0];
-        gp.norm_w = p->input == LM_LINEAR_IN_RMSNORM ? (const float *)p->norm_weight->data : NULL, gp.eps = p->eps;
-        gp.w = w->data, gp.ldw = K * 2;
-        gp.bias = bias ? (const float *)bias->data : NULL;
+        if (!lm__cuda_gemv_of(x, w, bias, p, &gp))
+            return lm__error(LM_UNSUPPORTED, "linear (cuda): the GEMV needs 16-byte aligned rows of x and w and K a "
+                             "multiple of 8 (K = %lld)", (long long)K);
         gp.out = (float *)out->data, gp.ldo = out->stride[0], gp.accumulate = p->accumulate;
-        gp.M = (int)M, gp.N = N, gp.K = K;
         return lm__cuda_linear_gemv(&gp, s);
     }
     if (layout)
