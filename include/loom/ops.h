@@ -319,7 +319,10 @@ LM_API lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
                                const lm_linear_params *p, const lm_tensor_view *out);
 /* 1 when device d runs lm_linear_out of `rows` rows, K inputs and weights of dtype
  * w_dtype, with input form `input`, accumulate (0/1) and x of dtype x_dtype, in one
- * fused kernel that needs no scratch memory (so a captured step may contain it). */
+ * fused kernel that needs no scratch memory (so a captured step may contain it), and
+ * that is how a graph should run it: on CUDA, f32 x over bf16 weights is 1 for up to 2
+ * rows only (the GEMV), since from 3 rows on the rows normalized into bf16 and the GEMM
+ * are faster, though lm_linear_out runs f32 x in the GEMV up to 8 rows. */
 LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K,
                                lm_dtype x_dtype, lm_dtype w_dtype);
 /* Bytes of lm_linear_params.workspace that device d uses for `rows` rows of K inputs

@@ -60,7 +60,8 @@ typedef struct lm_sched_options {
                                first of many simultaneous arrivals */
     int deterministic;      /* batch-invariant steps: a request's tokens do not depend on what shares
                                its steps. The CPU always is; on CUDA prompts then run one per step and
-                               decode steps take at most 8 rows (the row-independent GEMV), and the
+                               decode steps take at most 2 rows (the rows graphs give the
+                               row-independent GEMV; more run the GEMM), and the
                                reference scheduler's caches take `context` positions (the attention's
                                reduction depends on the cache's capacity). With a paged cache it turns
                                prefix reuse off; a request preempted for blocks recomputes its

@@ -133,10 +133,22 @@ typedef enum lm__level { LM__LEVEL_REF = 0, LM__LEVEL_CPU = 1, LM__LEVEL_CUDA = 
  * GEMV for up to LM__LINEAR_GEMV_MAX_ROWS rows of f32 over bf16 weights, any input
  * form; the cuBLASLt GEMM for plain bf16 x bf16 without accumulate; K a multiple of
  * 8; quantized weights (i8, u8 int4, f8_e4m3) with f32 x at any rows, every form and
- * accumulate: ops/cuda/gemv_quant.cu). The one rule behind lm_linear_supported, the CUDA dispatch (ops/cuda/
- * step_cuda.c) and the tests that run the GPU's passes on the CPU. */
+ * accumulate: ops/cuda/gemv_quant.cu): what the kernels can run, the rule of the CUDA
+ * dispatch (ops/cuda/step_cuda.c). */
 #define LM__LINEAR_GEMV_MAX_ROWS 8
 int lm__linear_fused_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
+/* ops/linear.c: what a graph should use on CUDA, the rule behind lm_linear_supported
+ * and the pair epilogues' rule: lm__linear_fused_rule, except that f32 x over bf16
+ * weights takes the GEMV for at most LM__LINEAR_GEMV_BF16_ROWS rows (LOOM_CUDA_GEMV_ROWS
+ * overrides it, 0..8): from 3 rows on, the rows normalized into bf16 and the cuBLASLt
+ * GEMM measured faster on an H200 (bench/NOTES.md, "Decode at the memory limit" v8: 3
+ * rows 1.08x, 4 1.10x, 8 1.82x; 2 rows 0.82x), though lm_linear_out still runs them in
+ * the GEMV when called so. */
+#define LM__LINEAR_GEMV_BF16_ROWS 2
+int lm__linear_graph_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
+/* ops/linear.c: the rows up to which every graph's products run the row-independent
+ * GEMV, whatever the weights (LM__LINEAR_GEMV_BF16_ROWS, or LOOM_CUDA_GEMV_ROWS). */
+int64_t lm__linear_graph_gemv_rows(void);
 /* ops/linear.c: the calls the CUDA decode GEMV runs with a pair epilogue, the attention
  * front or the SwiGLU (lm_linear_qkv_rope_fused, lm_linear_swiglu_fused on a GPU): up to
  * 8 rows of f32 x in the RMSNorm input form (quantized weights: 3 to 8 rows); K counts

@@ -29,7 +29,7 @@
 #include "ops/ref/linear.h"
 #include "runtime/internal.h"
 
-static const lm_linear_params k_plain = {LM_LINEAR_IN, NULL, 0.0f, 0, NULL, 0, 0, NULL};
+static const lm_linear_params k_plain = {.input = LM_LINEAR_IN};
 
 /* int4 weights: u8 w with p->w_bits = 4 (K = 2 * w's columns). */
 static int is_i4(const lm_tensor_view *w, const lm_linear_params *p) { return w->dtype == LM_U8 && p->w_bits == 4; }
@@ -150,13 +150,32 @@ static int cpu_i8_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype 
     return (unsigned)input <= LM_LINEAR_IN_SWIGLU && rows >= 1 && K >= 1 && x == LM_F32 && (w == LM_I8 || w == LM_U8);
 }
 
+/* LOOM_CUDA_GEMV_ROWS=R (0..8): graphs give bf16 weights the GEMV up to R rows instead
+ * of LM__LINEAR_GEMV_BF16_ROWS (side-by-side measurements). */
+static int64_t gemv_bf16_rows(void) {
+    static int64_t r = -1;
+    if (r < 0) {
+        const char *e = getenv("LOOM_CUDA_GEMV_ROWS");
+        int v = e ? atoi(e) : -1;
+        r = e && v >= 0 && v <= LM__LINEAR_GEMV_MAX_ROWS ? v : LM__LINEAR_GEMV_BF16_ROWS;
+    }
+    return r;
+}
+
+int64_t lm__linear_graph_gemv_rows(void) { return gemv_bf16_rows(); }
+
+int lm__linear_graph_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    if (w == LM_BF16 && x == LM_F32 && rows > gemv_bf16_rows()) return 0; /* bf16 x through the GEMM instead */
+    return lm__linear_fused_rule(input, accumulate, rows, K, x, w);
+}
+
 int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x_dtype,
                         lm_dtype w_dtype) {
     /* float weights on the CPU: lm_linear_out runs the reference, so graphs keep the
      * composition (lm_matmul_out's tuned GEMM); int8 weights have the tuned path */
     if (lm__device_host_addressable(d)) return cpu_i8_rule(input, rows, K, x_dtype, w_dtype);
     if (!lm__cuda_ops_get()) return 0;
-    return lm__linear_fused_rule(input, accumulate, rows, K, x_dtype, w_dtype);
+    return lm__linear_graph_rule(input, accumulate, rows, K, x_dtype, w_dtype);
 }
 
 lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule) {
@@ -173,7 +192,7 @@ int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtyp
     /* quantized weights at 1-2 rows run the GEMV's 4- and 8-row warps, whose pair
      * epilogues measured slower than the separate kernels (bench/NOTES.md, v6) */
     if (quant && rows <= 2) return 0;
-    return K % per_vector == 0 && lm__linear_fused_rule(input, 0, rows, K, x, w);
+    return K % per_vector == 0 && lm__linear_graph_rule(input, 0, rows, K, x, w);
 }
 
 /* LOOM_CUDA_PAIR_EPILOGUES=0: the decode GEMV's pair epilogues are not used (graphs keep
