@@ -24,6 +24,7 @@
 #include "runtime/internal.h"
 
 #include <float.h>
+#include <string.h>
 
 /* group 0: int8 or fp8 (q i8 / f8_e4m3 [N, K], scales [N], qdt says which); else int4
  * (q u8 [N, K/2], scales [N, K/group]). */
@@ -62,18 +63,44 @@ static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, con
     return lm__op_check_alias(op, "w_scales", scales, "q", q, 0);
 }
 
-static double w_at(const lm_tensor_view *w, int64_t n, int64_t k) {
-    return lm__ld(w->dtype, w->data, n * w->stride[0] + k * w->stride[1]);
+/* Row n of w as f32 into row[K]: exact (f32, bf16 and f16 values are all f32 values),
+ * typed loops for f32 and bf16, the generic load for f16. */
+static void load_row(const lm_tensor_view *w, int64_t n, float *row) {
+    const int64_t K = w->shape[1], s = w->stride[1], off = n * w->stride[0];
+    if (w->dtype == LM_F32) {
+        const float *p = (const float *)w->data + off;
+        for (int64_t k = 0; k < K; k++) row[k] = p[k * s];
+    } else if (w->dtype == LM_BF16) {
+        const uint16_t *p = (const uint16_t *)w->data + off;
+        for (int64_t k = 0; k < K; k++) {
+            uint32_t b = (uint32_t)p[k * s] << 16;
+            memcpy(row + k, &b, sizeof b);
+        }
+    } else {
+        for (int64_t k = 0; k < K; k++) row[k] = (float)lm__ld(w->dtype, w->data, off + k * s);
+    }
 }
 
-/* Nothing is written unless every value is finite. */
-static lm_status check_finite(const char *op, const lm_tensor_view *w) {
-    for (int64_t n = 0; n < w->shape[0]; n++)
+/* Nothing is written unless every value is finite: the whole of w is read first. row
+ * is scratch of K floats. */
+static lm_status check_finite(const char *op, const lm_tensor_view *w, float *row) {
+    for (int64_t n = 0; n < w->shape[0]; n++) {
+        load_row(w, n, row);
         for (int64_t k = 0; k < w->shape[1]; k++)
-            if (!isfinite(w_at(w, n, k)))
+            if (!isfinite(row[k]))
                 return lm__error(LM_INVALID_ARGUMENT, "%s: w row %lld holds %g at column %lld; only finite weights "
-                                 "can be quantized", op, (long long)n, w_at(w, n, k), (long long)k);
+                                 "can be quantized", op, (long long)n, (double)row[k], (long long)k);
+    }
     return LM_OK;
+}
+
+/* A row's scratch (K floats) and the finiteness check of all of w. */
+static lm_status begin(const char *op, const lm_tensor_view *w, float **row) {
+    *row = lm__calloc((size_t)(w->shape[1] > 0 ? w->shape[1] : 1), sizeof(float));
+    if (!*row) return lm__error(LM_OUT_OF_MEMORY, "%s: a row of %lld floats", op, (long long)w->shape[1]);
+    lm_status st = check_finite(op, w, *row);
+    if (st != LM_OK) lm__free(*row);
+    return st;
 }
 
 /* amax / qmax as one f32 division (1 for amax 0; the smallest f32 on underflow). */
@@ -82,10 +109,13 @@ static float scale_of(float amax, float qmax) {
     return scale == 0.0f ? FLT_TRUE_MIN : scale;
 }
 
-/* max |w[n, k]| over k0 <= k < k1 (exact: every |w| is an f32 value). */
-static float row_amax(const lm_tensor_view *w, int64_t n, int64_t k0, int64_t k1) {
+/* max |row[k]| over k0 <= k < k1 (exact; the values are finite, so a compare is fmaxf). */
+static float row_amax(const float *row, int64_t k0, int64_t k1) {
     float amax = 0.0f;
-    for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf((float)w_at(w, n, k)));
+    for (int64_t k = k0; k < k1; k++) {
+        float a = fabsf(row[k]);
+        amax = a > amax ? a : amax;
+    }
     return amax;
 }
 
@@ -100,13 +130,16 @@ lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_t
     const char *op = "quantize_int8_rows";
     LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_I8));
     int64_t N = w->shape[0], K = w->shape[1];
-    LM_TRY(check_finite(op, w));
+    float *row = NULL;
+    LM_TRY(begin(op, w, &row));
     for (int64_t n = 0; n < N; n++) {
-        float scale = scale_of(row_amax(w, n, 0, K), 127.0f);
-        for (int64_t k = 0; k < K; k++)
-            ((int8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] = (int8_t)quantize1(w_at(w, n, k), scale, 127.0);
+        load_row(w, n, row);
+        float scale = scale_of(row_amax(row, 0, K), 127.0f);
+        int8_t *qr = (int8_t *)q->data + n * q->stride[0];
+        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = (int8_t)quantize1(row[k], scale, 127.0);
         ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
     }
+    lm__free(row);
     return LM_OK;
 }
 
@@ -116,20 +149,24 @@ lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm
     if (group <= 0) return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
     LM_TRY(check(ctx, op, w, q, w_scales, group, LM_U8));
     int64_t N = w->shape[0], K = w->shape[1];
-    LM_TRY(check_finite(op, w));
+    float *row = NULL;
+    LM_TRY(begin(op, w, &row));
     uint8_t *qd = q->data;
     float *sd = w_scales->data;
-    for (int64_t n = 0; n < N; n++)
+    for (int64_t n = 0; n < N; n++) {
+        load_row(w, n, row);
         for (int64_t g = 0; g < K / group; g++) {
             int64_t k0 = g * group;
-            float scale = scale_of(row_amax(w, n, k0, k0 + group), 7.0f);
+            float scale = scale_of(row_amax(row, k0, k0 + group), 7.0f);
             for (int64_t k = k0; k < k0 + group; k += 2) {
-                unsigned lo = (unsigned)quantize1(w_at(w, n, k), scale, 7.0) & 15u;
-                unsigned hi = (unsigned)quantize1(w_at(w, n, k + 1), scale, 7.0) & 15u;
+                unsigned lo = (unsigned)quantize1(row[k], scale, 7.0) & 15u;
+                unsigned hi = (unsigned)quantize1(row[k + 1], scale, 7.0) & 15u;
                 qd[n * q->stride[0] + k / 2 * q->stride[1]] = (uint8_t)(lo | hi << 4);
             }
             sd[n * w_scales->stride[0] + g * w_scales->stride[1]] = scale;
         }
+    }
+    lm__free(row);
     return LM_OK;
 }
 
@@ -152,13 +189,15 @@ lm_status lm_quantize_fp8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_te
     const char *op = "quantize_fp8_rows";
     LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_F8_E4M3));
     int64_t N = w->shape[0], K = w->shape[1];
-    LM_TRY(check_finite(op, w));
+    float *row = NULL;
+    LM_TRY(begin(op, w, &row));
     for (int64_t n = 0; n < N; n++) {
-        float scale = scale_of(row_amax(w, n, 0, K), 448.0f);
-        for (int64_t k = 0; k < K; k++)
-            ((uint8_t *)q->data)[n * q->stride[0] + k * q->stride[1]] =
-                f8_round(w_at(w, n, k) / (double)scale);
+        load_row(w, n, row);
+        float scale = scale_of(row_amax(row, 0, K), 448.0f);
+        uint8_t *qr = (uint8_t *)q->data + n * q->stride[0];
+        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = f8_round((double)row[k] / (double)scale);
         ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
     }
+    lm__free(row);
     return LM_OK;
 }
