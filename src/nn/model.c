@@ -225,7 +225,7 @@ static int64_t host_bytes_per_token(const lm_model *m) {
 static lm_status load_all(lm_model *m, const load_plan *lp, const char *dir) {
     lm_checkpoint *ck = NULL;
     lm_ctx *ctx = NULL;
-    lm_status st = lm_ctx_create(lm_device_cpu(), 1, &ctx);
+    lm_status st = lm_ctx_create(lm_device_cpu(), 0, &ctx); /* quantizing at load: every logical CPU */
     if (st == LM_OK) st = lm_checkpoint_open(dir, &ck);
     if (st == LM_OK)
         st = lm_model_config_check_checkpoint(&lp->stored, ck);

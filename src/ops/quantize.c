@@ -9,8 +9,9 @@
  * quotient whose double rounding can neither create nor hide a tie at k + 1/2 (its
  * distance from one is >= 2^-25 relative, far above double's 2^-53), so rint() of it
  * is the exact round-half-even. The clamp only acts when the scale is subnormal.
- * Any strides; host memory; w is checked for NaN/Inf (naming the row) before
- * anything is written. O(N * K).
+ * Any strides; host memory; w is checked for NaN/Inf (naming the first such row) before
+ * anything is written. O(N * K), rows split over the context's threads (each row's bytes
+ * are the same for any thread count).
  * int4: the same rule per group with 7 for 127 (a group's quotient is the f32 scale
  * amax / 7 dividing an f32, so the tie argument holds unchanged), clamped to [-7, 7];
  * two values per byte along K, low nibble first, two's complement.
@@ -81,28 +82,6 @@ static void load_row(const lm_tensor_view *w, int64_t n, float *row) {
     }
 }
 
-/* Nothing is written unless every value is finite: the whole of w is read first. row
- * is scratch of K floats. */
-static lm_status check_finite(const char *op, const lm_tensor_view *w, float *row) {
-    for (int64_t n = 0; n < w->shape[0]; n++) {
-        load_row(w, n, row);
-        for (int64_t k = 0; k < w->shape[1]; k++)
-            if (!isfinite(row[k]))
-                return lm__error(LM_INVALID_ARGUMENT, "%s: w row %lld holds %g at column %lld; only finite weights "
-                                 "can be quantized", op, (long long)n, (double)row[k], (long long)k);
-    }
-    return LM_OK;
-}
-
-/* A row's scratch (K floats) and the finiteness check of all of w. */
-static lm_status begin(const char *op, const lm_tensor_view *w, float **row) {
-    *row = lm__calloc((size_t)(w->shape[1] > 0 ? w->shape[1] : 1), sizeof(float));
-    if (!*row) return lm__error(LM_OUT_OF_MEMORY, "%s: a row of %lld floats", op, (long long)w->shape[1]);
-    lm_status st = check_finite(op, w, *row);
-    if (st != LM_OK) lm__free(*row);
-    return st;
-}
-
 /* amax / qmax as one f32 division (1 for amax 0; the smallest f32 on underflow). */
 static float scale_of(float amax, float qmax) {
     float scale = amax == 0.0f ? 1.0f : amax / qmax;
@@ -125,51 +104,6 @@ static int quantize1(double v, float scale, double qmax) {
     return (int)(r > qmax ? qmax : r < -qmax ? -qmax : r);
 }
 
-lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
-                                const lm_tensor_view *w_scales) {
-    const char *op = "quantize_int8_rows";
-    LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_I8));
-    int64_t N = w->shape[0], K = w->shape[1];
-    float *row = NULL;
-    LM_TRY(begin(op, w, &row));
-    for (int64_t n = 0; n < N; n++) {
-        load_row(w, n, row);
-        float scale = scale_of(row_amax(row, 0, K), 127.0f);
-        int8_t *qr = (int8_t *)q->data + n * q->stride[0];
-        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = (int8_t)quantize1(row[k], scale, 127.0);
-        ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
-    }
-    lm__free(row);
-    return LM_OK;
-}
-
-lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
-                                  const lm_tensor_view *w_scales, int group) {
-    const char *op = "quantize_int4_groups";
-    if (group <= 0) return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
-    LM_TRY(check(ctx, op, w, q, w_scales, group, LM_U8));
-    int64_t N = w->shape[0], K = w->shape[1];
-    float *row = NULL;
-    LM_TRY(begin(op, w, &row));
-    uint8_t *qd = q->data;
-    float *sd = w_scales->data;
-    for (int64_t n = 0; n < N; n++) {
-        load_row(w, n, row);
-        for (int64_t g = 0; g < K / group; g++) {
-            int64_t k0 = g * group;
-            float scale = scale_of(row_amax(row, k0, k0 + group), 7.0f);
-            for (int64_t k = k0; k < k0 + group; k += 2) {
-                unsigned lo = (unsigned)quantize1(row[k], scale, 7.0) & 15u;
-                unsigned hi = (unsigned)quantize1(row[k + 1], scale, 7.0) & 15u;
-                qd[n * q->stride[0] + k / 2 * q->stride[1]] = (uint8_t)(lo | hi << 4);
-            }
-            sd[n * w_scales->stride[0] + g * w_scales->stride[1]] = scale;
-        }
-    }
-    lm__free(row);
-    return LM_OK;
-}
-
 /* |a| < 2^-6: subnormal steps of 2^-9; else 3 mantissa bits; >= 464 saturates to 448
  * (core/dtype.c lm_f32_to_f8e4m3, on a double). a is finite. */
 static uint8_t f8_round(double v) {
@@ -184,20 +118,116 @@ static uint8_t f8_round(double v) {
     return sign | (uint8_t)((E + 7) << 3 | (int)r);
 }
 
+enum { Q_INT8, Q_INT4, Q_FP8 };
+
+/* One quantization, split by rows over the context's threads: phase 0 reads every row
+ * and notes the first non-finite value of each task (nothing is written), phase 1
+ * quantizes; each row is converted to f32 once per phase into its worker's scratch. */
+typedef struct qjob {
+    const lm_tensor_view *w, *q, *scales;
+    int kind, group, phase;
+    int64_t N, K, per_task;
+    float *rows;  /* [workers][K] */
+    int64_t *bad; /* [tasks] flat index n * K + k of the task's first non-finite value, or -1 */
+} qjob;
+
+static void quantize_row(const qjob *j, int64_t n, const float *row) {
+    const lm_tensor_view *q = j->q, *sc = j->scales;
+    const int64_t K = j->K;
+    if (j->kind == Q_INT4) {
+        uint8_t *qd = q->data;
+        float *sd = sc->data;
+        for (int64_t g = 0; g < K / j->group; g++) {
+            int64_t k0 = g * j->group;
+            float scale = scale_of(row_amax(row, k0, k0 + j->group), 7.0f);
+            for (int64_t k = k0; k < k0 + j->group; k += 2) {
+                unsigned lo = (unsigned)quantize1(row[k], scale, 7.0) & 15u;
+                unsigned hi = (unsigned)quantize1(row[k + 1], scale, 7.0) & 15u;
+                qd[n * q->stride[0] + k / 2 * q->stride[1]] = (uint8_t)(lo | hi << 4);
+            }
+            sd[n * sc->stride[0] + g * sc->stride[1]] = scale;
+        }
+        return;
+    }
+    float scale = scale_of(row_amax(row, 0, K), j->kind == Q_FP8 ? 448.0f : 127.0f);
+    if (j->kind == Q_FP8) {
+        uint8_t *qr = (uint8_t *)q->data + n * q->stride[0];
+        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = f8_round((double)row[k] / (double)scale);
+    } else {
+        int8_t *qr = (int8_t *)q->data + n * q->stride[0];
+        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = (int8_t)quantize1(row[k], scale, 127.0);
+    }
+    ((float *)sc->data)[n * sc->stride[0]] = scale;
+}
+
+static void quantize_task(void *arg, int64_t t, int worker) {
+    qjob *j = arg;
+    float *row = j->rows + (int64_t)worker * j->K;
+    int64_t n1 = LM_MIN(j->N, (t + 1) * j->per_task);
+    for (int64_t n = t * j->per_task; n < n1; n++) {
+        load_row(j->w, n, row);
+        if (j->phase == 1) {
+            quantize_row(j, n, row);
+            continue;
+        }
+        for (int64_t k = 0; k < j->K; k++)
+            if (!isfinite(row[k])) {
+                j->bad[t] = n * j->K + k;
+                return;
+            }
+    }
+}
+
+static lm_status run_quantize(lm_ctx *ctx, const char *op, const lm_tensor_view *w, const lm_tensor_view *q,
+                              const lm_tensor_view *scales, int kind, int group) {
+    lm_threadpool *pool = lm_ctx_threadpool(ctx);
+    int workers = lm_threadpool_size(pool);
+    qjob j = {w, q, scales, kind, group, 0, w->shape[0], w->shape[1], 1, NULL, NULL};
+    if (j.N == 0 || j.K == 0) return LM_OK;
+    j.per_task = LM_MAX(1, 65536 / j.K); /* ~256 KiB of f32 a task */
+    int64_t tasks = (j.N + j.per_task - 1) / j.per_task;
+    j.rows = lm__calloc((size_t)workers * (size_t)j.K, sizeof(float));
+    j.bad = lm__calloc((size_t)tasks, sizeof(int64_t));
+    if (!j.rows || !j.bad) {
+        lm__free(j.rows), lm__free(j.bad);
+        return lm__error(LM_OUT_OF_MEMORY, "%s: scratch for %d rows of %lld floats", op, workers, (long long)j.K);
+    }
+    for (int64_t t = 0; t < tasks; t++) j.bad[t] = -1;
+    lm_threadpool_run(pool, tasks, quantize_task, &j);
+    int64_t first = -1;
+    for (int64_t t = 0; t < tasks && first < 0; t++) first = j.bad[t]; /* tasks are in row order */
+    lm_status st = LM_OK;
+    if (first >= 0) {
+        int64_t n = first / j.K, k = first % j.K;
+        load_row(w, n, j.rows);
+        st = lm__error(LM_INVALID_ARGUMENT, "%s: w row %lld holds %g at column %lld; only finite weights can be "
+                       "quantized", op, (long long)n, (double)j.rows[k], (long long)k);
+    } else {
+        j.phase = 1;
+        lm_threadpool_run(pool, tasks, quantize_task, &j);
+    }
+    lm__free(j.rows), lm__free(j.bad);
+    return st;
+}
+
+lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                const lm_tensor_view *w_scales) {
+    const char *op = "quantize_int8_rows";
+    LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_I8));
+    return run_quantize(ctx, op, w, q, w_scales, Q_INT8, 0);
+}
+
+lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
+                                  const lm_tensor_view *w_scales, int group) {
+    const char *op = "quantize_int4_groups";
+    if (group <= 0) return lm__error(LM_INVALID_ARGUMENT, "%s: group %d; expected 32, 64 or 128", op, group);
+    LM_TRY(check(ctx, op, w, q, w_scales, group, LM_U8));
+    return run_quantize(ctx, op, w, q, w_scales, Q_INT4, group);
+}
+
 lm_status lm_quantize_fp8_rows(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
                                const lm_tensor_view *w_scales) {
     const char *op = "quantize_fp8_rows";
     LM_TRY(check(ctx, op, w, q, w_scales, 0, LM_F8_E4M3));
-    int64_t N = w->shape[0], K = w->shape[1];
-    float *row = NULL;
-    LM_TRY(begin(op, w, &row));
-    for (int64_t n = 0; n < N; n++) {
-        load_row(w, n, row);
-        float scale = scale_of(row_amax(row, 0, K), 448.0f);
-        uint8_t *qr = (uint8_t *)q->data + n * q->stride[0];
-        for (int64_t k = 0; k < K; k++) qr[k * q->stride[1]] = f8_round((double)row[k] / (double)scale);
-        ((float *)w_scales->data)[n * w_scales->stride[0]] = scale;
-    }
-    lm__free(row);
-    return LM_OK;
+    return run_quantize(ctx, op, w, q, w_scales, Q_FP8, 0);
 }

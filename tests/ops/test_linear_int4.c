@@ -210,6 +210,43 @@ static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int G, int64_t 
     lm_tensor_destroy(q), lm_tensor_destroy(sc);
 }
 
+/* The quantizers split rows over the context's threads (tasks of 65,536 / K rows): the
+ * bytes and scales of int8, int4 and fp8 are the same with 1 and 2 threads over a
+ * bf16 matrix of several tasks, and a refusal names the first bad row even when a later
+ * task finds one too. */
+static void test_quantize_thread_count_invariant(void) {
+    lt_rng r = lt_rng_seed(77);
+    const int64_t N = 3001, K = 64; /* 1,024 rows a task: 3 tasks, the last short */
+    int64_t ws[2] = {N, K}, q8s[2] = {N, K}, q4s[2] = {N, K / 2}, s8[1] = {N}, s4[2] = {N, K / 32};
+    lm_tensor *w = lt_random_tensor(&r, LM_BF16, 2, ws, 1.0);
+    for (int fmt = 0; fmt < 3; fmt++) {
+        lm_tensor *q[2], *sc[2];
+        for (int t = 0; t < 2; t++) {
+            q[t] = lt_poisoned_tensor(fmt == 1 ? LM_U8 : fmt == 2 ? LM_F8_E4M3 : LM_I8, 2, fmt == 1 ? q4s : q8s);
+            sc[t] = lt_poisoned_tensor(LM_F32, fmt == 1 ? 2 : 1, fmt == 1 ? s4 : s8);
+            lm_ctx *c = t ? g_two : g_one;
+            if (fmt == 1) LT_CHECK_OK(lm_quantize_int4_groups(c, V(w), V(q[t]), V(sc[t]), 32));
+            else if (fmt == 2) LT_CHECK_OK(lm_quantize_fp8_rows(c, V(w), V(q[t]), V(sc[t])));
+            else LT_CHECK_OK(lm_quantize_int8_rows(c, V(w), V(q[t]), V(sc[t])));
+        }
+        size_t qb = (size_t)lm_tensor_numel(q[0]), sb = sizeof(float) * (size_t)lm_tensor_numel(sc[0]);
+        LT_CHECK_MSG(memcmp(lm_tensor_data(q[0]), lm_tensor_data(q[1]), qb) == 0 &&
+                         memcmp(lm_tensor_data(sc[0]), lm_tensor_data(sc[1]), sb) == 0,
+                     "format %d: 1 and 2 threads quantize differently", fmt);
+        for (int t = 0; t < 2; t++) lm_tensor_destroy(q[t]), lm_tensor_destroy(sc[t]);
+    }
+    uint16_t *wd = lm_tensor_data(w);
+    wd[2500 * K + 7] = 0x7fc0; /* NaN in the third task, Inf in the second */
+    wd[1500 * K + 9] = 0x7f80;
+    lm_tensor *q = lt_poisoned_tensor(LM_I8, 2, q8s), *sc = lt_poisoned_tensor(LM_F32, 1, s8);
+    LT_CHECK_STATUS(lm_quantize_int8_rows(g_two, V(w), V(q), V(sc)), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "row 1500") && strstr(lm_last_error(), "column 9"), "%s", lm_last_error());
+    int untouched = 1;
+    for (int64_t i = 0; i < N * K; i++) untouched &= ((uint8_t *)lm_tensor_data(q))[i] == 0xA5;
+    LT_CHECK_MSG(untouched, "a refused quantization wrote its outputs");
+    lm_tensor_destroy(q), lm_tensor_destroy(sc), lm_tensor_destroy(w);
+}
+
 static void test_linear_int4_tuned_matches_reference(void) {
     lt_rng r = lt_rng_seed(93);
     static const int64_t Ms[] = {1, 2, 5, 8, 17, 64, 200};
@@ -340,6 +377,7 @@ int main(void) {
     LT_RUN(test_quantize_known_groups);
     LT_RUN(test_quantize_random_any_group_dtype_and_strides);
     LT_RUN(test_quantize_refusals);
+    LT_RUN(test_quantize_thread_count_invariant);
     LT_RUN(test_linear_int4_tuned_matches_reference);
     LT_RUN(test_int4_product_tracks_float_weights);
     LT_RUN(test_int4_linear_errors);
