@@ -31,10 +31,6 @@
 #include <time.h>
 
 #define MAX_SNAPSHOTS 4096 /* finished requests' snapshots kept until taken */
-/* Deterministic mode: rows per decode step, the rows graphs give the GEMV
- * (lm__linear_graph_gemv_rows: past them bf16 weights take the GEMM, whose sums may
- * depend on the row count). Within them a row's projections, attention and sampling do
- * not depend on the other rows of the step. */
 
 typedef struct bucket {
     int slots;
@@ -646,8 +642,12 @@ static lm_status step_bucket(lm_scheduler *s, lm_ctx *ctx, int bi, int *ran) {
     lm_status st = LM_OK;
     if (on_device)
         for (int64_t i = 0; i < n; i++) s->records[i] = lm__req_device_params(s->rows[i]);
-    /* deterministic: at most the GEMV's rows per model step (one when prefilling) */
-    int64_t chunk = s->o.deterministic ? (oldest ? 1 : LM_MAX(1, lm__linear_graph_gemv_rows())) : n;
+    /* deterministic: one row per model step when prefilling, else at most the rows whose
+     * projections, attention and sampling do not depend on the step's other rows: on a
+     * device the rows graphs give the GEMV (lm__linear_graph_gemv_rows: past them bf16
+     * weights take the GEMM, whose sums may depend on the row count), on the CPU 8 */
+    int64_t rows = s->device_sampling ? LM_MAX(1, lm__linear_graph_gemv_rows()) : LM__LINEAR_GEMV_MAX_ROWS;
+    int64_t chunk = s->o.deterministic ? (oldest ? 1 : rows) : n;
     int64_t tr = lm_trace_begin();
     for (int64_t at = 0; at < n && st == LM_OK; at += chunk)
         st = forward_rows(s, ctx, b, at, (int)LM_MIN(chunk, n - at), T, on_device);
