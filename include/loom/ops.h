@@ -336,32 +336,34 @@ LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, in
  * (lin->accumulate must be 0; its workspace is not used), then out [M, I] =
  * silu(y[:, :I]) * y[:, I:] (lm_swiglu_out; out any float dtype). On CUDA up to 8 rows
  * of f32 x in the RMSNorm input form into an f32 out (decode) run as one kernel, the
- * decode GEMV that pairs each
- * gate row with its up row and stores the product (lm_linear_swiglu_fused says when);
+ * decode GEMV that pairs each gate row with its up row and stores the product;
  * elsewhere the two operators run in turn through a temporary y of M * 2I floats. */
 LM_API lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                       const lm_tensor_view *bias, const lm_linear_params *lin,
                                       const lm_tensor_view *out);
-/* 1 when device d runs lm_linear_swiglu_out as one kernel that needs no scratch memory,
- * for `rows` rows of K inputs of dtype x_dtype with input form `input` over weights of
- * dtype w_dtype, into an f32 out. */
+/* 1 when a graph on device d should run lm_linear_swiglu_out as its one kernel (no
+ * scratch memory) for `rows` rows of K inputs of dtype x_dtype with input form `input`
+ * over weights of dtype w_dtype, into an f32 out: on CUDA bf16 weights at 1-2 rows and
+ * quantized ones at 3-8, where the kernel measured faster than the separate operators
+ * (or, for bf16 from 3 rows, than the GEMM path); lm_linear_swiglu_out itself runs the
+ * kernel for any of 1-8 rows. */
 LM_API int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                                   lm_dtype w_dtype);
 /* The attention front (lm_qkv_rope_store_out) with its projection: qkv = lm_linear_out(x [B*T, K], w, no bias, lin)
  * (lin->accumulate must be 0; its workspace is not used), then lm_qkv_rope_store_out on
  * qkv viewed as [B, T, (Hq + 2 Hkv) D] with p (p->bias is the projection's bias). On CUDA
  * up to 8 rows of f32 x in the RMSNorm input form (decode) run as one kernel, the
- * decode GEMV that rotates and
- * stores its own results (lm_linear_qkv_rope_fused says when); elsewhere the two
+ * decode GEMV that rotates and stores its own results; elsewhere the two
  * operators run in turn through a temporary qkv of B*T*(Hq + 2 Hkv)*D floats. */
 LM_API lm_status lm_linear_qkv_rope_store_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
                                              const lm_linear_params *lin, const lm_qkv_rope_params *p,
                                              const lm_tensor_view *slots, const lm_tensor_view *positions,
                                              const lm_tensor_view *k_cache, const lm_tensor_view *v_cache,
                                              const lm_tensor_view *q);
-/* 1 when device d runs lm_linear_qkv_rope_store_out as one kernel that needs no scratch
- * memory, for `rows` rows of K inputs of dtype x_dtype with input form `input` over
- * weights of dtype w_dtype, with (1) or without (0) per-head q/k norms. */
+/* 1 when a graph on device d should run lm_linear_qkv_rope_store_out as its one kernel
+ * (no scratch memory) for `rows` rows of K inputs of dtype x_dtype with input form
+ * `input` over weights of dtype w_dtype, with (1) or without (0) per-head q/k norms (the
+ * kernel takes none): the rows lm_linear_swiglu_fused admits. */
 LM_API int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                                     lm_dtype w_dtype, int qk_norm);
 

@@ -149,10 +149,10 @@ int lm__linear_graph_rule(lm_linear_input input, int accumulate, int64_t rows, i
 /* ops/linear.c: the rows up to which every graph's products run the row-independent
  * GEMV, whatever the weights (LM__LINEAR_GEMV_BF16_ROWS, or LOOM_CUDA_GEMV_ROWS). */
 int64_t lm__linear_graph_gemv_rows(void);
-/* ops/linear.c: the calls the CUDA decode GEMV runs with a pair epilogue, the attention
- * front or the SwiGLU (lm_linear_qkv_rope_fused, lm_linear_swiglu_fused on a GPU): up to
- * 8 rows of f32 x in the RMSNorm input form (quantized weights: 3 to 8 rows); K counts
- * inputs. */
+/* ops/linear.c: the calls graphs give the CUDA decode GEMV with a pair epilogue, the
+ * attention front or the SwiGLU (lm_linear_qkv_rope_fused, lm_linear_swiglu_fused on a
+ * GPU): f32 x in the RMSNorm input form, bf16 weights at the rows lm__linear_graph_rule
+ * gives the GEMV (1-2), quantized weights at 3 to 8 rows; K counts inputs. */
 int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
 /* ops/linear.c: LM_OK, or (while ctx captures) LM_UNSUPPORTED naming op and the rule that
  * said no kernel: a fused operator's composition allocates temporaries. */

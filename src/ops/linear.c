@@ -152,7 +152,7 @@ static int cpu_i8_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype 
 
 /* LOOM_CUDA_GEMV_ROWS=R (0..8): graphs give bf16 weights the GEMV up to R rows instead
  * of LM__LINEAR_GEMV_BF16_ROWS (side-by-side measurements). */
-static int64_t gemv_bf16_rows(void) {
+int64_t lm__linear_graph_gemv_rows(void) {
     static int64_t r = -1;
     if (r < 0) {
         const char *e = getenv("LOOM_CUDA_GEMV_ROWS");
@@ -162,10 +162,8 @@ static int64_t gemv_bf16_rows(void) {
     return r;
 }
 
-int64_t lm__linear_graph_gemv_rows(void) { return gemv_bf16_rows(); }
-
 int lm__linear_graph_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    if (w == LM_BF16 && x == LM_F32 && rows > gemv_bf16_rows()) return 0; /* bf16 x through the GEMM instead */
+    if (w == LM_BF16 && x == LM_F32 && rows > lm__linear_graph_gemv_rows()) return 0; /* bf16 x through the GEMM instead */
     return lm__linear_fused_rule(input, accumulate, rows, K, x, w);
 }
 
