@@ -35,6 +35,7 @@
  * LM_TEST_LABELS: cuda
  */
 #include "cuda_test.h"
+#include "ops/internal.h"
 
 #ifndef LOOM_HAVE_CUDA
 int main(void) { lt_skip("built without CUDA"); }
@@ -79,10 +80,12 @@ static void check_linear(const lin_case *c) {
     lm_linear_params pd = {.input = c->in, .norm_weight = c->in == LM_LINEAR_IN_RMSNORM ? DV(nw) : NULL, .eps = 1e-5f,
                            .accumulate = c->acc};
     LT_CHECK_OK(lm_linear_out(g_ref, &xh, HV(w), c->bias ? HV(b) : NULL, &ph, &wh));
-    /* one kernel: what lm_linear_supported admits, and the GEMV's f32 x over bf16 up to 8
-     * rows, which lm_linear_out runs although graphs take the GEMM from 3 rows */
-    int fused = lm_linear_supported(ct_gpu, c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt) ||
-                (c->x_dt == LM_F32 && c->w_dt == LM_BF16 && c->M <= 8 && c->K % 8 == 0);
+    /* one kernel: the kernels' rule (which lm_linear_out follows: the GEMV's f32 x over
+     * bf16 up to 8 rows, although graphs take the GEMM from 3 rows), of which what
+     * lm_linear_supported admits for graphs is a part */
+    int fused = lm__linear_fused_rule(c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt);
+    LT_CHECK_MSG(fused || !lm_linear_supported(ct_gpu, c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt),
+                 "lm_linear_supported admits a form the kernels' rule does not");
     LT_CHECK_OK(lm_linear_out(g_ctx, &xd, DV(w), c->bias ? DV(b) : NULL, &pd, &od));
     char what[160];
     snprintf(what, sizeof what, "linear form %d M %lld N %lld K %lld x %s w %s bias %d acc %d strided %d (%s)",
