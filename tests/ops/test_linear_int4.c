@@ -229,7 +229,14 @@ static void test_quantize_thread_count_invariant(void) {
             else if (fmt == 2) LT_CHECK_OK(lm_quantize_fp8_rows(c, V(w), V(q[t]), V(sc[t])));
             else LT_CHECK_OK(lm_quantize_int8_rows(c, V(w), V(q[t]), V(sc[t])));
         }
-        size_t qb = (size_t)lm_tensor_numel(q[0]), sb = sizeof(float) * (size_t)lm_tensor_numel(sc[0]);
+        /* written at all (poisoned outputs left alone by both runs would compare equal) */
+        int64_t ns = lm_tensor_numel(sc[0]), scales_ok = 1;
+        for (int64_t i = 0; i < ns; i++) {
+            float v = ((const float *)lm_tensor_data(sc[0]))[i];
+            scales_ok &= isfinite(v) && v > 0.0f;
+        }
+        LT_CHECK_MSG(scales_ok, "format %d: a scale was not written", fmt);
+        size_t qb = (size_t)lm_tensor_numel(q[0]), sb = sizeof(float) * (size_t)ns;
         LT_CHECK_MSG(memcmp(lm_tensor_data(q[0]), lm_tensor_data(q[1]), qb) == 0 &&
                          memcmp(lm_tensor_data(sc[0]), lm_tensor_data(sc[1]), sb) == 0,
                      "format %d: 1 and 2 threads quantize differently", fmt);
