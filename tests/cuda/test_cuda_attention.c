@@ -204,7 +204,8 @@ static void test_cache_attention_decode(void) {
 
 /* Prefill rows (T > 1): the flash kernel for bf16 q with head dims 64 and 128 (two rows
  * with different cached prefixes, partial query tiles, positions past the written
- * range poisoned), windows shorter than the prompt, and the rows kernel for an f32 q. */
+ * range poisoned), windows shorter than the prompt, longer rows (5 query tiles; up to 8
+ * key tiles behind a cached prefix), and the rows kernel for an f32 q. */
 static void test_cache_attention_prefill(void) {
     const int64_t st[2] = {0, 100};
     const int sl[2] = {2, 0};
@@ -222,6 +223,16 @@ static void test_cache_attention_prefill(void) {
     check_cache_attention(&c);
     cache_case d = {2, 4, 2, 9, 16, 256, 5, st, sl, LM_F32, LM_F32, 1}; /* rows kernel */
     check_cache_attention(&d);
+    const int64_t st_e[1] = {0};
+    const int sl_e[1] = {1};
+    cache_case e = {1, 14, 2, 300, 64, 512, 0, st_e, sl_e, LM_BF16, LM_BF16, 1}; /* 5 query tiles, group 7 */
+    check_cache_attention(&e);
+    const int64_t st_f[2] = {0, 250};
+    const int sl_f[2] = {0, 2};
+    cache_case f = {2, 4, 1, 200, 128, 512, 0, st_f, sl_f, LM_BF16, LM_F32, 1}; /* row 1: 8 key tiles */
+    check_cache_attention(&f);
+    f.window = 150;
+    check_cache_attention(&f);
 }
 
 /* A row naming a slot outside the cache writes NaN and leaves the other rows right;

@@ -2,8 +2,9 @@
  * permuted input into a strided output and in place; add_rmsnorm with sum_out in
  * place over the residual (the rounded sum and the normalized output both checked);
  * the register-resident rows path (contiguous rows, several team shapes); and the
- * forward pass's v2 kernels (f32 residual stream -> bf16 rows, with and
- * without the fused residual add) against reference f32 norm + cast.
+ * forward pass's kernels (f32 residual stream -> bf16 rows, with and without the fused
+ * residual add; the team form and the block-per-row form, rows D apart and strided)
+ * against reference f32 norm + cast.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -106,33 +107,69 @@ static void test_norms_rows_path(void) {
     }
 }
 
-static void test_bf16_norms_match_reference(void) {
-    lt_rng r = lt_rng_seed(41);
-    int64_t rows = 5, D = 896, shape[2] = {rows, D};
+/* rows x D: the team kernel at 1, 2 and 4 vectors a lane and 1-8 warps a row (D 64,
+ * 896, 900, 2048, 4096; 37 rows: teams past the last row), the block-per-row kernel (D
+ * not a multiple of 4, and D over 4096); plain and the fused residual add. */
+static void check_bf16_norms(int64_t rows, int64_t D) {
+    lt_rng r = lt_rng_seed(41 + (uint64_t)D);
+    int64_t shape[2] = {rows, D};
     ct_pair x = ct_random(&r, LM_F32, 2, shape, 3.0), delta = ct_random(&r, LM_F32, 2, shape, 1.0);
     ct_pair w = ct_random(&r, LM_F32, 1, &D, 1.0);
     ct_pair o = ct_poisoned(LM_BF16, 2, shape);
     lm_tensor *n32 = lt_poisoned_tensor(LM_F32, 2, shape), *want = lt_poisoned_tensor(LM_BF16, 2, shape);
     lm_tensor *sum = lt_poisoned_tensor(LM_F32, 2, shape);
     float eps = 1e-6f;
+    char what[96];
     /* plain: bf16(rmsnorm(x) * w) */
     LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps, lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm__cuda_rmsnorm_to_bf16(lm_tensor_data(x.d), D, lm_tensor_data(w.d), eps, rows, D, lm_tensor_data(o.d),
                                    ct_stream(g_ctx)));
-    ct_check(g_ctx, "rmsnorm_to_bf16", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
-             ct_abs(LM_BF16, 10.0));
+    snprintf(what, sizeof what, "rmsnorm_to_bf16 %lld x %lld", (long long)rows, (long long)D);
+    ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16), ct_abs(LM_BF16, 10.0));
     /* fused add: x += delta, then the same */
+    LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
     LT_CHECK_OK(lm_add_rmsnorm_out(g_ref, lm_tensor_as_view(delta.h), lm_tensor_as_view(x.h), lm_tensor_as_view(w.h), eps,
                                    lm_tensor_as_view(sum), lm_tensor_as_view(n32)));
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm__cuda_add_rmsnorm_to_bf16(lm_tensor_data(x.d), lm_tensor_data(delta.d), lm_tensor_data(w.d), eps, rows, D,
                                        lm_tensor_data(o.d), ct_stream(g_ctx)));
-    ct_check(g_ctx, "add_rmsnorm_to_bf16 residual", &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
-    ct_check(g_ctx, "add_rmsnorm_to_bf16 out", &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
-             ct_abs(LM_BF16, 10.0));
+    snprintf(what, sizeof what, "add_rmsnorm_to_bf16 residual %lld x %lld", (long long)rows, (long long)D);
+    ct_check(g_ctx, what, &x, lm_tensor_as_view(x.d), lm_tensor_as_view(sum), 0.0, 0.0);
+    snprintf(what, sizeof what, "add_rmsnorm_to_bf16 out %lld x %lld", (long long)rows, (long long)D);
+    ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16), ct_abs(LM_BF16, 10.0));
     ct_pair_free(&x), ct_pair_free(&delta), ct_pair_free(&w), ct_pair_free(&o);
     lm_tensor_destroy(n32), lm_tensor_destroy(want), lm_tensor_destroy(sum);
+}
+
+static void test_bf16_norms_match_reference(void) {
+    const int64_t cases[8][2] = {{5, 896}, {37, 896}, {37, 64}, {9, 900}, {9, 2048}, {3, 4096}, {9, 898}, {2, 4100}};
+    for (int k = 0; k < 8; k++) check_bf16_norms(cases[k][0], cases[k][1]);
+}
+
+/* A row stride other than D (each sequence's last position): x rows 4 (team kernel)
+ * and 3 floats (block per row) apart beyond D, against the reference on the gathered
+ * rows. */
+static void test_rmsnorm_to_bf16_strided_rows(void) {
+    for (int64_t pad = 3; pad <= 4; pad++) {
+        lt_rng r = lt_rng_seed(43 + (uint64_t)pad);
+        int64_t rows = 6, D = 896, ld = D + pad, xs[2] = {rows, ld}, shape[2] = {rows, D};
+        ct_pair x = ct_random(&r, LM_F32, 2, xs, 3.0), w = ct_random(&r, LM_F32, 1, &D, 1.0);
+        lm_tensor_view xv;
+        LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(x.h), 1, 0, D, 1, &xv));
+        lm_tensor *n32 = lt_poisoned_tensor(LM_F32, 2, shape), *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+        LT_CHECK_OK(lm_rmsnorm_out(g_ref, &xv, lm_tensor_as_view(w.h), 1e-6f, lm_tensor_as_view(n32)));
+        LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
+        ct_pair o = ct_poisoned(LM_BF16, 2, shape);
+        LT_CHECK_OK(lm__cuda_rmsnorm_to_bf16(lm_tensor_data(x.d), ld, lm_tensor_data(w.d), 1e-6f, rows, D,
+                                       lm_tensor_data(o.d), ct_stream(g_ctx)));
+        char what[64];
+        snprintf(what, sizeof what, "rmsnorm_to_bf16 row stride %lld", (long long)ld);
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+                 ct_abs(LM_BF16, 10.0));
+        ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o);
+        lm_tensor_destroy(n32), lm_tensor_destroy(want);
+    }
 }
 
 int main(void) {
@@ -142,6 +179,7 @@ int main(void) {
     LT_RUN(test_add_rmsnorm_in_place_residual);
     LT_RUN(test_norms_rows_path);
     LT_RUN(test_bf16_norms_match_reference);
+    LT_RUN(test_rmsnorm_to_bf16_strided_rows);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -15,7 +15,9 @@
  * (the sum rounded to the dtype, then (v * inv) * w); only the order of the f32 sum of
  * squares differs. Measured on an H200: bench/NOTES.md (training, add + RMSNorm forward).
  * The _to_bf16 forms (the model step): the residual stream is f32 and stays f32, the normalized output
- * is bf16 for the next GEMM. O(rows * D).
+ * is bf16 for the next GEMM; aligned rows of D a multiple of 4 take the same team scheme
+ * (norm_bf16_vec_kernel, float4 loads, 4 bf16 stored at once), others a block per row.
+ * O(rows * D).
  */
 #include "ops/cuda/rows_vec.cuh"
 
@@ -236,9 +238,84 @@ static __global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) orow[i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
+/* Tuned form of the two _to_bf16 kernels (rows 16-byte aligned, D a multiple of 4 and at
+ * most 8 warps x 32 lanes x 4 vectors, w and out aligned): a team of 1-8 warps owns a
+ * row as in norm_vec_kernel, each lane holds up to NV float4 of x (x + delta, stored
+ * back, for the add form) in registers, the team reduces sum(x^2), and the lane writes
+ * its 4-value groups as bf16 once. Same arithmetic as rmsnorm_to_bf16_kernel (x * inv
+ * * w rounded once); only the order of the f32 sum of squares differs. */
+template <int NV>
+__global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int64_t ldx, const float *delta,
+                                                                    const float *w, float eps, int D, int tw,
+                                                                    int64_t rows, bf16 *out) {
+    __shared__ float red[NF_THREADS / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int team = warp / tw, tt = (warp % tw) * 32 + lane, tthreads = tw * 32, teams = (NF_THREADS / 32) / tw;
+    const int nvec = D / 4;
+    const int64_t r = (int64_t)blockIdx.x * teams + team;
+    const bool valid = r < rows;
+    float4 v[NV];
+    float ss = 0.f;
+    if (valid) {
+        float4 *xr = (float4 *)(x + r * ldx);
+        const float4 *dr = delta ? (const float4 *)(delta + r * (int64_t)D) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int j = tt + k * tthreads;
+            if (j < nvec) {
+                v[k] = xr[j];
+                if (dr) {
+                    float4 d = dr[j];
+                    v[k].x += d.x, v[k].y += d.y, v[k].z += d.z, v[k].w += d.w;
+                    xr[j] = v[k];
+                }
+                ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+            }
+        }
+    }
+    ss = warp_sum(ss);
+    if (tw > 1) { /* uniform over the block: every thread reaches the barrier */
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        ss = 0.f;
+        for (int i = 0; i < tw; i++) ss += red[team * tw + i];
+    }
+    if (!valid) return;
+    const float inv = rsqrtf(ss / (float)D + eps);
+    uint2 *orow = (uint2 *)(out + r * (int64_t)D);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = tt + k * tthreads;
+        if (j < nvec) {
+            float4 wf = ((const float4 *)w)[j];
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * inv * wf.x, v[k].y * inv * wf.y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * inv * wf.z, v[k].w * inv * wf.w);
+            orow[j] = make_uint2(*(uint32_t *)&lo, *(uint32_t *)&hi);
+        }
+    }
+}
+
+/* The tuned _to_bf16 form, or LM_UNSUPPORTED (nothing queued) when the layout does not fit. */
+static lm_status norm_bf16_vec(float *x, int64_t ldx, const float *delta, const float *w, float eps, int64_t rows,
+                               int64_t D, void *out, cudaStream_t s) {
+    if (D % 4 != 0 || D > (int64_t)(NF_THREADS / 32) * 32 * NF_MAX_NV * 4 || ldx % 4 != 0 || !lm__cuda_aligned16(x) ||
+        !lm__cuda_aligned16(w) || !lm__cuda_aligned16(out) || (delta && !lm__cuda_aligned16(delta)))
+        return LM_UNSUPPORTED;
+    int tw, nv;
+    rows_team(D / 4, NF_MAX_NV, &tw, &nv);
+    int64_t teams = (NF_THREADS / 32) / tw, blocks = (rows + teams - 1) / teams;
+    if (blocks > INT32_MAX) return LM_UNSUPPORTED;
+    bf16 *o = (bf16 *)out;
+    if (nv == 1) norm_bf16_vec_kernel<1><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
+    else if (nv == 2) norm_bf16_vec_kernel<2><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
+    else norm_bf16_vec_kernel<4><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
+    return lm__cuda_launched(delta ? "add_rmsnorm_to_bf16 (rows)" : "rmsnorm_to_bf16 (rows)");
+}
+
 lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, float eps, int64_t rows, int64_t D,
                                    void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
+    if (lm_status vs = norm_bf16_vec((float *)x, ldx, NULL, w, eps, rows, D, out, s); vs != LM_UNSUPPORTED) return vs;
     rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>((float *)x, ldx, NULL, w, eps, D, (bf16 *)out);
     return lm__cuda_launched("rmsnorm_to_bf16");
 }
@@ -246,6 +323,7 @@ lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, 
 lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t D,
                                  void *out, cudaStream_t s) {
     if (rows == 0) return LM_OK;
+    if (lm_status vs = norm_bf16_vec(x, D, delta, w, eps, rows, D, out, s); vs != LM_UNSUPPORTED) return vs;
     rmsnorm_to_bf16_kernel<<<(unsigned)rows, 256, 0, s>>>(x, D, delta, w, eps, D, (bf16 *)out);
     return lm__cuda_launched("add_rmsnorm_to_bf16");
 }
