@@ -5,6 +5,8 @@
  * last pair), K blocks (> 256: the accumulate form the GEMM uses between K blocks),
  * N blocks (> 512) and padded rows; NaN-poisoned outputs (padding must stay NaN);
  * 1 vs 2 threads bit-identical; the thread's precision (what a model's forward sets);
+ * on a CPU with AMX-BF16 every shape runs on both microkernels (tiles, then
+ * LOOM_CPU_AMX=0);
  * what stays exact (the gemv, f32/f16 weights) and what is refused.
  *
  * Gates, with u = 2^-8 the unit roundoff of bf16 (8 significant bits, round to nearest
@@ -54,6 +56,9 @@ static const fast_shape k_shapes[] = {
     {9, 1, 1, 0},      {9, 17, 2, 3},     {10, 64, 31, 0},   {13, 65, 33, 1},   {16, 130, 64, 2}, {37, 75, 250, 0},
     {12, 129, 257, 5}, {50, 200, 300, 0}, {7 * 6 + 1, 64, 511, 3}, {64, 600, 530, 1}, {130, 96, 1000, 0},
     {25, 1100, 48, 7}, {200, 16, 100, 0},  {9, 20, 4096, 1}, {33, 896, 896, 0},
+    /* whole 32-row strips over several K blocks (AMX: C tiles loaded and stored in place),
+     * a K tail of 5 pairs in the last block */
+    {64, 128, 2090, 0}, {96, 192, 1500, 2},
     /* the gemv (M <= 8): K tails of every length mod 32, odd K, rows in groups of 4 */
     {1, 1, 1, 0},      {1, 33, 31, 0},    {2, 70, 90, 3},    {3, 17, 65, 2},    {4, 130, 257, 1}, {5, 40, 127, 0},
     {8, 64, 896, 0},   {1, 896, 4864, 0}, {1, 300, 129, 5},
@@ -119,11 +124,21 @@ static void run_shape(lt_rng *r, const fast_shape *s) {
     free(w), free(x), free(y1), free(y2), free(ye);
 }
 
+/* Every shape on the microkernel this CPU picks, and where that is the AMX one, again
+ * on the AVX-512 one (LOOM_CPU_AMX=0). */
 static void test_fast_linear_matches_bf16_rounded_reference_and_exact_within_gate(void) {
-    lt_rng r = lt_rng_seed(19);
-    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++) run_shape(&r, &k_shapes[i]);
-    printf("  observed: NMSE vs exact up to %.2e (gate %.2e), |y - y64| / sum|x w| up to %.2e (gate ~%.2e)\n",
-           g_worst_nmse, k_u * k_u, g_worst_rel, k_u);
+    int amx = lm__cpu_amx_bf16_active();
+    for (int pass = 0; pass < (amx ? 2 : 1); pass++) {
+        if (pass == 1) setenv("LOOM_CPU_AMX", "0", 1);
+        LT_CHECK(lm__cpu_amx_bf16_active() == (amx && pass == 0));
+        lt_rng r = lt_rng_seed(19);
+        g_worst_nmse = g_worst_rel = 0;
+        for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++) run_shape(&r, &k_shapes[i]);
+        printf("  %s microkernel: NMSE vs exact up to %.2e (gate %.2e), |y - y64| / sum|x w| up to %.2e (gate "
+               "~%.2e)\n", amx && pass == 0 ? "AMX" : "AVX512_BF16", g_worst_nmse, k_u * k_u, g_worst_rel, k_u);
+    }
+    unsetenv("LOOM_CPU_AMX");
+    if (!amx) printf("  (no AMX-BF16 tiles here: the AMX microkernel is not tested on this CPU)\n");
 }
 
 /* f32 and f16 weights, K == 0 and empty sizes do not change with the mode (bf16

@@ -266,11 +266,12 @@ static lm_status fast_usable(int supported, const char *what, const char *featur
                      "lacks", what, feature);
 }
 
-/* The fast-precision kernels of bf16 weights (AVX512_BF16). */
+/* The fast-precision kernels of bf16 weights (AVX512_BF16; the GEMM's microkernel on
+ * AMX tiles where lm__cpu_amx_bf16_active). */
 static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
     LM_TRY(fast_usable(lm__cpu_bf16dot_supported(), "", "AVX512_BF16 (VDPBF16PS)"));
 #ifdef LM__HAVE_X86_KERNELS
-    *out = &lm__bf16dot_kernels_avx512;
+    *out = lm__cpu_amx_bf16_active() ? &lm__bf16dot_kernels_amx : &lm__bf16dot_kernels_avx512;
 #endif
     return LM_OK;
 }

@@ -12,6 +12,17 @@
  * per k pair: 4 panel loads, 6 broadcasts of an x pair, 24 VDPBF16PS.
  * Compiled with generic flags: each function carries LM__TARGET_AVX512BF16 and runs
  * only after lm__cpu_bf16dot_supported() (the driver, matmul.c, checks it).
+ *
+ * AMX (lm__bf16dot_kernels_amx, CPUs with AMX-BF16 whose OS granted the tile state:
+ * lm__cpu_amx_bf16_supported): the same panels, x strips and gemv; only the
+ * microkernel differs. The panels' rows of 64 pairs are what TDPBF16PS reads as its B
+ * tile (16 pair rows x 16 columns, 64 bytes a row) at column offsets 0, 16, 32, 48 and a
+ * 256-byte stride, and an x strip's rows of pairs are its A tile (16 rows x 16 pairs).
+ * The 32 x 64 tile is computed as two 32 x 32 halves, each in four C tiles (2 A tiles x 2
+ * B tiles, 4 TDPBF16PS per 32 k); the K tail (pairs past the last 16) goes through
+ * zero-padded copies. Same rounding of x, products of bf16 pairs summed in f32 (in the
+ * tile unit's order: results differ from the AVX-512 kernel's in the last bits, within
+ * the same f32 summation bound).
  */
 #include "ops/cpu/matmul_kernels.h"
 
@@ -172,11 +183,116 @@ LM__TARGET_AVX512BF16 static void gemv_bf16dot(const uint32_t *xp, int64_t ldxp,
     }
 }
 
+/* ---- AMX microkernel ------------------------------------------------------------------- */
+#define LM__TARGET_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+enum { AMR = 32 };
+
+typedef struct amx_config { /* the LDTILECFG operand, palette 1 */
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* Tiles 0-3: C (16 rows x 16 f32), 4-5: A (16 rows x 16 pairs), 6-7: B (16 pair rows x
+ * 16 columns): every tile 16 rows of 64 bytes. The configuration is per thread and stays
+ * loaded (nothing else in the process uses the tiles). */
+LM__TARGET_AMX static void amx_configure(void) {
+    static __thread int done;
+    if (done) return;
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    done = 1;
+}
+
+LM__TARGET_AMX static void micro_amx(int64_t kp, const uint32_t *a, int64_t lda, int mrows, const uint32_t *bp,
+                                     float *c, int64_t ldc, int ncols, int accumulate) {
+    amx_configure();
+    const int64_t kfull = kp / 16 * 16, tail = kp - kfull;
+    uint32_t at[AMR * 16] __attribute__((aligned(64))); /* the K tail of the strip's 32 rows, zero-padded */
+    uint32_t bt[16 * 32] __attribute__((aligned(64)));  /* the K tail of one half's 32 columns */
+    float tmp[AMR * 32] __attribute__((aligned(64)));   /* a partial half: rows < mrows, columns < ncols kept */
+    if (tail) {
+        for (int r = 0; r < AMR; r++) { /* rows past mrows repeat the last row (results never stored) */
+            const uint32_t *ar = a + (int64_t)(r < mrows ? r : mrows - 1) * lda + kfull;
+            for (int p = 0; p < 16; p++) at[r * 16 + p] = p < tail ? ar[p] : 0u;
+        }
+    }
+    const long sa = (long)(lda * 4), sb = NR * 4, sc = (long)(ldc * 4);
+    for (int c0 = 0; c0 < NR && c0 < ncols; c0 += 32) {
+        const int full = mrows == AMR && ncols >= c0 + 32; /* all four C tiles land in c as they are */
+        float *cc = c + c0;
+        if (full && accumulate) {
+            _tile_loadd(0, cc, sc);
+            _tile_loadd(1, cc + 16, sc);
+            _tile_loadd(2, cc + 16 * ldc, sc);
+            _tile_loadd(3, cc + 16 * ldc + 16, sc);
+        } else {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (int64_t p = 0; p < kfull; p += 16) {
+            _tile_loadd(4, a + p, sa);
+            _tile_loadd(5, a + 16 * lda + p, sa); /* rows 16..31 of the strip (allocated; past mrows unused) */
+            _tile_loadd(6, bp + p * NR + c0, sb);
+            _tile_loadd(7, bp + p * NR + c0 + 16, sb);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        if (tail) {
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 32; j++) bt[i * 32 + j] = i < tail ? bp[(kfull + i) * NR + c0 + j] : 0u;
+            _tile_loadd(4, at, 64);
+            _tile_loadd(5, at + 16 * 16, 64);
+            _tile_loadd(6, bt, 128);
+            _tile_loadd(7, bt + 16, 128);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        if (full) {
+            _tile_stored(0, cc, sc);
+            _tile_stored(1, cc + 16, sc);
+            _tile_stored(2, cc + 16 * ldc, sc);
+            _tile_stored(3, cc + 16 * ldc + 16, sc);
+            continue;
+        }
+        _tile_stored(0, tmp, 128);
+        _tile_stored(1, tmp + 16, 128);
+        _tile_stored(2, tmp + 16 * 32, 128);
+        _tile_stored(3, tmp + 16 * 32 + 16, 128);
+        __mmask16 mask[2] = {mask16(ncols - c0), mask16(ncols - c0 - 16)};
+        for (int r = 0; r < mrows; r++)
+            for (int h = 0; h < 2; h++) {
+                if (!mask[h]) continue; /* columns past ncols: not even addressed */
+                float *cp = cc + r * ldc + 16 * h;
+                __m512 v = _mm512_load_ps(tmp + r * 32 + 16 * h);
+                if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask[h], cp));
+                _mm512_mask_storeu_ps(cp, mask[h], v);
+            }
+    }
+}
+
 /* kc 256 and nc 512 as the f32 GEMM: the same blocks in half the panel bytes (the
  * blocking is shared, matmul.c plan_gemm). */
 const lm__bf16dot_kernels lm__bf16dot_kernels_avx512 = {
     .mr = MR, .nr = NR, .kc = 256, .nc = 512,
     .pack = pack_bf16dot, .round_x = round_x_bf16dot, .micro = micro_bf16dot, .gemv = gemv_bf16dot,
+};
+
+/* AMX: 32-row strips; K blocks of up to 1,024 (a C round trip per block: fewer, longer
+ * tile runs) and N blocks of 256 (4 panels of 128 KB, within a 2 MB L2). */
+const lm__bf16dot_kernels lm__bf16dot_kernels_amx = {
+    .mr = AMR, .nr = NR, .kc = 1024, .nc = 256,
+    .pack = pack_bf16dot, .round_x = round_x_bf16dot, .micro = micro_amx, .gemv = gemv_bf16dot,
 };
 
 #endif

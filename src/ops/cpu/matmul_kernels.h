@@ -133,6 +133,7 @@ extern const lm__linear_kernels lm__linear_kernels_scalar;
 extern const lm__linear_kernels lm__linear_kernels_avx2;
 extern const lm__linear_kernels lm__linear_kernels_avx512;
 extern const lm__bf16dot_kernels lm__bf16dot_kernels_avx512;
+extern const lm__bf16dot_kernels lm__bf16dot_kernels_amx; /* AMX-BF16 microkernel, the rest as avx512 */
 extern const lm__i8dot_kernels lm__i8dot_kernels_avx512;
 #endif
 

@@ -4,12 +4,16 @@
  * Fast needs the AVX-512 kernels (F, BW, VL, FMA, F16C) plus AVX512_BF16 (cpuid leaf
  * 7 subleaf 1, EAX bit 5; base/cpu.c also requires the OS to save zmm state). It is
  * refused, never silently replaced by exact, where that is missing, and on CUDA.
+ * Where the CPU also has AMX-BF16 and the OS granted the tile state (base/cpu.c asks
+ * for it), the fast GEMM runs its microkernel on the tiles (LOOM_CPU_AMX=0 keeps it on
+ * VDPBF16PS: for comparisons and tests of both on one machine).
  */
 #include "ops/cpu/precision.h"
 
 #include "ops/cpu/isa.h"
 #include "runtime/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local lm_precision t_precision = LM_PRECISION_EXACT;
@@ -35,6 +39,13 @@ static int avx512_and(int feature) {
 int lm__cpu_bf16dot_supported(void) { return avx512_and(lm_cpu_get_features()->avx512_bf16); }
 
 int lm__cpu_i8dot_supported(void) { return avx512_and(lm_cpu_get_features()->avx512_vnni); }
+
+int lm__cpu_amx_bf16_active(void) {
+    const lm_cpu_features *f = lm_cpu_get_features();
+    if (!avx512_and(f->avx512_bf16 && f->amx_tile && f->amx_bf16)) return 0;
+    const char *env = getenv("LOOM_CPU_AMX");
+    return !(env && strcmp(env, "0") == 0);
+}
 
 const char *lm_precision_name(lm_precision p) {
     return p == LM_PRECISION_EXACT ? "exact" : p == LM_PRECISION_FAST ? "fast" : "invalid";

@@ -20,5 +20,9 @@ lm_precision lm__cpu_precision_set(lm_precision p);
 int lm__cpu_bf16dot_supported(void);
 /* 1 when this build and CPU can run the fast int8 gemv (AVX-512 F/BW/VL + AVX512_VNNI). */
 int lm__cpu_i8dot_supported(void);
+/* 1 when the fast GEMM of bf16 weights runs its microkernel on AMX tiles: the fast GEMM
+ * is supported, the CPU has AMX-TILE and AMX-BF16, the OS granted the tile state, and
+ * the environment does not say LOOM_CPU_AMX=0 (read at each call). */
+int lm__cpu_amx_bf16_active(void);
 
 #endif
