@@ -74,6 +74,20 @@ struct nf_args {
     float eps;
 };
 
+/* The sum of v over a team of tw warps (warps team * tw .. of the block), every lane
+ * getting it; red holds one float per warp. Uniform over the block when tw > 1: every
+ * thread must call it (the barrier). */
+__device__ __forceinline__ float team_sum(float v, float *red, int warp, int lane, int tw, int team) {
+    v = warp_sum(v);
+    if (tw > 1) {
+        if (lane == 0) red[warp] = v;
+        __syncthreads();
+        v = 0.f;
+        for (int i = 0; i < tw; i++) v += red[team * tw + i];
+    }
+    return v;
+}
+
 /* x, res, sum, out [rows, D] (res and sum NULL for the plain RMSNorm), weight [D]; one
  * row per team, the grid covers every row. */
 template <typename T, int NV>
@@ -118,13 +132,7 @@ __global__ void __launch_bounds__(NF_THREADS) norm_vec_kernel(const T *x, const 
             }
         }
     }
-    ss = warp_sum(ss);
-    if (tw > 1) { /* uniform over the block: every thread reaches the barrier */
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        ss = 0.f;
-        for (int i = 0; i < tw; i++) ss += red[team * tw + i];
-    }
+    ss = team_sum(ss, red, warp, lane, tw, team);
     if (!valid) return;
     const float inv = rsqrtf(ss / (float)a.D + a.eps);
     T *orow = out + row_off(a.ro, r);
@@ -273,13 +281,7 @@ __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int
             }
         }
     }
-    ss = warp_sum(ss);
-    if (tw > 1) { /* uniform over the block: every thread reaches the barrier */
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        ss = 0.f;
-        for (int i = 0; i < tw; i++) ss += red[team * tw + i];
-    }
+    ss = team_sum(ss, red, warp, lane, tw, team);
     if (!valid) return;
     const float inv = rsqrtf(ss / (float)D + eps);
     uint2 *orow = (uint2 *)(out + r * (int64_t)D);
