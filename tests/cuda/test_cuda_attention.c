@@ -134,6 +134,8 @@ static void check_cache_attention(const cache_case *c) {
     for (int rep = 0; rep < 6; rep++) { /* twice per kernel: the split counters must be back at zero */
         const char *kernel = kernels[rep / 2];
         setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
+        /* flash: the wgmma forward (on an sm_90 device) in runs 0-2, the mma.sync one in 3-5 */
+        setenv("LOOM_FLASH_WGMMA", rep < 3 ? "1" : "0", 1);
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
         LT_CHECK_OK(lm_attention_cache_out(g_ctx, lm_tensor_as_view(q.d), lm_tensor_as_view(kc.d),
                                            lm_tensor_as_view(vc.d), lm_tensor_as_view(so.d), lm_tensor_as_view(po.d),
@@ -141,7 +143,7 @@ static void check_cache_attention(const cache_case *c) {
         char what[192];
         snprintf(what, sizeof what,
                  "attention_cache %s B %d T %lld G %d hd %lld max_t %lld window %lld q %s out %s ws %d run %d",
-                 flash ? "flash" : kernel, c->B, (long long)c->T, c->Hq / c->Hkv, (long long)c->hd,
+                 flash ? (rep < 3 ? "flash (wgmma)" : "flash (mma.sync)") : kernel, c->B, (long long)c->T, c->Hq / c->Hkv, (long long)c->hd,
                  (long long)c->max_t, (long long)c->window, lm_dtype_name(c->q_dt), lm_dtype_name(c->out_dt),
                  ws != NULL, rep);
         /* rows keep probabilities in f32; flash rounds P to bf16 for P V (NMSE ~1e-6) */
@@ -150,6 +152,7 @@ static void check_cache_attention(const cache_case *c) {
                  flash ? 0.03 : ct_abs(c->out_dt, 1.0));
     }
     unsetenv("LOOM_CUDA_ATTN_ROWS");
+    unsetenv("LOOM_FLASH_WGMMA");
     lm_tensor_destroy(ws), lm_tensor_destroy(q32), lm_tensor_destroy(k32), lm_tensor_destroy(v32);
     lm_tensor_destroy(want32), lm_tensor_destroy(want);
     ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&po), ct_pair_free(&so), ct_pair_free(&o);

@@ -652,11 +652,11 @@ static void check_flash_lse(const lm_tensor_view *qh, const lm_tensor_view *qd, 
                 want[(b * Hq + h) * Tq + i] = (float)(last >= first ? mx + log(sum) : INFINITY);
             }
     free(q), free(k), free(s);
-    snprintf(what, sizeof what, "flash attention_lse out D %lld Tq %lld Tk %lld causal %d window %lld", (long long)D,
-             (long long)Tq, (long long)Tk, causal, (long long)window);
+    snprintf(what, sizeof what, "flash attention_lse out D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s", (long long)D,
+             (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
     ct_check(g_ctx, what, &o, DV(o), lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
-    snprintf(what, sizeof what, "flash attention_lse lse D %lld Tq %lld Tk %lld causal %d window %lld", (long long)D,
-             (long long)Tq, (long long)Tk, causal, (long long)window);
+    snprintf(what, sizeof what, "flash attention_lse lse D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s", (long long)D,
+             (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
     ct_check(g_ctx, what, &lse, DV(lse), lm_tensor_as_view(wl), 1e-10, 1e-4);
     for (int f32 = 0; f32 < 2; f32++) {
         lm_dtype gt = f32 ? LM_F32 : LM_BF16;
@@ -685,13 +685,17 @@ static void check_flash_lse(const lm_tensor_view *qh, const lm_tensor_view *qd, 
     lm_tensor_destroy(wo), lm_tensor_destroy(wl);
 }
 
-static void test_flash_attention(void) {
+/* kern 0: the mma.sync forward (LOOM_FLASH_WGMMA=0); 1: the default (the wgmma forward
+ * on an sm_90 device). */
+static void flash_cases(int kern) {
     static const int64_t dims[2] = {64, 128};
-    /* the last case: 1 x 33 x 3 query rows (odd), grouped 3:1, so the dK/dV partials of
-     * the workspace follow an odd number of row statistics */
-    static const int64_t tqk[4][2] = {{100, 100}, {100, 130}, {64, 64}, {33, 33}};
+    /* the fourth case: 1 x 33 x 3 query rows (odd), grouped 3:1, so the dK/dV partials of
+     * the workspace follow an odd number of row statistics; the last: 5 query tiles and 3
+     * key tiles of the wgmma forward (the last ones partial) */
+    static const int64_t tqk[5][2] = {{100, 100}, {100, 130}, {64, 64}, {33, 33}, {300, 300}};
+    setenv("LOOM_FLASH_WGMMA", kern ? "1" : "0", 1);
     for (int di = 0; di < 2; di++)
-        for (int ti = 0; ti < 4; ti++) {
+        for (int ti = 0; ti < 5; ti++) {
             int64_t B = ti == 3 ? 1 : 2, Hq = ti == 3 ? 3 : 4, Hkv = ti == 3 ? 1 : 2, D = dims[di], Tq = tqk[ti][0],
                     Tk = tqk[ti][1];
             lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 4 + ti));
@@ -708,8 +712,8 @@ static void test_flash_attention(void) {
                 lm_tensor *wo = lt_poisoned_tensor(LM_BF16, 4, os);
                 LT_CHECK_OK(lm_attention_out(g_ref, &qh, &kh, &vh, scale, causal, lm_tensor_as_view(wo)));
                 LT_CHECK_OK(lm_attention_out(g_ctx, &qd, &kd, &vd, scale, causal, &od));
-                snprintf(what, sizeof what, "flash attention out D %lld Tq %lld Tk %lld causal %d", (long long)D,
-                         (long long)Tq, (long long)Tk, causal);
+                snprintf(what, sizeof what, "flash attention out D %lld Tq %lld Tk %lld causal %d wgmma %s", (long long)D,
+                         (long long)Tq, (long long)Tk, causal, getenv("LOOM_FLASH_WGMMA"));
                 ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
                 ct_pair_free(&o);
                 lm_tensor_destroy(wo);
@@ -738,6 +742,12 @@ static void test_flash_attention(void) {
             }
             ct_pair_free(&q), ct_pair_free(&k), ct_pair_free(&v), ct_pair_free(&dy);
         }
+    unsetenv("LOOM_FLASH_WGMMA");
+}
+
+static void test_flash_attention(void) {
+    flash_cases(0);
+    flash_cases(1);
 }
 
 int main(void) {

@@ -54,6 +54,7 @@
  */
 #include "ops/cuda/cuda_backward.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 #define TILE 64
 #define NWARP 4
@@ -273,11 +274,11 @@ __device__ __forceinline__ bool masked(const tile_mask &t, int qi, int kj) {
  * mask (instantiated twice: the mask would otherwise cost every tile as much as the
  * rest of the pass). (g, c) is the lane's fragment position (C layout). */
 /* forward: s *= scale (log2 domain), hidden -> -inf; mloc[i] = max of row half i */
-template <bool EDGE>
+template <bool EDGE, int COLS = TILE>
 __device__ __forceinline__ void fwd_scores(float (*s)[4], const tile_mask &tm, float scale_log2, int g, int c,
                                            float *mloc) {
 #pragma unroll
-    for (int nt = 0; nt < TILE / 8; nt++)
+    for (int nt = 0; nt < COLS / 8; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             float v = s[nt][r] * scale_log2;
@@ -466,6 +467,227 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
             a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
     }
     store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+}
+
+/* ---- forward on Hopper warpgroups (sm_90a) ------------------------------------------------- */
+/* The same forward with wgmma products (wgmma.cuh): a block is one warpgroup and takes
+ * 64 query rows (each warp 16 as in fa_fwd) and walks key tiles of 64 rows. Q, K and V
+ * are staged with cp.async into 128-byte-swizzled tiles, K and V in three stages (tile
+ * j + 1 is copied while tile j's S and tile j - 1's P V run);
+ * S = Q K^T reads both operands from shared memory, the probabilities stay in
+ * registers as the A operand of O += P V, whose B (V, rows are keys) is read
+ * transposed from the same kind of tile. Per warpgroup the products are pipelined: S
+ * of tile j is issued with the P V of the previous tile still pending, so the tensor
+ * cores compute while the softmax of tile j runs; O is rescaled once that P V is done.
+ * The softmax, masks, outputs and logsumexp are fa_fwd's, on the same fragment layout.
+ * Measured on the H200 (bench/NOTES.md, training v15): 128-key tiles and two
+ * warpgroups sharing a block's K/V tiles were slower; so was this kernel without the
+ * pipelining. Not for paged caches (their rows are gathered through the table:
+ * fa_fwd<HD, true>). FOLD: the scale folded into the exponent (needs scale > 0). */
+template <int HD> struct wg_tiles {
+    static constexpr int NS = 3;                                     /* K/V stages */
+    static constexpr int TBYTES = TILE * HD * 2;                     /* Q, or one K or V stage */
+    static constexpr size_t SMEM = 1024 + TBYTES + 2 * NS * TBYTES; /* + alignment to 1,024 bytes; D 64: 57 KiB */
+};
+
+/* Rows [t0, t0 + R) of a view into a swizzled tile of R rows (rows past n as zeros),
+ * by NT threads with cp.async. */
+template <int HD, int R, int NT>
+__device__ __forceinline__ void stage_sw_async(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n,
+                                               unsigned char *dst) {
+    constexpr int CH = HD / 8;
+    static_assert(R * CH % NT == 0, "tile chunks divide evenly among the threads");
+#pragma unroll
+    for (int j = 0; j < R * CH / NT; j++) {
+        int i = threadIdx.x + j * NT, row = i / CH, ch = i % CH;
+        int64_t t = t0 + row;
+        bool ok = t < n;
+        cp_async16(dst + sw_offset(R, row, ch * 8), ok ? row_ptr(v, b, h, t) + ch * 8 : (const bf16 *)v.p, ok);
+    }
+}
+
+/* Descriptors into a swizzled tile of R rows: a K-major operand over rows [row0, row0 +
+ * 64) (A) or all R rows (B) at k step kk (16 columns); an MN-major B over rows [k0, k0 +
+ * 16) and every column. */
+template <int R> __device__ __forceinline__ uint64_t desc_k(const unsigned char *tile, int row0, int kk) {
+    return wg_desc(tile + (kk >> 2) * R * 128 + row0 * 128 + (kk & 3) * 32, 16, 1024);
+}
+template <int R> __device__ __forceinline__ uint64_t desc_mn(const unsigned char *tile, int k0) {
+    return wg_desc(tile + k0 * 128, R * 128, 1024);
+}
+
+template <int N> __device__ __forceinline__ void wg_ss(float *d, uint64_t da, uint64_t db, int acc);
+template <> __device__ __forceinline__ void wg_ss<64>(float *d, uint64_t da, uint64_t db, int acc) {
+    wg_ss_n64(d, da, db, acc);
+}
+template <int N> __device__ __forceinline__ void wg_rs_t(float *d, const uint32_t *a, uint64_t db);
+template <> __device__ __forceinline__ void wg_rs_t<64>(float *d, const uint32_t *a, uint64_t db) {
+    wg_rs_n64_t(d, a, db);
+}
+template <> __device__ __forceinline__ void wg_rs_t<128>(float *d, const uint32_t *a, uint64_t db) {
+    wg_rs_n128_t(d, a, db);
+}
+
+/* The scores' pass with the scale folded into the exponent (scale > 0): hidden -> -inf,
+ * mloc[i] = the raw maximum of row half i. */
+template <bool EDGE, int COLS>
+__device__ __forceinline__ void raw_scores(float (*s)[4], const tile_mask &tm, int g, int c, float *mloc) {
+#pragma unroll
+    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            if (EDGE && masked(tm, g + (r >> 1) * 8, nt * 8 + 2 * c + (r & 1))) s[nt][r] = -INFINITY;
+            mloc[r >> 1] = fmaxf(mloc[r >> 1], s[nt][r]);
+        }
+}
+
+template <int HD, bool FOLD>
+__global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef wg_tiles<HD> W;
+    constexpr int BK = TILE;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    unsigned char *qs = fa_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(fa_smem) & 1023)) & 1023);
+    unsigned char *ks = qs + W::TBYTES, *vs = ks + W::NS * W::TBYTES; /* [NS] stages each */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv);
+    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16;
+    int64_t Tk = a.Tk, kb = b;
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    if (a.row_table) { /* cache mode, one entry a row: the row's slot is the K/V batch index */
+        int64_t start = a.row_pos[b * a.Tq];
+        Tk = start + a.Tq;
+        int bad = start < 0 || Tk > a.nb * a.P;
+        if (!bad) {
+            kb = a.row_table[b * a.nb];
+            bad = kb < 0 || kb >= a.nblocks;
+        }
+        if (bad) { /* block-uniform */
+            const float nan2[2] = {NAN, NAN};
+            store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
+            return;
+        }
+    }
+    const int64_t off = Tk - a.Tq;
+    const int64_t last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    const int64_t kend = a.causal ? LM_MIN(Tk, last_q + off + 1) : Tk;
+    const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / BK * BK : 0;
+    /* (No branch around the products that the compiler cannot prove uniform: it would
+     * serialize them.) */
+    stage_sw_async<HD, TILE, 128>(a.q, b, h, first_q, a.Tq, qs);
+    if (kbegin < kend) {
+        stage_sw_async<HD, BK, 128>(a.k, kb, kvh, kbegin, Tk, ks);
+        stage_sw_async<HD, BK, 128>(a.v, kb, kvh, kbegin, Tk, vs);
+    }
+    cp_async_commit();
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    uint32_t pa[BK / 16][4]; /* the previous tile's probabilities (A fragments of its P V) */
+    /* One tile: S = Q K^T of tile k0 (stage st); unless first, the previous tile's P V
+     * (stage pst) behind it; the softmax of S while that runs; then O rescaled. */
+    auto step = [&](int64_t k0, int st, int pst, bool first) {
+        cp_async_wait_all(); /* tile k0 (and Q) in place */
+        fence_async_smem();  /* ... and visible to the products */
+        __syncthreads();     /* for every thread; no warpgroup reads stage st + 1 any more */
+        const int nx = st == W::NS - 1 ? 0 : st + 1;
+        if (k0 + BK < kend) {
+            stage_sw_async<HD, BK, 128>(a.k, kb, kvh, k0 + BK, Tk, ks + nx * W::TBYTES);
+            stage_sw_async<HD, BK, 128>(a.v, kb, kvh, k0 + BK, Tk, vs + nx * W::TBYTES);
+        }
+        cp_async_commit();
+        float s[BK / 8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_ss<BK>(&s[0][0], desc_k<TILE>(qs, 0, kk), desc_k<BK>(ks + st * W::TBYTES, 0, kk), kk > 0);
+        wg_commit();
+        if (!first) {
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(vs + pst * W::TBYTES, kk * 16));
+            wg_commit();
+            wg_wait<1>(); /* S is done */
+        } else {
+            wg_wait<0>();
+        }
+        wg_hold<BK / 2>(&s[0][0]);
+        float mloc[2] = {-INFINITY, -INFINITY};
+        const bool edge = k0 + BK > Tk || (a.causal && k0 + BK - 1 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, k0, Tk, off);
+        if (FOLD) {
+            if (edge) raw_scores<true, BK>(s, tm, g, c, mloc);
+            else raw_scores<false, BK>(s, tm, g, c, mloc);
+        } else {
+            if (edge) fwd_scores<true, BK>(s, tm, a.scale_log2, g, c, mloc);
+            else fwd_scores<false, BK>(s, tm, a.scale_log2, g, c, mloc);
+        }
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+            if (FOLD) mloc[i] *= a.scale_log2; /* -inf stays -inf: scale > 0 */
+            float m_new = fmaxf(m_run[i], mloc[i]);
+            alpha[i] = m_new == -INFINITY ? 1.f : fa_exp2(m_run[i] - m_new);
+            m_run[i] = m_new;
+            l_run[i] *= alpha[i];
+        }
+        const float mu[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float e = FOLD ? fa_exp2(fmaf(s[nt][r], a.scale_log2, -mu[r >> 1])) : fa_exp2(s[nt][r] - mu[r >> 1]);
+                s[nt][r] = e;
+                l_run[r >> 1] += e;
+            }
+        if (!first) { /* the previous P V has read pa and added into o */
+            wg_wait<0>();
+            wg_hold<HD / 2>(&o[0][0]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            pa[kk][0] = pk(s[2 * kk][0], s[2 * kk][1]), pa[kk][1] = pk(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pa[kk][3] = pk(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
+            o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+        }
+    };
+    if (kbegin < kend) {
+        step(kbegin, 0, 0, true);
+        int st = 0; /* the stage of the previous tile */
+        for (int64_t k0 = kbegin + BK; k0 < kend; k0 += BK) {
+            const int nst = st == W::NS - 1 ? 0 : st + 1;
+            step(k0, nst, st, false);
+            st = nst;
+        }
+        wg_fence(); /* the last tile's P V */
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(vs + st * W::TBYTES, kk * 16));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<HD / 2>(&o[0][0]);
+    }
+    cp_async_wait_all();
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
+        int64_t t = q0 + g + i * 8;
+        if (a.lse && c == 0 && t < a.Tq)
+            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
+    }
+    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+#else
+    __trap(); /* launched only on sm_90 devices, which run the sm_90a build */
+#endif
 }
 
 /* ---- backward: D = rowsum(dO * O), O bf16 or f32 [B, Hq, Tq, HD] through its view ---------- */
@@ -719,6 +941,191 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dq(fa_args a)
     store_rows<HD>(a.dq, a.dq_f32, b, h, q0, a.Tq, dq, sc, g, c);
 }
 
+/* ---- backward on Hopper warpgroups (sm_90a) -------------------------------------------------- */
+/* fa_dkdv and fa_dq with wgmma products: one warpgroup a block, each warp's 16 rows and
+ * every per-element pass as there. The block's own tile (K and V, or Q and dO; 64 rows)
+ * and the walked tiles (Q and dO, or K and V; 64 rows, double-buffered) are staged
+ * swizzled; all four products of a tile read their second operand from shared memory
+ * (K-major for S and dP, MN-major for the accumulating ones), the probabilities and dS
+ * come from registers. */
+template <int HD> struct wgb_tiles {
+    static constexpr int TB = TILE * HD * 2;                                 /* one 64-row tile */
+    static constexpr size_t SMEM = 1024 + 6 * TB + sizeof(float) * 4 * TILE; /* own 2, walked 2 x 2, L and D */
+};
+
+template <int HD>
+__global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef wgb_tiles<HD> W;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    unsigned char *ks = fa_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(fa_smem) & 1023)) & 1023);
+    unsigned char *vs = ks + W::TB, *qs = vs + W::TB, *ds = qs + 2 * W::TB; /* Q, dO: [2] stages */
+    float *lq = (float *)(ds + 2 * W::TB), *dq = lq + 2 * TILE;             /* [2][TILE] L, D */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16;
+    const int64_t rows = (b * a.Hq + h) * a.Tq;
+    float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
+    const int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
+    const int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+    auto stage = [&](int64_t q0, int bf) {
+        stage_sw_async<HD, TILE, 128>(a.q, b, h, q0, a.Tq, qs + bf * W::TB);
+        stage_sw_async<HD, TILE, 128>(a.dout, b, h, q0, a.Tq, ds + bf * W::TB);
+        if (threadIdx.x < TILE) {
+            int64_t t = q0 + threadIdx.x;
+            cp_async4(lq + bf * TILE + threadIdx.x, a.lse + (t < a.Tq ? rows + t : 0), t < a.Tq);
+            cp_async4(dq + bf * TILE + threadIdx.x, a.dd + (t < a.Tq ? rows + t : 0), t < a.Tq);
+        }
+    };
+    stage_sw_async<HD, TILE, 128>(a.k, b, kvh, k0, a.Tk, ks);
+    stage_sw_async<HD, TILE, 128>(a.v, b, kvh, k0, a.Tk, vs);
+    if (qstart < qstop) stage(qstart, 0);
+    cp_async_commit();
+    int buf = 0;
+    for (int64_t q0 = qstart; q0 < qstop; q0 += TILE, buf ^= 1) {
+        cp_async_wait_all();
+        fence_async_smem();
+        __syncthreads();
+        if (q0 + TILE < qstop) stage(q0 + TILE, buf ^ 1);
+        cp_async_commit();
+        const unsigned char *qt = qs + buf * W::TB, *dt = ds + buf * W::TB;
+        const float *lt = lq + buf * TILE, *dtt = dq + buf * TILE;
+        float p[TILE / 8][4], dp[TILE / 8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) /* S^T = K Q^T, dP^T = V dO^T */
+            wg_ss<TILE>(&p[0][0], desc_k<TILE>(ks, 0, kk), desc_k<TILE>(qt, 0, kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_ss<TILE>(&dp[0][0], desc_k<TILE>(vs, 0, kk), desc_k<TILE>(dt, 0, kk), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<TILE / 2>(&p[0][0]);
+        wg_hold<TILE / 2>(&dp[0][0]);
+        const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, kw, a.Tk, off);
+        const int qn = clamp128(a.Tq - q0);
+        if (edge) dkdv_probs<true>(p, dp, lt, dtt, tm, qn, a.scale_log2, g, c);
+        else dkdv_probs<false>(p, dp, lt, dtt, tm, qn, a.scale_log2, g, c);
+        uint32_t pa[TILE / 16][4], sa[TILE / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            pa[kk][0] = pk(p[2 * kk][0], p[2 * kk][1]), pa[kk][1] = pk(p[2 * kk][2], p[2 * kk][3]);
+            pa[kk][2] = pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pa[kk][3] = pk(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+            sa[kk][0] = pk(dp[2 * kk][0], dp[2 * kk][1]), sa[kk][1] = pk(dp[2 * kk][2], dp[2 * kk][3]);
+            sa[kk][2] = pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), sa[kk][3] = pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            wg_rs_t<HD>(&dv[0][0], pa[kk], desc_mn<TILE>(dt, kk * 16)); /* dV += P^T dO */
+            wg_rs_t<HD>(&dk[0][0], sa[kk], desc_mn<TILE>(qt, kk * 16)); /* dK += dS^T Q */
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<HD / 2>(&dv[0][0]);
+        wg_hold<HD / 2>(&dk[0][0]);
+    }
+    cp_async_wait_all();
+    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
+    if (a.pk) {
+        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
+        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
+        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
+        return;
+    }
+    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
+    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+#else
+    __trap();
+#endif
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef wgb_tiles<HD> W;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    unsigned char *qs = fa_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(fa_smem) & 1023)) & 1023);
+    unsigned char *os = qs + W::TB, *ks = os + W::TB, *vs = ks + 2 * W::TB; /* K, V: [2] stages */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16;
+    float L[2], Dr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t t = q0 + g + i * 8;
+        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] * LOG2E : INFINITY;
+        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+    }
+    float dq[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    const int64_t last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
+    const int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
+    const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
+    /* the warpgroup's keys: the block's (its 64 rows are the block's) */
+    stage_sw_async<HD, TILE, 128>(a.q, b, h, first_q, a.Tq, qs);
+    stage_sw_async<HD, TILE, 128>(a.dout, b, h, first_q, a.Tq, os);
+    if (kbegin < kend) {
+        stage_sw_async<HD, TILE, 128>(a.k, b, kvh, kbegin, a.Tk, ks);
+        stage_sw_async<HD, TILE, 128>(a.v, b, kvh, kbegin, a.Tk, vs);
+    }
+    cp_async_commit();
+    int buf = 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += TILE, buf ^= 1) {
+        cp_async_wait_all();
+        fence_async_smem();
+        __syncthreads();
+        if (k0 + TILE < kend) {
+            stage_sw_async<HD, TILE, 128>(a.k, b, kvh, k0 + TILE, a.Tk, ks + (buf ^ 1) * W::TB);
+            stage_sw_async<HD, TILE, 128>(a.v, b, kvh, k0 + TILE, a.Tk, vs + (buf ^ 1) * W::TB);
+        }
+        cp_async_commit();
+        const unsigned char *kt = ks + buf * W::TB, *vt = vs + buf * W::TB;
+        float p[TILE / 8][4], dp[TILE / 8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) /* S = Q K^T, dP = dO V^T */
+            wg_ss<TILE>(&p[0][0], desc_k<TILE>(qs, 0, kk), desc_k<TILE>(kt, 0, kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_ss<TILE>(&dp[0][0], desc_k<TILE>(os, 0, kk), desc_k<TILE>(vt, 0, kk), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<TILE / 2>(&p[0][0]);
+        wg_hold<TILE / 2>(&dp[0][0]);
+        const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
+        const tile_mask tm = mask_of(a, q0, k0, a.Tk, off);
+        const int qn = clamp128(a.Tq - q0);
+        if (edge) dq_scores<true>(p, dp, L, Dr, tm, qn, a.scale_log2, g, c);
+        else dq_scores<false>(p, dp, L, Dr, tm, qn, a.scale_log2, g, c);
+        uint32_t sa[TILE / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            sa[kk][0] = pk(dp[2 * kk][0], dp[2 * kk][1]), sa[kk][1] = pk(dp[2 * kk][2], dp[2 * kk][3]);
+            sa[kk][2] = pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), sa[kk][3] = pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) wg_rs_t<HD>(&dq[0][0], sa[kk], desc_mn<TILE>(kt, kk * 16)); /* dQ += dS K */
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<HD / 2>(&dq[0][0]);
+    }
+    cp_async_wait_all();
+    const float sc[2] = {a.scale, a.scale};
+    store_rows<HD>(a.dq, a.dq_f32, b, h, q0, a.Tq, dq, sc, g, c);
+#else
+    __trap();
+#endif
+}
+
 /* ---- host side -------------------------------------------------------------------------------- */
 static int view_ok(const lm_tensor_view *v, int64_t D, int bf16_only) {
     if (!v) return 1;
@@ -747,7 +1154,7 @@ static fa_args args_of(const lm_tensor_view *q, const lm_tensor_view *k, const l
     return a;
 }
 
-static lm__cuda_kernel_facts fwd_facts[2][2], dkdv_facts[2], dq_facts[2]; /* [HD 128][PAGED] */
+static lm__cuda_kernel_facts fwd_facts[2][2], dkdv_facts[2][2], dq_facts[2][2]; /* [HD 128][PAGED / wgmma] */
 
 /* Raises a kernel's dynamic shared-memory limit where smem needs it, once per kernel and
  * device (lm__cuda_blocks_per_sm keeps what it raised). */
@@ -766,9 +1173,31 @@ static lm_status launch_fwd(const fa_args &a, int64_t B, cudaStream_t s) {
     return lm__cuda_launched("flash attention forward");
 }
 
+static lm__cuda_kernel_facts wg_facts[2][2]; /* [HD 128][FOLD] */
+
+template <int HD, bool FOLD>
+static lm_status launch_fwd_wg(const fa_args &a, int64_t B, cudaStream_t s) {
+    const void *k = (const void *)fa_fwd_wg<HD, FOLD>;
+    int per_sm = 0;
+    LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&wg_facts[HD == 128][FOLD], k, 128, wg_tiles<HD>::SMEM, &per_sm),
+                          "flash attention forward (wgmma): kernel attributes"));
+    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+    fa_fwd_wg<HD, FOLD><<<grid, 128, wg_tiles<HD>::SMEM, s>>>(a);
+    return lm__cuda_launched("flash attention forward (wgmma)");
+}
+
+/* The wgmma forward runs on sm_90 devices unless LOOM_FLASH_WGMMA=0 (read on each call:
+ * tests and benchmarks compare the two kernels in one process). */
+static int use_wgmma(void) {
+    const char *e = getenv("LOOM_FLASH_WGMMA");
+    return !(e && e[0] == '0' && e[1] == 0) && lm__cuda_is_sm90();
+}
+
 template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
-    return a.row_table && a.nb != 1 ? launch_fwd<HD, true>(a, B, s) : launch_fwd<HD, false>(a, B, s);
+    if (a.row_table && a.nb != 1) return launch_fwd<HD, true>(a, B, s);
+    if (!use_wgmma()) return launch_fwd<HD, false>(a, B, s);
+    return a.scale > 0 ? launch_fwd_wg<HD, true>(a, B, s) : launch_fwd_wg<HD, false>(a, B, s);
 }
 
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
@@ -789,12 +1218,14 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
     else
         fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
     LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
+    const int wg = use_wgmma();
     if (a.dk.p || a.dv.p) {
-        size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE; /* two stages */
-        LM_TRY(kernel_smem(&dkdv_facts[HD == 128], (const void *)fa_dkdv<HD>, smem,
-                           "flash attention dK/dV: kernel attributes"));
+        size_t smem = wg ? wgb_tiles<HD>::SMEM : sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE;
+        const void *k = wg ? (const void *)fa_dkdv_wg<HD> : (const void *)fa_dkdv<HD>;
+        LM_TRY(kernel_smem(&dkdv_facts[HD == 128][wg], k, smem, "flash attention dK/dV: kernel attributes"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-        fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        if (wg) fa_dkdv_wg<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        else fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dK/dV"));
         if (a.pk) {
             int64_t n = B * a.Hkv * a.Tk * (HD / 4);
@@ -803,11 +1234,12 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
         }
     }
     if (a.dq.p) {
-        size_t smem = sizeof(bf16) * 4 * TILE * (HD + PADE); /* two stages */
-        LM_TRY(kernel_smem(&dq_facts[HD == 128], (const void *)fa_dq<HD>, smem,
-                           "flash attention dQ: kernel attributes"));
+        size_t smem = wg ? wgb_tiles<HD>::SMEM : sizeof(bf16) * 4 * TILE * (HD + PADE); /* two stages */
+        const void *k = wg ? (const void *)fa_dq_wg<HD> : (const void *)fa_dq<HD>;
+        LM_TRY(kernel_smem(&dq_facts[HD == 128][wg], k, smem, "flash attention dQ: kernel attributes"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-        fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        if (wg) fa_dq_wg<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        else fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dQ"));
     }
     return LM_OK;

@@ -123,6 +123,22 @@ static inline int lm__cuda_sm_count(void) {
     return cached[dev];
 }
 
+/* 1 when the current device is compute capability 9.0 (Hopper: the build's sm_90a
+ * machine code runs there, so its wgmma kernels may be launched), cached per device. */
+static inline int lm__cuda_is_sm90(void) {
+    static int cached[LM__CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= LM__CUDA_MAX_DEVICES) return 0;
+    if (!cached[dev]) {
+        int major = 0, minor = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+    }
+    return cached[dev] == 1;
+}
+
 /* Shared memory one block may opt in to on the current device (cached per device;
  * 48 KiB, the default limit, if the query fails). */
 static inline int lm__cuda_smem_optin(void) {
