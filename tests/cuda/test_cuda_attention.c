@@ -7,7 +7,7 @@
  *    3 keys to 2000 keys, one split up to eight splits of 256 keys combined by the last
  *    block, f32 and bf16 q and out, windows), run twice to prove the split counters
  *    are left at zero (what graph replay relies on); the tensor-core flash kernel for
- *    prefill (head dims 64 and 128, two rows with different cached prefixes, partial
+ *    prefill (its wgmma form on an sm_90 device and its mma.sync form, each case both) (head dims 64 and 128, two rows with different cached prefixes, partial
  *    query tiles, windows, cache positions past the written range poisoned with NaN:
  *    they must never leak into the output); a row naming a slot outside the cache.
  * The reference runs in f32 on the same bf16-rounded q/K/V. Gates: the rows kernel

@@ -20,9 +20,10 @@
  * and the batched case on the GEMM path, a broadcast case whose gradients sum over
  * batches, f32 x bf16),
  * attention (grouped heads, Tk > Tq, causal and not, more keys than one chunk), and
- * the tensor-core flash attention forward and backward (bf16, head dims 64 and 128,
- * [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, Tk > Tq, an odd number of
- * grouped query rows, gradients in
+ * the tensor-core flash attention forward and backward, in their wgmma form (on an
+ * sm_90 device) and their mma.sync form (LOOM_FLASH_WGMMA=0) (bf16, head dims 64 and
+ * 128, [B, T, H, D] buffers viewed as [B, H, T, D], ragged tiles, 5 query tiles, Tk >
+ * Tq, an odd number of grouped query rows, gradients in
  * bf16 and f32; gate NMSE 1e-4: probabilities and dS are rounded to bf16 before their
  * products, as in every bf16 flash kernel), also with its statistics kept
  * (lm_attention_lse_out: the log-sum-exp against a double computation, gate 1e-4

@@ -17,7 +17,11 @@
  * before the window whose entry is out of range (e.g. freed blocks) load as zeros, and
  * are masked.
  *
- * All products are mma.sync m16n8k16 (bf16 in, f32 accumulate); tiles of 64 rows per
+ * Two forms of the same three kernels (and the cache-mode forward without a block
+ * table): on sm_90 devices Hopper warpgroup products (fa_fwd_wg, fa_dkdv_wg, fa_dq_wg
+ * below, wgmma.cuh), elsewhere (or with LOOM_FLASH_WGMMA=0) mma.sync. In both the
+ * per-element passes are the same code on the same fragment layout.
+ * mma.sync form: all products m16n8k16 (bf16 in, f32 accumulate); tiles of 64 rows per
  * block, 16 per warp, 4 warps. Fragment layouts (PTX ISA; g = lane / 4, c = lane % 4):
  * A {(g, 2c), (g+8, 2c), (g, 2c+8), (g+8, 2c+8)} pairs, B {(k 2c, n g), (k 2c+8, n g)}
  * pairs read from shared memory laid out [n][k], C {(g, 2c), (g, 2c+1), (g+8, 2c),
