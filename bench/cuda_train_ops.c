@@ -179,23 +179,24 @@ static lm_status col_sum(void *p) { /* a bias gradient: [R, N] summed over the r
 typedef struct att {
     lm_tensor *q, *k, *v, *o, *dq, *dk, *dv, *lse;
     lm_tensor_view qv, kv, vv, ov, dqv, dkv, dvv;
+    float scale;
 } att;
 static lm_status att_fwd_lse(void *p) {
     att *a = p;
-    return lm_attention_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, 0.125f, 1, 0, &a->ov, V(a->lse));
+    return lm_attention_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, a->scale, 1, 0, &a->ov, V(a->lse));
 }
 static lm_status att_bwd_lse(void *p) { /* dout = out, as att_bwd */
     att *a = p;
-    return lm_attention_backward_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, V(a->lse), &a->ov, 0.125f, 1, 0,
+    return lm_attention_backward_lse_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, V(a->lse), &a->ov, a->scale, 1, 0,
                                          &a->dqv, &a->dkv, &a->dvv);
 }
 static lm_status att_fwd(void *p) {
     att *a = p;
-    return lm_attention_out(g_ctx, &a->qv, &a->kv, &a->vv, 0.125f, 1, &a->ov);
+    return lm_attention_out(g_ctx, &a->qv, &a->kv, &a->vv, a->scale, 1, &a->ov);
 }
 static lm_status att_bwd(void *p) {
     att *a = p;
-    return lm_attention_backward_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, 0.125f, 1, &a->dqv, &a->dkv, &a->dvv);
+    return lm_attention_backward_out(g_ctx, &a->qv, &a->kv, &a->vv, &a->ov, a->scale, 1, &a->dqv, &a->dkv, &a->dvv);
 }
 
 typedef struct lce {
@@ -380,34 +381,36 @@ int main(int argc, char **argv) {
     lm_tensor_destroy(c.a), lm_tensor_destroy(c.b), lm_tensor_destroy(o.g), lm_tensor_destroy(o.m), lm_tensor_destroy(o.v);
     for (int i = 0; i < 4; i++) lm_tensor_destroy(((lm_tensor **)&n)[i]);
     lm_tensor_destroy(n.w), lm_tensor_destroy(n.dw);
-    /* attention: [B, T, H, 64] buffers viewed [B, H, T, 64]; the step's shape, then the
-     * Llama-3.2-1B training shape (B 4, T 2048, 32 query heads over 8 kv heads) */
-    const int64_t ashapes[2][4] = {{B, Tt, 14, 2}, {4, 2 * Tt, 32, 8}}; /* B, T, Hq, Hkv */
-    for (int sh = 0; sh < 2; sh++) {
-        int64_t ab = ashapes[sh][0], at = ashapes[sh][1], hq = ashapes[sh][2], hk = ashapes[sh][3];
+    /* attention: [B, T, H, D] buffers viewed [B, H, T, D] (B, T, Hq, Hkv, D below); the
+     * step's shape, the Llama-3.2-1B training shape (B 4, T 2048, 32 query heads over 8 kv
+     * heads) and a head dim 128 shape (Llama-3-8B's heads, B 2, T 2048) */
+    const int64_t ashapes[3][5] = {{B, Tt, 14, 2, 64}, {4, 2 * Tt, 32, 8, 64}, {2, 2 * Tt, 32, 8, 128}};
+    for (int sh = 0; sh < 3; sh++) {
+        int64_t ab = ashapes[sh][0], at = ashapes[sh][1], hq = ashapes[sh][2], hk = ashapes[sh][3], hd = ashapes[sh][4];
         att a;
-        int64_t qs[4] = {ab, at, hq, 64}, ks[4] = {ab, at, hk, 64};
+        a.scale = 1.0f / sqrtf((float)hd);
+        int64_t qs[4] = {ab, at, hq, hd}, ks[4] = {ab, at, hk, hd};
         a.q = make(LM_BF16, 4, qs), a.o = make(LM_BF16, 4, qs), a.dq = make(LM_BF16, 4, qs);
         a.k = make(LM_BF16, 4, ks), a.v = make(LM_BF16, 4, ks);
         a.dk = make(LM_BF16, 4, ks), a.dv = make(LM_BF16, 4, ks);
         lm_tensor *ts[7] = {a.q, a.k, a.v, a.o, a.dq, a.dk, a.dv};
         lm_tensor_view *vs[7] = {&a.qv, &a.kv, &a.vv, &a.ov, &a.dqv, &a.dkv, &a.dvv};
         for (int i = 0; i < 7; i++) lm_tensor_view_transpose(V(ts[i]), 1, 2, vs[i]);
-        double afl = 4.0 * ab * hq * (double)at * at * 64 / 2; /* causal */
+        double afl = 4.0 * ab * hq * (double)at * at * hd / 2; /* causal */
         char nm[128];
-        snprintf(nm, sizeof nm, "attention fwd (flash) B%lld T%lld H%lld/%lld D64 causal", (long long)ab, (long long)at,
-                 (long long)hq, (long long)hk);
+        snprintf(nm, sizeof nm, "attention fwd (flash) B%lld T%lld H%lld/%lld D%lld causal", (long long)ab, (long long)at,
+                 (long long)hq, (long long)hk, (long long)hd);
         report(nm, att_fwd, &a, afl, 0);
-        snprintf(nm, sizeof nm, "attention bwd (flash, incl. recompute) B%lld T%lld H%lld/%lld D64 causal",
-                 (long long)ab, (long long)at, (long long)hq, (long long)hk);
+        snprintf(nm, sizeof nm, "attention bwd (flash, incl. recompute) B%lld T%lld H%lld/%lld D%lld causal",
+                 (long long)ab, (long long)at, (long long)hq, (long long)hk, (long long)hd);
         report(nm, att_bwd, &a, 2.5 * afl, 0);
         int64_t ls[3] = {ab, hq, at};
         a.lse = make(LM_F32, 3, ls);
-        snprintf(nm, sizeof nm, "attention fwd (flash, keeping lse) B%lld T%lld H%lld/%lld D64 causal", (long long)ab,
-                 (long long)at, (long long)hq, (long long)hk);
+        snprintf(nm, sizeof nm, "attention fwd (flash, keeping lse) B%lld T%lld H%lld/%lld D%lld causal", (long long)ab,
+                 (long long)at, (long long)hq, (long long)hk, (long long)hd);
         report(nm, att_fwd_lse, &a, afl, 0);
-        snprintf(nm, sizeof nm, "attention bwd (flash, from saved out + lse) B%lld T%lld H%lld/%lld D64 causal",
-                 (long long)ab, (long long)at, (long long)hq, (long long)hk);
+        snprintf(nm, sizeof nm, "attention bwd (flash, from saved out + lse) B%lld T%lld H%lld/%lld D%lld causal",
+                 (long long)ab, (long long)at, (long long)hq, (long long)hk, (long long)hd);
         report(nm, att_bwd_lse, &a, 2.5 * afl, 0);
         lm_tensor_destroy(a.lse);
         for (int i = 0; i < 7; i++) lm_tensor_destroy(ts[i]);
