@@ -325,6 +325,72 @@ __device__ __forceinline__ void dq_scores(const float (*p)[4], float (*dp)[4], c
         }
 }
 
+/* Cache mode, one table entry a row (a slot cache): Tk and the K/V batch index (the
+ * row's slot) of batch row b; 0 when its positions pass the cache or the slot is
+ * outside it. */
+__device__ __forceinline__ bool slot_row(const fa_args &a, int64_t b, int64_t *Tk, int64_t *kb) {
+    int64_t start = a.row_pos[b * a.Tq];
+    *Tk = start + a.Tq;
+    if (start < 0 || *Tk > a.nb * a.P) return false;
+    *kb = a.row_table[b * a.nb];
+    return *kb >= 0 && *kb < a.nblocks;
+}
+
+/* One tile into a warp's running softmax (row halves i = 0, 1 of the lane): mloc (the
+ * lane's maxima of the tile's scores, scaled, or raw when FOLD: scale > 0 folded into
+ * the exponent's FMA) reduced over the row's 4 lanes; the running max m and sum l
+ * updated; s becomes 2^(score - m); alpha the factor the row's O must be scaled by. A
+ * row that has seen only hidden keys subtracts 0 (2^-inf = 0). */
+template <int COLS, bool FOLD>
+__device__ __forceinline__ void softmax_tile(float (*s)[4], float *mloc, float scale_log2, float *m_run,
+                                             float *l_run, float *alpha) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+        if (FOLD) mloc[i] *= scale_log2; /* -inf stays -inf: scale > 0 */
+        float m_new = fmaxf(m_run[i], mloc[i]);
+        alpha[i] = m_new == -INFINITY ? 1.f : fa_exp2(m_run[i] - m_new);
+        m_run[i] = m_new;
+        l_run[i] *= alpha[i];
+    }
+    const float mu[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
+#pragma unroll
+    for (int nt = 0; nt < COLS / 8; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float e = FOLD ? fa_exp2(fmaf(s[nt][r], scale_log2, -mu[r >> 1])) : fa_exp2(s[nt][r] - mu[r >> 1]);
+            s[nt][r] = e;
+            l_run[r >> 1] += e;
+        }
+}
+
+template <int HD> __device__ __forceinline__ void rescale_rows(float (*o)[4], const float *alpha) {
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; dt++) {
+        o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
+        o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+    }
+}
+
+/* The forward's end for a warp's 16 rows from q0: the row sums over the 4 lanes, the
+ * logsumexp when asked, O / l stored. */
+template <int HD>
+__device__ __forceinline__ void fwd_finish(const fa_args &a, int64_t b, int64_t h, int64_t q0, int g, int c,
+                                           const float *m_run, float *l_run, float (*o)[4]) {
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
+        int64_t t = q0 + g + i * 8;
+        if (a.lse && c == 0 && t < a.Tq)
+            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
+    }
+    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+}
+
 /* PAGED: cache mode with nb != 1 (keys through the row's block table). Key tiles are
  * double-buffered: tile i + 1 is copied (cp.async) while tile i is computed. Causal
  * grids run their longest query tiles first. A warp skips the tiles none of its rows
@@ -345,17 +411,17 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     if (a.row_table) { /* cache mode: the row's first position and its blocks */
-        int64_t start = a.row_pos[b * a.Tq];
-        tab = a.row_table + b * a.nb, Tk = start + a.Tq;
-        int bad = start < 0 || Tk > a.nb * a.P;
+        int bad;
         if (PAGED) { /* every entry holding a key some query sees; block-uniform verdict */
+            int64_t start = a.row_pos[b * a.Tq];
+            tab = a.row_table + b * a.nb, Tk = start + a.Tq;
+            bad = start < 0 || Tk > a.nb * a.P;
             int64_t lo = a.window > 0 ? LM_MAX((int64_t)0, start + 1 - a.window) : 0;
             for (int64_t e = lo / a.P + threadIdx.x; !bad && e <= (Tk - 1) / a.P; e += NWARP * 32)
                 bad = tab[e] < 0 || tab[e] >= a.nblocks;
             bad = __syncthreads_or(bad);
-        } else if (!bad) { /* one entry: the row's slot is the K/V batch index */
-            kb = tab[0];
-            bad = kb < 0 || kb >= a.nblocks;
+        } else {
+            bad = !slot_row(a, b, &Tk, &kb);
         }
         if (bad) {
             const float nan2[2] = {NAN, NAN};
@@ -422,30 +488,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
         if (edge) fwd_scores<true>(s, tm, a.scale_log2, g, c, mloc);
         else fwd_scores<false>(s, tm, a.scale_log2, g, c, mloc);
         float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
-            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-            float m_new = fmaxf(m_run[i], mloc[i]);
-            alpha[i] = m_new == -INFINITY ? 1.f : fa_exp2(m_run[i] - m_new);
-            m_run[i] = m_new;
-            l_run[i] *= alpha[i];
-        }
-        /* a row that has seen only hidden keys subtracts 0: 2^-inf = 0 */
-        const float mu[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
-#pragma unroll
-        for (int nt = 0; nt < TILE / 8; nt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                float e = fa_exp2(s[nt][r] - mu[r >> 1]);
-                s[nt][r] = e;
-                l_run[r >> 1] += e;
-            }
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++) {
-            o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
-            o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
-        }
+        softmax_tile<TILE, false>(s, mloc, a.scale_log2, m_run, l_run, alpha);
+        rescale_rows<HD>(o, alpha);
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
             uint32_t pa[4] = {pk(s[2 * kk][0], s[2 * kk][1]), pk(s[2 * kk][2], s[2 * kk][3]),
@@ -460,17 +504,7 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
         }
     }
     cp_async_wait_all(); /* nothing left in flight at exit (an empty last group) */
-    float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
-        int64_t t = q0 + g + i * 8;
-        if (a.lse && c == 0 && t < a.Tq)
-            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
-    }
-    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+    fwd_finish<HD>(a, b, h, q0, g, c, m_run, l_run, o);
 }
 
 /* ---- forward on Hopper warpgroups (sm_90a) ------------------------------------------------- */
@@ -495,30 +529,35 @@ template <int HD> struct wg_tiles {
 };
 
 /* Rows [t0, t0 + R) of a view into a swizzled tile of R rows (rows past n as zeros),
- * by NT threads with cp.async. */
+ * by the block's NT threads with cp.async. Thread i copies 16-byte chunk i % (HD / 8) of
+ * rows i / (HD / 8) + j NT / (HD / 8): one row pointer and one shared offset (the row's
+ * swizzle, r % 8, is the same for all its rows), advanced by constants. */
 template <int HD, int R, int NT>
 __device__ __forceinline__ void stage_sw_async(const fa_view &v, int64_t b, int64_t h, int64_t t0, int64_t n,
                                                unsigned char *dst) {
-    constexpr int CH = HD / 8;
-    static_assert(R * CH % NT == 0, "tile chunks divide evenly among the threads");
+    constexpr int CH = HD / 8, RSTEP = NT / CH;
+    static_assert(NT % CH == 0 && R % RSTEP == 0 && RSTEP % 8 == 0, "tile chunks divide evenly among the threads");
+    const int r0 = threadIdx.x / CH, ch = threadIdx.x % CH;
+    const bf16 *src = row_ptr(v, b, h, t0 + r0) + ch * 8;
+    const int64_t step = RSTEP * v.st, left = n - t0 - r0; /* rows r0 + j RSTEP < left exist */
+    unsigned char *d = dst + sw_offset(R, r0, ch * 8);
 #pragma unroll
-    for (int j = 0; j < R * CH / NT; j++) {
-        int i = threadIdx.x + j * NT, row = i / CH, ch = i % CH;
-        int64_t t = t0 + row;
-        bool ok = t < n;
-        cp_async16(dst + sw_offset(R, row, ch * 8), ok ? row_ptr(v, b, h, t) + ch * 8 : (const bf16 *)v.p, ok);
+    for (int j = 0; j < R / RSTEP; j++) {
+        bool ok = j * RSTEP < left;
+        cp_async16(d + j * RSTEP * 128, ok ? src + j * step : (const bf16 *)v.p, ok);
     }
 }
 
-/* Descriptors into a swizzled tile of R rows: a K-major operand over rows [row0, row0 +
- * 64) (A) or all R rows (B) at k step kk (16 columns); an MN-major B over rows [k0, k0 +
- * 16) and every column. */
-template <int R> __device__ __forceinline__ uint64_t desc_k(const unsigned char *tile, int row0, int kk) {
-    return wg_desc(tile + (kk >> 2) * R * 128 + row0 * 128 + (kk & 3) * 32, 16, 1024);
+/* Descriptors into a swizzled tile of R rows, from the tile's base descriptor (wg_desc
+ * of its first byte; offsets stay inside the 14-bit address field): a K-major operand
+ * over rows [row0, row0 + 64) (A) or all R rows (B) at k step kk (16 columns); an
+ * MN-major B (base made with R * 128 as the leading offset) over rows [k0, k0 + 16) and
+ * every column. desc_at moves a base by a byte offset (another stage). */
+__device__ __forceinline__ uint64_t desc_at(uint64_t base, uint32_t bytes) { return base + (bytes >> 4); }
+template <int R> __device__ __forceinline__ uint64_t desc_k(uint64_t base, int row0, int kk) {
+    return desc_at(base, (kk >> 2) * R * 128 + row0 * 128 + (kk & 3) * 32);
 }
-template <int R> __device__ __forceinline__ uint64_t desc_mn(const unsigned char *tile, int k0) {
-    return wg_desc(tile + k0 * 128, R * 128, 1024);
-}
+template <int R> __device__ __forceinline__ uint64_t desc_mn(uint64_t base, int k0) { return desc_at(base, k0 * 128); }
 
 template <int N> __device__ __forceinline__ void wg_ss(float *d, uint64_t da, uint64_t db, int acc);
 template <> __device__ __forceinline__ void wg_ss<64>(float *d, uint64_t da, uint64_t db, int acc) {
@@ -561,19 +600,10 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
     float o[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    if (a.row_table) { /* cache mode, one entry a row: the row's slot is the K/V batch index */
-        int64_t start = a.row_pos[b * a.Tq];
-        Tk = start + a.Tq;
-        int bad = start < 0 || Tk > a.nb * a.P;
-        if (!bad) {
-            kb = a.row_table[b * a.nb];
-            bad = kb < 0 || kb >= a.nblocks;
-        }
-        if (bad) { /* block-uniform */
-            const float nan2[2] = {NAN, NAN};
-            store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
-            return;
-        }
+    if (a.row_table && !slot_row(a, b, &Tk, &kb)) { /* cache mode, one entry a row; block-uniform */
+        const float nan2[2] = {NAN, NAN};
+        store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, nan2, g, c);
+        return;
     }
     const int64_t off = Tk - a.Tq;
     const int64_t last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
@@ -581,6 +611,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
     const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / BK * BK : 0;
     /* (No branch around the products that the compiler cannot prove uniform: it would
      * serialize them.) */
+    const uint64_t qd = wg_desc(qs, 16, 1024), kd = wg_desc(ks, 16, 1024), vd = wg_desc(vs, BK * 128, 1024);
     stage_sw_async<HD, TILE, 128>(a.q, b, h, first_q, a.Tq, qs);
     if (kbegin < kend) {
         stage_sw_async<HD, BK, 128>(a.k, kb, kvh, kbegin, Tk, ks);
@@ -605,12 +636,12 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
-            wg_ss<BK>(&s[0][0], desc_k<TILE>(qs, 0, kk), desc_k<BK>(ks + st * W::TBYTES, 0, kk), kk > 0);
+            wg_ss<BK>(&s[0][0], desc_k<TILE>(qd, 0, kk), desc_k<BK>(desc_at(kd, st * W::TBYTES), 0, kk), kk > 0);
         wg_commit();
         if (!first) {
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++)
-                wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(vs + pst * W::TBYTES, kk * 16));
+                wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(desc_at(vd, pst * W::TBYTES), kk * 16));
             wg_commit();
             wg_wait<1>(); /* S is done */
         } else {
@@ -628,25 +659,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
             else fwd_scores<false, BK>(s, tm, a.scale_log2, g, c, mloc);
         }
         float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
-            mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-            if (FOLD) mloc[i] *= a.scale_log2; /* -inf stays -inf: scale > 0 */
-            float m_new = fmaxf(m_run[i], mloc[i]);
-            alpha[i] = m_new == -INFINITY ? 1.f : fa_exp2(m_run[i] - m_new);
-            m_run[i] = m_new;
-            l_run[i] *= alpha[i];
-        }
-        const float mu[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
-#pragma unroll
-        for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                float e = FOLD ? fa_exp2(fmaf(s[nt][r], a.scale_log2, -mu[r >> 1])) : fa_exp2(s[nt][r] - mu[r >> 1]);
-                s[nt][r] = e;
-                l_run[r >> 1] += e;
-            }
+        softmax_tile<BK, FOLD>(s, mloc, a.scale_log2, m_run, l_run, alpha);
         if (!first) { /* the previous P V has read pa and added into o */
             wg_wait<0>();
             wg_hold<HD / 2>(&o[0][0]);
@@ -656,11 +669,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
             pa[kk][0] = pk(s[2 * kk][0], s[2 * kk][1]), pa[kk][1] = pk(s[2 * kk][2], s[2 * kk][3]);
             pa[kk][2] = pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pa[kk][3] = pk(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++) {
-            o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
-            o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
-        }
+        rescale_rows<HD>(o, alpha);
     };
     if (kbegin < kend) {
         step(kbegin, 0, 0, true);
@@ -672,23 +681,14 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
         }
         wg_fence(); /* the last tile's P V */
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(vs + st * W::TBYTES, kk * 16));
+        for (int kk = 0; kk < BK / 16; kk++)
+            wg_rs_t<HD>(&o[0][0], pa[kk], desc_mn<BK>(desc_at(vd, st * W::TBYTES), kk * 16));
         wg_commit();
         wg_wait<0>();
         wg_hold<HD / 2>(&o[0][0]);
     }
     cp_async_wait_all();
-    float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-        inv[i] = l_run[i] > 0.f ? 1.f / l_run[i] : 0.f;
-        int64_t t = q0 + g + i * 8;
-        if (a.lse && c == 0 && t < a.Tq)
-            a.lse[(b * a.Hq + h) * a.Tq + t] = l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * LN2 : INFINITY;
-    }
-    store_rows<HD>(a.o, a.o_f32, b, h, q0, a.Tq, o, inv, g, c);
+    fwd_finish<HD>(a, b, h, q0, g, c, m_run, l_run, o);
 #else
     __trap(); /* launched only on sm_90 devices, which run the sm_90a build */
 #endif
@@ -769,6 +769,36 @@ __device__ __forceinline__ void two_products(const uint32_t (*a1)[4], const bf16
         }
 }
 
+/* dK/dV kernels' start for the block's keys from k0: the accumulators zeroed and the
+ * query tiles [qstart, qstop) that see them (causal: query i sees key j when i >= j -
+ * off; with a window only while i <= j - off + window - 1). */
+template <int HD>
+__device__ __forceinline__ void dkdv_start(const fa_args &a, int64_t k0, int64_t off, float (*dk)[4], float (*dv)[4],
+                                           int64_t *qstart, int64_t *qstop) {
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
+    *qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
+    *qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+}
+
+/* dK/dV kernels' end for a warp's 16 keys from kw: dK scaled, both stored (grouped
+ * heads: this query head's f32 share, summed by fa_group_sum). */
+template <int HD>
+__device__ __forceinline__ void dkdv_finish(const fa_args &a, int64_t b, int64_t h, int64_t kvh, int64_t kw, int g,
+                                            int c, float (*dk)[4], float (*dv)[4]) {
+    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
+    if (a.pk) {
+        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
+        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
+        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
+        return;
+    }
+    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
+    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+}
+
 /* ---- backward: dK, dV ----------------------------------------------------------------------- */
 /* Query tiles (Q, dO, their L and D) are double-buffered in shared memory: tile i + 1
  * is copied (cp.async) while tile i is computed. */
@@ -788,14 +818,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dkdv(fa_args 
     load_a<HD>(ka, a.k, b, kvh, kw, a.Tk, g, c);
     load_a<HD>(va, a.v, b, kvh, kw, a.Tk, g, c);
     float dk[HD / 8][4], dv[HD / 8][4];
-#pragma unroll
-    for (int i = 0; i < HD / 8; i++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
-    /* causal: query i sees key j when i >= j - off; the block's first key is k0. With a
-     * window, query i sees key j only while i <= j - off + window - 1. */
-    const int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
-    const int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+    int64_t qstart, qstop;
+    dkdv_start<HD>(a, k0, off, dk, dv, &qstart, &qstop);
     /* query tile q0 into buffer bf: Q, dO and their L and D (rows past Tq read as 0: masked) */
     auto stage = [&](int64_t q0, int bf) {
         stage2_async<HD>(a.q, a.dout, b, h, q0, a.Tq, qs + bf * STAGE, ds + bf * STAGE);
@@ -841,15 +865,7 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dkdv(fa_args 
         }
     }
     cp_async_wait_all();
-    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
-    if (a.pk) { /* grouped: this query head's share, summed by fa_group_sum */
-        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
-        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
-        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
-        return;
-    }
-    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
-    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+    dkdv_finish<HD>(a, b, h, kvh, kw, g, c, dk, dv);
 }
 
 /* dK, dV [b, kvh, j, :] = sum over the group's query heads (in head order) of the
@@ -879,6 +895,21 @@ __global__ void fa_group_sum(fa_args a, int64_t B) {
     }
 }
 
+/* dQ kernels' start for a warp's rows from q0: each row half's L (log2 units) and D
+ * (rows past Tq: L = inf, so p = 0), and the accumulator zeroed. */
+template <int HD>
+__device__ __forceinline__ void dq_start(const fa_args &a, int64_t b, int64_t h, int64_t q0, int g, float *L,
+                                         float *Dr, float (*dq)[4]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int64_t t = q0 + g + i * 8;
+        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] * LOG2E : INFINITY;
+        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+}
+
 /* ---- backward: dQ --------------------------------------------------------------------------- */
 /* Key tiles (K, V) double-buffered as in the forward. */
 template <int HD>
@@ -894,16 +925,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dq(fa_args a)
     uint32_t qa[HD / 16][4], oa[HD / 16][4];
     load_a<HD>(qa, a.q, b, h, q0, a.Tq, g, c);
     load_a<HD>(oa, a.dout, b, h, q0, a.Tq, g, c);
-    float L[2], Dr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int64_t t = q0 + g + i * 8;
-        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] * LOG2E : INFINITY;
-        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
-    }
-    float dq[HD / 8][4];
-#pragma unroll
-    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    float L[2], Dr[2], dq[HD / 8][4];
+    dq_start<HD>(a, b, h, q0, g, L, Dr, dq);
     const int64_t first_q = qtile * TILE, last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
     const int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
     const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
@@ -957,6 +980,24 @@ template <int HD> struct wgb_tiles {
     static constexpr size_t SMEM = 1024 + 6 * TB + sizeof(float) * 4 * TILE; /* own 2, walked 2 x 2, L and D */
 };
 
+/* two_products on warpgroups: p = A1 X^T and dp = A2 Y^T over HD, all four operands
+ * 64-row K-major tiles given by their base descriptors; returns with both done. */
+template <int HD>
+__device__ __forceinline__ void two_products_wg(uint64_t a1, uint64_t x, uint64_t a2, uint64_t y, float (*p)[4],
+                                                float (*dp)[4]) {
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wg_ss<TILE>(&p[0][0], desc_k<TILE>(a1, 0, kk), desc_k<TILE>(x, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wg_ss<TILE>(&dp[0][0], desc_k<TILE>(a2, 0, kk), desc_k<TILE>(y, 0, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<TILE / 2>(&p[0][0]);
+    wg_hold<TILE / 2>(&dp[0][0]);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -970,12 +1011,8 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
     const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16;
     const int64_t rows = (b * a.Hq + h) * a.Tq;
     float dk[HD / 8][4], dv[HD / 8][4];
-#pragma unroll
-    for (int i = 0; i < HD / 8; i++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.f;
-    const int64_t qstart = a.causal ? LM_MAX((int64_t)0, k0 - off) / TILE * TILE : 0;
-    const int64_t qstop = a.window > 0 ? LM_MIN(a.Tq, k0 + TILE - 1 - off + a.window) : a.Tq;
+    int64_t qstart, qstop;
+    dkdv_start<HD>(a, k0, off, dk, dv, &qstart, &qstop);
     auto stage = [&](int64_t q0, int bf) {
         stage_sw_async<HD, TILE, 128>(a.q, b, h, q0, a.Tq, qs + bf * W::TB);
         stage_sw_async<HD, TILE, 128>(a.dout, b, h, q0, a.Tq, ds + bf * W::TB);
@@ -988,6 +1025,9 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
     stage_sw_async<HD, TILE, 128>(a.k, b, kvh, k0, a.Tk, ks);
     stage_sw_async<HD, TILE, 128>(a.v, b, kvh, k0, a.Tk, vs);
     if (qstart < qstop) stage(qstart, 0);
+    const uint64_t kd = wg_desc(ks, 16, 1024), vd = wg_desc(vs, 16, 1024);
+    const uint64_t qkd = wg_desc(qs, 16, 1024), dkd = wg_desc(ds, 16, 1024); /* K-major views of Q, dO */
+    const uint64_t qmd = wg_desc(qs, TILE * 128, 1024), dmd = wg_desc(ds, TILE * 128, 1024); /* MN-major */
     cp_async_commit();
     int buf = 0;
     for (int64_t q0 = qstart; q0 < qstop; q0 += TILE, buf ^= 1) {
@@ -996,20 +1036,11 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
         __syncthreads();
         if (q0 + TILE < qstop) stage(q0 + TILE, buf ^ 1);
         cp_async_commit();
-        const unsigned char *qt = qs + buf * W::TB, *dt = ds + buf * W::TB;
+        const uint64_t qt = desc_at(qkd, buf * W::TB), dt = desc_at(dkd, buf * W::TB);
+        const uint64_t qtm = desc_at(qmd, buf * W::TB), dtm = desc_at(dmd, buf * W::TB);
         const float *lt = lq + buf * TILE, *dtt = dq + buf * TILE;
         float p[TILE / 8][4], dp[TILE / 8][4];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) /* S^T = K Q^T, dP^T = V dO^T */
-            wg_ss<TILE>(&p[0][0], desc_k<TILE>(ks, 0, kk), desc_k<TILE>(qt, 0, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-            wg_ss<TILE>(&dp[0][0], desc_k<TILE>(vs, 0, kk), desc_k<TILE>(dt, 0, kk), kk > 0);
-        wg_commit();
-        wg_wait<0>();
-        wg_hold<TILE / 2>(&p[0][0]);
-        wg_hold<TILE / 2>(&dp[0][0]);
+        two_products_wg<HD>(kd, qt, vd, dt, p, dp); /* S^T = K Q^T, dP^T = V dO^T */
         const bool edge = kw + 16 > a.Tk || q0 + TILE > a.Tq || (a.causal && kw + 15 > q0 + off) || a.window > 0;
         const tile_mask tm = mask_of(a, q0, kw, a.Tk, off);
         const int qn = clamp128(a.Tq - q0);
@@ -1026,8 +1057,8 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
-            wg_rs_t<HD>(&dv[0][0], pa[kk], desc_mn<TILE>(dt, kk * 16)); /* dV += P^T dO */
-            wg_rs_t<HD>(&dk[0][0], sa[kk], desc_mn<TILE>(qt, kk * 16)); /* dK += dS^T Q */
+            wg_rs_t<HD>(&dv[0][0], pa[kk], desc_mn<TILE>(dtm, kk * 16)); /* dV += P^T dO */
+            wg_rs_t<HD>(&dk[0][0], sa[kk], desc_mn<TILE>(qtm, kk * 16)); /* dK += dS^T Q */
         }
         wg_commit();
         wg_wait<0>();
@@ -1035,15 +1066,7 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
         wg_hold<HD / 2>(&dk[0][0]);
     }
     cp_async_wait_all();
-    const float one[2] = {1.f, 1.f}, sc[2] = {a.scale, a.scale};
-    if (a.pk) {
-        fa_view pk = {a.pk, a.Hq * a.Tk * HD, a.Tk * HD, HD}, pv = {a.pv, a.Hq * a.Tk * HD, a.Tk * HD, HD};
-        store_rows<HD>(pk, 1, b, h, kw, a.Tk, dk, sc, g, c);
-        store_rows<HD>(pv, 1, b, h, kw, a.Tk, dv, one, g, c);
-        return;
-    }
-    if (a.dk.p) store_rows<HD>(a.dk, a.dk_f32, b, kvh, kw, a.Tk, dk, sc, g, c);
-    if (a.dv.p) store_rows<HD>(a.dv, a.dv_f32, b, kvh, kw, a.Tk, dv, one, g, c);
+    dkdv_finish<HD>(a, b, h, kvh, kw, g, c, dk, dv);
 #else
     __trap();
 #endif
@@ -1060,22 +1083,16 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
     const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
     const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16;
-    float L[2], Dr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int64_t t = q0 + g + i * 8;
-        L[i] = t < a.Tq ? a.lse[(b * a.Hq + h) * a.Tq + t] * LOG2E : INFINITY;
-        Dr[i] = t < a.Tq ? a.dd[(b * a.Hq + h) * a.Tq + t] : 0.f;
-    }
-    float dq[HD / 8][4];
-#pragma unroll
-    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    float L[2], Dr[2], dq[HD / 8][4];
+    dq_start<HD>(a, b, h, q0, g, L, Dr, dq);
     const int64_t last_q = LM_MIN(a.Tq, first_q + TILE) - 1;
     const int64_t kend = a.causal ? LM_MIN(a.Tk, last_q + off + 1) : a.Tk;
     const int64_t kbegin = a.window > 0 ? LM_MAX((int64_t)0, first_q + off - a.window + 1) / TILE * TILE : 0;
     /* the warpgroup's keys: the block's (its 64 rows are the block's) */
     stage_sw_async<HD, TILE, 128>(a.q, b, h, first_q, a.Tq, qs);
     stage_sw_async<HD, TILE, 128>(a.dout, b, h, first_q, a.Tq, os);
+    const uint64_t qd = wg_desc(qs, 16, 1024), od = wg_desc(os, 16, 1024);
+    const uint64_t kkd = wg_desc(ks, 16, 1024), vkd = wg_desc(vs, 16, 1024), kmd = wg_desc(ks, TILE * 128, 1024);
     if (kbegin < kend) {
         stage_sw_async<HD, TILE, 128>(a.k, b, kvh, kbegin, a.Tk, ks);
         stage_sw_async<HD, TILE, 128>(a.v, b, kvh, kbegin, a.Tk, vs);
@@ -1091,19 +1108,10 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
             stage_sw_async<HD, TILE, 128>(a.v, b, kvh, k0 + TILE, a.Tk, vs + (buf ^ 1) * W::TB);
         }
         cp_async_commit();
-        const unsigned char *kt = ks + buf * W::TB, *vt = vs + buf * W::TB;
+        const uint64_t kt = desc_at(kkd, buf * W::TB), vt = desc_at(vkd, buf * W::TB);
+        const uint64_t ktm = desc_at(kmd, buf * W::TB);
         float p[TILE / 8][4], dp[TILE / 8][4];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) /* S = Q K^T, dP = dO V^T */
-            wg_ss<TILE>(&p[0][0], desc_k<TILE>(qs, 0, kk), desc_k<TILE>(kt, 0, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-            wg_ss<TILE>(&dp[0][0], desc_k<TILE>(os, 0, kk), desc_k<TILE>(vt, 0, kk), kk > 0);
-        wg_commit();
-        wg_wait<0>();
-        wg_hold<TILE / 2>(&p[0][0]);
-        wg_hold<TILE / 2>(&dp[0][0]);
+        two_products_wg<HD>(qd, kt, od, vt, p, dp); /* S = Q K^T, dP = dO V^T */
         const bool edge = k0 + TILE > a.Tk || q0 + 16 > a.Tq || (a.causal && k0 + TILE - 1 > q0 + off) || a.window > 0;
         const tile_mask tm = mask_of(a, q0, k0, a.Tk, off);
         const int qn = clamp128(a.Tq - q0);
@@ -1117,7 +1125,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
         }
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) wg_rs_t<HD>(&dq[0][0], sa[kk], desc_mn<TILE>(kt, kk * 16)); /* dQ += dS K */
+        for (int kk = 0; kk < TILE / 16; kk++) wg_rs_t<HD>(&dq[0][0], sa[kk], desc_mn<TILE>(ktm, kk * 16)); /* dQ += dS K */
         wg_commit();
         wg_wait<0>();
         wg_hold<HD / 2>(&dq[0][0]);
