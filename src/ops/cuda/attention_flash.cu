@@ -1198,11 +1198,12 @@ static lm_status launch_fwd_wg(const fa_args &a, int64_t B, cudaStream_t s) {
     return lm__cuda_launched("flash attention forward (wgmma)");
 }
 
-/* The wgmma forward runs on sm_90 devices unless LOOM_FLASH_WGMMA=0 (read on each call:
- * tests and benchmarks compare the two kernels in one process). */
+/* The wgmma kernels run where the build and the device allow (lm__cuda_sm90a) unless
+ * LOOM_FLASH_WGMMA=0 (read on each call: tests and benchmarks compare the two kernel
+ * forms in one process). */
 static int use_wgmma(void) {
     const char *e = getenv("LOOM_FLASH_WGMMA");
-    return !(e && e[0] == '0' && e[1] == 0) && lm__cuda_is_sm90();
+    return !(e && e[0] == '0' && e[1] == 0) && lm__cuda_sm90a();
 }
 
 template <int HD>

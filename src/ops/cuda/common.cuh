@@ -123,9 +123,12 @@ static inline int lm__cuda_sm_count(void) {
     return cached[dev];
 }
 
-/* 1 when the current device is compute capability 9.0 (Hopper: the build's sm_90a
- * machine code runs there, so its wgmma kernels may be launched), cached per device. */
-static inline int lm__cuda_is_sm90(void) {
+/* 1 when kernels written for sm_90a (wgmma) may be launched: the build carries sm_90a
+ * machine code (LOOM_CUDA_SM90A, set by CMake from the architectures) and the current
+ * device is compute capability 9.0, where that code is the one that runs (cached per
+ * device). */
+static inline int lm__cuda_sm90a(void) {
+#ifdef LOOM_CUDA_SM90A
     static int cached[LM__CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
     int dev = 0;
     cudaGetDevice(&dev);
@@ -137,6 +140,9 @@ static inline int lm__cuda_is_sm90(void) {
         cached[dev] = major == 9 && minor == 0 ? 1 : 2;
     }
     return cached[dev] == 1;
+#else
+    return 0;
+#endif
 }
 
 /* Shared memory one block may opt in to on the current device (cached per device;
