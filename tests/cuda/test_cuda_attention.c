@@ -7,9 +7,10 @@
  *    3 keys to 2000 keys, one split up to eight splits of 256 keys combined by the last
  *    block, f32 and bf16 q and out, windows), run twice to prove the split counters
  *    are left at zero (what graph replay relies on); the tensor-core flash kernel for
- *    prefill (its wgmma form on an sm_90 device and its mma.sync form, each case both) (head dims 64 and 128, two rows with different cached prefixes, partial
- *    query tiles, windows, cache positions past the written range poisoned with NaN:
- *    they must never leak into the output); a row naming a slot outside the cache.
+ *    prefill, each case in its wgmma form (on an sm_90 device) and its mma.sync form
+ *    (head dims 64 and 128, two rows with different cached prefixes, partial query
+ *    tiles, windows, cache positions past the written range poisoned with NaN: they
+ *    must never leak into the output); a row naming a slot outside the cache.
  * The reference runs in f32 on the same bf16-rounded q/K/V. Gates: the rows kernel
  * keeps probabilities in f32 (NMSE 1e-9 for f32 out); the flash kernel rounds P to
  * bf16 for the P V product (relative 2^-9 per weight, NMSE ~1e-6): NMSE 2e-5 / max-abs
@@ -143,9 +144,9 @@ static void check_cache_attention(const cache_case *c) {
         char what[192];
         snprintf(what, sizeof what,
                  "attention_cache %s B %d T %lld G %d hd %lld max_t %lld window %lld q %s out %s ws %d run %d",
-                 flash ? (rep < 3 ? "flash (wgmma)" : "flash (mma.sync)") : kernel, c->B, (long long)c->T, c->Hq / c->Hkv, (long long)c->hd,
-                 (long long)c->max_t, (long long)c->window, lm_dtype_name(c->q_dt), lm_dtype_name(c->out_dt),
-                 ws != NULL, rep);
+                 flash ? (rep < 3 ? "flash (wgmma)" : "flash (mma.sync)") : kernel, c->B, (long long)c->T,
+                 c->Hq / c->Hkv, (long long)c->hd, (long long)c->max_t, (long long)c->window,
+                 lm_dtype_name(c->q_dt), lm_dtype_name(c->out_dt), ws != NULL, rep);
         /* rows keep probabilities in f32; flash rounds P to bf16 for P V (NMSE ~1e-6) */
         double nmse = flash ? (c->out_dt == LM_BF16 ? 5e-5 : 2e-5) : c->out_dt == LM_BF16 ? ct_nmse(LM_BF16) : 1e-9;
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), nmse,

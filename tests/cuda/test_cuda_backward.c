@@ -653,11 +653,11 @@ static void check_flash_lse(const lm_tensor_view *qh, const lm_tensor_view *qd, 
                 want[(b * Hq + h) * Tq + i] = (float)(last >= first ? mx + log(sum) : INFINITY);
             }
     free(q), free(k), free(s);
-    snprintf(what, sizeof what, "flash attention_lse out D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s", (long long)D,
-             (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
+    snprintf(what, sizeof what, "flash attention_lse out D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s",
+             (long long)D, (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
     ct_check(g_ctx, what, &o, DV(o), lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
-    snprintf(what, sizeof what, "flash attention_lse lse D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s", (long long)D,
-             (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
+    snprintf(what, sizeof what, "flash attention_lse lse D %lld Tq %lld Tk %lld causal %d window %lld wgmma %s",
+             (long long)D, (long long)Tq, (long long)Tk, causal, (long long)window, getenv("LOOM_FLASH_WGMMA"));
     ct_check(g_ctx, what, &lse, DV(lse), lm_tensor_as_view(wl), 1e-10, 1e-4);
     for (int f32 = 0; f32 < 2; f32++) {
         lm_dtype gt = f32 ? LM_F32 : LM_BF16;
@@ -713,8 +713,8 @@ static void flash_cases(int kern) {
                 lm_tensor *wo = lt_poisoned_tensor(LM_BF16, 4, os);
                 LT_CHECK_OK(lm_attention_out(g_ref, &qh, &kh, &vh, scale, causal, lm_tensor_as_view(wo)));
                 LT_CHECK_OK(lm_attention_out(g_ctx, &qd, &kd, &vd, scale, causal, &od));
-                snprintf(what, sizeof what, "flash attention out D %lld Tq %lld Tk %lld causal %d wgmma %s", (long long)D,
-                         (long long)Tq, (long long)Tk, causal, getenv("LOOM_FLASH_WGMMA"));
+                snprintf(what, sizeof what, "flash attention out D %lld Tq %lld Tk %lld causal %d wgmma %s",
+                         (long long)D, (long long)Tq, (long long)Tk, causal, getenv("LOOM_FLASH_WGMMA"));
                 ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(wo), 1e-4, ct_abs(LM_BF16, 2.0));
                 ct_pair_free(&o);
                 lm_tensor_destroy(wo);

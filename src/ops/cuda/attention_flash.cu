@@ -1125,7 +1125,8 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
         }
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) wg_rs_t<HD>(&dq[0][0], sa[kk], desc_mn<TILE>(ktm, kk * 16)); /* dQ += dS K */
+        for (int kk = 0; kk < TILE / 16; kk++) /* dQ += dS K */
+            wg_rs_t<HD>(&dq[0][0], sa[kk], desc_mn<TILE>(ktm, kk * 16));
         wg_commit();
         wg_wait<0>();
         wg_hold<HD / 2>(&dq[0][0]);
