@@ -131,6 +131,24 @@ static inline ct_pair ct_poisoned_strided(lm_dtype dt, int nd, const int64_t *sh
 }
 
 /* Skips (exit 77) without a GPU; returns a CUDA context otherwise. */
+/* Sets LOOM_FLASH_WGMMA to form (1 wgmma, 0 mma.sync) and checks the flash kernels
+ * take it: the wgmma form on a compute 9.0 device when the build has sm_90a code, the
+ * mma.sync form everywhere else (so a pass meant for the wgmma kernels cannot quietly
+ * test the mma.sync ones). */
+static inline void ct_flash_form(int form) {
+    setenv("LOOM_FLASH_WGMMA", form ? "1" : "0", 1);
+    int want = 0;
+#ifdef LOOM_CUDA_SM90A
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    want = form && major == 9 && minor == 0;
+#endif
+    LT_CHECK_MSG(lm__cuda_flash_attention_wgmma() == want, "flash kernels: wgmma form %d, expected %d",
+                 lm__cuda_flash_attention_wgmma(), want);
+}
+
 static inline lm_ctx *ct_start(void) {
     if (lm_cuda_device_count() == 0) lt_skip("no CUDA device");
     lm_ctx *g = NULL;

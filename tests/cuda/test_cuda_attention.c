@@ -136,7 +136,7 @@ static void check_cache_attention(const cache_case *c) {
         const char *kernel = kernels[rep / 2];
         setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
         /* flash: the wgmma forward (on an sm_90 device) in runs 0-2, the mma.sync one in 3-5 */
-        setenv("LOOM_FLASH_WGMMA", rep < 3 ? "1" : "0", 1);
+        ct_flash_form(rep < 3);
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
         LT_CHECK_OK(lm_attention_cache_out(g_ctx, lm_tensor_as_view(q.d), lm_tensor_as_view(kc.d),
                                            lm_tensor_as_view(vc.d), lm_tensor_as_view(so.d), lm_tensor_as_view(po.d),

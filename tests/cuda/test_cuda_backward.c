@@ -694,12 +694,12 @@ static void flash_cases(int kern) {
      * the workspace follow an odd number of row statistics; the last: 5 query tiles and 3
      * key tiles of the wgmma forward (the last ones partial) */
     static const int64_t tqk[5][2] = {{100, 100}, {100, 130}, {64, 64}, {33, 33}, {300, 300}};
-    setenv("LOOM_FLASH_WGMMA", kern ? "1" : "0", 1);
+    ct_flash_form(kern);
     for (int di = 0; di < 2; di++)
         for (int ti = 0; ti < 5; ti++) {
             int64_t B = ti == 3 ? 1 : 2, Hq = ti == 3 ? 3 : 4, Hkv = ti == 3 ? 1 : 2, D = dims[di], Tq = tqk[ti][0],
                     Tk = tqk[ti][1];
-            lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 4 + ti));
+            lt_rng r = lt_rng_seed(700 + (uint64_t)(di * 5 + ti));
             lm_tensor_view qh, qd, kh, kd, vh, vd, dyh, dyd;
             ct_pair q = bthd(&r, B, Tq, Hq, D, 1.0, &qh, &qd), k = bthd(&r, B, Tk, Hkv, D, 1.0, &kh, &kd);
             ct_pair v = bthd(&r, B, Tk, Hkv, D, 1.0, &vh, &vd), dy = bthd(&r, B, Tq, Hq, D, 1.0, &dyh, &dyd);

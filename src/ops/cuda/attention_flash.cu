@@ -116,6 +116,13 @@ __device__ __forceinline__ uint32_t pk(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
+/* The A fragment (bf16 pairs) of k-chunk kk (16 columns) from f32 C-layout tiles x: the
+ * C layout of two adjacent n-tiles is the A layout of one k-chunk. */
+__device__ __forceinline__ void pack_a(const float (*x)[4], int kk, uint32_t *a) {
+    a[0] = pk(x[2 * kk][0], x[2 * kk][1]), a[1] = pk(x[2 * kk][2], x[2 * kk][3]);
+    a[2] = pk(x[2 * kk + 1][0], x[2 * kk + 1][1]), a[3] = pk(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
 __device__ __forceinline__ const bf16 *row_ptr(const fa_view &v, int64_t b, int64_t h, int64_t t) {
     return (const bf16 *)v.p + b * v.sb + h * v.sh + t * v.st;
 }
@@ -278,11 +285,11 @@ __device__ __forceinline__ bool masked(const tile_mask &t, int qi, int kj) {
  * mask (instantiated twice: the mask would otherwise cost every tile as much as the
  * rest of the pass). (g, c) is the lane's fragment position (C layout). */
 /* forward: s *= scale (log2 domain), hidden -> -inf; mloc[i] = max of row half i */
-template <bool EDGE, int COLS = TILE>
+template <bool EDGE>
 __device__ __forceinline__ void fwd_scores(float (*s)[4], const tile_mask &tm, float scale_log2, int g, int c,
                                            float *mloc) {
 #pragma unroll
-    for (int nt = 0; nt < COLS / 8; nt++)
+    for (int nt = 0; nt < TILE / 8; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             float v = s[nt][r] * scale_log2;
@@ -492,8 +499,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
         rescale_rows<HD>(o, alpha);
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
-            uint32_t pa[4] = {pk(s[2 * kk][0], s[2 * kk][1]), pk(s[2 * kk][2], s[2 * kk][3]),
-                              pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[4];
+            pack_a(s, kk, pa);
 #pragma unroll
             for (int dt = 0; dt < HD / 8; dt += 2) {
                 uint32_t r[4];
@@ -521,7 +528,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_fwd(fa_args a
  * Measured on the H200 (bench/NOTES.md, training v15): 128-key tiles and two
  * warpgroups sharing a block's K/V tiles were slower; so was this kernel without the
  * pipelining. Not for paged caches (their rows are gathered through the table:
- * fa_fwd<HD, true>). FOLD: the scale folded into the exponent (needs scale > 0). */
+ * fa_fwd<HD, true>) and only for scale > 0 (folded into the exponent's FMA; others take
+ * fa_fwd). */
 template <int HD> struct wg_tiles {
     static constexpr int NS = 3;                                     /* K/V stages */
     static constexpr int TBYTES = TILE * HD * 2;                     /* Q, or one K or V stage */
@@ -559,10 +567,6 @@ template <int R> __device__ __forceinline__ uint64_t desc_k(uint64_t base, int r
 }
 template <int R> __device__ __forceinline__ uint64_t desc_mn(uint64_t base, int k0) { return desc_at(base, k0 * 128); }
 
-template <int N> __device__ __forceinline__ void wg_ss(float *d, uint64_t da, uint64_t db, int acc);
-template <> __device__ __forceinline__ void wg_ss<64>(float *d, uint64_t da, uint64_t db, int acc) {
-    wg_ss_n64(d, da, db, acc);
-}
 template <int N> __device__ __forceinline__ void wg_rs_t(float *d, const uint32_t *a, uint64_t db);
 template <> __device__ __forceinline__ void wg_rs_t<64>(float *d, const uint32_t *a, uint64_t db) {
     wg_rs_n64_t(d, a, db);
@@ -584,7 +588,7 @@ __device__ __forceinline__ void raw_scores(float (*s)[4], const tile_mask &tm, i
         }
 }
 
-template <int HD, bool FOLD>
+template <int HD>
 __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef wg_tiles<HD> W;
@@ -636,7 +640,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
-            wg_ss<BK>(&s[0][0], desc_k<TILE>(qd, 0, kk), desc_k<BK>(desc_at(kd, st * W::TBYTES), 0, kk), kk > 0);
+            wg_ss_n64(&s[0][0], desc_k<TILE>(qd, 0, kk), desc_k<BK>(desc_at(kd, st * W::TBYTES), 0, kk), kk > 0);
         wg_commit();
         if (!first) {
 #pragma unroll
@@ -651,24 +655,16 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
         float mloc[2] = {-INFINITY, -INFINITY};
         const bool edge = k0 + BK > Tk || (a.causal && k0 + BK - 1 > q0 + off) || a.window > 0;
         const tile_mask tm = mask_of(a, q0, k0, Tk, off);
-        if (FOLD) {
-            if (edge) raw_scores<true, BK>(s, tm, g, c, mloc);
-            else raw_scores<false, BK>(s, tm, g, c, mloc);
-        } else {
-            if (edge) fwd_scores<true, BK>(s, tm, a.scale_log2, g, c, mloc);
-            else fwd_scores<false, BK>(s, tm, a.scale_log2, g, c, mloc);
-        }
+        if (edge) raw_scores<true, BK>(s, tm, g, c, mloc);
+        else raw_scores<false, BK>(s, tm, g, c, mloc);
         float alpha[2];
-        softmax_tile<BK, FOLD>(s, mloc, a.scale_log2, m_run, l_run, alpha);
+        softmax_tile<BK, true>(s, mloc, a.scale_log2, m_run, l_run, alpha);
         if (!first) { /* the previous P V has read pa and added into o */
             wg_wait<0>();
             wg_hold<HD / 2>(&o[0][0]);
         }
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            pa[kk][0] = pk(s[2 * kk][0], s[2 * kk][1]), pa[kk][1] = pk(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = pk(s[2 * kk + 1][0], s[2 * kk + 1][1]), pa[kk][3] = pk(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < BK / 16; kk++) pack_a(s, kk, pa[kk]);
         rescale_rows<HD>(o, alpha);
     };
     if (kbegin < kend) {
@@ -848,10 +844,9 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dkdv(fa_args 
         else dkdv_probs<false>(p, dp, lt, dtt, tm, qn, a.scale_log2, g, c);
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
-            uint32_t pa[4] = {pk(p[2 * kk][0], p[2 * kk][1]), pk(p[2 * kk][2], p[2 * kk][3]),
-                              pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pk(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-            uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
-                              pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            uint32_t pa[4], sa[4];
+            pack_a(p, kk, pa);
+            pack_a(dp, kk, sa);
 #pragma unroll
             for (int d8 = 0; d8 < HD / 8; d8 += 2) {
                 uint32_t r[4];
@@ -952,8 +947,8 @@ __global__ void __launch_bounds__(NWARP * 32, HD == 64 ? 3 : 2) fa_dq(fa_args a)
         else dq_scores<false>(p, dp, L, Dr, tm, qn, a.scale_log2, g, c);
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
-            uint32_t sa[4] = {pk(dp[2 * kk][0], dp[2 * kk][1]), pk(dp[2 * kk][2], dp[2 * kk][3]),
-                              pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            uint32_t sa[4];
+            pack_a(dp, kk, sa);
 #pragma unroll
             for (int d8 = 0; d8 < HD / 8; d8 += 2) {
                 uint32_t r[4];
@@ -988,10 +983,10 @@ __device__ __forceinline__ void two_products_wg(uint64_t a1, uint64_t x, uint64_
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        wg_ss<TILE>(&p[0][0], desc_k<TILE>(a1, 0, kk), desc_k<TILE>(x, 0, kk), kk > 0);
+        wg_ss_n64(&p[0][0], desc_k<TILE>(a1, 0, kk), desc_k<TILE>(x, 0, kk), kk > 0);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
-        wg_ss<TILE>(&dp[0][0], desc_k<TILE>(a2, 0, kk), desc_k<TILE>(y, 0, kk), kk > 0);
+        wg_ss_n64(&dp[0][0], desc_k<TILE>(a2, 0, kk), desc_k<TILE>(y, 0, kk), kk > 0);
     wg_commit();
     wg_wait<0>();
     wg_hold<TILE / 2>(&p[0][0]);
@@ -1048,12 +1043,7 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
         else dkdv_probs<false>(p, dp, lt, dtt, tm, qn, a.scale_log2, g, c);
         uint32_t pa[TILE / 16][4], sa[TILE / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {
-            pa[kk][0] = pk(p[2 * kk][0], p[2 * kk][1]), pa[kk][1] = pk(p[2 * kk][2], p[2 * kk][3]);
-            pa[kk][2] = pk(p[2 * kk + 1][0], p[2 * kk + 1][1]), pa[kk][3] = pk(p[2 * kk + 1][2], p[2 * kk + 1][3]);
-            sa[kk][0] = pk(dp[2 * kk][0], dp[2 * kk][1]), sa[kk][1] = pk(dp[2 * kk][2], dp[2 * kk][3]);
-            sa[kk][2] = pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), sa[kk][3] = pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < TILE / 16; kk++) pack_a(p, kk, pa[kk]), pack_a(dp, kk, sa[kk]);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) {
@@ -1119,10 +1109,7 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
         else dq_scores<false>(p, dp, L, Dr, tm, qn, a.scale_log2, g, c);
         uint32_t sa[TILE / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {
-            sa[kk][0] = pk(dp[2 * kk][0], dp[2 * kk][1]), sa[kk][1] = pk(dp[2 * kk][2], dp[2 * kk][3]);
-            sa[kk][2] = pk(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), sa[kk][3] = pk(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < TILE / 16; kk++) pack_a(dp, kk, sa[kk]);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; kk++) /* dQ += dS K */
@@ -1186,16 +1173,16 @@ static lm_status launch_fwd(const fa_args &a, int64_t B, cudaStream_t s) {
     return lm__cuda_launched("flash attention forward");
 }
 
-static lm__cuda_kernel_facts wg_facts[2][2]; /* [HD 128][FOLD] */
+static lm__cuda_kernel_facts wg_facts[2]; /* [HD 128] */
 
-template <int HD, bool FOLD>
+template <int HD>
 static lm_status launch_fwd_wg(const fa_args &a, int64_t B, cudaStream_t s) {
-    const void *k = (const void *)fa_fwd_wg<HD, FOLD>;
+    const void *k = (const void *)fa_fwd_wg<HD>;
     int per_sm = 0;
-    LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&wg_facts[HD == 128][FOLD], k, 128, wg_tiles<HD>::SMEM, &per_sm),
+    LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&wg_facts[HD == 128], k, 128, wg_tiles<HD>::SMEM, &per_sm),
                           "flash attention forward (wgmma): kernel attributes"));
     dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-    fa_fwd_wg<HD, FOLD><<<grid, 128, wg_tiles<HD>::SMEM, s>>>(a);
+    fa_fwd_wg<HD><<<grid, 128, wg_tiles<HD>::SMEM, s>>>(a);
     return lm__cuda_launched("flash attention forward (wgmma)");
 }
 
@@ -1207,11 +1194,12 @@ static int use_wgmma(void) {
     return !(e && e[0] == '0' && e[1] == 0) && lm__cuda_sm90a();
 }
 
+int lm__cuda_flash_attention_wgmma(void) { return use_wgmma(); }
+
 template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
     if (a.row_table && a.nb != 1) return launch_fwd<HD, true>(a, B, s);
-    if (!use_wgmma()) return launch_fwd<HD, false>(a, B, s);
-    return a.scale > 0 ? launch_fwd_wg<HD, true>(a, B, s) : launch_fwd_wg<HD, false>(a, B, s);
+    return use_wgmma() && a.scale > 0 ? launch_fwd_wg<HD>(a, B, s) : launch_fwd<HD, false>(a, B, s);
 }
 
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,

@@ -72,6 +72,9 @@ lm_status lm__cuda_attention(const lm_tensor_view *q, const lm_tensor_view *k, c
  * Tk >= Tq when causal; out (or a gradient) bf16 or f32; window as lm_attention_window_out. */
 int lm__cuda_flash_attention_supports(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                       int causal, const lm_tensor_view *out);
+/* 1 when the flash kernels take their wgmma form now (an sm_90 device, a build with
+ * sm_90a code, LOOM_FLASH_WGMMA not 0): what the tests check they exercised. */
+int lm__cuda_flash_attention_wgmma(void);
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
                                    float scale, int causal, int64_t window, const lm_tensor_view *out, cudaStream_t s);
 /* attention_flash.cu, cache mode: a step of B rows x T tokens attending over their
