@@ -597,8 +597,8 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_fwd_wg(fa_args a) {
     unsigned char *qs = fa_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(fa_smem) & 1023)) & 1023);
     unsigned char *ks = qs + W::TBYTES, *vs = ks + W::NS * W::TBYTES; /* [NS] stages each */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv);
-    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (a.Hq / a.Hkv);
+    const int64_t qtile = a.causal ? gridDim.z - 1 - blockIdx.z : blockIdx.z; /* grid (Hq, B, tiles) */
     const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16;
     int64_t Tk = a.Tk, kb = b;
     float o[HD / 8][4];
@@ -1002,8 +1002,8 @@ __global__ void __launch_bounds__(128, 2) fa_dkdv_wg(fa_args a) {
     unsigned char *vs = ks + W::TB, *qs = vs + W::TB, *ds = qs + 2 * W::TB; /* Q, dO: [2] stages */
     float *lq = (float *)(ds + 2 * W::TB), *dq = lq + 2 * TILE;             /* [2][TILE] L, D */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
-    const int64_t k0 = (int64_t)blockIdx.x * TILE, kw = k0 + warp * 16;
+    const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t k0 = (int64_t)blockIdx.z * TILE, kw = k0 + warp * 16;
     const int64_t rows = (b * a.Hq + h) * a.Tq;
     float dk[HD / 8][4], dv[HD / 8][4];
     int64_t qstart, qstop;
@@ -1070,8 +1070,8 @@ __global__ void __launch_bounds__(128, HD == 64 ? 3 : 2) fa_dq_wg(fa_args a) {
     unsigned char *qs = fa_smem + ((1024 - ((uint32_t)__cvta_generic_to_shared(fa_smem) & 1023)) & 1023);
     unsigned char *os = qs + W::TB, *ks = os + W::TB, *vs = ks + 2 * W::TB; /* K, V: [2] stages */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
-    const int64_t qtile = a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (a.Hq / a.Hkv), off = a.Tk - a.Tq;
+    const int64_t qtile = a.causal ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
     const int64_t first_q = qtile * TILE, q0 = first_q + warp * 16;
     float L[2], Dr[2], dq[HD / 8][4];
     dq_start<HD>(a, b, h, q0, g, L, Dr, dq);
@@ -1181,7 +1181,9 @@ static lm_status launch_fwd_wg(const fa_args &a, int64_t B, cudaStream_t s) {
     int per_sm = 0;
     LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&wg_facts[HD == 128], k, 128, wg_tiles<HD>::SMEM, &per_sm),
                           "flash attention forward (wgmma): kernel attributes"));
-    dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
+    /* tiles slowest in the launch order, so causal grids start their longest tiles first
+     * across all heads and rows, not per (head, row) */
+    dim3 grid((unsigned)a.Hq, (unsigned)B, (unsigned)((a.Tq + TILE - 1) / TILE));
     fa_fwd_wg<HD><<<grid, 128, wg_tiles<HD>::SMEM, s>>>(a);
     return lm__cuda_launched("flash attention forward (wgmma)");
 }
@@ -1199,7 +1201,9 @@ int lm__cuda_flash_attention_wgmma(void) { return use_wgmma(); }
 template <int HD>
 static lm_status forward(const fa_args &a, int64_t B, cudaStream_t s) {
     if (a.row_table && a.nb != 1) return launch_fwd<HD, true>(a, B, s);
-    return use_wgmma() && a.scale > 0 ? launch_fwd_wg<HD>(a, B, s) : launch_fwd<HD, false>(a, B, s);
+    if (!use_wgmma() || a.scale <= 0 || (a.Tq + TILE - 1) / TILE > 65535) /* grid z */
+        return launch_fwd<HD, false>(a, B, s);
+    return launch_fwd_wg<HD>(a, B, s);
 }
 
 lm_status lm__cuda_flash_attention(const lm_tensor_view *q, const lm_tensor_view *k, const lm_tensor_view *v,
@@ -1220,13 +1224,14 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
     else
         fa_dot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(a, rows);
     LM_TRY(lm__cuda_launched("flash attention rowsum(dO * O)"));
-    const int wg = use_wgmma();
+    const int wg = use_wgmma() && LM_MAX(a.Tq, a.Tk) <= (int64_t)65535 * TILE; /* tiles in grid z */
     if (a.dk.p || a.dv.p) {
         size_t smem = wg ? wgb_tiles<HD>::SMEM : sizeof(bf16) * 4 * TILE * (HD + PADE) + sizeof(float) * 4 * TILE;
         const void *k = wg ? (const void *)fa_dkdv_wg<HD> : (const void *)fa_dkdv<HD>;
         LM_TRY(kernel_smem(&dkdv_facts[HD == 128][wg], k, smem, "flash attention dK/dV: kernel attributes"));
         dim3 grid((unsigned)((a.Tk + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-        if (wg) fa_dkdv_wg<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        dim3 wgrid((unsigned)a.Hq, (unsigned)B, (unsigned)((a.Tk + TILE - 1) / TILE)); /* key tiles slowest */
+        if (wg) fa_dkdv_wg<HD><<<wgrid, NWARP * 32, smem, s>>>(a);
         else fa_dkdv<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dK/dV"));
         if (a.pk) {
@@ -1240,7 +1245,8 @@ static lm_status backward(fa_args a, int64_t B, int recompute, cudaStream_t s) {
         const void *k = wg ? (const void *)fa_dq_wg<HD> : (const void *)fa_dq<HD>;
         LM_TRY(kernel_smem(&dq_facts[HD == 128][wg], k, smem, "flash attention dQ: kernel attributes"));
         dim3 grid((unsigned)((a.Tq + TILE - 1) / TILE), (unsigned)a.Hq, (unsigned)B);
-        if (wg) fa_dq_wg<HD><<<grid, NWARP * 32, smem, s>>>(a);
+        dim3 wgrid((unsigned)a.Hq, (unsigned)B, (unsigned)((a.Tq + TILE - 1) / TILE)); /* query tiles slowest */
+        if (wg) fa_dq_wg<HD><<<wgrid, NWARP * 32, smem, s>>>(a);
         else fa_dq<HD><<<grid, NWARP * 32, smem, s>>>(a);
         LM_TRY(lm__cuda_launched("flash attention dQ"));
     }
