@@ -17,7 +17,7 @@
 
 lm_status lm__exec_autograd_prepare(const lm_graph *g, lm_graph **out) {
     static const lm__pass_fn passes[] = {lm__pass_hoist_leaves, lm__pass_linear, lm__pass_add_rmsnorm};
-    lm__pass_env env = {lm_device_cpu(), lm_linear_supported, NULL, NULL}; /* structural passes only */
+    lm__pass_env env = {lm_device_cpu(), lm_linear_supported, NULL, NULL, NULL}; /* structural passes only */
     return lm__graph_run_passes(g, &env, 3, passes, out);
 }
 

@@ -8,6 +8,7 @@
  */
 #include "exec/internal.h"
 #include "loom/trace.h"
+#include "ops/internal.h"
 
 #include <stdio.h>
 
@@ -27,7 +28,7 @@ static lm_status passes_for(lm_device d, const lm_device_caps *caps, int fuse, c
                                       lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
                                       lm__pass_gemm_inputs};
     static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
-    lm__pass_env env = {d, lm_linear_supported, lm_linear_qkv_rope_fused, lm_linear_swiglu_fused};
+    lm__pass_env env = {d, lm_linear_supported, lm_linear_qkv_rope_fused, lm_linear_swiglu_fused, lm__linear_low_out};
     if (!fuse) return lm__graph_run_passes(g, &env, 1, none, out);
     if (caps->host_addressable) return lm__graph_run_passes(g, &env, 2, host, out); /* the CPU's operators */
     return lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);

@@ -647,6 +647,25 @@ static int only_gemm_inputs(const lm_graph *g, const lm__pass_env *env, int v, l
     return readers > 0;
 }
 
+/* 1 when every reader of v (through views) is a SwiGLU whose output dt made bf16. */
+static int only_low_swiglus(const lm_graph *g, const lm_dtype *dt, int v, int depth) {
+    int readers = 0;
+    if (g->values[v].output || depth > 4) return 0;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        for (int k = 0; k < op->nin; k++) {
+            if (op->in[k] != v) continue;
+            readers++;
+            if (lm__gop_is_view(op->kind)) {
+                if (!only_low_swiglus(g, dt, op->out, depth + 1)) return 0;
+            } else if (op->kind != LM__GOP_SWIGLU || dt[op->out] != LM_BF16) {
+                return 0;
+            }
+        }
+    }
+    return readers > 0;
+}
+
 /* 1 when the graph's projections hold quantized weights (scales in in[5]). */
 static int quantized_linears(const lm_graph *g) {
     for (int64_t i = 0; i < g->nops; i++)
@@ -677,6 +696,15 @@ static lm_status plan_low(const lm_graph *g, const lm__pass_env *env, lm_dtype *
                 g->values[op->in[0]].dtype == LM_F32 && lm__graph_sole_use(g, op->in[0], 0) == i)
                 dt[op->in[0]] = lowered ? low : LM_BF16;
         }
+    }
+    /* then products (bf16 x, no bias) read only by such SwiGLUs: stored as bf16, so the
+     * SwiGLU reads half the bytes (transformers' bf16 Linear rounds its output alike) */
+    for (int64_t i = 0; env->low_out && i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        if (!plain_linear(op) || op->in[2] >= 0 || op->in[5] >= 0 || g->values[op->out].dtype != LM_F32) continue;
+        const lm__gvalue *x = &g->values[op->in[0]], *w = &g->values[op->in[1]];
+        if (x->ndim != 2 || !env->low_out(env->device, x->dims[0], w->dims[1], dt[op->in[0]], w->dtype)) continue;
+        if (only_low_swiglus(g, dt, op->out, 0)) dt[op->out] = LM_BF16;
     }
     return LM_OK;
 }

@@ -51,6 +51,8 @@ typedef struct lm__pass_env {
     /* lm_linear_swiglu_fused, or NULL: the gate|up projection never takes the SwiGLU */
     int (*swiglu_fused)(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                         lm_dtype w_dtype);
+    /* lm__linear_low_out, or NULL: every product stays f32 */
+    int (*low_out)(lm_device d, int64_t rows, int64_t K, lm_dtype x_dtype, lm_dtype w_dtype);
 } lm__pass_env;
 
 typedef lm_status (*lm__pass_fn)(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
@@ -94,8 +96,10 @@ lm_status lm__pass_linear_swiglu(const lm_graph *g, const lm__pass_env *env, lm_
 lm_status lm__pass_linear_residual(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 /* Values whose every reader is a linear's input (normalized rows, attention output,
  * the SwiGLU activation, multi-token q) become bf16 when the weights are bf16, so the
- * GEMMs run bf16 x bf16 -> f32 on tensor cores; an embedding of a bf16 table followed
- * by a widening cast becomes one embedding into f32. */
+ * GEMMs run bf16 x bf16 -> f32 on tensor cores; a product read only by SwiGLUs whose
+ * output became bf16 (the gate|up GEMM of a prefill) is stored as bf16 too, where
+ * env->low_out admits it; an embedding of a bf16 table followed by a widening cast
+ * becomes one embedding into f32. */
 lm_status lm__pass_gemm_inputs(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 
 #endif

@@ -154,6 +154,14 @@ int64_t lm__linear_graph_gemv_rows(void);
  * GPU): f32 x in the RMSNorm input form, bf16 weights at the rows lm__linear_graph_rule
  * gives the GEMV (1-2), quantized weights at 3 to 8 rows; K counts inputs. */
 int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
+/* ops/linear.c: 1 when a graph may store a product of this shape as bf16 on device d:
+ * a CUDA device, bf16 x and weights past the GEMV's rows (the cuBLASLt GEMM, which rounds
+ * its f32 accumulators to bf16 once on store), plain input, no bias, no accumulate.
+ * Graphs use it for products read only by a SwiGLU whose output is bf16 too
+ * (graph/fuse.c, lm__pass_gemm_inputs). LOOM_CUDA_BF16_PRODUCTS=0 says 0 (side-by-side
+ * measurements). lm__linear_low_out_rule is the same without the device and the switch. */
+int lm__linear_low_out(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
+int lm__linear_low_out_rule(int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
 /* ops/linear.c: LM_OK, or (while ctx captures) LM_UNSUPPORTED naming op and the rule that
  * said no kernel: a fused operator's composition allocates temporaries. */
 lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule);

@@ -176,6 +176,18 @@ int lm_linear_supported(lm_device d, lm_linear_input input, int accumulate, int6
     return lm__linear_graph_rule(input, accumulate, rows, K, x_dtype, w_dtype);
 }
 
+int lm__linear_low_out_rule(int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    return x == LM_BF16 && w == LM_BF16 && rows > lm__linear_graph_gemv_rows() &&
+           lm__linear_fused_rule(LM_LINEAR_IN, 0, rows, K, x, w);
+}
+
+int lm__linear_low_out(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0;
+    const char *e = getenv("LOOM_CUDA_BF16_PRODUCTS");
+    if (e && strcmp(e, "0") == 0) return 0;
+    return lm__linear_low_out_rule(rows, K, x, w);
+}
+
 lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule) {
     if (!lm_ctx_capturing(ctx)) return LM_OK;
     return lm__error(LM_UNSUPPORTED, "%s: no fused kernel for these views (%s is 0), and the composition allocates, "

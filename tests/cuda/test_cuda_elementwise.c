@@ -3,7 +3,7 @@
  * strided poisoned output; scale (by a host or a device factor), silu and swiglu on
  * permuted inputs; casts between every float pair, int -> float, int -> int with the
  * range check (the first value that does not fit is reported and nothing is written);
- * and the forward pass's swiglu_packed_to_bf16 (f32 [gate | up] rows -> bf16) against
+ * and the forward pass's swiglu_packed_to_bf16 (f32 or bf16 [gate | up] rows -> bf16) against
  * reference swiglu + cast. Contiguous aligned bf16 and f32 operands (and a broadcast
  * bias row) take the 16-byte vector path, contiguous float casts the vector cast.
  * The autograd's widened accumulation (f32 += bf16/f16/f32) on both paths, exact.
@@ -224,28 +224,35 @@ static void test_cast_int_range_is_checked_first(void) {
     ct_pair_free(&x), ct_pair_free(&o);
 }
 
-/* I a multiple of 4 (the 4-wide kernel) and not (one output per thread step). */
+/* f32 gate|up: I a multiple of 4 (the 4-wide kernel) and not (one output per thread
+ * step); bf16 gate|up: I a multiple of 8 (the 8-wide kernel), of 4 only, and neither.
+ * The reference runs on the rows widened to f32 (exact for bf16). */
 static void test_swiglu_packed_matches_reference(void) {
-    const int64_t cases[3][2] = {{7, 200}, {7, 199}, {37, 4864}};
-    for (int k = 0; k < 3; k++) {
-        lt_rng r = lt_rng_seed(14 + (uint64_t)k);
-        int64_t rows = cases[k][0], I = cases[k][1], shape[2] = {rows, 2 * I}, oshape[2] = {rows, I};
-        ct_pair gu = ct_random(&r, LM_F32, 2, shape, 2.0);
-        lm_tensor_view g, u;
-        LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(gu.h), 1, 0, I, 1, &g));
-        LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(gu.h), 1, I, 2 * I, 1, &u));
-        lm_tensor *act32 = lt_poisoned_tensor(LM_F32, 2, oshape), *want = lt_poisoned_tensor(LM_BF16, 2, oshape);
-        LT_CHECK_OK(lm_swiglu_out(g_ref, &g, &u, lm_tensor_as_view(act32)));
-        LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(act32), lm_tensor_as_view(want)));
-        ct_pair o = ct_poisoned(LM_BF16, 2, oshape);
-        LT_CHECK_OK(lm__cuda_swiglu_packed_to_bf16(lm_tensor_data(gu.d), rows, I, lm_tensor_data(o.d), ct_stream(g_ctx)));
-        char what[64];
-        snprintf(what, sizeof what, "swiglu_packed_to_bf16 %lld x %lld", (long long)rows, (long long)I);
-        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
-                 ct_abs(LM_BF16, 20.0));
-        ct_pair_free(&gu), ct_pair_free(&o);
-        lm_tensor_destroy(act32), lm_tensor_destroy(want);
-    }
+    const int64_t cases[4][2] = {{7, 200}, {7, 199}, {37, 4864}, {5, 196}};
+    for (int bf = 0; bf < 2; bf++)
+        for (int k = 0; k < 4; k++) {
+            lt_rng r = lt_rng_seed(14 + (uint64_t)k + 10 * (uint64_t)bf);
+            int64_t rows = cases[k][0], I = cases[k][1], shape[2] = {rows, 2 * I}, oshape[2] = {rows, I};
+            ct_pair gu = ct_random(&r, bf ? LM_BF16 : LM_F32, 2, shape, 2.0);
+            lm_tensor *wide = lt_poisoned_tensor(LM_F32, 2, shape);
+            LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(gu.h), lm_tensor_as_view(wide)));
+            lm_tensor_view g, u;
+            LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(wide), 1, 0, I, 1, &g));
+            LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(wide), 1, I, 2 * I, 1, &u));
+            lm_tensor *act32 = lt_poisoned_tensor(LM_F32, 2, oshape), *want = lt_poisoned_tensor(LM_BF16, 2, oshape);
+            LT_CHECK_OK(lm_swiglu_out(g_ref, &g, &u, lm_tensor_as_view(act32)));
+            LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(act32), lm_tensor_as_view(want)));
+            ct_pair o = ct_poisoned(LM_BF16, 2, oshape);
+            LT_CHECK_OK(lm__cuda_swiglu_packed_to_bf16(lm_tensor_data(gu.d), bf, rows, I, lm_tensor_data(o.d),
+                                                       ct_stream(g_ctx)));
+            char what[80];
+            snprintf(what, sizeof what, "swiglu_packed_to_bf16 %s %lld x %lld", bf ? "bf16" : "f32", (long long)rows,
+                     (long long)I);
+            ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+                     ct_abs(LM_BF16, 20.0));
+            ct_pair_free(&gu), ct_pair_free(&o);
+            lm_tensor_destroy(wide), lm_tensor_destroy(act32), lm_tensor_destroy(want);
+        }
 }
 
 /* acc (f32) += x widened, in place, against the CPU operator (cast + f32 add): exact.

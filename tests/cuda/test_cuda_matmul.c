@@ -122,7 +122,7 @@ static void test_linear_lt_bias_strided(void) {
     LT_CHECK_OK(lm_matmul_out(g_ref, lm_tensor_as_view(x32), &wt, lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_add_out(g_ref, lm_tensor_as_view(want), lm_tensor_as_view(bias.h), lm_tensor_as_view(want)));
     LT_CHECK_OK(lm__cuda_linear_lt(g_blas, lm_tensor_data(x.d), ldx, lm_tensor_data(w.d), lm_tensor_data(bias.d),
-                                  lm_tensor_data(o.d), ldo, M, N, K, 0, ct_stream(g_ctx)));
+                                  lm_tensor_data(o.d), 0, ldo, M, N, K, 0, ct_stream(g_ctx)));
     LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(o.h), 1, 0, N, 1, &ov_h));
     ov_d = ct_mirror(o.h, &ov_h, o.d);
     ct_check(g_ctx, "linear_lt", &o, &ov_d, lm_tensor_as_view(want), 1e-9, 1e-3);

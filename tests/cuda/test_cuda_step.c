@@ -2,7 +2,8 @@
  * executor makes), against the CPU reference on the same inputs:
  *  - lm_linear_out: every input form (plain, RMSNorm, SwiGLU) with and without the
  *    bias and the residual accumulate, 1, 3 and 8 rows of f32 over bf16 weights (the
- *    fused GEMV), 40 rows of bf16 x bf16 (cuBLASLt), row-strided x and out, and forms
+ *    fused GEMV), 40 rows of bf16 x bf16 (cuBLASLt) into f32 or bf16 (and 333 rows into
+ *    bf16, with a bias: the composition), row-strided x and out, and forms
  *    no fused kernel takes (f32 weights, 40 f32 rows, f16) which run the composition;
  *    lm_linear_supported admits the GEMV's forms for 1 row only among these (graphs
  *    take the GEMM from 3 rows); every form that runs one kernel (those it admits, and
@@ -58,6 +59,7 @@ typedef struct lin_case {
     int64_t M, N, K;
     lm_dtype x_dt, w_dt;
     int bias, acc, strided; /* strided: x and out are rows of wider buffers */
+    lm_dtype o_dt;          /* out's dtype (LM_F32 = 0 unless set) */
 } lin_case;
 
 static void check_linear(const lin_case *c) {
@@ -66,7 +68,7 @@ static void check_linear(const lin_case *c) {
     int64_t xs[2] = {c->M, kx + pad}, ws[2] = {c->N, c->K}, os[2] = {c->M, c->N + pad}, bs[1] = {c->N}, ns[1] = {c->K};
     ct_pair x = ct_random(&r, c->x_dt, 2, xs, 1.0), w = ct_random(&r, c->w_dt, 2, ws, 0.2);
     ct_pair b = ct_random(&r, LM_F32, 1, bs, 0.5), nw = ct_random(&r, LM_F32, 1, ns, 1.0);
-    ct_pair o = ct_random(&r, LM_F32, 2, os, 1.0); /* the residual when accumulating */
+    ct_pair o = ct_random(&r, c->o_dt, 2, os, 1.0); /* the residual when accumulating */
     lm_tensor *want = NULL;
     LT_CHECK_OK(lm_tensor_to_device(NULL, o.h, lm_device_cpu(), &want));
     lm_tensor_view xh, oh, wh;
@@ -86,16 +88,21 @@ static void check_linear(const lin_case *c) {
     int fused = lm__linear_fused_rule(c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt);
     LT_CHECK_MSG(fused || !lm_linear_supported(ct_gpu, c->in, c->acc, c->M, c->K, c->x_dt, c->w_dt),
                  "lm_linear_supported admits a form the kernels' rule does not");
+    if (c->o_dt == LM_BF16 && (c->bias || c->acc)) fused = 0; /* a bf16 product takes neither in its kernel */
     LT_CHECK_OK(lm_linear_out(g_ctx, &xd, DV(w), c->bias ? DV(b) : NULL, &pd, &od));
     char what[160];
-    snprintf(what, sizeof what, "linear form %d M %lld N %lld K %lld x %s w %s bias %d acc %d strided %d (%s)",
+    snprintf(what, sizeof what, "linear form %d M %lld N %lld K %lld x %s w %s out %s bias %d acc %d strided %d (%s)",
              (int)c->in, (long long)c->M, (long long)c->N, (long long)c->K, lm_dtype_name(c->x_dt),
-             lm_dtype_name(c->w_dt), c->bias, c->acc, c->strided, fused ? "fused" : "composition");
+             lm_dtype_name(c->w_dt), lm_dtype_name(c->o_dt), c->bias, c->acc, c->strided,
+             fused ? "fused" : "composition");
     double scale = 0;
     double *ref = lt_view_to_f64(&wh);
     for (int64_t i = 0; ref && i < c->M * c->N; i++) scale = fmax(scale, fabs(ref[i]));
     free(ref);
-    ct_check(g_ctx, what, &o, &od, &wh, 1e-9, 1e-4 * scale);
+    /* a bf16 out: both sides round their f32 sum once, so at most one ulp apart */
+    double tol_n = c->o_dt == LM_F32 ? 1e-9 : ct_nmse(c->o_dt);
+    double tol_a = c->o_dt == LM_F32 ? 1e-4 * scale : ct_abs(c->o_dt, scale);
+    ct_check(g_ctx, what, &o, &od, &wh, tol_n, tol_a);
     /* the columns beyond N of a strided out are untouched: still the residual's values
      * when accumulating, still NaN otherwise */
     if (c->strided) {
@@ -129,7 +136,7 @@ static void check_linear(const lin_case *c) {
         if (graph) LT_CHECK_OK(lm_device_graph_launch(graph, g_ctx));
         char cw[200];
         snprintf(cw, sizeof cw, "%s, captured", what);
-        ct_check(g_ctx, cw, &o2, &od2, &wh, 1e-9, 1e-4 * scale);
+        ct_check(g_ctx, cw, &o2, &od2, &wh, tol_n, tol_a);
         lm_device_graph_destroy(graph);
         ct_pair_free(&o2);
     }
@@ -142,22 +149,33 @@ static void test_linear_forms(void) {
     for (int in = 0; in < 3; in++)
         for (int m = 0; m < 3; m++)
             for (int v = 0; v < 2; v++) {
-                lin_case c = {(lm_linear_input)in, rows[m], 72, 96, LM_F32, LM_BF16, v, v ^ (m == 1), m == 2};
+                lin_case c = {(lm_linear_input)in, rows[m], 72, 96, LM_F32, LM_BF16, v, v ^ (m == 1), m == 2, LM_F32};
                 /* graphs give the GEMV up to 2 rows of f32 x over bf16 (the GEMM from 3) */
                 LT_CHECK_MSG(lm_linear_supported(ct_gpu, c.in, c.acc, c.M, c.K, c.x_dt, c.w_dt) == (c.M <= 2),
                              "GEMV form %d M %lld", in, (long long)c.M);
                 check_linear(&c);
             }
-    lin_case gemm = {LM_LINEAR_IN, 40, 72, 96, LM_BF16, LM_BF16, 1, 0, 1};
+    lin_case gemm = {LM_LINEAR_IN, 40, 72, 96, LM_BF16, LM_BF16, 1, 0, 1, LM_F32};
     LT_CHECK(lm_linear_supported(ct_gpu, gemm.in, gemm.acc, gemm.M, gemm.K, gemm.x_dt, gemm.w_dt));
     check_linear(&gemm);
     gemm.bias = 0;
     check_linear(&gemm);
+    /* bf16 out (graphs store a prefill's gate|up product so): cuBLASLt rounds once; with
+     * a bias or accumulate no kernel takes it, and the composition runs it */
+    gemm.o_dt = LM_BF16;
+    LT_CHECK(lm__linear_low_out(ct_gpu, gemm.M, gemm.K, gemm.x_dt, gemm.w_dt) == 1);
+    LT_CHECK(lm__linear_low_out(ct_gpu, 2, gemm.K, gemm.x_dt, gemm.w_dt) == 0); /* the GEMV's rows */
+    LT_CHECK(lm__linear_low_out(lm_device_cpu(), gemm.M, gemm.K, gemm.x_dt, gemm.w_dt) == 0);
+    check_linear(&gemm);
+    gemm.strided = 0, gemm.M = 333, gemm.N = 200, gemm.K = 264;
+    check_linear(&gemm);
+    gemm.bias = 1;
+    check_linear(&gemm);
     /* no fused kernel: the composition (and lm_linear_supported says so) */
-    lin_case other[4] = {{LM_LINEAR_IN_RMSNORM, 40, 72, 96, LM_F32, LM_BF16, 1, 1, 0},
-                         {LM_LINEAR_IN_SWIGLU, 2, 40, 36, LM_F32, LM_F32, 0, 1, 1},
-                         {LM_LINEAR_IN, 5, 24, 20, LM_F16, LM_F16, 1, 0, 0},
-                         {LM_LINEAR_IN, 40, 72, 96, LM_F32, LM_BF16, 0, 0, 0}};
+    lin_case other[4] = {{LM_LINEAR_IN_RMSNORM, 40, 72, 96, LM_F32, LM_BF16, 1, 1, 0, LM_F32},
+                         {LM_LINEAR_IN_SWIGLU, 2, 40, 36, LM_F32, LM_F32, 0, 1, 1, LM_F32},
+                         {LM_LINEAR_IN, 5, 24, 20, LM_F16, LM_F16, 1, 0, 0, LM_F32},
+                         {LM_LINEAR_IN, 40, 72, 96, LM_F32, LM_BF16, 0, 0, 0, LM_F32}};
     for (int i = 0; i < 4; i++) {
         LT_CHECK_MSG(!lm_linear_supported(ct_gpu, other[i].in, other[i].acc, other[i].M, other[i].K, other[i].x_dt,
                                          other[i].w_dt),

@@ -12,7 +12,8 @@
  * weights up to 2 rows or quantized weights from 3, and no q/k norms, joined with its
  * projection: linear_qkv_rope, whose CPU level is its composition), and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a 2-row decode step and a prefill
- * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops).
+ * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops), and
+ * past 2 rows the gate|up GEMM stores its product as bf16 for the SwiGLU.
  * Quantized weights (llama_gqa2_f32 and qwen2_bias_sharded loaded as int8, int4 G32
  * and fp8) fuse the same way at every row count: stacked q|k|v and gate|up with their
  * scales stacked by rows (and int4's group), input forms and residual accumulation,
@@ -46,6 +47,10 @@ static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t row
 static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
     (void)d;
     return lm__linear_pair_rule(in, rows, K, x, w, 0);
+}
+static int gpu_low_out_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_low_out_rule(rows, K, x, w);
 }
 /* The pair epilogues' rule itself: RMSNorm input, f32 x, bf16 weights up to 2 rows (the
  * GEMV's rows in graphs), quantized 3-8; and the graphs' rule against the kernels' one. */
@@ -224,7 +229,7 @@ static void check_model_as(const char *name, lm_weights weights) {
                                           lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
                                           lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
                                           lm__pass_gemm_inputs};
-        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_swiglu_rule};
+        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_swiglu_rule, gpu_low_out_rule};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused));
         static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, 1, none, &h));
@@ -249,6 +254,13 @@ static void check_model_as(const char *name, lm_weights weights) {
                          s ? "prefill" : "decode", count(fused, LM__GOP_RMSNORM), count(fused, LM__GOP_SWIGLU),
                          count(fused, LM__GOP_ADD));
         }
+        /* bf16 weights past the GEMV's rows: the gate|up GEMM stores bf16 for its SwiGLU */
+        int low = 0;
+        for (int64_t i = 0; i < fused->nops; i++)
+            low += fused->ops[i].kind == LM__GOP_LINEAR && fused->values[fused->ops[i].out].dtype == LM_BF16;
+        int want_low = bf16 && B * T > 2 && !c->mlp_bias ? (int)c->num_hidden_layers : 0;
+        LT_CHECK_MSG(low == want_low, "%s %s %s: %d bf16 products, expected %d", name, lm_weights_name(weights),
+                     s ? "prefill" : "decode", low, want_low);
         if (quant) {
             int n = quant_stacks(fused, (int)c->quant_group * (wdt == LM_U8));
             LT_CHECK_MSG(n == 2 * c->num_hidden_layers, "%s %s: %d quantized stacks for %lld layers", name,

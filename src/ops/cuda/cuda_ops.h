@@ -133,8 +133,10 @@ lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, 
 /* norm.cu: x += delta (the f32 residual stream, in place), then out bf16 = rmsnorm(x) * w */
 lm_status lm__cuda_add_rmsnorm_to_bf16(float *x, const float *delta, const float *w, float eps, int64_t rows,
                                        int64_t D, void *out, cudaStream_t s);
-/* elementwise.cu: act bf16 [rows, I] = silu(gu[:, :I]) * gu[:, I:], gu f32 [rows, 2I] */
-lm_status lm__cuda_swiglu_packed_to_bf16(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s);
+/* elementwise.cu: act bf16 [rows, I] = silu(gu[:, :I]) * gu[:, I:], gu [rows, 2I] f32 or
+ * (gu_bf16) bf16 */
+lm_status lm__cuda_swiglu_packed_to_bf16(const void *gu, int gu_bf16, int64_t rows, int64_t I, void *act,
+                                         cudaStream_t s);
 
 /* One layer's bf16 KV cache, a pool of `blocks` blocks of `block_tokens` positions
  * (lm_attention_cache_out's S and P), addressed through per-row block tables of `nb`
@@ -265,9 +267,11 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
 
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
  * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue); accumulate: out += that.
- * Algorithms are chosen once per shape and cached. */
+ * out_bf16: out is bf16 instead (the f32 sums rounded once on store; no bias, no
+ * accumulate). Algorithms are chosen once per shape and cached. */
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
-                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate, cudaStream_t s);
+                            void *out, int out_bf16, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate,
+                            cudaStream_t s);
 
 /* sample.cu: next token of each row of logits f32 [rows, V] (row stride ld) without
  * leaving the device. params lives in device memory (so a captured graph can be

@@ -10,8 +10,9 @@
  * the same arithmetic runs one 16-byte vector per thread step (vec_kernel): identical
  * results, several times the bandwidth. A float-to-float cast of contiguous aligned
  * views runs 8 elements per step the same way (cast_vec_kernel).
- * swiglu_packed_to_bf16: rows of f32 [gate | up] in, bf16 silu(gate) * up out, contiguous;
- * 4 outputs per thread step when I is a multiple of 4 and the rows are aligned.
+ * swiglu_packed_to_bf16: rows of f32 or bf16 [gate | up] in, bf16 silu(gate) * up out,
+ * contiguous; 4 (f32) or 8 (bf16) outputs per thread step when I is a multiple of that
+ * and the rows are aligned.
  * Scale takes its factor from the host, or (scale_by) from an f32 on the device, read
  * by each thread: the factor of a training step's loss gradient, never synchronized.
  */
@@ -304,13 +305,14 @@ lm_status lm__cuda_cast(const lm_tensor_view *x, const lm_tensor_view *out, cuda
     }
 }
 
-/* ---- the model step's SwiGLU: packed f32 gate|up rows to bf16 ------------------------------- */
-static __global__ void swiglu_packed_kernel(const float *gu, int64_t rows, int64_t I, bf16 *act) {
+/* ---- the model step's SwiGLU: packed f32 or bf16 gate|up rows to bf16 ----------------------- */
+template <typename T>
+static __global__ void swiglu_packed_kernel(const T *gu, int64_t rows, int64_t I, bf16 *act) {
     int64_t n = rows * I;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / I, c = i - r * I;
-        const float *row = gu + r * 2 * I;
-        act[i] = __float2bfloat16_rn(silu(row[c]) * row[I + c]);
+        const T *row = gu + r * 2 * I;
+        act[i] = __float2bfloat16_rn(silu(ld(row + c)) * ld(row + I + c));
     }
 }
 
@@ -329,14 +331,46 @@ static __global__ void swiglu_packed4_kernel(const float4 *gu, uint32_t rows, ui
     }
 }
 
-lm_status lm__cuda_swiglu_packed_to_bf16(const float *gu, int64_t rows, int64_t I, void *act, cudaStream_t s) {
+/* bf16 gate|up, I a multiple of 8, gu and act 16-byte aligned: 8 outputs per thread step
+ * (16 bytes of gate, 16 of up, 16 stored); the same arithmetic as swiglu_packed_kernel. */
+static __global__ void swiglu_packed8_bf16_kernel(const uint4 *gu, uint32_t rows, uint32_t I8, uint4 *act) {
+    uint32_t n = rows * I8;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t r = i / I8, c = i - r * I8;
+        const uint4 *row = gu + (size_t)r * 2 * I8;
+        uint4 g = row[c], u = row[I8 + c], o;
+        const __nv_bfloat162 *g2 = (const __nv_bfloat162 *)&g, *u2 = (const __nv_bfloat162 *)&u;
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 gf = __bfloat1622float2(g2[k]), uf = __bfloat1622float2(u2[k]);
+            o2[k] = __floats2bfloat162_rn(silu(gf.x) * uf.x, silu(gf.y) * uf.y);
+        }
+        act[i] = o;
+    }
+}
+
+lm_status lm__cuda_swiglu_packed_to_bf16(const void *gu, int gu_bf16, int64_t rows, int64_t I, void *act,
+                                         cudaStream_t s) {
     if (rows * I == 0) return LM_OK;
+    if (gu_bf16) {
+        if (I % 8 == 0 && rows * I / 8 <= (int64_t)UINT32_MAX / 2 && lm__cuda_aligned16(gu) && lm__cuda_aligned16(act)) {
+            int64_t n8 = rows * I / 8;
+            swiglu_packed8_bf16_kernel<<<lm__cuda_blocks(n8, 256), 256, 0, s>>>((const uint4 *)gu, (uint32_t)rows,
+                                                                                 (uint32_t)(I / 8), (uint4 *)act);
+        } else {
+            swiglu_packed_kernel<bf16><<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>((const bf16 *)gu, rows, I,
+                                                                                      (bf16 *)act);
+        }
+        return lm__cuda_launched("swiglu_packed_to_bf16");
+    }
     if (I % 4 == 0 && rows * I / 4 <= (int64_t)UINT32_MAX / 2 && lm__cuda_aligned16(gu) && ((uintptr_t)act & 7) == 0) {
         int64_t n4 = rows * I / 4;
         swiglu_packed4_kernel<<<lm__cuda_blocks(n4, 256), 256, 0, s>>>((const float4 *)gu, (uint32_t)rows,
                                                                         (uint32_t)(I / 4), (uint2 *)act);
         return lm__cuda_launched("swiglu_packed_to_bf16");
     }
-    swiglu_packed_kernel<<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>(gu, rows, I, (bf16 *)act);
+    swiglu_packed_kernel<float><<<lm__cuda_blocks(rows * I, 256), 256, 0, s>>>((const float *)gu, rows, I,
+                                                                               (bf16 *)act);
     return lm__cuda_launched("swiglu_packed_to_bf16");
 }

@@ -264,7 +264,7 @@ static lm_status run_workspace(const lm__cuda_blas *blas, const qparams *p, int 
         c.N = nc, c.w = p->w + n0 * p->ldw, c.scales = p->scales + n0 * p->lds;
         LM_TRY(f == Q_I8 ? run_dequant<Q_I8>(&c, wb, s) : f == Q_F8 ? run_dequant<Q_F8>(&c, wb, s)
                                                          : run_dequant<Q_I4>(&c, wb, s));
-        LM_TRY(lm__cuda_linear_lt(blas, xb, p->K, wb, p->bias ? p->bias + n0 : NULL, (float *)p->out + n0, p->ldo,
+        LM_TRY(lm__cuda_linear_lt(blas, xb, p->K, wb, p->bias ? p->bias + n0 : NULL, (float *)p->out + n0, 0, p->ldo,
                                   p->M, nc, p->K, p->accumulate, s));
     }
     return LM_OK;

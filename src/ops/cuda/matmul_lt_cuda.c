@@ -306,11 +306,14 @@ lm_status lm__cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view 
 }
 
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
-                            float *out, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate, cudaStream_t s) {
+                            void *out, int out_bf16, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate,
+                            cudaStream_t s) {
     if (M == 0 || N == 0) return LM_OK;
+    if (out_bf16 && (bias || accumulate))
+        return lm__error(LM_UNSUPPORTED, "linear (cuBLASLt): a bf16 out takes no bias and no accumulate");
     lt_problem p;
     memset(&p, 0, sizeof p);
-    p.tab = CUDA_R_16BF, p.tc = CUDA_R_32F, p.accumulate = accumulate != 0;
+    p.tab = CUDA_R_16BF, p.tc = out_bf16 ? CUDA_R_16BF : CUDA_R_32F, p.accumulate = accumulate != 0;
     p.opa = CUBLAS_OP_T, p.opb = CUBLAS_OP_N; /* A = w [N, K] row-major = K x N column-major, transposed */
     p.m = N, p.n = M, p.k = K;
     p.lda = K, p.ldb = ldx, p.ldc = ldo, p.batch = 1;

@@ -181,7 +181,12 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
     }
     if (layout)
         return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, bias ? (const float *)bias->data : NULL,
-                                  (float *)out->data, out->stride[0], M, N, K, 0, s);
+                                  out->data, 0, out->stride[0], M, N, K, 0, s);
+    /* a bf16 product (graphs store gate|up so when only a SwiGLU reads it) */
+    if (out->dtype == LM_BF16 && x->dtype == LM_BF16 && contiguous(w) && unit_last(x) && unit_last(out) && !bias &&
+        p->input == LM_LINEAR_IN && !p->accumulate)
+        return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, NULL, out->data, 1, out->stride[0], M, N, K,
+                                  0, s);
     return lm__error(LM_UNSUPPORTED, "linear (cuda): no fused kernel for %lld rows of %s over %s weights",
                      (long long)M, lm_dtype_name(x->dtype), lm_dtype_name(w->dtype));
 }
@@ -238,12 +243,14 @@ int lm__cuda_add_rmsnorm_fast(const lm_tensor_view *x, const lm_tensor_view *res
 
 int lm__cuda_swiglu_fast(const lm_tensor_view *gate, const lm_tensor_view *up, const lm_tensor_view *out,
                          cudaStream_t s, lm_status *st) {
-    if (gate->ndim != 2 || gate->dtype != LM_F32 || up->dtype != LM_F32 || out->dtype != LM_BF16 || !contiguous(out))
+    if (gate->ndim != 2 || (gate->dtype != LM_F32 && gate->dtype != LM_BF16) || up->dtype != gate->dtype ||
+        out->dtype != LM_BF16 || !contiguous(out))
         return 0;
     int64_t M = gate->shape[0], I = gate->shape[1];
+    size_t es = lm_dtype_size(gate->dtype);
     int packed = gate->stride[1] == 1 && up->stride[1] == 1 && gate->stride[0] == 2 * I && up->stride[0] == 2 * I &&
-                 (const float *)up->data == (const float *)gate->data + I;
+                 (const char *)up->data == (const char *)gate->data + (size_t)I * es;
     if (!packed) return 0; /* the two halves of one [M, 2I] gate|up block */
-    *st = lm__cuda_swiglu_packed_to_bf16((const float *)gate->data, M, I, out->data, s);
+    *st = lm__cuda_swiglu_packed_to_bf16(gate->data, gate->dtype == LM_BF16, M, I, out->data, s);
     return 1;
 }
