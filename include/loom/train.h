@@ -80,7 +80,7 @@ LM_API lm_status lm_train_model_param(const lm_train_model *m, int i, lm_train_p
 /* LM_NOT_FOUND naming the tensor. */
 LM_API lm_status lm_train_model_find(const lm_train_model *m, const char *name, lm_train_param *out);
 
-/* Sets every gradient to 0. */
+/* Sets every gradient to 0, in ctx's stream order (ctx on the model's device). */
 LM_API lm_status lm_train_model_zero_grad(lm_train_model *m, lm_ctx *ctx);
 /* One micro-batch: ids and targets [B, T] host int32 (targets equal to -100 are
  * ignored). Runs forward and backward and ADDS grad_scale * d(mean loss) to the
@@ -162,10 +162,14 @@ typedef struct lm_train_options {
     int64_t warmup;    /* warmup steps */
     double clip;       /* global gradient-norm limit; <= 0 disables clipping */
     lm_adamw_config adamw;
+    /* One rank on a GPU: the loss and the gradient norm stay on the device and are read
+     * (the step's one wait for it) only every log_every steps and at the last step; the
+     * other steps report NaN (lm_train_step_info.stats 0). 0 or 1: every step. */
+    int64_t log_every;
 } lm_train_options;
 
 /* steps 100, batch 8, seq 256, accum 1, cosine, lr 3e-4, min_lr 3e-5, warmup 10,
- * clip 1.0, AdamW (0.9, 0.95, 1e-8, weight decay 0.1). */
+ * clip 1.0, AdamW (0.9, 0.95, 1e-8, weight decay 0.1), log_every 1. */
 LM_API void lm_train_options_default(lm_train_options *o);
 
 typedef struct lm_train_step_info {
@@ -174,6 +178,7 @@ typedef struct lm_train_step_info {
     double lr;        /* learning rate used */
     double grad_norm; /* before clipping */
     int64_t tokens;   /* tokens processed by this step */
+    int stats;        /* 1: loss and grad_norm are this step's; 0: not read (NaN; log_every) */
 } lm_train_step_info;
 
 typedef struct lm_trainer lm_trainer;
@@ -225,8 +230,22 @@ LM_API int64_t lm_trainer_optimizer_state_bytes(const lm_trainer *t);
 /* One optimizer step: zero gradients, grad_accum micro-batches of forward + backward,
  * the sum over the ranks (lm_trainer_set_dist), clip, AdamW at the scheduled learning
  * rate. info->loss is the mean over every rank's micro-batches and info->tokens counts
- * them all. */
+ * them all.
+ * With one rank on a GPU the step never waits for the device before its end: the
+ * losses, the gradient norm and the clipping coefficient stay on the device (read at
+ * the end of the step, every log_every steps), and from the second step on the whole
+ * step is one CUDA graph, captured once (the allocator keeps the memory it used for its
+ * replays) and replayed with each step's batch and learning rate; the same operations
+ * in the same order as the first, eager step, so the results are the same bits.
+ * LOOM_TRAIN_CAPTURE=0, a trace or LOOM_PROFILE keep every step eager; a capture that
+ * fails (lm_trainer_step_form says why) leaves the steps eager. */
 LM_API lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info);
+/* How steps run, for a log line: "eager (statistics read by the host each step)" (a
+ * CPU, or ranks), "one captured CUDA graph", or "eager on the device (...)" with the
+ * reason it is not captured. Borrowed, valid until the next call. */
+LM_API const char *lm_trainer_step_form(const lm_trainer *t);
+/* Kernels one replay of the captured step launches; 0 when steps are not captured. */
+LM_API int64_t lm_trainer_graph_kernels(const lm_trainer *t);
 /* Mean loss over the first `batches` batches of val (rewound first, so every
  * evaluation sees the same data). With ranks, batch b is computed by rank b mod N and
  * the mean is summed over them (every rank receives it). */

@@ -18,6 +18,7 @@
  */
 #include "autograd/internal.h"
 #include "ops/internal.h"
+#include "runtime/internal.h"
 
 #include <string.h>
 
@@ -66,7 +67,7 @@ static lm_status to_buffer(lm_ag *ag, lm_ag_var *v) {
     lm_status st = LM_OK;
     if (!src) {
         if (v->bound_accumulate) return LM_OK;
-        st = lm_tensor_zeros(buf->device, buf->dtype, buf->ndim, buf->shape, &tmp);
+        st = lm__ag_zeros(ag, buf, &tmp);
         src = tmp;
     }
     if (st == LM_OK) {
@@ -141,10 +142,19 @@ static lm_status run_node(lm_ag *ag, const lm__ag_node *n) {
     return st;
 }
 
+/* The root's gradient: seed everywhere (a fill in the tape's stream order, so nothing
+ * waits for the device and a captured step may hold it). */
 static lm_status seed_root(lm_ag *ag, lm_ag_var *root, float seed) {
     const lm_tensor_view *rv = V(root->value);
     lm_tensor *s = NULL;
-    LM_TRY(lm_tensor_from_host(rv->device, LM_F32, rv->ndim, rv->shape, &seed, &s));
+    uint32_t word;
+    memcpy(&word, &seed, sizeof word);
+    LM_TRY(lm_tensor_create(rv->device, LM_F32, rv->ndim, rv->shape, &s));
+    lm_status fs = lm__ctx_fill32(ag->ctx, lm_tensor_data(s), word, (size_t)lm_tensor_numel(s));
+    if (fs != LM_OK) {
+        lm_tensor_destroy(s);
+        return fs;
+    }
     if (rv->dtype == LM_F32) {
         root->grad = s;
         return LM_OK;

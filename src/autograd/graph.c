@@ -4,6 +4,7 @@
  * that records the same graph every step stops allocating records after the first.
  */
 #include "autograd/internal.h"
+#include "runtime/internal.h"
 
 #include <string.h>
 
@@ -252,4 +253,14 @@ lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tenso
     for (int j = 0; j < tmpl->nout; j++) node.out[j] = outs[j];
     lm_ag_profile_mark(ag->ctx, "fwd ", tmpl->name);
     return lm__ag_push(ag, &node);
+}
+
+lm_status lm__ag_zeros(lm_ag *ag, const lm_tensor_view *like, lm_tensor **out) {
+    LM_TRY(lm_tensor_create(like->device, like->dtype, like->ndim, like->shape, out));
+    lm_status st = lm__ctx_memset(ag->ctx, lm_tensor_data(*out), 0, lm_storage_nbytes(lm_tensor_storage(*out)));
+    if (st != LM_OK) {
+        lm_tensor_destroy(*out);
+        *out = NULL;
+    }
+    return st;
 }

@@ -122,6 +122,9 @@ lm_status lm__ag_alias(const lm_tensor *t, lm_tensor **out);
  * values[0..nout) (taking ownership), and when recording pushes a node copied from
  * tmpl with those outputs. On failure everything is released. */
 lm_status lm__ag_finish(lm_ag *ag, const lm__ag_node *tmpl, int record, lm_tensor **values, lm_ag_var **outs);
+/* graph.c: a new tensor of like's device, dtype and shape, zeroed in ag's stream order
+ * (nothing waits for the device, so a captured step may hold it). */
+lm_status lm__ag_zeros(lm_ag *ag, const lm_tensor_view *like, lm_tensor **out);
 
 #define LM__AG_V(t) lm_tensor_as_view(t)
 

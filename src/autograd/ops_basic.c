@@ -168,7 +168,7 @@ lm_status lm_ag_transpose(lm_ag *ag, lm_ag_var *x, int d0, int d1, lm_ag_var **o
 static lm_status slice_backward(lm_ag *ag, const lm__ag_node *n, lm_tensor *const *gout, lm_tensor **gin) {
     const lm_tensor_view *xv = V(n->in[0]->value);
     lm_tensor *z = NULL;
-    LM_TRY(lm_tensor_zeros(xv->device, xv->dtype, xv->ndim, xv->shape, &z));
+    LM_TRY(lm__ag_zeros(ag, xv, &z));
     lm_tensor_view part;
     lm_status st = lm_tensor_view_slice(V(z), n->p.flag, n->p.i0, n->p.i1, n->p.i2, &part);
     if (st == LM_OK) st = lm_tensor_view_copy(ag->ctx, &part, V(gout[0]));

@@ -57,8 +57,9 @@ typedef struct lm__cuda_ops {
     /* ---- backward operators and the optimizer ---- */
     lm_status (*adamw_update)(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                               const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
-                              const lm_adamw_hparams *hp, void *stream);
+                              const lm_adamw_hparams *hp, const double *dyn, void *stream);
     lm_status (*sum_squares)(int n, const lm_tensor_view *xs, const lm_tensor_view *out, void *stream);
+    lm_status (*clip_scale)(const float *sumsq, double clip, double *out, void *stream);
     lm_status (*matmul_backward)(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b,
                                  const lm_tensor_view *dout, const lm_tensor_view *da, const lm_tensor_view *db,
                                  int accumulate);

@@ -162,6 +162,16 @@ int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtyp
  * measurements). lm__linear_low_out_rule is the same without the device and the switch. */
 int lm__linear_low_out(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
 int lm__linear_low_out_rule(int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
+/* ops/optim.c, CUDA contexts only: lm_adamw_update with the step's values read on the
+ * device when the update runs, so a captured training step replays with each step's:
+ * dyn [4] doubles (an i64 tensor: no f64 dtype) = {lr, lr / (1 - beta1^step) rounded to
+ * f32, sqrt(1 - beta2^step) rounded to f32, grad_scale} (hp's lr, step and grad_scale must still be valid; unused); and
+ * dyn[3] = the clipping coefficient of the f32 sum of squares sumsq (min(1, clip /
+ * (sqrt(sumsq) + 1e-6)); 1 for clip <= 0 or a norm not finite), as the host computes it. */
+lm_status lm__adamw_update_dyn(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                               const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                               const lm_adamw_hparams *hp, const lm_tensor_view *dyn);
+lm_status lm__clip_scale_out(lm_ctx *ctx, const lm_tensor_view *sumsq, double clip, const lm_tensor_view *dyn);
 /* ops/linear.c: LM_OK, or (while ctx captures) LM_UNSUPPORTED naming op and the rule that
  * said no kernel: a fused operator's composition allocates temporaries. */
 lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *rule);

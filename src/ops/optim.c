@@ -105,9 +105,51 @@ lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, cons
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
-    if (level == LM__LEVEL_CUDA) return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, lm_ctx_stream(ctx));
+    if (level == LM__LEVEL_CUDA) return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, NULL, lm_ctx_stream(ctx));
     lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
     return LM_OK;
+}
+
+/* dyn: 4 or more contiguous 8-byte elements (an i64 tensor holding doubles: there is no
+ * f64 dtype) on ctx's device. */
+static lm_status check_dyn(lm_ctx *ctx, const char *op, const lm_tensor_view *dyn) {
+    if (!dyn) return lm__error(LM_INVALID_ARGUMENT, "%s: the device values are NULL", op);
+    const lm_tensor_view *vs[] = {dyn};
+    static const char *const nm[] = {"dyn"};
+    LM_TRY(lm__op_check_devices(ctx, op, 1, vs, nm));
+    if (dyn->dtype != LM_I64 || !lm_tensor_view_is_contiguous(dyn) || lm_tensor_view_numel(dyn) < 4)
+        return lm__error(LM_INVALID_ARGUMENT, "%s: dyn must be a contiguous i64 tensor (8-byte words holding doubles) "
+                         "of at least 4 elements", op);
+    return LM_OK;
+}
+
+lm_status lm__adamw_update_dyn(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                               const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                               const lm_adamw_hparams *hp, const lm_tensor_view *dyn) {
+    const char *op = "adamw_update (device values)";
+    LM_TRY(check_hparams(op, hp));
+    LM_TRY(check_dyn(ctx, op, dyn));
+    if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
+        return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
+    for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
+    const lm_tensor_view *const lists[4] = {params, grads, m, v};
+    LM_TRY(check_entries_disjoint(op, n, lists));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level != LM__LEVEL_CUDA) return lm__error(LM_UNSUPPORTED, "%s: CUDA contexts only", op);
+    return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, (const double *)dyn->data, lm_ctx_stream(ctx));
+}
+
+lm_status lm__clip_scale_out(lm_ctx *ctx, const lm_tensor_view *sumsq, double clip, const lm_tensor_view *dyn) {
+    const char *op = "clip_scale";
+    LM_TRY(lm__op_check_f32_scalar(ctx, op, "sumsq", sumsq));
+    LM_TRY(check_dyn(ctx, op, dyn));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    lm__level level;
+    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    if (level != LM__LEVEL_CUDA) return lm__error(LM_UNSUPPORTED, "%s: CUDA contexts only", op);
+    return cu->clip_scale((const float *)sumsq->data, clip, (double *)dyn->data + 3, lm_ctx_stream(ctx));
 }
 
 lm_status lm_sum_squares_out(lm_ctx *ctx, int n, const lm_tensor_view *xs, const lm_tensor_view *out) {

@@ -94,3 +94,19 @@ extern "C" lm_status lm__cuda_copy_async(void *stream, lm__copy_kind kind, void 
     return lm__cuda_check((int)cudaMemcpyAsync(dst, src, nbytes, kinds[kind], (cudaStream_t)stream),
                           "cudaMemcpyAsync");
 }
+
+extern "C" lm_status lm__cuda_memset_async(void *stream, void *dst, int value, size_t nbytes) {
+    return lm__cuda_check((int)cudaMemsetAsync(dst, value, nbytes, (cudaStream_t)stream), "cudaMemsetAsync");
+}
+
+static __global__ void fill32_kernel(uint32_t *dst, uint32_t word, size_t count) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = word;
+}
+
+extern "C" lm_status lm__cuda_fill32_async(void *stream, void *dst, uint32_t word, size_t count) {
+    size_t blocks = (count + 255) / 256;
+    fill32_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>((uint32_t *)dst, word,
+                                                                                            count);
+    return lm__cuda_check((int)cudaGetLastError(), "fill kernel launch");
+}

@@ -98,6 +98,21 @@ lm_status lm_ctx_copy(lm_ctx *c, lm_device dst_dev, void *dst, lm_device src_dev
     return c->be->copy_async(c->stream, kind, dst, src, nbytes);
 }
 
+lm_status lm__ctx_memset(lm_ctx *c, void *dst, int value, size_t nbytes) {
+    if (!c) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_memset: NULL context");
+    if (nbytes == 0) return LM_OK;
+    if (!dst) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_memset: NULL pointer for %zu bytes", nbytes);
+    return c->be->memset_async(c->stream, dst, value, nbytes);
+}
+
+lm_status lm__ctx_fill32(lm_ctx *c, void *dst, uint32_t word, size_t count) {
+    if (!c) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_fill32: NULL context");
+    if (count == 0) return LM_OK;
+    if (!dst || ((uintptr_t)dst & 3))
+        return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_fill32: %p is not a 4-byte aligned pointer", dst);
+    return c->be->fill32_async(c->stream, dst, word, count);
+}
+
 lm_status lm__ctx_copy_strided(lm_ctx *c, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
                                const void *src, const int64_t *src_stride, size_t elem_size) {
     return c->be->copy_strided(c->stream, ndim, shape, dst, dst_stride, src, src_stride, elem_size);
@@ -187,6 +202,32 @@ lm_status lm_ctx_capture_end(lm_ctx *ctx, lm_device_graph **out) {
     g->kernels = kernels;
     *out = g;
     return LM_OK;
+}
+
+lm_status lm__ctx_capture_begin_reserved(lm_ctx *ctx) {
+    if (!ctx) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_capture_begin_reserved: NULL context");
+    if (!ctx->be->pool_reserve)
+        return lm__error(LM_UNSUPPORTED, "%s contexts cannot capture work", ctx->be->label);
+    LM_TRY(ctx->be->pool_reserve(ctx->device.index, 0, NULL));
+    lm_status st = lm_ctx_capture_begin(ctx);
+    if (st != LM_OK) {
+        ctx->be->pool_reserve(ctx->device.index, 1, NULL);
+        ctx->be->pool_reserve(ctx->device.index, 2, NULL);
+    }
+    return st;
+}
+
+lm_status lm__ctx_capture_end_reserved(lm_ctx *ctx, lm_device_graph **out, int64_t *foreign) {
+    if (!ctx || !out || !foreign) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_capture_end_reserved: NULL argument");
+    lm_status st = lm_ctx_capture_end(ctx, out); /* always ends the capture */
+    ctx->be->pool_reserve(ctx->device.index, 1, foreign);
+    return st;
+}
+
+void lm__device_reserve_release(lm_device d) {
+    const lm__device_backend *be = NULL;
+    if (lm__device_backend_of(d, &be) == LM_OK && be->pool_reserve) be->pool_reserve(d.index, 2, NULL);
+    lm_clear_error();
 }
 
 int64_t lm_device_graph_kernels(const lm_device_graph *g) { return g ? g->kernels : 0; }

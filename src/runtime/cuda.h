@@ -38,6 +38,8 @@ lm_status lm__cuda_stream_sync(void *stream);
 lm_status lm__cuda_copy_strided(void *stream, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
                                 const void *src, const int64_t *src_stride, size_t elem_size);
 lm_status lm__cuda_copy_async(void *stream, lm__copy_kind kind, void *dst, const void *src, size_t nbytes);
+lm_status lm__cuda_memset_async(void *stream, void *dst, int value, size_t nbytes);
+lm_status lm__cuda_fill32_async(void *stream, void *dst, uint32_t word, size_t count);
 
 /* runtime/pool_cuda.c: the caching allocator */
 lm_status lm__cuda_alloc(int index, size_t nbytes, void **out);
@@ -45,6 +47,10 @@ void lm__cuda_free(int index, void *ptr);
 lm_status lm__cuda_memory_stats(int index, lm_device_memory_stats *out);
 lm_status lm__cuda_memory_reset_peak(int index);
 lm_status lm__cuda_empty_cache(int index);
+/* The captured step's reservation (pool_cuda.c): phase 0 begins it (the capture's
+ * allocations join it), 1 ends the capture (*foreign: blocks from outside it freed
+ * meanwhile), 2 releases it. */
+lm_status lm__cuda_pool_reserve(int index, int phase, int64_t *foreign);
 
 /* runtime/graph_cuda.c: events and graphs on a stream */
 lm_status lm__cuda_event_create(int index, void **event);

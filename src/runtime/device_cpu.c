@@ -84,6 +84,18 @@ static lm_status cpu_copy_async(void *stream, lm__copy_kind kind, void *dst, con
     return LM_OK;
 }
 
+static lm_status cpu_memset_async(void *stream, void *dst, int value, size_t nbytes) {
+    (void)stream;
+    memset(dst, value, nbytes);
+    return LM_OK;
+}
+
+static lm_status cpu_fill32_async(void *stream, void *dst, uint32_t word, size_t count) {
+    (void)stream;
+    for (size_t i = 0; i < count; i++) memcpy((char *)dst + 4 * i, &word, 4);
+    return LM_OK;
+}
+
 static lm_status cpu_copy_strided(void *stream, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
                                   const void *src, const int64_t *src_stride, size_t elem_size) {
     lm__host_copy_strided(ndim, shape, dst, dst_stride, src, src_stride, elem_size);
@@ -159,6 +171,8 @@ static const lm__device_backend k_cpu = {
     .stream_destroy = cpu_stream_destroy,
     .stream_sync = cpu_stream_sync,
     .copy_async = cpu_copy_async,
+    .memset_async = cpu_memset_async,
+    .fill32_async = cpu_fill32_async,
     .copy_strided = cpu_copy_strided,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,

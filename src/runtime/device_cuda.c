@@ -241,6 +241,8 @@ static const lm__device_backend k_cuda = {
     .stream_destroy = lm__cuda_stream_destroy,
     .stream_sync = lm__cuda_stream_sync,
     .copy_async = lm__cuda_copy_async,
+    .memset_async = lm__cuda_memset_async,
+    .fill32_async = lm__cuda_fill32_async,
     .copy_strided = lm__cuda_copy_strided,
     .event_create = lm__cuda_event_create,
     .event_destroy = lm__cuda_event_destroy,
@@ -255,6 +257,7 @@ static const lm__device_backend k_cuda = {
     .memory_stats = lm__cuda_memory_stats,
     .memory_reset_peak = lm__cuda_memory_reset_peak,
     .empty_cache = lm__cuda_empty_cache,
+    .pool_reserve = lm__cuda_pool_reserve,
     .ctx_state_destroy = lm__cuda_ctx_state_destroy,
 };
 

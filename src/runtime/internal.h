@@ -63,6 +63,10 @@ typedef struct lm__device_backend {
     lm_status (*stream_sync)(void *stream);
     /* queued on stream, without waiting for the rest of the device */
     lm_status (*copy_async)(void *stream, lm__copy_kind kind, void *dst, const void *src, size_t nbytes);
+    /* queued on stream: nbytes of dst (this backend's memory) set to the byte value;
+     * count 32-bit words of dst (4-byte aligned) set to word */
+    lm_status (*memset_async)(void *stream, void *dst, int value, size_t nbytes);
+    lm_status (*fill32_async)(void *stream, void *dst, uint32_t word, size_t count);
     /* queued on stream: dst[i] = src[i] over the row-major index space of shape, both
      * views in this backend's memory, strides in elements of elem_size (1, 2, 4 or 8)
      * bytes; the views must not overlap */
@@ -88,6 +92,9 @@ typedef struct lm__device_backend {
     lm_status (*memory_stats)(int index, lm_device_memory_stats *out);
     lm_status (*memory_reset_peak)(int index);
     lm_status (*empty_cache)(int index);
+    /* a captured step's reservation of the allocator (lm__ctx_capture_begin_reserved);
+     * NULL: the backend has none */
+    lm_status (*pool_reserve)(int index, int phase, int64_t *foreign);
 
     /* Releases the per-context state the backend made on demand (lm__ctx_backend_state;
      * CUDA: the cuBLASLt handle and workspace). Called before stream_destroy. */
@@ -120,6 +127,20 @@ void lm__host_copy_strided(int ndim, const int64_t *shape, void *dst, const int6
  * (NULL until then); the backend's ctx_state_destroy releases it with ctx. */
 void **lm__ctx_backend_state(lm_ctx *ctx);
 /* ctx's backend copy_strided on ctx's stream (views on ctx's device). */
+/* A capture whose allocations the device's allocator reserves for the graph: blocks
+ * the captured work allocates stay the graph's after the capture (later allocations
+ * never share them) until lm__device_reserve_release. One per device at a time.
+ * *foreign: blocks allocated before the capture and freed during it (the graph may
+ * still use them, so a caller must not replay it when this is not 0). LM_UNSUPPORTED
+ * on a device without graphs. */
+lm_status lm__ctx_capture_begin_reserved(lm_ctx *ctx);
+lm_status lm__ctx_capture_end_reserved(lm_ctx *ctx, lm_device_graph **out, int64_t *foreign);
+void lm__device_reserve_release(lm_device d);
+/* nbytes at dst (memory of ctx's device) set to the byte value, in ctx's stream order
+ * (nothing waits; a capture records it). */
+lm_status lm__ctx_memset(lm_ctx *ctx, void *dst, int value, size_t nbytes);
+/* count 32-bit words at dst (4-byte aligned, ctx's device) set to word, likewise. */
+lm_status lm__ctx_fill32(lm_ctx *ctx, void *dst, uint32_t word, size_t count);
 lm_status lm__ctx_copy_strided(lm_ctx *ctx, int ndim, const int64_t *shape, void *dst, const int64_t *dst_stride,
                                const void *src, const int64_t *src_stride, size_t elem_size);
 

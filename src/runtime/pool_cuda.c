@@ -16,6 +16,9 @@
  * freed without waiting before.
  * Statistics count rounded bytes. Blocks are only returned to the driver by
  * lm_device_empty_cache (or a failed cudaMalloc).
+ * A captured step (train/trainer.c) holds a reservation: the blocks its capture
+ * allocated stay its own until it is released (lm__cuda_pool_reserve), so the graph's
+ * replays never share memory with anything allocated between them.
  */
 #include "runtime/cuda.h"
 #include "loom/trace.h"
@@ -30,6 +33,7 @@
 typedef struct blk {
     uintptr_t ptr; /* device address; LM__EMPTY/LM__TOMB mark free hash slots */
     size_t size;   /* rounded bytes */
+    int owned;     /* a live block of the reservation (see below) */
 } blk;
 
 typedef struct pool {
@@ -40,6 +44,16 @@ typedef struct pool {
     blk *live;          /* [live_cap] open-addressing hash of blocks in use (power-of-two size) */
     size_t live_cap, live_used; /* live_used counts occupied + tombstone slots */
     lm_device_memory_stats st;
+    /* the reservation of a captured step (lm__cuda_pool_reserve_*): while capturing,
+     * allocations come from its free blocks (rfree) first, else from the cache or the
+     * driver, and each becomes its; its blocks, when freed, go back to rfree rather than
+     * the cache until the reservation is released, so no later allocation shares an
+     * address the captured graph's replays write */
+    int capturing, reserving;
+    blk *rfree;
+    size_t nrfree;
+    int64_t rfree_cap;
+    int64_t foreign; /* blocks from outside the reservation freed while capturing */
 } pool;
 
 static pool g_pools[LM__CUDA_MAX_DEVICES];
@@ -90,13 +104,16 @@ static lm_status live_reserve(pool *p) {
     return LM_OK;
 }
 
-/* Removes ptr from the live table; returns its rounded size, 0 if it is not there. */
-static size_t live_take(pool *p, uintptr_t ptr) {
+/* Removes ptr from the live table; returns its rounded size (0 if it is not there) and
+ * whether it belongs to the reservation. */
+static size_t live_take(pool *p, uintptr_t ptr, int *owned) {
+    *owned = 0;
     if (!p->live_cap) return 0;
     for (size_t i = hash_slot(ptr, p->live_cap);; i = (i + 1) & (p->live_cap - 1)) {
         if (p->live[i].ptr == LM__EMPTY) return 0;
         if (p->live[i].ptr == ptr) {
             size_t n = p->live[i].size;
+            *owned = p->live[i].owned;
             p->live[i].ptr = LM__TOMB;
             return n;
         }
@@ -105,15 +122,17 @@ static size_t live_take(pool *p, uintptr_t ptr) {
 
 static lm_status cached_push(pool *p, blk b) { return LM__PUSH(p->cached, p->ncached, p->cached_cap, b); }
 
-/* Index of the smallest cached block fitting size within 1.25x, or -1. */
-static int64_t cached_find(const pool *p, size_t size) {
+/* Index of the smallest block of list[0..n) fitting size within 1.25x, or -1. */
+static int64_t best_fit(const blk *list, size_t n, size_t size) {
     int64_t best = -1;
-    for (size_t i = 0; i < p->ncached; i++) {
-        size_t s = p->cached[i].size;
-        if (s >= size && s <= size + size / 4 && (best < 0 || s < p->cached[best].size)) best = (int64_t)i;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = list[i].size;
+        if (s >= size && s <= size + size / 4 && (best < 0 || s < list[best].size)) best = (int64_t)i;
     }
     return best;
 }
+
+static int64_t cached_find(const pool *p, size_t size) { return best_fit(p->cached, p->ncached, size); }
 
 static void release_cached(pool *p) {
     for (size_t i = 0; i < p->ncached; i++) {
@@ -136,20 +155,35 @@ static void note_use(pool *p, size_t size) {
     }
 }
 
+/* cudaMalloc, allowed while this thread captures a stream (the block then belongs to
+ * the reservation, which outlives the capture). */
+static cudaError_t device_malloc(void **ptr, size_t size) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaMalloc(ptr, size);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    return e;
+}
+
 /* Called with p->mu held. */
 static lm_status pool_alloc(pool *p, size_t nbytes, void **out) {
     size_t size = round_size(nbytes);
     LM_TRY(live_reserve(p));
-    int64_t hit = cached_find(p, size);
+    int64_t rhit = p->capturing ? best_fit(p->rfree, p->nrfree, size) : -1;
+    int64_t hit = rhit < 0 ? cached_find(p, size) : -1;
     blk b;
-    if (hit >= 0) {
+    if (rhit >= 0) {
+        b = p->rfree[rhit];
+        p->rfree[rhit] = p->rfree[--p->nrfree];
+        p->st.cache_hits++;
+    } else if (hit >= 0) {
         b = p->cached[hit];
         p->cached[hit] = p->cached[--p->ncached];
         p->st.cache_hits++;
     } else {
         void *ptr = NULL;
-        cudaError_t e = cudaMalloc(&ptr, size);
-        if (e == cudaErrorMemoryAllocation) {
+        cudaError_t e = device_malloc(&ptr, size);
+        if (e == cudaErrorMemoryAllocation && !p->capturing) { /* a capture cannot free (cudaFree waits) */
             cudaGetLastError();
             release_cached(p);
             e = cudaMalloc(&ptr, size);
@@ -158,10 +192,11 @@ static lm_status pool_alloc(pool *p, size_t nbytes, void **out) {
             cudaGetLastError();
             return lm__cuda_check(e, "cudaMalloc");
         }
-        b = (blk){(uintptr_t)ptr, size};
+        b = (blk){(uintptr_t)ptr, size, 0};
         p->st.backend_allocs++;
         p->st.reserved_bytes += (int64_t)size;
     }
+    b.owned = p->capturing;
     live_put(p->live, p->live_cap, b);
     p->live_used++;
     note_use(p, b.size);
@@ -190,14 +225,20 @@ void lm__cuda_free(int index, void *ptr) {
     }
     if (lm__cuda_stream_count(index) != 1) cudaDeviceSynchronize(); /* queued work may still use the block */
     pthread_mutex_lock(&p->mu);
-    size_t size = live_take(p, (uintptr_t)ptr);
+    int owned = 0;
+    size_t size = live_take(p, (uintptr_t)ptr, &owned);
     if (size == 0) { /* not ours: hand it straight back to the driver */
         pthread_mutex_unlock(&p->mu);
         cudaFree(ptr);
         return;
     }
     p->st.current_bytes -= (int64_t)size;
-    if (cached_push(p, (blk){(uintptr_t)ptr, size}) != LM_OK) { /* no room to remember it: release it */
+    if (owned && p->reserving && LM__PUSH(p->rfree, p->nrfree, p->rfree_cap, ((blk){(uintptr_t)ptr, size, 0})) == LM_OK) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    if (p->capturing && !owned) p->foreign++;
+    if (cached_push(p, (blk){(uintptr_t)ptr, size, 0}) != LM_OK) { /* no room to remember it: release it */
         cudaFree(ptr);
         p->st.backend_frees++;
         p->st.reserved_bytes -= (int64_t)size;
@@ -232,4 +273,33 @@ lm_status lm__cuda_empty_cache(int index) {
     release_cached(p);
     pthread_mutex_unlock(&p->mu);
     return LM_OK;
+}
+
+lm_status lm__cuda_pool_reserve(int index, int phase, int64_t *foreign) {
+    pool *p = get_pool(index);
+    if (!p) return lm__error(LM_OUT_OF_RANGE, "cuda:%d is beyond the allocator's %d devices", index, LM__CUDA_MAX_DEVICES);
+    lm_status st = LM_OK;
+    pthread_mutex_lock(&p->mu);
+    if (phase == 0) { /* begin: a capture's allocations join the reservation */
+        if (p->reserving)
+            st = lm__error(LM_INVALID_ARGUMENT, "cuda:%d already holds a captured step's reservation", index);
+        else
+            p->capturing = p->reserving = 1, p->foreign = 0;
+    } else if (phase == 1) { /* end of the capture: the reservation stays */
+        p->capturing = 0;
+        if (foreign) *foreign = p->foreign;
+    } else { /* release: its free blocks to the cache, its live ones to their owners */
+        for (size_t i = 0; i < p->nrfree; i++)
+            if (cached_push(p, p->rfree[i]) != LM_OK) {
+                cudaFree((void *)p->rfree[i].ptr);
+                p->st.backend_frees++;
+                p->st.reserved_bytes -= (int64_t)p->rfree[i].size;
+            }
+        p->nrfree = 0;
+        for (size_t i = 0; i < p->live_cap; i++)
+            if (p->live[i].ptr > LM__TOMB) p->live[i].owned = 0;
+        p->capturing = p->reserving = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
 }

@@ -47,6 +47,9 @@ struct lm_train_model {
         lm_dtype dt;
     } graphs[2];
     lm_tensor *positions;
+    /* bumped whenever positions, flat_low or the weights' storage are replaced: a
+     * captured step recorded before reads the old addresses and must be recaptured */
+    int64_t layout_gen;
 };
 
 /* The optimizer updates the elements [lo, hi) of the flat parameter space: all of it
@@ -76,10 +79,25 @@ lm_status lm__optimizer_create_range(lm_train_model *m, const lm_adamw_config *c
  * lm_sum_squares_out rounds its result, it gives the same norm up to the order of the
  * double additions). */
 lm_status lm__optimizer_grad_sumsq(const lm_optimizer *o, lm_ctx *ctx, double *sumsq);
+/* A captured step's optimizer (CUDA): out = the device values of update steps + 1 at
+ * learning rate lr ({lr, lr / (1 - beta1^step) and sqrt(1 - beta2^step) rounded to f32
+ * as lm_adamw_update rounds them, 1 for the clipping coefficient, which the step's
+ * lm__clip_scale_out writes}); lm__optimizer_step_dyn queues the update reading them
+ * from dyn (lm__adamw_update_dyn) and counts it; lm__optimizer_count_step counts an
+ * update a captured step's replay made. */
+void lm__optimizer_dyn_values(const lm_optimizer *o, double lr, double out[4]);
+lm_status lm__optimizer_step_dyn(lm_optimizer *o, lm_ctx *ctx, const lm_tensor_view *dyn);
+void lm__optimizer_count_step(lm_optimizer *o);
 
 /* ---- model.c ---- */
 /* Index of the parameter called name, or -1. */
 int lm__train_find(const lm_train_model *m, const char *name);
+/* train/step.c: lm_train_model_forward_backward over ids [B, T] and targets [B * T]
+ * (i32) already on the model's device, whose loss (f32) goes to the device address
+ * loss: nothing waits for the device (a captured step may hold it). refresh_low: the
+ * bf16 weight copies are refreshed from the masters first. */
+lm_status lm__train_model_forward_backward_dev(lm_train_model *m, lm_ctx *ctx, lm_tensor *ids, lm_tensor *targets,
+                                               int B, int64_t T, float grad_scale, void *loss, int refresh_low);
 /* step.c: lm_train_model_forward_backward that also calls done(user, i) once per
  * parameter i during the backward, right after the last contribution to its gradient
  * was queued (in the order the backward finishes them; the buffer holds the final

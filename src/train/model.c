@@ -219,6 +219,7 @@ static void drop_low(lm_train_model *m) {
     }
     lm_tensor_destroy(m->flat_low);
     m->flat_low = NULL;
+    m->layout_gen++;
 }
 
 lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
@@ -235,6 +236,7 @@ lm_status lm_train_model_set_compute_dtype(lm_train_model *m, lm_dtype dt) {
         return lm__error(LM_UNSUPPORTED, "training compute dtype bf16 needs a device with 16-bit matrix units (a GPU); "
                                          "%s training computes in f32", caps.name);
     if (m->flat_low) return LM_OK; /* already bf16 */
+    m->layout_gen++;
     lm_status st = lm_tensor_create(m->device, dt, 1, &m->numel, &m->flat_low);
     for (int i = 0; st == LM_OK && i < m->nparams; i++) {
         lm__tparam *p = &m->params[i];
@@ -273,9 +275,13 @@ lm_status lm_train_model_find(const lm_train_model *m, const char *name, lm_trai
 }
 
 lm_status lm_train_model_zero_grad(lm_train_model *m, lm_ctx *ctx) {
-    (void)ctx;
-    const uint8_t zero = 0;
-    return lm_device_fill(m->device, lm_tensor_data(m->flat_grad), (size_t)m->numel * sizeof(float), &zero, 1);
+    if (!m || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_zero_grad: NULL argument");
+    if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
+        char a[32], b[32];
+        return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_zero_grad: the context is on %s but the model on %s",
+                         lm_device_format(lm_ctx_device(ctx), a, sizeof a), lm_device_format(m->device, b, sizeof b));
+    }
+    return lm__ctx_memset(ctx, lm_tensor_data(m->flat_grad), 0, (size_t)m->numel * sizeof(float)); /* in stream order */
 }
 
 lm_status lm_train_model_grad_norm(lm_train_model *m, lm_ctx *ctx, double *norm) {

@@ -5,6 +5,7 @@
  * slice alone and its pieces are the parts of the tensors inside it.
  */
 #include "train/internal.h"
+#include "ops/internal.h"
 #include "runtime/internal.h"
 
 #include <math.h>
@@ -119,6 +120,24 @@ lm_status lm_optimizer_step(lm_optimizer *o, lm_ctx *ctx, double lr, double grad
     o->steps++;
     return LM_OK;
 }
+
+void lm__optimizer_dyn_values(const lm_optimizer *o, double lr, double out[4]) {
+    const double step = (double)(o->steps + 1);
+    out[0] = lr;
+    out[1] = (float)(lr / (1.0 - pow(o->c.beta1, step))); /* as ops/cuda/optim.cu rounds them */
+    out[2] = (float)sqrt(1.0 - pow(o->c.beta2, step));
+    out[3] = 1.0;
+}
+
+lm_status lm__optimizer_step_dyn(lm_optimizer *o, lm_ctx *ctx, const lm_tensor_view *dyn) {
+    if (!o || !ctx || !dyn) return lm__error(LM_INVALID_ARGUMENT, "lm__optimizer_step_dyn: NULL argument");
+    lm_adamw_hparams hp = {0.0, o->c.beta1, o->c.beta2, o->c.eps, o->steps + 1, 1.0}; /* lr etc. come from dyn */
+    LM_TRY(lm__adamw_update_dyn(ctx, o->npieces, o->pv, o->gv, o->mv, o->vv, o->wd, &hp, dyn));
+    o->steps++;
+    return LM_OK;
+}
+
+void lm__optimizer_count_step(lm_optimizer *o) { o->steps++; }
 
 lm_status lm__optimizer_grad_sumsq(const lm_optimizer *o, lm_ctx *ctx, double *sumsq) {
     *sumsq = 0;

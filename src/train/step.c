@@ -28,6 +28,7 @@ typedef struct fwd {
     int B;
     int64_t T;
     lm_tensor *ids, *targets;       /* [B, T] i32 ids, [B*T] targets, on the device */
+    int borrowed;                   /* ids and targets are the caller's (not destroyed by end) */
     const lm_tensor *pos;           /* [B, T] i32 positions (the model's, kept between steps) */
     const lm_graph *g;              /* the prepared training graph (the model's, kept between steps) */
     struct param_hook *hooks;       /* [nparams] when the caller wants to hear of finished gradients */
@@ -132,6 +133,7 @@ static lm_status positions(fwd *f) {
     }
     lm_tensor_destroy(m->positions);
     m->positions = NULL;
+    m->layout_gen++;
     int32_t *pos = lm__calloc((size_t)BT, sizeof *pos);
     if (!pos) return LM_OUT_OF_MEMORY;
     for (int64_t i = 0; i < BT; i++) pos[i] = (int32_t)(i % f->T);
@@ -149,12 +151,18 @@ static lm_status upload(fwd *f, int ndim, const int64_t *shape, const int32_t *h
                        (size_t)lm_tensor_numel(*out) * sizeof(int32_t));
 }
 
-/* Sets up the tape, leaves, the graph and the device copies of ids and positions. */
+/* Sets up the tape, leaves, the graph and the device copies of ids and positions; or,
+ * given dev (ids [B, T] and targets [B * T] already on the device, the caller's), those. */
 static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets, int B,
                        int64_t T, int train, lm_decoder_output output, lm__param_done_fn done, void *user,
-                       int refresh) {
+                       int refresh, lm_tensor *const *dev) {
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
+    if (dev) {
+        static const int32_t any = 0; /* check_batch wants ids; the device's are the caller's */
+        f->ids = dev[0], f->targets = dev[1], f->borrowed = 1;
+        ids = &any;
+    }
     if (done) {
         if (!(f->hooks = lm__calloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *f->hooks))) return LM_OUT_OF_MEMORY;
         for (int i = 0; i < m->nparams; i++) f->hooks[i] = (param_hook){done, user, i};
@@ -167,8 +175,8 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
     }
     int64_t BT = (int64_t)B * T, shape[2] = {B, T};
     lm_status st = positions(f);
-    if (st == LM_OK) st = upload(f, 2, shape, ids, &f->ids);
-    if (st == LM_OK && targets) st = upload(f, 1, &BT, targets, &f->targets);
+    if (st == LM_OK && !dev) st = upload(f, 2, shape, ids, &f->ids);
+    if (st == LM_OK && !dev && targets) st = upload(f, 1, &BT, targets, &f->targets);
     if (st == LM_OK && !(f->p = lm__calloc((size_t)m->nparams, sizeof *f->p))) st = LM_OUT_OF_MEMORY;
     if (st == LM_OK) st = build_graph(f, output);
     if (st == LM_OK) st = lm_ag_create(ctx, &f->ag);
@@ -185,8 +193,10 @@ static void end(fwd *f, lm_status st) {
     lm_ag_destroy(f->ag);
     lm__free(f->p);
     lm__free(f->hooks);
-    lm_tensor_destroy(f->ids);
-    lm_tensor_destroy(f->targets); /* the tape keeps its own copies */
+    if (!f->borrowed) {
+        lm_tensor_destroy(f->ids);
+        lm_tensor_destroy(f->targets); /* the tape keeps its own copies */
+    }
 }
 
 static lm_status run(fwd *f, lm_ag_var **out) {
@@ -205,7 +215,7 @@ lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_forward_backward: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user, refresh_low);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user, refresh_low, NULL);
     lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
     int64_t tr = lm_trace_begin();
     if (st == LM_OK) st = run(&f, &L);
@@ -221,6 +231,24 @@ lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx
     return st;
 }
 
+lm_status lm__train_model_forward_backward_dev(lm_train_model *m, lm_ctx *ctx, lm_tensor *ids, lm_tensor *targets,
+                                               int B, int64_t T, float grad_scale, void *loss, int refresh_low) {
+    if (!m || !ctx || !ids || !targets || !loss)
+        return lm__error(LM_INVALID_ARGUMENT, "lm__train_model_forward_backward_dev: NULL argument");
+    fwd f;
+    lm_ag_var *L = NULL;
+    lm_tensor *dev[2] = {ids, targets};
+    lm_status st = begin(&f, m, ctx, NULL, NULL, B, T, 1, LM_DECODER_OUT_LOSS, NULL, NULL, refresh_low, dev);
+    if (st == LM_OK) st = run(&f, &L);
+    const lm_tensor *lv = L ? lm_ag_value(L) : NULL;
+    if (st == LM_OK && (lm_tensor_dtype(lv) != LM_F32 || lm_tensor_numel(lv) != 1))
+        st = lm__error(LM_INTERNAL, "training forward: the loss is not an f32 scalar");
+    if (st == LM_OK) st = lm_ctx_copy(ctx, m->device, loss, m->device, lm_tensor_data(lv), sizeof(float));
+    if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
+    end(&f, st);
+    return st;
+}
+
 lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,
                                           int B, int64_t T, float grad_scale, float *loss) {
     return lm__train_model_forward_backward_notify(m, ctx, ids, targets, B, T, grad_scale, loss, NULL, NULL, 1);
@@ -231,7 +259,7 @@ lm_status lm_train_model_loss(lm_train_model *m, lm_ctx *ctx, const int32_t *ids
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_loss: NULL argument");
     fwd f;
     lm_ag_var *L = NULL;
-    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL, 1);
+    lm_status st = begin(&f, m, ctx, ids, targets, B, T, 0, LM_DECODER_OUT_LOSS, NULL, NULL, 1, NULL);
     if (st == LM_OK) st = run(&f, &L);
     if (st == LM_OK) st = read_scalar(ctx, L, loss);
     end(&f, st);
@@ -242,7 +270,7 @@ lm_status lm_train_model_logits(lm_train_model *m, lm_ctx *ctx, const int32_t *i
     if (!m || !ctx || !logits) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_logits: NULL argument");
     fwd f;
     lm_ag_var *z = NULL;
-    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS, NULL, NULL, 1);
+    lm_status st = begin(&f, m, ctx, ids, NULL, 1, T, 0, LM_DECODER_OUT_ALL_LOGITS, NULL, NULL, 1, NULL);
     if (st == LM_OK) st = run(&f, &z);
     lm_tensor *wide = NULL;
     if (st == LM_OK && lm_tensor_dtype(lm_ag_value(z)) != LM_F32) st = lm_cast(ctx, V(lm_ag_value(z)), LM_F32, &wide);

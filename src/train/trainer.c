@@ -63,6 +63,7 @@
  */
 #define _GNU_SOURCE /* renameat2 and RENAME_EXCHANGE in <stdio.h> (glibc 2.28+) */
 #include "train/internal.h"
+#include "ops/internal.h"
 #include "runtime/internal.h"
 
 #include "loom/io_write.h"
@@ -96,6 +97,17 @@ struct lm_trainer {
     int zero;               /* ZeRO stage: 0 = replicated optimizer state, 1 = sharded over the ranks */
     int64_t *bounds;        /* [ranks + 1] ZeRO-1 slices of the flat parameters, rank r's
                              * [bounds[r], bounds[r + 1]); NULL at stage 0 */
+    /* one rank on a GPU: the step keeps its statistics on the device (step_device) and,
+     * from its second step, runs as one captured graph */
+    lm_tensor **d_ids, **d_targets; /* [grad_accum] micro-batches: [batch, seq] and [batch * seq] i32 */
+    lm_tensor *d_stats;             /* f32 [grad_accum + 1]: the micro-batches' losses, the sum of squares */
+    lm_tensor *d_dyn;               /* i64 [4]: the optimizer's values as doubles (lm__optimizer_dyn_values) */
+    int64_t dev_steps;              /* steps taken by step_device */
+    lm_device_graph *graph;         /* the captured step; NULL: none (yet) */
+    int64_t graph_gen;              /* model->layout_gen it was captured at */
+    const lm_optimizer *graph_opt;  /* the optimizer it updates */
+    int capture_off;                /* 1: steps run eagerly (capture_note says why) */
+    char capture_note[320];
 };
 
 /* The gradient buffer cut into buckets of whole parameters, in flat order, of at least
@@ -162,7 +174,7 @@ static lm_status bucket_param_done(void *user, int param) {
 static int64_t global_accum(const lm_trainer *t) { return (int64_t)lm_dist_size(t->dist) * t->o.grad_accum; }
 
 void lm_train_options_default(lm_train_options *o) {
-    *o = (lm_train_options){100, 8, 256, 1, LM_LR_COSINE, 3e-4, 3e-5, 10, 1.0, {0.9, 0.95, 1e-8, 0.1}};
+    *o = (lm_train_options){100, 8, 256, 1, LM_LR_COSINE, 3e-4, 3e-5, 10, 1.0, {0.9, 0.95, 1e-8, 0.1}, 1};
 }
 
 static lm_status check_options(const lm_train_options *o, const lm_train_model *m, const lm_data_loader *d) {
@@ -202,8 +214,26 @@ lm_status lm_trainer_create(lm_train_model *model, lm_data_loader *data, const l
     return LM_OK;
 }
 
+/* Forgets the captured step (its graph and the allocator's reservation for it). */
+static void drop_graph(lm_trainer *t) {
+    if (!t->graph) return;
+    lm_device_graph_destroy(t->graph);
+    lm__device_reserve_release(t->model->device);
+    t->graph = NULL;
+}
+
+static void device_buffers_free(lm_trainer *t) {
+    for (int a = 0; a < t->o.grad_accum && t->d_ids; a++) lm_tensor_destroy(t->d_ids[a]);
+    for (int a = 0; a < t->o.grad_accum && t->d_targets; a++) lm_tensor_destroy(t->d_targets[a]);
+    lm__free(t->d_ids), lm__free(t->d_targets);
+    lm_tensor_destroy(t->d_stats), lm_tensor_destroy(t->d_dyn);
+    t->d_ids = t->d_targets = NULL, t->d_stats = t->d_dyn = NULL;
+}
+
 void lm_trainer_destroy(lm_trainer *t) {
     if (!t) return;
+    drop_graph(t);
+    device_buffers_free(t);
     lm__free(t->bounds);
     if (t->stage) lm_host_free(t->model->device, t->stage);
     buckets_destroy(t->buckets);
@@ -321,8 +351,157 @@ static lm_status zero_reduce(lm_trainer *t, lm_ctx *ctx, double *loss, double *n
     return LM_OK;
 }
 
+/* ---- one rank on a GPU: the step without host synchronization, captured ---------------------------- */
+
+/* 1 when the step keeps its statistics on the device: a GPU, one rank. */
+static int device_step(const lm_trainer *t) {
+    return !lm__device_host_addressable(t->model->device) && lm_dist_size(t->dist) == 1 && !t->bounds;
+}
+
+static lm_status device_buffers(lm_trainer *t) {
+    if (t->d_stats) return LM_OK;
+    const lm_train_options *o = &t->o;
+    lm_device d = t->model->device;
+    int64_t ids[2] = {o->batch, o->seq}, tg = (int64_t)o->batch * o->seq, ns = o->grad_accum + 1, nd = 4;
+    t->d_ids = lm__calloc((size_t)o->grad_accum, sizeof *t->d_ids);
+    t->d_targets = lm__calloc((size_t)o->grad_accum, sizeof *t->d_targets);
+    lm_status st = t->d_ids && t->d_targets ? LM_OK : LM_OUT_OF_MEMORY;
+    for (int a = 0; st == LM_OK && a < o->grad_accum; a++) {
+        st = lm_tensor_create(d, LM_I32, 2, ids, &t->d_ids[a]);
+        if (st == LM_OK) st = lm_tensor_create(d, LM_I32, 1, &tg, &t->d_targets[a]);
+    }
+    if (st == LM_OK) st = lm_tensor_zeros(d, LM_F32, 1, &ns, &t->d_stats);
+    if (st == LM_OK) st = lm_tensor_zeros(d, LM_I64, 1, &nd, &t->d_dyn);
+    if (st != LM_OK) device_buffers_free(t);
+    return st;
+}
+
+/* The step's device work: zero the gradients, forward and backward of every
+ * micro-batch (losses into d_stats[0..A)), the sum of squares (d_stats[A]), the clipping
+ * coefficient and AdamW reading d_dyn. Nothing waits for the device. */
+static lm_status device_body(lm_trainer *t, lm_ctx *ctx) {
+    const lm_train_options *o = &t->o;
+    lm_train_model *m = t->model;
+    float *stats = lm_tensor_data(t->d_stats);
+    LM_TRY(lm_train_model_zero_grad(m, ctx));
+    for (int a = 0; a < o->grad_accum; a++)
+        LM_TRY(lm__train_model_forward_backward_dev(m, ctx, t->d_ids[a], t->d_targets[a], o->batch, o->seq,
+                                                    1.0f / (float)o->grad_accum, stats + a, a == 0));
+    lm_tensor_view sumsq;
+    LM_TRY(lm_tensor_view_init(&sumsq, stats + o->grad_accum, LM_F32, m->device, 0, NULL, NULL));
+    LM_TRY(lm_sum_squares_out(ctx, 1, lm_tensor_as_view(m->flat_grad), &sumsq));
+    LM_TRY(lm__clip_scale_out(ctx, &sumsq, o->clip, lm_tensor_as_view(t->d_dyn)));
+    return lm__optimizer_step_dyn(t->opt, ctx, lm_tensor_as_view(t->d_dyn));
+}
+
+/* Why steps are not captured: LOOM_TRAIN_CAPTURE=0, a trace or profile (they time each
+ * operation), or an earlier capture that failed; NULL when they may be. */
+static const char *capture_blocked(const lm_trainer *t) {
+    const char *e = getenv("LOOM_TRAIN_CAPTURE");
+    if (e && strcmp(e, "0") == 0) return "LOOM_TRAIN_CAPTURE=0";
+    if (lm_trace_enabled()) return "a trace is being written";
+    if (lm_ag_profile_enabled()) return "LOOM_PROFILE is on";
+    return t->capture_off ? t->capture_note : NULL;
+}
+
+/* Records the step's work as one graph (the allocator reserving what it allocates)
+ * and launches it. On failure nothing has run: the step is left to the caller. */
+static lm_status capture_step(lm_trainer *t, lm_ctx *ctx) {
+    int64_t steps0 = t->opt->steps;
+    LM_TRY(lm__ctx_capture_begin_reserved(ctx));
+    lm_status st = device_body(t, ctx);
+    char why[200] = "";
+    if (st != LM_OK) snprintf(why, sizeof why, "%s", lm_last_error());
+    lm_device_graph *g = NULL;
+    int64_t foreign = 0;
+    lm_status end = lm__ctx_capture_end_reserved(ctx, &g, &foreign);
+    if (st == LM_OK && end != LM_OK) st = end, snprintf(why, sizeof why, "%s", lm_last_error());
+    if (st == LM_OK && foreign) {
+        st = lm__error(LM_INTERNAL, "the captured step freed %lld blocks allocated before it", (long long)foreign);
+        snprintf(why, sizeof why, "%s", lm_last_error());
+    }
+    if (st != LM_OK) {
+        lm_device_graph_destroy(g);
+        lm__device_reserve_release(t->model->device);
+        t->opt->steps = steps0; /* nothing ran */
+        t->capture_off = 1;
+        snprintf(t->capture_note, sizeof t->capture_note, "the capture failed: %s", why);
+        return st;
+    }
+    t->graph = g, t->graph_gen = t->model->layout_gen, t->graph_opt = t->opt;
+    return lm_device_graph_launch(g, ctx);
+}
+
+static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) {
+    const lm_train_options *o = &t->o;
+    lm_device d = t->model->device;
+    LM_TRY(device_buffers(t));
+    int64_t tr = lm_trace_begin(), step_t0 = tr;
+    for (int a = 0; a < o->grad_accum; a++) { /* pageable copies: the host arrays are free again on return */
+        LM_TRY(lm_data_loader_next(t->data, o->batch, t->ids, t->targets));
+        size_t bytes = (size_t)o->batch * (size_t)o->seq * sizeof(int32_t);
+        LM_TRY(lm_ctx_copy(ctx, d, lm_tensor_data(t->d_ids[a]), lm_device_cpu(), t->ids, bytes));
+        LM_TRY(lm_ctx_copy(ctx, d, lm_tensor_data(t->d_targets[a]), lm_device_cpu(), t->targets, bytes));
+    }
+    lm_trace_end(tr, "train", "data", NULL);
+    int64_t step = lm_optimizer_steps(t->opt);
+    lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
+    double lr = lm_lr_at(&s, step), dyn[4];
+    lm__optimizer_dyn_values(t->opt, lr, dyn);
+    LM_TRY(lm_ctx_copy(ctx, d, lm_tensor_data(t->d_dyn), lm_device_cpu(), dyn, sizeof dyn));
+    if (t->graph && (t->graph_gen != t->model->layout_gen || t->graph_opt != t->opt)) drop_graph(t);
+    tr = lm_trace_begin();
+    if (t->graph) {
+        LM_TRY(lm_device_graph_launch(t->graph, ctx));
+        lm__optimizer_count_step(t->opt);
+    } else if (t->dev_steps >= 1 && !capture_blocked(t) && capture_step(t, ctx) == LM_OK) {
+        /* captured and launched */
+    } else {
+        lm_clear_error(); /* a failed capture ran nothing: the step runs eagerly */
+        LM_TRY(device_body(t, ctx));
+    }
+    lm_trace_end(tr, "train", t->graph ? "captured step" : "step", NULL);
+    t->dev_steps++;
+    int64_t every = o->log_every > 1 ? o->log_every : 1;
+    int read = (step + 1) % every == 0 || step + 1 >= o->steps;
+    double loss = NAN, norm = NAN;
+    if (read) { /* the one wait for the device */
+        float *host = lm__calloc((size_t)o->grad_accum + 1, sizeof *host);
+        if (!host) return LM_OUT_OF_MEMORY;
+        lm_status st = lm_tensor_view_read(ctx, lm_tensor_as_view(t->d_stats), host);
+        loss = 0;
+        for (int a = 0; a < o->grad_accum; a++) loss += host[a]; /* in order, in double, as step_host sums */
+        loss /= (double)o->grad_accum;
+        norm = sqrt((double)host[o->grad_accum]);
+        lm__free(host);
+        LM_TRY(st);
+    }
+    lm_trace_end(step_t0, "train", "train step", NULL);
+    lm_trace_memory();
+    *info = (lm_train_step_info){step + 1, loss, lr, norm, (int64_t)o->grad_accum * o->batch * o->seq, read};
+    return LM_OK;
+}
+
+int64_t lm_trainer_graph_kernels(const lm_trainer *t) { return t && t->graph ? lm_device_graph_kernels(t->graph) : 0; }
+
+const char *lm_trainer_step_form(const lm_trainer *t) {
+    if (!t || !device_step(t)) return "eager (statistics read by the host each step)";
+    if (t->graph) return "one captured CUDA graph";
+    const char *why = capture_blocked(t);
+    if (why) {
+        static _Thread_local char buf[400];
+        snprintf(buf, sizeof buf, "eager on the device (not captured: %s)", why);
+        return buf;
+    }
+    return "eager on the device (captured from the second step)";
+}
+
 lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) {
     if (!t || !ctx || !info) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_step: NULL argument");
+    if (device_step(t)) {
+        LM_TRY(ensure_opt(t));
+        return step_device(t, ctx, info);
+    }
     LM_TRY(ensure_opt(t));
     const lm_train_options *o = &t->o;
     lm_ag_profile_mark(ctx, "step ", "(between steps)");
@@ -394,7 +573,7 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     }
     lm_trace_end(step_t0, "train", "train step", NULL);
     lm_trace_memory();
-    *info = (lm_train_step_info){step + 1, loss / (double)G, lr, norm, G * o->batch * o->seq};
+    *info = (lm_train_step_info){step + 1, loss / (double)G, lr, norm, G * o->batch * o->seq, 1};
     return LM_OK;
 }
 
@@ -756,6 +935,8 @@ lm_status lm_train_checkpoints_recover(const char *out, lm_train_report_fn repor
 lm_status lm_trainer_resume(lm_trainer *t, lm_ctx *ctx, const char *dir) {
     if (!t || !ctx || !dir) return lm__error(LM_INVALID_ARGUMENT, "lm_trainer_resume: NULL argument");
     LM_TRY(check_files(dir));
+    drop_graph(t); /* recaptured by the next steps (the state may land in new tensors) */
+    t->dev_steps = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     lm_tensor *m1 = NULL, *m2 = NULL;

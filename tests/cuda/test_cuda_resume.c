@@ -8,6 +8,11 @@
  * run-to-run variation, and the checkpoint carries everything the step depends on
  * (weights, AdamW moments, step count, the data order). Once with f32 compute and once
  * with bf16 compute (bf16 copies of the weights, f32 masters); the loss must also fall.
+ * (The resumed run steps while the first one still holds its captured step, so its
+ * own capture is refused and it runs eagerly: the losses also compare the two forms.)
+ * And the step captured as one CUDA graph against the same steps run eagerly
+ * (LOOM_TRAIN_CAPTURE=0), with gradient accumulation and a changing learning rate: the
+ * same bits; log_every reads the statistics only on its steps.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda model
  */
@@ -112,9 +117,70 @@ static void test_resume_bit_exact(void) {
     check_resume(LM_BF16);
 }
 
+/* The captured step against the same steps run eagerly (LOOM_TRAIN_CAPTURE=0), with 2
+ * micro-batches a step and a warmup (the learning rate changes every step): the same
+ * losses, gradient norms and final weights to the bit; the captured run reports its
+ * graph. With log_every 3 only steps 3, 6, ... and the last read their statistics
+ * (the others report NaN), and those equal the eager run's. */
+#define CSTEPS 8
+static void check_captured(lm_dtype compute) {
+    lm_train_options o;
+    lm_train_options_default(&o);
+    o.steps = CSTEPS, o.batch = 4, o.seq = 32, o.grad_accum = 2, o.lr = 3e-3, o.min_lr = 3e-4, o.warmup = 3;
+    double loss[3][CSTEPS], norm[3][CSTEPS];
+    int stats[3][CSTEPS];
+    run r[3];
+    for (int k = 0; k < 3; k++) {
+        if (k == 0) setenv("LOOM_TRAIN_CAPTURE", "0", 1);
+        else unsetenv("LOOM_TRAIN_CAPTURE");
+        o.log_every = k == 2 ? 3 : 1;
+        if (!lt_train_run_open(&r[k], &o, g_config, NULL, g_train, ct_gpu, compute)) {
+            lt_train_run_free(&r[k]);
+            return;
+        }
+        for (int st = 0; st < CSTEPS; st++) {
+            lm_train_step_info info;
+            LT_CHECK_OK(lm_trainer_step(r[k].trainer, g_ctx, &info));
+            loss[k][st] = info.loss, norm[k][st] = info.grad_norm, stats[k][st] = info.stats;
+        }
+        int64_t kernels = lm_trainer_graph_kernels(r[k].trainer);
+        LT_CHECK_MSG(k == 0 ? kernels == 0 : kernels > 0, "%s run %d: %lld kernels captured (%s)",
+                     lm_dtype_name(compute), k, (long long)kernels, lm_trainer_step_form(r[k].trainer));
+        if (k == 1) {
+            LT_CHECK_MSG(same_weights(r[0].model, r[1].model), "%s: the captured run's weights differ",
+                         lm_dtype_name(compute));
+            printf("  %s compute: %s of %lld kernels; eager: %s\n", lm_dtype_name(compute),
+                   lm_trainer_step_form(r[1].trainer), (long long)kernels, lm_trainer_step_form(r[0].trainer));
+            lt_train_run_free(&r[1]); /* its reservation: run 2 captures its own */
+        }
+    }
+    unsetenv("LOOM_TRAIN_CAPTURE");
+    for (int st = 0; st < CSTEPS; st++) {
+        LT_CHECK_MSG(stats[0][st] && stats[1][st] && isfinite(loss[0][st]) && loss[1][st] == loss[0][st] &&
+                         norm[1][st] == norm[0][st],
+                     "%s step %d: captured loss %.17g norm %.17g, eager %.17g %.17g", lm_dtype_name(compute), st + 1,
+                     loss[1][st], norm[1][st], loss[0][st], norm[0][st]);
+        int read = (st + 1) % 3 == 0 || st + 1 == CSTEPS;
+        LT_CHECK_MSG(stats[2][st] == read && (read ? loss[2][st] == loss[0][st] && norm[2][st] == norm[0][st]
+                                                   : isnan(loss[2][st]) && isnan(norm[2][st])),
+                     "%s step %d, log_every 3: stats %d loss %.17g (eager %.17g)", lm_dtype_name(compute), st + 1,
+                     stats[2][st], loss[2][st], loss[0][st]);
+    }
+    LT_CHECK(same_weights(r[0].model, r[2].model));
+    lt_train_run_free(&r[2]);
+    lt_train_run_free(&r[0]);
+}
+
+static void test_captured_step_equals_eager(void) {
+    if (!prepare()) return;
+    check_captured(LM_BF16);
+    check_captured(LM_F32);
+}
+
 int main(void) {
     g_ctx = ct_start();
     LT_RUN(test_resume_bit_exact);
+    LT_RUN(test_captured_step_equals_eager);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }

@@ -55,6 +55,7 @@ static void options(lm_train_options *o) {
     o->lr = 3e-3;
     o->min_lr = 3e-4;
     o->warmup = 4;
+    o->log_every = 5; /* no effect on the CPU: every step's statistics are read */
 }
 
 static int prepare(void) {
@@ -350,7 +351,7 @@ static void test_training_run_learns_and_resumes_bit_exactly(void) {
     for (int s = 0; s < STEPS; s++) {
         lm_train_step_info info;
         LT_CHECK_OK(lm_trainer_step(a.trainer, g_ctx, &info));
-        LT_CHECK(info.step == s + 1 && isfinite(info.loss) && isfinite(info.grad_norm));
+        LT_CHECK(info.step == s + 1 && isfinite(info.loss) && isfinite(info.grad_norm) && info.stats == 1);
         losses[s] = info.loss;
         tokens += (double)info.tokens;
         if (s + 1 == MID) LT_CHECK_OK(lm_trainer_save(a.trainer, g_ctx, g_mid, g_tok));
@@ -365,6 +366,10 @@ static void test_training_run_learns_and_resumes_bit_exactly(void) {
      * (a paragraph not trained on, same style) at least 1 nat better than uniform */
     LT_CHECK_MSG(losses[0] > 5.5 && tail < 3.0, "loss did not fall: %.3f -> %.3f", losses[0], tail);
     LT_CHECK_MSG(val1 < val0 - 1.0, "held-out loss did not fall: %.3f -> %.3f", val0, val1);
+    /* the CPU steps eagerly and reads every step's statistics (log_every is for GPUs) */
+    LT_CHECK_MSG(strcmp(lm_trainer_step_form(a.trainer), "eager (statistics read by the host each step)") == 0 &&
+                     lm_trainer_graph_kernels(a.trainer) == 0,
+                 "step form '%s'", lm_trainer_step_form(a.trainer));
 
     run b; /* resume from the middle checkpoint */
     if (run_open(&b, g_mid)) {

@@ -3,7 +3,9 @@
  *
  * Output: a live progress line on stderr (step, loss, learning rate, tokens/s, MFU on
  * CUDA, ETA; redrawn in place on a terminal, one line per ~5% otherwise), a JSON line
- * per step and per validation in OUT/log.jsonl, checkpoints in OUT/checkpoint-NNNNNN
+ * per logged step (every --log-every steps and the last; step_s is the mean over the
+ * steps since the previous one) and per validation in OUT/log.jsonl, a line saying how
+ * steps run (on a GPU: one captured CUDA graph), checkpoints in OUT/checkpoint-NNNNNN
  * every --save-every steps and the last one in OUT/final. Each checkpoint is a Hugging
  * Face directory plus train_state.bin; --resume CHECKPOINT continues from it and
  * replays the remaining steps bit for bit, after cutting log.jsonl back to the
@@ -42,7 +44,7 @@ typedef struct train_args {
     const char *model, *config, *data, *val_data, *out, *resume, *schedule, *tokenizer, *device, *dtype, *trace;
     int batch, grad_accum, threads, no_shuffle, zero;
     float peak_tflops;
-    int steps, seq, warmup, val_every, val_batches, save_every;
+    int steps, seq, warmup, val_every, val_batches, save_every, log_every;
     float lr, min_lr, clip, weight_decay, beta1, beta2;
     uint64_t seed;
 } train_args;
@@ -113,6 +115,8 @@ static int parse(int argc, char **argv, train_args *a) {
         {"val-every", CLI_INT, &a->val_every, "N: validate every N steps (default: only at the end)"},
         {"val-batches", CLI_INT, &a->val_batches, "N: batches per validation (default 4)"},
         {"save-every", CLI_COUNT, &a->save_every, "N: checkpoint every N steps (default: only at the end)"},
+        {"log-every", CLI_COUNT, &a->log_every, "N: log the loss every N steps and at the last (default 1); on a GPU "
+                                                "the steps between never wait for the device"},
         {"tokenizer", CLI_STRING, &a->tokenizer, "FILE: tokenizer.json copied into checkpoints"},
         {"device", CLI_STRING, &a->device, "cpu|cuda[:N]: where to train (default cpu)"},
         {"dtype", CLI_STRING, &a->dtype, "f32|bf16: compute dtype (default bf16 on CUDA, f32 on the CPU); master "
@@ -360,6 +364,7 @@ static int open_all(session *s) {
     lm_train_options_default(&s->o);
     s->o.steps = a->steps, s->o.batch = a->batch, s->o.seq = a->seq, s->o.grad_accum = a->grad_accum;
     s->o.lr = a->lr, s->o.min_lr = a->min_lr, s->o.warmup = a->warmup, s->o.clip = a->clip;
+    s->o.log_every = a->log_every > 1 ? a->log_every : 1;
     s->o.adamw = (lm_adamw_config){a->beta1, a->beta2, 1e-8, a->weight_decay};
     if ((st = lm_lr_schedule_parse(a->schedule, &s->o.schedule)) != LM_OK) return fail("bad --schedule", st);
     if ((st = lm_trainer_create(s->model, s->data, &s->o, &s->trainer)) != LM_OK) return fail("bad options", st);
@@ -480,20 +485,29 @@ static int loop(session *s) {
     double tokens = 0;
     s->t0 = cli_now();
     double t_prev = s->t0;
+    int64_t logged = s->first_step; /* the last step whose loss was read */
     for (int64_t step = s->first_step + 1; step <= s->a.steps; step++) {
         lm_train_step_info in;
         lm_status st = lm_trainer_step(s->trainer, s->ctx, &in);
         if (st != LM_OK) return fail("training step failed", st);
-        if (!isfinite(in.loss)) {
-            if (s->rank0) fputc('\n', stderr);
-            say("the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
-            return 1;
-        }
-        double now = cli_now(), step_s = now - t_prev;
-        t_prev = now;
         tokens += (double)in.tokens;
-        double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
-        if (s->rank0) log_step(s, &in, tok_s, step_s);
+        if (s->rank0 && (step == s->first_step + 2 || (step == s->a.steps && step == s->first_step + 1))) {
+            int64_t k = lm_trainer_graph_kernels(s->trainer);
+            char kern[48] = "";
+            if (k > 0) snprintf(kern, sizeof kern, " of %lld kernels", (long long)k);
+            note("%straining steps: %s%s\n", isatty(2) ? "\n" : "", lm_trainer_step_form(s->trainer), kern);
+        }
+        if (in.stats) { /* --log-every: the steps between were not read */
+            if (!isfinite(in.loss)) {
+                if (s->rank0) fputc('\n', stderr);
+                say("the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
+                return 1;
+            }
+            double now = cli_now(), step_s = (now - t_prev) / (double)(step - logged);
+            t_prev = now, logged = step;
+            double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
+            if (s->rank0) log_step(s, &in, tok_s, step_s);
+        }
         if (step == s->first_step + 1 && step < s->a.steps) lm_ag_profile_reset(); /* steady state: skip warm-up */
         if (s->val && s->a.val_every > 0 && step % s->a.val_every == 0 && step < s->a.steps && validate(s, step)) return 1;
         char name[64];

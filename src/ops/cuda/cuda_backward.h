@@ -22,10 +22,16 @@ extern "C" {
 
 /* optim.cu: one AdamW step over n tensors (f32 per element in the reference's order,
  * one multi-tensor launch per 512 contiguous tensors, a strided kernel per other
- * tensor; entries must not overlap); weight_decay is a host array [n]. */
+ * tensor; entries must not overlap); weight_decay is a host array [n]. dyn: NULL, or
+ * f64 [4] on the device read by the kernels: {lr, lr / (1 - beta1^step) and
+ * sqrt(1 - beta2^step) each as the host rounds them to f32, grad_scale}, in place of
+ * hp's lr, step and grad_scale (a captured step's values). */
 lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
-                               const lm_adamw_hparams *hp, cudaStream_t s);
+                               const lm_adamw_hparams *hp, const double *dyn, cudaStream_t s);
+/* optim.cu: *out (f64 on the device) = the clipping coefficient of the f32 sum of squares
+ * *sumsq: min(1, clip / (sqrt(sumsq) + 1e-6)), or 1 (clip <= 0, a norm not finite). */
+lm_status lm__cuda_clip_scale(const float *sumsq, double clip, double *out, cudaStream_t s);
 /* optim.cu: out (f32 scalar on the device) = sum of x^2 over the n tensors, in double,
  * per-block partials summed in a fixed order. */
 lm_status lm__cuda_sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, cudaStream_t s);

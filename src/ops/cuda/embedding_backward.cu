@@ -2,7 +2,8 @@
  * deterministic (no float atomics):
  *  1. every id is checked (smallest bad position recorded with an integer atomicMin,
  *     read back after a stream synchronization): a bad id fails with the reference's
- *     message before anything is written;
+ *     message before anything is written; while the stream is captured (a training
+ *     step as one graph) nothing waits: bad ids then add to no row;
  *  2. (id, position) pairs are sorted by id with CUB's stable radix sort, so each id's
  *     positions end up contiguous and in increasing position order;
  *  3. a pass over the sorted ids marks where each id's run starts and ends;
@@ -27,14 +28,19 @@ static __global__ void check_ids_bw_kernel(const void *ids, int is64, lm__cuda_n
     }
 }
 
-static __global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int32_t *keys, int32_t *vals) {
+/* (id, position) pairs; an id outside [0, V) (unchecked in a capture) becomes V, which
+ * sorts last, has its own run slot and no table row. */
+static __global__ void pairs_kernel(const void *ids, int is64, lm__cuda_nd nid, int64_t n, int64_t V, int32_t *keys,
+                                    int32_t *vals) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        keys[i] = (int32_t)ld_index_at(ids, is64, nd_offset(nid, i));
+        int64_t id = ld_index_at(ids, is64, nd_offset(nid, i));
+        keys[i] = (int32_t)(id >= 0 && id < V ? id : V);
         vals[i] = (int32_t)i;
     }
 }
 
-/* start[id] / end[id]: the run of id in the sorted keys (both 0 for absent ids). */
+/* start[id] / end[id]: the run of id in the sorted keys (both 0 for absent ids; [V + 1],
+ * the last for the bad ids). */
 static __global__ void runs_kernel(const int32_t *keys, int64_t n, int32_t *start, int32_t *end) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int32_t k = keys[i];
@@ -56,10 +62,10 @@ static __device__ __forceinline__ bool run_start(const int32_t *keys, int64_t i,
 template <typename T>
 __global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const int32_t *pos, const int32_t *start,
                             const int32_t *end, int64_t V, int64_t D, void *dt, int dt_dt, int64_t ts0, int64_t ts1,
-                            const int32_t *keys) {
+                            const int32_t *keys, int64_t rows) {
     for (int64_t it = blockIdx.x; it < V; it += gridDim.x) {
         int64_t v = it;
-        if (keys && !run_start(keys, it, &v)) continue;
+        if (keys && (!run_start(keys, it, &v) || v >= rows)) continue; /* v = rows: the bad ids' run */
         int32_t s0 = start[v], s1 = end[v];
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float acc = 0.f;
@@ -76,11 +82,12 @@ __global__ void rows_kernel(const T *dout, lm__cuda_nd nrow, int64_t sd, const i
  * per column, so the results are the same bits. rd: dout's row descriptor (rows_flat). */
 template <typename T, typename O>
 __global__ void rows_vec_sum_kernel(const T *dout, lm__cuda_nd rd, const int32_t *pos, const int32_t *start,
-                                    const int32_t *end, int64_t V, int nvec, O *dt, int64_t ts0, const int32_t *keys) {
+                                    const int32_t *end, int64_t V, int nvec, O *dt, int64_t ts0, const int32_t *keys,
+                                    int64_t rows) {
     constexpr int VEC = 16 / sizeof(T);
     for (int64_t it = blockIdx.x; it < V; it += gridDim.x) {
         int64_t v = it;
-        if (keys && !run_start(keys, it, &v)) continue;
+        if (keys && (!run_start(keys, it, &v) || v >= rows)) continue; /* v = rows: the bad ids' run */
         int32_t s0 = start[v], s1 = end[v];
         for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
             float acc[VEC];
@@ -114,6 +121,7 @@ struct vec_launch {
     int nvec;
     int64_t ts0;
     const int32_t *keys;
+    int64_t rows; /* the table's */
 };
 
 /* rows_vec_sum_kernel over dout elements T into a table of T, or of f32 (to_f32). */
@@ -121,10 +129,10 @@ template <typename T>
 static void launch_vec(const vec_launch &l, const void *dout, void *table, bool to_f32, cudaStream_t s) {
     if (to_f32)
         rows_vec_sum_kernel<<<l.grid, l.threads, 0, s>>>((const T *)dout, l.rd, l.pos, l.start, l.end, l.items, l.nvec,
-                                                          (float *)table, l.ts0, l.keys);
+                                                          (float *)table, l.ts0, l.keys, l.rows);
     else
         rows_vec_sum_kernel<<<l.grid, l.threads, 0, s>>>((const T *)dout, l.rd, l.pos, l.start, l.end, l.items, l.nvec,
-                                                          (T *)table, l.ts0, l.keys);
+                                                          (T *)table, l.ts0, l.keys, l.rows);
 }
 
 /* LM_OUT_OF_RANGE naming the first bad id (synchronizes s), LM_OK when all are good. */
@@ -163,26 +171,29 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
     int64_t V = dtable->shape[0], D = dtable->shape[1], n = lm_tensor_view_numel(ids);
     if (V >= INT32_MAX || n >= INT32_MAX)
         return lm__error(LM_UNSUPPORTED, "embedding_backward: the CUDA kernel needs fewer than 2^31 ids and rows");
-    if (n > 0) LM_TRY(check_ids(ids, V, s));
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    LM_TRY(lm__cuda_check(cudaStreamIsCapturing(s, &cap), "cudaStreamIsCapturing"));
+    if (n > 0 && cap == cudaStreamCaptureStatusNone) LM_TRY(check_ids(ids, V, s)); /* a capture cannot wait */
     if (V == 0 || D == 0) return LM_OK;
     int end_bit = 1;
-    while (end_bit < 31 && (1ll << end_bit) < V) end_bit++;
+    while (end_bit < 31 && (1ll << end_bit) < V + 1) end_bit++; /* keys 0..V (V: a bad id) */
     size_t sort_bytes = 0;
     if (n > 0)
         LM_TRY(lm__cuda_check(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int32_t *)NULL, (int32_t *)NULL,
                                                               (const int32_t *)NULL, (int32_t *)NULL, (int)n, 0, end_bit, s),
                               "cub::DeviceRadixSort (embedding_backward size)"));
-    size_t head = ((size_t)(4 * n + 2 * V) * sizeof(int32_t) + 255) / 256 * 256, bytes = head + sort_bytes;
-    char *work = NULL; /* keys_in, vals_in, keys, pos [n]; start, end [V]; CUB scratch */
+    size_t head = ((size_t)(4 * n + 2 * (V + 1)) * sizeof(int32_t) + 255) / 256 * 256, bytes = head + sort_bytes;
+    char *work = NULL; /* keys_in, vals_in, keys, pos [n]; start, end [V + 1]; CUB scratch */
     LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&work, bytes, s), "cudaMallocAsync (embedding_backward)"));
     int32_t *keys_in = (int32_t *)work, *vals_in = keys_in + n, *keys = vals_in + n, *pos = keys + n;
-    int32_t *start = pos + n, *end = start + V;
+    int32_t *start = pos + n, *end = start + V + 1;
     void *scratch = work + head; /* 256-byte aligned, as CUB expects */
     /* start/end of absent ids stay 0 (empty runs); accumulating never reads them */
     lm_status st = accumulate ? LM_OK
-                              : lm__cuda_check(cudaMemsetAsync(start, 0, sizeof(int32_t) * 2 * (size_t)V, s), "cudaMemsetAsync");
+                              : lm__cuda_check(cudaMemsetAsync(start, 0, sizeof(int32_t) * 2 * (size_t)(V + 1), s),
+                                               "cudaMemsetAsync");
     if (st == LM_OK && n > 0) {
-        pairs_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(ids->data, ids->dtype == LM_I64, lm__cuda_nd_of(ids), n,
+        pairs_kernel<<<lm__cuda_blocks(n, 256), 256, 0, s>>>(ids->data, ids->dtype == LM_I64, lm__cuda_nd_of(ids), n, V,
                                                             keys_in, vals_in);
         st = lm__cuda_launched("embedding_backward pairs kernel");
         if (st == LM_OK)
@@ -206,7 +217,7 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
         (dtable->dtype == dout->dtype || dtable->dtype == LM_F32)) {
         unsigned g = (unsigned)LM_MIN(items, 65535 * 8);
         int nvec = (int)(D / vec), threads = nvec >= 256 ? 256 : (nvec + 31) / 32 * 32;
-        const vec_launch l = {g, threads, rows_flat(dout), pos, start, end, items, nvec, dtable->stride[0], kp};
+        const vec_launch l = {g, threads, rows_flat(dout), pos, start, end, items, nvec, dtable->stride[0], kp, V};
         const bool to_f32 = dtable->dtype == LM_F32;
         switch (dout->dtype) {
         case LM_F32: launch_vec<float>(l, dout->data, dtable->data, to_f32, s); break;
@@ -225,7 +236,7 @@ lm_status lm__cuda_embedding_backward(const lm_tensor_view *ids, const lm_tensor
                              rows_kernel<T><<<g, threads, 0, s>>>((const T *)dout->data, nrow,
                                                                   dout->stride[dout->ndim - 1], pos, start, end, items, D,
                                                                   dtable->data, dtable->dtype, dtable->stride[0],
-                                                                  dtable->stride[1], kp));
+                                                                  dtable->stride[1], kp, V));
         if (st == LM_OK) st = lm__cuda_launched("embedding_backward rows kernel");
     }
     cudaFreeAsync(work, s);

@@ -14,9 +14,11 @@
  *             dx_c = dz @ w  and  dw (+)= dz^T @ x_c   (cuBLASLt; dw accumulates in
  *             an f32 buffer, or in dw itself when it is f32 and contiguous)
  * The forward ends with one block summing the row losses in a fixed order / counted
- * (NaN when every row is ignored). Targets are validated and counted first (the
- * stream is synchronized to read the result), so a bad target fails before anything
- * is written, with the reference's message. dloss is read on the device.
+ * (NaN when every row is ignored). Targets are validated and counted first, the count
+ * kept on the device for the kernels; outside a capture the stream is synchronized to
+ * read the check, so a bad target fails before anything is written, with the
+ * reference's message; inside one (a captured training step) nothing waits and a bad
+ * target's row gets NaN. dloss is read on the device.
  * Row passes read bf16 logits 8 at a time and take exponentials as exp2f in log2
  * units. Cost per call: O(N V H) GEMM work (the backward recomputes the forward GEMM
  * unless it runs as the grads form) and two reads and one write of each chunk's logits.
@@ -109,8 +111,8 @@ __global__ void lce_loss_rows(const T *z, int64_t V, const void *t, int is64, in
     __shared__ float red[32];
     int64_t r = blockIdx.x;
     int64_t target = lce_target(t, is64, r * ts);
-    if (target == ignore) {
-        if (threadIdx.x == 0) row_loss[r] = 0.0;
+    if (target == ignore || target < 0 || target >= V) { /* a bad target (unchecked in a capture): NaN */
+        if (threadIdx.x == 0) row_loss[r] = target == ignore ? 0.0 : NAN;
         return;
     }
     const T *row = z + r * V;
@@ -119,24 +121,29 @@ __global__ void lce_loss_rows(const T *z, int64_t V, const void *t, int is64, in
     if (threadIdx.x == 0) row_loss[r] = row_loss_of(row, target, m, s);
 }
 
+/* 1 / the rows counted (0 when none), from the count on the device. */
+__device__ __forceinline__ double lce_inv(const unsigned long long *count) {
+    return *count ? 1.0 / (double)*count : 0.0;
+}
+
 /* dz = dloss / counted * (softmax(z) - onehot(target)) in place over the row, 0 on an
- * ignored row; dloss NULL means 1. row_loss (when not NULL) gets the row's loss, as
- * lce_loss_rows writes it. */
+ * ignored row (NaN on a bad target, unchecked in a capture); dloss NULL means 1.
+ * row_loss (when not NULL) gets the row's loss, as lce_loss_rows writes it. */
 template <typename T>
 __global__ void lce_grad_rows(T *z, int64_t V, const void *t, int is64, int64_t ts, int64_t ignore,
-                              const float *dloss, double inv_counted, double *row_loss) {
+                              const float *dloss, const unsigned long long *count, double *row_loss) {
     __shared__ float red[32];
     int64_t r = blockIdx.x;
     int64_t target = lce_target(t, is64, r * ts);
     T *row = z + r * V, *drow = row; /* in place: each thread rewrites only the elements it read */
-    if (target == ignore) {
-        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(drow + j, 0.f);
-        if (row_loss && threadIdx.x == 0) row_loss[r] = 0.0;
+    if (target == ignore || target < 0 || target >= V) {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) st(drow + j, target == ignore ? 0.f : NAN);
+        if (row_loss && threadIdx.x == 0) row_loss[r] = target == ignore ? 0.0 : NAN;
         return;
     }
     float m, s;
     row_stats(row, V, red, &m, &s);
-    float scale = (float)((dloss ? (double)*dloss : 1.0) * inv_counted), ps = scale / s;
+    float scale = (float)((dloss ? (double)*dloss : 1.0) * lce_inv(count)), ps = scale / s;
     if (row_loss && threadIdx.x == 0) row_loss[r] = row_loss_of(row, target, m, s);
     __syncthreads(); /* every thread has read the row (and z[target]) before dz overwrites it */
     if (lce_vec8(row, V)) {
@@ -162,29 +169,36 @@ __global__ void lce_grad_rows(T *z, int64_t V, const void *t, int is64, int64_t 
 /* The mean of the row losses in a fixed order (each thread a strided run of rows, then
  * the block's tree): one block of LCE_MEAN_THREADS, the same result on every run. */
 #define LCE_MEAN_THREADS 1024
-static __global__ void lce_mean_kernel(const double *row_loss, int64_t N, double inv_counted, float *out) {
+static __global__ void lce_mean_kernel(const double *row_loss, int64_t N, const unsigned long long *count, float *out) {
     __shared__ double red[32];
     double part = 0.0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) part += row_loss[r];
     double total = block_sum_d(part, red);
+    const double inv_counted = lce_inv(count);
     if (threadIdx.x == 0) *out = inv_counted > 0 ? (float)(total * inv_counted) : NAN;
 }
 
-/* Validates the targets and returns the number of rows not ignored (synchronizes). */
-static lm_status check_and_count(const lm_tensor_view *targets, int64_t V, int64_t ignore, int64_t *counted,
+/* Counts the rows not ignored into dev[1] (dev[0]: the first bad row, ~0 when none), on
+ * the stream; dev is the caller's, freed by it after the kernels that read the count.
+ * Outside a capture the result is read back (synchronizes) and a bad target fails here,
+ * before anything is written; inside one nothing waits, and the kernels give a bad
+ * target's row NaN. */
+static lm_status check_and_count(const lm_tensor_view *targets, int64_t V, int64_t ignore, unsigned long long *dev,
                                  cudaStream_t s) {
     int64_t N = targets->shape[0], ts = targets->stride[0];
     int is64 = targets->dtype == LM_I64;
-    unsigned long long *dev = NULL, host[2] = {~0ull, 0ull};
-    LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&dev, sizeof host, s), "cudaMallocAsync (linear_cross_entropy)"));
-    lm_status st = lm__cuda_check(cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    unsigned long long host[2] = {~0ull, 0ull};
+    lm_status st = lm__cuda_check(cudaMemsetAsync(dev, 0xff, sizeof *dev, s), "cudaMemsetAsync");
+    if (st == LM_OK) st = lm__cuda_check(cudaMemsetAsync(dev + 1, 0, sizeof *dev, s), "cudaMemsetAsync");
     if (st == LM_OK && N > 0) {
         lce_check_kernel<<<lm__cuda_blocks(N, 256), 256, 0, s>>>(targets->data, is64, ts, N, V, ignore, dev, dev + 1);
         st = lm__cuda_launched("linear_cross_entropy target check");
     }
-    if (st == LM_OK) st = lm__cuda_check(cudaMemcpyAsync(host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (st == LM_OK) st = lm__cuda_check(cudaStreamIsCapturing(s, &cs), "cudaStreamIsCapturing");
+    if (st != LM_OK || cs != cudaStreamCaptureStatusNone) return st;
+    st = lm__cuda_check(cudaMemcpyAsync(host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
     if (st == LM_OK) st = lm__cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize (linear_cross_entropy)");
-    cudaFreeAsync(dev, s);
     if (st == LM_OK && host[0] != ~0ull) {
         int64_t r = (int64_t)host[0], v = 0;
         int32_t v32 = 0;
@@ -197,8 +211,13 @@ static lm_status check_and_count(const lm_tensor_view *targets, int64_t V, int64
                            "linear_cross_entropy: targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
                            (long long)r, (long long)v, (long long)V, (long long)ignore);
     }
-    *counted = (int64_t)host[1];
     return st;
+}
+
+/* The [2] counters of check_and_count (the kernels read [1], the count), stream-ordered
+ * (a capture records the allocation). */
+static lm_status count_alloc(unsigned long long **dev, cudaStream_t s) {
+    return lm__cuda_check(cudaMallocAsync((void **)dev, 2 * sizeof **dev, s), "cudaMallocAsync (linear_cross_entropy)");
 }
 
 static lm_status device_tensor(lm_dtype dt, int64_t rows, int64_t cols, const lm_tensor_view *like,
@@ -229,11 +248,13 @@ static int64_t chunk_rows(int64_t N, int64_t V) {
 lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                                        const lm_tensor_view *targets, int64_t ignore_index,
                                        const lm_tensor_view *loss, cudaStream_t s) {
-    int64_t N = x->shape[0], V = w->shape[0], counted = 0;
-    LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
+    int64_t N = x->shape[0], V = w->shape[0];
+    unsigned long long *count = NULL;
+    LM_TRY(count_alloc(&count, s));
+    lm_status st = check_and_count(targets, V, ignore_index, count, s);
     int64_t C = chunk_rows(N, V);
     lm_tensor *zt = NULL, *lt = NULL;
-    lm_status st = device_tensor(x->dtype, C, V, x, &zt);
+    if (st == LM_OK) st = device_tensor(x->dtype, C, V, x, &zt);
     int64_t n1 = N > 0 ? N : 1;
     if (st == LM_OK) st = lm_tensor_create(x->device, LM_I64, 1, &n1, &lt); /* 8-byte rows of double */
     double *row_loss = lt ? (double *)lm_tensor_data(lt) : NULL;
@@ -252,9 +273,10 @@ lm_status lm__cuda_linear_cross_entropy(const lm__cuda_blas *blas, const lm_tens
         }
     }
     if (st == LM_OK) {
-        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, counted ? 1.0 / (double)counted : 0.0, (float *)loss->data);
+        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, count + 1, (float *)loss->data);
         st = lm__cuda_launched("linear_cross_entropy mean");
     }
+    cudaFreeAsync(count, s);
     lm_tensor_destroy(zt);
     lm_tensor_destroy(lt);
     return st;
@@ -265,18 +287,19 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
                                                 int64_t ignore_index, const lm_tensor_view *dloss,
                                                 const lm_tensor_view *dx, const lm_tensor_view *dw,
                                                 const lm_tensor_view *loss, cudaStream_t s) {
-    int64_t N = x->shape[0], V = w->shape[0], counted = 0;
-    LM_TRY(check_and_count(targets, V, ignore_index, &counted, s));
+    int64_t N = x->shape[0], V = w->shape[0];
+    unsigned long long *count = NULL;
+    LM_TRY(count_alloc(&count, s));
+    lm_status st = check_and_count(targets, V, ignore_index, count, s);
     int64_t C = chunk_rows(N, V), n1 = N > 0 ? N : 1;
     lm_tensor *zt = NULL, *acc = NULL, *lt = NULL;
-    lm_status st = device_tensor(x->dtype, C, V, x, &zt);
+    if (st == LM_OK) st = device_tensor(x->dtype, C, V, x, &zt);
     if (st == LM_OK && loss) st = lm_tensor_create(x->device, LM_I64, 1, &n1, &lt); /* 8-byte rows of double */
     double *row_loss = lt ? (double *)lm_tensor_data(lt) : NULL;
     int direct = dw && dw->dtype == LM_F32 && lm_tensor_view_is_contiguous(dw);
     if (st == LM_OK && dw && !direct) st = device_tensor(LM_F32, V, x->shape[1], x, &acc);
     lm_tensor_view accv = direct ? *dw : acc ? *lm_tensor_as_view(acc) : *w;
     int is64 = targets->dtype == LM_I64;
-    double inv = counted ? 1.0 / (double)counted : 0.0;
     for (int64_t r0 = 0; st == LM_OK && r0 < N; r0 += C) {
         int64_t c = LM_MIN(C, N - r0);
         lm_tensor_view z, dzT, xs, dxs;
@@ -288,7 +311,7 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
             LM__CUDA_FLOAT_SWITCH(dz.dtype, T,
                                  lce_grad_rows<T><<<(unsigned)c, LCE_THREADS, 0, s>>>(
                                      (T *)z.data, V, tp, is64, targets->stride[0], ignore_index,
-                                     dloss ? (const float *)dloss->data : NULL, inv, row_loss ? row_loss + r0 : NULL));
+                                     dloss ? (const float *)dloss->data : NULL, count + 1, row_loss ? row_loss + r0 : NULL));
             st = lm__cuda_launched("linear_cross_entropy gradient rows");
         }
         if (st == LM_OK && dx && (st = lm_tensor_view_slice(dx, 0, r0, r0 + c, 1, &dxs)) == LM_OK)
@@ -300,9 +323,10 @@ lm_status lm__cuda_linear_cross_entropy_backward(const lm__cuda_blas *blas, cons
     if (st == LM_OK && dw && N == 0) st = lm__cuda_check(cudaMemsetAsync(accv.data, 0, (size_t)lm_tensor_view_numel(&accv) * 4, s), "cudaMemsetAsync");
     if (st == LM_OK && acc) st = lm__cuda_cast(lm_tensor_as_view(acc), dw, s);
     if (st == LM_OK && loss) {
-        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, inv, (float *)loss->data);
+        lce_mean_kernel<<<1, LCE_MEAN_THREADS, 0, s>>>(row_loss, N, count + 1, (float *)loss->data);
         st = lm__cuda_launched("linear_cross_entropy mean");
     }
+    cudaFreeAsync(count, s);
     lm_tensor_destroy(zt);
     lm_tensor_destroy(acc);
     lm_tensor_destroy(lt);

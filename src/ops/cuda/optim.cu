@@ -81,7 +81,7 @@ __device__ __forceinline__ float4 ld4(const __half *g) {
 /* Elements [base, base + len) of tensor e: all loads of a thread issued before its
  * arithmetic (MT_UNROLL independent vectors in flight), coalesced across the block. */
 template <typename G>
-__device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int len, const adamw_f32 &a) {
+__device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int len, float decay, const adamw_f32 &a) {
     float *p = e.p + base, *m = e.m + base, *v = e.v + base;
     const G *g = (const G *)e.g + base;
     if (e.gdt_vec & MT_VEC) {
@@ -101,10 +101,10 @@ __device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int
         for (int k = 0; k < MT_UNROLL; k++) {
             int j = threadIdx.x + k * MT_THREADS;
             if (j < nv) {
-                adamw_elem(pv[k].x, gv[k].x, mv[k].x, vv[k].x, e.decay, a);
-                adamw_elem(pv[k].y, gv[k].y, mv[k].y, vv[k].y, e.decay, a);
-                adamw_elem(pv[k].z, gv[k].z, mv[k].z, vv[k].z, e.decay, a);
-                adamw_elem(pv[k].w, gv[k].w, mv[k].w, vv[k].w, e.decay, a);
+                adamw_elem(pv[k].x, gv[k].x, mv[k].x, vv[k].x, decay, a);
+                adamw_elem(pv[k].y, gv[k].y, mv[k].y, vv[k].y, decay, a);
+                adamw_elem(pv[k].z, gv[k].z, mv[k].z, vv[k].z, decay, a);
+                adamw_elem(pv[k].w, gv[k].w, mv[k].w, vv[k].w, decay, a);
                 ((float4 *)p)[j] = pv[k];
                 ((float4 *)m)[j] = mv[k];
                 ((float4 *)v)[j] = vv[k];
@@ -113,7 +113,7 @@ __device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int
         int j = (nv << 2) + threadIdx.x; /* the tensor's last 0-3 elements */
         if (j < len) {
             float pp = p[j], mm = m[j], vq = v[j];
-            adamw_elem(pp, ld(g + j), mm, vq, e.decay, a);
+            adamw_elem(pp, ld(g + j), mm, vq, decay, a);
             p[j] = pp, m[j] = mm, v[j] = vq;
         }
         return;
@@ -129,7 +129,7 @@ __device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int
         for (int k = 0; k < MT_UNROLL; k++) {
             int j = j0 + threadIdx.x + k * MT_THREADS;
             if (j < len) {
-                adamw_elem(pv[k], gv[k], mv[k], vv[k], e.decay, a);
+                adamw_elem(pv[k], gv[k], mv[k], vv[k], decay, a);
                 p[j] = pv[k], m[j] = mv[k], v[j] = vv[k];
             }
         }
@@ -139,7 +139,23 @@ __device__ __forceinline__ void adamw_chunk(const mt_entry &e, int64_t base, int
 /* A persistent grid: block b takes chunks b, b + gridDim.x, ... of the table's chunk
  * space in increasing order, so the tensor of the next chunk is found by moving a
  * cursor forward (amortized O(1) per chunk, no search per block). */
-static __global__ void __launch_bounds__(MT_THREADS) adamw_multi_kernel(const __grid_constant__ mt_table t, const adamw_f32 a) {
+/* The step's values read on the device (dyn: {lr, step_size, bc2_sqrt, grad_scale}, the
+ * host's roundings of them), so a captured update replays with each step's values. */
+__device__ __forceinline__ void adamw_dyn(adamw_f32 &a, const double *dyn) {
+    a.step_size = (float)dyn[1];
+    a.bc2_sqrt = (float)dyn[2];
+    a.grad_scale = (float)dyn[3];
+}
+
+/* 1 - lr * wd in double, rounded once, as the host computes it (no contraction). */
+__device__ __forceinline__ float adamw_decay(const double *dyn, float wd) {
+    return (float)__dsub_rn(1.0, __dmul_rn(dyn[0], (double)wd));
+}
+
+static __global__ void __launch_bounds__(MT_THREADS) adamw_multi_kernel(const __grid_constant__ mt_table t,
+                                                                        const adamw_f32 a0, const double *dyn) {
+    adamw_f32 a = a0;
+    if (dyn) adamw_dyn(a, dyn);
     const int total = t.first_block[t.count];
     int ti = 0;
     for (int c = (int)blockIdx.x; c < total; c += (int)gridDim.x) {
@@ -147,10 +163,11 @@ static __global__ void __launch_bounds__(MT_THREADS) adamw_multi_kernel(const __
         const mt_entry &e = t.e[ti];
         int64_t base = (int64_t)(c - t.first_block[ti]) * MT_CHUNK;
         int len = (int)(e.n - base < MT_CHUNK ? e.n - base : MT_CHUNK);
+        const float decay = dyn ? adamw_decay(dyn, e.decay) : e.decay; /* dyn: e.decay holds wd */
         switch (e.gdt_vec & 0xff) {
-        case LM_F32: adamw_chunk<float>(e, base, len, a); break;
-        case LM_BF16: adamw_chunk<bf16>(e, base, len, a); break;
-        default: adamw_chunk<__half>(e, base, len, a); break;
+        case LM_F32: adamw_chunk<float>(e, base, len, decay, a); break;
+        case LM_BF16: adamw_chunk<bf16>(e, base, len, decay, a); break;
+        default: adamw_chunk<__half>(e, base, len, decay, a); break;
         }
     }
 }
@@ -173,7 +190,8 @@ static int mt_grid(void) {
 /* Any strides: one thread per element, grid-stride. */
 template <typename G>
 __global__ void adamw_strided_kernel(float *p, lm__cuda_nd np, const G *g, lm__cuda_nd ng, float *m, lm__cuda_nd nm,
-                                     float *v, lm__cuda_nd nv, int64_t n, float decay, adamw_f32 a) {
+                                     float *v, lm__cuda_nd nv, int64_t n, float decay, adamw_f32 a, const double *dyn) {
+    if (dyn) adamw_dyn(a, dyn), decay = adamw_decay(dyn, decay); /* dyn: decay holds wd */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t op = nd_offset(np, i), om = nd_offset(nm, i), ov = nd_offset(nv, i);
         float pp = p[op], mm = m[om], vq = v[ov];
@@ -184,10 +202,10 @@ __global__ void adamw_strided_kernel(float *p, lm__cuda_nd np, const G *g, lm__c
 
 static int aligned(const void *x, uintptr_t bytes) { return ((uintptr_t)x & (bytes - 1)) == 0; }
 
-static lm_status adamw_flush(mt_table *t, const adamw_f32 &a, cudaStream_t s) {
+static lm_status adamw_flush(mt_table *t, const adamw_f32 &a, const double *dyn, cudaStream_t s) {
     if (t->count == 0) return LM_OK;
     int chunks = t->first_block[t->count], grid = mt_grid();
-    adamw_multi_kernel<<<(unsigned)(chunks < grid ? chunks : grid), MT_THREADS, 0, s>>>(*t, a);
+    adamw_multi_kernel<<<(unsigned)(chunks < grid ? chunks : grid), MT_THREADS, 0, s>>>(*t, a, dyn);
     t->count = 0;
     t->first_block[0] = 0;
     return lm__cuda_launched("adamw multi-tensor kernel");
@@ -195,7 +213,7 @@ static lm_status adamw_flush(mt_table *t, const adamw_f32 &a, cudaStream_t s) {
 
 lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
-                               const lm_adamw_hparams *hp, cudaStream_t s) {
+                               const lm_adamw_hparams *hp, const double *dyn, cudaStream_t s) {
     adamw_f32 a;
     a.beta1 = (float)hp->beta1;
     a.one_minus_beta1 = (float)(1.0 - hp->beta1);
@@ -217,19 +235,19 @@ lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_te
     for (int i = 0; i < n; i++) {
         int64_t count = lm_tensor_view_numel(&params[i]);
         if (count == 0) continue;
-        float decay = (float)(1.0 - hp->lr * (double)weight_decay[i]);
+        float decay = dyn ? weight_decay[i] : (float)(1.0 - hp->lr * (double)weight_decay[i]);
         if (!lm_tensor_view_is_contiguous(&params[i]) || !lm_tensor_view_is_contiguous(&grads[i]) ||
             !lm_tensor_view_is_contiguous(&m[i]) || !lm_tensor_view_is_contiguous(&v[i])) {
             lm__cuda_nd np = flat_nd(&params[i]), ng = flat_nd(&grads[i]), nm = flat_nd(&m[i]), nv = flat_nd(&v[i]);
             LM__CUDA_FLOAT_SWITCH(grads[i].dtype, G,
                                  adamw_strided_kernel<G><<<lm__cuda_blocks(count, 256), 256, 0, s>>>(
                                      (float *)params[i].data, np, (const G *)grads[i].data, ng, (float *)m[i].data,
-                                     nm, (float *)v[i].data, nv, count, decay, a));
+                                     nm, (float *)v[i].data, nv, count, decay, a, dyn));
             LM_TRY(lm__cuda_launched("adamw strided kernel"));
             continue;
         }
         int64_t blocks = (count + MT_CHUNK - 1) / MT_CHUNK;
-        if (t.count == MT_MAX || (int64_t)t.first_block[t.count] + blocks > INT32_MAX) LM_TRY(adamw_flush(&t, a, s));
+        if (t.count == MT_MAX || (int64_t)t.first_block[t.count] + blocks > INT32_MAX) LM_TRY(adamw_flush(&t, a, dyn, s));
         mt_entry &e = t.e[t.count];
         e.p = (float *)params[i].data, e.m = (float *)m[i].data, e.v = (float *)v[i].data;
         e.g = grads[i].data;
@@ -241,7 +259,20 @@ lm_status lm__cuda_adamw_update(int n, const lm_tensor_view *params, const lm_te
         t.first_block[t.count + 1] = t.first_block[t.count] + (int)blocks;
         t.count++;
     }
-    return adamw_flush(&t, a, s);
+    return adamw_flush(&t, a, dyn, s);
+}
+
+/* The clipping coefficient of a step from its gradients' sum of squares, as the host
+ * computes it (torch.nn.utils.clip_grad_norm_: min(1, clip / (norm + 1e-6)), 1 when the
+ * norm is not finite or clip <= 0), correctly rounded double operations. */
+static __global__ void clip_scale_kernel(const float *sumsq, double clip, double *out) {
+    double norm = __dsqrt_rn((double)*sumsq);
+    *out = clip > 0 && isfinite(norm) ? fmin(1.0, __ddiv_rn(clip, __dadd_rn(norm, 1e-6))) : 1.0;
+}
+
+lm_status lm__cuda_clip_scale(const float *sumsq, double clip, double *out, cudaStream_t s) {
+    clip_scale_kernel<<<1, 1, 0, s>>>(sumsq, clip, out);
+    return lm__cuda_launched("clip scale kernel");
 }
 
 template <typename T>

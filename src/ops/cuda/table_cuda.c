@@ -129,8 +129,12 @@ static lm_status concat(int n, const lm_tensor_view *const *inputs, int dim, con
 /* ---- backward operators and the optimizer ---- */
 static lm_status adamw_update(int n, const lm_tensor_view *params, const lm_tensor_view *grads, const lm_tensor_view *m,
                               const lm_tensor_view *v, const float *weight_decay, const lm_adamw_hparams *hp,
-                              void *s) {
-    return lm__cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, S(s));
+                              const double *dyn, void *s) {
+    return lm__cuda_adamw_update(n, params, grads, m, v, weight_decay, hp, dyn, S(s));
+}
+
+static lm_status clip_scale(const float *sumsq, double clip, double *out, void *s) {
+    return lm__cuda_clip_scale(sumsq, clip, out, S(s));
 }
 
 static lm_status sum_squares(int n, const lm_tensor_view *xs, const lm_tensor_view *out, void *s) {
@@ -284,6 +288,7 @@ static const lm__cuda_ops k_table = {
     .concat = concat,
     .adamw_update = adamw_update,
     .sum_squares = sum_squares,
+    .clip_scale = clip_scale,
     .matmul_backward = matmul_backward,
     .attention_backward = attention_backward,
     .attention_lse_supported = lm__cuda_flash_attention_supports,
