@@ -621,10 +621,10 @@ lm_status lm__pass_linear_residual(const lm_graph *g, const lm__pass_env *env, l
 }
 
 /* ---- low-precision GEMM inputs ------------------------------------------------------------------- */
-/* 1 when every reader of v (through views) is the input of a plain linear whose
- * weights are of dtype *low (16-bit; the first reader sets it) and that the device
- * runs as one GEMM at that dtype. */
-static int only_gemm_inputs(const lm_graph *g, const lm__pass_env *env, int v, lm_dtype *low, int depth) {
+/* 1 when v has readers and every one (through views, up to 4 deep) passes reader(op, k,
+ * v, user): op reads v as its input k; v is not a graph output. */
+typedef int (*reader_fn)(const lm_graph *g, const lm__gop *op, int k, int v, void *user);
+static int all_readers(const lm_graph *g, int v, int depth, reader_fn reader, void *user) {
     int readers = 0;
     if (g->values[v].output || depth > 4) return 0;
     for (int64_t i = 0; i < g->nops; i++) {
@@ -632,38 +632,34 @@ static int only_gemm_inputs(const lm_graph *g, const lm__pass_env *env, int v, l
         for (int k = 0; k < op->nin; k++) {
             if (op->in[k] != v) continue;
             readers++;
-            if (lm__gop_is_view(op->kind)) {
-                if (!only_gemm_inputs(g, env, op->out, low, depth + 1)) return 0;
-                continue;
-            }
-            lm_dtype wd = plain_linear(op) ? g->values[op->in[1]].dtype : LM_F32;
-            if (!plain_linear(op) || k != 0 || (wd != LM_BF16 && wd != LM_F16) || (*low != LM_F32 && wd != *low)) return 0;
-            *low = wd;
-            const lm__gvalue *x = &g->values[v], *w = &g->values[op->in[1]];
-            if (!env->linear_supported(env->device, LM_LINEAR_IN, 0, x->ndim == 2 ? x->dims[0] : 0, w->dims[1], wd, wd))
+            if (lm__gop_is_view(op->kind) ? !all_readers(g, op->out, depth + 1, reader, user) : !reader(g, op, k, v, user))
                 return 0;
         }
     }
     return readers > 0;
 }
 
-/* 1 when every reader of v (through views) is a SwiGLU whose output dt made bf16. */
-static int only_low_swiglus(const lm_graph *g, const lm_dtype *dt, int v, int depth) {
-    int readers = 0;
-    if (g->values[v].output || depth > 4) return 0;
-    for (int64_t i = 0; i < g->nops; i++) {
-        const lm__gop *op = &g->ops[i];
-        for (int k = 0; k < op->nin; k++) {
-            if (op->in[k] != v) continue;
-            readers++;
-            if (lm__gop_is_view(op->kind)) {
-                if (!only_low_swiglus(g, dt, op->out, depth + 1)) return 0;
-            } else if (op->kind != LM__GOP_SWIGLU || dt[op->out] != LM_BF16) {
-                return 0;
-            }
-        }
-    }
-    return readers > 0;
+/* The input of a plain linear whose weights are of dtype *low (16-bit; the first reader
+ * sets it) and that the device runs as one GEMM at that dtype. */
+typedef struct gemm_reader {
+    const lm__pass_env *env;
+    lm_dtype low;
+} gemm_reader;
+
+static int gemm_input(const lm_graph *g, const lm__gop *op, int k, int v, void *user) {
+    gemm_reader *r = user;
+    lm_dtype wd = plain_linear(op) ? g->values[op->in[1]].dtype : LM_F32;
+    if (!plain_linear(op) || k != 0 || (wd != LM_BF16 && wd != LM_F16) || (r->low != LM_F32 && wd != r->low)) return 0;
+    r->low = wd;
+    const lm__gvalue *x = &g->values[v], *w = &g->values[op->in[1]];
+    return r->env->linear_supported(r->env->device, LM_LINEAR_IN, 0, x->ndim == 2 ? x->dims[0] : 0, w->dims[1], wd, wd);
+}
+
+/* A SwiGLU whose output dt (user) made bf16. */
+static int low_swiglu(const lm_graph *g, const lm__gop *op, int k, int v, void *user) {
+    (void)g, (void)k, (void)v;
+    const lm_dtype *dt = user;
+    return op->kind == LM__GOP_SWIGLU && dt[op->out] == LM_BF16;
 }
 
 /* 1 when the graph's projections hold quantized weights (scales in in[5]). */
@@ -687,8 +683,9 @@ static lm_status plan_low(const lm_graph *g, const lm__pass_env *env, lm_dtype *
             op->kind != LM__GOP_ATTENTION_CACHE)
             continue;
         if (g->values[v].dtype != LM_F32) continue;
-        lm_dtype low = LM_F32; /* set by the readers' weights */
-        int lowered = only_gemm_inputs(g, env, v, &low, 0);
+        gemm_reader r = {env, LM_F32}; /* low: set by the readers' weights */
+        int lowered = all_readers(g, v, 0, gemm_input, &r);
+        lm_dtype low = r.low;
         if (lowered) dt[v] = low;
         if (op->kind == LM__GOP_ATTENTION_CACHE && (lowered || quant)) {
             const lm__gop *qp = producer(g, op->in[0]);
@@ -704,7 +701,7 @@ static lm_status plan_low(const lm_graph *g, const lm__pass_env *env, lm_dtype *
         if (!plain_linear(op) || op->in[2] >= 0 || op->in[5] >= 0 || g->values[op->out].dtype != LM_F32) continue;
         const lm__gvalue *x = &g->values[op->in[0]], *w = &g->values[op->in[1]];
         if (x->ndim != 2 || !env->low_out(env->device, x->dims[0], w->dims[1], dt[op->in[0]], w->dtype)) continue;
-        if (only_low_swiglus(g, dt, op->out, 0)) dt[op->out] = LM_BF16;
+        if (all_readers(g, op->out, 0, low_swiglu, dt)) dt[op->out] = LM_BF16;
     }
     return LM_OK;
 }

@@ -92,19 +92,25 @@ static lm_status check_entry(lm_ctx *ctx, const char *op, int i, const lm_tensor
     return LM_OK;
 }
 
-lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
-                          const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
-                          const lm_adamw_hparams *hp) {
-    const char *op = "adamw_update";
+/* The checks of an AdamW call and the level it runs at. */
+static lm_status check_adamw(lm_ctx *ctx, const char *op, int n, const lm_tensor_view *params,
+                             const lm_tensor_view *grads, const lm_tensor_view *m, const lm_tensor_view *v,
+                             const float *weight_decay, const lm_adamw_hparams *hp, lm__level *level) {
     LM_TRY(check_hparams(op, hp));
     if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
         return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
     for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
     const lm_tensor_view *const lists[4] = {params, grads, m, v};
     LM_TRY(check_entries_disjoint(op, n, lists));
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    return lm__op_level(ctx, op, 0, lm__cuda_ops_get() != NULL, level);
+}
+
+lm_status lm_adamw_update(lm_ctx *ctx, int n, const lm_tensor_view *params, const lm_tensor_view *grads,
+                          const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
+                          const lm_adamw_hparams *hp) {
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    LM_TRY(check_adamw(ctx, "adamw_update", n, params, grads, m, v, weight_decay, hp, &level));
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     if (level == LM__LEVEL_CUDA) return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, NULL, lm_ctx_stream(ctx));
     lm__ref_adamw_update(n, params, grads, m, v, weight_decay, hp);
     return LM_OK;
@@ -127,17 +133,11 @@ lm_status lm__adamw_update_dyn(lm_ctx *ctx, int n, const lm_tensor_view *params,
                                const lm_tensor_view *m, const lm_tensor_view *v, const float *weight_decay,
                                const lm_adamw_hparams *hp, const lm_tensor_view *dyn) {
     const char *op = "adamw_update (device values)";
-    LM_TRY(check_hparams(op, hp));
     LM_TRY(check_dyn(ctx, op, dyn));
-    if (n < 0 || (n > 0 && (!params || !grads || !m || !v || !weight_decay)))
-        return lm__error(LM_INVALID_ARGUMENT, "%s: %d tensors with a NULL array", op, n);
-    for (int i = 0; i < n; i++) LM_TRY(check_entry(ctx, op, i, &params[i], &grads[i], &m[i], &v[i], weight_decay[i]));
-    const lm_tensor_view *const lists[4] = {params, grads, m, v};
-    LM_TRY(check_entries_disjoint(op, n, lists));
-    const lm__cuda_ops *cu = lm__cuda_ops_get();
     lm__level level;
-    LM_TRY(lm__op_level(ctx, op, 0, cu != NULL, &level));
+    LM_TRY(check_adamw(ctx, op, n, params, grads, m, v, weight_decay, hp, &level));
     if (level != LM__LEVEL_CUDA) return lm__error(LM_UNSUPPORTED, "%s: CUDA contexts only", op);
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
     return cu->adamw_update(n, params, grads, m, v, weight_decay, hp, (const double *)dyn->data, lm_ctx_stream(ctx));
 }
 

@@ -3,12 +3,14 @@
  * (scripts/gen_train_refs.py: four steps, per-step learning rates, per-group weight
  * decay, clip_grad_norm_ with max_norm 1 folded in as grad_scale); the sum of squares
  * behind the global norm; one call over several tensors equals one call per tensor;
- * a bad entry leaves every tensor unchanged; the schedules at their corners; and the
- * optimizer object applying decay to matrices only.
+ * a bad entry leaves every tensor unchanged; the schedules at their corners; the
+ * optimizer object applying decay to matrices only; and the device-values forms of a
+ * captured CUDA step (lm__adamw_update_dyn, lm__clip_scale_out) refused on the CPU.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
 #include "loom/train.h"
+#include "ops/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -201,8 +203,31 @@ static void test_optimizer_decays_matrices_only(void) {
     lm_train_model_destroy(m);
 }
 
+/* The device-values forms of a captured training step run on CUDA contexts only, and
+ * their values tensor must be 4 doubles: both refused by name, nothing changed. */
+static void test_device_value_forms_are_refused_here(void) {
+    float p0 = 1.0f, g1 = 0.5f, zero = 0.0f, wd = 0.1f;
+    lm_tensor *p = vec(1, &p0), *g = vec(1, &g1), *m = vec(1, &zero), *v = vec(1, &zero), *dyn = NULL, *bad = NULL;
+    int64_t four = 4, one = 1;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_I64, 1, &four, &dyn));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 1, &four, &bad));
+    lm_adamw_hparams hp = {0.1, 0.9, 0.999, 1e-8, 1, 1.0};
+    LT_CHECK_STATUS(lm__adamw_update_dyn(g_ctx, 1, V(p), V(g), V(m), V(v), &wd, &hp, V(dyn)), LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "CUDA contexts only"), "%s", lm_last_error());
+    LT_CHECK_STATUS(lm__adamw_update_dyn(g_ctx, 1, V(p), V(g), V(m), V(v), &wd, &hp, V(bad)), LM_INVALID_ARGUMENT);
+    LT_CHECK_MSG(strstr(lm_last_error(), "dyn must be a contiguous i64"), "%s", lm_last_error());
+    LT_CHECK(*(float *)lm_tensor_data(p) == 1.0f && *(float *)lm_tensor_data(m) == 0.0f);
+    lm_tensor *ss = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cpu(), LM_F32, 0, &one, &ss));
+    LT_CHECK_STATUS(lm__clip_scale_out(g_ctx, V(ss), 1.0, V(dyn)), LM_UNSUPPORTED);
+    LT_CHECK_STATUS(lm__clip_scale_out(g_ctx, V(ss), 1.0, NULL), LM_INVALID_ARGUMENT);
+    lm_tensor_destroy(p), lm_tensor_destroy(g), lm_tensor_destroy(m), lm_tensor_destroy(v);
+    lm_tensor_destroy(dyn), lm_tensor_destroy(bad), lm_tensor_destroy(ss);
+}
+
 int main(void) {
     if (lm_ctx_create(lm_device_cpu(), 1, &g_ctx) != LM_OK) return 1;
+    LT_RUN(test_device_value_forms_are_refused_here);
     LT_RUN(test_adamw_matches_hand_calculation);
     LT_RUN(test_adamw_with_clipping_matches_torch);
     LT_RUN(test_multi_tensor_call_equals_separate_calls_and_checks_first);
