@@ -408,8 +408,13 @@ static const char *capture_blocked(const lm_trainer *t) {
  * and launches it. On failure nothing has run: the step is left to the caller. */
 static lm_status capture_step(lm_trainer *t, lm_ctx *ctx) {
     int64_t steps0 = t->opt->steps;
-    LM_TRY(lm__ctx_capture_begin_reserved(ctx));
-    lm_status st = device_body(t, ctx);
+    lm_status st = lm__ctx_capture_begin_reserved(ctx);
+    if (st != LM_OK) { /* e.g. another trainer's captured step holds this device's reservation */
+        t->capture_off = 1;
+        snprintf(t->capture_note, sizeof t->capture_note, "cannot capture: %s", lm_last_error());
+        return st;
+    }
+    st = device_body(t, ctx);
     char why[200] = "";
     if (st != LM_OK) snprintf(why, sizeof why, "%s", lm_last_error());
     lm_device_graph *g = NULL;
