@@ -192,6 +192,17 @@ static void test_train_on_the_cpu(void) {
     /* file order whatever the seed: the same batches and losses; shuffled: others */
     for (int i = 0; i < 3; i++) LT_CHECK_MSG(a[i] == b[i], "step %d: %.9g vs %.9g with --no-shuffle", i, a[i], b[i]);
     LT_CHECK_MSG(a[0] != c[0], "shuffled and file-order first batches gave the same loss %.9g", a[0]);
+    /* --log-every 2 over 3 steps: steps 2 and 3 (the last) are logged, with run 0's losses;
+     * the step form is reported (the CPU: eager, statistics read every step) */
+    snprintf(cmd, sizeof cmd, "%s train --model %s --data %s --out %s --steps 3 --batch 2 --seq 16 --threads 1 "
+             "--no-shuffle --log-every 2", LOOM, model, shard, out);
+    r = lt_run_cmd(cmd);
+    LT_CHECK_MSG(r.status == 0 && r.err && strstr(r.err, "training steps: eager (statistics read by the host"),
+                 "--log-every: exit %d: %s", r.status, r.err ? r.err : "");
+    double d[4];
+    int nd = log_losses(out, d, 4);
+    LT_CHECK_MSG(nd == 2 && d[0] == a[1] && d[1] == a[2], "--log-every 2: %d lines", nd);
+    lt_cmd_free(&r);
     struct {
         const char *extra;
         int status;

@@ -497,12 +497,13 @@ static int loop(session *s) {
             if (k > 0) snprintf(kern, sizeof kern, " of %lld kernels", (long long)k);
             note("%straining steps: %s%s\n", isatty(2) ? "\n" : "", lm_trainer_step_form(s->trainer), kern);
         }
-        if (in.stats) { /* --log-every: the steps between were not read */
-            if (!isfinite(in.loss)) {
-                if (s->rank0) fputc('\n', stderr);
-                say("the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
-                return 1;
-            }
+        if (in.stats && !isfinite(in.loss)) {
+            if (s->rank0) fputc('\n', stderr);
+            say("the loss became %g at step %lld (lower --lr?)\n", in.loss, (long long)step);
+            return 1;
+        }
+        int every = s->a.log_every > 1 ? s->a.log_every : 1;
+        if (in.stats && (step % every == 0 || step == s->a.steps)) { /* a GPU reads only these */
             double now = cli_now(), step_s = (now - t_prev) / (double)(step - logged);
             t_prev = now, logged = step;
             double elapsed = now - s->t0, tok_s = tokens / (elapsed > 0 ? elapsed : 1e-9);
