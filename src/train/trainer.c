@@ -103,6 +103,7 @@ struct lm_trainer {
     lm_tensor *d_stats;             /* f32 [grad_accum + 1]: the micro-batches' losses, the sum of squares */
     lm_tensor *d_dyn;               /* i64 [4]: the optimizer's values as doubles (lm__optimizer_dyn_values) */
     int64_t dev_steps;              /* steps taken by step_device */
+    int64_t last_gen;               /* model->layout_gen after the last of them */
     lm_device_graph *graph;         /* the captured step; NULL: none (yet) */
     int64_t graph_gen;              /* model->layout_gen it was captured at */
     const lm_optimizer *graph_opt;  /* the optimizer it updates */
@@ -459,14 +460,17 @@ static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *inf
     if (t->graph) {
         LM_TRY(lm_device_graph_launch(t->graph, ctx));
         lm__optimizer_count_step(t->opt);
-    } else if (t->dev_steps >= 1 && !capture_blocked(t) && capture_step(t, ctx) == LM_OK) {
-        /* captured and launched */
+    } else if (t->dev_steps >= 1 && t->last_gen == t->model->layout_gen && !capture_blocked(t) &&
+               capture_step(t, ctx) == LM_OK) {
+        /* captured and launched (after an eager step of this layout: positions and the
+         * GEMM plans exist, so the capture allocates and copies nothing from the host) */
     } else {
         lm_clear_error(); /* a failed capture ran nothing: the step runs eagerly */
         LM_TRY(device_body(t, ctx));
     }
     lm_trace_end(tr, "train", t->graph ? "captured step" : "step", NULL);
     t->dev_steps++;
+    t->last_gen = t->model->layout_gen;
     int64_t every = o->log_every > 1 ? o->log_every : 1;
     int read = (step + 1) % every == 0 || step + 1 >= o->steps;
     double loss = NAN, norm = NAN;
