@@ -126,15 +126,17 @@ LM_API lm_status lm_ag_slice(lm_ag *ag, lm_ag_var *x, int dim, int64_t start, in
 
 /* ---- profiling --------------------------------------------------------------------------
  * With LOOM_PROFILE=1 in the environment, each recorded forward operation and each
- * backward node synchronizes its context and charges the wall time since the previous
- * mark to its name ("fwd ag_linear", "bwd ag_attention", ...): slower, but a per-
- * operation breakdown. Other phases mark themselves with lm_ag_profile_mark (name =
- * prefix + name); lm_ag_profile_report prints the totals, largest first. */
+ * backward node marks the end of its work in its context's queue (an lm_event, no
+ * waiting) and is charged the time since the previous mark ("fwd ag_linear", "bwd
+ * ag_attention", ...): on a GPU the device's time between the two events, on the CPU
+ * the host clock. Other phases mark themselves with lm_ag_profile_mark (name = prefix
+ * + name); lm_ag_profile_report resolves the pending marks and prints the totals,
+ * largest first. */
 LM_API int lm_ag_profile_enabled(void);
 LM_API void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name);
 LM_API void lm_ag_profile_report(FILE *f);
 /* Forgets the totals (e.g. after a first step that builds plans and caches); the next
- * mark starts a new interval. */
+ * mark is charged the time since the last one. */
 LM_API void lm_ag_profile_reset(void);
 
 #ifdef __cplusplus

@@ -1,10 +1,18 @@
 /* autograd/profile.c — an opt-in operation profile: with LOOM_PROFILE=1 in the
- * environment, every recorded forward operation and every backward node waits for
- * its context and charges the wall time since the previous mark to its name, so a
- * training step breaks down into per-operation totals (the waiting makes the run
- * slower; the split is what it is for). Callers outside the tape (the trainer's
- * optimizer, zeroing, norms) mark their own phases with lm_ag_profile_mark.
- * One process-wide table of LM__PROF_MAX names, guarded by a mutex.
+ * environment, every recorded forward operation and every backward node marks the end
+ * of its work in its context's queue, and the time from the previous mark to this one
+ * is charged to its name, so a training step breaks down into per-operation totals.
+ * Callers outside the tape (the trainer's optimizer, zeroing, norms) mark their own
+ * phases with lm_ag_profile_mark.
+ *
+ * A mark records an event (lm_event_record) and does not wait: on a GPU the intervals
+ * are the device's time between consecutive marks, so the work is timed as it runs,
+ * one kernel after another, without a synchronization per operation; on the CPU, whose
+ * work is synchronous, an event is the host clock. The events are resolved in batches
+ * (when LM__PROF_EVENTS are pending, when the context changes, and before a report),
+ * the last one kept as the base of the next batch. Where the host falls behind the
+ * device, the idle gap is charged to the next mark's name. One process-wide table of
+ * LM__PROF_MAX names, guarded by a mutex.
  */
 #include "autograd/internal.h"
 
@@ -14,6 +22,7 @@
 #include <string.h>
 
 #define LM__PROF_MAX 96
+#define LM__PROF_EVENTS 4096
 
 typedef struct prof_entry {
     char name[48];
@@ -23,9 +32,15 @@ typedef struct prof_entry {
 
 static prof_entry g_prof[LM__PROF_MAX];
 static int g_nprof;
-static double g_last;
 static int g_enabled = -1;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Pending marks: g_ev[0..g_used) recorded in order on g_ctx; g_who[i] is the entry
+ * charged with the interval (g_ev[i-1], g_ev[i]) (-1: none, e.g. the first mark). */
+static lm_event *g_ev[LM__PROF_EVENTS];
+static int g_who[LM__PROF_EVENTS];
+static int g_used;
+static lm_ctx *g_ctx;
+static int64_t g_lost; /* marks that could not be timed (an event failed) */
 
 int lm_ag_profile_enabled(void) {
     if (g_enabled < 0) {
@@ -35,20 +50,70 @@ int lm_ag_profile_enabled(void) {
     return g_enabled;
 }
 
+static void drop_events(void) {
+    for (int i = 0; i < LM__PROF_EVENTS; i++) lm_event_destroy(g_ev[i]), g_ev[i] = NULL;
+    g_used = 0;
+    g_ctx = NULL;
+}
+
+/* Charges every pending interval; the last event becomes the base of the next batch. */
+static void resolve(void) {
+    if (g_used == 0) return;
+    if (lm_event_synchronize(g_ev[g_used - 1]) != LM_OK) {
+        lm_clear_error();
+        g_lost += g_used;
+        drop_events();
+        return;
+    }
+    for (int i = 1; i < g_used; i++) {
+        double ms = 0;
+        if (g_who[i] < 0) continue;
+        if (lm_event_elapsed_ms(g_ev[i - 1], g_ev[i], &ms) != LM_OK) {
+            lm_clear_error();
+            g_lost++;
+            continue;
+        }
+        g_prof[g_who[i]].seconds += ms * 1e-3, g_prof[g_who[i]].calls++;
+    }
+    lm_event *last = g_ev[g_used - 1];
+    g_ev[g_used - 1] = g_ev[0], g_ev[0] = last;
+    g_who[0] = -1;
+    g_used = 1;
+}
+
+static int entry_of(const char *key) {
+    int i = 0;
+    while (i < g_nprof && strcmp(g_prof[i].name, key) != 0) i++;
+    if (i == g_nprof) {
+        if (g_nprof == LM__PROF_MAX) return -1;
+        snprintf(g_prof[g_nprof++].name, sizeof g_prof[0].name, "%s", key);
+    }
+    return i;
+}
+
 void lm_ag_profile_mark(lm_ctx *ctx, const char *prefix, const char *name) {
-    if (!lm_ag_profile_enabled()) return;
-    lm_ctx_synchronize(ctx);
-    double t = lm__now_seconds();
+    if (!lm_ag_profile_enabled() || !ctx) return;
     char key[48];
     snprintf(key, sizeof key, "%s%s", prefix ? prefix : "", name ? name : "?");
     pthread_mutex_lock(&g_mu);
-    if (g_last > 0) {
-        int i = 0;
-        while (i < g_nprof && strcmp(g_prof[i].name, key) != 0) i++;
-        if (i == g_nprof && g_nprof < LM__PROF_MAX) snprintf(g_prof[g_nprof++].name, sizeof g_prof[0].name, "%s", key);
-        if (i < g_nprof) g_prof[i].seconds += t - g_last, g_prof[i].calls++;
+    if (ctx != g_ctx) { /* another queue: this batch ends here, the next starts from this mark */
+        resolve();
+        drop_events();
+        g_ctx = ctx;
     }
-    g_last = t;
+    if (g_used == LM__PROF_EVENTS) resolve();
+    int i = g_used;
+    lm_status st = g_ev[i] ? LM_OK : lm_event_create(ctx, &g_ev[i]);
+    if (st == LM_OK) st = lm_event_record(g_ev[i], ctx);
+    if (st != LM_OK) { /* untimed: the next mark starts a new batch */
+        lm_clear_error();
+        g_lost++;
+        resolve();
+        drop_events();
+    } else {
+        g_who[i] = i == 0 ? -1 : entry_of(key);
+        g_used++;
+    }
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -56,7 +121,13 @@ void lm_ag_profile_reset(void) {
     pthread_mutex_lock(&g_mu);
     memset(g_prof, 0, sizeof g_prof);
     g_nprof = 0;
-    g_last = 0;
+    g_lost = 0;
+    if (g_used > 0) { /* the last mark stays the base of what follows */
+        lm_event *last = g_ev[g_used - 1];
+        g_ev[g_used - 1] = g_ev[0], g_ev[0] = last;
+        g_who[0] = -1;
+        g_used = 1;
+    }
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -68,12 +139,15 @@ static int by_time(const void *a, const void *b) {
 void lm_ag_profile_report(FILE *f) {
     if (!lm_ag_profile_enabled() || !f) return;
     pthread_mutex_lock(&g_mu);
+    resolve();
     qsort(g_prof, (size_t)g_nprof, sizeof g_prof[0], by_time);
     double total = 0;
     for (int i = 0; i < g_nprof; i++) total += g_prof[i].seconds;
-    fprintf(f, "profile (LOOM_PROFILE): %.3f s marked\n  %-40s %10s %8s %6s\n", total, "operation", "ms", "calls", "%");
+    fprintf(f, "profile (LOOM_PROFILE): %.3f s between marks\n  %-40s %10s %8s %6s\n", total, "operation", "ms",
+            "calls", "%");
     for (int i = 0; i < g_nprof; i++)
         fprintf(f, "  %-40s %10.2f %8lld %5.1f%%\n", g_prof[i].name, g_prof[i].seconds * 1e3, (long long)g_prof[i].calls,
                 total > 0 ? 100.0 * g_prof[i].seconds / total : 0.0);
+    if (g_lost) fprintf(f, "  (%lld marks could not be timed)\n", (long long)g_lost);
     pthread_mutex_unlock(&g_mu);
 }
