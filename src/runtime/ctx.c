@@ -208,11 +208,11 @@ lm_status lm__ctx_capture_begin_reserved(lm_ctx *ctx) {
     if (!ctx) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_capture_begin_reserved: NULL context");
     if (!ctx->be->pool_reserve)
         return lm__error(LM_UNSUPPORTED, "%s contexts cannot capture work", ctx->be->label);
-    LM_TRY(ctx->be->pool_reserve(ctx->device.index, 0, NULL));
+    LM_TRY(ctx->be->pool_reserve(ctx->device.index, LM__RESERVE_BEGIN, NULL));
     lm_status st = lm_ctx_capture_begin(ctx);
     if (st != LM_OK) {
-        ctx->be->pool_reserve(ctx->device.index, 1, NULL);
-        ctx->be->pool_reserve(ctx->device.index, 2, NULL);
+        ctx->be->pool_reserve(ctx->device.index, LM__RESERVE_CAPTURED, NULL);
+        ctx->be->pool_reserve(ctx->device.index, LM__RESERVE_RELEASE, NULL);
     }
     return st;
 }
@@ -220,13 +220,13 @@ lm_status lm__ctx_capture_begin_reserved(lm_ctx *ctx) {
 lm_status lm__ctx_capture_end_reserved(lm_ctx *ctx, lm_device_graph **out, int64_t *foreign) {
     if (!ctx || !out || !foreign) return lm__error(LM_INVALID_ARGUMENT, "lm__ctx_capture_end_reserved: NULL argument");
     lm_status st = lm_ctx_capture_end(ctx, out); /* always ends the capture */
-    ctx->be->pool_reserve(ctx->device.index, 1, foreign);
+    ctx->be->pool_reserve(ctx->device.index, LM__RESERVE_CAPTURED, foreign);
     return st;
 }
 
 void lm__device_reserve_release(lm_device d) {
     const lm__device_backend *be = NULL;
-    if (lm__device_backend_of(d, &be) == LM_OK && be->pool_reserve) be->pool_reserve(d.index, 2, NULL);
+    if (lm__device_backend_of(d, &be) == LM_OK && be->pool_reserve) be->pool_reserve(d.index, LM__RESERVE_RELEASE, NULL);
     lm_clear_error();
 }
 

@@ -47,10 +47,10 @@ void lm__cuda_free(int index, void *ptr);
 lm_status lm__cuda_memory_stats(int index, lm_device_memory_stats *out);
 lm_status lm__cuda_memory_reset_peak(int index);
 lm_status lm__cuda_empty_cache(int index);
-/* The captured step's reservation (pool_cuda.c): phase 0 begins it (the capture's
- * allocations join it), 1 ends the capture (*foreign: blocks from outside it freed
- * meanwhile), 2 releases it. */
-lm_status lm__cuda_pool_reserve(int index, int phase, int64_t *foreign);
+/* The captured step's reservation (pool_cuda.c): LM__RESERVE_BEGIN begins it (the
+ * capture's allocations join it), LM__RESERVE_CAPTURED ends the capture (*foreign:
+ * blocks from outside it freed meanwhile), LM__RESERVE_RELEASE releases it. */
+lm_status lm__cuda_pool_reserve(int index, lm__reserve_phase phase, int64_t *foreign);
 
 /* runtime/graph_cuda.c: events and graphs on a stream */
 lm_status lm__cuda_event_create(int index, void **event);

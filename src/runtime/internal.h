@@ -32,6 +32,13 @@ typedef enum lm__copy_kind {
 /* index: the device ordinal; stream, event, graph: the backend's opaque handles (NULL
  * stream = the backend runs work as it is issued). Statuses carry the detail in
  * lm_last_error(). Destroy/free entries accept NULL. */
+/* The phases of a captured step's reservation of a device allocator (pool_reserve). */
+typedef enum lm__reserve_phase {
+    LM__RESERVE_BEGIN = 0,   /* a capture begins: the blocks it allocates join the reservation */
+    LM__RESERVE_CAPTURED = 1, /* the capture ended: the reservation stays for the graph's replays */
+    LM__RESERVE_RELEASE = 2  /* the graph is gone: the reserved blocks return to the allocator */
+} lm__reserve_phase;
+
 typedef struct lm__device_backend {
     const char *name;  /* "cpu", "cuda": the prefix of lm_device_format */
     const char *label; /* "CPU", "CUDA": how messages name the device type */
@@ -94,7 +101,7 @@ typedef struct lm__device_backend {
     lm_status (*empty_cache)(int index);
     /* a captured step's reservation of the allocator (lm__ctx_capture_begin_reserved);
      * NULL: the backend has none */
-    lm_status (*pool_reserve)(int index, int phase, int64_t *foreign);
+    lm_status (*pool_reserve)(int index, lm__reserve_phase phase, int64_t *foreign);
 
     /* Releases the per-context state the backend made on demand (lm__ctx_backend_state;
      * CUDA: the cuBLASLt handle and workspace). Called before stream_destroy. */

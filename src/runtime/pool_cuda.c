@@ -44,7 +44,7 @@ typedef struct pool {
     blk *live;          /* [live_cap] open-addressing hash of blocks in use (power-of-two size) */
     size_t live_cap, live_used; /* live_used counts occupied + tombstone slots */
     lm_device_memory_stats st;
-    /* the reservation of a captured step (lm__cuda_pool_reserve_*): while capturing,
+    /* the reservation of a captured step (lm__cuda_pool_reserve): while capturing,
      * allocations come from its free blocks (rfree) first, else from the cache or the
      * driver, and each becomes its; its blocks, when freed, go back to rfree rather than
      * the cache until the reservation is released, so no later allocation shares an
@@ -275,20 +275,20 @@ lm_status lm__cuda_empty_cache(int index) {
     return LM_OK;
 }
 
-lm_status lm__cuda_pool_reserve(int index, int phase, int64_t *foreign) {
+lm_status lm__cuda_pool_reserve(int index, lm__reserve_phase phase, int64_t *foreign) {
     pool *p = get_pool(index);
     if (!p) return lm__error(LM_OUT_OF_RANGE, "cuda:%d is beyond the allocator's %d devices", index, LM__CUDA_MAX_DEVICES);
     lm_status st = LM_OK;
     pthread_mutex_lock(&p->mu);
-    if (phase == 0) { /* begin: a capture's allocations join the reservation */
+    if (phase == LM__RESERVE_BEGIN) { /* a capture's allocations join the reservation */
         if (p->reserving)
             st = lm__error(LM_INVALID_ARGUMENT, "cuda:%d already holds a captured step's reservation", index);
         else
             p->capturing = p->reserving = 1, p->foreign = 0;
-    } else if (phase == 1) { /* end of the capture: the reservation stays */
+    } else if (phase == LM__RESERVE_CAPTURED) { /* end of the capture: the reservation stays */
         p->capturing = 0;
         if (foreign) *foreign = p->foreign;
-    } else { /* release: its free blocks to the cache, its live ones to their owners */
+    } else { /* LM__RESERVE_RELEASE: its free blocks to the cache, its live ones to their owners */
         for (size_t i = 0; i < p->nrfree; i++)
             if (cached_push(p, p->rfree[i]) != LM_OK) {
                 cudaFree((void *)p->rfree[i].ptr);

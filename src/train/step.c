@@ -85,9 +85,10 @@ static lm_status bind_input(void *user, const char *name, lm_tensor_view *view) 
     return LM_OK;
 }
 
-static lm_status check_batch(const lm_train_model *m, const int32_t *ids, int B, int64_t T) {
+/* have_ids: the batch's ids exist (host array or device tensor). */
+static lm_status check_batch(const lm_train_model *m, int have_ids, int B, int64_t T) {
     const lm_model_config *c = &m->cfg;
-    if (!ids || B < 1 || T < 1) return lm__error(LM_INVALID_ARGUMENT, "training forward: %d rows x %lld tokens", B, (long long)T);
+    if (!have_ids || B < 1 || T < 1) return lm__error(LM_INVALID_ARGUMENT, "training forward: %d rows x %lld tokens", B, (long long)T);
     if (T > c->max_position_embeddings)
         return lm__error(LM_OUT_OF_RANGE, "training forward: %lld tokens exceed max_position_embeddings %lld", (long long)T,
                          (long long)c->max_position_embeddings);
@@ -158,16 +159,12 @@ static lm_status begin(fwd *f, lm_train_model *m, lm_ctx *ctx, const int32_t *id
                        int refresh, lm_tensor *const *dev) {
     memset(f, 0, sizeof *f);
     f->m = m, f->ctx = ctx, f->B = B, f->T = T;
-    if (dev) {
-        static const int32_t any = 0; /* check_batch wants ids; the device's are the caller's */
-        f->ids = dev[0], f->targets = dev[1], f->borrowed = 1;
-        ids = &any;
-    }
+    if (dev) f->ids = dev[0], f->targets = dev[1], f->borrowed = 1;
     if (done) {
         if (!(f->hooks = lm__calloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof *f->hooks))) return LM_OUT_OF_MEMORY;
         for (int i = 0; i < m->nparams; i++) f->hooks[i] = (param_hook){done, user, i};
     }
-    LM_TRY(check_batch(m, ids, B, T));
+    LM_TRY(check_batch(m, ids != NULL || dev != NULL, B, T));
     if (!lm_device_equal(lm_ctx_device(ctx), m->device)) {
         char a[32], b[32];
         return lm__error(LM_INVALID_ARGUMENT, "training forward: the context is on %s but the model on %s",
@@ -239,13 +236,17 @@ lm_status lm__train_model_forward_backward_dev(lm_train_model *m, lm_ctx *ctx, l
     lm_ag_var *L = NULL;
     lm_tensor *dev[2] = {ids, targets};
     lm_status st = begin(&f, m, ctx, NULL, NULL, B, T, 1, LM_DECODER_OUT_LOSS, NULL, NULL, refresh_low, dev);
+    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
     if (st == LM_OK) st = run(&f, &L);
     const lm_tensor *lv = L ? lm_ag_value(L) : NULL;
     if (st == LM_OK && (lm_tensor_dtype(lv) != LM_F32 || lm_tensor_numel(lv) != 1))
         st = lm__error(LM_INTERNAL, "training forward: the loss is not an f32 scalar");
     if (st == LM_OK) st = lm_ctx_copy(ctx, m->device, loss, m->device, lm_tensor_data(lv), sizeof(float));
+    lm_ag_profile_mark(ctx, "fwd ", "(loss copy)");
     if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
+    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
     end(&f, st);
+    lm_ag_profile_mark(ctx, "step ", "(tape release)");
     return st;
 }
 

@@ -101,6 +101,7 @@ struct lm_trainer {
      * from its second step, runs as one captured graph */
     lm_tensor **d_ids, **d_targets; /* [grad_accum] micro-batches: [batch, seq] and [batch * seq] i32 */
     lm_tensor *d_stats;             /* f32 [grad_accum + 1]: the micro-batches' losses, the sum of squares */
+    float *h_stats;                 /* [grad_accum + 1]: d_stats read back */
     lm_tensor *d_dyn;               /* i64 [4]: the optimizer's values as doubles (lm__optimizer_dyn_values) */
     int64_t dev_steps;              /* steps taken by step_device */
     int64_t last_gen;               /* model->layout_gen after the last of them */
@@ -226,9 +227,9 @@ static void drop_graph(lm_trainer *t) {
 static void device_buffers_free(lm_trainer *t) {
     for (int a = 0; a < t->o.grad_accum && t->d_ids; a++) lm_tensor_destroy(t->d_ids[a]);
     for (int a = 0; a < t->o.grad_accum && t->d_targets; a++) lm_tensor_destroy(t->d_targets[a]);
-    lm__free(t->d_ids), lm__free(t->d_targets);
+    lm__free(t->d_ids), lm__free(t->d_targets), lm__free(t->h_stats);
     lm_tensor_destroy(t->d_stats), lm_tensor_destroy(t->d_dyn);
-    t->d_ids = t->d_targets = NULL, t->d_stats = t->d_dyn = NULL;
+    t->d_ids = t->d_targets = NULL, t->d_stats = t->d_dyn = NULL, t->h_stats = NULL;
 }
 
 void lm_trainer_destroy(lm_trainer *t) {
@@ -352,6 +353,13 @@ static lm_status zero_reduce(lm_trainer *t, lm_ctx *ctx, double *loss, double *n
     return LM_OK;
 }
 
+/* The learning rate of the optimizer's next step under the run's schedule. */
+static double lr_now(const lm_trainer *t) {
+    const lm_train_options *o = &t->o;
+    lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
+    return lm_lr_at(&s, lm_optimizer_steps(t->opt));
+}
+
 /* ---- one rank on a GPU: the step without host synchronization, captured ---------------------------- */
 
 /* 1 when the step keeps its statistics on the device: a GPU, one rank. */
@@ -366,7 +374,8 @@ static lm_status device_buffers(lm_trainer *t) {
     int64_t ids[2] = {o->batch, o->seq}, tg = (int64_t)o->batch * o->seq, ns = o->grad_accum + 1, nd = 4;
     t->d_ids = lm__calloc((size_t)o->grad_accum, sizeof *t->d_ids);
     t->d_targets = lm__calloc((size_t)o->grad_accum, sizeof *t->d_targets);
-    lm_status st = t->d_ids && t->d_targets ? LM_OK : LM_OUT_OF_MEMORY;
+    t->h_stats = lm__calloc((size_t)ns, sizeof *t->h_stats);
+    lm_status st = t->d_ids && t->d_targets && t->h_stats ? LM_OK : LM_OUT_OF_MEMORY;
     for (int a = 0; st == LM_OK && a < o->grad_accum; a++) {
         st = lm_tensor_create(d, LM_I32, 2, ids, &t->d_ids[a]);
         if (st == LM_OK) st = lm_tensor_create(d, LM_I32, 1, &tg, &t->d_targets[a]);
@@ -385,6 +394,7 @@ static lm_status device_body(lm_trainer *t, lm_ctx *ctx) {
     lm_train_model *m = t->model;
     float *stats = lm_tensor_data(t->d_stats);
     LM_TRY(lm_train_model_zero_grad(m, ctx));
+    lm_ag_profile_mark(ctx, "step ", "zero_grad");
     for (int a = 0; a < o->grad_accum; a++)
         LM_TRY(lm__train_model_forward_backward_dev(m, ctx, t->d_ids[a], t->d_targets[a], o->batch, o->seq,
                                                     1.0f / (float)o->grad_accum, stats + a, a == 0));
@@ -392,7 +402,10 @@ static lm_status device_body(lm_trainer *t, lm_ctx *ctx) {
     LM_TRY(lm_tensor_view_init(&sumsq, stats + o->grad_accum, LM_F32, m->device, 0, NULL, NULL));
     LM_TRY(lm_sum_squares_out(ctx, 1, lm_tensor_as_view(m->flat_grad), &sumsq));
     LM_TRY(lm__clip_scale_out(ctx, &sumsq, o->clip, lm_tensor_as_view(t->d_dyn)));
-    return lm__optimizer_step_dyn(t->opt, ctx, lm_tensor_as_view(t->d_dyn));
+    lm_ag_profile_mark(ctx, "step ", "grad_norm");
+    LM_TRY(lm__optimizer_step_dyn(t->opt, ctx, lm_tensor_as_view(t->d_dyn)));
+    lm_ag_profile_mark(ctx, "step ", "adamw");
+    return LM_OK;
 }
 
 /* Why steps are not captured: LOOM_TRAIN_CAPTURE=0, a trace or profile (they time each
@@ -442,6 +455,7 @@ static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *inf
     const lm_train_options *o = &t->o;
     lm_device d = t->model->device;
     LM_TRY(device_buffers(t));
+    lm_ag_profile_mark(ctx, "step ", "(between steps)");
     int64_t tr = lm_trace_begin(), step_t0 = tr;
     for (int a = 0; a < o->grad_accum; a++) { /* pageable copies: the host arrays are free again on return */
         LM_TRY(lm_data_loader_next(t->data, o->batch, t->ids, t->targets));
@@ -451,10 +465,10 @@ static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *inf
     }
     lm_trace_end(tr, "train", "data", NULL);
     int64_t step = lm_optimizer_steps(t->opt);
-    lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
-    double lr = lm_lr_at(&s, step), dyn[4];
+    double lr = lr_now(t), dyn[4];
     lm__optimizer_dyn_values(t->opt, lr, dyn);
     LM_TRY(lm_ctx_copy(ctx, d, lm_tensor_data(t->d_dyn), lm_device_cpu(), dyn, sizeof dyn));
+    lm_ag_profile_mark(ctx, "step ", "data");
     if (t->graph && (t->graph_gen != t->model->layout_gen || t->graph_opt != t->opt)) drop_graph(t);
     tr = lm_trace_begin();
     if (t->graph) {
@@ -475,15 +489,12 @@ static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *inf
     int read = (step + 1) % every == 0 || step + 1 >= o->steps;
     double loss = NAN, norm = NAN;
     if (read) { /* the one wait for the device */
-        float *host = lm__calloc((size_t)o->grad_accum + 1, sizeof *host);
-        if (!host) return LM_OUT_OF_MEMORY;
-        lm_status st = lm_tensor_view_read(ctx, lm_tensor_as_view(t->d_stats), host);
+        const float *host = t->h_stats;
+        LM_TRY(lm_tensor_view_read(ctx, lm_tensor_as_view(t->d_stats), t->h_stats));
         loss = 0;
         for (int a = 0; a < o->grad_accum; a++) loss += host[a]; /* in order, in double, as step_host sums */
         loss /= (double)o->grad_accum;
         norm = sqrt((double)host[o->grad_accum]);
-        lm__free(host);
-        LM_TRY(st);
     }
     lm_trace_end(step_t0, "train", "train step", NULL);
     lm_trace_memory();
@@ -567,8 +578,7 @@ lm_status lm_trainer_step(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *info) 
     /* torch.nn.utils.clip_grad_norm_: coefficient max / (norm + 1e-6), at most 1 */
     double scale = o->clip > 0 && isfinite(norm) ? LM_MIN(1.0, o->clip / (norm + 1e-6)) : 1.0;
     int64_t step = lm_optimizer_steps(t->opt);
-    lm_lr_schedule s = {o->schedule, o->lr, o->min_lr, o->warmup, o->steps};
-    double lr = lm_lr_at(&s, step);
+    double lr = lr_now(t);
     tr = lm_trace_begin();
     LM_TRY(lm_optimizer_step(t->opt, ctx, lr, scale));
     lm_ag_profile_mark(ctx, "step ", "adamw");
