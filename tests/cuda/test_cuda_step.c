@@ -9,7 +9,8 @@
  *    take the GEMM from 3 rows); every form that runs one kernel (those it admits, and
  *    the GEMV up to 8 rows) also runs inside a capture (where the composition would
  *    refuse to allocate) and replays to the same result;
- *  - lm_qkv_rope_store_out with bias and q/k norms into bf16 caches, f32 and bf16 q;
+ *  - lm_qkv_rope_store_out with bias and q/k norms into bf16 caches, f32 and bf16 q,
+ *    head dims 16-512, both of its kernels and the token-major one's head groupings;
  *  - lm_kv_store_out between every float dtype pair, and a row naming a slot outside
  *    the cache writes nothing;
  *  - paged caches (slots [B, NB] block tables over a pool of S blocks of P positions):
@@ -186,47 +187,78 @@ static void test_linear_forms(void) {
 }
 
 /* ---- the fused QKV front and the KV store ----------------------------------------------------- */
-static void check_qkv(lm_dtype q_dt, int64_t T, int norms) {
-    lt_rng r = lt_rng_seed(23 + (uint64_t)T);
-    const int64_t B = 2, Hq = 4, Hkv = 2, D = 16, S = 3, P = 32, nq = (Hq + 2 * Hkv) * D;
+/* One front call: B = 2 rows of T tokens (positions 3.. and 14..), Hq / Hkv heads of
+ * head dim D, q of q_dt, with or without the q/k norms; group: LOOM_CUDA_FRONT_GROUP
+ * (heads a warp of the token-major kernel takes; NULL: chosen by the launcher);
+ * tokens: LOOM_CUDA_FRONT_TOKENS ("0": the per-(token, head) kernel). */
+typedef struct qkv_case {
+    lm_dtype q_dt;
+    int64_t T, Hq, Hkv, D;
+    int norms;
+    const char *group, *tokens;
+} qkv_case;
+
+static void check_qkv(const qkv_case *c) {
+    lt_rng r = lt_rng_seed(23 + (uint64_t)(c->T + c->D + c->Hq));
+    const int64_t B = 2, T = c->T, Hq = c->Hq, Hkv = c->Hkv, D = c->D, S = 3, P = 32, nq = (Hq + 2 * Hkv) * D;
     int64_t xs[3] = {B, T, nq}, cs[4] = {S, Hkv, P, D}, qs[4] = {B, T, Hq, D}, fs[1] = {D / 2}, ds[1] = {D};
     int64_t bs[1] = {nq}, ss[1] = {B}, ps[2] = {B, T};
+    LT_CHECK(T <= 16); /* positions up to 14 + 15 < P */
     ct_pair qkv = ct_random(&r, LM_F32, 3, xs, 1.0), bias = ct_random(&r, LM_F32, 1, bs, 0.5);
     ct_pair qn = ct_random(&r, LM_F32, 1, ds, 1.0), kn = ct_random(&r, LM_F32, 1, ds, 1.0);
     ct_pair kc = ct_random(&r, LM_BF16, 4, cs, 1.0), vc = ct_random(&r, LM_BF16, 4, cs, 1.0);
-    ct_pair q = ct_poisoned(q_dt, 4, qs);
-    lm_tensor *inv = NULL, *invd = NULL, *kw = NULL, *vw = NULL, *qw = lt_poisoned_tensor(q_dt, 4, qs);
+    ct_pair q = ct_poisoned(c->q_dt, 4, qs);
+    lm_tensor *inv = NULL, *invd = NULL, *kw = NULL, *vw = NULL, *qw = lt_poisoned_tensor(c->q_dt, 4, qs);
     LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 1, fs, &inv));
     LT_CHECK_OK(lm_rope_inv_freq_out(g_ref, 10000.0, D, lm_tensor_as_view(inv)));
     invd = ct_upload(inv);
     LT_CHECK_OK(lm_tensor_to_device(NULL, kc.h, lm_device_cpu(), &kw));
     LT_CHECK_OK(lm_tensor_to_device(NULL, vc.h, lm_device_cpu(), &vw));
-    int32_t sl[2] = {2, 0}, pos[2 * 8];
+    int32_t sl[2] = {2, 0}, pos[2 * 16];
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) pos[b * T + t] = (int32_t)(b * 11 + 3 + t);
     ct_pair so = ints(1, ss, sl), po = ints(2, ps, pos);
-    lm_qkv_rope_params ph = {Hq, HV(bias), norms ? HV(qn) : NULL, norms ? HV(kn) : NULL, 1e-6f, NULL, 1.0f};
+    lm_qkv_rope_params ph = {Hq, HV(bias), c->norms ? HV(qn) : NULL, c->norms ? HV(kn) : NULL, 1e-6f, NULL, 1.0f};
     ph.inv_freq = lm_tensor_as_view(inv);
-    lm_qkv_rope_params pd = {Hq, DV(bias), norms ? DV(qn) : NULL, norms ? DV(kn) : NULL, 1e-6f, NULL, 1.0f};
+    lm_qkv_rope_params pd = {Hq, DV(bias), c->norms ? DV(qn) : NULL, c->norms ? DV(kn) : NULL, 1e-6f, NULL, 1.0f};
     pd.inv_freq = lm_tensor_as_view(invd);
     LT_CHECK_OK(lm_qkv_rope_store_out(g_ref, HV(qkv), &ph, HV(so), HV(po), lm_tensor_as_view(kw),
                                       lm_tensor_as_view(vw), lm_tensor_as_view(qw)));
+    if (c->group) setenv("LOOM_CUDA_FRONT_GROUP", c->group, 1);
+    if (c->tokens) setenv("LOOM_CUDA_FRONT_TOKENS", c->tokens, 1);
     LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv), &pd, DV(so), DV(po), DV(kc), DV(vc), DV(q)));
-    char what[96];
-    snprintf(what, sizeof what, "qkv_rope_store q %s T %lld norms %d: q", lm_dtype_name(q_dt), (long long)T, norms);
-    ct_check(g_ctx, what, &q, DV(q), lm_tensor_as_view(qw), q_dt == LM_F32 ? 1e-10 : ct_nmse(q_dt), ct_abs(q_dt, 4.0));
-    ct_check(g_ctx, "qkv_rope_store: k cache", &kc, DV(kc), lm_tensor_as_view(kw), ct_nmse(LM_BF16), ct_abs(LM_BF16, 4.0));
-    ct_check(g_ctx, "qkv_rope_store: v cache", &vc, DV(vc), lm_tensor_as_view(vw), ct_nmse(LM_BF16), ct_abs(LM_BF16, 4.0));
+    unsetenv("LOOM_CUDA_FRONT_GROUP"), unsetenv("LOOM_CUDA_FRONT_TOKENS");
+    char what[160];
+    int n = snprintf(what, sizeof what, "qkv_rope_store q %s T %lld Hq %lld Hkv %lld D %lld norms %d group %s tokens %s",
+                     lm_dtype_name(c->q_dt), (long long)T, (long long)Hq, (long long)Hkv, (long long)D, c->norms,
+                     c->group ? c->group : "auto", c->tokens ? c->tokens : "on");
+    snprintf(what + n, sizeof what - (size_t)n, ": q");
+    ct_check(g_ctx, what, &q, DV(q), lm_tensor_as_view(qw), c->q_dt == LM_F32 ? 1e-10 : ct_nmse(c->q_dt),
+             ct_abs(c->q_dt, 4.0));
+    snprintf(what + n, sizeof what - (size_t)n, ": k cache");
+    ct_check(g_ctx, what, &kc, DV(kc), lm_tensor_as_view(kw), ct_nmse(LM_BF16), ct_abs(LM_BF16, 4.0));
+    snprintf(what + n, sizeof what - (size_t)n, ": v cache");
+    ct_check(g_ctx, what, &vc, DV(vc), lm_tensor_as_view(vw), ct_nmse(LM_BF16), ct_abs(LM_BF16, 4.0));
     lm_tensor_destroy(inv), lm_tensor_destroy(invd), lm_tensor_destroy(kw), lm_tensor_destroy(vw), lm_tensor_destroy(qw);
     ct_pair_free(&qkv), ct_pair_free(&bias), ct_pair_free(&qn), ct_pair_free(&kn), ct_pair_free(&kc);
     ct_pair_free(&vc), ct_pair_free(&q), ct_pair_free(&so), ct_pair_free(&po);
 }
 
+/* Both kernels; the token-major one at every pair count (head dims 16-256, 80: a
+ * partial second pair), with one head a warp, chunks of 4 heads cut short, and every
+ * head of a token in one warp; head dim 512 takes the per-head kernel. */
 static void test_qkv_rope_store(void) {
-    check_qkv(LM_F32, 1, 0);
-    check_qkv(LM_BF16, 1, 1);
-    check_qkv(LM_F32, 7, 1);
-    check_qkv(LM_BF16, 5, 0);
+    static const qkv_case cases[] = {
+        {LM_F32, 1, 4, 2, 16, 0, NULL, NULL},  {LM_BF16, 1, 4, 2, 16, 1, NULL, NULL},
+        {LM_F32, 7, 4, 2, 16, 1, NULL, NULL},  {LM_BF16, 5, 4, 2, 16, 0, NULL, NULL},
+        {LM_F32, 7, 4, 2, 16, 1, NULL, "0"},   {LM_BF16, 5, 14, 2, 64, 0, NULL, NULL},
+        {LM_BF16, 5, 14, 2, 64, 0, "1", NULL}, {LM_F32, 5, 14, 2, 64, 1, "5", NULL},
+        {LM_BF16, 6, 14, 2, 64, 1, "18", NULL}, {LM_F32, 3, 14, 2, 64, 1, "7", "0"},
+        {LM_F32, 3, 4, 2, 80, 1, "3", NULL},   {LM_BF16, 4, 8, 2, 128, 1, "6", NULL},
+        {LM_F32, 16, 8, 2, 128, 0, NULL, NULL}, {LM_F32, 3, 4, 1, 256, 1, "2", NULL},
+        {LM_BF16, 2, 2, 1, 256, 0, "4", NULL}, {LM_F32, 2, 2, 1, 512, 1, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv(&cases[i]);
 }
 
 static void test_kv_store_dtypes_and_bad_row(void) {
@@ -436,8 +468,9 @@ static void test_kv_store_paged(void) {
 
 /* qkv_rope_store into paged bf16 caches (f32 and bf16 q, bias and q/k norms), rows as
  * in test_kv_store_paged: q and both pools equal the contiguous call's (scattered
- * back); row 3's q is NaN and it stores nothing. */
-static void check_qkv_paged(lm_dtype q_dt) {
+ * back); row 3's q is NaN and it stores nothing. group: LOOM_CUDA_FRONT_GROUP for both
+ * calls (NULL: the launcher's choice). */
+static void check_qkv_paged(lm_dtype q_dt, const char *group) {
     lt_rng r = lt_rng_seed(67 + (uint64_t)q_dt);
     const int64_t B = 4, T = 5, Hq = 4, Hkv = 2, D = 16, P = 16, NB = 6, S = 40, nq = (Hq + 2 * Hkv) * D;
     const int64_t start[4] = {P + 3, 3 * P - 2, 5 * P + 10, P + 1};
@@ -459,11 +492,14 @@ static void check_qkv_paged(lm_dtype q_dt) {
     invd = ct_upload(inv);
     lm_qkv_rope_params pd = {Hq, DV(bias), DV(qn), DV(kn), 1e-6f, NULL, 1.0f};
     pd.inv_freq = lm_tensor_as_view(invd);
+    if (group) setenv("LOOM_CUDA_FRONT_GROUP", group, 1);
     LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv), &pd, DV(tab), DV(po), DV(kp), DV(vp), DV(q1)));
     LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv), &pd, DV(so), DV(po), DV(kc), DV(vc), DV(q2)));
+    unsetenv("LOOM_CUDA_FRONT_GROUP");
     lm_tensor *kw = paged_expected(&g, kp.h, kc.d), *vw = paged_expected(&g, vp.h, vc.d), *qw = download(q2.d);
     char what[96];
-    snprintf(what, sizeof what, "qkv_rope_store paged q %s: q of the good rows", lm_dtype_name(q_dt));
+    snprintf(what, sizeof what, "qkv_rope_store paged q %s group %s: q of the good rows", lm_dtype_name(q_dt),
+             group ? group : "auto");
     check_rows(what, &q1, qw, 3, 0, 0);
     LT_CHECK_MSG(rows_all_nan(&q1, 3, 4), "qkv_rope_store paged: a row out of the pool must get a NaN q");
     ct_check(g_ctx, "qkv_rope_store paged: k pool", &kp, DV(kp), lm_tensor_as_view(kw), 0, 0);
@@ -476,8 +512,10 @@ static void check_qkv_paged(lm_dtype q_dt) {
 }
 
 static void test_qkv_rope_store_paged(void) {
-    check_qkv_paged(LM_F32);
-    check_qkv_paged(LM_BF16);
+    check_qkv_paged(LM_F32, NULL);
+    check_qkv_paged(LM_BF16, NULL);
+    check_qkv_paged(LM_BF16, "3"); /* a bad token's warp covering q, k and v heads */
+    check_qkv_paged(LM_F32, "8");
 }
 
 /* attention_cache over paged bf16 caches: 4 rows of T tokens, row 0 filling its whole
