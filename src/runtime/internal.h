@@ -29,16 +29,16 @@ typedef enum lm__copy_kind {
  * its own bound; core/copy.c asserts that LM_MAX_DIMS does not exceed it. */
 #define LM__COPY_MAX_DIMS 8
 
+/* The phases of a captured step's reservation of a device allocator (pool_reserve). */
+typedef enum lm__reserve_phase {
+    LM__RESERVE_BEGIN = 0,    /* a capture begins: the blocks it allocates join the reservation */
+    LM__RESERVE_CAPTURED = 1, /* the capture ended: the reservation stays for the graph's replays */
+    LM__RESERVE_RELEASE = 2   /* the graph is gone: the reserved blocks return to the allocator */
+} lm__reserve_phase;
+
 /* index: the device ordinal; stream, event, graph: the backend's opaque handles (NULL
  * stream = the backend runs work as it is issued). Statuses carry the detail in
  * lm_last_error(). Destroy/free entries accept NULL. */
-/* The phases of a captured step's reservation of a device allocator (pool_reserve). */
-typedef enum lm__reserve_phase {
-    LM__RESERVE_BEGIN = 0,   /* a capture begins: the blocks it allocates join the reservation */
-    LM__RESERVE_CAPTURED = 1, /* the capture ended: the reservation stays for the graph's replays */
-    LM__RESERVE_RELEASE = 2  /* the graph is gone: the reserved blocks return to the allocator */
-} lm__reserve_phase;
-
 typedef struct lm__device_backend {
     const char *name;  /* "cpu", "cuda": the prefix of lm_device_format */
     const char *label; /* "CPU", "CUDA": how messages name the device type */
