@@ -148,9 +148,10 @@ static void test_rmsnorm_backward(void) {
 
 /* The tuned path: row-contiguous [2, rows / 2, D] views on 16-byte boundaries. The
  * (dtype, D) pairs give teams of 1 (bf16 64, 512, 896), 2 (f32 896, bf16 1536), 4
- * (bf16 4096) and 8 (f32 4096) warps with 1, 2 or 4 vectors per lane; 2500 rows of D 64
- * take two passes of the grid. */
-static void test_rmsnorm_backward_rows(void) {
+ * (bf16 4096) and 8 (f32 4096) warps with 1, 2 or 4 vectors per lane (teams of one warp
+ * run the staged form unless LOOM_CUDA_NORM_BWD_STAGED=0); 2500 rows of D 64 take two
+ * passes of the grid. */
+static void check_rmsnorm_backward_rows(void) {
     static const struct {
         lm_dtype dt;
         int64_t rows, D;
@@ -210,6 +211,16 @@ static void test_rmsnorm_backward_rows(void) {
         }
         ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&dy), ct_pair_free(&dsum);
     }
+}
+
+/* The staged form (teams of one warp: the next row copied into shared memory while the
+ * current one is reduced) and the register form (LOOM_CUDA_NORM_BWD_STAGED=0), each
+ * against the reference. */
+static void test_rmsnorm_backward_rows(void) {
+    check_rmsnorm_backward_rows();
+    setenv("LOOM_CUDA_NORM_BWD_STAGED", "0", 1);
+    check_rmsnorm_backward_rows();
+    unsetenv("LOOM_CUDA_NORM_BWD_STAGED");
 }
 
 static void test_swiglu_backward(void) {

@@ -18,7 +18,13 @@
  * moved for the fused add; partials 2 * blocks * D floats. Measured on an H200
  * (bench/cuda_train_ops.c, 8192 x 896 bf16, fused add): 29 us with dweight, 23 us dx
  * only (the readable path: 162 us). Tried and dropped: 3 blocks per SM (register
- * spills, 33 us), an L2 bulk prefetch of each team's next row (26 us dx only).
+ * spills, 33 us), an L2 bulk prefetch of each team's next row (26 us dx only), the next
+ * row's loads into a second register set (teams of two warps: 31 us).
+ * Staged form (rows_staged_kernel; teams of one warp, i.e. D up to 128 vectors): the
+ * same arithmetic in the same per-lane and per-warp orders, but a lane's vectors arrive by
+ * cp.async into the warp's two shared-memory stages, the next row's copies in flight
+ * while the current row is reduced and stored, and dweight sums kept in registers
+ * (warps added in warp order). `LOOM_CUDA_NORM_BWD_STAGED=0` keeps the register form.
  * Readable path (any strides): pass 1, one block per row, reduces sum(x^2) and g . x
  * (f32, fixed block tree), writes dx and keeps r in a [rows] workspace; pass 2
  * (dweight): blocks of a 2-d grid own (column tile, chunk of CHUNK rows) and write f32
@@ -204,6 +210,122 @@ __global__ void __launch_bounds__(NB_THREADS, 2) rows_vec_kernel(const T *x, con
     }
 }
 
+/* ---- staged path: one warp a row, the next row copied into shared memory meanwhile ---- */
+#define NS_WARPS 8
+
+__device__ __forceinline__ void ns_copy16(void *dst, const void *src) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ns_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ns_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* The same results as rows_vec_kernel with teams of one warp, but a lane's vectors of
+ * x, dout and dsum arrive by cp.async into the warp's two stages of shared memory: the
+ * next row's copies are in flight while the current row is reduced and stored, so the
+ * memory system never waits for the arithmetic. A lane reads back only the vectors it
+ * copied itself (no barrier). dweight: each lane sums its columns over its rows in
+ * registers; the block's warps are added in warp order into partial[blockIdx.x]. */
+template <typename T, typename O, int NV>
+__global__ void __launch_bounds__(NS_WARPS * 32, 2) rows_staged_kernel(const T *x, const T *w, const T *dy,
+                                                                     const T *dsum, O *dx, float *partial, nb_args a) {
+    constexpr int VEC = 16 / sizeof(T);
+    extern __shared__ uint4 ns_sh[]; /* [warps][2 stages][3 operands][NV][32 lanes]; then reused for dweight */
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nvec = a.D / VEC;
+    uint4 *mine = ns_sh + (size_t)warp * (2 * 3 * NV * 32);
+    const int64_t first = (int64_t)blockIdx.x * NS_WARPS + warp, nwarps = (int64_t)gridDim.x * NS_WARPS;
+    auto issue = [&](int64_t r, int st) {
+        const T *xr = x + row_off(a.rx, r), *dr = dy + row_off(a.rd, r);
+        const T *sr = dsum ? dsum + row_off(a.rs, r) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int j = lane + 32 * k;
+            if (j < nvec) {
+                ns_copy16(mine + ((st * 3 + 0) * NV + k) * 32 + lane, xr + (int64_t)j * VEC);
+                ns_copy16(mine + ((st * 3 + 1) * NV + k) * 32 + lane, dr + (int64_t)j * VEC);
+                if (sr) ns_copy16(mine + ((st * 3 + 2) * NV + k) * 32 + lane, sr + (int64_t)j * VEC);
+            }
+        }
+    };
+    float acc[NV][VEC];
+    uint4 wv[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = lane + 32 * k;
+        wv[k] = j < nvec ? *(const uint4 *)(w + (int64_t)j * VEC) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) acc[k][e] = 0.f;
+    }
+    if (first < a.rows) issue(first, 0);
+    ns_commit();
+    for (int64_t r = first, it = 0; r < a.rows; r += nwarps, it++) {
+        const int st = (int)(it & 1);
+        if (r + nwarps < a.rows) issue(r + nwarps, st ^ 1);
+        ns_commit();
+        ns_wait<1>(); /* this row's copies (every group but the newest) are done */
+        float ss = 0.f, dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            if (lane + 32 * k >= nvec) continue;
+            float xf[VEC], df[VEC], wf[VEC];
+            unpack16(mine[((st * 3 + 0) * NV + k) * 32 + lane], xf, x);
+            unpack16(mine[((st * 3 + 1) * NV + k) * 32 + lane], df, x);
+            unpack16(wv[k], wf, x);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                ss += xf[e] * xf[e];
+                dot += wf[e] * df[e] * xf[e];
+            }
+        }
+        ss = warp_sum(ss);
+        dot = warp_sum(dot);
+        const float inv = 1.f / sqrtf(ss / (float)a.D + a.eps), c = inv * inv * inv * dot / (float)a.D;
+        O *orow = dx ? dx + row_off(a.ro, r) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int j = lane + 32 * k;
+            if (j >= nvec) continue;
+            float xf[VEC], df[VEC];
+            unpack16(mine[((st * 3 + 0) * NV + k) * 32 + lane], xf, x);
+            unpack16(mine[((st * 3 + 1) * NV + k) * 32 + lane], df, x);
+            if (partial)
+#pragma unroll
+                for (int e = 0; e < VEC; e++) acc[k][e] += df[e] * xf[e] * inv;
+            if (orow) {
+                float wf[VEC], o[VEC];
+                unpack16(wv[k], wf, x);
+                if (dsum) unpack16(mine[((st * 3 + 2) * NV + k) * 32 + lane], o, x);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    float v = inv * wf[e] * df[e] - xf[e] * c;
+                    o[e] = dsum ? v + o[e] : v;
+                }
+                pack_store<O>(orow + (int64_t)j * VEC, o, VEC);
+            }
+        }
+    }
+    ns_wait<0>();
+    if (!partial) return;
+    __syncthreads(); /* the stages become [warps, D] floats of per-warp sums */
+    float *red = (float *)ns_sh;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int j = lane + 32 * k;
+        if (j < nvec)
+#pragma unroll
+            for (int e = 0; e < VEC; e++) red[(int64_t)warp * a.D + j * VEC + e] = acc[k][e];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < a.D; i += NS_WARPS * 32) {
+        float t = 0.f;
+        for (int wp = 0; wp < NS_WARPS; wp++) t += red[(int64_t)wp * a.D + i];
+        partial[(int64_t)blockIdx.x * a.D + i] = t;
+    }
+}
+
 /* dweight[i] = sum over b < blocks of partial[b, i] (seg_col_sum's order). */
 static __global__ void __launch_bounds__(SEG_COLS *SEG_SEGS)
     dweight_blocks_sum_kernel(const float *partial, int blocks, int D, void *dw, int dw_dt, int64_t sw) {
@@ -234,6 +356,35 @@ static lm_status launch_rows_nv(int nv, const lm_tensor_view *x, const lm_tensor
     return launch_rows_vec<T, O, 4>(x, w, dout, dsum, dx, partial, blocks, a, s);
 }
 
+template <typename T, typename O, int NV>
+static lm_status launch_staged_nv(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
+                                  const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
+                                  const nb_args &a, cudaStream_t s) {
+    static lm__cuda_kernel_facts facts;
+    size_t stages = sizeof(uint4) * NS_WARPS * 2 * 3 * 32 * NV, red = sizeof(float) * NS_WARPS * (size_t)a.D;
+    size_t smem = stages > red ? stages : red;
+    int per_sm = 0;
+    cudaError_t e = lm__cuda_blocks_per_sm(&facts, (const void *)rows_staged_kernel<T, O, NV>, NS_WARPS * 32, smem,
+                                           &per_sm);
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "rmsnorm_backward staged kernel setup");
+    if (per_sm < 1) return LM_UNSUPPORTED; /* no room: the register form runs instead */
+    rows_staged_kernel<T, O, NV><<<(unsigned)blocks, NS_WARPS * 32, smem, s>>>(
+        (const T *)x->data, (const T *)w->data, (const T *)dout->data, dsum ? (const T *)dsum->data : NULL,
+        dx ? (O *)dx->data : NULL, partial, a);
+    return lm__cuda_launched("rmsnorm_backward staged kernel");
+}
+
+/* The staged form for teams of one warp (nv vectors a lane), or LM_UNSUPPORTED
+ * (nothing queued) when its shared memory does not fit. */
+template <typename T, typename O>
+static lm_status launch_staged(int nv, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
+                               const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
+                               const nb_args &a, cudaStream_t s) {
+    if (nv == 1) return launch_staged_nv<T, O, 1>(x, w, dout, dsum, dx, partial, blocks, a, s);
+    if (nv == 2) return launch_staged_nv<T, O, 2>(x, w, dout, dsum, dx, partial, blocks, a, s);
+    return launch_staged_nv<T, O, 4>(x, w, dout, dsum, dx, partial, blocks, a, s);
+}
+
 /* The tuned path, or LM_UNSUPPORTED (nothing queued, no error recorded) when the views
  * do not fit it. rows >= 1, D >= 1. */
 static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_view *weight, float eps,
@@ -260,9 +411,23 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
     if (dweight)
         LM_TRY(lm__cuda_check(cudaMallocAsync((void **)&partial, sizeof(float) * (size_t)(blocks * D), s),
                               "cudaMallocAsync (rmsnorm_backward)"));
-    lm_status st = LM_OK;
     int to_f32 = dx && dx->dtype == LM_F32 && x->dtype != LM_F32;
-    switch (x->dtype) {
+    const char *se = getenv("LOOM_CUDA_NORM_BWD_STAGED"); /* 0: the register form, for measurements */
+    lm_status st = LM_UNSUPPORTED;
+    if (tw == 1 && !(se && strcmp(se, "0") == 0)) { /* one warp a row: the staged form */
+        switch (x->dtype) {
+        case LM_F32: st = launch_staged<float, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s); break;
+        case LM_BF16:
+            st = to_f32 ? launch_staged<bf16, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
+                        : launch_staged<bf16, bf16>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
+            break;
+        default:
+            st = to_f32 ? launch_staged<__half, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
+                        : launch_staged<__half, __half>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
+            break;
+        }
+    }
+    if (st == LM_UNSUPPORTED) switch (x->dtype) {
     case LM_F32: st = launch_rows_nv<float, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s); break;
     case LM_BF16:
         st = to_f32 ? launch_rows_nv<bf16, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
