@@ -33,6 +33,23 @@ __device__ __forceinline__ void front_rotate(const lm__cuda_qkv_params &p, int64
     a = ra, b = rb;
 }
 
+/* Stores head h's rotated pair (i, i + hd/2) of token tok: q to its buffer (h < Hq),
+ * else k into the cache at (block, off). */
+template <typename QT>
+__device__ __forceinline__ void front_store_qk(const lm__cuda_qkv_params &p, const lm__cuda_kv &kv, int h, int64_t tok,
+                                               int64_t block, int64_t off, int i, float ra, float rb) {
+    const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim, half = hd / 2;
+    if (h < Hq) {
+        QT *q = (QT *)p.q + (tok * Hq + h) * hd;
+        st(q + i, ra);
+        st(q + i + half, rb);
+    } else {
+        bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * kv.block_tokens + off) * hd;
+        k[i] = __float2bfloat16_rn(ra);
+        k[i + half] = __float2bfloat16_rn(rb);
+    }
+}
+
 /* One warp's work item (token, head) = item (warp-uniform; nothing past the last). */
 template <typename QT>
 __device__ __forceinline__ void qkv_rope_item(const lm__cuda_qkv_params &p, const lm__cuda_kv &kv, int64_t item) {
@@ -72,15 +89,7 @@ __device__ __forceinline__ void qkv_rope_item(const lm__cuda_qkv_params &p, cons
         }
         float ra = va, rb = vb;
         front_rotate(p, pos, i, ra, rb);
-        if (h < Hq) {
-            QT *q = (QT *)p.q + (tok * Hq + h) * hd;
-            st(q + i, ra);
-            st(q + i + half, rb);
-        } else {
-            bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * P + off) * hd;
-            k[i] = __float2bfloat16_rn(ra);
-            k[i + half] = __float2bfloat16_rn(rb);
-        }
+        front_store_qk<QT>(p, kv, h, tok, block, off, i, ra, rb);
     }
 }
 

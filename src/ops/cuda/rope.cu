@@ -71,7 +71,7 @@ __device__ __forceinline__ void front_head(const lm__cuda_qkv_params &p, const l
         return;
     }
     const float *nw = h < Hq ? p.q_norm : p.k_norm;
-    if (nw) { /* the head's sum of squares over all hd elements, as the per-head kernel sums it */
+    if (nw) { /* the head's sum of squares over all hd elements */
         float ss = 0.f;
 #pragma unroll
         for (int j = 0; j < NP; j++)
@@ -87,16 +87,7 @@ __device__ __forceinline__ void front_head(const lm__cuda_qkv_params &p, const l
     for (int j = 0; j < NP; j++) {
         int i = lane + 32 * j;
         if (i >= half) continue;
-        float ra = a[j] * c[j] - b[j] * sn[j], rb = b[j] * c[j] + a[j] * sn[j];
-        if (h < Hq) {
-            QT *q = (QT *)p.q + (tok * Hq + h) * hd;
-            st(q + i, ra);
-            st(q + i + half, rb);
-        } else {
-            bf16 *k = (bf16 *)kv.k + ((block * Hkv + (h - Hq)) * P + off) * hd;
-            k[i] = __float2bfloat16_rn(ra);
-            k[i + half] = __float2bfloat16_rn(rb);
-        }
+        front_store_qk<QT>(p, kv, h, tok, block, off, i, a[j] * c[j] - b[j] * sn[j], b[j] * c[j] + a[j] * sn[j]);
     }
 }
 
