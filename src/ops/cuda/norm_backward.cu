@@ -347,19 +347,10 @@ static lm_status launch_rows_vec(const lm_tensor_view *x, const lm_tensor_view *
     return lm__cuda_launched("rmsnorm_backward rows kernel");
 }
 
-template <typename T, typename O>
-static lm_status launch_rows_nv(int nv, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
-                                const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
-                                const nb_args &a, cudaStream_t s) {
-    if (nv == 1) return launch_rows_vec<T, O, 1>(x, w, dout, dsum, dx, partial, blocks, a, s);
-    if (nv == 2) return launch_rows_vec<T, O, 2>(x, w, dout, dsum, dx, partial, blocks, a, s);
-    return launch_rows_vec<T, O, 4>(x, w, dout, dsum, dx, partial, blocks, a, s);
-}
-
 template <typename T, typename O, int NV>
-static lm_status launch_staged_nv(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
-                                  const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
-                                  const nb_args &a, cudaStream_t s) {
+static lm_status launch_staged(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
+                               const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
+                               const nb_args &a, cudaStream_t s) {
     static lm__cuda_kernel_facts facts;
     size_t stages = sizeof(uint4) * NS_WARPS * 2 * 3 * 32 * NV, red = sizeof(float) * NS_WARPS * (size_t)a.D;
     size_t smem = stages > red ? stages : red;
@@ -374,15 +365,26 @@ static lm_status launch_staged_nv(const lm_tensor_view *x, const lm_tensor_view 
     return lm__cuda_launched("rmsnorm_backward staged kernel");
 }
 
-/* The staged form for teams of one warp (nv vectors a lane), or LM_UNSUPPORTED
- * (nothing queued) when its shared memory does not fit. */
+/* The rows kernel with NV vectors a lane: the staged form when asked (teams of one
+ * warp) and its shared memory fits, else the register form. */
+template <typename T, typename O, int NV>
+static lm_status launch_tuned_nv(int staged, const lm_tensor_view *x, const lm_tensor_view *w,
+                                 const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
+                                 float *partial, int blocks, const nb_args &a, cudaStream_t s) {
+    if (staged) {
+        lm_status st = launch_staged<T, O, NV>(x, w, dout, dsum, dx, partial, blocks, a, s);
+        if (st != LM_UNSUPPORTED) return st;
+    }
+    return launch_rows_vec<T, O, NV>(x, w, dout, dsum, dx, partial, blocks, a, s);
+}
+
 template <typename T, typename O>
-static lm_status launch_staged(int nv, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *dout,
-                               const lm_tensor_view *dsum, const lm_tensor_view *dx, float *partial, int blocks,
-                               const nb_args &a, cudaStream_t s) {
-    if (nv == 1) return launch_staged_nv<T, O, 1>(x, w, dout, dsum, dx, partial, blocks, a, s);
-    if (nv == 2) return launch_staged_nv<T, O, 2>(x, w, dout, dsum, dx, partial, blocks, a, s);
-    return launch_staged_nv<T, O, 4>(x, w, dout, dsum, dx, partial, blocks, a, s);
+static lm_status launch_tuned(int staged, int nv, const lm_tensor_view *x, const lm_tensor_view *w,
+                              const lm_tensor_view *dout, const lm_tensor_view *dsum, const lm_tensor_view *dx,
+                              float *partial, int blocks, const nb_args &a, cudaStream_t s) {
+    if (nv == 1) return launch_tuned_nv<T, O, 1>(staged, x, w, dout, dsum, dx, partial, blocks, a, s);
+    if (nv == 2) return launch_tuned_nv<T, O, 2>(staged, x, w, dout, dsum, dx, partial, blocks, a, s);
+    return launch_tuned_nv<T, O, 4>(staged, x, w, dout, dsum, dx, partial, blocks, a, s);
 }
 
 /* The tuned path, or LM_UNSUPPORTED (nothing queued, no error recorded) when the views
@@ -413,29 +415,17 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
                               "cudaMallocAsync (rmsnorm_backward)"));
     int to_f32 = dx && dx->dtype == LM_F32 && x->dtype != LM_F32;
     const char *se = getenv("LOOM_CUDA_NORM_BWD_STAGED"); /* 0: the register form, for measurements */
-    lm_status st = LM_UNSUPPORTED;
-    if (tw == 1 && !(se && strcmp(se, "0") == 0)) { /* one warp a row: the staged form */
-        switch (x->dtype) {
-        case LM_F32: st = launch_staged<float, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s); break;
-        case LM_BF16:
-            st = to_f32 ? launch_staged<bf16, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
-                        : launch_staged<bf16, bf16>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
-            break;
-        default:
-            st = to_f32 ? launch_staged<__half, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
-                        : launch_staged<__half, __half>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
-            break;
-        }
-    }
-    if (st == LM_UNSUPPORTED) switch (x->dtype) {
-    case LM_F32: st = launch_rows_nv<float, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s); break;
+    int staged = tw == 1 && !(se && strcmp(se, "0") == 0); /* one warp a row: the staged form */
+    lm_status st = LM_OK;
+    switch (x->dtype) {
+    case LM_F32: st = launch_tuned<float, float>(staged, nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s); break;
     case LM_BF16:
-        st = to_f32 ? launch_rows_nv<bf16, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
-                    : launch_rows_nv<bf16, bf16>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
+        st = to_f32 ? launch_tuned<bf16, float>(staged, nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
+                    : launch_tuned<bf16, bf16>(staged, nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
         break;
     default:
-        st = to_f32 ? launch_rows_nv<__half, float>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
-                    : launch_rows_nv<__half, __half>(nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
+        st = to_f32 ? launch_tuned<__half, float>(staged, nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s)
+                    : launch_tuned<__half, __half>(staged, nv, x, weight, dout, dsum, dx, partial, (int)blocks, a, s);
         break;
     }
     if (st == LM_OK && dweight) {
