@@ -1,6 +1,8 @@
 /* tests/harness.c — implementation of the test harness (see harness.h). */
 #include "harness.h"
 
+#include "loom/autograd.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -310,4 +312,25 @@ float *lt_poisoned_rows(int64_t M, int64_t ld) {
     float *y = malloc(sizeof(float) * (size_t)(M * ld + 1));
     for (int64_t i = 0; i < M * ld + 1; i++) y[i] = NAN;
     return y;
+}
+
+/* ---- the operation profile ------------------------------------------------------------ */
+char *lt_profile_report(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        LT_CHECK_MSG(0, "open_memstream failed");
+        return NULL;
+    }
+    lm_ag_profile_report(f);
+    fclose(f);
+    return buf;
+}
+
+int lt_profile_row(const char *report, const char *name, double *ms, long long *calls) {
+    char key[96];
+    snprintf(key, sizeof key, "  %s ", name);
+    const char *p = report ? strstr(report, key) : NULL;
+    return p && sscanf(p + strlen(key), "%lf %lld", ms, calls) == 2;
 }

@@ -126,6 +126,12 @@ typedef struct lt_cmd_result {
 lt_cmd_result lt_run_cmd(const char *cmd);
 void lt_cmd_free(lt_cmd_result *r);
 
+/* ---- the operation profile (LOOM_PROFILE, loom/autograd.h) ---------------------- */
+/* lm_ag_profile_report's text, NUL-terminated (free()). */
+char *lt_profile_report(void);
+/* The report's row for operation name: 1 with its milliseconds and calls, 0 when absent. */
+int lt_profile_row(const char *report, const char *name, double *ms, long long *calls);
+
 /* 1 in a build with AddressSanitizer (gcc or clang), else 0. */
 #if defined(__SANITIZE_ADDRESS__)
 #define LT_UNDER_ASAN 1

@@ -18,26 +18,6 @@
 int main(void) { lt_skip("built without CUDA"); }
 #else
 
-/* The report's row for name: its milliseconds and calls (0 when absent). */
-static int row(const char *report, const char *name, double *ms, long long *calls) {
-    char key[64];
-    snprintf(key, sizeof key, "  %s ", name);
-    const char *p = strstr(report, key);
-    if (!p) return 0;
-    return sscanf(p + strlen(key), "%lf %lld", ms, calls) == 2;
-}
-
-/* not inlined: gcc 12 then takes the memstream buffer for a local (-Wdangling-pointer) */
-__attribute__((noinline)) static char *report_text(void) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    LT_CHECK(f != NULL);
-    lm_ag_profile_report(f);
-    fclose(f);
-    return buf;
-}
-
 static lm_ctx *g, *g2;
 
 static void test_marks(void) {
@@ -51,12 +31,12 @@ static void test_marks(void) {
     for (int i = 0; i < 4; i++) LT_CHECK_OK(lm_ctx_copy(g, ct_gpu, lm_tensor_data(b), ct_gpu, lm_tensor_data(a), bytes));
     lm_ag_profile_mark(g, "t ", "copies");
     lm_ag_profile_mark(g, "t ", "nothing");
-    char *r = report_text();
+    char *r = lt_profile_report();
     double ms = 0, ms0 = 0;
     long long calls = 0, calls0 = 0;
     LT_CHECK_MSG(!strstr(r, "t first"), "the first mark was charged:\n%s", r);
-    LT_CHECK_MSG(row(r, "t copies", &ms, &calls) && calls == 1, "copies:\n%s", r);
-    LT_CHECK_MSG(row(r, "t nothing", &ms0, &calls0) && calls0 == 1, "nothing:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t copies", &ms, &calls) && calls == 1, "copies:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t nothing", &ms0, &calls0) && calls0 == 1, "nothing:\n%s", r);
     LT_CHECK_MSG(ms > 0 && ms > 4 * ms0, "4 x 256 MiB copies charged %.4f ms, an empty interval %.4f ms", ms, ms0);
     free(r);
 
@@ -64,10 +44,10 @@ static void test_marks(void) {
     lm_ag_profile_reset();
     lm_ag_profile_mark(g, "t ", "after reset");
     for (int i = 0; i < 10000; i++) lm_ag_profile_mark(g, "t ", i % 2 ? "odd" : "even");
-    r = report_text();
-    LT_CHECK_MSG(row(r, "t after reset", &ms, &calls) && calls == 1, "after reset:\n%s", r);
-    LT_CHECK_MSG(row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
-    LT_CHECK_MSG(row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
+    r = lt_profile_report();
+    LT_CHECK_MSG(lt_profile_row(r, "t after reset", &ms, &calls) && calls == 1, "after reset:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
     LT_CHECK_MSG(!strstr(r, "could not be timed"), "lost marks:\n%s", r);
     free(r);
 
@@ -76,9 +56,9 @@ static void test_marks(void) {
     lm_ag_profile_mark(g2, "t ", "c2first");
     lm_ag_profile_mark(g2, "t ", "c2second");
     lm_ag_profile_mark(g, "t ", "back");
-    r = report_text();
+    r = lt_profile_report();
     LT_CHECK_MSG(!strstr(r, "t c2first"), "a mark on a new context was charged:\n%s", r);
-    LT_CHECK_MSG(row(r, "t c2second", &ms, &calls) && calls == 1, "c2second:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t c2second", &ms, &calls) && calls == 1, "c2second:\n%s", r);
     LT_CHECK_MSG(!strstr(r, "t back "), "a mark after a context change was charged:\n%s", r);
     free(r);
     lm_tensor_destroy(a);
