@@ -334,3 +334,28 @@ int lt_profile_row(const char *report, const char *name, double *ms, long long *
     const char *p = report ? strstr(report, key) : NULL;
     return p && sscanf(p + strlen(key), "%lf %lld", ms, calls) == 2;
 }
+
+void lt_profile_check_batches(lm_ctx *g, lm_ctx *g2) {
+    double ms = 0;
+    long long calls = 0;
+    lm_ag_profile_reset();
+    lm_ag_profile_mark(g, "t ", "after reset");
+    for (int i = 0; i < 10000; i++) lm_ag_profile_mark(g, "t ", i % 2 ? "odd" : "even");
+    char *r = lt_profile_report();
+    LT_CHECK_MSG(lt_profile_row(r, "t after reset", &ms, &calls) && calls == 1, "after reset:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
+    LT_CHECK_MSG(r && !strstr(r, "could not be timed"), "lost marks:\n%s", r);
+    free(r);
+    lm_ag_profile_reset();
+    lm_ag_profile_mark(g2, "t ", "c2first");
+    lm_ag_profile_mark(g2, "t ", "c2second");
+    lm_ag_profile_mark(g, "t ", "back");
+    lm_ag_profile_mark(g, "t ", "again");
+    r = lt_profile_report();
+    LT_CHECK_MSG(r && !strstr(r, "t c2first"), "a mark on a new context was charged:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t c2second", &ms, &calls) && calls == 1, "c2second:\n%s", r);
+    LT_CHECK_MSG(!lt_profile_row(r, "t back", &ms, &calls), "a mark after a context change was charged:\n%s", r);
+    LT_CHECK_MSG(lt_profile_row(r, "t again", &ms, &calls) && calls == 1, "again:\n%s", r);
+    free(r);
+}

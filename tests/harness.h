@@ -131,6 +131,11 @@ void lt_cmd_free(lt_cmd_result *r);
 char *lt_profile_report(void);
 /* The report's row for operation name: 1 with its milliseconds and calls, 0 when absent. */
 int lt_profile_row(const char *report, const char *name, double *ms, long long *calls);
+/* The marks' bookkeeping on any device (LOOM_PROFILE must be on): a reset keeps the
+ * last mark as the base; 10,000 marks on g (more than one batch of events) are all
+ * counted and timed; a mark on g2, another context, starts a new batch (its first mark
+ * and the first one back on g are not charged). */
+void lt_profile_check_batches(lm_ctx *g, lm_ctx *g2);
 
 /* 1 in a build with AddressSanitizer (gcc or clang), else 0. */
 #if defined(__SANITIZE_ADDRESS__)

@@ -37,28 +37,7 @@ static void test_marks(void) {
     LT_CHECK_MSG(lt_profile_row(r, "t nothing", &ms0, &calls0) && calls0 == 1 && ms0 >= 0, "nothing:\n%s", r);
     free(r);
 
-    lm_ag_profile_reset();
-    lm_ag_profile_mark(g, "t ", "after reset");
-    for (int i = 0; i < 10000; i++) lm_ag_profile_mark(g, "t ", i % 2 ? "odd" : "even");
-    r = lt_profile_report();
-    LT_CHECK_MSG(!strstr(r, "t slept"), "the totals survived a reset:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t after reset", &ms, &calls) && calls == 1, "after reset:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
-    LT_CHECK_MSG(!strstr(r, "could not be timed"), "lost marks:\n%s", r);
-    free(r);
-
-    lm_ag_profile_reset();
-    lm_ag_profile_mark(g2, "t ", "c2first");
-    lm_ag_profile_mark(g2, "t ", "c2second");
-    lm_ag_profile_mark(g, "t ", "back");
-    lm_ag_profile_mark(g, "t ", "again");
-    r = lt_profile_report();
-    LT_CHECK_MSG(!strstr(r, "t c2first"), "a mark on a new context was charged:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t c2second", &ms, &calls) && calls == 1, "c2second:\n%s", r);
-    LT_CHECK_MSG(!lt_profile_row(r, "t back", &ms, &calls), "a mark after a context change was charged:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t again", &ms, &calls) && calls == 1, "again:\n%s", r);
-    free(r);
+    lt_profile_check_batches(g, g2);
 }
 
 int main(void) {

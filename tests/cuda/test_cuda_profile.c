@@ -40,27 +40,7 @@ static void test_marks(void) {
     LT_CHECK_MSG(ms > 0 && ms > 4 * ms0, "4 x 256 MiB copies charged %.4f ms, an empty interval %.4f ms", ms, ms0);
     free(r);
 
-    /* a reset keeps the base; then 10,000 marks (more than one batch) */
-    lm_ag_profile_reset();
-    lm_ag_profile_mark(g, "t ", "after reset");
-    for (int i = 0; i < 10000; i++) lm_ag_profile_mark(g, "t ", i % 2 ? "odd" : "even");
-    r = lt_profile_report();
-    LT_CHECK_MSG(lt_profile_row(r, "t after reset", &ms, &calls) && calls == 1, "after reset:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
-    LT_CHECK_MSG(!strstr(r, "could not be timed"), "lost marks:\n%s", r);
-    free(r);
-
-    /* another context: its first mark is not charged against the first context's */
-    lm_ag_profile_reset();
-    lm_ag_profile_mark(g2, "t ", "c2first");
-    lm_ag_profile_mark(g2, "t ", "c2second");
-    lm_ag_profile_mark(g, "t ", "back");
-    r = lt_profile_report();
-    LT_CHECK_MSG(!strstr(r, "t c2first"), "a mark on a new context was charged:\n%s", r);
-    LT_CHECK_MSG(lt_profile_row(r, "t c2second", &ms, &calls) && calls == 1, "c2second:\n%s", r);
-    LT_CHECK_MSG(!strstr(r, "t back "), "a mark after a context change was charged:\n%s", r);
-    free(r);
+    lt_profile_check_batches(g, g2);
     lm_tensor_destroy(a);
     lm_tensor_destroy(b);
 }
