@@ -346,6 +346,9 @@ void lt_profile_check_batches(lm_ctx *g, lm_ctx *g2) {
     LT_CHECK_MSG(lt_profile_row(r, "t odd", &ms, &calls) && calls == 5000 && ms >= 0, "odd:\n%s", r);
     LT_CHECK_MSG(lt_profile_row(r, "t even", &ms, &calls) && calls == 5000 && ms >= 0, "even:\n%s", r);
     LT_CHECK_MSG(r && !strstr(r, "could not be timed"), "lost marks:\n%s", r);
+    int rows = 0; /* only these three: the reset forgot every earlier total */
+    for (const char *p = r; p && (p = strstr(p, "\n  t ")) != NULL; p++) rows++;
+    LT_CHECK_MSG(rows == 3, "%d rows after a reset and three names:\n%s", rows, r);
     free(r);
     lm_ag_profile_reset();
     lm_ag_profile_mark(g2, "t ", "c2first");
