@@ -205,27 +205,42 @@ static lm_status read_scalar(lm_ctx *ctx, const lm_ag_var *v, float *out) {
     return lm_tensor_view_read(ctx, V(lm_ag_value(v)), out);
 }
 
+/* The training pass after begin() (st: its status): forward, the loss (read into the
+ * host float host_loss, or copied into the device float dev_loss without waiting),
+ * backward, release; each phase marked for the profile and traced. */
+static lm_status train_pass(fwd *f, lm_status st, float grad_scale, float *host_loss, void *dev_loss) {
+    lm_ctx *ctx = f->ctx;
+    lm_ag_var *L = NULL;
+    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
+    int64_t tr = lm_trace_begin();
+    if (st == LM_OK) st = run(f, &L);
+    if (st == LM_OK && host_loss) st = read_scalar(ctx, L, host_loss);
+    if (st == LM_OK && !host_loss) {
+        const lm_tensor *lv = lm_ag_value(L);
+        if (lm_tensor_dtype(lv) != LM_F32 || lm_tensor_numel(lv) != 1)
+            st = lm__error(LM_INTERNAL, "training forward: the loss is not an f32 scalar");
+        else
+            st = lm_ctx_copy(ctx, f->m->device, dev_loss, f->m->device, lm_tensor_data(lv), sizeof(float));
+    }
+    lm_ag_profile_mark(ctx, "fwd ", host_loss ? "(loss read)" : "(loss copy)");
+    lm_trace_end(tr, "train", "forward", NULL);
+    tr = lm_trace_begin();
+    if (st == LM_OK) st = lm_ag_backward(f->ag, L, grad_scale);
+    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
+    lm_trace_end(tr, "train", "backward", NULL);
+    end(f, st);
+    lm_ag_profile_mark(ctx, "step ", "(tape release)");
+    return st;
+}
+
 lm_status lm__train_model_forward_backward_notify(lm_train_model *m, lm_ctx *ctx, const int32_t *ids,
                                                   const int32_t *targets, int B, int64_t T, float grad_scale,
                                                   float *loss, lm__param_done_fn done, void *user,
                                                   int refresh_low) {
     if (!m || !ctx || !targets || !loss) return lm__error(LM_INVALID_ARGUMENT, "lm_train_model_forward_backward: NULL argument");
     fwd f;
-    lm_ag_var *L = NULL;
     lm_status st = begin(&f, m, ctx, ids, targets, B, T, 1, LM_DECODER_OUT_LOSS, done, user, refresh_low, NULL);
-    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
-    int64_t tr = lm_trace_begin();
-    if (st == LM_OK) st = run(&f, &L);
-    if (st == LM_OK) st = read_scalar(ctx, L, loss);
-    lm_ag_profile_mark(ctx, "fwd ", "(loss read)");
-    lm_trace_end(tr, "train", "forward", NULL);
-    tr = lm_trace_begin();
-    if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
-    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
-    lm_trace_end(tr, "train", "backward", NULL);
-    end(&f, st);
-    lm_ag_profile_mark(ctx, "step ", "(tape release)");
-    return st;
+    return train_pass(&f, st, grad_scale, loss, NULL);
 }
 
 lm_status lm__train_model_forward_backward_dev(lm_train_model *m, lm_ctx *ctx, lm_tensor *ids, lm_tensor *targets,
@@ -233,21 +248,9 @@ lm_status lm__train_model_forward_backward_dev(lm_train_model *m, lm_ctx *ctx, l
     if (!m || !ctx || !ids || !targets || !loss)
         return lm__error(LM_INVALID_ARGUMENT, "lm__train_model_forward_backward_dev: NULL argument");
     fwd f;
-    lm_ag_var *L = NULL;
     lm_tensor *dev[2] = {ids, targets};
     lm_status st = begin(&f, m, ctx, NULL, NULL, B, T, 1, LM_DECODER_OUT_LOSS, NULL, NULL, refresh_low, dev);
-    lm_ag_profile_mark(ctx, "fwd ", "(setup, weight copies)");
-    if (st == LM_OK) st = run(&f, &L);
-    const lm_tensor *lv = L ? lm_ag_value(L) : NULL;
-    if (st == LM_OK && (lm_tensor_dtype(lv) != LM_F32 || lm_tensor_numel(lv) != 1))
-        st = lm__error(LM_INTERNAL, "training forward: the loss is not an f32 scalar");
-    if (st == LM_OK) st = lm_ctx_copy(ctx, m->device, loss, m->device, lm_tensor_data(lv), sizeof(float));
-    lm_ag_profile_mark(ctx, "fwd ", "(loss copy)");
-    if (st == LM_OK) st = lm_ag_backward(f.ag, L, grad_scale);
-    lm_ag_profile_mark(ctx, "bwd ", "(leaves without nodes)");
-    end(&f, st);
-    lm_ag_profile_mark(ctx, "step ", "(tape release)");
-    return st;
+    return train_pass(&f, st, grad_scale, NULL, loss);
 }
 
 lm_status lm_train_model_forward_backward(lm_train_model *m, lm_ctx *ctx, const int32_t *ids, const int32_t *targets,

@@ -489,12 +489,11 @@ static lm_status step_device(lm_trainer *t, lm_ctx *ctx, lm_train_step_info *inf
     int read = (step + 1) % every == 0 || step + 1 >= o->steps;
     double loss = NAN, norm = NAN;
     if (read) { /* the one wait for the device */
-        const float *host = t->h_stats;
         LM_TRY(lm_tensor_view_read(ctx, lm_tensor_as_view(t->d_stats), t->h_stats));
         loss = 0;
-        for (int a = 0; a < o->grad_accum; a++) loss += host[a]; /* in order, in double, as step_host sums */
+        for (int a = 0; a < o->grad_accum; a++) loss += t->h_stats[a]; /* in order, in double, as step_host sums */
         loss /= (double)o->grad_accum;
-        norm = sqrt((double)host[o->grad_accum]);
+        norm = sqrt((double)t->h_stats[o->grad_accum]);
     }
     lm_trace_end(step_t0, "train", "train step", NULL);
     lm_trace_memory();
