@@ -40,7 +40,8 @@ static lm_event *g_ev[LM__PROF_EVENTS];
 static int g_who[LM__PROF_EVENTS];
 static int g_used;
 static lm_ctx *g_ctx;
-static int64_t g_lost; /* marks that could not be timed (an event failed) */
+static int64_t g_lost;     /* marks that could not be timed (an event failed) */
+static int64_t g_unnamed;  /* marks past the LM__PROF_MAX names: charged to none */
 
 int lm_ag_profile_enabled(void) {
     if (g_enabled < 0) {
@@ -54,6 +55,14 @@ static void drop_events(void) {
     for (int i = 0; i < LM__PROF_EVENTS; i++) lm_event_destroy(g_ev[i]), g_ev[i] = NULL;
     g_used = 0;
     g_ctx = NULL;
+}
+
+/* The last pending mark becomes the only one: the base the next mark is timed from. */
+static void keep_base(void) {
+    lm_event *last = g_ev[g_used - 1];
+    g_ev[g_used - 1] = g_ev[0], g_ev[0] = last;
+    g_who[0] = -1;
+    g_used = 1;
 }
 
 /* Charges every pending interval; the last event becomes the base of the next batch. */
@@ -75,17 +84,17 @@ static void resolve(void) {
         }
         g_prof[g_who[i]].seconds += ms * 1e-3, g_prof[g_who[i]].calls++;
     }
-    lm_event *last = g_ev[g_used - 1];
-    g_ev[g_used - 1] = g_ev[0], g_ev[0] = last;
-    g_who[0] = -1;
-    g_used = 1;
+    keep_base();
 }
 
 static int entry_of(const char *key) {
     int i = 0;
     while (i < g_nprof && strcmp(g_prof[i].name, key) != 0) i++;
     if (i == g_nprof) {
-        if (g_nprof == LM__PROF_MAX) return -1;
+        if (g_nprof == LM__PROF_MAX) {
+            g_unnamed++;
+            return -1;
+        }
         snprintf(g_prof[g_nprof++].name, sizeof g_prof[0].name, "%s", key);
     }
     return i;
@@ -121,13 +130,8 @@ void lm_ag_profile_reset(void) {
     pthread_mutex_lock(&g_mu);
     memset(g_prof, 0, sizeof g_prof);
     g_nprof = 0;
-    g_lost = 0;
-    if (g_used > 0) { /* the last mark stays the base of what follows */
-        lm_event *last = g_ev[g_used - 1];
-        g_ev[g_used - 1] = g_ev[0], g_ev[0] = last;
-        g_who[0] = -1;
-        g_used = 1;
-    }
+    g_lost = g_unnamed = 0;
+    if (g_used > 0) keep_base(); /* the last mark stays the base of what follows */
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -149,5 +153,6 @@ void lm_ag_profile_report(FILE *f) {
         fprintf(f, "  %-40s %10.2f %8lld %5.1f%%\n", g_prof[i].name, g_prof[i].seconds * 1e3, (long long)g_prof[i].calls,
                 total > 0 ? 100.0 * g_prof[i].seconds / total : 0.0);
     if (g_lost) fprintf(f, "  (%lld marks could not be timed)\n", (long long)g_lost);
+    if (g_unnamed) fprintf(f, "  (%lld marks past the table's %d names, charged to none)\n", (long long)g_unnamed, LM__PROF_MAX);
     pthread_mutex_unlock(&g_mu);
 }
