@@ -1,10 +1,11 @@
 /* The operation profile (LOOM_PROFILE=1, autograd/profile.c) on a GPU context: marks
  * record events and are resolved later, so each name is charged the device time
- * between its mark and the one before it. Checked: a mark after a large device copy
- * is charged more than a mark with no work before it; every mark is counted once; the
- * first mark (no earlier one) is charged nothing; a reset keeps the last mark as the
- * base, so the next mark is charged; more marks than one batch of events (4,096)
- * resolve in order; a mark on another context starts a new batch.
+ * between its mark and the one before it. Checked: the mark after four 256 MiB device
+ * copies (2 GiB moved) is charged at least 0.05 ms, which no GPU beats (43 TB/s), so
+ * the copies' time lands on it (a bound slowness cannot break); every mark is counted
+ * once; the first mark (no earlier one) is charged nothing; the shared checks of
+ * lt_profile_check_batches (resets, more marks than one batch of 4,096 events, a mark
+ * on another context starting a new batch).
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -37,7 +38,7 @@ static void test_marks(void) {
     LT_CHECK_MSG(!strstr(r, "t first"), "the first mark was charged:\n%s", r);
     LT_CHECK_MSG(lt_profile_row(r, "t copies", &ms, &calls) && calls == 1, "copies:\n%s", r);
     LT_CHECK_MSG(lt_profile_row(r, "t nothing", &ms0, &calls0) && calls0 == 1, "nothing:\n%s", r);
-    LT_CHECK_MSG(ms > 0 && ms > 4 * ms0, "4 x 256 MiB copies charged %.4f ms, an empty interval %.4f ms", ms, ms0);
+    LT_CHECK_MSG(ms >= 0.05 && ms0 >= 0, "4 x 256 MiB copies charged %.4f ms, an empty interval %.4f ms", ms, ms0);
     free(r);
 
     lt_profile_check_batches(g, g2);

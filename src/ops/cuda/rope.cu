@@ -7,7 +7,9 @@
  * attention buffer, k and v (bf16) into the cache at the token's position p: block
  * table[row, p / P], offset p % P (with one entry per row, the row's slot and p itself,
  * no division); a token whose position is past the row's NB * P or whose block is
- * outside the pool stores nothing and gets a NaN q. Two kernels compute the same bits:
+ * outside the pool stores nothing and gets a NaN q. Two kernels, the same arithmetic per
+ * head (only qwen3's q/k norm adds its squares in another order, so with norms the two
+ * may differ in the last bits):
  *  - token-major (head_dim <= 256): a warp takes G consecutive heads of one token, lane
  *    l the RoPE pairs (i, i + hd/2) for i = l, l + 32, ...: the token's position, cache
  *    block and angles are found once per warp, not once per head, and the heads' loads
@@ -148,7 +150,8 @@ __global__ void qkv_front_tokens_kernel(lm__cuda_qkv_params p, lm__cuda_kv kv, i
 /* Heads a warp takes: about one wave of 64 warps an SM, at least one head a warp. */
 static int front_group(const lm__cuda_qkv_params *p, int heads) {
     const char *e = getenv("LOOM_CUDA_FRONT_GROUP"); /* a fixed G, for tests and measurements */
-    if (e && atoi(e) > 0) return atoi(e) < heads ? atoi(e) : heads;
+    int fixed = e ? atoi(e) : 0;
+    if (fixed > 0) return fixed < heads ? fixed : heads;
     int64_t slots = (int64_t)lm__cuda_sm_count() * 64, items = p->ntok * heads;
     int64_t g = (items + slots - 1) / slots;
     return (int)(g < 1 ? 1 : g > heads ? heads : g);
