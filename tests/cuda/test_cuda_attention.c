@@ -131,12 +131,12 @@ static void check_cache_attention(const cache_case *c) {
     LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(want32), lm_tensor_as_view(want)));
     ct_pair o = ct_poisoned(c->out_dt, 4, qs);
     int flash = c->T > 1 && c->q_dt == LM_BF16 && (c->hd == 64 || c->hd == 128);
-    static const char *const kernels[3] = {"head", "early", "group"};
-    for (int rep = 0; rep < 6; rep++) { /* twice per kernel: the split counters must be back at zero */
+    static const char *const kernels[4] = {"head", "early", "group", "mma"};
+    for (int rep = 0; rep < 8; rep++) { /* twice per kernel: the split counters must be back at zero */
         const char *kernel = kernels[rep / 2];
         setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
-        /* flash: the wgmma forward (on an sm_90 device) in runs 0-2, the mma.sync one in 3-5 */
-        ct_flash_form(rep < 3);
+        /* flash: the wgmma forward (on an sm_90 device) in runs 0-3, the mma.sync one in 4-7 */
+        ct_flash_form(rep < 4);
         LT_CHECK_OK(lm_tensor_view_poison(NULL, lm_tensor_as_view(o.d)));
         LT_CHECK_OK(lm_attention_cache_out(g_ctx, lm_tensor_as_view(q.d), lm_tensor_as_view(kc.d),
                                            lm_tensor_as_view(vc.d), lm_tensor_as_view(so.d), lm_tensor_as_view(po.d),
@@ -144,7 +144,7 @@ static void check_cache_attention(const cache_case *c) {
         char what[192];
         snprintf(what, sizeof what,
                  "attention_cache %s B %d T %lld G %d hd %lld max_t %lld window %lld q %s out %s ws %d run %d",
-                 flash ? (rep < 3 ? "flash (wgmma)" : "flash (mma.sync)") : kernel, c->B, (long long)c->T,
+                 flash ? (rep < 4 ? "flash (wgmma)" : "flash (mma.sync)") : kernel, c->B, (long long)c->T,
                  c->Hq / c->Hkv, (long long)c->hd, (long long)c->max_t, (long long)c->window,
                  lm_dtype_name(c->q_dt), lm_dtype_name(c->out_dt), ws != NULL, rep);
         /* rows keep probabilities in f32; flash rounds P to bf16 for P V (NMSE ~1e-6) */
@@ -162,8 +162,9 @@ static void check_cache_attention(const cache_case *c) {
 /* Decode rows (T = 1) at different positions and slots: one split up to 32 splits
  * combined by the last block (with the workspace), groups of 1, 3, 4, 7, 8 and 16, head
  * dims 12, 16, 32, 64 and 128, f32 and bf16 q and out, windows. Each case runs the
- * per-head kernel, its early-V form (head dims 8..256, powers of two) and (for groups
- * 2..8) the grouped kernel (LOOM_CUDA_ATTN_ROWS). */
+ * per-head kernel, its early-V form (head dims 8..256, powers of two), (for groups
+ * 2..8) the grouped kernel and (head dims 64 and 128, groups up to 16) the tensor-core
+ * kernel (LOOM_CUDA_ATTN_ROWS). */
 static void test_cache_attention_decode(void) {
     const int64_t st_a[3] = {0, 300, 63};
     const int sl_a[3] = {0, 1, 2};
@@ -204,6 +205,14 @@ static void test_cache_attention_decode(void) {
     check_cache_attention(&f);
     cache_case g = {3, 16, 1, 1, 32, 2048, 0, st_e, sl_e, LM_F32, LM_BF16, 1};
     check_cache_attention(&g);
+    /* a group of 16 (every row of the tensor-core kernel's tile), head dims 64 and 128;
+     * a group of 1 and a window inside one split */
+    cache_case h = {3, 16, 1, 1, 64, 2048, 0, st_e, sl_e, LM_F32, LM_F32, 1};
+    check_cache_attention(&h);
+    h.hd = 128, h.q_dt = LM_BF16;
+    check_cache_attention(&h);
+    cache_case i = {3, 4, 4, 1, 64, 2048, 100, st_e, sl_e, LM_F32, LM_BF16, 1};
+    check_cache_attention(&i);
 }
 
 /* Prefill rows (T > 1): the flash kernel for bf16 q with head dims 64 and 128 (two rows

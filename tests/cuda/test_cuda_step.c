@@ -614,8 +614,8 @@ static void test_attention_cache_paged(void) {
                               {1, 8, 2, 64, 32, 12, 0, LM_BF16, LM_BF16, 0},
                               {1, 4, 4, 16, 80, 5, 100, LM_F32, LM_F32, 1},
                               {1, 14, 2, 64, 16, 8, 0, LM_BF16, LM_F32, 1}};
-    static const char *const kernels[3] = {"head", "early", "group"};
-    for (int k = 0; k < 3; k++) { /* the per-head kernel, its early-V form, the grouped one (groups 4 and 7) */
+    static const char *const kernels[4] = {"head", "early", "group", "mma"};
+    for (int k = 0; k < 4; k++) { /* the per-head kernel, its early-V form, the grouped one (groups 4 and 7), the tensor-core one */
         setenv("LOOM_CUDA_ATTN_ROWS", kernels[k], 1);
         for (int i = 0; i < 4; i++) check_attention_paged(&dec[i]);
     }

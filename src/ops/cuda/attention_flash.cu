@@ -58,6 +58,7 @@
  */
 #include "ops/cuda/cuda_backward.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/mma.cuh"
 #include "ops/cuda/wgmma.cuh"
 
 #define TILE 64
@@ -93,36 +94,6 @@ static fa_view fa_of(const lm_tensor_view *v) {
     return f;
 }
 
-__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 2^x as the bare hardware approximation (ex2.approx.ftz: the instruction exp2f is
- * built on, without exp2f's extra steps for subnormal results, which flush to 0 here;
- * 2^-inf = 0). The exponent is the per-element work of these kernels: on the H200 the
- * forward ran 20% and the backward 17% faster, with outputs unchanged in a checksum to
- * 7 digits (bench/NOTES.md v13). */
-__device__ __forceinline__ float fa_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pk(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-/* The A fragment (bf16 pairs) of k-chunk kk (16 columns) from f32 C-layout tiles x: the
- * C layout of two adjacent n-tiles is the A layout of one k-chunk. */
-__device__ __forceinline__ void pack_a(const float (*x)[4], int kk, uint32_t *a) {
-    a[0] = pk(x[2 * kk][0], x[2 * kk][1]), a[1] = pk(x[2 * kk][2], x[2 * kk][3]);
-    a[2] = pk(x[2 * kk + 1][0], x[2 * kk + 1][1]), a[3] = pk(x[2 * kk + 1][2], x[2 * kk + 1][3]);
-}
-
 __device__ __forceinline__ const bf16 *row_ptr(const fa_view &v, int64_t b, int64_t h, int64_t t) {
     return (const bf16 *)v.p + b * v.sb + h * v.sh + t * v.st;
 }
@@ -150,19 +121,6 @@ static __device__ __forceinline__ void key_entry(const fa_args &a, const int32_t
     *block = t < n ? tab[e] : -1;
     *off = (int32_t)(t - (int64_t)e * a.P);
 }
-
-/* 16-byte asynchronous copy from global to shared memory (cp.async, bypassing L1);
- * ok = 0 writes 16 zero bytes and reads nothing (src must still be a valid address). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 /* 16-byte chunks per thread in a tile of TILE rows of HD bf16 */
 template <int HD> struct tile_chunks {
@@ -210,29 +168,6 @@ __device__ __forceinline__ void stage2_paged_async(const fa_args &a, const int64
         cp_async16(rm0 + row * (HD + PADE) + ch * 8, (const bf16 *)a.k.p + (ko >= 0 ? ko + ch * 8 : 0), ko >= 0);
         cp_async16(rm1 + row * (HD + PADE) + ch * 8, (const bf16 *)a.v.p + (vo >= 0 ? vo + ch * 8 : 0), vo >= 0);
     }
-}
-
-/* B fragments of two adjacent n-tiles [n0, n0 + 16) at k offset k0 of a shared [n][k]
- * array (pitch ld): ldmatrix.x4, r[0..1] for n-tile n0, r[2..3] for n0 + 8 (lane l
- * addresses row (l & 7) of matrix l / 8: n-half (l >> 4), k-half (l >> 3) & 1). */
-__device__ __forceinline__ void frag_b_x4(const bf16 *sm, int ld, int n0, int k0, int lane, uint32_t *r) {
-    const bf16 *p = sm + (n0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-/* B fragments of two adjacent n-tiles [n0, n0 + 16) for k rows [k0, k0 + 16) of a
- * shared row-major [k][n] array (pitch ld): ldmatrix.x4.trans, r[0..1] for n-tile n0,
- * r[2..3] for n0 + 8. Rows are 16-byte aligned and the pitch spreads 8 rows over all
- * banks. */
-__device__ __forceinline__ void frag_b_trans(const bf16 *sm, int ld, int k0, int n0, int lane, uint32_t *r) {
-    const bf16 *p = sm + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
 }
 
 /* B fragment pair at n-row nrow, k offset k0 of a shared [n][k] array with row pitch ld. */

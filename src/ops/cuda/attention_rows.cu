@@ -50,6 +50,7 @@
  * caches (use_group_kernel says when and why).
  */
 #include "ops/cuda/attention_rows_body.cuh"
+#include "ops/cuda/mma.cuh"
 
 #define GMAX 8 /* the grouped kernel's largest group (the block's warps) */
 
@@ -112,6 +113,65 @@ __device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs,
 #pragma unroll
     for (int g = 0; g < GMAX; g++)
         if (g < G) out[g * TILE] = a[g] * scale;
+}
+
+/* The end of a block that holds the (unnormalized) P V sums acc [G][hd] and the running
+ * max mx [G] (natural-log units) and sum [G] of the G adjacent query heads h0.. of
+ * token tok over its split of the keys (all in shared memory, visible to every
+ * thread): with one split the block writes out = acc / sum; otherwise it leaves its
+ * partials in the workspace ([tok][h][split][hd + 2]) and the last block of the
+ * (token, group) to arrive combines them (the counter of head h0, reset by that block
+ * so a captured graph can replay). Scratch: wsplit [G][MAX_SPLITS] and scl [G] floats
+ * of shared memory, is_last one shared int. Called by all NT threads of the block. */
+template <int NT, typename OT>
+__device__ __forceinline__ void group_finish(const lm__cuda_attn_params &p, int64_t tok, int h0, int G, int hd,
+                                             int split, int used, const float *acc, const float *mx, const float *sum,
+                                             float *wsplit, float *scl, int *is_last, OT *out) {
+    if (used == 1) {
+        for (int i = threadIdx.x; i < G * hd; i += NT) st(out + i, acc[i] / sum[i / hd]);
+        return;
+    }
+    /* partials per head: [tok][h][split][hd + 2], as the per-head kernel lays them out */
+    float *part = p.partial + ((tok * p.q_heads + h0) * p.nsplit) * (int64_t)(hd + 2);
+    const int64_t head_stride = (int64_t)p.nsplit * (hd + 2);
+    for (int i = threadIdx.x; i < G * hd; i += NT)
+        part[(i / hd) * head_stride + (int64_t)split * (hd + 2) + i % hd] = acc[i];
+    if (threadIdx.x < G) {
+        float *mine = part + threadIdx.x * head_stride + (int64_t)split * (hd + 2);
+        mine[hd] = mx[threadIdx.x], mine[hd + 1] = sum[threadIdx.x];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *counter = p.counters + tok * p.q_heads + h0; /* the group's first head's counter */
+        *is_last = atomicAdd(counter, 1) == used - 1;
+        if (*is_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!*is_last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < G * used; i += NT)
+        wsplit[(i / used) * MAX_SPLITS + i % used] =
+            __ldcg(part + (i / used) * head_stride + (int64_t)(i % used) * (hd + 2) + hd);
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const int g = threadIdx.x;
+        float *w = wsplit + g * MAX_SPLITS, m = -INFINITY, den = 0.f;
+        for (int s = 0; s < used; s++) m = fmaxf(m, w[s]);
+        for (int s = 0; s < used; s++) {
+            w[s] = __expf(w[s] - m);
+            den += w[s] * __ldcg(part + g * head_stride + (int64_t)s * (hd + 2) + hd + 1);
+        }
+        scl[g] = 1.f / den;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += NT) {
+        const int g = i / hd;
+        const float *pg = part + g * head_stride + i % hd, *w = wsplit + g * MAX_SPLITS;
+        float num = 0.f;
+        for (int s = 0; s < used; s++) num += __ldcg(pg + (int64_t)s * (hd + 2)) * w[s];
+        st(out + i, num * scl[g]);
+    }
 }
 
 /* One block per (split, kv head, token) for the G = Hq / Hkv query heads of the kv
@@ -237,52 +297,241 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
         if (threadIdx.x < G) mx[threadIdx.x] = sum[threadIdx.x] = NAN;
         __syncthreads();
     }
-    if (used == 1) {
-        for (int i = threadIdx.x; i < G * hd; i += TILE) st(out + i, acc[i] / sum[i / hd]);
+    group_finish<TILE>(p, tok, h0, G, hd, split, used, acc, mx, sum, sc, alpha, &is_last, out);
+}
+
+/* ---- tensor-core form ------------------------------------------------------------------------ */
+#define MMA_NW 8    /* warps per block: each walks its own tiles of the split */
+#define MMA_GMAX 16 /* query heads per kv head: the rows of one m16 tile */
+#define MMA_KEYS 16 /* keys per tile */
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+template <int HD> struct mma_shape {
+    static constexpr int LD = HD + 8;                        /* shared row pitch: ldmatrix rows over all banks */
+    static constexpr int STAGES = HD == 64 ? 4 : 2;          /* tiles in flight per warp: ~16 KiB of K and V */
+    static constexpr int TILE_ELEMS = MMA_KEYS * LD;         /* one K (or V) tile */
+    static constexpr int PER = MMA_KEYS * (HD / 8) / 32;     /* 16-byte chunks per lane of a tile */
+    static constexpr size_t STAGE_BYTES = (size_t)MMA_NW * STAGES * 2 * TILE_ELEMS * sizeof(bf16);
+    /* after the keys: per warp m, l [16] and O [16][HD]; acc [16][HD], mx, sum [16],
+     * wsplit [16][MAX_SPLITS], scl [16] */
+    static constexpr size_t COMBINE_BYTES =
+        sizeof(float) * ((size_t)MMA_NW * 16 * (2 + HD) + 16 * HD + 48 + 16 * MAX_SPLITS);
+    static constexpr size_t SMEM = STAGE_BYTES > COMBINE_BYTES ? STAGE_BYTES : COMBINE_BYTES;
+};
+
+/* x0, x1 as a bf16 pair hi and the pair of what hi misses, lo: hi + lo holds x to ~16
+ * bits, so products of hi and lo with bf16 operands, summed in f32, are those of x. */
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    float2 f = __bfloat1622float2(h);
+    *hi = *(uint32_t *)&h;
+    *lo = pk(x0 - f.x, x1 - f.y);
+}
+
+/* The tensor-core decode attention (head dims 64 and 128, 1..16 query heads per kv
+ * head): one block per (split, kv head, token), MMA_NW warps. The group's queries are
+ * the rows of an m16 tile (rows past G are zeros, never stored), held as A fragments in
+ * registers, pre-scaled by scale * log2 e and split into bf16 hi + lo; warp w walks
+ * tiles w, w + MMA_NW, ... of 16 keys of the split, its K and V rows staged by
+ * cp.async STAGES tiles ahead (a paged row's table entry looked up one tile before its
+ * copy is issued; keys past the split, or in a block outside the pool, stage as zeros).
+ * Per tile S = Q K^T (m16n8k16, hi and lo), the online softmax in the exp2 domain, and
+ * O += P V with P split into hi + lo as well, so every product is that of f32 operands
+ * with the bf16 cache to ~2^-16: the result matches the per-head kernel's f32 arithmetic
+ * to rounding. The warps' (m, l, O) meet in shared memory (reusing the staging space);
+ * group_finish writes the output or the split's partials. Each K/V row is read once per
+ * step for all the group's heads, and the block's loads are STAGES tiles deep per warp,
+ * so a split of a long context is one or two round trips to the cache. */
+template <typename QT, typename OT, bool PAGED, int HD>
+__global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
+    using S = mma_shape<HD>;
+    constexpr int ST = S::STAGES, NT = MMA_NW * 32;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    __shared__ int is_last, any_bad;
+    pdl_wait(); /* launched with programmatic launch: the inputs are the previous kernel's */
+    pdl_trigger();
+    const int Hq = p.q_heads, Hkv = kv.kv_heads, G = Hq / Hkv;
+    const int split = blockIdx.x, kvh = blockIdx.y, h0 = kvh * G;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int32_t *table = p.row_table + (tok / p.T) * kv.nb;
+    const int64_t slot = PAGED ? 0 : table[0];
+    OT *out = (OT *)p.out + (tok * Hq + h0) * HD; /* the group's G heads are adjacent: [G][HD] */
+    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
+        for (int i = threadIdx.x; split == 0 && i < G * HD; i += NT) st(out + i, NAN);
         return;
     }
-    /* partials per head: [tok][h][split][hd + 2], as the per-head kernel lays them out */
-    float *part = p.partial + ((tok * Hq + h0) * p.nsplit) * (int64_t)(hd + 2);
-    const int64_t head_stride = (int64_t)p.nsplit * (hd + 2);
-    for (int i = threadIdx.x; i < G * hd; i += TILE)
-        part[(i / hd) * head_stride + (int64_t)split * (hd + 2) + i % hd] = acc[i];
-    if (threadIdx.x < G) {
-        float *mine = part + threadIdx.x * head_stride + (int64_t)split * (hd + 2);
-        mine[hd] = mx[threadIdx.x], mine[hd + 1] = sum[threadIdx.x];
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *counter = p.counters + tok * Hq + h0; /* the group's first head's counter */
-        is_last = atomicAdd(counter, 1) == used - 1;
-        if (is_last) *counter = 0;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    float *wsplit = sc; /* [G][MAX_SPLITS] weights of the splits; sc is free now */
-    for (int i = threadIdx.x; i < G * used; i += TILE)
-        wsplit[(i / used) * MAX_SPLITS + i % used] =
-            __ldcg(part + (i / used) * head_stride + (int64_t)(i % used) * (hd + 2) + hd);
-    __syncthreads();
-    if (threadIdx.x < G) {
-        const int g = threadIdx.x;
-        float *w = wsplit + g * MAX_SPLITS, m = -INFINITY, den = 0.f;
-        for (int s = 0; s < used; s++) m = fmaxf(m, w[s]);
-        for (int s = 0; s < used; s++) {
-            w[s] = __expf(w[s] - m);
-            den += w[s] * __ldcg(part + g * head_stride + (int64_t)s * (hd + 2) + hd + 1);
+    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
+    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
+    const int used = (int)((nkeys + chunk - 1) / chunk);
+    if (split >= used) return;
+    const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
+    const bf16 *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
+    if (!PAGED) K += (slot * Hkv + kvh) * P * HD, V += (slot * Hkv + kvh) * P * HD;
+    if (threadIdx.x == 0) any_bad = 0;
+
+    /* the queries: A fragments of rows g, g + 8 (heads h0 + row), hi and lo */
+    const float qscale = p.scale * LOG2E;
+    const QT *q = (const QT *)p.q + (tok * Hq + h0) * HD;
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = g + (r & 1) * 8, col = kk * 16 + 2 * c + (r >> 1) * 8;
+            float x0 = 0.f, x1 = 0.f;
+            if (row < G) x0 = ld(q + row * HD + col) * qscale, x1 = ld(q + row * HD + col + 1) * qscale;
+            split_pair(x0, x1, &qh[kk][r], &ql[kk][r]);
         }
-        alpha[g] = 1.f / den;
+
+    /* this warp's tiles t = warp + i * MMA_NW, i < nwt; tile t holds keys k0 + 16 t .. */
+    const int ntile = (int)((k1 - k0 + MMA_KEYS - 1) / MMA_KEYS);
+    const int nwt = ntile > warp ? (ntile - warp + MMA_NW - 1) / MMA_NW : 0;
+    bf16 *stage0 = (bf16 *)smraw + (size_t)warp * ST * 2 * S::TILE_ELEMS;
+    bool bad = false; /* PAGED: a key of this warp's tiles sits in a block outside the pool */
+    /* lane l (and l + 16) stages key l % 16 of a tile: its table entry (PAGED) first */
+    auto entry = [&](int i, int32_t *block, int32_t *off) {
+        const int64_t key = k0 + (int64_t)(warp + i * MMA_NW) * MMA_KEYS + (lane & 15);
+        *block = -1, *off = 0;
+        if (PAGED && i < nwt && key < k1) key_entry(table, key, P, block, off);
+    };
+    auto issue = [&](int i, int32_t block, int32_t off) {
+        bf16 *ks = stage0 + (i % ST) * 2 * S::TILE_ELEMS, *vs = ks + S::TILE_ELEMS;
+        const int64_t key = k0 + (int64_t)(warp + i * MMA_NW) * MMA_KEYS + (lane & 15);
+        bool ok = key < k1;
+        int64_t row = key;
+        if (PAGED) {
+            const bool miss = ok && (block < 0 || block >= kv.blocks);
+            bad |= miss;
+            ok = ok && !miss;
+            row = ok ? ((int64_t)block * Hkv + kvh) * P + off : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < S::PER; j++) {
+            const int id = lane + 32 * j, r = id / (HD / 8), ch = id % (HD / 8);
+            const long long rr = __shfl_sync(0xffffffffu, (long long)row, r);
+            const int okr = __shfl_sync(0xffffffffu, (int)ok, r);
+            cp_async16(ks + r * S::LD + ch * 8, K + (okr ? rr * HD + ch * 8 : 0), okr);
+            cp_async16(vs + r * S::LD + ch * 8, V + (okr ? rr * HD + ch * 8 : 0), okr);
+        }
+    };
+    {
+        int32_t eb[ST], eo[ST]; /* the first tiles' entries, loaded together */
+#pragma unroll
+        for (int i = 0; i < ST; i++) entry(i, &eb[i], &eo[i]);
+#pragma unroll
+        for (int i = 0; i < ST; i++) {
+            if (i < nwt) issue(i, eb[i], eo[i]);
+            cp_async_commit(); /* one group per tile slot, empty or not: the waits count them */
+        }
+    }
+    float o[HD / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int i = 0; i < nwt; i++) {
+        int32_t nb_ = -1, no_ = 0;
+        entry(i + ST, &nb_, &no_); /* in flight while this tile is computed */
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 1) : "memory");
+        __syncwarp();
+        const bf16 *ks = stage0 + (i % ST) * 2 * S::TILE_ELEMS, *vs = ks + S::TILE_ELEMS;
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t b[4];
+            frag_b_x4(ks, S::LD, 0, kk * 16, lane, b);
+            mma16816(s[0], qh[kk], b[0], b[1]);
+            mma16816(s[1], qh[kk], b[2], b[3]);
+            mma16816(s[0], ql[kk], b[0], b[1]);
+            mma16816(s[1], ql[kk], b[2], b[3]);
+        }
+        const int64_t kb = k0 + (int64_t)(warp + i * MMA_NW) * MMA_KEYS;
+        if (kb + MMA_KEYS > k1) { /* the split's last tile: keys past k1 are hidden */
+            const int nvalid = (int)(k1 - kb);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (j * 8 + 2 * c + (e & 1) >= nvalid) s[j][e] = -INFINITY;
+        }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) { /* rows g (r 0) and g + 8 (r 1); key 0 of a tile is always visible */
+            float m = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            m = fmaxf(m, mrun[r]);
+            alpha[r] = fa_exp2(mrun[r] - m);
+            mrun[r] = m;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = fa_exp2(s[j][e] - mrun[e >> 1]);
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            lrun[r] = lrun[r] * alpha[r] + (s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1]);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+        uint32_t ph[4], pl[4]; /* P as the A fragment of one k16 chunk (the keys), hi and lo */
+        split_pair(s[0][0], s[0][1], &ph[0], &pl[0]);
+        split_pair(s[0][2], s[0][3], &ph[1], &pl[1]);
+        split_pair(s[1][0], s[1][1], &ph[2], &pl[2]);
+        split_pair(s[1][2], s[1][3], &ph[3], &pl[3]);
+#pragma unroll
+        for (int nd = 0; nd < HD / 16; nd++) {
+            uint32_t b[4];
+            frag_b_trans(vs, S::LD, 0, nd * 16, lane, b);
+            mma16816(o[2 * nd], ph, b[0], b[1]);
+            mma16816(o[2 * nd + 1], ph, b[2], b[3]);
+            mma16816(o[2 * nd], pl, b[0], b[1]);
+            mma16816(o[2 * nd + 1], pl, b[2], b[3]);
+        }
+        __syncwarp(); /* every lane is done with this stage before it is refilled */
+        if (i + ST < nwt) issue(i + ST, nb_, no_);
+        cp_async_commit();
+    }
+    cp_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrun[r] += __shfl_xor_sync(0xffffffffu, lrun[r], 1);
+        lrun[r] += __shfl_xor_sync(0xffffffffu, lrun[r], 2);
+    }
+    const bool wbad = __any_sync(0xffffffffu, bad);
+    __syncthreads(); /* the staging space is free: the warps' results go there */
+    float *wm = (float *)smraw, *wl = wm + MMA_NW * 16, *wo = wl + MMA_NW * 16, *acc = wo + MMA_NW * 16 * HD;
+    float *mx = acc + 16 * HD, *sum = mx + 16, *scl = sum + 16, *wsplit = scl + 16;
+    if (c == 0) {
+        wm[warp * 16 + g] = mrun[0], wm[warp * 16 + g + 8] = mrun[1];
+        wl[warp * 16 + g] = lrun[0], wl[warp * 16 + g + 8] = lrun[1];
+    }
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wo[(warp * 16 + g + (e >> 1) * 8) * HD + n * 8 + 2 * c + (e & 1)] = o[n][e];
+    if (lane == 0 && wbad) any_bad = 1;
+    __syncthreads();
+    /* the warps' rows combined in warp order (a warp without tiles has m = -inf, l = 0) */
+    for (int i = threadIdx.x; i < G * HD; i += NT) {
+        const int row = i / HD;
+        float m = -INFINITY, a = 0.f;
+#pragma unroll
+        for (int w = 0; w < MMA_NW; w++) m = fmaxf(m, wm[w * 16 + row]);
+#pragma unroll
+        for (int w = 0; w < MMA_NW; w++) a += wo[(w * 16 + row) * HD + i % HD] * fa_exp2(wm[w * 16 + row] - m);
+        acc[i] = any_bad ? NAN : a;
+    }
+    if (threadIdx.x < G) {
+        const int row = threadIdx.x;
+        float m = -INFINITY, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < MMA_NW; w++) m = fmaxf(m, wm[w * 16 + row]);
+#pragma unroll
+        for (int w = 0; w < MMA_NW; w++) l += wl[w * 16 + row] * fa_exp2(wm[w * 16 + row] - m);
+        mx[row] = any_bad ? NAN : m * LN2, sum[row] = any_bad ? NAN : l; /* m back to natural-log units */
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * hd; i += TILE) {
-        const int g = i / hd;
-        const float *pg = part + g * head_stride + i % hd, *w = wsplit + g * MAX_SPLITS;
-        float num = 0.f;
-        for (int s = 0; s < used; s++) num += __ldcg(pg + (int64_t)s * (hd + 2)) * w[s];
-        st(out + i, num * alpha[g]);
-    }
+    group_finish<NT>(p, tok, h0, G, HD, split, used, acc, mx, sum, wsplit, scl, &is_last, out);
 }
 
 /* The grouped kernel for 2..GMAX query heads per kv head once a call is large enough
@@ -301,10 +550,36 @@ static int use_group_kernel(int G, int64_t ntok, int64_t capacity) {
     return (e && strcmp(e, "group") == 0) || (ntok >= GROUP_MIN_TOKENS && capacity >= GROUP_MIN_CAPACITY);
 }
 
+/* The tensor-core kernel wherever it applies (head dims 64 and 128, groups of up to 16
+ * heads) unless LOOM_CUDA_ATTN_ROWS names one of the others. */
+static int use_mma_kernel(int hd, int G) {
+    const char *e = getenv("LOOM_CUDA_ATTN_ROWS");
+    if ((hd != 64 && hd != 128) || G > MMA_GMAX) return 0;
+    return !(e && (strcmp(e, "head") == 0 || strcmp(e, "early") == 0 || strcmp(e, "group") == 0));
+}
+
+template <typename QT, typename OT, int HD>
+static lm_status launch_mma(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
+    static lm__cuda_kernel_facts facts[2]; /* slot and paged */
+    const int paged = kv->nb != 1;
+    void (*kernel)(lm__cuda_attn_params, lm__cuda_kv) = paged ? attn_mma_kernel<QT, OT, true, HD>
+                                                              : attn_mma_kernel<QT, OT, false, HD>;
+    const size_t smem = mma_shape<HD>::SMEM;
+    int per_sm = 0;
+    cudaError_t e = lm__cuda_blocks_per_sm(&facts[paged], (const void *)kernel, MMA_NW * 32, smem, &per_sm);
+    if (e == cudaSuccess && per_sm < 1) e = cudaErrorInvalidConfiguration;
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) occupancy");
+    dim3 grid((unsigned)p->nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
+    e = lm__cuda_launch_pdl(kernel, grid, dim3(MMA_NW * 32), smem, s, *p, *kv);
+    if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) launch");
+    return lm__cuda_launched("attention_rows (tensor cores)");
+}
+
 template <typename QT, typename OT>
 static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     const int hd = kv->head_dim, G = p->q_heads / kv->kv_heads;
     const size_t paged = kv->nb != 1 ? sizeof(int32_t) * TILE : 0;
+    if (use_mma_kernel(hd, G)) return hd == 64 ? launch_mma<QT, OT, 64>(p, kv, s) : launch_mma<QT, OT, 128>(p, kv, s);
     if (use_group_kernel(G, p->ntok, kv->nb * kv->block_tokens)) {
         dim3 grid((unsigned)p->nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
         size_t smem = sizeof(float) * (size_t)(2 * G * hd + G * TILE) + paged;
