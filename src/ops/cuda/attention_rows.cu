@@ -121,9 +121,11 @@ __device__ __forceinline__ void score_key_group(const bf16 *kr, const float *qs,
  * thread): with one split the block writes out = acc / sum; otherwise it leaves its
  * partials in the workspace ([tok][h][split][hd + 2]) and the last block of the
  * (token, group) to arrive combines them (the counter of head h0, reset by that block
- * so a captured graph can replay). Scratch: wsplit [G][MAX_SPLITS] and scl [G] floats
- * of shared memory, is_last one shared int. Called by all NT threads of the block. */
-template <int NT, typename OT>
+ * so a captured graph can replay). Scratch: wsplit [G][WS] (WS >= the splits) and scl
+ * [G] floats of shared memory, is_last one shared int. Called by all NT threads of the
+ * block; a warp per head weighs the splits, and each output sums them with 8 loads in
+ * flight. */
+template <int NT, int WS, typename OT>
 __device__ __forceinline__ void group_finish(const lm__cuda_attn_params &p, int64_t tok, int h0, int G, int hd,
                                              int split, int used, const float *acc, const float *mx, const float *sum,
                                              float *wsplit, float *scl, int *is_last, OT *out) {
@@ -151,24 +153,27 @@ __device__ __forceinline__ void group_finish(const lm__cuda_attn_params &p, int6
     if (!*is_last) return;
     __threadfence();
     for (int i = threadIdx.x; i < G * used; i += NT)
-        wsplit[(i / used) * MAX_SPLITS + i % used] =
+        wsplit[(i / used) * WS + i % used] =
             __ldcg(part + (i / used) * head_stride + (int64_t)(i % used) * (hd + 2) + hd);
     __syncthreads();
-    if (threadIdx.x < G) {
-        const int g = threadIdx.x;
-        float *w = wsplit + g * MAX_SPLITS, m = -INFINITY, den = 0.f;
-        for (int s = 0; s < used; s++) m = fmaxf(m, w[s]);
-        for (int s = 0; s < used; s++) {
+    const int lane = threadIdx.x & 31;
+    for (int g = threadIdx.x >> 5; g < G; g += NT / 32) { /* warp: head g's split weights, lanes over splits */
+        float *w = wsplit + g * WS, m = -INFINITY, den = 0.f;
+        for (int s = lane; s < used; s += 32) m = fmaxf(m, w[s]);
+        m = warp_max(m);
+        for (int s = lane; s < used; s += 32) {
             w[s] = __expf(w[s] - m);
             den += w[s] * __ldcg(part + g * head_stride + (int64_t)s * (hd + 2) + hd + 1);
         }
-        scl[g] = 1.f / den;
+        den = warp_sum(den);
+        if (lane == 0) scl[g] = 1.f / den;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < G * hd; i += NT) {
         const int g = i / hd;
-        const float *pg = part + g * head_stride + i % hd, *w = wsplit + g * MAX_SPLITS;
+        const float *pg = part + g * head_stride + i % hd, *w = wsplit + g * WS;
         float num = 0.f;
+#pragma unroll 8
         for (int s = 0; s < used; s++) num += __ldcg(pg + (int64_t)s * (hd + 2)) * w[s];
         st(out + i, num * scl[g]);
     }
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
         if (threadIdx.x < G) mx[threadIdx.x] = sum[threadIdx.x] = NAN;
         __syncthreads();
     }
-    group_finish<TILE>(p, tok, h0, G, hd, split, used, acc, mx, sum, sc, alpha, &is_last, out);
+    group_finish<TILE, MAX_SPLITS>(p, tok, h0, G, hd, split, used, acc, mx, sum, sc, alpha, &is_last, out);
 }
 
 /* ---- tensor-core form ------------------------------------------------------------------------ */
@@ -313,8 +318,8 @@ template <int HD> struct mma_shape {
     static constexpr int TILE_ELEMS = MMA_KEYS * LD;         /* one K (or V) tile */
     static constexpr int PER = MMA_KEYS * (HD / 8) / 32;     /* 16-byte chunks per lane of a tile */
     static constexpr size_t STAGE_BYTES = (size_t)MMA_NW * STAGES * 2 * TILE_ELEMS * sizeof(bf16);
-    /* after the keys: per warp m, l [16] and O [16][HD]; acc [16][HD], mx, sum [16],
-     * wsplit [16][MAX_SPLITS], scl [16] */
+    /* after the keys: per warp m, l [16] and O [16][HD]; acc [16][HD], mx, sum, scl [16],
+     * wsplit [16][MAX_SPLITS] */
     static constexpr size_t COMBINE_BYTES =
         sizeof(float) * ((size_t)MMA_NW * 16 * (2 + HD) + 16 * HD + 48 + 16 * MAX_SPLITS);
     static constexpr size_t SMEM = STAGE_BYTES > COMBINE_BYTES ? STAGE_BYTES : COMBINE_BYTES;
@@ -371,20 +376,6 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
     if (!PAGED) K += (slot * Hkv + kvh) * P * HD, V += (slot * Hkv + kvh) * P * HD;
     if (threadIdx.x == 0) any_bad = 0;
 
-    /* the queries: A fragments of rows g, g + 8 (heads h0 + row), hi and lo */
-    const float qscale = p.scale * LOG2E;
-    const QT *q = (const QT *)p.q + (tok * Hq + h0) * HD;
-    uint32_t qh[HD / 16][4], ql[HD / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int row = g + (r & 1) * 8, col = kk * 16 + 2 * c + (r >> 1) * 8;
-            float x0 = 0.f, x1 = 0.f;
-            if (row < G) x0 = ld(q + row * HD + col) * qscale, x1 = ld(q + row * HD + col + 1) * qscale;
-            split_pair(x0, x1, &qh[kk][r], &ql[kk][r]);
-        }
-
     /* this warp's tiles t = warp + i * MMA_NW, i < nwt; tile t holds keys k0 + 16 t .. */
     const int ntile = (int)((k1 - k0 + MMA_KEYS - 1) / MMA_KEYS);
     const int nwt = ntile > warp ? (ntile - warp + MMA_NW - 1) / MMA_NW : 0;
@@ -426,6 +417,21 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
             cp_async_commit(); /* one group per tile slot, empty or not: the waits count them */
         }
     }
+    /* the queries (their loads in flight with the first tiles'): A fragments of rows g,
+     * g + 8 (heads h0 + row), hi and lo */
+    const float qscale = p.scale * LOG2E;
+    const QT *q = (const QT *)p.q + (tok * Hq + h0) * HD;
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = g + (r & 1) * 8, col = kk * 16 + 2 * c + (r >> 1) * 8;
+            float x0 = 0.f, x1 = 0.f;
+            if (row < G) x0 = ld(q + row * HD + col) * qscale, x1 = ld(q + row * HD + col + 1) * qscale;
+            split_pair(x0, x1, &qh[kk][r], &ql[kk][r]);
+        }
+
     float o[HD / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};
 #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -531,7 +537,7 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
         mx[row] = any_bad ? NAN : m * LN2, sum[row] = any_bad ? NAN : l; /* m back to natural-log units */
     }
     __syncthreads();
-    group_finish<NT>(p, tok, h0, G, HD, split, used, acc, mx, sum, wsplit, scl, &is_last, out);
+    group_finish<NT, MAX_SPLITS>(p, tok, h0, G, HD, split, used, acc, mx, sum, wsplit, scl, &is_last, out);
 }
 
 /* The grouped kernel for 2..GMAX query heads per kv head once a call is large enough
@@ -558,6 +564,17 @@ static int use_mma_kernel(int hd, int G) {
     return !(e && (strcmp(e, "head") == 0 || strcmp(e, "early") == 0 || strcmp(e, "group") == 0));
 }
 
+/* The tensor-core kernel's splits: as many as whole (kv head, token) sets of them fit
+ * the GPU in one wave (per_sm blocks on each SM; a nearly empty second wave would double
+ * the call), within what the workspace holds (p->nsplit, at most MAX_SPLITS: 64 splits
+ * were slower than 32 at B1 and context 16,000, the combine growing with them; H200,
+ * bench/NOTES.md). LOOM_CUDA_ATTN_MMA_SPLITS=N asks for N instead (measurements). */
+static int mma_splits(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, int per_sm) {
+    const char *e = getenv("LOOM_CUDA_ATTN_MMA_SPLITS");
+    int64_t want = e && atoi(e) > 0 ? atoi(e) : (int64_t)lm__cuda_sm_count() * per_sm / (kv->kv_heads * p->ntok);
+    return (int)LM_MAX(1, LM_MIN(want, (int64_t)p->nsplit));
+}
+
 template <typename QT, typename OT, int HD>
 static lm_status launch_mma(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s) {
     static lm__cuda_kernel_facts facts[2]; /* slot and paged */
@@ -569,8 +586,10 @@ static lm_status launch_mma(const lm__cuda_attn_params *p, const lm__cuda_kv *kv
     cudaError_t e = lm__cuda_blocks_per_sm(&facts[paged], (const void *)kernel, MMA_NW * 32, smem, &per_sm);
     if (e == cudaSuccess && per_sm < 1) e = cudaErrorInvalidConfiguration;
     if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) occupancy");
-    dim3 grid((unsigned)p->nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
-    e = lm__cuda_launch_pdl(kernel, grid, dim3(MMA_NW * 32), smem, s, *p, *kv);
+    lm__cuda_attn_params q = *p;
+    q.nsplit = mma_splits(p, kv, per_sm);
+    dim3 grid((unsigned)q.nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
+    e = lm__cuda_launch_pdl(kernel, grid, dim3(MMA_NW * 32), smem, s, q, *kv);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) launch");
     return lm__cuda_launched("attention_rows (tensor cores)");
 }
