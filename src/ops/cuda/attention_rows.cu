@@ -179,6 +179,30 @@ __device__ __forceinline__ void group_finish(const lm__cuda_attn_params &p, int6
     }
 }
 
+/* The keys [k0, k1) of split `split` of token tok's row (the row's `used` splits) and
+ * the K/V rows of kv head kvh (the slot's own rows for nb = 1, the pool for a paged
+ * cache), or 0 when the block has nothing to do: a bad row (split 0 writes NaN to the
+ * group's G * hd outputs) or a split past `used`. Called by all NT threads. */
+template <int NT, bool PAGED, typename OT>
+__device__ __forceinline__ bool group_split(const lm__cuda_attn_params &p, const lm__cuda_kv &kv, int64_t tok, int kvh,
+                                            int G, int hd, int split, OT *out, int64_t *k0, int64_t *k1, int *used,
+                                            const bf16 **K, const bf16 **V) {
+    const int64_t len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int64_t slot = PAGED ? 0 : p.row_table[(tok / p.T) * kv.nb];
+    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
+        for (int i = threadIdx.x; split == 0 && i < G * hd; i += NT) st(out + i, NAN);
+        return false;
+    }
+    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
+    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
+    *used = (int)((nkeys + chunk - 1) / chunk);
+    if (split >= *used) return false; /* no keys: the combine waits for `used` splits only */
+    *k0 = lo + (int64_t)split * chunk, *k1 = LM_MIN(*k0 + chunk, len);
+    *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
+    if (!PAGED) *K += (slot * kv.kv_heads + kvh) * P * hd, *V += (slot * kv.kv_heads + kvh) * P * hd;
+    return true;
+}
+
 /* One block per (split, kv head, token) for the G = Hq / Hkv query heads of the kv
  * head (2 <= G <= GMAX); see the file comment. */
 template <typename QT, typename OT, bool PAGED>
@@ -192,21 +216,13 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
     pdl_wait(); /* launched with programmatic launch: the inputs are the previous kernel's */
     pdl_trigger();
     const int split = blockIdx.x, kvh = blockIdx.y, h0 = kvh * G, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int64_t tok = blockIdx.z, P = kv.block_tokens;
     const int32_t *table = p.row_table + (tok / p.T) * kv.nb;
-    const int64_t slot = PAGED ? 0 : table[0];
     OT *out = (OT *)p.out + (tok * Hq + h0) * hd; /* the group's G heads are adjacent: [G][hd] */
-    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
-        for (int i = threadIdx.x; split == 0 && i < G * hd; i += TILE) st(out + i, NAN);
-        return;
-    }
-    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
-    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
-    const int used = (int)((nkeys + chunk - 1) / chunk);
-    if (split >= used) return;
-    const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
-    const bf16 *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
-    if (!PAGED) K += (slot * Hkv + kvh) * P * hd, V += (slot * Hkv + kvh) * P * hd;
+    int64_t k0 = 0, k1 = 0;
+    int used = 0;
+    const bf16 *K = NULL, *V = NULL;
+    if (!group_split<TILE, PAGED>(p, kv, tok, kvh, G, hd, split, out, &k0, &k1, &used, &K, &V)) return;
     int32_t nblock = 0, noff = 0;
     if (PAGED && threadIdx.x < k1 - k0) key_entry(table, k0 + threadIdx.x, P, &nblock, &noff);
     const QT *q = (const QT *)p.q + (tok * Hq + h0) * hd;
@@ -359,21 +375,13 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
     const int Hq = p.q_heads, Hkv = kv.kv_heads, G = Hq / Hkv;
     const int split = blockIdx.x, kvh = blockIdx.y, h0 = kvh * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int64_t tok = blockIdx.z, len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
+    const int64_t tok = blockIdx.z, P = kv.block_tokens;
     const int32_t *table = p.row_table + (tok / p.T) * kv.nb;
-    const int64_t slot = PAGED ? 0 : table[0];
     OT *out = (OT *)p.out + (tok * Hq + h0) * HD; /* the group's G heads are adjacent: [G][HD] */
-    if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
-        for (int i = threadIdx.x; split == 0 && i < G * HD; i += NT) st(out + i, NAN);
-        return;
-    }
-    const int64_t lo = p.window > 0 ? LM_MAX((int64_t)0, len - p.window) : 0, nkeys = len - lo;
-    int64_t chunk = LM_MAX((nkeys + p.nsplit - 1) / p.nsplit, (int64_t)MIN_CHUNK);
-    const int used = (int)((nkeys + chunk - 1) / chunk);
-    if (split >= used) return;
-    const int64_t k0 = lo + (int64_t)split * chunk, k1 = LM_MIN(k0 + chunk, len);
-    const bf16 *K = (const bf16 *)kv.k, *V = (const bf16 *)kv.v;
-    if (!PAGED) K += (slot * Hkv + kvh) * P * HD, V += (slot * Hkv + kvh) * P * HD;
+    int64_t k0 = 0, k1 = 0;
+    int used = 0;
+    const bf16 *K = NULL, *V = NULL;
+    if (!group_split<NT, PAGED>(p, kv, tok, kvh, G, HD, split, out, &k0, &k1, &used, &K, &V)) return;
     if (threadIdx.x == 0) any_bad = 0;
 
     /* this warp's tiles t = warp + i * MMA_NW, i < nwt; tile t holds keys k0 + 16 t .. */
