@@ -449,16 +449,28 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
         asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 1) : "memory");
         __syncwarp();
         const bf16 *ks = stage0 + (i % ST) * 2 * S::TILE_ELEMS, *vs = ks + S::TILE_ELEMS;
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        /* S in four independent sums (even / odd k chunks, hi / lo q) so that no chain of
+         * dependent products is longer than HD / 32 */
+        float s4[4][2][4];
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s4[a][0][e] = s4[a][1][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
             uint32_t b[4];
             frag_b_x4(ks, S::LD, 0, kk * 16, lane, b);
-            mma16816(s[0], qh[kk], b[0], b[1]);
-            mma16816(s[1], qh[kk], b[2], b[3]);
-            mma16816(s[0], ql[kk], b[0], b[1]);
-            mma16816(s[1], ql[kk], b[2], b[3]);
+            float(*sh)[4] = s4[(kk & 1) * 2], (*sl)[4] = s4[(kk & 1) * 2 + 1];
+            mma16816(sh[0], qh[kk], b[0], b[1]);
+            mma16816(sh[1], qh[kk], b[2], b[3]);
+            mma16816(sl[0], ql[kk], b[0], b[1]);
+            mma16816(sl[1], ql[kk], b[2], b[3]);
         }
+        float s[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = (s4[0][j][e] + s4[2][j][e]) + (s4[1][j][e] + s4[3][j][e]);
         const int64_t kb = k0 + (int64_t)(warp + i * MMA_NW) * MMA_KEYS;
         if (kb + MMA_KEYS > k1) { /* the split's last tile: keys past k1 are hidden */
             const int nvalid = (int)(k1 - kb);
