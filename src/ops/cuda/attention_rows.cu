@@ -47,7 +47,14 @@
  * running max and sum, and each P V thread applies one loaded value pair to all G
  * accumulators. Splits, the combine and the NaN rules are those of the per-head
  * kernel, per head of the group. It is chosen for calls of many rows over long
- * caches (use_group_kernel says when and why).
+ * caches (use_group_kernel says when and why) where the tensor-core kernel does not
+ * apply.
+ *
+ * Tensor-core variant (attn_mma_kernel, head dims 64 and 128, up to MMA_GMAX query heads
+ * per kv head; the default wherever it applies): the grid of the grouped kernel, the
+ * group's queries as the rows of an m16 tile against tiles of 16 keys staged by
+ * cp.async, products of f32 accuracy from bf16 hi + lo halves, its own split count
+ * (mma_splits); described at the kernel. Same combine, workspace and NaN rules.
  */
 #include "ops/cuda/attention_rows_body.cuh"
 #include "ops/cuda/mma.cuh"
@@ -566,8 +573,10 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
  * B32 at context 4,096 1.51x faster than the per-head kernel, but B1 (whose few
  * blocks run one after another through the group's heads) 18% slower at context 16
  * and 4,096, and B32 at context 16 12% slower. LOOM_CUDA_ATTN_ROWS=head|early|group
- * overrides the choice (for comparisons and tests): head is the per-head kernel without
- * its early-V form, early the per-head kernel with it wherever the head dim allows. */
+ * overrides the choice (for comparisons and tests; each also turns the tensor-core kernel
+ * off, which mma or no setting leaves on where it applies): head is the per-head kernel
+ * without its early-V form, early the per-head kernel with it wherever the head dim
+ * allows. */
 #define GROUP_MIN_TOKENS 8
 #define GROUP_MIN_CAPACITY 2048
 static int use_group_kernel(int G, int64_t ntok, int64_t capacity) {

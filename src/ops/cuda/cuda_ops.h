@@ -194,9 +194,11 @@ typedef struct lm__cuda_attn_params {
  * block_tokens): the grid depends on it, never on the current lengths. */
 int lm__cuda_attention_rows_splits(int64_t capacity);
 size_t lm__cuda_attention_rows_workspace(int64_t ntok, int q_heads, int head_dim, int nsplit);
-/* Split-K over the cache, one block per (split, query head, token), or for many rows
- * over long caches one per (split, kv head, token) serving the kv head's 2..8 query
- * heads; the last block of a (token, head) combines the splits. Any even hd <= 512. */
+/* Split-K over the cache: for hd 64 and 128 with up to 16 query heads per kv head one
+ * block per (split, kv head, token) on tensor cores serving the group's query heads;
+ * otherwise one per (split, query head, token), or for many rows over long caches one
+ * per (split, kv head, token) serving the kv head's 2..8 query heads; the last block of
+ * a (token, head) combines the splits. Any even hd <= 512. */
 lm_status lm__cuda_attention_rows(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 
 /* gemv.cu: out f32 [M, N] (row stride ldo) = in [M, K] @ w^T (+ bias), for M <=
