@@ -218,7 +218,8 @@ static void test_cache_attention_decode(void) {
 /* Prefill rows (T > 1): the flash kernel for bf16 q with head dims 64 and 128 (two rows
  * with different cached prefixes, partial query tiles, positions past the written
  * range poisoned), windows shorter than the prompt, longer rows (5 query tiles; up to 8
- * key tiles behind a cached prefix), and the rows kernel for an f32 q. */
+ * key tiles behind a cached prefix), and the rows kernels for an f32 q (head dims 16 and
+ * 64). */
 static void test_cache_attention_prefill(void) {
     const int64_t st[2] = {0, 100};
     const int sl[2] = {2, 0};
@@ -235,6 +236,8 @@ static void test_cache_attention_prefill(void) {
     cache_case c = {2, 14, 2, 70, 64, 256, 0, st, sl, LM_BF16, LM_BF16, 1};
     check_cache_attention(&c);
     cache_case d = {2, 4, 2, 9, 16, 256, 5, st, sl, LM_F32, LM_F32, 1}; /* rows kernel */
+    check_cache_attention(&d);
+    d.hd = 64, d.window = 0; /* f32 q at head dim 64: the rows kernels, the tensor-core one among them */
     check_cache_attention(&d);
     const int64_t st_e[1] = {0};
     const int sl_e[1] = {1};
