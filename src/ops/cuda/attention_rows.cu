@@ -586,10 +586,12 @@ static int use_group_kernel(int G, int64_t ntok, int64_t capacity) {
 }
 
 /* The tensor-core kernel wherever it applies (head dims 64 and 128, groups of up to 16
- * heads) unless LOOM_CUDA_ATTN_ROWS names one of the others. */
+ * heads, a device that grants a block its ~140 KiB of shared memory) unless
+ * LOOM_CUDA_ATTN_ROWS names one of the others. */
 static int use_mma_kernel(int hd, int G) {
     const char *e = getenv("LOOM_CUDA_ATTN_ROWS");
     if ((hd != 64 && hd != 128) || G > MMA_GMAX) return 0;
+    if ((size_t)lm__cuda_smem_optin() < (hd == 64 ? mma_shape<64>::SMEM : mma_shape<128>::SMEM)) return 0;
     return !(e && (strcmp(e, "head") == 0 || strcmp(e, "early") == 0 || strcmp(e, "group") == 0));
 }
 
