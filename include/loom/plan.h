@@ -22,6 +22,8 @@
 #include "loom/base.h"
 #include "loom/graph.h"
 #include "loom/tensor.h"
+#include "loom/exec.h"
+#include "loom/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -246,6 +248,87 @@ typedef struct lm_plan_binding {
 
 LM_API int64_t lm_plan_binding_count(const lm_plan *p);
 LM_API lm_status lm_plan_binding_get(const lm_plan *p, int64_t i, lm_plan_binding *out);
+
+/* ---- decode schedules: one decode step as work items on a GPU's SMs ----------------
+ * The CUDA target of the planner (docs/PLAN.md "Decode schedules"): a prepared decode
+ * step (an lm_exec, normally of the graph as the CUDA executor rewrites it) becomes
+ * work items, each a piece of one op, with the dependencies that make it safe and a
+ * static list of items per SM, so that one persistent kernel could run the step with
+ * no kernel boundaries: an item starts when the items it depends on are done. Weight
+ * products split along their outputs (linear rows, SwiGLU columns, the fused q|k|v
+ * front by heads; one piece per SM, more past item_bytes, fewer below min_item_bytes),
+ * attention by kv heads; other ops are one item. Each item recomputes
+ * its input form (the RMSNorm prologue of a fused linear) itself. Dependencies come from
+ * the bytes each item reads and writes in the executor's real storage (activation
+ * arena reuse included), reduced transitively; every SM's list follows one global
+ * order in which each item depends only on earlier ones, so the schedule cannot
+ * deadlock on any number of SMs. The predicted time is a list-scheduling simulation
+ * under the options' cost constants (a prediction, not a measurement). */
+typedef struct lm_decode_plan lm_decode_plan;
+
+typedef struct lm_decode_plan_options {
+    int sms;                      /* SMs the schedule runs on (default 132: an H200) */
+    int full_sms;                 /* SMs at which bandwidth_bytes_per_s is reached (default 132) */
+    double bandwidth_bytes_per_s; /* weight and KV-cache (HBM) read rate of the whole GPU (default 4.2e12) */
+    double l2_bytes_per_s;        /* activation traffic rate of the whole GPU (default 1.0e13) */
+    double item_s;                /* fixed cost of one work item (default 1.0e-6) */
+    double dep_s;                 /* a dependency met on another SM is seen after this (default 1.0e-6) */
+    int64_t item_bytes;           /* a split op gets more items than SMs when its items would stream more (256 KiB) */
+    int64_t min_item_bytes;       /* and fewer items than SMs when they would stream less than this (4 KiB) */
+    int max_items_per_sm;         /* a split op has at most this many items per SM (default 4) */
+    int64_t context;              /* positions attention reads, for its cost (default 0: the cache's size) */
+} lm_decode_plan_options;
+
+LM_API void lm_decode_plan_options_default(lm_decode_plan_options *o);
+/* Plans the prepared executor e (views resolved from its current bindings; its graph
+ * must be a decode step: no repeat regions). The plan borrows e, which must outlive it
+ * and keep its bindings (a later binding change makes lm_decode_plan_run_cpu refuse).
+ * LM_INVALID_ARGUMENT names a bad option; LM_OUT_OF_RANGE when the step needs more
+ * items than the checker's reachability sets allow (raise item_bytes). */
+LM_API lm_status lm_decode_plan_create(lm_exec *e, const lm_decode_plan_options *o, lm_decode_plan **out);
+LM_API void lm_decode_plan_destroy(lm_decode_plan *p); /* accepts NULL */
+/* The independent check: every pair of items whose byte footprints conflict (one
+ * writes what the other reads or writes) is ordered by a chain of dependencies, every
+ * dependency points to an earlier item, each SM's list ascends, and every item sits
+ * on exactly one SM. LM_INTERNAL naming the first violation. */
+LM_API lm_status lm_decode_plan_check(const lm_decode_plan *p);
+/* Runs one step on the CPU the way the SMs would: item by item through the public
+ * operators on views of the executor's storage (arena poisoned first when the executor
+ * poisons), each SM taking its next item once its dependencies are done. order 0 takes
+ * items in their global order; any other value picks among the ready SMs at random
+ * (seeded by order), an interleaving a GPU could produce. The executor's output then
+ * holds the step's result (lm_exec_output). The executor must be on the CPU. */
+LM_API lm_status lm_decode_plan_run_cpu(lm_decode_plan *p, lm_ctx *ctx, uint64_t order);
+
+typedef struct lm_decode_plan_stats {
+    int sms;
+    int64_t items, deps;       /* work items and dependency edges (after reduction) */
+    int64_t ops_split, ops_whole; /* ops cut into several items / run as one */
+    int64_t max_items_sm;      /* the longest SM list */
+    double step_s;             /* predicted step time (the list-scheduling simulation) */
+    double busy_s;             /* summed item time over all SMs */
+    double hbm_bytes;          /* weight and KV-cache bytes one step reads */
+    double bound_s;            /* hbm_bytes at bandwidth_bytes_per_s x sms / full_sms */
+} lm_decode_plan_stats;
+LM_API lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_plan_stats *out);
+/* One line per op (items, SMs used, predicted span) as text; caller frees *out with lm_free. */
+LM_API lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out);
+
+/* A CPU executor of model m's decode step (batch rows of one token, a KV cache of
+ * cache_tokens positions per row, last-position logits) as the CUDA executor prepares
+ * it: the GPU's rewrite passes under the GPU's rules for fused linears, q|k|v and
+ * gate|up stacked (copies owned by the step), zero f32 caches. ids and positions
+ * ([batch] each) are the inputs; lm_decode_step_run writes them and runs the executor,
+ * or the plan when one is given. */
+typedef struct lm_decode_step lm_decode_step;
+LM_API lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t batch, int64_t cache_tokens,
+                                       lm_decode_step **out);
+LM_API void lm_decode_step_destroy(lm_decode_step *s);
+LM_API lm_exec *lm_decode_step_exec(lm_decode_step *s);
+/* One step: ids and positions written, then the executor (plan NULL) or the plan's CPU
+ * run with `order`; the logits [batch, vocab] copied to logits. */
+LM_API lm_status lm_decode_step_run(lm_decode_step *s, lm_ctx *ctx, const int32_t *ids, const int32_t *positions,
+                                    lm_decode_plan *plan, uint64_t order, float *logits);
 
 #ifdef __cplusplus
 }

@@ -177,7 +177,7 @@ lm_status lm_exec_input(lm_exec *e, const char *name, lm_tensor_view *out) {
 
 /* All-ones bytes: NaN read as f32, bf16 or f16 alike (values of any float dtype share
  * the arena). */
-static lm_status poison(lm_exec *e) {
+lm_status lm__exec_poison(lm_exec *e) {
     static const uint8_t ones = 0xff;
     if (!e->arena_bytes) return LM_OK;
     return lm_device_fill(e->device, e->arena, (size_t)e->arena_bytes, &ones, 1);
@@ -277,6 +277,17 @@ lm_status lm_exec_set_arena(lm_exec *e, void *base, size_t bytes) {
     return LM_OK;
 }
 
+lm_status lm__exec_prepare(lm_exec *e) {
+    if (!e->dirty) return LM_OK;
+    lm_device_graph_destroy(e->captured);
+    e->captured = NULL;
+    e->eager_runs = 0;
+    LM_TRY(lm__exec_resolve(e));
+    e->dirty = 0;
+    e->resolves++;
+    return LM_OK;
+}
+
 lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
     if (!e || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: NULL argument");
     if (!lm_device_equal(lm_ctx_device(ctx), e->device)) {
@@ -287,15 +298,9 @@ lm_status lm_exec_run(lm_exec *e, lm_ctx *ctx) {
     if (!e->arena && e->arena_bytes)
         return lm__error(LM_INVALID_ARGUMENT, "lm_exec_run: no arena (external_arena: call lm_exec_set_arena with %lld "
                          "bytes)", (long long)e->arena_bytes);
-    if (e->dirty) {
-        lm_device_graph_destroy(e->captured);
-        e->captured = NULL;
-        e->eager_runs = 0;
-        LM_TRY(lm__exec_resolve(e));
-        e->dirty = 0;
-    }
+    LM_TRY(lm__exec_prepare(e));
     e->runs++;
-    if (e->opt.poison) LM_TRY(poison(e));
+    if (e->opt.poison) LM_TRY(lm__exec_poison(e));
     /* a traced run is eager, so each op gets its spans (docs/TIMELINES.md, "Step traces") */
     int traced = lm_trace_enabled();
     if (e->captured && !traced) {

@@ -30,6 +30,7 @@ struct lm_exec {
     int eager_runs;        /* runs since the last binding change (capture after one) */
     lm_device_graph *captured;
     int64_t runs, replays;
+    int64_t resolves;      /* times the views were resolved (a binding change makes old views stale) */
     /* tracing (loom/trace.h): on a device that queues work, one event before and one
      * after each op, resolved into device spans after a traced run */
     int async;             /* lm_device_caps.async */
@@ -48,6 +49,11 @@ lm_status lm__exec_plan_memory(lm_exec *e);
 void lm__exec_count_memory(int64_t delta);
 /* exec/ops.c: the views of every value from the bindings and the arena. */
 lm_status lm__exec_resolve(lm_exec *e);
+/* exec/exec.c: resolves the views when a binding changed since the last run (and
+ * drops a capture made with the old ones); nothing otherwise. */
+lm_status lm__exec_prepare(lm_exec *e);
+/* exec/exec.c: fills the arena with NaN (all-ones bytes). */
+lm_status lm__exec_poison(lm_exec *e);
 /* exec/ops.c: runs op i of e->g through the public operators on ctx. */
 lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i);
 /* exec/ops.c: LM_UNSUPPORTED naming the first op no engine operator runs. */

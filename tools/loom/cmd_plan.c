@@ -9,8 +9,8 @@
  * The checker runs before the simulator so a malformed program is refused with the
  * checker's message instead of being executed. Workloads: gemm M N K | mlp |
  * attention | mlp-repeat N | mlp-nobias | attention-qkv | encoder-layer | encoder-stack N; `plan layer` (a
- * decoder layer of a real checkpoint) lives
- * in cmd_plan_layer.c.
+ * decoder layer of a real checkpoint) lives in cmd_plan_layer.c, `plan decode` (a decode step as a
+ * schedule for a GPU's SMs) in cmd_plan_decode.c.
  * Exit status: 0 plan ok (and checks passed), 1 failure (incl. a failed plan check),
  * 2 usage error.
  */
@@ -91,6 +91,7 @@ static int64_t max_rss_bytes(void) {
 
 int cmd_plan(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "layer")) return cmd_plan_layer(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "decode")) return cmd_plan_decode(argc - 1, argv + 1);
     const char *machine = "ipu21", *strategy = "auto", *grid = NULL, *partials = "f32", *dtype = "f16";
     const char *timeline = NULL, *package = NULL;
     int beam = 8, exhaustive = 0, json = 0, no_sim = 0, threads = 0, tokens = 0, width = 0, hidden = 0, heads = 0;

@@ -21,6 +21,7 @@ int cmd_data(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_plan_layer(int argc, char **argv); /* `loom plan layer` */
+int cmd_plan_decode(int argc, char **argv); /* `loom plan decode` */
 int cmd_run_plan(int argc, char **argv);   /* `loom run-plan FILE.lmx` */
 int cmd_trace(int argc, char **argv);      /* `loom trace view TRACE.json` */
 

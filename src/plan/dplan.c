@@ -1,0 +1,615 @@
+/* plan/dplan.c — decode schedules (loom/plan.h "decode schedules"): a prepared decode
+ * step cut into work items, their byte footprints in the executor's storage, the
+ * dependencies the footprints imply, a static list of items per SM from a
+ * list-scheduling simulation under the cost constants, and the independent check.
+ *
+ * Items are numbered in one global order: ops in program order, an op's pieces in
+ * order. Item b depends on item a < b when their footprints conflict (one of them
+ * writes bytes the other reads or writes: true data flow, and the reuse of arena bytes
+ * by later values); the candidates are reduced to the ones not already implied
+ * through another dependency (reachability bit sets, newest candidate first). Each
+ * SM's list ascends in the global order, so the lowest unfinished item always has its
+ * dependencies done and its SM at it: no schedule on any SM count can deadlock.
+ */
+#include "plan/dplan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ITEMS 24576        /* reachability sets: MAX_ITEMS^2 bits (72 MiB) at most */
+#define MAX_VIEW_RUNS (1 << 14) /* a view with more contiguous runs is taken as its bounding interval */
+
+void lm_decode_plan_options_default(lm_decode_plan_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->sms = 132;
+    o->full_sms = 132;
+    o->bandwidth_bytes_per_s = 4.2e12;
+    o->l2_bytes_per_s = 1.0e13;
+    o->item_s = 1.0e-6;
+    o->dep_s = 1.0e-6;
+    o->item_bytes = 256 << 10;
+    o->min_item_bytes = 4 << 10;
+    o->max_items_per_sm = 4;
+}
+
+static lm_status check_options(const lm_decode_plan_options *o) {
+    if (o->sms < 1 || o->sms > 4096)
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: sms = %d; expected 1..4096", o->sms);
+    if (o->full_sms < 1) return lm__error(LM_INVALID_ARGUMENT, "decode plan: full_sms = %d; expected >= 1", o->full_sms);
+    if (!(o->bandwidth_bytes_per_s > 0) || !(o->l2_bytes_per_s > 0) || !isfinite(o->bandwidth_bytes_per_s) ||
+        !isfinite(o->l2_bytes_per_s))
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: the bandwidths must be positive and finite");
+    if (!(o->item_s >= 0) || !(o->dep_s >= 0) || !isfinite(o->item_s) || !isfinite(o->dep_s))
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: item_s and dep_s must be >= 0 and finite");
+    if (o->item_bytes < 1 || o->min_item_bytes < 1 || o->min_item_bytes > o->item_bytes)
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: item_bytes %lld and min_item_bytes %lld must be >= 1, the "
+                         "minimum no larger", (long long)o->item_bytes, (long long)o->min_item_bytes);
+    if (o->max_items_per_sm < 1)
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: max_items_per_sm = %d; expected >= 1", o->max_items_per_sm);
+    if (o->context < 0) return lm__error(LM_INVALID_ARGUMENT, "decode plan: context must be >= 0");
+    return LM_OK;
+}
+
+int64_t lm__dp_heads_q(const lm__gop *op) { return op->i[0]; }
+
+int64_t lm__dp_group(const lm_graph *g, const lm__gop *op) {
+    int64_t hq = g->values[op->in[0]].dims[2], hkv = g->values[op->in[1]].dims[1];
+    return hkv > 0 ? hq / hkv : 1;
+}
+
+void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k) {
+    lm__dp_item *it = &p->items[i];
+    if (k < 0 || k >= it->ndep) return;
+    memmove(&p->deps[it->dep0 + k], &p->deps[it->dep0 + k + 1], (size_t)(it->ndep - k - 1) * sizeof *p->deps);
+    it->ndep--;
+}
+
+/* ---- footprints ------------------------------------------------------------------------- */
+
+static lm_status add_iv(lm_decode_plan *p, uintptr_t lo, uintptr_t hi, int write) {
+    if (hi <= lo) return LM_OK;
+    LM_TRY(lm__reserve((void **)&p->iv, &p->cap_iv, p->niv + 1, sizeof *p->iv));
+    p->iv[p->niv++] = (lm__dp_iv){lo, hi, (int32_t)(p->nitems - 1), write};
+    p->items[p->nitems - 1].niv++;
+    return LM_OK;
+}
+
+static size_t elem_bytes(lm_dtype dt) { return lm_dtype_size(dt); }
+
+/* The bytes of view v as contiguous runs (its bounding interval past MAX_VIEW_RUNS). */
+static lm_status add_view(lm_decode_plan *p, const lm_tensor_view *v, int write) {
+    int64_t n = lm_tensor_view_numel(v);
+    if (n <= 0 || !v->data) return LM_OK;
+    uintptr_t base = (uintptr_t)v->data, es = elem_bytes(v->dtype);
+    int d = v->ndim - 1;
+    int64_t run = 1;
+    while (d >= 0 && (v->shape[d] == 1 || v->stride[d] == run)) run *= v->shape[d--];
+    int64_t runs = n / run;
+    if (runs > MAX_VIEW_RUNS) {
+        int64_t last = 0;
+        for (int k = 0; k < v->ndim; k++) last += (v->shape[k] - 1) * v->stride[k];
+        return add_iv(p, base, base + (uintptr_t)(last + 1) * es, write);
+    }
+    int64_t idx[LM_MAX_DIMS] = {0};
+    for (int64_t r = 0; r < runs; r++) {
+        int64_t off = 0;
+        for (int k = 0; k <= d; k++) off += idx[k] * v->stride[k];
+        LM_TRY(add_iv(p, base + (uintptr_t)off * es, base + (uintptr_t)(off + run) * es, write));
+        for (int k = d; k >= 0; k--) {
+            if (++idx[k] < v->shape[k]) break;
+            idx[k] = 0;
+        }
+    }
+    return LM_OK;
+}
+
+static const lm_tensor_view *view_of(const lm_decode_plan *p, int v) { return v >= 0 ? &p->e->view[v] : NULL; }
+
+static lm_status add_slice(lm_decode_plan *p, int v, int dim, int64_t lo, int64_t hi, int write) {
+    if (v < 0) return LM_OK;
+    lm_tensor_view s;
+    LM_TRY(lm_tensor_view_slice(view_of(p, v), dim, lo, hi, 1, &s));
+    return add_view(p, &s, write);
+}
+
+static lm_status add_whole(lm_decode_plan *p, int v, int write) {
+    return v >= 0 ? add_view(p, view_of(p, v), write) : LM_OK;
+}
+
+static int is_leaf_value(const lm_graph *g, int v) {
+    return lm__gop_is_leaf(g->ops[g->values[g->values[v].root].op].kind);
+}
+
+static double view_bytes(const lm_tensor_view *v) { return (double)lm_tensor_view_numel(v) * (double)elem_bytes(v->dtype); }
+
+/* ---- items ---------------------------------------------------------------------------------- */
+
+static lm_status new_item(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t lo, int64_t hi) {
+    if (p->nitems >= MAX_ITEMS)
+        return lm__error(LM_OUT_OF_RANGE, "decode plan: more than %d work items (raise item_bytes or lower "
+                         "max_items_per_sm)", MAX_ITEMS);
+    LM_TRY(lm__reserve((void **)&p->items, &p->cap_items, p->nitems + 1, sizeof *p->items));
+    lm__dp_item *it = &p->items[p->nitems++];
+    memset(it, 0, sizeof *it);
+    it->op = op, it->kind = kind, it->lo = lo, it->hi = hi, it->sm = -1;
+    it->iv0 = p->niv;
+    return LM_OK;
+}
+
+/* Footprint and streamed bytes of the item just added. */
+static lm_status footprint(lm_decode_plan *p) {
+    lm__dp_item *it = &p->items[p->nitems - 1];
+    const lm_graph *g = p->g;
+    const lm__gop *op = &g->ops[it->op];
+    int64_t lo = it->lo, hi = it->hi;
+    double l2 = 0;
+    switch (it->kind) {
+    case LM__DP_ROWS:
+    case LM__DP_SWIGLU: { /* x, w, bias, norm_weight, residual, w_scales */
+        int swi = it->kind == LM__DP_SWIGLU;
+        int64_t I = g->values[op->out].dims[g->values[op->out].ndim - 1];
+        LM_TRY(add_whole(p, op->in[0], 0));
+        LM_TRY(add_whole(p, op->in[3], 0));
+        for (int h = 0; h <= swi; h++) {
+            int64_t a = lo + h * I, b = hi + h * I;
+            LM_TRY(add_slice(p, op->in[1], 0, a, b, 0));
+            LM_TRY(add_slice(p, op->in[2], 0, a, b, 0));
+            LM_TRY(add_slice(p, op->in[5], 0, a, b, 0));
+            lm_tensor_view s;
+            LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, a, b, 1, &s));
+            it->hbm += view_bytes(&s);
+            if (op->in[5] >= 0) {
+                LM_TRY(lm_tensor_view_slice(view_of(p, op->in[5]), 0, a, b, 1, &s));
+                it->hbm += view_bytes(&s);
+            }
+        }
+        const lm_tensor_view *o = view_of(p, op->out);
+        int last = o->ndim - 1;
+        if (!swi && op->i[3]) LM_TRY(add_slice(p, op->out, last, lo, hi, 0)); /* the residual, read then written */
+        LM_TRY(add_slice(p, op->out, last, lo, hi, 1));
+        l2 = view_bytes(view_of(p, op->in[0])) + view_bytes(o) * (double)(hi - lo) / (double)o->shape[last];
+        break;
+    }
+    case LM__DP_QKV: { /* x, w, norm, scales, bias, inv_freq, positions, slots, k_cache, v_cache */
+        int64_t D = g->values[op->out].dims[3], hq = lm__dp_heads_q(op), hkv = g->values[op->in[8]].dims[1];
+        LM_TRY(add_whole(p, op->in[0], 0));
+        LM_TRY(add_whole(p, op->in[2], 0));
+        for (int k = 5; k <= 7; k++) LM_TRY(add_whole(p, op->in[k], 0));
+        LM_TRY(add_slice(p, op->in[1], 0, lo * D, hi * D, 0));
+        LM_TRY(add_slice(p, op->in[3], 0, lo * D, hi * D, 0));
+        LM_TRY(add_slice(p, op->in[4], 0, lo * D, hi * D, 0));
+        lm_tensor_view s;
+        LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, lo * D, hi * D, 1, &s));
+        it->hbm += view_bytes(&s);
+        if (hi <= hq) LM_TRY(add_slice(p, op->out, 2, lo, hi, 1));
+        else if (hi <= hq + hkv) LM_TRY(add_slice(p, op->in[8], 1, lo - hq, hi - hq, 1));
+        else LM_TRY(add_slice(p, op->in[9], 1, lo - hq - hkv, hi - hq - hkv, 1));
+        l2 = view_bytes(view_of(p, op->in[0]));
+        break;
+    }
+    case LM__DP_ATTN: { /* q, k_cache, v_cache, slots, positions */
+        int64_t G = lm__dp_group(g, op);
+        LM_TRY(add_slice(p, op->in[0], 2, lo * G, hi * G, 0));
+        LM_TRY(add_slice(p, op->in[1], 1, lo, hi, 0));
+        LM_TRY(add_slice(p, op->in[2], 1, lo, hi, 0));
+        LM_TRY(add_whole(p, op->in[3], 0));
+        LM_TRY(add_whole(p, op->in[4], 0));
+        LM_TRY(add_slice(p, op->out, 2, lo * G, hi * G, 1));
+        if (p->e->work[it->op]) {
+            uintptr_t w = (uintptr_t)p->e->work[it->op];
+            LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
+        }
+        const lm_tensor_view *kc = view_of(p, op->in[1]);
+        int64_t P = kc->shape[2], ctx = p->opt.context > 0 && p->opt.context < P ? p->opt.context : P;
+        int64_t rows = g->values[op->in[0]].dims[0];
+        it->hbm = 2.0 * (double)(rows * (hi - lo) * ctx * kc->shape[3]) * (double)elem_bytes(kc->dtype);
+        l2 = 2.0 * view_bytes(view_of(p, op->out)) * (double)(hi - lo) / (double)kc->shape[1];
+        break;
+    }
+    case LM__DP_WHOLE:
+        for (int k = 0; k < op->nin; k++) {
+            if (op->in[k] < 0) continue;
+            LM_TRY(add_whole(p, op->in[k], 0));
+            if (!is_leaf_value(g, op->in[k])) l2 += view_bytes(view_of(p, op->in[k]));
+        }
+        LM_TRY(add_whole(p, op->out, 1));
+        l2 += view_bytes(view_of(p, op->out));
+        if (op->out2 >= 0) {
+            LM_TRY(add_whole(p, op->out2, 1));
+            l2 += view_bytes(view_of(p, op->out2));
+        }
+        if (p->e->work[it->op]) {
+            uintptr_t w = (uintptr_t)p->e->work[it->op];
+            LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
+        }
+        break;
+    }
+    const lm_decode_plan_options *o = &p->opt;
+    double sm_hbm = o->bandwidth_bytes_per_s / o->full_sms, sm_l2 = o->l2_bytes_per_s / o->full_sms;
+    it->cost = o->item_s + it->hbm / sm_hbm + l2 / sm_l2;
+    return LM_OK;
+}
+
+/* Cuts units [lo, hi) of op i (each unit_bytes streamed) into items. */
+static lm_status split(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t lo, int64_t hi, double unit_bytes,
+                       int64_t parts_cap) {
+    int64_t units = hi - lo;
+    double total = unit_bytes * (double)units;
+    /* every SM a piece while pieces keep min_item_bytes, more when they pass item_bytes */
+    int64_t spread = LM_MIN((int64_t)p->opt.sms, (int64_t)ceil(total / (double)p->opt.min_item_bytes));
+    int64_t parts = LM_MAX(spread, (int64_t)ceil(total / (double)p->opt.item_bytes));
+    int64_t cap = (int64_t)p->opt.sms * p->opt.max_items_per_sm;
+    if (parts_cap > 0 && parts_cap < cap) cap = parts_cap;
+    parts = LM_MAX(1, LM_MIN(parts, LM_MIN(units, cap)));
+    for (int64_t k = 0; k < parts; k++) {
+        int64_t a = lo + units * k / parts, b = lo + units * (k + 1) / parts;
+        LM_TRY(new_item(p, op, kind, a, b));
+        LM_TRY(footprint(p));
+    }
+    return LM_OK;
+}
+
+static double row_bytes(const lm_decode_plan *p, const lm__gop *op, int w, int scales) {
+    const lm_tensor_view *v = view_of(p, op->in[w]);
+    double b = (double)v->shape[1] * (double)elem_bytes(v->dtype);
+    if (scales >= 0 && op->in[scales] >= 0) {
+        const lm_tensor_view *s = view_of(p, op->in[scales]);
+        b += (double)(s->ndim == 2 ? s->shape[1] : 1) * (double)elem_bytes(s->dtype);
+    }
+    return b;
+}
+
+static lm_status make_items(lm_decode_plan *p) {
+    const lm_graph *g = p->g;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        if (lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind)) continue;
+        int64_t before = p->nitems;
+        switch (op->kind) {
+        case LM__GOP_LINEAR: {
+            const lm__gvalue *o = &g->values[op->out];
+            LM_TRY(split(p, (int)i, LM__DP_ROWS, 0, o->dims[o->ndim - 1], row_bytes(p, op, 1, 5), 0));
+            break;
+        }
+        case LM__GOP_LINEAR_SWIGLU: {
+            const lm__gvalue *o = &g->values[op->out];
+            LM_TRY(split(p, (int)i, LM__DP_SWIGLU, 0, o->dims[o->ndim - 1], 2 * row_bytes(p, op, 1, 5), 0));
+            break;
+        }
+        case LM__GOP_LINEAR_QKV_ROPE: { /* the three sections apart, parts in proportion */
+            int64_t D = g->values[op->out].dims[3], hq = lm__dp_heads_q(op), hkv = g->values[op->in[8]].dims[1];
+            double hb = (double)D * row_bytes(p, op, 1, 3);
+            int64_t cap = (int64_t)p->opt.sms * p->opt.max_items_per_sm, total = hq + 2 * hkv;
+            LM_TRY(split(p, (int)i, LM__DP_QKV, 0, hq, hb, LM_MAX(1, cap * hq / total)));
+            LM_TRY(split(p, (int)i, LM__DP_QKV, hq, hq + hkv, hb, LM_MAX(1, cap * hkv / total)));
+            LM_TRY(split(p, (int)i, LM__DP_QKV, hq + hkv, hq + 2 * hkv, hb, LM_MAX(1, cap * hkv / total)));
+            break;
+        }
+        case LM__GOP_ATTENTION_CACHE: {
+            const lm_tensor_view *kc = view_of(p, op->in[1]);
+            LM_TRY(split(p, (int)i, LM__DP_ATTN, 0, kc->shape[1], 1.0, kc->shape[1]));
+            break;
+        }
+        default:
+            LM_TRY(new_item(p, (int)i, LM__DP_WHOLE, 0, 1));
+            LM_TRY(footprint(p));
+            break;
+        }
+        if (p->nitems - before > 1) p->ops_split++;
+        else p->ops_whole++;
+    }
+    for (int64_t k = 0; k < p->nitems; k++) p->hbm_bytes += p->items[k].hbm;
+    return LM_OK;
+}
+
+/* ---- dependencies --------------------------------------------------------------------------- */
+
+static int cmp_iv(const void *a, const void *b) {
+    const lm__dp_iv *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : (x->item > y->item) - (x->item < y->item);
+}
+
+typedef struct pair {
+    int32_t a, b; /* a < b */
+} pair;
+
+static int cmp_pair(const void *x, const void *y) {
+    const pair *p = x, *q = y;
+    if (p->b != q->b) return p->b < q->b ? -1 : 1;
+    return p->a > q->a ? -1 : p->a < q->a ? 1 : 0; /* newest candidate first */
+}
+
+static lm_status add_pair(pair **v, int64_t *n, int64_t *cap, int32_t x, int32_t y) {
+    if (x == y) return LM_OK;
+    LM_TRY(lm__reserve((void **)v, cap, *n + 1, sizeof **v));
+    (*v)[(*n)++] = x < y ? (pair){x, y} : (pair){y, x};
+    return LM_OK;
+}
+
+/* Every conflicting pair of items: sorted intervals swept with the active writes (any
+ * new interval may conflict with them) and active reads (only a new write may). */
+static lm_status conflicts(const lm__dp_iv *ivs, int64_t n, pair **out, int64_t *nout) {
+    lm__dp_iv *s = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *s, 64);
+    int64_t *aw = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *aw, 64), *ar = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *ar, 64);
+    pair *v = NULL;
+    int64_t nv = 0, cap = 0, nw = 0, nr = 0;
+    lm_status st = s && aw && ar ? LM_OK : LM_OUT_OF_MEMORY;
+    if (st == LM_OK) {
+        memcpy(s, ivs, (size_t)n * sizeof *s);
+        qsort(s, (size_t)n, sizeof *s, cmp_iv);
+    }
+    for (int64_t j = 0; st == LM_OK && j < n; j++) {
+        int64_t k = 0;
+        for (int64_t a = 0; a < nw; a++)
+            if (s[aw[a]].hi > s[j].lo) aw[k++] = aw[a];
+        nw = k, k = 0;
+        for (int64_t a = 0; a < nr; a++)
+            if (s[ar[a]].hi > s[j].lo) ar[k++] = ar[a];
+        nr = k;
+        for (int64_t a = 0; st == LM_OK && a < nw; a++) st = add_pair(&v, &nv, &cap, s[aw[a]].item, s[j].item);
+        for (int64_t a = 0; st == LM_OK && s[j].write && a < nr; a++)
+            st = add_pair(&v, &nv, &cap, s[ar[a]].item, s[j].item);
+        if (s[j].write) aw[nw++] = j;
+        else ar[nr++] = j;
+    }
+    lm__free(s), lm__free(aw), lm__free(ar);
+    if (st != LM_OK) {
+        lm__free(v);
+        return st;
+    }
+    *out = v, *nout = nv;
+    return LM_OK;
+}
+
+#define BIT(set, i) (((set)[(i) >> 6] >> ((i) & 63)) & 1)
+
+static lm_status make_deps(lm_decode_plan *p) {
+    pair *v = NULL;
+    int64_t nv = 0, n = p->nitems, words = (n + 63) / 64;
+    LM_TRY(conflicts(p->iv, p->niv, &v, &nv));
+    qsort(v, (size_t)nv, sizeof *v, cmp_pair);
+    uint64_t *reach = lm__calloc((size_t)LM_MAX(n * words, 1), sizeof *reach);
+    if (!reach) {
+        lm__free(v);
+        return LM_OUT_OF_MEMORY;
+    }
+    lm_status st = LM_OK;
+    int64_t k = 0;
+    for (int64_t b = 0; b < n && st == LM_OK; b++) {
+        uint64_t *rb = reach + b * words;
+        p->items[b].dep0 = p->ndeps;
+        for (; k < nv && v[k].b == b && st == LM_OK; k++) {
+            int32_t a = v[k].a;
+            if (BIT(rb, a)) continue; /* already implied (or a duplicate) */
+            st = lm__reserve((void **)&p->deps, &p->cap_deps, p->ndeps + 1, sizeof *p->deps);
+            if (st != LM_OK) break;
+            p->deps[p->ndeps++] = a;
+            p->items[b].ndep++;
+            const uint64_t *ra = reach + (int64_t)a * words;
+            for (int64_t w = 0; w <= a / 64; w++) rb[w] |= ra[w];
+            rb[a >> 6] |= (uint64_t)1 << (a & 63);
+        }
+    }
+    lm__free(reach), lm__free(v);
+    return st;
+}
+
+/* ---- SM lists: list scheduling in the global order ------------------------------------------------ */
+
+static lm_status make_lists(lm_decode_plan *p) {
+    int S = p->opt.sms;
+    int64_t n = p->nitems;
+    double *free_at = lm__calloc((size_t)S, sizeof *free_at);
+    int64_t *count = lm__calloc((size_t)S + 1, sizeof *count);
+    p->order = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *p->order, 64);
+    p->sm_begin = lm__calloc((size_t)S + 1, sizeof *p->sm_begin);
+    if (!free_at || !count || !p->order || !p->sm_begin) {
+        lm__free(free_at), lm__free(count);
+        return LM_OUT_OF_MEMORY;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        lm__dp_item *it = &p->items[i];
+        double best = INFINITY;
+        int bs = 0;
+        for (int s = 0; s < S; s++) {
+            double ready = free_at[s];
+            for (int d = 0; d < it->ndep; d++) {
+                const lm__dp_item *q = &p->items[p->deps[it->dep0 + d]];
+                double t = q->start + q->cost + (q->sm == s ? 0 : p->opt.dep_s);
+                if (t > ready) ready = t;
+            }
+            if (ready < best) best = ready, bs = s;
+        }
+        it->sm = bs, it->start = best;
+        free_at[bs] = best + it->cost;
+        count[bs]++;
+        p->busy_s += it->cost;
+        if (free_at[bs] > p->step_s) p->step_s = free_at[bs];
+    }
+    for (int s = 0; s < S; s++) p->sm_begin[s + 1] = p->sm_begin[s] + count[s];
+    memset(count, 0, (size_t)S * sizeof *count);
+    for (int64_t i = 0; i < n; i++) {
+        int s = p->items[i].sm;
+        p->order[p->sm_begin[s] + count[s]++] = (int32_t)i;
+    }
+    lm__free(free_at), lm__free(count);
+    return LM_OK;
+}
+
+/* ---- public ----------------------------------------------------------------------------------------- */
+
+void lm_decode_plan_destroy(lm_decode_plan *p) {
+    if (!p) return;
+    lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
+    lm__free(p);
+}
+
+lm_status lm_decode_plan_create(lm_exec *e, const lm_decode_plan_options *o, lm_decode_plan **out) {
+    if (!e || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_create: NULL argument");
+    *out = NULL;
+    lm_decode_plan_options opt;
+    if (o) opt = *o;
+    else lm_decode_plan_options_default(&opt);
+    LM_TRY(check_options(&opt));
+    for (int64_t i = 0; i < e->g->nops; i++)
+        if (e->g->ops[i].region >= 0)
+            return lm__error(LM_UNSUPPORTED, "decode plan: op '%s' sits in a repeat region", e->g->ops[i].name);
+    LM_TRY(lm__exec_prepare(e));
+    lm_decode_plan *p = lm__calloc(1, sizeof *p);
+    if (!p) return LM_OUT_OF_MEMORY;
+    p->e = e, p->g = e->g, p->opt = opt, p->resolves = e->resolves;
+    lm_status st = make_items(p);
+    if (st == LM_OK) st = make_deps(p);
+    if (st == LM_OK) st = make_lists(p);
+    if (st != LM_OK) {
+        lm_decode_plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return LM_OK;
+}
+
+static void item_name(const lm_decode_plan *p, int64_t i, char *buf, size_t n) {
+    const lm__dp_item *it = &p->items[i];
+    if (it->kind == LM__DP_WHOLE) snprintf(buf, n, "item %lld (%s)", (long long)i, p->g->ops[it->op].name);
+    else
+        snprintf(buf, n, "item %lld (%s [%lld, %lld))", (long long)i, p->g->ops[it->op].name, (long long)it->lo,
+                 (long long)it->hi);
+}
+
+/* The check's own reachability (from the dependency lists as they are) and its own
+ * sweep over the footprints: one active list, every pair with a write tested. */
+lm_status lm_decode_plan_check(const lm_decode_plan *p) {
+    if (!p) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_check: NULL argument");
+    int64_t n = p->nitems, words = (n + 63) / 64;
+    char a[160], b[160];
+    for (int64_t i = 0; i < n; i++) {
+        const lm__dp_item *it = &p->items[i];
+        for (int d = 0; d < it->ndep; d++) {
+            int32_t q = p->deps[it->dep0 + d];
+            if (q < 0 || q >= i) {
+                item_name(p, i, a, sizeof a);
+                return lm__error(LM_INTERNAL, "decode plan check: %s waits for item %d, which is not earlier", a, q);
+            }
+        }
+        if (it->sm < 0 || it->sm >= p->opt.sms) {
+            item_name(p, i, a, sizeof a);
+            return lm__error(LM_INTERNAL, "decode plan check: %s is on no SM (%d)", a, it->sm);
+        }
+    }
+    unsigned char *seen = lm__calloc((size_t)LM_MAX(n, 1), 1);
+    if (!seen) return LM_OUT_OF_MEMORY;
+    lm_status st = LM_OK;
+    if (p->sm_begin[0] != 0 || p->sm_begin[p->opt.sms] != n)
+        st = lm__error(LM_INTERNAL, "decode plan check: the SM lists hold %lld items of %lld",
+                       (long long)(p->sm_begin[p->opt.sms] - p->sm_begin[0]), (long long)n);
+    for (int s = 0; st == LM_OK && s < p->opt.sms; s++)
+        for (int64_t k = p->sm_begin[s]; st == LM_OK && k < p->sm_begin[s + 1]; k++) {
+            int32_t i = p->order[k];
+            if (i < 0 || i >= n || seen[i] || p->items[i].sm != s ||
+                (k > p->sm_begin[s] && p->order[k - 1] >= i))
+                st = lm__error(LM_INTERNAL, "decode plan check: SM %d's list breaks at position %lld (item %d): "
+                               "repeated, out of order or placed on another SM", s, (long long)(k - p->sm_begin[s]), i);
+            else seen[i] = 1;
+        }
+    lm__free(seen);
+    if (st != LM_OK) return st;
+    uint64_t *reach = lm__calloc((size_t)LM_MAX(n * words, 1), sizeof *reach);
+    lm__dp_iv *s = lm__alloc((size_t)LM_MAX(p->niv, 1) * sizeof *s, 64);
+    int64_t *act = lm__alloc((size_t)LM_MAX(p->niv, 1) * sizeof *act, 64);
+    if (!reach || !s || !act) st = LM_OUT_OF_MEMORY;
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        uint64_t *ri = reach + i * words;
+        const lm__dp_item *it = &p->items[i];
+        for (int d = 0; d < it->ndep; d++) {
+            int32_t q = p->deps[it->dep0 + d];
+            for (int64_t w = 0; w < words; w++) ri[w] |= reach[(int64_t)q * words + w];
+            ri[q >> 6] |= (uint64_t)1 << (q & 63);
+        }
+    }
+    if (st == LM_OK) {
+        memcpy(s, p->iv, (size_t)p->niv * sizeof *s);
+        qsort(s, (size_t)p->niv, sizeof *s, cmp_iv);
+    }
+    int64_t na = 0;
+    for (int64_t j = 0; st == LM_OK && j < p->niv; j++) {
+        int64_t k = 0;
+        for (int64_t x = 0; x < na; x++)
+            if (s[act[x]].hi > s[j].lo) act[k++] = act[x];
+        na = k;
+        for (int64_t x = 0; x < na; x++) {
+            const lm__dp_iv *u = &s[act[x]], *v = &s[j];
+            if (u->item == v->item || (!u->write && !v->write)) continue;
+            int32_t lo = LM_MIN(u->item, v->item), hi = LM_MAX(u->item, v->item);
+            if (BIT(reach + (int64_t)hi * words, lo)) continue;
+            item_name(p, hi, a, sizeof a);
+            item_name(p, lo, b, sizeof b);
+            const lm__dp_iv *w = u->item == lo ? u : v;
+            st = lm__error(LM_INTERNAL, "decode plan check: %s %s bytes %s %s with no chain of dependencies between "
+                           "them", a, (u->item == hi ? u : v)->write ? "writes" : "reads", b,
+                           w->write ? "writes" : "reads");
+            break;
+        }
+        act[na++] = j;
+    }
+    lm__free(reach), lm__free(s), lm__free(act);
+    return st;
+}
+
+lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_plan_stats *out) {
+    if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_get_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->sms = p->opt.sms;
+    out->items = p->nitems;
+    for (int64_t i = 0; i < p->nitems; i++) out->deps += p->items[i].ndep;
+    out->ops_split = p->ops_split, out->ops_whole = p->ops_whole;
+    for (int s = 0; s < p->opt.sms; s++)
+        out->max_items_sm = LM_MAX(out->max_items_sm, p->sm_begin[s + 1] - p->sm_begin[s]);
+    out->step_s = p->step_s, out->busy_s = p->busy_s, out->hbm_bytes = p->hbm_bytes;
+    int used = LM_MIN(p->opt.sms, p->opt.full_sms);
+    out->bound_s = p->hbm_bytes / (p->opt.bandwidth_bytes_per_s * used / p->opt.full_sms);
+    return LM_OK;
+}
+
+lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out) {
+    if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_report: NULL argument");
+    *out = NULL;
+    int64_t cap = 4096;
+    size_t len = 0;
+    char *buf = lm__alloc((size_t)cap, 64);
+    unsigned char *used = lm__calloc((size_t)p->opt.sms, 1);
+    if (!buf || !used) {
+        lm__free(buf), lm__free(used);
+        return LM_OUT_OF_MEMORY;
+    }
+    buf[0] = 0;
+    for (int64_t i = 0; i < p->nitems;) {
+        int64_t j = i;
+        double t0 = INFINITY, t1 = 0, hbm = 0;
+        int nsm = 0;
+        memset(used, 0, (size_t)p->opt.sms);
+        for (; j < p->nitems && p->items[j].op == p->items[i].op; j++) {
+            const lm__dp_item *it = &p->items[j];
+            t0 = fmin(t0, it->start), t1 = fmax(t1, it->start + it->cost), hbm += it->hbm;
+            nsm += !used[it->sm];
+            used[it->sm] = 1;
+        }
+        char line[256];
+        int k = snprintf(line, sizeof line, "%-40s %-16s items %5lld on %4d SMs  %9.2f .. %9.2f us  %10.0f bytes\n",
+                         p->g->ops[p->items[i].op].name, lm__gop_name(p->g->ops[p->items[i].op].kind),
+                         (long long)(j - i), nsm, t0 * 1e6, t1 * 1e6, hbm);
+        if (lm__reserve((void **)&buf, &cap, (int64_t)(len + (size_t)k + 1), 1) != LM_OK) {
+            lm__free(buf), lm__free(used);
+            return LM_OUT_OF_MEMORY;
+        }
+        memcpy(buf + len, line, (size_t)k + 1);
+        len += (size_t)k;
+        i = j;
+    }
+    lm__free(used);
+    *out = buf;
+    return LM_OK;
+}

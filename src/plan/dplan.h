@@ -1,0 +1,63 @@
+/* plan/dplan.h — decode schedules (loom/plan.h lm_decode_plan): the record shared by
+ * dplan.c (items, footprints, dependencies, the SM lists, the check) and dplan_run.c
+ * (the CPU run of a schedule, the decode step it plans). */
+#ifndef LOOM_PLAN_DPLAN_H
+#define LOOM_PLAN_DPLAN_H
+
+#include "exec/internal.h"
+#include "loom/plan.h"
+
+/* How an item runs its op: whole, or a range of the op's units. */
+typedef enum lm__dp_kind {
+    LM__DP_WHOLE = 0,
+    LM__DP_ROWS,   /* linear: output columns [lo, hi) = weight rows */
+    LM__DP_SWIGLU, /* linear_swiglu: output columns [lo, hi) = gate rows [lo, hi) and up rows I + [lo, hi) */
+    LM__DP_QKV,    /* linear_qkv_rope: heads [lo, hi) of the q|k|v stack, all in one of the three */
+    LM__DP_ATTN,   /* attention_cache: kv heads [lo, hi) and their query heads */
+} lm__dp_kind;
+
+/* A byte interval [lo, hi) of one item's footprint. */
+typedef struct lm__dp_iv {
+    uintptr_t lo, hi;
+    int32_t item;
+    int32_t write;
+} lm__dp_iv;
+
+typedef struct lm__dp_item {
+    int32_t op;
+    lm__dp_kind kind;
+    int64_t lo, hi;
+    int32_t sm;
+    double start, cost; /* predicted (seconds) */
+    double hbm;         /* weight / KV-cache bytes it streams */
+    int64_t dep0;       /* deps[dep0 .. dep0 + ndep): earlier items it waits for */
+    int32_t ndep;
+    int64_t iv0; /* iv[iv0 .. iv0 + niv) */
+    int32_t niv;
+} lm__dp_item;
+
+struct lm_decode_plan {
+    lm_exec *e; /* borrowed */
+    const lm_graph *g;
+    int64_t resolves; /* e->resolves when planned: the views the footprints were taken from */
+    lm_decode_plan_options opt;
+    lm__dp_item *items;
+    int64_t nitems, cap_items;
+    int32_t *deps;
+    int64_t ndeps, cap_deps;
+    lm__dp_iv *iv;
+    int64_t niv, cap_iv;
+    int32_t *order;    /* [nitems] items grouped by SM, ascending inside a group */
+    int64_t *sm_begin; /* [sms + 1] */
+    double step_s, busy_s, hbm_bytes;
+    int64_t ops_split, ops_whole;
+};
+
+/* The units of op i's split kind: G query heads per kv head (attention), Hq (the
+ * front); dplan.c and dplan_run.c read an op the same way through these. */
+int64_t lm__dp_group(const lm_graph *g, const lm__gop *op);
+int64_t lm__dp_heads_q(const lm__gop *op);
+/* Test hook: removes dependency k of item i (the check must then fail). */
+void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k);
+
+#endif

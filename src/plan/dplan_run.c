@@ -1,0 +1,358 @@
+/* plan/dplan_run.c — a decode schedule run on the CPU the way SMs would run it, and
+ * the decode step it plans (loom/plan.h lm_decode_step).
+ *
+ * An item runs its piece of the op through the public operators on views of the
+ * executor's storage: a linear's rows (w, bias and scale rows, the output's columns;
+ * the input form recomputed over the whole x), SwiGLU columns as the gate and up rows
+ * into scratch then lm_swiglu_out, a group of q|k|v heads as their rows into scratch,
+ * then RoPE into q or RoPE and the KV store (v: the store), kv heads of attention with
+ * their query heads. Scratch is the item's own (registers and shared memory on a GPU),
+ * outside the footprints. Whole ops run as the executor runs them.
+ */
+#include "nn/internal.h"
+#include "ops/internal.h"
+#include "plan/dplan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define IN(k) (op->in[k] >= 0 ? &V[op->in[k]] : NULL)
+
+static lm_status scratch(int64_t M, int64_t n, float **buf, lm_tensor_view *v) {
+    *buf = lm__calloc((size_t)LM_MAX(M * n, 1), sizeof **buf);
+    if (!*buf) return LM_OUT_OF_MEMORY;
+    int64_t shape[2] = {M, n};
+    return lm_tensor_view_init(v, *buf, LM_F32, lm_device_cpu(), 2, shape, NULL);
+}
+
+static lm_status rows(const lm_tensor_view *v, int64_t lo, int64_t hi, lm_tensor_view *out, const lm_tensor_view **p) {
+    if (!v) {
+        *p = NULL;
+        return LM_OK;
+    }
+    *p = out;
+    return lm_tensor_view_slice(v, 0, lo, hi, 1, out);
+}
+
+/* The linear's rows [lo, hi) of op (inputs x, w, bias, norm at in[0..3], scales at in[sc])
+ * into out, with its input form. */
+static lm_status linear_rows(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, int bias, int norm, int sc,
+                             lm_linear_input input, int bits_group, int accumulate, int64_t lo, int64_t hi,
+                             const lm_tensor_view *out) {
+    lm_tensor_view w, b, s;
+    const lm_tensor_view *bp, *sp, *wp;
+    LM_TRY(rows(&V[op->in[1]], lo, hi, &w, &wp));
+    LM_TRY(rows(IN(bias), lo, hi, &b, &bp));
+    LM_TRY(rows(IN(sc), lo, hi, &s, &sp));
+    lm_linear_params lp = {.input = input, .norm_weight = IN(norm), .eps = (float)op->a, .accumulate = accumulate,
+                           .w_scales = sp, .w_bits = bits_group > 0 ? 4 : 0, .w_group = bits_group};
+    return lm_linear_out(ctx, &V[op->in[0]], wp, bp, &lp, out);
+}
+
+static lm_status run_swiglu(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, int64_t lo, int64_t hi) {
+    const lm_tensor_view *o = &V[op->out];
+    int64_t M = o->shape[0], I = o->shape[o->ndim - 1];
+    float *gb = NULL, *ub = NULL;
+    lm_tensor_view gv, uv, os;
+    lm_status st = scratch(M, hi - lo, &gb, &gv);
+    if (st == LM_OK) st = scratch(M, hi - lo, &ub, &uv);
+    lm_linear_input in = (lm_linear_input)op->i[0];
+    if (st == LM_OK) st = linear_rows(ctx, V, op, 2, 3, 5, in, (int)op->b, 0, lo, hi, &gv);
+    if (st == LM_OK) st = linear_rows(ctx, V, op, 2, 3, 5, in, (int)op->b, 0, I + lo, I + hi, &uv);
+    if (st == LM_OK) st = lm_tensor_view_slice(o, o->ndim - 1, lo, hi, 1, &os);
+    if (st == LM_OK) st = lm_swiglu_out(ctx, &gv, &uv, &os);
+    lm__free(gb), lm__free(ub);
+    return st;
+}
+
+static lm_status run_qkv(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, int64_t lo, int64_t hi) {
+    const lm_tensor_view *q = &V[op->out];
+    int64_t B = q->shape[0], T = q->shape[1], D = q->shape[3], n = hi - lo;
+    int64_t hq = lm__dp_heads_q(op), hkv = V[op->in[8]].shape[1];
+    float *yb = NULL, *rb = NULL;
+    lm_tensor_view y, y4, r4, dst;
+    int64_t s4[4] = {B, T, n, D};
+    lm_status st = scratch(B * T, n * D, &yb, &y);
+    if (st == LM_OK)
+        st = linear_rows(ctx, V, op, 4, 2, 3, (lm_linear_input)op->i[1], (int)op->i[2], 0, lo * D, hi * D, &y);
+    if (st == LM_OK) st = lm_tensor_view_init(&y4, yb, LM_F32, lm_device_cpu(), 4, s4, NULL);
+    lm_rope_params rp = {LM_ROPE_SPLIT_HALF, IN(5), (float)op->b, IN(6), 0, NULL};
+    if (st == LM_OK && hi <= hq) { /* q heads: rotated into the output */
+        st = lm_tensor_view_slice(q, 2, lo, hi, 1, &dst);
+        if (st == LM_OK) st = lm_rope_out(ctx, &y4, &rp, &dst);
+    } else if (st == LM_OK && hi <= hq + hkv) { /* k heads: rotated, then stored */
+        lm_tensor_view r2;
+        st = scratch(B * T, n * D, &rb, &r2);
+        if (st == LM_OK) st = lm_tensor_view_init(&r4, rb, LM_F32, lm_device_cpu(), 4, s4, NULL);
+        if (st == LM_OK) st = lm_rope_out(ctx, &y4, &rp, &r4);
+        if (st == LM_OK) st = lm_tensor_view_slice(&V[op->in[8]], 1, lo - hq, hi - hq, 1, &dst);
+        if (st == LM_OK) st = lm_kv_store_out(ctx, &dst, &r4, IN(7), IN(6));
+    } else if (st == LM_OK) { /* v heads: stored */
+        st = lm_tensor_view_slice(&V[op->in[9]], 1, lo - hq - hkv, hi - hq - hkv, 1, &dst);
+        if (st == LM_OK) st = lm_kv_store_out(ctx, &dst, &y4, IN(7), IN(6));
+    }
+    lm__free(yb), lm__free(rb);
+    return st;
+}
+
+static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i, int64_t lo, int64_t hi) {
+    const lm_tensor_view *V = e->view;
+    int64_t G = lm__dp_group(e->g, op);
+    lm_tensor_view q, kc, vc, o, ws;
+    LM_TRY(lm_tensor_view_slice(&V[op->in[0]], 2, lo * G, hi * G, 1, &q));
+    LM_TRY(lm_tensor_view_slice(&V[op->in[1]], 1, lo, hi, 1, &kc));
+    LM_TRY(lm_tensor_view_slice(&V[op->in[2]], 1, lo, hi, 1, &vc));
+    LM_TRY(lm_tensor_view_slice(&V[op->out], 2, lo * G, hi * G, 1, &o));
+    const lm_tensor_view *wsp = NULL;
+    if (e->work[i]) {
+        int64_t n = (int64_t)e->work_bytes[i];
+        LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
+        wsp = &ws;
+    }
+    lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
+    return lm_attention_cache_out(ctx, &q, &kc, &vc, IN(3), IN(4), &p, &o);
+}
+
+static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it) {
+    lm_exec *e = p->e;
+    const lm_tensor_view *V = e->view;
+    const lm__gop *op = &p->g->ops[it->op];
+    switch (it->kind) {
+    case LM__DP_WHOLE: return lm__exec_run_op(e, ctx, it->op);
+    case LM__DP_ROWS: {
+        const lm_tensor_view *o = &V[op->out];
+        lm_tensor_view os;
+        LM_TRY(lm_tensor_view_slice(o, o->ndim - 1, it->lo, it->hi, 1, &os));
+        return linear_rows(ctx, V, op, 2, 3, 5, (lm_linear_input)op->i[0], (int)op->b, (int)op->i[3], it->lo, it->hi,
+                           &os);
+    }
+    case LM__DP_SWIGLU: return run_swiglu(ctx, V, op, it->lo, it->hi);
+    case LM__DP_QKV: return run_qkv(ctx, V, op, it->lo, it->hi);
+    case LM__DP_ATTN: return run_attn(e, ctx, op, it->op, it->lo, it->hi);
+    }
+    return lm__error(LM_INTERNAL, "decode plan: item kind %d", (int)it->kind);
+}
+
+static uint64_t next_rand(uint64_t *s) { /* xorshift64* */
+    uint64_t x = *s;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+lm_status lm_decode_plan_run_cpu(lm_decode_plan *p, lm_ctx *ctx, uint64_t order) {
+    if (!p || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_run_cpu: NULL argument");
+    lm_exec *e = p->e;
+    lm_device_caps caps;
+    LM_TRY(lm_device_caps_get(e->device, &caps));
+    if (!caps.host_addressable || !lm_device_equal(lm_ctx_device(ctx), e->device))
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_run_cpu: the executor and the context must be on the CPU");
+    LM_TRY(lm__exec_prepare(e));
+    if (e->resolves != p->resolves)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_run_cpu: the executor's bindings changed since the plan "
+                         "was made (its footprints are stale); make a new plan");
+    if (e->opt.poison) LM_TRY(lm__exec_poison(e));
+    int S = p->opt.sms;
+    int64_t n = p->nitems, left = n;
+    int64_t *cur = lm__calloc((size_t)S, sizeof *cur);
+    int *ready = lm__calloc((size_t)S, sizeof *ready);
+    unsigned char *done = lm__calloc((size_t)LM_MAX(n, 1), 1);
+    lm_status st = cur && ready && done ? LM_OK : LM_OUT_OF_MEMORY;
+    for (int s = 0; st == LM_OK && s < S; s++) cur[s] = p->sm_begin[s];
+    uint64_t rng = order * 0x9E3779B97F4A7C15ULL + 1;
+    while (st == LM_OK && left > 0) {
+        int nready = 0, first = -1;
+        for (int s = 0; s < S; s++) {
+            if (cur[s] >= p->sm_begin[s + 1]) continue;
+            const lm__dp_item *it = &p->items[p->order[cur[s]]];
+            int ok = 1;
+            for (int d = 0; ok && d < it->ndep; d++) ok = done[p->deps[it->dep0 + d]];
+            if (!ok) continue;
+            ready[nready++] = s;
+            if (first < 0 || p->order[cur[s]] < p->order[cur[first]]) first = s;
+        }
+        if (!nready) {
+            st = lm__error(LM_INTERNAL, "decode plan: no SM can go on with %lld items left (a dependency cycle)",
+                           (long long)left);
+            break;
+        }
+        int s = order == 0 ? first : ready[next_rand(&rng) % (uint64_t)nready];
+        int32_t i = p->order[cur[s]++];
+        st = run_item(p, ctx, &p->items[i]);
+        if (st != LM_OK) {
+            lm__error_context(st, "decode plan: item %d (%s)", i, p->g->ops[p->items[i].op].name);
+            break;
+        }
+        done[i] = 1;
+        left--;
+    }
+    lm__free(cur), lm__free(ready), lm__free(done);
+    if (st == LM_OK) e->runs++;
+    return st;
+}
+
+/* ---- the decode step as the CUDA executor prepares it, on the CPU ------------------------------ */
+
+struct lm_decode_step {
+    const lm_model *m;
+    lm_exec *e;
+    lm_tensor **made; /* stacked weights and the caches */
+    int64_t nmade, cap_made;
+    int64_t batch, vocab;
+    lm_tensor_view ids, positions, slots; /* the executor's input buffers */
+};
+
+static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_graph_rule(in, accumulate, rows, K, x, w);
+}
+static int gpu_pair_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_pair_rule(in, rows, K, x, w, 0);
+}
+static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk) {
+    (void)d;
+    return lm__linear_pair_rule(in, rows, K, x, w, qk);
+}
+static int gpu_low_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_low_out_rule(rows, K, x, w);
+}
+
+static lm_status keep(lm_decode_step *s, lm_tensor *t) {
+    lm_status st = LM__PUSH(s->made, s->nmade, s->cap_made, t);
+    if (st != LM_OK) lm_tensor_destroy(t);
+    return st;
+}
+
+/* The rows of names[0..n) stacked into one new host tensor (nn/upload.c's "qkv_proj"
+ * and "gate_up_proj" on a GPU). */
+static lm_status stack(lm_decode_step *s, const char *const *names, int n, const lm_tensor **out) {
+    const lm_tensor *t[3];
+    int64_t r = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(t[i] = lm__model_weight(s->m, names[i])))
+            return lm__error(LM_NOT_FOUND, "decode step: no weight '%s' to stack", names[i]);
+        r += lm_tensor_dim(t[i], 0);
+    }
+    int nd = lm_tensor_ndim(t[0]);
+    int64_t shape[2] = {r, nd == 2 ? lm_tensor_dim(t[0], 1) : 1};
+    lm_tensor *o = NULL;
+    LM_TRY(lm_tensor_create(lm_device_cpu(), lm_tensor_dtype(t[0]), nd, shape, &o));
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)lm_tensor_numel(t[i]) * lm_dtype_size(lm_tensor_dtype(t[i]));
+        memcpy((char *)lm_tensor_data(o) + off, lm_tensor_data(t[i]), bytes);
+        off += bytes;
+    }
+    LM_TRY(keep(s, o));
+    *out = o;
+    return LM_OK;
+}
+
+static lm_status lookup(void *user, const char *name, lm_tensor_view *out) {
+    lm_decode_step *s = user;
+    const lm_tensor *t = lm__model_weight(s->m, name);
+    if (!t) {
+        const char *which = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
+        if (!which) return lm__error(LM_NOT_FOUND, "decode step: the model has no weight '%s'", name);
+        const char *at = strstr(name, which), *tail = at + strlen(which); /* ".weight", ".weight_scale", ".bias" */
+        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
+        int n = which[0] == 'q' ? 3 : 2;
+        char parts[3][192];
+        const char *np[3] = {parts[0], parts[1], parts[2]};
+        for (int i = 0; i < n; i++)
+            snprintf(parts[i], sizeof parts[i], "%.*s%s%.32s", (int)LM_MIN(128, at - name), name,
+                     n == 3 ? qkv[i] : gu[i], tail);
+        LM_TRY(stack(s, np, n, &t));
+    }
+    *out = *lm_tensor_as_view(t);
+    return LM_OK;
+}
+
+void lm_decode_step_destroy(lm_decode_step *s) {
+    if (!s) return;
+    lm_exec_destroy(s->e);
+    for (int64_t i = 0; i < s->nmade; i++) lm_tensor_destroy(s->made[i]);
+    lm__free(s->made);
+    lm__free(s);
+}
+
+lm_exec *lm_decode_step_exec(lm_decode_step *s) { return s ? s->e : NULL; }
+
+lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t batch, int64_t cache_tokens,
+                                lm_decode_step **out) {
+    if (!ctx || !m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: NULL argument");
+    *out = NULL;
+    if (!lm__model_on_host(m)) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: the model must be on the CPU");
+    if (batch < 1 || cache_tokens < 1)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: batch %lld and cache_tokens %lld must be >= 1",
+                         (long long)batch, (long long)cache_tokens);
+    const lm_model_config *c = lm_model_get_config(m);
+    const lm_tensor *up = lm__model_weight(m, "model.layers.0.mlp.up_proj.weight");
+    if (!up) return lm__error(LM_NOT_FOUND, "lm_decode_step_create: the model has no layer 0 up_proj weight");
+    lm_dtype wdt = lm_tensor_dtype(up);
+    int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
+    lm_decoder_options o;
+    lm_decoder_options_default(&o);
+    o.batch = batch, o.tokens = 1, o.cache_slots = batch, o.cache_tokens = cache_tokens;
+    o.matrix_dtype = quant ? LM_F32 : wdt;
+    if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = (void *)m;
+    lm_decode_step *s = lm__calloc(1, sizeof *s);
+    if (!s) return LM_OUT_OF_MEMORY;
+    s->m = m, s->batch = batch, s->vocab = c->vocab_size;
+    lm_graph *g = NULL, *fused = NULL;
+    static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
+                                      lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
+                                      lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
+                                      lm__pass_gemm_inputs};
+    lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_pair_rule, gpu_low_rule};
+    lm_status st = lm_graph_build_decoder(c, &o, &g);
+    if (st == LM_OK) st = lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused);
+    lm_exec_options eo;
+    lm_exec_options_default(&eo);
+    eo.fuse = 0, eo.capture = 0, eo.poison = 1;
+    if (st == LM_OK) st = lm_exec_create(ctx, fused, &eo, &s->e);
+    if (st == LM_OK) st = lm_exec_bind_params(s->e, lookup, s);
+    int64_t cs[4] = {batch, c->num_key_value_heads, cache_tokens, c->head_dim};
+    for (int64_t l = 0; st == LM_OK && l < c->num_hidden_layers; l++)
+        for (int kv = 0; st == LM_OK && kv < 2; kv++) {
+            char name[40];
+            lm_tensor *t = NULL;
+            snprintf(name, sizeof name, "%s_cache.%lld", kv ? "v" : "k", (long long)l);
+            st = lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &t);
+            if (st == LM_OK) st = keep(s, t);
+            if (st == LM_OK) st = lm_exec_bind(s->e, name, lm_tensor_as_view(t));
+        }
+    if (st == LM_OK) st = lm_exec_input(s->e, "ids", &s->ids);
+    if (st == LM_OK) st = lm_exec_input(s->e, "positions", &s->positions);
+    if (st == LM_OK) st = lm_exec_input(s->e, "slots", &s->slots);
+    lm_graph_destroy(g), lm_graph_destroy(fused);
+    if (st != LM_OK) {
+        lm_decode_step_destroy(s);
+        return st;
+    }
+    *out = s;
+    return LM_OK;
+}
+
+lm_status lm_decode_step_run(lm_decode_step *s, lm_ctx *ctx, const int32_t *ids, const int32_t *positions,
+                             lm_decode_plan *plan, uint64_t order, float *logits) {
+    if (!s || !ctx || !ids || !positions || !logits)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_run: NULL argument");
+    if (plan && plan->e != s->e)
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_run: the plan is of another executor");
+    for (int64_t b = 0; b < s->batch; b++) {
+        if (ids[b] < 0 || ids[b] >= s->vocab)
+            return lm__error(LM_OUT_OF_RANGE, "lm_decode_step_run: token id %d of row %lld is outside the vocabulary "
+                             "(%lld)", ids[b], (long long)b, (long long)s->vocab);
+        ((int32_t *)s->ids.data)[b] = ids[b];
+        ((int32_t *)s->positions.data)[b] = positions[b];
+        ((int32_t *)s->slots.data)[b] = (int32_t)b;
+    }
+    if (plan) LM_TRY(lm_decode_plan_run_cpu(plan, ctx, order));
+    else LM_TRY(lm_exec_run(s->e, ctx));
+    lm_tensor_view y;
+    LM_TRY(lm_exec_output(s->e, 0, &y));
+    return lm_tensor_view_read(ctx, &y, logits);
+}
