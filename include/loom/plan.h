@@ -276,6 +276,8 @@ typedef struct lm_decode_plan_options {
     int64_t item_bytes;           /* a split op gets more items than SMs when its items would stream more (256 KiB) */
     int64_t min_item_bytes;       /* and fewer items than SMs when they would stream less than this (4 KiB) */
     int max_items_per_sm;         /* a split op has at most this many items per SM (default 4) */
+    int64_t prefetch_bytes;       /* weight bytes an item may stream before its dependencies are met
+                                     (shared memory filled ahead; default 0: none) */
     int64_t context;              /* positions attention reads, for its cost (default 0: the cache's size) */
 } lm_decode_plan_options;
 

@@ -49,6 +49,7 @@ static lm_status check_options(const lm_decode_plan_options *o) {
                          "minimum no larger", (long long)o->item_bytes, (long long)o->min_item_bytes);
     if (o->max_items_per_sm < 1)
         return lm__error(LM_INVALID_ARGUMENT, "decode plan: max_items_per_sm = %d; expected >= 1", o->max_items_per_sm);
+    if (o->prefetch_bytes < 0) return lm__error(LM_INVALID_ARGUMENT, "decode plan: prefetch_bytes must be >= 0");
     if (o->context < 0) return lm__error(LM_INVALID_ARGUMENT, "decode plan: context must be >= 0");
     return LM_OK;
 }
@@ -139,6 +140,35 @@ static lm_status new_item(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t l
     return LM_OK;
 }
 
+/* Positions a row of attention op `op` holds (its slot, or its blocks when paged), and
+ * the ones its cost counts (opt.context, when smaller). */
+static int64_t attn_row(const lm_decode_plan *p, const lm__gop *op) {
+    const lm__gvalue *kc = &p->g->values[op->in[1]], *sl = &p->g->values[op->in[3]];
+    return sl->ndim == 2 ? sl->dims[1] * kc->dims[2] : kc->dims[2];
+}
+
+static int64_t attn_context(const lm_decode_plan *p, const lm__gop *op) {
+    int64_t R = attn_row(p, op);
+    return p->opt.context > 0 && p->opt.context < R ? p->opt.context : R;
+}
+
+/* Streamed bytes of one kv head of attention op `op` (every row's keys and values). */
+static double attn_head_bytes(const lm_decode_plan *p, const lm__gop *op) {
+    const lm__gvalue *q = &p->g->values[op->in[0]], *kc = &p->g->values[op->in[1]];
+    return 2.0 * (double)(q->dims[0] * attn_context(p, op) * kc->dims[3]) * (double)elem_bytes(kc->dtype);
+}
+
+static int64_t split_parts(const lm_decode_plan *p, double total, int64_t units, int64_t parts_cap);
+
+/* Key chunks per kv head: the parts the op's bytes call for, spread over its kv heads,
+ * at least 16 positions each; 1 = no key split. */
+static int64_t attn_chunks(const lm_decode_plan *p, const lm__gop *op) {
+    int64_t hkv = p->g->values[op->in[1]].dims[1], ctx = attn_context(p, op);
+    if (p->g->values[op->in[0]].dims[3] > LM__DP_MAX_HEAD_DIM) return 1;
+    int64_t parts = split_parts(p, attn_head_bytes(p, op) * (double)hkv, INT64_MAX, 0);
+    return LM_MAX(1, LM_MIN(parts / LM_MAX(hkv, 1), ctx / 16));
+}
+
 /* Footprint and streamed bytes of the item just added. */
 static lm_status footprint(lm_decode_plan *p) {
     lm__dp_item *it = &p->items[p->nitems - 1];
@@ -203,10 +233,42 @@ static lm_status footprint(lm_decode_plan *p) {
             LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
         }
         const lm_tensor_view *kc = view_of(p, op->in[1]);
-        int64_t P = kc->shape[2], ctx = p->opt.context > 0 && p->opt.context < P ? p->opt.context : P;
-        int64_t rows = g->values[op->in[0]].dims[0];
-        it->hbm = 2.0 * (double)(rows * (hi - lo) * ctx * kc->shape[3]) * (double)elem_bytes(kc->dtype);
+        it->hbm = attn_head_bytes(p, op) * (double)(hi - lo);
         l2 = 2.0 * view_bytes(view_of(p, op->out)) * (double)(hi - lo) / (double)kc->shape[1];
+        break;
+    }
+    case LM__DP_ATTN_PART:
+    case LM__DP_ATTN_COMBINE: {
+        const lm__gvalue *q = &g->values[op->in[0]];
+        int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], D = q->dims[3], G = lm__dp_group(g, op);
+        uintptr_t base = (uintptr_t)p->part;
+        if (it->kind == LM__DP_ATTN_PART) {
+            LM_TRY(add_slice(p, op->in[0], 2, lo * G, hi * G, 0));
+            LM_TRY(add_slice(p, op->in[1], 1, lo, hi, 0));
+            LM_TRY(add_slice(p, op->in[2], 1, lo, hi, 0));
+            LM_TRY(add_whole(p, op->in[3], 0));
+            LM_TRY(add_whole(p, op->in[4], 0));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t h = lo * G; h < hi * G; h++) {
+                        uintptr_t a = base + sizeof(float) * (uintptr_t)lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, h, it->c);
+                        LM_TRY(add_iv(p, a, a + sizeof(float) * (uintptr_t)(D + 2), 1));
+                    }
+            const lm_tensor_view *kc = view_of(p, op->in[1]);
+            int64_t ctx = attn_context(p, op);
+            int64_t n = LM_MAX(0, LM_MIN(it->k1, ctx) - it->k0);
+            it->hbm = 2.0 * (double)(B * (hi - lo) * n * kc->shape[3]) * (double)elem_bytes(kc->dtype);
+            l2 = (double)(B * T * (hi - lo) * G * (2 * D + 2)) * sizeof(float);
+        } else {
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < T; t++) {
+                    uintptr_t a = base + sizeof(float) * (uintptr_t)lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, lo * G, 0);
+                    uintptr_t z = base + sizeof(float) * (uintptr_t)lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, hi * G, 0);
+                    LM_TRY(add_iv(p, a, z, 0));
+                }
+            LM_TRY(add_slice(p, op->out, 2, lo * G, hi * G, 1));
+            l2 = (double)(B * T * (hi - lo) * G * (it->nc * (D + 2) + D)) * sizeof(float);
+        }
         break;
     }
     case LM__DP_WHOLE:
@@ -233,17 +295,21 @@ static lm_status footprint(lm_decode_plan *p) {
     return LM_OK;
 }
 
-/* Cuts units [lo, hi) of op i (each unit_bytes streamed) into items. */
-static lm_status split(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t lo, int64_t hi, double unit_bytes,
-                       int64_t parts_cap) {
-    int64_t units = hi - lo;
-    double total = unit_bytes * (double)units;
-    /* every SM a piece while pieces keep min_item_bytes, more when they pass item_bytes */
+/* Pieces for `total` streamed bytes: every SM one while pieces keep min_item_bytes,
+ * more when they pass item_bytes; at most units, parts_cap (when > 0) and
+ * max_items_per_sm per SM. */
+static int64_t split_parts(const lm_decode_plan *p, double total, int64_t units, int64_t parts_cap) {
     int64_t spread = LM_MIN((int64_t)p->opt.sms, (int64_t)ceil(total / (double)p->opt.min_item_bytes));
     int64_t parts = LM_MAX(spread, (int64_t)ceil(total / (double)p->opt.item_bytes));
     int64_t cap = (int64_t)p->opt.sms * p->opt.max_items_per_sm;
     if (parts_cap > 0 && parts_cap < cap) cap = parts_cap;
-    parts = LM_MAX(1, LM_MIN(parts, LM_MIN(units, cap)));
+    return LM_MAX(1, LM_MIN(parts, LM_MIN(units, cap)));
+}
+
+/* Cuts units [lo, hi) of op i (each unit_bytes streamed) into items. */
+static lm_status split(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t lo, int64_t hi, double unit_bytes,
+                       int64_t parts_cap) {
+    int64_t units = hi - lo, parts = split_parts(p, unit_bytes * (double)units, units, parts_cap);
     for (int64_t k = 0; k < parts; k++) {
         int64_t a = lo + units * k / parts, b = lo + units * (k + 1) / parts;
         LM_TRY(new_item(p, op, kind, a, b));
@@ -262,8 +328,38 @@ static double row_bytes(const lm_decode_plan *p, const lm__gop *op, int w, int s
     return b;
 }
 
+/* Attention op i by kv heads, or, when its keys call for more pieces, by key chunks
+ * of each kv head (partials into part[] at *poff) and one merge per kv head. */
+static lm_status attn_items(lm_decode_plan *p, int i, int64_t *poff) {
+    const lm__gop *op = &p->g->ops[i];
+    const lm__gvalue *q = &p->g->values[op->in[0]];
+    int64_t hkv = p->g->values[op->in[1]].dims[1], nc = attn_chunks(p, op);
+    if (nc == 1) return split(p, i, LM__DP_ATTN, 0, hkv, attn_head_bytes(p, op), hkv);
+    int64_t R = attn_row(p, op), ctx = attn_context(p, op);
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t h = 0; h < hkv; h++)
+            for (int64_t c = 0; c < (pass ? 1 : nc); c++) {
+                LM_TRY(new_item(p, i, pass ? LM__DP_ATTN_COMBINE : LM__DP_ATTN_PART, h, h + 1));
+                lm__dp_item *it = &p->items[p->nitems - 1];
+                it->c = (int32_t)c, it->nc = (int32_t)nc, it->poff = *poff;
+                it->k0 = ctx * c / nc, it->k1 = c == nc - 1 ? R : ctx * (c + 1) / nc;
+                LM_TRY(footprint(p));
+            }
+    *poff += q->dims[0] * q->dims[1] * q->dims[2] * nc * (q->dims[3] + 2);
+    return LM_OK;
+}
+
 static lm_status make_items(lm_decode_plan *p) {
     const lm_graph *g = p->g;
+    int64_t poff = 0;
+    for (int64_t i = 0; i < g->nops; i++) { /* the partials' buffer first: footprints hold its addresses */
+        const lm__gop *op = &g->ops[i];
+        if (op->kind != LM__GOP_ATTENTION_CACHE) continue;
+        int64_t nc = attn_chunks(p, op);
+        const lm__gvalue *q = &g->values[op->in[0]];
+        if (nc > 1) p->npart += q->dims[0] * q->dims[1] * q->dims[2] * nc * (q->dims[3] + 2);
+    }
+    if (p->npart && !(p->part = lm__calloc((size_t)p->npart, sizeof *p->part))) return LM_OUT_OF_MEMORY;
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
         if (lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind)) continue;
@@ -288,11 +384,7 @@ static lm_status make_items(lm_decode_plan *p) {
             LM_TRY(split(p, (int)i, LM__DP_QKV, hq + hkv, hq + 2 * hkv, hb, LM_MAX(1, cap * hkv / total)));
             break;
         }
-        case LM__GOP_ATTENTION_CACHE: {
-            const lm_tensor_view *kc = view_of(p, op->in[1]);
-            LM_TRY(split(p, (int)i, LM__DP_ATTN, 0, kc->shape[1], 1.0, kc->shape[1]));
-            break;
-        }
+        case LM__GOP_ATTENTION_CACHE: LM_TRY(attn_items(p, (int)i, &poff)); break;
         default:
             LM_TRY(new_item(p, (int)i, LM__DP_WHOLE, 0, 1));
             LM_TRY(footprint(p));
@@ -312,88 +404,129 @@ static int cmp_iv(const void *a, const void *b) {
     return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : (x->item > y->item) - (x->item < y->item);
 }
 
-typedef struct pair {
-    int32_t a, b; /* a < b */
-} pair;
-
-static int cmp_pair(const void *x, const void *y) {
-    const pair *p = x, *q = y;
-    if (p->b != q->b) return p->b < q->b ? -1 : 1;
-    return p->a > q->a ? -1 : p->a < q->a ? 1 : 0; /* newest candidate first */
-}
-
-static lm_status add_pair(pair **v, int64_t *n, int64_t *cap, int32_t x, int32_t y) {
-    if (x == y) return LM_OK;
-    LM_TRY(lm__reserve((void **)v, cap, *n + 1, sizeof **v));
-    (*v)[(*n)++] = x < y ? (pair){x, y} : (pair){y, x};
-    return LM_OK;
-}
-
-/* Every conflicting pair of items: sorted intervals swept with the active writes (any
- * new interval may conflict with them) and active reads (only a new write may). */
-static lm_status conflicts(const lm__dp_iv *ivs, int64_t n, pair **out, int64_t *nout) {
-    lm__dp_iv *s = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *s, 64);
-    int64_t *aw = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *aw, 64), *ar = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *ar, 64);
-    pair *v = NULL;
-    int64_t nv = 0, cap = 0, nw = 0, nr = 0;
-    lm_status st = s && aw && ar ? LM_OK : LM_OUT_OF_MEMORY;
-    if (st == LM_OK) {
-        memcpy(s, ivs, (size_t)n * sizeof *s);
-        qsort(s, (size_t)n, sizeof *s, cmp_iv);
-    }
-    for (int64_t j = 0; st == LM_OK && j < n; j++) {
-        int64_t k = 0;
-        for (int64_t a = 0; a < nw; a++)
-            if (s[aw[a]].hi > s[j].lo) aw[k++] = aw[a];
-        nw = k, k = 0;
-        for (int64_t a = 0; a < nr; a++)
-            if (s[ar[a]].hi > s[j].lo) ar[k++] = ar[a];
-        nr = k;
-        for (int64_t a = 0; st == LM_OK && a < nw; a++) st = add_pair(&v, &nv, &cap, s[aw[a]].item, s[j].item);
-        for (int64_t a = 0; st == LM_OK && s[j].write && a < nr; a++)
-            st = add_pair(&v, &nv, &cap, s[ar[a]].item, s[j].item);
-        if (s[j].write) aw[nw++] = j;
-        else ar[nr++] = j;
-    }
-    lm__free(s), lm__free(aw), lm__free(ar);
-    if (st != LM_OK) {
-        lm__free(v);
-        return st;
-    }
-    *out = v, *nout = nv;
-    return LM_OK;
-}
-
 #define BIT(set, i) (((set)[(i) >> 6] >> ((i) & 63)) & 1)
 
-static lm_status make_deps(lm_decode_plan *p) {
-    pair *v = NULL;
-    int64_t nv = 0, n = p->nitems, words = (n + 63) / 64;
-    LM_TRY(conflicts(p->iv, p->niv, &v, &nv));
-    qsort(v, (size_t)nv, sizeof *v, cmp_pair);
-    uint64_t *reach = lm__calloc((size_t)LM_MAX(n * words, 1), sizeof *reach);
-    if (!reach) {
-        lm__free(v);
-        return LM_OUT_OF_MEMORY;
+/* Candidates of each item from the accesses before it, in the global order: per
+ * elementary byte segment (the footprints' endpoints cut the written storage into
+ * them) the last writer and the readers since; a read waits for the last writer, a
+ * write for it and those readers (older accesses are ordered through them). Storage
+ * no item writes (the weights) cannot conflict and is left out. */
+typedef struct seg {
+    int32_t writer;
+    int32_t nr;
+    int64_t cap;
+    int32_t *r; /* readers since the last write */
+} seg;
+
+static int cmp_uptr(const void *a, const void *b) {
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t lower_bound(const uintptr_t *E, int64_t n, uintptr_t x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (E[mid] < x) lo = mid + 1;
+        else hi = mid;
     }
-    lm_status st = LM_OK;
-    int64_t k = 0;
+    return lo;
+}
+
+static lm_status make_deps(lm_decode_plan *p) {
+    int64_t n = p->nitems, words = (n + 63) / 64, nw = 0, ne = 0, nseg = 0, ncand = 0, cap_cand = 0;
+    lm__dp_iv *W = lm__alloc((size_t)LM_MAX(p->niv, 1) * sizeof *W, 64);
+    unsigned char *rel = lm__calloc((size_t)LM_MAX(p->niv, 1), 1);
+    uintptr_t *E = lm__alloc((size_t)LM_MAX(2 * p->niv, 1) * sizeof *E, 64);
+    int32_t *stamp = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *stamp, 64), *cand = NULL;
+    uint64_t *reach = lm__calloc((size_t)LM_MAX(n * words, 1), sizeof *reach);
+    seg *S = NULL;
+    lm_status st = W && rel && E && stamp && reach ? LM_OK : LM_OUT_OF_MEMORY;
+    for (int64_t i = 0; st == LM_OK && i < p->niv; i++)
+        if (p->iv[i].write) W[nw++] = p->iv[i];
+    if (st == LM_OK) qsort(W, (size_t)nw, sizeof *W, cmp_iv);
+    int64_t m = 0; /* merged, disjoint, ascending */
+    for (int64_t i = 0; st == LM_OK && i < nw; i++) {
+        if (m && W[i].lo <= W[m - 1].hi) W[m - 1].hi = LM_MAX(W[m - 1].hi, W[i].hi);
+        else W[m++] = W[i];
+    }
+    for (int64_t i = 0; st == LM_OK && i < p->niv; i++) {
+        const lm__dp_iv *v = &p->iv[i];
+        int64_t lo = 0, hi = m; /* the first merged write ending after v starts */
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (W[mid].hi <= v->lo) lo = mid + 1;
+            else hi = mid;
+        }
+        rel[i] = v->write || (lo < m && W[lo].lo < v->hi);
+        if (rel[i]) E[ne++] = v->lo, E[ne++] = v->hi;
+    }
+    if (st == LM_OK) {
+        qsort(E, (size_t)ne, sizeof *E, cmp_uptr);
+        int64_t u = 0;
+        for (int64_t i = 0; i < ne; i++)
+            if (!u || E[i] != E[u - 1]) E[u++] = E[i];
+        ne = u, nseg = LM_MAX(ne - 1, 0);
+        S = lm__calloc((size_t)LM_MAX(nseg, 1), sizeof *S);
+        if (!S) st = LM_OUT_OF_MEMORY;
+        for (int64_t k = 0; S && k < nseg; k++) S[k].writer = -1;
+        for (int64_t k = 0; k < n; k++) stamp[k] = -1;
+    }
     for (int64_t b = 0; b < n && st == LM_OK; b++) {
+        const lm__dp_item *it = &p->items[b];
+        ncand = 0;
+        for (int64_t i = it->iv0; i < it->iv0 + it->niv && st == LM_OK; i++) {
+            if (!rel[i]) continue;
+            int64_t s0 = lower_bound(E, ne, p->iv[i].lo), s1 = lower_bound(E, ne, p->iv[i].hi);
+            for (int64_t k = s0; k < s1 && st == LM_OK; k++) {
+                int32_t w = S[k].writer;
+                if (w >= 0 && stamp[w] != b) {
+                    stamp[w] = (int32_t)b;
+                    st = LM__PUSH(cand, ncand, cap_cand, w);
+                }
+                for (int32_t r = 0; p->iv[i].write && r < S[k].nr && st == LM_OK; r++) {
+                    int32_t a = S[k].r[r];
+                    if (a == b || stamp[a] == b) continue;
+                    stamp[a] = (int32_t)b;
+                    st = LM__PUSH(cand, ncand, cap_cand, a);
+                }
+            }
+        }
+        for (int pass = 0; pass < 2 && st == LM_OK; pass++) /* reads recorded, then writes */
+            for (int64_t i = it->iv0; i < it->iv0 + it->niv && st == LM_OK; i++) {
+                if (!rel[i] || p->iv[i].write != pass) continue;
+                int64_t s0 = lower_bound(E, ne, p->iv[i].lo), s1 = lower_bound(E, ne, p->iv[i].hi);
+                for (int64_t k = s0; k < s1 && st == LM_OK; k++) {
+                    if (pass) S[k].writer = (int32_t)b, S[k].nr = 0;
+                    else if (!S[k].nr || S[k].r[S[k].nr - 1] != b) {
+                        int64_t nr = S[k].nr;
+                        st = LM__PUSH(S[k].r, nr, S[k].cap, (int32_t)b);
+                        S[k].nr = (int32_t)nr;
+                    }
+                }
+            }
+        if (st != LM_OK) break;
+        /* newest first: a candidate already reachable through a kept one is implied */
+        for (int64_t x = 1; x < ncand; x++)
+            for (int64_t y = x; y > 0 && cand[y - 1] < cand[y]; y--) {
+                int32_t t = cand[y - 1];
+                cand[y - 1] = cand[y], cand[y] = t;
+            }
         uint64_t *rb = reach + b * words;
         p->items[b].dep0 = p->ndeps;
-        for (; k < nv && v[k].b == b && st == LM_OK; k++) {
-            int32_t a = v[k].a;
-            if (BIT(rb, a)) continue; /* already implied (or a duplicate) */
-            st = lm__reserve((void **)&p->deps, &p->cap_deps, p->ndeps + 1, sizeof *p->deps);
+        for (int64_t x = 0; x < ncand && st == LM_OK; x++) {
+            int32_t a = cand[x];
+            if (BIT(rb, a)) continue;
+            st = LM__PUSH(p->deps, p->ndeps, p->cap_deps, a);
             if (st != LM_OK) break;
-            p->deps[p->ndeps++] = a;
             p->items[b].ndep++;
             const uint64_t *ra = reach + (int64_t)a * words;
             for (int64_t w = 0; w <= a / 64; w++) rb[w] |= ra[w];
             rb[a >> 6] |= (uint64_t)1 << (a & 63);
         }
     }
-    lm__free(reach), lm__free(v);
+    for (int64_t k = 0; S && k < nseg; k++) lm__free(S[k].r);
+    lm__free(S), lm__free(W), lm__free(rel), lm__free(E), lm__free(stamp), lm__free(cand), lm__free(reach);
     return st;
 }
 
@@ -410,21 +543,25 @@ static lm_status make_lists(lm_decode_plan *p) {
         lm__free(free_at), lm__free(count);
         return LM_OUT_OF_MEMORY;
     }
+    double sm_hbm = p->opt.bandwidth_bytes_per_s / p->opt.full_sms;
     for (int64_t i = 0; i < n; i++) {
         lm__dp_item *it = &p->items[i];
-        double best = INFINITY;
+        double best = INFINITY, best_start = 0;
         int bs = 0;
+        /* the first prefetch_bytes of the item's weights may stream while it waits */
+        double early = fmin(it->hbm, (double)p->opt.prefetch_bytes) / sm_hbm;
         for (int s = 0; s < S; s++) {
-            double ready = free_at[s];
+            double ready = 0;
             for (int d = 0; d < it->ndep; d++) {
                 const lm__dp_item *q = &p->items[p->deps[it->dep0 + d]];
                 double t = q->start + q->cost + (q->sm == s ? 0 : p->opt.dep_s);
                 if (t > ready) ready = t;
             }
-            if (ready < best) best = ready, bs = s;
+            double start = fmax(free_at[s], ready - early);
+            if (start + it->cost < best) best = start + it->cost, best_start = start, bs = s;
         }
-        it->sm = bs, it->start = best;
-        free_at[bs] = best + it->cost;
+        it->sm = bs, it->start = best_start;
+        free_at[bs] = best;
         count[bs]++;
         p->busy_s += it->cost;
         if (free_at[bs] > p->step_s) p->step_s = free_at[bs];
@@ -444,6 +581,7 @@ static lm_status make_lists(lm_decode_plan *p) {
 void lm_decode_plan_destroy(lm_decode_plan *p) {
     if (!p) return;
     lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
+    lm__free(p->part);
     lm__free(p);
 }
 

@@ -14,6 +14,9 @@ typedef enum lm__dp_kind {
     LM__DP_SWIGLU, /* linear_swiglu: output columns [lo, hi) = gate rows [lo, hi) and up rows I + [lo, hi) */
     LM__DP_QKV,    /* linear_qkv_rope: heads [lo, hi) of the q|k|v stack, all in one of the three */
     LM__DP_ATTN,   /* attention_cache: kv heads [lo, hi) and their query heads */
+    LM__DP_ATTN_PART,    /* attention_cache, kv head lo, keys [k0, k1): chunk c of nc, its softmax partials
+                            (max, sum, weighted values) into the plan's buffer at poff */
+    LM__DP_ATTN_COMBINE, /* attention_cache, kv head lo: the nc chunks' partials merged into the output */
 } lm__dp_kind;
 
 /* A byte interval [lo, hi) of one item's footprint. */
@@ -34,7 +37,20 @@ typedef struct lm__dp_item {
     int32_t ndep;
     int64_t iv0; /* iv[iv0 .. iv0 + niv) */
     int32_t niv;
+    int64_t k0, k1; /* ATTN_PART: the key positions */
+    int32_t c, nc;  /* ATTN_PART / ATTN_COMBINE: chunk c of nc per kv head */
+    int64_t poff;   /* ATTN_PART / ATTN_COMBINE: the op's partials in part[] (floats) */
 } lm__dp_item;
+
+#define LM__DP_MAX_HEAD_DIM 512 /* the key split's head dimensions (larger ones run whole heads) */
+
+/* Partials of one attention op in part[]: record (row b, token t, query head hq, chunk c)
+ * of D + 2 floats (max score, sum of exponentials, D weighted values) at
+ * poff + (((b * T + t) * Hq + hq) * nc + c) * (D + 2). */
+static inline int64_t lm__dp_part_at(int64_t poff, int64_t T, int64_t Hq, int64_t nc, int64_t D, int64_t b, int64_t t,
+                                     int64_t hq, int64_t c) {
+    return poff + (((b * T + t) * Hq + hq) * nc + c) * (D + 2);
+}
 
 struct lm_decode_plan {
     lm_exec *e; /* borrowed */
@@ -51,6 +67,8 @@ struct lm_decode_plan {
     int64_t *sm_begin; /* [sms + 1] */
     double step_s, busy_s, hbm_bytes;
     int64_t ops_split, ops_whole;
+    float *part; /* attention partials of the key-split ops (host memory: the CPU run's) */
+    int64_t npart;
 };
 
 /* The units of op i's split kind: G query heads per kv head (attention), Hq (the

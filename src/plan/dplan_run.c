@@ -13,6 +13,7 @@
 #include "ops/internal.h"
 #include "plan/dplan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -113,6 +114,69 @@ static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i,
     return lm_attention_cache_out(ctx, &q, &kc, &vc, IN(3), IN(4), &p, &o);
 }
 
+/* Keys [k0, k1) of kv head h for every row, token and query head of its group: the
+ * softmax partials (in double, stored as f32) of the positions the token sees (up to its
+ * own, inside the window), as lm__ref_attention_cache's rows see them. */
+static void run_attn_part(lm_decode_plan *p, const lm__gop *op, const lm__dp_item *it) {
+    const lm_tensor_view *V = p->e->view, *q = &V[op->in[0]], *kc = &V[op->in[1]], *vc = &V[op->in[2]];
+    const lm_tensor_view *slots = &V[op->in[3]], *pos = &V[op->in[4]];
+    int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3], P = kc->shape[2];
+    int64_t G = lm__dp_group(p->g, op), h = it->lo, window = op->i[1];
+    double scale = op->a, acc[LM__DP_MAX_HEAD_DIM];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            int64_t at = lm__ld_index(pos->dtype, pos->data, b * pos->stride[0] + t * pos->stride[1]);
+            int64_t j0 = LM_MAX(it->k0, window > 0 ? at - window + 1 : 0), j1 = LM_MIN(it->k1, at + 1);
+            for (int64_t hq = h * G; hq < (h + 1) * G; hq++) {
+                double m = -INFINITY, l = 0;
+                for (int64_t d = 0; d < D; d++) acc[d] = 0;
+                int64_t qo = b * q->stride[0] + t * q->stride[1] + hq * q->stride[2];
+                for (int64_t j = j0; j < j1; j++) {
+                    int64_t blk = lm__kv_block(slots, b, j, P), o = j % P;
+                    int64_t ko = blk * kc->stride[0] + h * kc->stride[1] + o * kc->stride[2];
+                    int64_t vo = blk * vc->stride[0] + h * vc->stride[1] + o * vc->stride[2];
+                    double sc = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        sc += lm__ld(q->dtype, q->data, qo + d * q->stride[3]) *
+                              lm__ld(kc->dtype, kc->data, ko + d * kc->stride[3]);
+                    sc *= scale;
+                    double mn = fmax(m, sc), f = exp(m - mn), e = exp(sc - mn);
+                    l = l * f + e;
+                    for (int64_t d = 0; d < D; d++)
+                        acc[d] = acc[d] * f + e * lm__ld(vc->dtype, vc->data, vo + d * vc->stride[3]);
+                    m = mn;
+                }
+                float *r = p->part + lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, hq, it->c);
+                r[0] = (float)m, r[1] = (float)l;
+                for (int64_t d = 0; d < D; d++) r[2 + d] = (float)acc[d];
+            }
+        }
+}
+
+/* The nc chunks of kv head h merged: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c
+ * (M the largest m_c); 0 where the token sees no key. */
+static void run_attn_combine(lm_decode_plan *p, const lm__gop *op, const lm__dp_item *it) {
+    const lm_tensor_view *V = p->e->view, *q = &V[op->in[0]], *out = &V[op->out];
+    int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3], G = lm__dp_group(p->g, op);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t hq = it->lo * G; hq < it->hi * G; hq++) {
+                double M = -INFINITY, L = 0, o[LM__DP_MAX_HEAD_DIM];
+                for (int64_t c = 0; c < it->nc; c++)
+                    M = fmax(M, p->part[lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, hq, c)]);
+                for (int64_t d = 0; d < D; d++) o[d] = 0;
+                for (int64_t c = 0; c < it->nc && M > -INFINITY; c++) {
+                    const float *r = p->part + lm__dp_part_at(it->poff, T, Hq, it->nc, D, b, t, hq, c);
+                    if (r[0] == -INFINITY) continue;
+                    double f = exp((double)r[0] - M);
+                    L += f * r[1];
+                    for (int64_t d = 0; d < D; d++) o[d] += f * r[2 + d];
+                }
+                int64_t oo = b * out->stride[0] + t * out->stride[1] + hq * out->stride[2];
+                for (int64_t d = 0; d < D; d++) lm__st(out->dtype, out->data, oo + d * out->stride[3], L > 0 ? o[d] / L : 0.0);
+            }
+}
+
 static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it) {
     lm_exec *e = p->e;
     const lm_tensor_view *V = e->view;
@@ -129,6 +193,8 @@ static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it)
     case LM__DP_SWIGLU: return run_swiglu(ctx, V, op, it->lo, it->hi);
     case LM__DP_QKV: return run_qkv(ctx, V, op, it->lo, it->hi);
     case LM__DP_ATTN: return run_attn(e, ctx, op, it->op, it->lo, it->hi);
+    case LM__DP_ATTN_PART: run_attn_part(p, op, it); return LM_OK;
+    case LM__DP_ATTN_COMBINE: run_attn_combine(p, op, it); return LM_OK;
     }
     return lm__error(LM_INTERNAL, "decode plan: item kind %d", (int)it->kind);
 }

@@ -8,7 +8,9 @@
  * on views, so only the GEMV's blocking over fewer rows may differ).
  * Models: bf16 weights (the fused q|k|v + RoPE + KV store and gate|up + SwiGLU GEMVs,
  * split by heads and columns), f32 (unfused front), a sliding window with biases, and
- * int8 / int4 weights. The check must fail when a dependency is removed or a list is
+ * int8 / int4 weights; attention cut by key chunks (softmax partials merged per kv
+ * head) over 40 steps of a 64-position cache, with and without a sliding window. The
+ * check must fail when a dependency is removed or a list is
  * reordered; a run after a binding change is refused; bad options are refused; on one
  * SM the predicted time is the sum of the item times.
  * LM_TEST_LABELS: unit model plan
@@ -43,13 +45,13 @@ static lm_decode_plan_options small_items(int sms) {
     return o;
 }
 
-/* Four steps through the executor and through plan p of the same step object;
- * returns the worst NMSE. */
+/* Steps at positions 0 .. nsteps - 1 through the executor and through plan p of the
+ * same step object; returns the worst NMSE. */
 static double compare_steps(lm_decode_step *ref, lm_decode_step *s, lm_decode_plan *p, int64_t B, int64_t V,
-                            uint64_t seed, const char *what) {
+                            uint64_t seed, int nsteps, const char *what) {
     float *want = malloc(sizeof(float) * (size_t)(B * V)), *got = malloc(sizeof(float) * (size_t)(B * V));
     double worst = 0;
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < nsteps; t++) {
         int32_t ids[2] = {(int32_t)((7 * t + 3) % V), (int32_t)((11 * t + 5) % V)}, pos[2] = {t, t};
         LT_CHECK_OK(lm_decode_step_run(ref, g_ctx, ids, pos, NULL, 0, want));
         uint64_t order = t == 0 ? 0 : seed + (uint64_t)t;
@@ -106,7 +108,7 @@ static void check_model(const char *name, lm_weights w, int fused_front) {
             }
             char what[160];
             snprintf(what, sizeof what, "%s %s B%lld on %d SMs", name, lm_weights_name(w), (long long)B, sms[k]);
-            compare_steps(ref, s, p, B, V, 1000u * (uint64_t)k + 17, what);
+            compare_steps(ref, s, p, B, V, 1000u * (uint64_t)k + 17, 4, what);
             lm_decode_plan_destroy(p);
         }
         lm_decode_step_destroy(ref), lm_decode_step_destroy(s);
@@ -127,6 +129,40 @@ static void test_f32_and_window(void) {
 static void test_quantized(void) {
     check_model("qwen2_bias_sharded", LM_WEIGHTS_INT8, 0);
     check_model("llama_gqa2_f32", LM_WEIGHTS_INT4, 0);
+}
+
+/* Attention cut by key chunks of each kv head (softmax partials merged per head): a
+ * 64-position cache in chunks of 16, 40 steps so tokens see keys in up to three chunks
+ * (and a sliding window cuts into them), against the executor's attention. */
+static void check_key_split(const char *name) {
+    lm_model *m = load(name, LM_WEIGHTS_AUTO);
+    if (!m) return;
+    int64_t V = lm_model_get_config(m)->vocab_size, B = 2;
+    lm_decode_step *ref = NULL, *s = NULL;
+    LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 64, &ref));
+    LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 64, &s));
+    lm_decode_plan_options o = small_items(7);
+    o.item_bytes = 1024, o.min_item_bytes = 64;
+    lm_decode_plan *p = NULL;
+    if (ref && s) LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
+    if (p) {
+        LT_CHECK_OK(lm_decode_plan_check(p));
+        int parts = count_kind(p, LM__DP_ATTN_PART), merges = count_kind(p, LM__DP_ATTN_COMBINE);
+        LT_CHECK_MSG(parts >= 4 * merges && merges > 0 && count_kind(p, LM__DP_ATTN) == 0,
+                     "%s: %d key chunks, %d merges, %d whole heads", name, parts, merges, count_kind(p, LM__DP_ATTN));
+        char what[96];
+        snprintf(what, sizeof what, "%s key split", name);
+        compare_steps(ref, s, p, B, V, 99, 40, what);
+    }
+    lm_decode_plan_destroy(p);
+    lm_decode_step_destroy(ref), lm_decode_step_destroy(s);
+    lm_model_destroy(m);
+}
+
+static void test_attention_key_split(void) {
+    check_key_split("llama3_scaled_bf16");
+    check_key_split("mistral_window_f32");
+    check_key_split("qwen2_mqa_yarn");
 }
 
 /* A removed dependency or a reordered list is caught by the check; stale views and
@@ -194,6 +230,7 @@ int main(void) {
     LT_RUN(test_bf16_fused_front);
     LT_RUN(test_f32_and_window);
     LT_RUN(test_quantized);
+    LT_RUN(test_attention_key_split);
     LT_RUN(test_check_catches);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

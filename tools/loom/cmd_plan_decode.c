@@ -68,7 +68,7 @@ int cmd_plan_decode(int argc, char **argv) {
     const char *model = NULL, *weights_text = NULL;
     int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = 2, orders = 2, json = 0, no_check = 0, report = 0;
     int items_per_sm = 0;
-    float bw = 0, l2 = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0;
+    float bw = 0, l2 = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model, "DIR: a Hugging Face model directory (config.json + safetensors)"},
@@ -76,7 +76,7 @@ int cmd_plan_decode(int argc, char **argv) {
         {"sms", CLI_COUNT, &sms, "N: SMs the schedule runs on (default 132, an H200)"},
         {"batch", CLI_COUNT, &batch, "B: rows decoded together (default 1)"},
         {"context", CLI_NONNEG, &context, "N: positions attention reads, for the cost (default: the cache's)"},
-        {"cache", CLI_COUNT, &cache, "N: KV cache positions per row on the CPU run (default max(16, --steps))"},
+        {"cache", CLI_COUNT, &cache, "N: KV cache positions per row (default max(16, --steps, --context))"},
         {"steps", CLI_INT, &steps, "N: decode steps run and compared per order (default 2; 0: no CPU run)"},
         {"orders", CLI_COUNT, &orders, "N: the global order and N - 1 random SM interleavings (default 2)"},
         {"seed", CLI_U64, &seed, "N: token ids and interleavings (default 1)"},
@@ -88,6 +88,8 @@ int cmd_plan_decode(int argc, char **argv) {
         {"item-kib", CLI_NONNEG, &item_kib, "KIB: streamed bytes aimed at per item (default 256)"},
         {"min-item-kib", CLI_NONNEG, &min_kib, "KIB: fewer items than SMs below this per item (default 4)"},
         {"items-per-sm", CLI_COUNT, &items_per_sm, "N: at most N items per SM for one op (default 4)"},
+        {"prefetch-kib", CLI_NONNEG, &prefetch_kib, "KIB: weights an item may stream before its dependencies are "
+                                                     "met (default 0)"},
         {"report", CLI_FLAG, &report, "print one line per op (items, SMs, predicted span)"},
         {"no-check", CLI_FLAG, &no_check, "skip the dependency check"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
@@ -114,7 +116,11 @@ int cmd_plan_decode(int argc, char **argv) {
     if (min_kib > 0) o.min_item_bytes = (int64_t)((double)min_kib * 1024);
     if (items_per_sm) o.max_items_per_sm = items_per_sm;
     o.context = (int64_t)context;
-    if (!cache) cache = steps > 16 ? steps : 16;
+    o.prefetch_bytes = (int64_t)((double)prefetch_kib * 1024);
+    if (!cache) { /* a cache that holds the steps and the costed context */
+        cache = steps > 16 ? steps : 16;
+        if ((int)context > cache) cache = (int)context;
+    }
     if (steps > cache) {
         fprintf(stderr, "loom plan decode: --steps %d needs --cache >= %d\n", steps, steps);
         return 2;
@@ -155,11 +161,11 @@ int cmd_plan_decode(int argc, char **argv) {
                    "\"ops_whole\":%lld,\"max_items_sm\":%lld,\"predicted_step_us\":%.3f,\"predicted_tok_per_s\":%.1f,"
                    "\"hbm_bytes\":%.0f,\"bound_us\":%.3f,\"busy_us\":%.3f,\"plan_s\":%.3f,"
                    "\"constants\":{\"full_sms\":%d,\"bandwidth\":%.4g,\"l2_bandwidth\":%.4g,\"item_us\":%.3f,"
-                   "\"dep_us\":%.3f,\"item_bytes\":%lld,\"min_item_bytes\":%lld,\"items_per_sm\":%d,\"context\":%lld},",
+                   "\"dep_us\":%.3f,\"item_bytes\":%lld,\"min_item_bytes\":%lld,\"items_per_sm\":%d,\"prefetch_bytes\":%lld,\"context\":%lld},",
                    model, batch, ps.sms, (long long)ps.items, (long long)ps.deps, (long long)ps.ops_split,
                    (long long)ps.ops_whole, (long long)ps.max_items_sm, ps.step_s * 1e6, tok, ps.hbm_bytes,
                    ps.bound_s * 1e6, ps.busy_s * 1e6, plan_s, o.full_sms, o.bandwidth_bytes_per_s, o.l2_bytes_per_s,
-                   o.item_s * 1e6, o.dep_s * 1e6, (long long)o.item_bytes, (long long)o.min_item_bytes, o.max_items_per_sm, (long long)o.context);
+                   o.item_s * 1e6, o.dep_s * 1e6, (long long)o.item_bytes, (long long)o.min_item_bytes, o.max_items_per_sm, (long long)o.prefetch_bytes, (long long)o.context);
             if (no_check) printf("\"check\":{\"ran\":false},");
             else printf("\"check\":{\"ran\":true,\"passed\":%s,\"seconds\":%.3f},", check_ok ? "true" : "false", check_s);
             if (steps > 0)
