@@ -208,15 +208,26 @@ static lm_status footprint(lm_decode_plan *p) {
         LM_TRY(add_whole(p, op->in[0], 0));
         LM_TRY(add_whole(p, op->in[2], 0));
         for (int k = 5; k <= 7; k++) LM_TRY(add_whole(p, op->in[k], 0));
-        LM_TRY(add_slice(p, op->in[1], 0, lo * D, hi * D, 0));
-        LM_TRY(add_slice(p, op->in[3], 0, lo * D, hi * D, 0));
-        LM_TRY(add_slice(p, op->in[4], 0, lo * D, hi * D, 0));
-        lm_tensor_view s;
-        LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, lo * D, hi * D, 1, &s));
-        it->hbm += view_bytes(&s);
-        if (hi <= hq) LM_TRY(add_slice(p, op->out, 2, lo, hi, 1));
-        else if (hi <= hq + hkv) LM_TRY(add_slice(p, op->in[8], 1, lo - hq, hi - hq, 1));
-        else LM_TRY(add_slice(p, op->in[9], 1, lo - hq - hkv, hi - hq - hkv, 1));
+        for (int64_t h = lo; h < hi; h++)
+            for (int half = 0; half < 2; half++) { /* RoPE's pairs: dims k0.. and D/2 + k0.. */
+                int64_t d0 = half * D / 2 + it->k0, d1 = half * D / 2 + it->k1;
+                LM_TRY(add_slice(p, op->in[1], 0, h * D + d0, h * D + d1, 0));
+                LM_TRY(add_slice(p, op->in[3], 0, h * D + d0, h * D + d1, 0));
+                LM_TRY(add_slice(p, op->in[4], 0, h * D + d0, h * D + d1, 0));
+                lm_tensor_view s;
+                LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, h * D + d0, h * D + d1, 1, &s));
+                it->hbm += view_bytes(&s);
+                if (op->in[3] >= 0) {
+                    LM_TRY(lm_tensor_view_slice(view_of(p, op->in[3]), 0, h * D + d0, h * D + d1, 1, &s));
+                    it->hbm += view_bytes(&s);
+                }
+                int v = h < hq ? op->out : h < hq + hkv ? op->in[8] : op->in[9];
+                int64_t hh = h < hq ? h : h < hq + hkv ? h - hq : h - hq - hkv;
+                lm_tensor_view a;
+                LM_TRY(lm_tensor_view_slice(view_of(p, v), h < hq ? 2 : 1, hh, hh + 1, 1, &a));
+                LM_TRY(lm_tensor_view_slice(&a, 3, d0, d1, 1, &s));
+                LM_TRY(add_view(p, &s, 1));
+            }
         l2 = view_bytes(view_of(p, op->in[0]));
         break;
     }
@@ -328,6 +339,25 @@ static double row_bytes(const lm_decode_plan *p, const lm__gop *op, int w, int s
     return b;
 }
 
+/* Heads [h0, h0 + nh) of the q|k|v front (one of its three sections): ranges of whole
+ * heads, or, when the bytes call for more pieces than heads, each head cut into ranges
+ * of RoPE's pairs (dims k0..k1 with D/2 + k0..k1, at least 8 pairs a piece). */
+static lm_status qkv_items(lm_decode_plan *p, int i, int64_t h0, int64_t nh, int64_t D, double head_bytes,
+                           int64_t cap) {
+    int64_t half = D / 2, parts = split_parts(p, head_bytes * (double)nh, nh * LM_MAX(1, half / 8), cap);
+    int64_t per = parts <= nh ? 1 : parts / nh;
+    int64_t runs = per > 1 ? nh : parts;
+    for (int64_t r = 0; r < runs; r++)
+        for (int64_t c = 0; c < per; c++) {
+            int64_t a = per > 1 ? h0 + r : h0 + nh * r / runs, b = per > 1 ? a + 1 : h0 + nh * (r + 1) / runs;
+            LM_TRY(new_item(p, i, LM__DP_QKV, a, b));
+            lm__dp_item *it = &p->items[p->nitems - 1];
+            it->k0 = half * c / per, it->k1 = half * (c + 1) / per;
+            LM_TRY(footprint(p));
+        }
+    return LM_OK;
+}
+
 /* Attention op i by kv heads, or, when its keys call for more pieces, by key chunks
  * of each kv head (partials into part[] at *poff) and one merge per kv head. */
 static lm_status attn_items(lm_decode_plan *p, int i, int64_t *poff) {
@@ -379,9 +409,9 @@ static lm_status make_items(lm_decode_plan *p) {
             int64_t D = g->values[op->out].dims[3], hq = lm__dp_heads_q(op), hkv = g->values[op->in[8]].dims[1];
             double hb = (double)D * row_bytes(p, op, 1, 3);
             int64_t cap = (int64_t)p->opt.sms * p->opt.max_items_per_sm, total = hq + 2 * hkv;
-            LM_TRY(split(p, (int)i, LM__DP_QKV, 0, hq, hb, LM_MAX(1, cap * hq / total)));
-            LM_TRY(split(p, (int)i, LM__DP_QKV, hq, hq + hkv, hb, LM_MAX(1, cap * hkv / total)));
-            LM_TRY(split(p, (int)i, LM__DP_QKV, hq + hkv, hq + 2 * hkv, hb, LM_MAX(1, cap * hkv / total)));
+            LM_TRY(qkv_items(p, (int)i, 0, hq, D, hb, LM_MAX(1, cap * hq / total)));
+            LM_TRY(qkv_items(p, (int)i, hq, hkv, D, hb, LM_MAX(1, cap * hkv / total)));
+            LM_TRY(qkv_items(p, (int)i, hq + hkv, hkv, D, hb, LM_MAX(1, cap * hkv / total)));
             break;
         }
         case LM__GOP_ATTENTION_CACHE: LM_TRY(attn_items(p, (int)i, &poff)); break;

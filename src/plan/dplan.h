@@ -12,7 +12,8 @@ typedef enum lm__dp_kind {
     LM__DP_WHOLE = 0,
     LM__DP_ROWS,   /* linear: output columns [lo, hi) = weight rows */
     LM__DP_SWIGLU, /* linear_swiglu: output columns [lo, hi) = gate rows [lo, hi) and up rows I + [lo, hi) */
-    LM__DP_QKV,    /* linear_qkv_rope: heads [lo, hi) of the q|k|v stack, all in one of the three */
+    LM__DP_QKV,    /* linear_qkv_rope: heads [lo, hi) of the q|k|v stack, all in one of the three, their
+                      RoPE pairs (dims) [k0, k1) and D/2 + [k0, k1) */
     LM__DP_ATTN,   /* attention_cache: kv heads [lo, hi) and their query heads */
     LM__DP_ATTN_PART,    /* attention_cache, kv head lo, keys [k0, k1): chunk c of nc, its softmax partials
                             (max, sum, weighted values) into the plan's buffer at poff */
@@ -37,7 +38,7 @@ typedef struct lm__dp_item {
     int32_t ndep;
     int64_t iv0; /* iv[iv0 .. iv0 + niv) */
     int32_t niv;
-    int64_t k0, k1; /* ATTN_PART: the key positions */
+    int64_t k0, k1; /* ATTN_PART: the key positions; QKV: the pairs */
     int32_t c, nc;  /* ATTN_PART / ATTN_COMBINE: chunk c of nc per kv head */
     int64_t poff;   /* ATTN_PART / ATTN_COMBINE: the op's partials in part[] (floats) */
 } lm__dp_item;

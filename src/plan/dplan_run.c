@@ -66,34 +66,51 @@ static lm_status run_swiglu(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop 
     return st;
 }
 
-static lm_status run_qkv(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, int64_t lo, int64_t hi) {
+/* Head h's pairs [k0, k1) of the q|k|v front: both row ranges (dims k0.. and D/2 + k0..)
+ * into scratch [M, 2n], RoPE over them as one head of 2n dims with inv_freq[k0, k1) (q
+ * and k), then the two halves into q or stored into the cache. */
+static lm_status qkv_head(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, int64_t h, int64_t k0, int64_t k1) {
     const lm_tensor_view *q = &V[op->out];
-    int64_t B = q->shape[0], T = q->shape[1], D = q->shape[3], n = hi - lo;
+    int64_t B = q->shape[0], T = q->shape[1], D = q->shape[3], n = k1 - k0;
     int64_t hq = lm__dp_heads_q(op), hkv = V[op->in[8]].shape[1];
     float *yb = NULL, *rb = NULL;
-    lm_tensor_view y, y4, r4, dst;
-    int64_t s4[4] = {B, T, n, D};
-    lm_status st = scratch(B * T, n * D, &yb, &y);
-    if (st == LM_OK)
-        st = linear_rows(ctx, V, op, 4, 2, 3, (lm_linear_input)op->i[1], (int)op->i[2], 0, lo * D, hi * D, &y);
+    lm_tensor_view y, yh, y4, r4, fr, dst, dh, src;
+    int64_t s4[4] = {B, T, 1, 2 * n};
+    lm_status st = scratch(B * T, 2 * n, &yb, &y);
+    if (st == LM_OK) st = scratch(B * T, 2 * n, &rb, &fr);
+    for (int half = 0; half < 2 && st == LM_OK; half++) {
+        st = lm_tensor_view_slice(&y, 1, half * n, (half + 1) * n, 1, &yh);
+        int64_t r0 = h * D + half * D / 2 + k0;
+        if (st == LM_OK)
+            st = linear_rows(ctx, V, op, 4, 2, 3, (lm_linear_input)op->i[1], (int)op->i[2], 0, r0, r0 + n, &yh);
+    }
     if (st == LM_OK) st = lm_tensor_view_init(&y4, yb, LM_F32, lm_device_cpu(), 4, s4, NULL);
-    lm_rope_params rp = {LM_ROPE_SPLIT_HALF, IN(5), (float)op->b, IN(6), 0, NULL};
-    if (st == LM_OK && hi <= hq) { /* q heads: rotated into the output */
-        st = lm_tensor_view_slice(q, 2, lo, hi, 1, &dst);
-        if (st == LM_OK) st = lm_rope_out(ctx, &y4, &rp, &dst);
-    } else if (st == LM_OK && hi <= hq + hkv) { /* k heads: rotated, then stored */
-        lm_tensor_view r2;
-        st = scratch(B * T, n * D, &rb, &r2);
-        if (st == LM_OK) st = lm_tensor_view_init(&r4, rb, LM_F32, lm_device_cpu(), 4, s4, NULL);
+    if (st == LM_OK) st = lm_tensor_view_init(&r4, rb, LM_F32, lm_device_cpu(), 4, s4, NULL);
+    const lm_tensor_view *from = &y4;
+    if (st == LM_OK && h < hq + hkv) { /* q and k rotate */
+        lm_tensor_view inv;
+        st = lm_tensor_view_slice(&V[op->in[5]], 0, k0, k1, 1, &inv);
+        lm_rope_params rp = {LM_ROPE_SPLIT_HALF, &inv, (float)op->b, IN(6), 0, NULL};
         if (st == LM_OK) st = lm_rope_out(ctx, &y4, &rp, &r4);
-        if (st == LM_OK) st = lm_tensor_view_slice(&V[op->in[8]], 1, lo - hq, hi - hq, 1, &dst);
-        if (st == LM_OK) st = lm_kv_store_out(ctx, &dst, &r4, IN(7), IN(6));
-    } else if (st == LM_OK) { /* v heads: stored */
-        st = lm_tensor_view_slice(&V[op->in[9]], 1, lo - hq - hkv, hi - hq - hkv, 1, &dst);
-        if (st == LM_OK) st = lm_kv_store_out(ctx, &dst, &y4, IN(7), IN(6));
+        from = &r4;
+    }
+    int v = h < hq ? op->out : h < hq + hkv ? op->in[8] : op->in[9];
+    int64_t hh = h < hq ? h : h < hq + hkv ? h - hq : h - hq - hkv;
+    if (st == LM_OK) st = lm_tensor_view_slice(&V[v], h < hq ? 2 : 1, hh, hh + 1, 1, &dst);
+    for (int half = 0; half < 2 && st == LM_OK; half++) {
+        st = lm_tensor_view_slice(&dst, 3, half * D / 2 + k0, half * D / 2 + k1, 1, &dh);
+        if (st == LM_OK) st = lm_tensor_view_slice(from, 3, half * n, (half + 1) * n, 1, &src);
+        if (st != LM_OK) break;
+        if (h < hq) st = lm_tensor_view_copy(ctx, &dh, &src);
+        else st = lm_kv_store_out(ctx, &dh, &src, IN(7), IN(6));
     }
     lm__free(yb), lm__free(rb);
     return st;
+}
+
+static lm_status run_qkv(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op, const lm__dp_item *it) {
+    for (int64_t h = it->lo; h < it->hi; h++) LM_TRY(qkv_head(ctx, V, op, h, it->k0, it->k1));
+    return LM_OK;
 }
 
 static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i, int64_t lo, int64_t hi) {
@@ -191,7 +208,7 @@ static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it)
                            &os);
     }
     case LM__DP_SWIGLU: return run_swiglu(ctx, V, op, it->lo, it->hi);
-    case LM__DP_QKV: return run_qkv(ctx, V, op, it->lo, it->hi);
+    case LM__DP_QKV: return run_qkv(ctx, V, op, it);
     case LM__DP_ATTN: return run_attn(e, ctx, op, it->op, it->lo, it->hi);
     case LM__DP_ATTN_PART: run_attn_part(p, op, it); return LM_OK;
     case LM__DP_ATTN_COMBINE: run_attn_combine(p, op, it); return LM_OK;

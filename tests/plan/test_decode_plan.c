@@ -7,7 +7,7 @@
  * (NMSE <= 1e-10 and max |d| <= 1e-5 of max |logit|: the pieces run the same operators
  * on views, so only the GEMV's blocking over fewer rows may differ).
  * Models: bf16 weights (the fused q|k|v + RoPE + KV store and gate|up + SwiGLU GEMVs,
- * split by heads and columns), f32 (unfused front), a sliding window with biases, and
+ * split by heads and RoPE's pairs, and by columns), f32 (unfused front), a sliding window with biases, and
  * int8 / int4 weights; attention cut by key chunks (softmax partials merged per kv
  * head) over 40 steps of a 64-position cache, with and without a sliding window. The
  * check must fail when a dependency is removed or a list is
@@ -101,6 +101,11 @@ static void check_model(const char *name, lm_weights w, int fused_front) {
                 LT_CHECK_MSG(fabs(st.step_s - st.busy_s) <= 1e-12 * st.busy_s, "one SM: step %.6g s, busy %.6g s",
                              st.step_s, st.busy_s);
             LT_CHECK(count_kind(p, LM__DP_ROWS) > 0 && count_kind(p, LM__DP_ATTN) > 0);
+            const lm_model_config *c = lm_model_get_config(m);
+            int heads = (int)((c->num_attention_heads + 2 * c->num_key_value_heads) * c->num_hidden_layers);
+            if (fused_front && sms[k] == 132 && c->head_dim >= 32) /* RoPE's pairs cut too (8 or more a piece) */
+                LT_CHECK_MSG(count_kind(p, LM__DP_QKV) > heads, "%s: %d front items for %d heads", name,
+                             count_kind(p, LM__DP_QKV), heads);
             if (fused_front && B <= 2) {
                 LT_CHECK_MSG(count_kind(p, LM__DP_QKV) >= 3 && count_kind(p, LM__DP_SWIGLU) > 0,
                              "%s: %d front items, %d SwiGLU items", name, count_kind(p, LM__DP_QKV),
