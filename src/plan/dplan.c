@@ -160,12 +160,12 @@ static double attn_head_bytes(const lm_decode_plan *p, const lm__gop *op) {
 
 static int64_t split_parts(const lm_decode_plan *p, double total, int64_t units, int64_t parts_cap);
 
-/* Key chunks per kv head: the parts the op's bytes call for, spread over its kv heads,
- * at least 16 positions each; 1 = no key split. */
+/* Key chunks per kv head: the parts the op's bytes call for (at most one per SM),
+ * spread over its kv heads, at least 16 positions each; 1 = no key split. */
 static int64_t attn_chunks(const lm_decode_plan *p, const lm__gop *op) {
     int64_t hkv = p->g->values[op->in[1]].dims[1], ctx = attn_context(p, op);
     if (p->g->values[op->in[0]].dims[3] > LM__DP_MAX_HEAD_DIM) return 1;
-    int64_t parts = split_parts(p, attn_head_bytes(p, op) * (double)hkv, INT64_MAX, 0);
+    int64_t parts = split_parts(p, attn_head_bytes(p, op) * (double)hkv, INT64_MAX, p->opt.sms); /* one wave */
     return LM_MAX(1, LM_MIN(parts / LM_MAX(hkv, 1), ctx / 16));
 }
 
@@ -231,21 +231,28 @@ static lm_status footprint(lm_decode_plan *p) {
         l2 = view_bytes(view_of(p, op->in[0]));
         break;
     }
-    case LM__DP_ATTN: { /* q, k_cache, v_cache, slots, positions */
-        int64_t G = lm__dp_group(g, op);
-        LM_TRY(add_slice(p, op->in[0], 2, lo * G, hi * G, 0));
-        LM_TRY(add_slice(p, op->in[1], 1, lo, hi, 0));
-        LM_TRY(add_slice(p, op->in[2], 1, lo, hi, 0));
-        LM_TRY(add_whole(p, op->in[3], 0));
-        LM_TRY(add_whole(p, op->in[4], 0));
-        LM_TRY(add_slice(p, op->out, 2, lo * G, hi * G, 1));
+    case LM__DP_ATTN: { /* q, k_cache, v_cache, slots, positions; units (row b, kv head h) */
+        int64_t G = lm__dp_group(g, op), hkv = g->values[op->in[1]].dims[1], B = g->values[op->in[0]].dims[0];
+        for (int64_t u = lo; u < hi; u++) {
+            int64_t b = u / hkv, h = u % hkv;
+            lm_tensor_view r, s;
+            LM_TRY(lm_tensor_view_slice(view_of(p, op->in[0]), 0, b, b + 1, 1, &r));
+            LM_TRY(lm_tensor_view_slice(&r, 2, h * G, (h + 1) * G, 1, &s));
+            LM_TRY(add_view(p, &s, 0));
+            LM_TRY(add_slice(p, op->in[1], 1, h, h + 1, 0)); /* every slot: the row's is found at run time */
+            LM_TRY(add_slice(p, op->in[2], 1, h, h + 1, 0));
+            LM_TRY(add_slice(p, op->in[3], 0, b, b + 1, 0));
+            LM_TRY(add_slice(p, op->in[4], 0, b, b + 1, 0));
+            LM_TRY(lm_tensor_view_slice(view_of(p, op->out), 0, b, b + 1, 1, &r));
+            LM_TRY(lm_tensor_view_slice(&r, 2, h * G, (h + 1) * G, 1, &s));
+            LM_TRY(add_view(p, &s, 1));
+            l2 += 2.0 * view_bytes(&s);
+        }
         if (p->e->work[it->op]) {
             uintptr_t w = (uintptr_t)p->e->work[it->op];
             LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
         }
-        const lm_tensor_view *kc = view_of(p, op->in[1]);
-        it->hbm = attn_head_bytes(p, op) * (double)(hi - lo);
-        l2 = 2.0 * view_bytes(view_of(p, op->out)) * (double)(hi - lo) / (double)kc->shape[1];
+        it->hbm = attn_head_bytes(p, op) * (double)(hi - lo) / (double)B;
         break;
     }
     case LM__DP_ATTN_PART:
@@ -282,23 +289,35 @@ static lm_status footprint(lm_decode_plan *p) {
         }
         break;
     }
-    case LM__DP_WHOLE:
+    case LM__DP_MROWS:
+    case LM__DP_WHOLE: {
+        int rows = it->kind == LM__DP_MROWS;
         for (int k = 0; k < op->nin; k++) {
             if (op->in[k] < 0) continue;
+            if (rows && lm__dp_row_input(op, k)) {
+                lm_tensor_view s;
+                LM_TRY(lm_tensor_view_slice(view_of(p, op->in[k]), 0, lo, hi, 1, &s));
+                LM_TRY(add_view(p, &s, 0));
+                l2 += view_bytes(&s);
+                continue;
+            }
             LM_TRY(add_whole(p, op->in[k], 0));
             if (!is_leaf_value(g, op->in[k])) l2 += view_bytes(view_of(p, op->in[k]));
         }
-        LM_TRY(add_whole(p, op->out, 1));
-        l2 += view_bytes(view_of(p, op->out));
-        if (op->out2 >= 0) {
-            LM_TRY(add_whole(p, op->out2, 1));
-            l2 += view_bytes(view_of(p, op->out2));
+        for (int k = 0; k < 2; k++) {
+            int v = k ? op->out2 : op->out;
+            if (v < 0) continue;
+            lm_tensor_view s = *view_of(p, v);
+            if (rows) LM_TRY(lm_tensor_view_slice(view_of(p, v), 0, lo, hi, 1, &s));
+            LM_TRY(add_view(p, &s, 1));
+            l2 += view_bytes(&s);
         }
         if (p->e->work[it->op]) {
             uintptr_t w = (uintptr_t)p->e->work[it->op];
             LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
         }
         break;
+    }
     }
     const lm_decode_plan_options *o = &p->opt;
     double sm_hbm = o->bandwidth_bytes_per_s / o->full_sms, sm_l2 = o->l2_bytes_per_s / o->full_sms;
@@ -364,7 +383,8 @@ static lm_status attn_items(lm_decode_plan *p, int i, int64_t *poff) {
     const lm__gop *op = &p->g->ops[i];
     const lm__gvalue *q = &p->g->values[op->in[0]];
     int64_t hkv = p->g->values[op->in[1]].dims[1], nc = attn_chunks(p, op);
-    if (nc == 1) return split(p, i, LM__DP_ATTN, 0, hkv, attn_head_bytes(p, op), hkv);
+    if (nc == 1) /* pieces of (row, kv head) units */
+        return split(p, i, LM__DP_ATTN, 0, q->dims[0] * hkv, attn_head_bytes(p, op) / (double)q->dims[0], 0);
     int64_t R = attn_row(p, op), ctx = attn_context(p, op);
     for (int pass = 0; pass < 2; pass++)
         for (int64_t h = 0; h < hkv; h++)
@@ -415,6 +435,17 @@ static lm_status make_items(lm_decode_plan *p) {
             break;
         }
         case LM__GOP_ATTENTION_CACHE: LM_TRY(attn_items(p, (int)i, &poff)); break;
+        case LM__GOP_RMSNORM:
+        case LM__GOP_ADD_RMSNORM:
+        case LM__GOP_SWIGLU: { /* rows: activation bytes decide the pieces */
+            const lm__gvalue *o = &g->values[op->out];
+            double bytes = 0;
+            for (int k = 0; k < op->nin; k++)
+                if (op->in[k] >= 0 && lm__dp_row_input(op, k)) bytes += view_bytes(view_of(p, op->in[k]));
+            bytes += view_bytes(view_of(p, op->out)) * (op->out2 >= 0 ? 2 : 1);
+            LM_TRY(split(p, (int)i, LM__DP_MROWS, 0, o->dims[0], bytes / (double)o->dims[0], 0));
+            break;
+        }
         default:
             LM_TRY(new_item(p, (int)i, LM__DP_WHOLE, 0, 1));
             LM_TRY(footprint(p));

@@ -14,10 +14,13 @@ typedef enum lm__dp_kind {
     LM__DP_SWIGLU, /* linear_swiglu: output columns [lo, hi) = gate rows [lo, hi) and up rows I + [lo, hi) */
     LM__DP_QKV,    /* linear_qkv_rope: heads [lo, hi) of the q|k|v stack, all in one of the three, their
                       RoPE pairs (dims) [k0, k1) and D/2 + [k0, k1) */
-    LM__DP_ATTN,   /* attention_cache: kv heads [lo, hi) and their query heads */
+    LM__DP_ATTN,   /* attention_cache: units [lo, hi) of (row b, kv head h) = b * Hkv + h, each with the
+                      query heads of h */
     LM__DP_ATTN_PART,    /* attention_cache, kv head lo, keys [k0, k1): chunk c of nc, its softmax partials
                             (max, sum, weighted values) into the plan's buffer at poff */
     LM__DP_ATTN_COMBINE, /* attention_cache, kv head lo: the nc chunks' partials merged into the output */
+    LM__DP_MROWS,        /* rms_norm, add_rmsnorm, swiglu: rows [lo, hi) (dim 0) of the output and of the
+                            inputs lm__dp_row_input names */
 } lm__dp_kind;
 
 /* A byte interval [lo, hi) of one item's footprint. */
@@ -76,6 +79,16 @@ struct lm_decode_plan {
  * front); dplan.c and dplan_run.c read an op the same way through these. */
 int64_t lm__dp_group(const lm_graph *g, const lm__gop *op);
 int64_t lm__dp_heads_q(const lm__gop *op);
+/* 1 when input k of op is cut with the output's rows in an MROWS item (the others, the
+ * weights, are read whole); 0 for ops without row pieces. */
+static inline int lm__dp_row_input(const lm__gop *op, int k) {
+    switch (op->kind) {
+    case LM__GOP_RMSNORM: return k == 0;
+    case LM__GOP_ADD_RMSNORM:
+    case LM__GOP_SWIGLU: return k == 0 || k == 1;
+    default: return 0;
+    }
+}
 /* Test hook: removes dependency k of item i (the check must then fail). */
 void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k);
 

@@ -113,14 +113,12 @@ static lm_status run_qkv(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op
     return LM_OK;
 }
 
+/* Units [lo, hi) of (row b, kv head h): the operator on row b's queries of the group,
+ * its slot (or block table) and position, the caches' head h. */
 static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i, int64_t lo, int64_t hi) {
     const lm_tensor_view *V = e->view;
-    int64_t G = lm__dp_group(e->g, op);
-    lm_tensor_view q, kc, vc, o, ws;
-    LM_TRY(lm_tensor_view_slice(&V[op->in[0]], 2, lo * G, hi * G, 1, &q));
-    LM_TRY(lm_tensor_view_slice(&V[op->in[1]], 1, lo, hi, 1, &kc));
-    LM_TRY(lm_tensor_view_slice(&V[op->in[2]], 1, lo, hi, 1, &vc));
-    LM_TRY(lm_tensor_view_slice(&V[op->out], 2, lo * G, hi * G, 1, &o));
+    int64_t G = lm__dp_group(e->g, op), hkv = V[op->in[1]].shape[1];
+    lm_tensor_view ws;
     const lm_tensor_view *wsp = NULL;
     if (e->work[i]) {
         int64_t n = (int64_t)e->work_bytes[i];
@@ -128,7 +126,20 @@ static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i,
         wsp = &ws;
     }
     lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
-    return lm_attention_cache_out(ctx, &q, &kc, &vc, IN(3), IN(4), &p, &o);
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / hkv, h = u % hkv;
+        lm_tensor_view r, q, kc, vc, o, sl, ps;
+        LM_TRY(lm_tensor_view_slice(&V[op->in[0]], 0, b, b + 1, 1, &r));
+        LM_TRY(lm_tensor_view_slice(&r, 2, h * G, (h + 1) * G, 1, &q));
+        LM_TRY(lm_tensor_view_slice(&V[op->in[1]], 1, h, h + 1, 1, &kc));
+        LM_TRY(lm_tensor_view_slice(&V[op->in[2]], 1, h, h + 1, 1, &vc));
+        LM_TRY(lm_tensor_view_slice(&V[op->in[3]], 0, b, b + 1, 1, &sl));
+        LM_TRY(lm_tensor_view_slice(&V[op->in[4]], 0, b, b + 1, 1, &ps));
+        LM_TRY(lm_tensor_view_slice(&V[op->out], 0, b, b + 1, 1, &r));
+        LM_TRY(lm_tensor_view_slice(&r, 2, h * G, (h + 1) * G, 1, &o));
+        LM_TRY(lm_attention_cache_out(ctx, &q, &kc, &vc, &sl, &ps, &p, &o));
+    }
+    return LM_OK;
 }
 
 /* Keys [k0, k1) of kv head h for every row, token and query head of its group: the
@@ -194,6 +205,25 @@ static void run_attn_combine(lm_decode_plan *p, const lm__gop *op, const lm__dp_
             }
 }
 
+/* Rows [lo, hi) of a row op: the executor's own call on row slices of its output(s)
+ * and row inputs (the view table patched for the call, then restored). */
+static lm_status run_mrows(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i, int64_t lo, int64_t hi) {
+    int vals[LM__G_MAX_IN + 2], n = 0;
+    for (int k = 0; k < op->nin; k++)
+        if (op->in[k] >= 0 && lm__dp_row_input(op, k)) vals[n++] = op->in[k];
+    vals[n++] = op->out;
+    if (op->out2 >= 0) vals[n++] = op->out2;
+    lm_tensor_view saved[LM__G_MAX_IN + 2], cut[LM__G_MAX_IN + 2];
+    for (int k = 0; k < n; k++) {
+        saved[k] = e->view[vals[k]];
+        LM_TRY(lm_tensor_view_slice(&saved[k], 0, lo, hi, 1, &cut[k]));
+    }
+    for (int k = 0; k < n; k++) e->view[vals[k]] = cut[k]; /* a value in two roles gets the same cut */
+    lm_status st = lm__exec_run_op(e, ctx, i);
+    for (int k = n - 1; k >= 0; k--) e->view[vals[k]] = saved[k];
+    return st;
+}
+
 static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it) {
     lm_exec *e = p->e;
     const lm_tensor_view *V = e->view;
@@ -212,6 +242,7 @@ static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it)
     case LM__DP_ATTN: return run_attn(e, ctx, op, it->op, it->lo, it->hi);
     case LM__DP_ATTN_PART: run_attn_part(p, op, it); return LM_OK;
     case LM__DP_ATTN_COMBINE: run_attn_combine(p, op, it); return LM_OK;
+    case LM__DP_MROWS: return run_mrows(e, ctx, op, it->op, it->lo, it->hi);
     }
     return lm__error(LM_INTERNAL, "decode plan: item kind %d", (int)it->kind);
 }

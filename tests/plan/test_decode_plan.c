@@ -3,7 +3,8 @@
  * on 1, 2, 5 and 132 SMs, checked (every conflicting pair of items ordered by
  * dependencies, lists ascending), then run item by item on the CPU in the global order
  * and in seeded random interleavings of the SMs, with the activation arena poisoned:
- * four decode steps (positions 0..3, one and two rows) give the executor's logits
+ * four decode steps (positions 0..3; one, two and four rows: past two the GEMM path's
+ * norms and SwiGLU are cut by rows, and attention by rows and kv heads) give the executor's logits
  * (NMSE <= 1e-10 and max |d| <= 1e-5 of max |logit|: the pieces run the same operators
  * on views, so only the GEMV's blocking over fewer rows may differ).
  * Models: bf16 weights (the fused q|k|v + RoPE + KV store and gate|up + SwiGLU GEMVs,
@@ -49,10 +50,11 @@ static lm_decode_plan_options small_items(int sms) {
  * same step object; returns the worst NMSE. */
 static double compare_steps(lm_decode_step *ref, lm_decode_step *s, lm_decode_plan *p, int64_t B, int64_t V,
                             uint64_t seed, int nsteps, const char *what) {
+    int32_t ids[4], pos[4];
     float *want = malloc(sizeof(float) * (size_t)(B * V)), *got = malloc(sizeof(float) * (size_t)(B * V));
     double worst = 0;
     for (int t = 0; t < nsteps; t++) {
-        int32_t ids[2] = {(int32_t)((7 * t + 3) % V), (int32_t)((11 * t + 5) % V)}, pos[2] = {t, t};
+        for (int b = 0; b < B; b++) ids[b] = (int32_t)(((7 + 4 * b) * t + 3 + b) % V), pos[b] = t;
         LT_CHECK_OK(lm_decode_step_run(ref, g_ctx, ids, pos, NULL, 0, want));
         uint64_t order = t == 0 ? 0 : seed + (uint64_t)t;
         LT_CHECK_OK(lm_decode_step_run(s, g_ctx, ids, pos, p, order, got));
@@ -81,7 +83,7 @@ static void check_model(const char *name, lm_weights w, int fused_front) {
     lm_model *m = load(name, w);
     if (!m) return;
     int64_t V = lm_model_get_config(m)->vocab_size;
-    for (int64_t B = 1; B <= 2; B++) {
+    for (int64_t B = 1; B <= 4; B *= 2) { /* 4 rows: the GEMM path's unfused norms and SwiGLU, cut by rows */
         lm_decode_step *ref = NULL, *s = NULL;
         LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 16, &ref));
         LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 16, &s));
@@ -101,9 +103,15 @@ static void check_model(const char *name, lm_weights w, int fused_front) {
                 LT_CHECK_MSG(fabs(st.step_s - st.busy_s) <= 1e-12 * st.busy_s, "one SM: step %.6g s, busy %.6g s",
                              st.step_s, st.busy_s);
             LT_CHECK(count_kind(p, LM__DP_ROWS) > 0 && count_kind(p, LM__DP_ATTN) > 0);
+            int row_ops = 0;
+            for (int64_t i = 0; i < p->g->nops; i++)
+                row_ops += lm__dp_row_input(&p->g->ops[i], 0);
+            if (B == 4 && sms[k] > 1 && row_ops) /* each such op in row pieces */
+                LT_CHECK_MSG(count_kind(p, LM__DP_MROWS) >= 2 * row_ops, "%s: %d row pieces of %d row ops", name,
+                             count_kind(p, LM__DP_MROWS), row_ops);
             const lm_model_config *c = lm_model_get_config(m);
             int heads = (int)((c->num_attention_heads + 2 * c->num_key_value_heads) * c->num_hidden_layers);
-            if (fused_front && sms[k] == 132 && c->head_dim >= 32) /* RoPE's pairs cut too (8 or more a piece) */
+            if (fused_front && B <= 2 && sms[k] == 132 && c->head_dim >= 32) /* RoPE's pairs cut too (8 or more a piece) */
                 LT_CHECK_MSG(count_kind(p, LM__DP_QKV) > heads, "%s: %d front items for %d heads", name,
                              count_kind(p, LM__DP_QKV), heads);
             if (fused_front && B <= 2) {
@@ -146,7 +154,7 @@ static void check_key_split(const char *name) {
     lm_decode_step *ref = NULL, *s = NULL;
     LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 64, &ref));
     LT_CHECK_OK(lm_decode_step_create(g_ctx, m, B, 64, &s));
-    lm_decode_plan_options o = small_items(7);
+    lm_decode_plan_options o = small_items(16);
     o.item_bytes = 1024, o.min_item_bytes = 64;
     lm_decode_plan *p = NULL;
     if (ref && s) LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
