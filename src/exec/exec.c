@@ -19,19 +19,44 @@ void lm_exec_options_default(lm_exec_options *o) {
     o->capture = 1;
 }
 
-/* The rewrite passes for a device: the leaves first (every pass may then place a
- * fused op at any matched op), then the fusions its operators have kernels for. */
-static lm_status passes_for(lm_device d, const lm_device_caps *caps, int fuse, const lm_graph *g, lm_graph **out) {
-    static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
+lm_status lm__exec_gpu_passes(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
     static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
                                       lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
                                       lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
                                       lm__pass_gemm_inputs};
+    return lm__graph_run_passes(g, env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);
+}
+
+static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_graph_rule(in, accumulate, rows, K, x, w);
+}
+static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk) {
+    (void)d;
+    return lm__linear_pair_rule(in, rows, K, x, w, qk);
+}
+static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_pair_rule(in, rows, K, x, w, 0);
+}
+static int gpu_low_out_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_low_out_rule(rows, K, x, w);
+}
+
+void lm__exec_gpu_rules(lm__pass_env *env) {
+    *env = (lm__pass_env){lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_swiglu_rule, gpu_low_out_rule};
+}
+
+/* The rewrite passes for a device: the leaves first (every pass may then place a
+ * fused op at any matched op), then the fusions its operators have kernels for. */
+static lm_status passes_for(lm_device d, const lm_device_caps *caps, int fuse, const lm_graph *g, lm_graph **out) {
+    static const lm__pass_fn host[] = {lm__pass_hoist_leaves, lm__pass_add_rmsnorm};
     static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
     lm__pass_env env = {d, lm_linear_supported, lm_linear_qkv_rope_fused, lm_linear_swiglu_fused, lm__linear_low_out};
     if (!fuse) return lm__graph_run_passes(g, &env, 1, none, out);
     if (caps->host_addressable) return lm__graph_run_passes(g, &env, 2, host, out); /* the CPU's operators */
-    return lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);
+    return lm__exec_gpu_passes(g, &env, out);
 }
 
 void lm_exec_destroy(lm_exec *e) {

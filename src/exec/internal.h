@@ -49,6 +49,14 @@ lm_status lm__exec_plan_memory(lm_exec *e);
 void lm__exec_count_memory(int64_t delta);
 /* exec/ops.c: the views of every value from the bindings and the arena. */
 lm_status lm__exec_resolve(lm_exec *e);
+/* exec/exec.c: the CUDA executor's rewrite passes over g under env. */
+lm_status lm__exec_gpu_passes(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
+/* exec/exec.c: an env with the GPU graphs' rules for fused linears (lm__linear_graph_rule,
+ * the pair rules, the low-precision outputs) on any device: how the CUDA executor would
+ * rewrite a graph, for running its passes on the CPU's operators. */
+void lm__exec_gpu_rules(lm__pass_env *env);
+/* exec/ops.c: op i's workspace as a u8 view in *ws, or NULL when it has none. */
+lm_status lm__exec_workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, const lm_tensor_view **out);
 /* exec/exec.c: resolves the views when a binding changed since the last run (and
  * drops a capture made with the old ones); nothing otherwise. */
 lm_status lm__exec_prepare(lm_exec *e);

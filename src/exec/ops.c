@@ -99,6 +99,15 @@ static lm_status run_attention(lm_exec *e, lm_ctx *ctx, const lm__gop *op) {
     return lm_attention_window_out(ctx, &q, &k, &v, (float)op->a, (int)op->i[0], op->i[1], &o);
 }
 
+lm_status lm__exec_workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, const lm_tensor_view **out) {
+    *out = NULL;
+    if (!e->work[i]) return LM_OK;
+    int64_t n = (int64_t)e->work_bytes[i];
+    LM_TRY(lm_tensor_view_init(ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
+    *out = ws;
+    return LM_OK;
+}
+
 lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     const lm__gop *op = &e->g->ops[i];
     const lm_tensor_view *V = e->view;
@@ -129,11 +138,7 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     case LM__GOP_ATTENTION_CACHE: {
         lm_tensor_view ws;
         const lm_tensor_view *wsp = NULL;
-        if (e->work[i]) {
-            int64_t n = (int64_t)e->work_bytes[i];
-            LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
-            wsp = &ws;
-        }
+        LM_TRY(lm__exec_workspace(e, i, &ws, &wsp));
         lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
         return lm_attention_cache_out(ctx, x, IN(1), IN(2), IN(3), IN(4), &p, out);
     }

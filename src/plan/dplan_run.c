@@ -120,11 +120,7 @@ static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i,
     int64_t G = lm__dp_group(e->g, op), hkv = V[op->in[1]].shape[1];
     lm_tensor_view ws;
     const lm_tensor_view *wsp = NULL;
-    if (e->work[i]) {
-        int64_t n = (int64_t)e->work_bytes[i];
-        LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
-        wsp = &ws;
-    }
+    LM_TRY(lm__exec_workspace(e, i, &ws, &wsp));
     lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
     for (int64_t u = lo; u < hi; u++) {
         int64_t b = u / hkv, h = u % hkv;
@@ -316,23 +312,6 @@ struct lm_decode_step {
     lm_tensor_view ids, positions, slots; /* the executor's input buffers */
 };
 
-static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_graph_rule(in, accumulate, rows, K, x, w);
-}
-static int gpu_pair_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_pair_rule(in, rows, K, x, w, 0);
-}
-static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk) {
-    (void)d;
-    return lm__linear_pair_rule(in, rows, K, x, w, qk);
-}
-static int gpu_low_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_low_out_rule(rows, K, x, w);
-}
-
 static lm_status keep(lm_decode_step *s, lm_tensor *t) {
     lm_status st = LM__PUSH(s->made, s->nmade, s->cap_made, t);
     if (st != LM_OK) lm_tensor_destroy(t);
@@ -416,13 +395,10 @@ lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t batch, i
     if (!s) return LM_OUT_OF_MEMORY;
     s->m = m, s->batch = batch, s->vocab = c->vocab_size;
     lm_graph *g = NULL, *fused = NULL;
-    static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
-                                      lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
-                                      lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
-                                      lm__pass_gemm_inputs};
-    lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_pair_rule, gpu_low_rule};
+    lm__pass_env env;
+    lm__exec_gpu_rules(&env);
     lm_status st = lm_graph_build_decoder(c, &o, &g);
-    if (st == LM_OK) st = lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused);
+    if (st == LM_OK) st = lm__exec_gpu_passes(g, &env, &fused);
     lm_exec_options eo;
     lm_exec_options_default(&eo);
     eo.fuse = 0, eo.capture = 0, eo.poison = 1;

@@ -38,20 +38,6 @@ static const char *k_models[] = {"llama_gqa2_f32",     "llama3_scaled_bf16", "ll
 
 static lm_ctx *g_ctx;
 
-/* The GPU graphs' rule (lm__linear_graph_rule, the one lm_linear_supported applies to
- * a GPU), whether or not this build has CUDA. */
-static int gpu_rule(lm_device d, lm_linear_input in, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_graph_rule(in, accumulate, rows, K, x, w);
-}
-static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_pair_rule(in, rows, K, x, w, 0);
-}
-static int gpu_low_out_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_low_out_rule(rows, K, x, w);
-}
 /* The pair epilogues' rule itself: RMSNorm input, f32 x, bf16 weights up to 2 rows (the
  * GEMV's rows in graphs), quantized 3-8; and the graphs' rule against the kernels' one. */
 static void test_pair_epilogue_rule(void) {
@@ -79,10 +65,6 @@ static void test_pair_epilogue_rule(void) {
     LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
 }
 
-static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
-    (void)d;
-    return lm__linear_pair_rule(in, rows, K, x, w, qk_norm);
-}
 
 typedef struct binder {
     const lm_model *m;
@@ -225,12 +207,9 @@ static void check_model_as(const char *name, lm_weights weights) {
         if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = m; /* as nn/kv_cache.c builds it */
         lm_graph *g = NULL, *h = NULL, *fused = NULL;
         LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
-        static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
-                                          lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
-                                          lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
-                                          lm__pass_gemm_inputs};
-        lm__pass_env env = {lm_device_cuda(0), gpu_rule, gpu_front_rule, gpu_swiglu_rule, gpu_low_out_rule};
-        LT_CHECK_OK(lm__graph_run_passes(g, &env, (int)(sizeof gpu / sizeof gpu[0]), gpu, &fused));
+        lm__pass_env env;
+        lm__exec_gpu_rules(&env); /* the GPU graphs' rules, whether or not this build has CUDA */
+        LT_CHECK_OK(lm__exec_gpu_passes(g, &env, &fused));
         static const lm__pass_fn none[] = {lm__pass_hoist_leaves};
         LT_CHECK_OK(lm__graph_run_passes(g, &env, 1, none, &h));
         if (!fused || !h) return;
