@@ -44,6 +44,10 @@ lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_
 
 /* nn/model.c: the weight called name, or NULL. */
 const lm_tensor *lm__model_weight(const lm_model *m, const char *name);
+/* nn/model.c: for a stacked name ("...qkv_proj.weight", "...gate_up_proj.bias", their
+ * "_scale"s) a new host tensor of its members' rows in order (q|k|v, gate|up; as
+ * nn/upload.c stacks them on a device); LM_NOT_FOUND naming what is missing. */
+lm_status lm__model_stacked_weight(const lm_model *m, const char *name, lm_tensor **out);
 /* nn/model.c: lm_decoder_options.param_dtype for model user (an lm_model *): the dtype
  * of the weight called name as the model holds it (quantized projections, a float
  * table), dflt for a name it lacks. */

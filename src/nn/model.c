@@ -50,6 +50,34 @@ const lm_tensor *lm__model_weight(const lm_model *m, const char *name) {
     return found ? m->w[i].t : NULL;
 }
 
+lm_status lm__model_stacked_weight(const lm_model *m, const char *name, lm_tensor **out) {
+    *out = NULL;
+    const char *which = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
+    if (!which) return lm__error(LM_NOT_FOUND, "the model has no weight '%s'", name);
+    static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
+    const char *at = strstr(name, which), *tail = at + strlen(which); /* ".weight", ".weight_scale", ".bias" */
+    int n = which[0] == 'q' ? 3 : 2;
+    const lm_tensor *t[3];
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        char part[192];
+        snprintf(part, sizeof part, "%.*s%s%.32s", (int)LM_MIN(128, at - name), name, n == 3 ? qkv[i] : gu[i], tail);
+        if (!(t[i] = lm__model_weight(m, part)))
+            return lm__error(LM_NOT_FOUND, "the model has no weight '%s' to stack into '%s'", part, name);
+        rows += lm_tensor_dim(t[i], 0);
+    }
+    int nd = lm_tensor_ndim(t[0]);
+    int64_t shape[2] = {rows, nd == 2 ? lm_tensor_dim(t[0], 1) : 1};
+    LM_TRY(lm_tensor_create(lm_device_cpu(), lm_tensor_dtype(t[0]), nd, shape, out));
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)lm_tensor_numel(t[i]) * lm_dtype_size(lm_tensor_dtype(t[i]));
+        memcpy((char *)lm_tensor_data(*out) + off, lm_tensor_data(t[i]), bytes);
+        off += bytes;
+    }
+    return LM_OK;
+}
+
 lm_dtype lm__model_param_dtype(void *user, const char *name, lm_dtype dflt) {
     const lm_tensor *t = lm__model_weight(user, name);
     return t ? lm_tensor_dtype(t) : dflt;

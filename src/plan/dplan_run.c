@@ -318,46 +318,14 @@ static lm_status keep(lm_decode_step *s, lm_tensor *t) {
     return st;
 }
 
-/* The rows of names[0..n) stacked into one new host tensor (nn/upload.c's "qkv_proj"
- * and "gate_up_proj" on a GPU). */
-static lm_status stack(lm_decode_step *s, const char *const *names, int n, const lm_tensor **out) {
-    const lm_tensor *t[3];
-    int64_t r = 0;
-    for (int i = 0; i < n; i++) {
-        if (!(t[i] = lm__model_weight(s->m, names[i])))
-            return lm__error(LM_NOT_FOUND, "decode step: no weight '%s' to stack", names[i]);
-        r += lm_tensor_dim(t[i], 0);
-    }
-    int nd = lm_tensor_ndim(t[0]);
-    int64_t shape[2] = {r, nd == 2 ? lm_tensor_dim(t[0], 1) : 1};
-    lm_tensor *o = NULL;
-    LM_TRY(lm_tensor_create(lm_device_cpu(), lm_tensor_dtype(t[0]), nd, shape, &o));
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)lm_tensor_numel(t[i]) * lm_dtype_size(lm_tensor_dtype(t[i]));
-        memcpy((char *)lm_tensor_data(o) + off, lm_tensor_data(t[i]), bytes);
-        off += bytes;
-    }
-    LM_TRY(keep(s, o));
-    *out = o;
-    return LM_OK;
-}
-
 static lm_status lookup(void *user, const char *name, lm_tensor_view *out) {
     lm_decode_step *s = user;
     const lm_tensor *t = lm__model_weight(s->m, name);
-    if (!t) {
-        const char *which = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
-        if (!which) return lm__error(LM_NOT_FOUND, "decode step: the model has no weight '%s'", name);
-        const char *at = strstr(name, which), *tail = at + strlen(which); /* ".weight", ".weight_scale", ".bias" */
-        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
-        int n = which[0] == 'q' ? 3 : 2;
-        char parts[3][192];
-        const char *np[3] = {parts[0], parts[1], parts[2]};
-        for (int i = 0; i < n; i++)
-            snprintf(parts[i], sizeof parts[i], "%.*s%s%.32s", (int)LM_MIN(128, at - name), name,
-                     n == 3 ? qkv[i] : gu[i], tail);
-        LM_TRY(stack(s, np, n, &t));
+    if (!t) { /* a stack of the GPU's passes ("qkv_proj", "gate_up_proj") */
+        lm_tensor *st = NULL;
+        LM_TRY(lm__model_stacked_weight(s->m, name, &st));
+        LM_TRY(keep(s, st));
+        t = st;
     }
     *out = *lm_tensor_as_view(t);
     return LM_OK;

@@ -72,42 +72,12 @@ typedef struct binder {
     int nmade;
 } binder;
 
-/* Rows of the named tensors stacked into one (the "qkv_proj" / "gate_up_proj" weights). */
-static lm_tensor *stack(const lm_model *m, const char *const *names, int n) {
-    const lm_tensor *t[3];
-    int64_t rows = 0;
-    for (int i = 0; i < n; i++) {
-        if (!(t[i] = lm__model_weight(m, names[i]))) return NULL;
-        rows += lm_tensor_dim(t[i], 0);
-    }
-    int nd = lm_tensor_ndim(t[0]);
-    int64_t shape[2] = {rows, nd == 2 ? lm_tensor_dim(t[0], 1) : 1};
-    lm_tensor *out = NULL;
-    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), lm_tensor_dtype(t[0]), nd, shape, &out));
-    size_t off = 0;
-    for (int i = 0; out && i < n; i++) {
-        size_t bytes = (size_t)lm_tensor_numel(t[i]) * lm_dtype_size(lm_tensor_dtype(t[i]));
-        memcpy((char *)lm_tensor_data(out) + off, lm_tensor_data(t[i]), bytes);
-        off += bytes;
-    }
-    return out;
-}
-
 static lm_status lookup(void *user, const char *name, lm_tensor_view *out) {
     binder *b = user;
     const lm_tensor *t = lm__model_weight(b->m, name);
-    if (!t) {
-        char base[128], parts[3][160];
-        const char *p[3] = {parts[0], parts[1], parts[2]};
-        const char *stacked = strstr(name, "qkv_proj") ? "qkv_proj" : strstr(name, "gate_up_proj") ? "gate_up_proj" : NULL;
-        if (!stacked) return lm__error(LM_NOT_FOUND, "no weight '%s'", name);
-        const char *tail = strchr(strstr(name, stacked), '.'); /* ".weight", ".weight_scale" or ".bias" */
-        snprintf(base, sizeof base, "%.*s", (int)LM_MIN(96, strstr(name, stacked) - name), name);
-        const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const gu[2] = {"gate_proj", "up_proj"};
-        int n = stacked[0] == 'q' ? 3 : 2;
-        for (int i = 0; i < n; i++) snprintf(parts[i], sizeof parts[i], "%s%s%.16s", base, n == 3 ? qkv[i] : gu[i], tail);
-        lm_tensor *s = stack(b->m, p, n);
-        if (!s) return lm__error(LM_NOT_FOUND, "cannot stack '%s'", name);
+    if (!t) { /* "qkv_proj" / "gate_up_proj": rows of the members stacked */
+        lm_tensor *s = NULL;
+        LM_TRY(lm__model_stacked_weight(b->m, name, &s));
         b->made[b->nmade++] = s;
         t = s;
     }
