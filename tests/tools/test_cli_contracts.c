@@ -5,7 +5,7 @@
  * npm tokenizers are absent), `loom train` on the CPU (log lines with per-step times,
  * --no-shuffle serving the same batches whatever the seed, the LOOM_PROFILE report,
  * --dtype errors), `loom plan layer` on real checkpoints (its simulation agrees with
- * the CPU executor), `loom chat` over stdin, `loom tokenizer train`, `loom convert` (exact rounding both ways,
+ * the CPU executor), `loom plan decode` (the schedule checked and run against the executor), `loom chat` over stdin, `loom tokenizer train`, `loom convert` (exact rounding both ways,
  * refusals), `loom eval` (equal to the library's loss), the default model (held-out loss, used without --model),
  * and the exit codes and messages of bad invocations.
  * LM_TEST_LABELS: unit model
@@ -237,6 +237,29 @@ static void test_plan_layer_agrees_with_the_cpu_executor(void) {
         json_decref(o);
         lt_cmd_free(&r);
     }
+}
+
+/* `loom plan decode`: the step of a bf16 checkpoint as SM work items, checked, and run
+ * on the CPU in two interleavings against the executor; the JSON reports the schedule,
+ * the predicted step (the cost model's) and both verdicts. */
+static void test_plan_decode_json(void) {
+    lt_cmd_result r = lt_run_cmd(LOOM " plan decode --model " MODELS "llama3_scaled_bf16 --sms 6 --steps 3 --orders 3 "
+                                      "--min-item-kib 0.25 --json");
+    LT_CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *o = r.out ? json_loads(r.out, 0, NULL) : NULL;
+    LT_CHECK_MSG(o != NULL, "not JSON: %s", r.out ? r.out : "");
+    if (o) {
+        json_t *check = json_object_get(o, "check"), *run = json_object_get(o, "cpu_run");
+        LT_CHECK(json_integer_value(json_object_get(o, "sms")) == 6);
+        LT_CHECK(json_integer_value(json_object_get(o, "items")) > json_integer_value(json_object_get(o, "ops_split")));
+        LT_CHECK(json_number_value(json_object_get(o, "predicted_step_us")) > 0);
+        LT_CHECK(json_is_true(json_object_get(check, "ran")) && json_is_true(json_object_get(check, "passed")));
+        LT_CHECK(json_integer_value(json_object_get(run, "orders")) == 3 && json_is_true(json_object_get(run, "passed")));
+        LT_CHECK_MSG(json_number_value(json_object_get(run, "nmse")) <= 1e-10, "nmse %g",
+                     json_number_value(json_object_get(run, "nmse")));
+    }
+    json_decref(o);
+    lt_cmd_free(&r);
 }
 
 /* `loom chat` reads messages from stdin: one streamed reply line per message, /reset
@@ -515,6 +538,11 @@ static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
         {LOOM " plan layer --tokens 8", 2, "--model"},
         {LOOM " plan layer --model " MODELS "llama_gqa2_f32 --layer 9", 2, "--layer 9"},
         {LOOM " plan layer --model /nonexistent/dir", 1, "/nonexistent/dir"},
+        {LOOM " plan decode --sms 4", 2, "--model"},
+        {LOOM " plan decode --model /nonexistent/dir", 1, "/nonexistent/dir"},
+        {LOOM " plan decode --model " MODELS "llama_gqa2_f32 --sms 5000", 1, "sms = 5000"},
+        {LOOM " plan decode --model " MODELS "llama_gqa2_f32 --steps 20 --cache 8", 2, "--cache >= 20"},
+        {LOOM " plan decode --model " MODELS "llama_gqa2_f32 --sms -2", 2, "--sms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lt_cmd_result r = lt_run_cmd(cases[i].cmd);
@@ -532,6 +560,7 @@ int main(void) {
     LT_RUN(test_train_on_the_cpu);
     LT_RUN(test_plan_layer_agrees_with_the_cpu_executor);
     LT_RUN(test_plan_package_from_the_cli);
+    LT_RUN(test_plan_decode_json);
     LT_RUN(test_chat_reads_stdin);
     LT_RUN(test_tokenizer_train);
     LT_RUN(test_convert_round_trips_and_refuses_bad_output);
