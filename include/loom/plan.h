@@ -313,6 +313,22 @@ typedef struct lm_decode_plan_stats {
     double bound_s;            /* hbm_bytes at bandwidth_bytes_per_s x sms / full_sms */
 } lm_decode_plan_stats;
 LM_API lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_plan_stats *out);
+/* The schedule's skeleton on CUDA device `device`: one block per SM list (a
+ * cooperative launch), each item streaming as many bytes as it would (weights, KV) from
+ * its own region of one buffer, waiting for its dependencies through counters in
+ * device memory and releasing its own, with prefetch_bytes streamed before the wait: no
+ * arithmetic, no real data. steps timed launches after one untimed; then the same lists
+ * with no bytes (the items' and the dependencies' fixed costs alone). Host events
+ * around each launch, so a launch's own cost is included. LM_UNSUPPORTED without CUDA;
+ * LM_INVALID_ARGUMENT when the plan has more SMs than the device; LM_INTERNAL when a
+ * wait never ends (~2 s). */
+typedef struct lm_decode_plan_replay {
+    int steps;
+    double step_us, step_us_min;   /* streams and waits: mean and fastest launch */
+    double empty_us, empty_us_min; /* waits only */
+} lm_decode_plan_replay;
+LM_API lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out);
+
 /* One line per op (items, SMs used, predicted span) as text; caller frees *out with lm_free. */
 LM_API lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out);
 

@@ -12,6 +12,7 @@
  * dependencies done and its SM at it: no schedule on any SM count can deadlock.
  */
 #include "plan/dplan.h"
+#include "plan/dplan_replay.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -811,4 +812,33 @@ lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out) {
     lm__free(used);
     *out = buf;
     return LM_OK;
+}
+
+lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out) {
+    if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: NULL argument");
+    if (steps < 1) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: steps = %d; expected >= 1", steps);
+    memset(out, 0, sizeof *out);
+    int64_t n = p->nitems;
+    int64_t *dep_begin = lm__alloc((size_t)(n + 1) * sizeof *dep_begin, 64);
+    int64_t *bytes = lm__calloc((size_t)LM_MAX(n, 1), sizeof *bytes);
+    if (!dep_begin || !bytes) {
+        lm__free(dep_begin), lm__free(bytes);
+        return LM_OUT_OF_MEMORY;
+    }
+    dep_begin[0] = 0;
+    for (int64_t i = 0; i < n; i++) { /* the deps are stored item after item */
+        dep_begin[i + 1] = dep_begin[i] + p->items[i].ndep;
+        bytes[i] = ((int64_t)p->items[i].hbm + 15) / 16 * 16;
+    }
+    lm_status st = LM_OK;
+    for (int64_t i = 0; i < n && st == LM_OK; i++)
+        if (p->items[i].dep0 != dep_begin[i]) st = lm__error(LM_INTERNAL, "decode plan replay: dependency lists out of order");
+    lm__dp_replay r = {p->opt.sms, n, p->sm_begin, p->order, dep_begin, p->deps, bytes, p->opt.prefetch_bytes,
+                       device, steps};
+    if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->step_us, &out->step_us_min);
+    memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
+    if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->empty_us, &out->empty_us_min);
+    if (st == LM_OK) out->steps = steps;
+    lm__free(dep_begin), lm__free(bytes);
+    return st;
 }

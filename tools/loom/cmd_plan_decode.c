@@ -9,7 +9,8 @@
  * item, --steps decode steps in the global order and in --orders - 1 seeded random
  * interleavings of the SMs, each compared with the executor's logits (gate: NMSE <=
  * 1e-10, max |d| <= 1e-5 of max |logit|; --steps 0 skips the run). The predicted step
- * time is the cost model's, not a measurement.
+ * time is the cost model's, not a measurement; --replay N runs the schedule's skeleton
+ * on CUDA device 0 (streams and waits, no arithmetic) and reports its measured time.
  * Exit status: 0 when the check and the comparison pass; 1 otherwise; 2 for usage errors.
  */
 #include "args.h"
@@ -67,7 +68,7 @@ static int run_steps(lm_ctx *ctx, lm_decode_step *ref, lm_decode_step *s, lm_dec
 int cmd_plan_decode(int argc, char **argv) {
     const char *model = NULL, *weights_text = NULL;
     int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = 2, orders = 2, json = 0, no_check = 0, report = 0;
-    int items_per_sm = 0;
+    int items_per_sm = 0, replay = 0;
     float bw = 0, l2 = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
@@ -90,6 +91,8 @@ int cmd_plan_decode(int argc, char **argv) {
         {"items-per-sm", CLI_COUNT, &items_per_sm, "N: at most N items per SM for one op (default 4)"},
         {"prefetch-kib", CLI_NONNEG, &prefetch_kib, "KIB: weights an item may stream before its dependencies are "
                                                      "met (default 0)"},
+        {"replay", CLI_COUNT, &replay, "N: also run the schedule's skeleton on CUDA device 0 (streams and waits, no "
+                                        "arithmetic) N times and report its measured step"},
         {"report", CLI_FLAG, &report, "print one line per op (items, SMs, predicted span)"},
         {"no-check", CLI_FLAG, &no_check, "skip the dependency check"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
@@ -153,6 +156,9 @@ int cmd_plan_decode(int argc, char **argv) {
         if (!rc) rc = run_steps(ctx, ref, s, p, batch, c->vocab_size, seed, &r);
         if (!rc && !r.passed) rc = 1;
     }
+    lm_decode_plan_replay rp = {0};
+    if (!rc && replay > 0 && (st = lm_decode_plan_replay_cuda(p, 0, replay, &rp)) != LM_OK)
+        rc = cli_fail("plan decode", "replay", st);
     lm_decode_plan_stats ps;
     if (p && lm_decode_plan_get_stats(p, &ps) == LM_OK) {
         double tok = ps.step_s > 0 ? batch / ps.step_s : 0;
@@ -168,6 +174,9 @@ int cmd_plan_decode(int argc, char **argv) {
                    o.item_s * 1e6, o.dep_s * 1e6, (long long)o.item_bytes, (long long)o.min_item_bytes, o.max_items_per_sm, (long long)o.prefetch_bytes, (long long)o.context);
             if (no_check) printf("\"check\":{\"ran\":false},");
             else printf("\"check\":{\"ran\":true,\"passed\":%s,\"seconds\":%.3f},", check_ok ? "true" : "false", check_s);
+            if (rp.steps > 0)
+                printf("\"replay\":{\"steps\":%d,\"step_us\":%.3f,\"step_us_min\":%.3f,\"empty_us\":%.3f,"
+                       "\"empty_us_min\":%.3f},", rp.steps, rp.step_us, rp.step_us_min, rp.empty_us, rp.empty_us_min);
             if (steps > 0)
                 printf("\"cpu_run\":{\"steps\":%d,\"orders\":%d,\"nmse\":%.3g,\"max_rel\":%.3g,\"passed\":%s}}\n", steps,
                        orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
@@ -183,6 +192,10 @@ int cmd_plan_decode(int argc, char **argv) {
                    ps.step_s > 0 ? 100 * ps.bound_s / ps.step_s : 0,
                    ps.step_s > 0 ? 100 * ps.busy_s / (ps.step_s * ps.sms) : 0);
             if (!no_check) printf("plan check %s in %.2f s\n", check_ok ? "passed" : "FAILED", check_s);
+            if (rp.steps > 0)
+                printf("replay on cuda:0 (%d launches): %.1f us a step (fastest %.1f; %.0f tok/s), waits alone %.1f us "
+                       "(fastest %.1f): measured\n", rp.steps, rp.step_us, rp.step_us_min,
+                       rp.step_us > 0 ? batch / (rp.step_us * 1e-6) : 0, rp.empty_us, rp.empty_us_min);
             if (steps > 0 && !rc)
                 printf("CPU run: %d steps x %d orders against the executor: NMSE %.3g, max |d| %.3g of max |logit| "
                        "(%s)\n", steps, orders, r.nmse, r.rel, r.passed ? "passed" : "FAILED");

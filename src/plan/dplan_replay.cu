@@ -1,0 +1,196 @@
+/* plan/dplan_replay.cu — a decode schedule's skeleton on the GPU (plan/dplan_replay.h):
+ * what the schedule's synchronization and streams cost on the device, with no
+ * arithmetic and no real data, beside the cost model's prediction.
+ *
+ * One block per SM list (cooperative launch: every block resident, so a wait can only
+ * be for an item some running block will finish). Per item, in the list's order: the
+ * block streams the first prefetch bytes of the item's region (16-byte streaming loads,
+ * 8 in flight per thread, xor-folded so they are not dropped), thread 0 waits for each
+ * dependency's counter to hold this launch's epoch (ld.acquire.gpu, polling), a
+ * barrier, the rest of the region, a barrier, a fence and the item's own counter set
+ * to the epoch (st.release.gpu). Counters keep their value between launches; each
+ * launch waits for its own epoch, so nothing is reset. A wait of more than 2^32 clock
+ * cycles (~2 s) marks the failure and every block leaves.
+ */
+#include "ops/cuda/common.cuh"
+#include "plan/dplan_replay.h"
+
+#define RP_THREADS 256
+#define RP_UNROLL 8
+
+struct rp_args {
+    const int64_t *sm_begin;
+    const int32_t *order;
+    const int64_t *dep_begin;
+    const int32_t *deps;
+    const int64_t *off; /* [nitems] first 16-byte vector of item i's region */
+    const int64_t *vecs;
+    const uint4 *buf;
+    unsigned *flags;
+    unsigned epoch;
+    int64_t prefetch_vecs;
+    unsigned *err; /* 1 + the item whose wait timed out */
+    unsigned *sink;
+};
+
+__device__ __forceinline__ unsigned rp_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void rp_st_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Vectors [v0, v1) of buf by the block's threads, xor-folded. */
+__device__ __forceinline__ unsigned rp_stream(const uint4 *buf, int64_t v0, int64_t v1) {
+    unsigned h = 0;
+    const int64_t step = (int64_t)blockDim.x * RP_UNROLL;
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += step) {
+        uint4 r[RP_UNROLL];
+#pragma unroll
+        for (int u = 0; u < RP_UNROLL; u++) {
+            int64_t j = v + (int64_t)u * blockDim.x;
+            r[u] = j < v1 ? __ldcs(buf + j) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < RP_UNROLL; u++) h ^= r[u].x ^ r[u].y ^ r[u].z ^ r[u].w;
+    }
+    return h;
+}
+
+__global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
+    __shared__ int bail;
+    unsigned h = 0;
+    const int s = blockIdx.x;
+    for (int64_t k = a.sm_begin[s]; k < a.sm_begin[s + 1]; k++) {
+        const int i = a.order[k];
+        const int64_t v0 = a.off[i], n = a.vecs[i], pre = n < a.prefetch_vecs ? n : a.prefetch_vecs;
+        h ^= rp_stream(a.buf, v0, v0 + pre);
+        if (threadIdx.x == 0) {
+            int failed = 0;
+            const long long t0 = clock64();
+            for (int64_t d = a.dep_begin[i]; d < a.dep_begin[i + 1] && !failed; d++) {
+                const unsigned *f = a.flags + a.deps[d];
+                while (rp_ld_acquire(f) != a.epoch) {
+                    if (*(volatile unsigned *)a.err) {
+                        failed = 1;
+                        break;
+                    }
+                    if (clock64() - t0 > (1LL << 32)) {
+                        atomicExch(a.err, (unsigned)i + 1u);
+                        failed = 1;
+                        break;
+                    }
+                }
+            }
+            bail = failed;
+        }
+        __syncthreads();
+        if (bail) return;
+        h ^= rp_stream(a.buf, v0 + pre, v0 + n);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            rp_st_release(a.flags + i, a.epoch);
+        }
+    }
+    if (h == 0x9e3779b9u) a.sink[0] = h; /* keeps the loads; practically never stores */
+}
+
+#define RP_TRY(call, what)                                                                                     \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            st = lm__cuda_check((int)e_, what);                                                                \
+            goto done;                                                                                         \
+        }                                                                                                      \
+    } while (0)
+
+template <typename T>
+static cudaError_t rp_upload(T **dst, const T *src, int64_t n) {
+    cudaError_t e = cudaMalloc((void **)dst, (size_t)(n > 0 ? n : 1) * sizeof(T));
+    if (e == cudaSuccess && n > 0) e = cudaMemcpy(*dst, src, (size_t)n * sizeof(T), cudaMemcpyHostToDevice);
+    return e;
+}
+
+extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us, double *min_us) {
+    lm_status st = LM_OK;
+    int prev = 0, sm_count = 0, coop = 0, per_sm = 0;
+    int64_t n = r->nitems, ndeps = r->dep_begin[n], total = 0;
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    int64_t *vecs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    int64_t *d_sm = NULL, *d_dep_begin = NULL, *d_off = NULL, *d_vecs = NULL;
+    int32_t *d_order = NULL, *d_deps = NULL;
+    uint4 *d_buf = NULL;
+    unsigned *d_flags = NULL, *d_err = NULL, *d_sink = NULL, err = 0;
+    cudaStream_t stream = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double sum = 0, best = 0;
+    cudaGetDevice(&prev);
+    if (!off || !vecs) {
+        st = lm__error(LM_OUT_OF_MEMORY, "decode plan replay: tables of %lld items", (long long)n);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) off[i] = total, vecs[i] = r->bytes[i] / 16, total += vecs[i];
+    RP_TRY(cudaSetDevice(r->device), "decode plan replay: cudaSetDevice");
+    RP_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, r->device), "decode plan replay: SMs");
+    RP_TRY(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, r->device), "decode plan replay: attributes");
+    RP_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rp_kernel, RP_THREADS, 0),
+           "decode plan replay: occupancy");
+    if (r->sms > sm_count || !coop || per_sm < 1) {
+        st = lm__error(LM_INVALID_ARGUMENT, "decode plan replay: %d SM lists on a device of %d SMs (cooperative "
+                       "launch %s, %d blocks a SM)", r->sms, sm_count, coop ? "yes" : "no", per_sm);
+        goto done;
+    }
+    RP_TRY(rp_upload(&d_sm, r->sm_begin, (int64_t)r->sms + 1), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_order, r->order, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_dep_begin, r->dep_begin, n + 1), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_deps, r->deps, ndeps), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_off, (const int64_t *)off, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_vecs, (const int64_t *)vecs, n), "decode plan replay: upload");
+    RP_TRY(cudaMalloc((void **)&d_buf, (size_t)(total > 0 ? total : 1) * 16), "decode plan replay: stream buffer");
+    RP_TRY(cudaMemset(d_buf, 0x5a, (size_t)(total > 0 ? total : 1) * 16), "decode plan replay: stream buffer");
+    RP_TRY(cudaMalloc((void **)&d_flags, sizeof(unsigned) * (size_t)(n > 0 ? n : 1)), "decode plan replay: counters");
+    RP_TRY(cudaMemset(d_flags, 0, sizeof(unsigned) * (size_t)(n > 0 ? n : 1)), "decode plan replay: counters");
+    RP_TRY(cudaMalloc((void **)&d_err, 2 * sizeof(unsigned)), "decode plan replay: flags");
+    RP_TRY(cudaMemset(d_err, 0, 2 * sizeof(unsigned)), "decode plan replay: flags");
+    d_sink = d_err + 1;
+    RP_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "decode plan replay: stream");
+    RP_TRY(cudaEventCreate(&e0), "decode plan replay: events");
+    RP_TRY(cudaEventCreate(&e1), "decode plan replay: events");
+    for (int step = 0; step <= r->steps; step++) { /* launch 0 is untimed */
+        rp_args a = {d_sm, d_order, d_dep_begin, d_deps, d_off, d_vecs, d_buf, d_flags, (unsigned)step + 1u,
+                     r->prefetch_bytes / 16, d_err, d_sink};
+        void *args[] = {&a};
+        float ms = 0;
+        RP_TRY(cudaEventRecord(e0, stream), "decode plan replay: event");
+        RP_TRY(cudaLaunchCooperativeKernel((const void *)rp_kernel, dim3((unsigned)r->sms), dim3(RP_THREADS), args, 0,
+                                           stream),
+               "decode plan replay: launch");
+        RP_TRY(cudaEventRecord(e1, stream), "decode plan replay: event");
+        RP_TRY(cudaEventSynchronize(e1), "decode plan replay: kernel");
+        RP_TRY(cudaEventElapsedTime(&ms, e0, e1), "decode plan replay: timing");
+        RP_TRY(cudaMemcpy(&err, d_err, sizeof err, cudaMemcpyDeviceToHost), "decode plan replay: flags");
+        if (err) {
+            st = lm__error(LM_INTERNAL, "decode plan replay: item %u waited more than 2^32 cycles for a dependency "
+                           "(launch %d)", err - 1u, step);
+            goto done;
+        }
+        if (step == 0) continue;
+        sum += ms * 1e3;
+        if (step == 1 || ms * 1e3 < best) best = ms * 1e3;
+    }
+    *mean_us = r->steps > 0 ? sum / r->steps : 0;
+    *min_us = best;
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (stream) cudaStreamDestroy(stream);
+    cudaFree(d_sm), cudaFree(d_order), cudaFree(d_dep_begin), cudaFree(d_deps), cudaFree(d_off), cudaFree(d_vecs);
+    cudaFree(d_buf), cudaFree(d_flags), cudaFree(d_err);
+    free(off), free(vecs);
+    cudaSetDevice(prev);
+    return st;
+}

@@ -1,0 +1,39 @@
+/* plan/dplan_replay.h — a decode schedule's skeleton on a CUDA device (dplan_replay.cu;
+ * dplan_replay_nocuda.c without CUDA): plain arrays, so the launcher needs nothing of
+ * the planner's records. */
+#ifndef LOOM_PLAN_DPLAN_REPLAY_H
+#define LOOM_PLAN_DPLAN_REPLAY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/internal.h"
+
+typedef struct lm__dp_replay {
+    int sms;
+    int64_t nitems;
+    const int64_t *sm_begin;  /* [sms + 1]: SM s runs order[sm_begin[s] .. sm_begin[s + 1]) */
+    const int32_t *order;     /* [nitems] */
+    const int64_t *dep_begin; /* [nitems + 1]: item i waits for deps[dep_begin[i] .. dep_begin[i + 1]) */
+    const int32_t *deps;
+    const int64_t *bytes;     /* [nitems] bytes item i streams, multiples of 16 */
+    int64_t prefetch_bytes;   /* streamed before an item's dependencies are met */
+    int device;
+    int steps;                /* timed launches (after one untimed) */
+} lm__dp_replay;
+
+/* Runs r->steps launches of the skeleton kernel on r->device: one block per SM list
+ * (a cooperative launch, so all are resident), each item streaming its bytes from its
+ * own region of one buffer and releasing a counter its dependents acquire. Mean and
+ * fastest launch (host events around each) in microseconds. LM_INVALID_ARGUMENT when
+ * the lists outnumber the device's SMs; LM_INTERNAL when a wait outlasts ~2 s (a
+ * dependency never released); LM_UNSUPPORTED without CUDA. */
+lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us, double *min_us);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
