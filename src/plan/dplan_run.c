@@ -261,7 +261,10 @@ lm_status lm_decode_plan_run_cpu(lm_decode_plan *p, lm_ctx *ctx, uint64_t order)
     if (e->resolves != p->resolves)
         return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_run_cpu: the executor's bindings changed since the plan "
                          "was made (its footprints are stale); make a new plan");
-    if (e->opt.poison) LM_TRY(lm__exec_poison(e));
+    if (e->opt.poison) {
+        LM_TRY(lm__exec_poison(e));
+        if (p->part) memset(p->part, 0xff, (size_t)p->npart * sizeof *p->part); /* NaN partials */
+    }
     int S = p->opt.sms;
     int64_t n = p->nitems, left = n;
     int64_t *cur = lm__calloc((size_t)S, sizeof *cur);
