@@ -5,9 +5,9 @@
  * One block per SM list (cooperative launch: every block resident, so a wait can only
  * be for an item some running block will finish). Per item, in the list's order: the
  * block streams the first prefetch bytes of the item's region (16-byte streaming loads,
- * 8 in flight per thread, xor-folded so they are not dropped), thread 0 waits for each
- * dependency's counter to hold this launch's epoch (ld.acquire.gpu, polling), a
- * barrier, the rest of the region, a barrier, a fence and the item's own counter set
+ * 8 in flight per thread, xor-folded so they are not dropped), its threads wait for the
+ * dependencies' counters together (thread t polls dependencies t, t + 256, ... with
+ * ld.acquire.gpu until each holds this launch's epoch), a barrier, the rest of the region, a barrier, a fence and the item's own counter set
  * to the epoch (st.release.gpu). Counters keep their value between launches; each
  * launch waits for its own epoch, so nothing is reset. A wait of more than 2^32 clock
  * cycles (~2 s) marks the failure and every block leaves.
@@ -68,24 +68,24 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
         const int i = a.order[k];
         const int64_t v0 = a.off[i], n = a.vecs[i], pre = n < a.prefetch_vecs ? n : a.prefetch_vecs;
         h ^= rp_stream(a.buf, v0, v0 + pre);
-        if (threadIdx.x == 0) {
-            int failed = 0;
-            const long long t0 = clock64();
-            for (int64_t d = a.dep_begin[i]; d < a.dep_begin[i + 1] && !failed; d++) {
-                const unsigned *f = a.flags + a.deps[d];
-                while (rp_ld_acquire(f) != a.epoch) {
-                    if (*(volatile unsigned *)a.err) {
-                        failed = 1;
-                        break;
-                    }
-                    if (clock64() - t0 > (1LL << 32)) {
-                        atomicExch(a.err, (unsigned)i + 1u);
-                        failed = 1;
-                        break;
-                    }
+        if (threadIdx.x == 0) bail = 0;
+        __syncthreads();
+        /* the dependencies polled by the block's threads together (one round trip when
+         * they are all done), each thread then the barrier */
+        const long long t0 = clock64();
+        for (int64_t d = a.dep_begin[i] + threadIdx.x; d < a.dep_begin[i + 1]; d += blockDim.x) {
+            const unsigned *f = a.flags + a.deps[d];
+            while (rp_ld_acquire(f) != a.epoch) {
+                if (*(volatile unsigned *)a.err) {
+                    bail = 1;
+                    break;
+                }
+                if (clock64() - t0 > (1LL << 32)) {
+                    atomicExch(a.err, (unsigned)i + 1u);
+                    bail = 1;
+                    break;
                 }
             }
-            bail = failed;
         }
         __syncthreads();
         if (bail) return;
