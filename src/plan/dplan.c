@@ -410,7 +410,16 @@ static lm_status make_items(lm_decode_plan *p) {
         const lm__gvalue *q = &g->values[op->in[0]];
         if (nc > 1) p->npart += q->dims[0] * q->dims[1] * q->dims[2] * nc * (q->dims[3] + 2);
     }
-    if (p->npart && !(p->part = lm__calloc((size_t)p->npart, sizeof *p->part))) return LM_OUT_OF_MEMORY;
+    if (p->npart) { /* on the executor's device: a GPU run of the plan writes them there */
+        lm_device_caps caps;
+        LM_TRY(lm_device_caps_get(p->e->device, &caps));
+        if (caps.host_addressable) {
+            if (!(p->part = lm__calloc((size_t)p->npart, sizeof *p->part))) return LM_OUT_OF_MEMORY;
+        } else {
+            LM_TRY(lm_device_alloc(p->e->device, (size_t)p->npart * sizeof *p->part, (void **)&p->part));
+            p->part_device = p->e->device, p->part_on_device = 1;
+        }
+    }
     for (int64_t i = 0; i < g->nops; i++) {
         const lm__gop *op = &g->ops[i];
         if (lm__gop_is_leaf(op->kind) || lm__gop_is_view(op->kind)) continue;
@@ -643,7 +652,8 @@ static lm_status make_lists(lm_decode_plan *p) {
 void lm_decode_plan_destroy(lm_decode_plan *p) {
     if (!p) return;
     lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
-    lm__free(p->part);
+    if (p->part_on_device) lm_device_free(p->part_device, p->part);
+    else lm__free(p->part);
     lm__free(p);
 }
 

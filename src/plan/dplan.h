@@ -71,8 +71,10 @@ struct lm_decode_plan {
     int64_t *sm_begin; /* [sms + 1] */
     double step_s, busy_s, hbm_bytes;
     int64_t ops_split, ops_whole;
-    float *part; /* attention partials of the key-split ops (host memory: the CPU run's) */
+    float *part; /* attention partials of the key-split ops, in the executor's device memory */
     int64_t npart;
+    int part_on_device;
+    lm_device part_device;
 };
 
 /* The units of op i's split kind: G query heads per kv head (attention), Hq (the

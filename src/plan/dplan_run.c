@@ -348,32 +348,41 @@ lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t batch, i
                                 lm_decode_step **out) {
     if (!ctx || !m || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: NULL argument");
     *out = NULL;
-    if (!lm__model_on_host(m)) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: the model must be on the CPU");
+    lm_device dev = lm_ctx_device(ctx);
+    lm_device_caps caps;
+    LM_TRY(lm_device_caps_get(dev, &caps));
+    if (!caps.host_addressable != !lm__model_on_host(m)) {
+        char d[32];
+        return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: the context is on %s but the model is %s",
+                         lm_device_format(dev, d, sizeof d), lm__model_on_host(m) ? "in host memory" : "on a device");
+    }
     if (batch < 1 || cache_tokens < 1)
         return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_create: batch %lld and cache_tokens %lld must be >= 1",
                          (long long)batch, (long long)cache_tokens);
     const lm_model_config *c = lm_model_get_config(m);
-    const lm_tensor *up = lm__model_weight(m, "model.layers.0.mlp.up_proj.weight");
-    if (!up) return lm__error(LM_NOT_FOUND, "lm_decode_step_create: the model has no layer 0 up_proj weight");
-    lm_dtype wdt = lm_tensor_dtype(up);
-    int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
-    lm_decoder_options o;
+    lm_decoder_options o; /* as nn/kv_cache.c builds a step: each weight in its own dtype */
     lm_decoder_options_default(&o);
     o.batch = batch, o.tokens = 1, o.cache_slots = batch, o.cache_tokens = cache_tokens;
-    o.matrix_dtype = quant ? LM_F32 : wdt;
-    if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = (void *)m;
+    o.act_dtype = o.vector_dtype = LM_F32;
+    o.kv_dtype = caps.host_addressable ? LM_F32 : LM_BF16;
+    o.param_dtype = lm__model_param_dtype, o.param_user = (void *)m;
     lm_decode_step *s = lm__calloc(1, sizeof *s);
     if (!s) return LM_OUT_OF_MEMORY;
     s->m = m, s->batch = batch, s->vocab = c->vocab_size;
     lm_graph *g = NULL, *fused = NULL;
-    lm__pass_env env;
-    lm__exec_gpu_rules(&env);
     lm_status st = lm_graph_build_decoder(c, &o, &g);
-    if (st == LM_OK) st = lm__exec_gpu_passes(g, &env, &fused);
     lm_exec_options eo;
     lm_exec_options_default(&eo);
-    eo.fuse = 0, eo.capture = 0, eo.poison = 1;
-    if (st == LM_OK) st = lm_exec_create(ctx, fused, &eo, &s->e);
+    eo.poison = 1;
+    if (caps.host_addressable) { /* the CUDA executor's passes under the GPU's rules, run as they are */
+        lm__pass_env env;
+        lm__exec_gpu_rules(&env);
+        if (st == LM_OK) st = lm__exec_gpu_passes(g, &env, &fused);
+        eo.fuse = 0, eo.capture = 0;
+        if (st == LM_OK) st = lm_exec_create(ctx, fused, &eo, &s->e);
+    } else if (st == LM_OK) { /* the device's own passes */
+        st = lm_exec_create(ctx, g, &eo, &s->e);
+    }
     if (st == LM_OK) st = lm_exec_bind_params(s->e, lookup, s);
     int64_t cs[4] = {batch, c->num_key_value_heads, cache_tokens, c->head_dim};
     for (int64_t l = 0; st == LM_OK && l < c->num_hidden_layers; l++)
@@ -381,7 +390,7 @@ lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t batch, i
             char name[40];
             lm_tensor *t = NULL;
             snprintf(name, sizeof name, "%s_cache.%lld", kv ? "v" : "k", (long long)l);
-            st = lm_tensor_zeros(lm_device_cpu(), LM_F32, 4, cs, &t);
+            st = lm_tensor_zeros(dev, o.kv_dtype, 4, cs, &t);
             if (st == LM_OK) st = keep(s, t);
             if (st == LM_OK) st = lm_exec_bind(s->e, name, lm_tensor_as_view(t));
         }
@@ -403,14 +412,20 @@ lm_status lm_decode_step_run(lm_decode_step *s, lm_ctx *ctx, const int32_t *ids,
         return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_run: NULL argument");
     if (plan && plan->e != s->e)
         return lm__error(LM_INVALID_ARGUMENT, "lm_decode_step_run: the plan is of another executor");
+    int32_t *host = lm__calloc((size_t)(3 * s->batch), sizeof *host);
+    if (!host) return LM_OUT_OF_MEMORY;
+    lm_status st = LM_OK;
     for (int64_t b = 0; b < s->batch; b++) {
         if (ids[b] < 0 || ids[b] >= s->vocab)
-            return lm__error(LM_OUT_OF_RANGE, "lm_decode_step_run: token id %d of row %lld is outside the vocabulary "
-                             "(%lld)", ids[b], (long long)b, (long long)s->vocab);
-        ((int32_t *)s->ids.data)[b] = ids[b];
-        ((int32_t *)s->positions.data)[b] = positions[b];
-        ((int32_t *)s->slots.data)[b] = (int32_t)b;
+            st = lm__error(LM_OUT_OF_RANGE, "lm_decode_step_run: token id %d of row %lld is outside the vocabulary "
+                           "(%lld)", ids[b], (long long)b, (long long)s->vocab);
+        host[b] = ids[b], host[s->batch + b] = positions[b], host[2 * s->batch + b] = (int32_t)b;
     }
+    if (st == LM_OK) st = lm_tensor_view_write(ctx, &s->ids, host);
+    if (st == LM_OK) st = lm_tensor_view_write(ctx, &s->positions, host + s->batch);
+    if (st == LM_OK) st = lm_tensor_view_write(ctx, &s->slots, host + 2 * s->batch);
+    lm__free(host);
+    LM_TRY(st);
     if (plan) LM_TRY(lm_decode_plan_run_cpu(plan, ctx, order));
     else LM_TRY(lm_exec_run(s->e, ctx));
     lm_tensor_view y;

@@ -5,7 +5,8 @@
  * launch must finish (no wait outlasts ~2 s) with positive times, and the lists with no
  * bytes must not take longer than with them on average. A plan made to deadlock (an
  * item waiting for a later item of its own list) must be reported as a wait that never
- * ends, not hang. Times are printed, not gated.
+ * ends, not hang. And a plan of the CUDA executor's own step (device arena, bf16 caches,
+ * key-chunk partials on the device) is checked and replayed. Times are printed, not gated.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda plan
  */
@@ -17,7 +18,9 @@ int main(void) { lt_skip("built without CUDA"); }
 
 #include "plan/dplan.h"
 
-static lm_ctx *g_cpu;
+#include <math.h>
+
+static lm_ctx *g_cpu, *g_gpu;
 
 static void test_replay_runs(void) {
     char dir[512];
@@ -70,10 +73,56 @@ static void test_replay_runs(void) {
     lm_model_destroy(m);
 }
 
+/* A plan of the CUDA executor's own step (its passes, its arena, bf16 caches on the
+ * device; key chunks, so the partials live on the device too): the step runs and gives
+ * finite logits, the plan is checked and its skeleton replayed. */
+static void test_plan_of_the_cuda_step(void) {
+    lm_ctx *g = g_gpu;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/models/qwen2_window_bf16", LOOM_SOURCE_DIR);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, ct_gpu, &m));
+    lm_decode_step *s = NULL;
+    if (m) LT_CHECK_OK(lm_decode_step_create(g, m, 1, 2048, &s));
+    if (!s) {
+        lm_model_destroy(m);
+        return;
+    }
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    int32_t id = 3, pos = 0;
+    LT_CHECK_OK(lm_decode_step_run(s, g, &id, &pos, NULL, 0, logits));
+    int finite = 1;
+    for (int64_t i = 0; i < V; i++) finite &= isfinite(logits[i]) != 0;
+    LT_CHECK(finite);
+    lm_decode_plan_options o;
+    lm_decode_plan_options_default(&o);
+    o.sms = 8, o.item_bytes = 4096, o.min_item_bytes = 256;
+    lm_decode_plan *p = NULL;
+    LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
+    if (p) {
+        LT_CHECK_OK(lm_decode_plan_check(p));
+        int parts = 0;
+        for (int64_t i = 0; i < p->nitems; i++) parts += p->items[i].kind == LM__DP_ATTN_PART;
+        LT_CHECK_MSG(parts > 0 && p->part_on_device, "%d key chunks, partials on the device %d", parts, p->part_on_device);
+        lm_decode_plan_replay r;
+        LT_CHECK_OK(lm_decode_plan_replay_cuda(p, 0, 3, &r));
+        printf("  the CUDA step: %lld items, replay %.1f us, waits only %.1f us\n", (long long)p->nitems, r.step_us,
+               r.empty_us);
+        LT_CHECK_STATUS(lm_decode_plan_run_cpu(p, g, 0), LM_INVALID_ARGUMENT); /* the CPU run needs the CPU */
+    }
+    lm_decode_plan_destroy(p);
+    free(logits);
+    lm_decode_step_destroy(s);
+    lm_model_destroy(m);
+}
+
 int main(void) {
     lm_ctx *g = ct_start();
+    g_gpu = g;
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_cpu));
     LT_RUN(test_replay_runs);
+    LT_RUN(test_plan_of_the_cuda_step);
     lm_ctx_destroy(g_cpu);
     lm_ctx_destroy(g);
     return lt_finish();

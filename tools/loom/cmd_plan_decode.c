@@ -18,6 +18,7 @@
 #include "common.h"
 #include "loom/plan.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,19 +67,22 @@ static int run_steps(lm_ctx *ctx, lm_decode_step *ref, lm_decode_step *s, lm_dec
 }
 
 int cmd_plan_decode(int argc, char **argv) {
-    const char *model = NULL, *weights_text = NULL;
-    int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = 2, orders = 2, json = 0, no_check = 0, report = 0;
+    const char *model = NULL, *weights_text = NULL, *device_text = NULL;
+    int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = INT_MIN, orders = 2, json = 0, no_check = 0, report = 0;
     int items_per_sm = 0, replay = 0;
     float bw = 0, l2 = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model, "DIR: a Hugging Face model directory (config.json + safetensors)"},
         CLI_WEIGHTS_OPT(&weights_text),
+        {"device", CLI_STRING, &device_text, "DEV: cpu (default: the step as the CUDA executor rewrites it, run on the "
+                                             "CPU) or cuda[:N] (the CUDA executor's own step; no CPU run)"},
         {"sms", CLI_COUNT, &sms, "N: SMs the schedule runs on (default 132, an H200)"},
         {"batch", CLI_COUNT, &batch, "B: rows decoded together (default 1)"},
         {"context", CLI_NONNEG, &context, "N: positions attention reads, for the cost (default: the cache's)"},
         {"cache", CLI_COUNT, &cache, "N: KV cache positions per row (default max(16, --steps, --context))"},
-        {"steps", CLI_INT, &steps, "N: decode steps run and compared per order (default 2; 0: no CPU run)"},
+        {"steps", CLI_INT, &steps, "N: decode steps run on the CPU and compared per order (default 2 on the CPU, 0 "
+                                   "with --device cuda; 0: no CPU run)"},
         {"orders", CLI_COUNT, &orders, "N: the global order and N - 1 random SM interleavings (default 2)"},
         {"seed", CLI_U64, &seed, "N: token ids and interleavings (default 1)"},
         {"full-sms", CLI_COUNT, &full_sms, "N: SMs at which --bandwidth is reached (default 132)"},
@@ -91,8 +95,8 @@ int cmd_plan_decode(int argc, char **argv) {
         {"items-per-sm", CLI_COUNT, &items_per_sm, "N: at most N items per SM for one op (default 4)"},
         {"prefetch-kib", CLI_NONNEG, &prefetch_kib, "KIB: weights an item may stream before its dependencies are "
                                                      "met (default 0)"},
-        {"replay", CLI_COUNT, &replay, "N: also run the schedule's skeleton on CUDA device 0 (streams and waits, no "
-                                        "arithmetic) N times and report its measured step"},
+        {"replay", CLI_COUNT, &replay, "N: also run the schedule's skeleton on the CUDA device (--device's, else 0; "
+                                        "streams and waits, no arithmetic) N times and report its measured step"},
         {"report", CLI_FLAG, &report, "print one line per op (items, SMs, predicted span)"},
         {"no-check", CLI_FLAG, &no_check, "skip the dependency check"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
@@ -101,12 +105,21 @@ int cmd_plan_decode(int argc, char **argv) {
     int npos;
     int rc = cli_parse("plan decode", "--model DIR [options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : rc;
-    if (!model || steps < 0) {
+    if (!model || (steps < 0 && steps != INT_MIN)) {
         fprintf(stderr, "loom plan decode: needs --model DIR (and --steps >= 0)\n");
         return 2;
     }
     lm_weights weights;
-    if (!cli_parse_weights("plan decode", weights_text, &weights)) return 2;
+    lm_device dev = lm_device_cpu();
+    if (!cli_parse_weights("plan decode", weights_text, &weights) || !cli_parse_device("plan decode", device_text, &dev))
+        return 2;
+    int on_cpu = dev.type == LM_DEVICE_CPU;
+    if (steps == INT_MIN) steps = on_cpu ? 2 : 0;
+    if (!on_cpu && steps > 0) {
+        fprintf(stderr, "loom plan decode: --steps runs the schedule on the CPU; with --device cuda use --replay N "
+                        "to measure it on the GPU\n");
+        return 2;
+    }
     lm_decode_plan_options o;
     lm_decode_plan_options_default(&o);
     if (sms) o.sms = sms;
@@ -128,13 +141,13 @@ int cmd_plan_decode(int argc, char **argv) {
         fprintf(stderr, "loom plan decode: --steps %d needs --cache >= %d\n", steps, steps);
         return 2;
     }
-    lm_model *m = cli_load_model_weights("plan decode", model, lm_device_cpu(), weights);
+    lm_model *m = cli_load_model_weights("plan decode", model, dev, weights);
     if (!m) return 1;
     const lm_model_config *c = lm_model_get_config(m);
     lm_ctx *ctx = NULL;
     lm_decode_step *ref = NULL, *s = NULL;
     lm_decode_plan *p = NULL;
-    lm_status st = lm_ctx_create(lm_device_cpu(), 0, &ctx);
+    lm_status st = lm_ctx_create(dev, 0, &ctx);
     if (st != LM_OK) rc = cli_fail("plan decode", "context", st);
     if (!rc && (st = lm_decode_step_create(ctx, m, batch, cache, &s)) != LM_OK) rc = cli_fail("plan decode", "step", st);
     double t0 = cli_now();
@@ -157,7 +170,7 @@ int cmd_plan_decode(int argc, char **argv) {
         if (!rc && !r.passed) rc = 1;
     }
     lm_decode_plan_replay rp = {0};
-    if (!rc && replay > 0 && (st = lm_decode_plan_replay_cuda(p, 0, replay, &rp)) != LM_OK)
+    if (!rc && replay > 0 && (st = lm_decode_plan_replay_cuda(p, on_cpu ? 0 : dev.index, replay, &rp)) != LM_OK)
         rc = cli_fail("plan decode", "replay", st);
     lm_decode_plan_stats ps;
     if (p && lm_decode_plan_get_stats(p, &ps) == LM_OK) {
@@ -193,7 +206,7 @@ int cmd_plan_decode(int argc, char **argv) {
                    ps.step_s > 0 ? 100 * ps.busy_s / (ps.step_s * ps.sms) : 0);
             if (!no_check) printf("plan check %s in %.2f s\n", check_ok ? "passed" : "FAILED", check_s);
             if (rp.steps > 0)
-                printf("replay on cuda:0 (%d launches): %.1f us a step (fastest %.1f; %.0f tok/s), waits alone %.1f us "
+                printf("replay on the GPU (%d launches): %.1f us a step (fastest %.1f; %.0f tok/s), waits alone %.1f us "
                        "(fastest %.1f): measured\n", rp.steps, rp.step_us, rp.step_us_min,
                        rp.step_us > 0 ? batch / (rp.step_us * 1e-6) : 0, rp.empty_us, rp.empty_us_min);
             if (steps > 0 && !rc)
