@@ -271,6 +271,7 @@ typedef struct lm_decode_plan_options {
     int full_sms;                 /* SMs at which bandwidth_bytes_per_s is reached (default 132) */
     double bandwidth_bytes_per_s; /* weight and KV-cache (HBM) read rate of the whole GPU (default 4.2e12) */
     double l2_bytes_per_s;        /* activation traffic rate of the whole GPU (default 1.0e13) */
+    double flops_per_s;           /* the products' rate of the whole GPU (default 7.8e14: bf16 tensor cores) */
     double item_s;                /* fixed cost of one work item (default 1.0e-6) */
     double dep_s;                 /* a dependency met on another SM is seen after this (default 1.0e-6) */
     int64_t item_bytes;           /* a split op gets more items than SMs when its items would stream more (256 KiB) */

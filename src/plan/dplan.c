@@ -29,6 +29,7 @@ void lm_decode_plan_options_default(lm_decode_plan_options *o) {
     o->full_sms = 132;
     o->bandwidth_bytes_per_s = 4.2e12;
     o->l2_bytes_per_s = 1.0e13;
+    o->flops_per_s = 7.8e14;
     o->item_s = 1.0e-6;
     o->dep_s = 1.0e-6;
     o->item_bytes = 256 << 10;
@@ -41,8 +42,8 @@ static lm_status check_options(const lm_decode_plan_options *o) {
         return lm__error(LM_INVALID_ARGUMENT, "decode plan: sms = %d; expected 1..4096", o->sms);
     if (o->full_sms < 1) return lm__error(LM_INVALID_ARGUMENT, "decode plan: full_sms = %d; expected >= 1", o->full_sms);
     if (!(o->bandwidth_bytes_per_s > 0) || !(o->l2_bytes_per_s > 0) || !isfinite(o->bandwidth_bytes_per_s) ||
-        !isfinite(o->l2_bytes_per_s))
-        return lm__error(LM_INVALID_ARGUMENT, "decode plan: the bandwidths must be positive and finite");
+        !isfinite(o->l2_bytes_per_s) || !(o->flops_per_s > 0) || !isfinite(o->flops_per_s))
+        return lm__error(LM_INVALID_ARGUMENT, "decode plan: the bandwidths and the FLOP rate must be positive and finite");
     if (!(o->item_s >= 0) || !(o->dep_s >= 0) || !isfinite(o->item_s) || !isfinite(o->dep_s))
         return lm__error(LM_INVALID_ARGUMENT, "decode plan: item_s and dep_s must be >= 0 and finite");
     if (o->item_bytes < 1 || o->min_item_bytes < 1 || o->min_item_bytes > o->item_bytes)
@@ -170,6 +171,14 @@ static int64_t attn_chunks(const lm_decode_plan *p, const lm__gop *op) {
     return LM_MAX(1, LM_MIN(parts / LM_MAX(hkv, 1), ctx / 16));
 }
 
+/* Multiply-adds x 2 of a weight piece w (rows of op's in[1]) over the rows of op's x
+ * (int4: two weights a byte). */
+static double weight_flops(const lm_decode_plan *p, const lm__gop *op, const lm_tensor_view *w) {
+    const lm__gvalue *x = &p->g->values[op->in[0]];
+    double per_byte = w->dtype == LM_U8 ? 2.0 : 1.0 / (double)elem_bytes(w->dtype);
+    return 2.0 * (double)x->dims[0] * view_bytes(w) * per_byte;
+}
+
 /* Footprint and streamed bytes of the item just added. */
 static lm_status footprint(lm_decode_plan *p) {
     lm__dp_item *it = &p->items[p->nitems - 1];
@@ -192,6 +201,7 @@ static lm_status footprint(lm_decode_plan *p) {
             lm_tensor_view s;
             LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, a, b, 1, &s));
             it->hbm += view_bytes(&s);
+            it->flops += weight_flops(p, op, &s);
             if (op->in[5] >= 0) {
                 LM_TRY(lm_tensor_view_slice(view_of(p, op->in[5]), 0, a, b, 1, &s));
                 it->hbm += view_bytes(&s);
@@ -218,6 +228,7 @@ static lm_status footprint(lm_decode_plan *p) {
                 lm_tensor_view s;
                 LM_TRY(lm_tensor_view_slice(view_of(p, op->in[1]), 0, h * D + d0, h * D + d1, 1, &s));
                 it->hbm += view_bytes(&s);
+                it->flops += weight_flops(p, op, &s);
                 if (op->in[3] >= 0) {
                     LM_TRY(lm_tensor_view_slice(view_of(p, op->in[3]), 0, h * D + d0, h * D + d1, 1, &s));
                     it->hbm += view_bytes(&s);
@@ -254,6 +265,8 @@ static lm_status footprint(lm_decode_plan *p) {
             LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
         }
         it->hbm = attn_head_bytes(p, op) * (double)(hi - lo) / (double)B;
+        it->flops = 4.0 * (double)(g->values[op->in[0]].dims[1] * G * attn_context(p, op) * g->values[op->in[0]].dims[3]) *
+                    (double)(hi - lo);
         break;
     }
     case LM__DP_ATTN_PART:
@@ -277,6 +290,7 @@ static lm_status footprint(lm_decode_plan *p) {
             int64_t ctx = attn_context(p, op);
             int64_t n = LM_MAX(0, LM_MIN(it->k1, ctx) - it->k0);
             it->hbm = 2.0 * (double)(B * (hi - lo) * n * kc->shape[3]) * (double)elem_bytes(kc->dtype);
+            it->flops = 4.0 * (double)(B * T * (hi - lo) * G * n * D);
             l2 = (double)(B * T * (hi - lo) * G * (2 * D + 2)) * sizeof(float);
         } else {
             for (int64_t b = 0; b < B; b++)
@@ -322,7 +336,7 @@ static lm_status footprint(lm_decode_plan *p) {
     }
     const lm_decode_plan_options *o = &p->opt;
     double sm_hbm = o->bandwidth_bytes_per_s / o->full_sms, sm_l2 = o->l2_bytes_per_s / o->full_sms;
-    it->cost = o->item_s + it->hbm / sm_hbm + l2 / sm_l2;
+    it->cost = o->item_s + it->hbm / sm_hbm + l2 / sm_l2 + it->flops / (o->flops_per_s / o->full_sms);
     return LM_OK;
 }
 

@@ -37,6 +37,7 @@ typedef struct lm__dp_item {
     int32_t sm;
     double start, cost; /* predicted (seconds) */
     double hbm;         /* weight / KV-cache bytes it streams */
+    double flops;       /* its products' floating-point operations */
     int64_t dep0;       /* deps[dep0 .. dep0 + ndep): earlier items it waits for */
     int32_t ndep;
     int64_t iv0; /* iv[iv0 .. iv0 + niv) */

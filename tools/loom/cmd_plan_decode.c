@@ -70,7 +70,7 @@ int cmd_plan_decode(int argc, char **argv) {
     const char *model = NULL, *weights_text = NULL, *device_text = NULL;
     int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = INT_MIN, orders = 2, json = 0, no_check = 0, report = 0;
     int items_per_sm = 0, replay = 0;
-    float bw = 0, l2 = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
+    float bw = 0, l2 = 0, flops = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model, "DIR: a Hugging Face model directory (config.json + safetensors)"},
@@ -88,6 +88,7 @@ int cmd_plan_decode(int argc, char **argv) {
         {"full-sms", CLI_COUNT, &full_sms, "N: SMs at which --bandwidth is reached (default 132)"},
         {"bandwidth", CLI_NONNEG, &bw, "B/S: weight and KV-cache read rate of the GPU (default 4.2e12)"},
         {"l2-bandwidth", CLI_NONNEG, &l2, "B/S: activation traffic rate (default 1e13)"},
+        {"flops", CLI_NONNEG, &flops, "F/S: the products' rate of the GPU (default 7.8e14)"},
         {"item-us", CLI_NONNEG, &item_us, "US: fixed cost of one work item (default 1)"},
         {"dep-us", CLI_NONNEG, &dep_us, "US: latency of a dependency met on another SM (default 1)"},
         {"item-kib", CLI_NONNEG, &item_kib, "KIB: streamed bytes aimed at per item (default 256)"},
@@ -126,6 +127,7 @@ int cmd_plan_decode(int argc, char **argv) {
     if (full_sms) o.full_sms = full_sms;
     if (bw > 0) o.bandwidth_bytes_per_s = bw;
     if (l2 > 0) o.l2_bytes_per_s = l2;
+    if (flops > 0) o.flops_per_s = flops;
     if (item_us >= 0) o.item_s = (double)item_us * 1e-6;
     if (dep_us >= 0) o.dep_s = (double)dep_us * 1e-6;
     if (item_kib > 0) o.item_bytes = (int64_t)((double)item_kib * 1024);
@@ -179,11 +181,11 @@ int cmd_plan_decode(int argc, char **argv) {
             printf("{\"model\":\"%s\",\"batch\":%d,\"sms\":%d,\"items\":%lld,\"deps\":%lld,\"ops_split\":%lld,"
                    "\"ops_whole\":%lld,\"max_items_sm\":%lld,\"predicted_step_us\":%.3f,\"predicted_tok_per_s\":%.1f,"
                    "\"hbm_bytes\":%.0f,\"bound_us\":%.3f,\"busy_us\":%.3f,\"plan_s\":%.3f,"
-                   "\"constants\":{\"full_sms\":%d,\"bandwidth\":%.4g,\"l2_bandwidth\":%.4g,\"item_us\":%.3f,"
+                   "\"constants\":{\"full_sms\":%d,\"bandwidth\":%.4g,\"l2_bandwidth\":%.4g,\"flops\":%.4g,\"item_us\":%.3f,"
                    "\"dep_us\":%.3f,\"item_bytes\":%lld,\"min_item_bytes\":%lld,\"items_per_sm\":%d,\"prefetch_bytes\":%lld,\"context\":%lld},",
                    model, batch, ps.sms, (long long)ps.items, (long long)ps.deps, (long long)ps.ops_split,
                    (long long)ps.ops_whole, (long long)ps.max_items_sm, ps.step_s * 1e6, tok, ps.hbm_bytes,
-                   ps.bound_s * 1e6, ps.busy_s * 1e6, plan_s, o.full_sms, o.bandwidth_bytes_per_s, o.l2_bytes_per_s,
+                   ps.bound_s * 1e6, ps.busy_s * 1e6, plan_s, o.full_sms, o.bandwidth_bytes_per_s, o.l2_bytes_per_s, o.flops_per_s,
                    o.item_s * 1e6, o.dep_s * 1e6, (long long)o.item_bytes, (long long)o.min_item_bytes, o.max_items_per_sm, (long long)o.prefetch_bytes, (long long)o.context);
             if (no_check) printf("\"check\":{\"ran\":false},");
             else printf("\"check\":{\"ran\":true,\"passed\":%s,\"seconds\":%.3f},", check_ok ? "true" : "false", check_s);
