@@ -260,10 +260,8 @@ static lm_status footprint(lm_decode_plan *p) {
             LM_TRY(add_view(p, &s, 1));
             l2 += 2.0 * view_bytes(&s);
         }
-        if (p->e->work[it->op]) {
-            uintptr_t w = (uintptr_t)p->e->work[it->op];
-            LM_TRY(add_iv(p, w, w + p->e->work_bytes[it->op], 1));
-        }
+        /* no share of the op's split-key workspace (a device executor's): a piece keeps its
+         * softmax state to itself, so pieces of one op or of several never wait on it */
         it->hbm = attn_head_bytes(p, op) * (double)(hi - lo) / (double)B;
         it->flops = 4.0 * (double)(g->values[op->in[0]].dims[1] * G * attn_context(p, op) * g->values[op->in[0]].dims[3]) *
                     (double)(hi - lo);

@@ -115,13 +115,10 @@ static lm_status run_qkv(lm_ctx *ctx, const lm_tensor_view *V, const lm__gop *op
 
 /* Units [lo, hi) of (row b, kv head h): the operator on row b's queries of the group,
  * its slot (or block table) and position, the caches' head h. */
-static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t i, int64_t lo, int64_t hi) {
+static lm_status run_attn(lm_exec *e, lm_ctx *ctx, const lm__gop *op, int64_t lo, int64_t hi) {
     const lm_tensor_view *V = e->view;
     int64_t G = lm__dp_group(e->g, op), hkv = V[op->in[1]].shape[1];
-    lm_tensor_view ws;
-    const lm_tensor_view *wsp = NULL;
-    LM_TRY(lm__exec_workspace(e, i, &ws, &wsp));
-    lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
+    lm_kv_attention_params p = {(float)op->a, op->i[1], NULL}; /* a CPU run: the CPU splits no keys */
     for (int64_t u = lo; u < hi; u++) {
         int64_t b = u / hkv, h = u % hkv;
         lm_tensor_view r, q, kc, vc, o, sl, ps;
@@ -235,7 +232,7 @@ static lm_status run_item(lm_decode_plan *p, lm_ctx *ctx, const lm__dp_item *it)
     }
     case LM__DP_SWIGLU: return run_swiglu(ctx, V, op, it->lo, it->hi);
     case LM__DP_QKV: return run_qkv(ctx, V, op, it);
-    case LM__DP_ATTN: return run_attn(e, ctx, op, it->op, it->lo, it->hi);
+    case LM__DP_ATTN: return run_attn(e, ctx, op, it->lo, it->hi);
     case LM__DP_ATTN_PART: run_attn_part(p, op, it); return LM_OK;
     case LM__DP_ATTN_COMBINE: run_attn_combine(p, op, it); return LM_OK;
     case LM__DP_MROWS: return run_mrows(e, ctx, op, it->op, it->lo, it->hi);
