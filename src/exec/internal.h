@@ -55,8 +55,6 @@ lm_status lm__exec_gpu_passes(const lm_graph *g, const lm__pass_env *env, lm_gra
  * the pair rules, the low-precision outputs) on any device: how the CUDA executor would
  * rewrite a graph, for running its passes on the CPU's operators. */
 void lm__exec_gpu_rules(lm__pass_env *env);
-/* exec/ops.c: op i's workspace as a u8 view in *ws, or NULL when it has none. */
-lm_status lm__exec_workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, const lm_tensor_view **out);
 /* exec/exec.c: resolves the views when a binding changed since the last run (and
  * drops a capture made with the old ones); nothing otherwise. */
 lm_status lm__exec_prepare(lm_exec *e);

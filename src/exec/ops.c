@@ -99,7 +99,8 @@ static lm_status run_attention(lm_exec *e, lm_ctx *ctx, const lm__gop *op) {
     return lm_attention_window_out(ctx, &q, &k, &v, (float)op->a, (int)op->i[0], op->i[1], &o);
 }
 
-lm_status lm__exec_workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, const lm_tensor_view **out) {
+/* Op i's workspace as a u8 view in *ws, or NULL when it has none. */
+static lm_status workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, const lm_tensor_view **out) {
     *out = NULL;
     if (!e->work[i]) return LM_OK;
     int64_t n = (int64_t)e->work_bytes[i];
@@ -138,16 +139,16 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     case LM__GOP_ATTENTION_CACHE: {
         lm_tensor_view ws;
         const lm_tensor_view *wsp = NULL;
-        LM_TRY(lm__exec_workspace(e, i, &ws, &wsp));
+        LM_TRY(workspace(e, i, &ws, &wsp));
         lm_kv_attention_params p = {(float)op->a, op->i[1], wsp};
         return lm_attention_cache_out(ctx, x, IN(1), IN(2), IN(3), IN(4), &p, out);
     }
     case LM__GOP_LINEAR_CE: return lm_linear_cross_entropy_out(ctx, x, IN(1), IN(2), op->i[0], out);
     case LM__GOP_SAMPLE: {
         lm_tensor_view ws;
-        int64_t n = (int64_t)e->work_bytes[i];
-        if (e->work[i]) LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
-        return lm_sample_out(ctx, x, IN(1), e->work[i] ? &ws : NULL, out);
+        const lm_tensor_view *wsp = NULL;
+        LM_TRY(workspace(e, i, &ws, &wsp));
+        return lm_sample_out(ctx, x, IN(1), wsp, out);
     }
     case LM__GOP_ADD_RMSNORM: return lm_add_rmsnorm_out(ctx, x, IN(1), IN(2), (float)op->a, out, &V[op->out2]);
     case LM__GOP_LINEAR: {
@@ -155,11 +156,7 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
         lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
                               .accumulate = (int)op->i[3], .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0,
                               .w_group = (int)op->b}; /* b: the int4 group (graph/ir.h) */
-        if (e->work[i]) { /* quantized weights on CUDA, more than 8 rows */
-            int64_t n = (int64_t)e->work_bytes[i];
-            LM_TRY(lm_tensor_view_init(&ws, e->work[i], LM_U8, e->device, 1, &n, NULL));
-            p.workspace = &ws;
-        }
+        LM_TRY(workspace(e, i, &ws, &p.workspace)); /* quantized weights on CUDA, more than 8 rows */
         return lm_linear_out(ctx, x, IN(1), IN(2), &p, out);
     }
     case LM__GOP_QKV_ROPE_STORE: {
