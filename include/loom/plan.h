@@ -316,17 +316,23 @@ typedef struct lm_decode_plan_stats {
 LM_API lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_plan_stats *out);
 /* The schedule's skeleton on CUDA device `device`: one block per SM list (a
  * cooperative launch), each item streaming as many bytes as it would (weights, KV) from
- * its own region of one buffer, waiting for its dependencies through counters in
- * device memory and releasing its own, with prefetch_bytes streamed before the wait: no
- * arithmetic, no real data. steps timed launches after one untimed; then the same lists
- * with no bytes (the items' and the dependencies' fixed costs alone). Host events
+ * its own region of one buffer, waiting for its dependencies through flags in device
+ * memory and releasing its own, with prefetch_bytes streamed before the wait: no
+ * arithmetic, no real data. steps timed launches after one untimed; then the same with
+ * op counters (a dependency on every item of an op is one wait on a counter the op's
+ * items add to); then both with no bytes (the items' and the waits' fixed costs alone). Host events
  * around each launch, so a launch's own cost is included. LM_UNSUPPORTED without CUDA;
  * LM_INVALID_ARGUMENT when the plan has more SMs than the device; LM_INTERNAL when a
  * wait never ends (~2 s). */
 typedef struct lm_decode_plan_replay {
     int steps;
+    /* an item waits for each dependency's own flag */
     double step_us, step_us_min;   /* streams and waits: mean and fastest launch */
     double empty_us, empty_us_min; /* waits only */
+    /* an item waits for an op's counter where it depends on all of the op's items */
+    double ops_step_us, ops_step_us_min;
+    double ops_empty_us, ops_empty_us_min;
+    int64_t waits, ops_waits; /* the two protocols' waits in one step */
 } lm_decode_plan_replay;
 LM_API lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out);
 

@@ -109,7 +109,37 @@ static lm_status add_view(lm_decode_plan *p, const lm_tensor_view *v, int write)
     return LM_OK;
 }
 
-static const lm_tensor_view *view_of(const lm_decode_plan *p, int v) { return v >= 0 ? &p->e->view[v] : NULL; }
+static const lm_tensor_view *view_of(const lm_decode_plan *p, int v) { return v >= 0 ? &p->fview[v] : NULL; }
+
+/* The views footprints are taken from: the executor's, except that a KV cache [S, Hkv,
+ * P, D] keeps one position (dim 2 = [0, 1)). Every item that touches a cache touches all
+ * its positions alike (a write's position is known only at run time, so a writer covers
+ * them all; a reader reads them all or, for a key chunk, is taken to), so two footprints
+ * overlap on position 0 exactly when they overlap at all -- and a cache's footprint is
+ * then S x Hkv runs, not S x Hkv x P (a 16k-position cache's took most of the planning). */
+static lm_status footprint_views(lm_decode_plan *p) {
+    const lm_graph *g = p->g;
+    p->fview = lm__alloc((size_t)LM_MAX(g->nvalues, 1) * sizeof *p->fview, 64);
+    unsigned char *cache = lm__calloc((size_t)LM_MAX(g->nvalues, 1), 1);
+    if (!p->fview || !cache) {
+        lm__free(cache);
+        return LM_OUT_OF_MEMORY;
+    }
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *op = &g->ops[i];
+        if (op->kind == LM__GOP_ATTENTION_CACHE) cache[op->in[1]] = cache[op->in[2]] = 1;
+        else if (op->kind == LM__GOP_LINEAR_QKV_ROPE) cache[op->in[8]] = cache[op->in[9]] = 1;
+        else if (op->kind == LM__GOP_KV_STORE) cache[op->in[0]] = cache[op->out] = 1;
+    }
+    lm_status st = LM_OK;
+    for (int64_t v = 0; v < g->nvalues && st == LM_OK; v++) {
+        p->fview[v] = p->e->view[v];
+        if (cache[v] && p->fview[v].data && p->fview[v].ndim == 4 && p->fview[v].shape[2] > 1)
+            st = lm_tensor_view_slice(&p->e->view[v], 2, 0, 1, 1, &p->fview[v]);
+    }
+    lm__free(cache);
+    return st;
+}
 
 static lm_status add_slice(lm_decode_plan *p, int v, int dim, int64_t lo, int64_t hi, int write) {
     if (v < 0) return LM_OK;
@@ -664,6 +694,7 @@ static lm_status make_lists(lm_decode_plan *p) {
 void lm_decode_plan_destroy(lm_decode_plan *p) {
     if (!p) return;
     lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
+    lm__free(p->fview);
     if (p->part_on_device) lm_device_free(p->part_device, p->part);
     else lm__free(p->part);
     lm__free(p);
@@ -683,7 +714,8 @@ lm_status lm_decode_plan_create(lm_exec *e, const lm_decode_plan_options *o, lm_
     lm_decode_plan *p = lm__calloc(1, sizeof *p);
     if (!p) return LM_OUT_OF_MEMORY;
     p->e = e, p->g = e->g, p->opt = opt, p->resolves = e->resolves;
-    lm_status st = make_items(p);
+    lm_status st = footprint_views(p);
+    if (st == LM_OK) st = make_items(p);
     if (st == LM_OK) st = make_deps(p);
     if (st == LM_OK) st = make_lists(p);
     if (st != LM_OK) {
@@ -836,31 +868,83 @@ lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out) {
     return LM_OK;
 }
 
+/* The replay's second wait list: an item's dependencies on every item of one op become
+ * one wait on that op's counter; dependencies on some of an op's items stay flags. */
+static lm_status dp_op_waits(const lm_decode_plan *p, const int32_t *item_op, const int32_t *op_count,
+                             int64_t *begin, int32_t **out, int64_t *nout) {
+    int64_t n = p->nitems, cap = 0, len = 0;
+    int32_t *w = NULL, nops = 0;
+    for (int64_t i = 0; i < n; i++) nops = LM_MAX(nops, item_op[i] + 1);
+    int32_t *seen = lm__calloc((size_t)LM_MAX(nops, 1), sizeof *seen), *stamp = lm__alloc((size_t)LM_MAX(nops, 1) * sizeof *stamp, 64);
+    if (!seen || !stamp) {
+        lm__free(seen), lm__free(stamp);
+        return LM_OUT_OF_MEMORY;
+    }
+    for (int32_t j = 0; j < nops; j++) stamp[j] = -1;
+    lm_status st = LM_OK;
+    for (int64_t i = 0; i < n && st == LM_OK; i++) {
+        const lm__dp_item *it = &p->items[i];
+        begin[i] = len;
+        for (int d = 0; d < it->ndep; d++) { /* dependencies per op */
+            int32_t j = item_op[p->deps[it->dep0 + d]];
+            if (stamp[j] != (int32_t)i) stamp[j] = (int32_t)i, seen[j] = 0;
+            seen[j]++;
+        }
+        for (int d = 0; d < it->ndep && st == LM_OK; d++) {
+            int32_t a = p->deps[it->dep0 + d], j = item_op[a];
+            if (seen[j] < op_count[j]) st = LM__PUSH(w, len, cap, a);
+            else if (seen[j] == op_count[j]) { /* all of op j: one counter wait, pushed once */
+                st = LM__PUSH(w, len, cap, -j - 1);
+                seen[j] = INT32_MAX;
+            }
+        }
+    }
+    begin[n] = len;
+    lm__free(seen), lm__free(stamp);
+    if (st != LM_OK) {
+        lm__free(w);
+        return st;
+    }
+    *out = w, *nout = len;
+    return LM_OK;
+}
+
 lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out) {
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: NULL argument");
     if (steps < 1) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: steps = %d; expected >= 1", steps);
     memset(out, 0, sizeof *out);
-    int64_t n = p->nitems;
+    int64_t n = p->nitems, nw = 0;
     int64_t *dep_begin = lm__alloc((size_t)(n + 1) * sizeof *dep_begin, 64);
+    int64_t *w_begin = lm__alloc((size_t)(n + 1) * sizeof *w_begin, 64);
     int64_t *bytes = lm__calloc((size_t)LM_MAX(n, 1), sizeof *bytes);
-    if (!dep_begin || !bytes) {
-        lm__free(dep_begin), lm__free(bytes);
-        return LM_OUT_OF_MEMORY;
-    }
-    dep_begin[0] = 0;
-    for (int64_t i = 0; i < n; i++) { /* the deps are stored item after item */
+    int32_t *item_op = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *item_op, 64), *waits = NULL;
+    int32_t *op_count = lm__calloc((size_t)LM_MAX(p->g->nops, 1), sizeof *op_count);
+    int32_t *op_index = lm__alloc((size_t)LM_MAX(p->g->nops, 1) * sizeof *op_index, 64), nops = 0;
+    lm_status st = LM_OK;
+    if (!dep_begin || !w_begin || !bytes || !item_op || !op_count || !op_index) st = LM_OUT_OF_MEMORY;
+    for (int64_t j = 0; st == LM_OK && j < p->g->nops; j++) op_index[j] = -1;
+    if (st == LM_OK) dep_begin[0] = 0;
+    for (int64_t i = 0; st == LM_OK && i < n; i++) { /* the deps are stored item after item */
         dep_begin[i + 1] = dep_begin[i] + p->items[i].ndep;
         bytes[i] = ((int64_t)p->items[i].hbm + 15) / 16 * 16;
-    }
-    lm_status st = LM_OK;
-    for (int64_t i = 0; i < n && st == LM_OK; i++)
+        int32_t o = p->items[i].op; /* ops numbered densely, in order of first item */
+        if (op_index[o] < 0) op_index[o] = nops++;
+        item_op[i] = op_index[o];
+        op_count[item_op[i]]++;
         if (p->items[i].dep0 != dep_begin[i]) st = lm__error(LM_INTERNAL, "decode plan replay: dependency lists out of order");
-    lm__dp_replay r = {p->opt.sms, n, p->sm_begin, p->order, dep_begin, p->deps, bytes, p->opt.prefetch_bytes,
-                       device, steps};
+    }
+    if (st == LM_OK) st = dp_op_waits(p, item_op, op_count, w_begin, &waits, &nw);
+    lm__dp_replay r = {p->opt.sms, n, p->sm_begin, p->order, dep_begin, p->deps, item_op, op_count, nops, bytes,
+                       p->opt.prefetch_bytes, device, steps};
+    lm__dp_replay ro = r;
+    ro.dep_begin = w_begin, ro.deps = waits;
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->step_us, &out->step_us_min);
-    memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
+    if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_step_us, &out->ops_step_us_min);
+    if (st == LM_OK) memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->empty_us, &out->empty_us_min);
-    if (st == LM_OK) out->steps = steps;
-    lm__free(dep_begin), lm__free(bytes);
+    if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_empty_us, &out->ops_empty_us_min);
+    if (st == LM_OK) out->steps = steps, out->waits = dep_begin[n], out->ops_waits = nw;
+    lm__free(dep_begin), lm__free(w_begin), lm__free(bytes), lm__free(item_op), lm__free(waits);
+    lm__free(op_count), lm__free(op_index);
     return st;
 }

@@ -60,6 +60,7 @@ static inline int64_t lm__dp_part_at(int64_t poff, int64_t T, int64_t Hq, int64_
 struct lm_decode_plan {
     lm_exec *e; /* borrowed */
     const lm_graph *g;
+    lm_tensor_view *fview; /* [g->nvalues] the views footprints are taken from (dplan.c footprint_views) */
     int64_t resolves; /* e->resolves when planned: the views the footprints were taken from */
     lm_decode_plan_options opt;
     lm__dp_item *items;

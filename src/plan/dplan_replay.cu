@@ -6,11 +6,19 @@
  * be for an item some running block will finish). Per item, in the list's order: the
  * block streams the first prefetch bytes of the item's region (16-byte streaming loads,
  * 8 in flight per thread, xor-folded so they are not dropped), its threads wait for the
- * dependencies' counters together (thread t polls dependencies t, t + 256, ... with
- * ld.acquire.gpu until each holds this launch's epoch), a barrier, the rest of the region, a barrier, a fence and the item's own counter set
- * to the epoch (st.release.gpu). Counters keep their value between launches; each
- * launch waits for its own epoch, so nothing is reset. A wait of more than 2^32 clock
- * cycles (~2 s) marks the failure and every block leaves.
+ * dependencies together (thread t polls entries t, t + 256, ... with ld.acquire.gpu: an
+ * item's flag until it holds this launch's epoch, or an op's counter until it holds
+ * epoch x the op's items), a barrier, the rest of the region, a barrier, and thread 0
+ * releases the item's flag (st.release.gpu) and adds one to its op's counter
+ * (red.release.gpu.add). The barrier before the release orders the block's work before
+ * it; the acquire before the barrier orders the dependencies' work before the block's.
+ * Flags and counters keep their values between launches; each launch waits for its own
+ * epoch, so nothing is reset. A wait of more than 2^32 clock cycles (~2 s) marks the
+ * failure and every block leaves.
+ *
+ * Everything the kernel reads is set up on its own stream: a memset on the legacy
+ * stream is not ordered before a kernel on a non-blocking one, and a counter zeroed
+ * after the first items released it would hang their dependents.
  */
 #include "ops/cuda/common.cuh"
 #include "plan/dplan_replay.h"
@@ -27,6 +35,9 @@ struct rp_args {
     const int64_t *vecs;
     const uint4 *buf;
     unsigned *flags;
+    unsigned *counters;
+    const int32_t *item_op;
+    const int32_t *op_count;
     unsigned epoch;
     int64_t prefetch_vecs;
     unsigned *err; /* 1 + the item whose wait timed out */
@@ -41,6 +52,10 @@ __device__ __forceinline__ unsigned rp_ld_acquire(const unsigned *p) {
 
 __device__ __forceinline__ void rp_st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void rp_add_release(unsigned *p, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 /* Vectors [v0, v1) of buf by the block's threads, xor-folded. */
@@ -74,8 +89,11 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
          * they are all done), each thread then the barrier */
         const long long t0 = clock64();
         for (int64_t d = a.dep_begin[i] + threadIdx.x; d < a.dep_begin[i + 1]; d += blockDim.x) {
-            const unsigned *f = a.flags + a.deps[d];
-            while (rp_ld_acquire(f) != a.epoch) {
+            const int32_t w = a.deps[d];
+            const unsigned *f = w >= 0 ? a.flags + w : a.counters + (-w - 1);
+            const unsigned want = w >= 0 ? a.epoch : a.epoch * (unsigned)a.op_count[-w - 1];
+            /* counters only grow; a flag holds the last epoch that released it */
+            while (w >= 0 ? rp_ld_acquire(f) != want : (int)(rp_ld_acquire(f) - want) < 0) {
                 if (*(volatile unsigned *)a.err) {
                     bail = 1;
                     break;
@@ -92,8 +110,8 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
         h ^= rp_stream(a.buf, v0 + pre, v0 + n);
         __syncthreads();
         if (threadIdx.x == 0) {
-            __threadfence();
             rp_st_release(a.flags + i, a.epoch);
+            rp_add_release(a.counters + a.item_op[i], 1u);
         }
     }
     if (h == 0x9e3779b9u) a.sink[0] = h; /* keeps the loads; practically never stores */
@@ -124,7 +142,8 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     int64_t *d_sm = NULL, *d_dep_begin = NULL, *d_off = NULL, *d_vecs = NULL;
     int32_t *d_order = NULL, *d_deps = NULL;
     uint4 *d_buf = NULL;
-    unsigned *d_flags = NULL, *d_err = NULL, *d_sink = NULL, err = 0;
+    int32_t *d_item_op = NULL, *d_op_count = NULL;
+    unsigned *d_flags = NULL, *d_counters = NULL, *d_err = NULL, *d_sink = NULL, err = 0;
     cudaStream_t stream = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     double sum = 0, best = 0;
@@ -144,25 +163,28 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
                        "launch %s, %d blocks a SM)", r->sms, sm_count, coop ? "yes" : "no", per_sm);
         goto done;
     }
+    RP_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "decode plan replay: stream");
+    RP_TRY(cudaEventCreate(&e0), "decode plan replay: events");
+    RP_TRY(cudaEventCreate(&e1), "decode plan replay: events");
     RP_TRY(rp_upload(&d_sm, r->sm_begin, (int64_t)r->sms + 1), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_order, r->order, n), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_dep_begin, r->dep_begin, n + 1), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_deps, r->deps, ndeps), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_off, (const int64_t *)off, n), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_vecs, (const int64_t *)vecs, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_item_op, r->item_op, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_op_count, r->op_count, (int64_t)r->nops), "decode plan replay: upload");
     RP_TRY(cudaMalloc((void **)&d_buf, (size_t)(total > 0 ? total : 1) * 16), "decode plan replay: stream buffer");
-    RP_TRY(cudaMemset(d_buf, 0x5a, (size_t)(total > 0 ? total : 1) * 16), "decode plan replay: stream buffer");
-    RP_TRY(cudaMalloc((void **)&d_flags, sizeof(unsigned) * (size_t)(n > 0 ? n : 1)), "decode plan replay: counters");
-    RP_TRY(cudaMemset(d_flags, 0, sizeof(unsigned) * (size_t)(n > 0 ? n : 1)), "decode plan replay: counters");
-    RP_TRY(cudaMalloc((void **)&d_err, 2 * sizeof(unsigned)), "decode plan replay: flags");
-    RP_TRY(cudaMemset(d_err, 0, 2 * sizeof(unsigned)), "decode plan replay: flags");
-    d_sink = d_err + 1;
-    RP_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "decode plan replay: stream");
-    RP_TRY(cudaEventCreate(&e0), "decode plan replay: events");
-    RP_TRY(cudaEventCreate(&e1), "decode plan replay: events");
+    RP_TRY(cudaMalloc((void **)&d_flags, sizeof(unsigned) * (size_t)(n + r->nops + 2)), "decode plan replay: counters");
+    d_counters = d_flags + n, d_err = d_counters + r->nops, d_sink = d_err + 1;
+    RP_TRY(cudaMemsetAsync(d_buf, 0x5a, (size_t)(total > 0 ? total : 1) * 16, stream), "decode plan replay: buffer");
+    RP_TRY(cudaMemsetAsync(d_flags, 0, sizeof(unsigned) * (size_t)(n + r->nops + 2), stream),
+           "decode plan replay: counters");
+    /* the uploads went through the legacy stream, the memsets through this one */
+    RP_TRY(cudaDeviceSynchronize(), "decode plan replay: setup");
     for (int step = 0; step <= r->steps; step++) { /* launch 0 is untimed */
-        rp_args a = {d_sm, d_order, d_dep_begin, d_deps, d_off, d_vecs, d_buf, d_flags, (unsigned)step + 1u,
-                     r->prefetch_bytes / 16, d_err, d_sink};
+        rp_args a = {d_sm,     d_order,     d_dep_begin, d_deps, d_off, d_vecs, d_buf, d_flags, d_counters, d_item_op,
+                     d_op_count, (unsigned)step + 1u, r->prefetch_bytes / 16, d_err, d_sink};
         void *args[] = {&a};
         float ms = 0;
         RP_TRY(cudaEventRecord(e0, stream), "decode plan replay: event");
@@ -172,7 +194,8 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
         RP_TRY(cudaEventRecord(e1, stream), "decode plan replay: event");
         RP_TRY(cudaEventSynchronize(e1), "decode plan replay: kernel");
         RP_TRY(cudaEventElapsedTime(&ms, e0, e1), "decode plan replay: timing");
-        RP_TRY(cudaMemcpy(&err, d_err, sizeof err, cudaMemcpyDeviceToHost), "decode plan replay: flags");
+        RP_TRY(cudaMemcpyAsync(&err, d_err, sizeof err, cudaMemcpyDeviceToHost, stream), "decode plan replay: flags");
+        RP_TRY(cudaStreamSynchronize(stream), "decode plan replay: flags");
         if (err) {
             st = lm__error(LM_INTERNAL, "decode plan replay: item %u waited more than 2^32 cycles for a dependency "
                            "(launch %d)", err - 1u, step);
@@ -189,7 +212,7 @@ done:
     if (e1) cudaEventDestroy(e1);
     if (stream) cudaStreamDestroy(stream);
     cudaFree(d_sm), cudaFree(d_order), cudaFree(d_dep_begin), cudaFree(d_deps), cudaFree(d_off), cudaFree(d_vecs);
-    cudaFree(d_buf), cudaFree(d_flags), cudaFree(d_err);
+    cudaFree(d_item_op), cudaFree(d_op_count), cudaFree(d_buf), cudaFree(d_flags);
     free(off), free(vecs);
     cudaSetDevice(prev);
     return st;

@@ -18,7 +18,10 @@ typedef struct lm__dp_replay {
     const int64_t *sm_begin;  /* [sms + 1]: SM s runs order[sm_begin[s] .. sm_begin[s + 1]) */
     const int32_t *order;     /* [nitems] */
     const int64_t *dep_begin; /* [nitems + 1]: item i waits for deps[dep_begin[i] .. dep_begin[i + 1]) */
-    const int32_t *deps;
+    const int32_t *deps;      /* an entry w >= 0: item w's flag; w < 0: op counter -w - 1 holds op_count[-w - 1] */
+    const int32_t *item_op;   /* [nitems] the op counter item i adds one to when done */
+    const int32_t *op_count;  /* [nops] items of each op */
+    int32_t nops;
     const int64_t *bytes;     /* [nitems] bytes item i streams, multiples of 16 */
     int64_t prefetch_bytes;   /* streamed before an item's dependencies are met */
     int device;
@@ -27,7 +30,8 @@ typedef struct lm__dp_replay {
 
 /* Runs r->steps launches of the skeleton kernel on r->device: one block per SM list
  * (a cooperative launch, so all are resident), each item streaming its bytes from its
- * own region of one buffer and releasing a counter its dependents acquire. Mean and
+ * own region of one buffer, then releasing its own flag and adding one to its op's
+ * counter; its dependents acquire either (deps' encoding above). Mean and
  * fastest launch (host events around each) in microseconds. LM_INVALID_ARGUMENT when
  * the lists outnumber the device's SMs; LM_INTERNAL when a wait outlasts ~2 s (a
  * dependency never released); LM_UNSUPPORTED without CUDA. */

@@ -44,10 +44,15 @@ static void test_replay_runs(void) {
         LT_CHECK_OK(lm_decode_plan_replay_cuda(p, 0, 5, &r));
         lm_decode_plan_stats st;
         LT_CHECK_OK(lm_decode_plan_get_stats(p, &st));
-        printf("  %d SMs, %lld items: replay %.1f us (min %.1f), waits only %.1f us (min %.1f); predicted %.1f us\n",
-               sms[k], (long long)st.items, r.step_us, r.step_us_min, r.empty_us, r.empty_us_min, st.step_s * 1e6);
+        printf("  %d SMs, %lld items: replay %.1f us (min %.1f), waits only %.1f us (min %.1f); with op counters "
+               "%.1f us, waits only %.1f us; predicted %.1f us\n", sms[k], (long long)st.items, r.step_us,
+               r.step_us_min, r.empty_us, r.empty_us_min, r.ops_step_us, r.ops_empty_us, st.step_s * 1e6);
         LT_CHECK(r.steps == 5 && r.step_us > 0 && r.step_us_min > 0 && r.step_us_min <= r.step_us * (1 + 1e-9));
         LT_CHECK(r.empty_us > 0 && r.empty_us_min <= r.empty_us * (1 + 1e-9));
+        LT_CHECK(r.ops_step_us > 0 && r.ops_step_us_min <= r.ops_step_us * (1 + 1e-9));
+        LT_CHECK(r.ops_empty_us > 0 && r.ops_empty_us_min <= r.ops_empty_us * (1 + 1e-9));
+        /* the counters replace every all-of-an-op dependency with one wait */
+        LT_CHECK(r.waits == st.deps && r.ops_waits > 0 && r.ops_waits <= r.waits);
         lm_decode_plan_destroy(p);
     }
     /* an item waiting for a later item of its own list never starts */

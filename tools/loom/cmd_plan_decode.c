@@ -190,8 +190,11 @@ int cmd_plan_decode(int argc, char **argv) {
             if (no_check) printf("\"check\":{\"ran\":false},");
             else printf("\"check\":{\"ran\":true,\"passed\":%s,\"seconds\":%.3f},", check_ok ? "true" : "false", check_s);
             if (rp.steps > 0)
-                printf("\"replay\":{\"steps\":%d,\"step_us\":%.3f,\"step_us_min\":%.3f,\"empty_us\":%.3f,"
-                       "\"empty_us_min\":%.3f},", rp.steps, rp.step_us, rp.step_us_min, rp.empty_us, rp.empty_us_min);
+                printf("\"replay\":{\"steps\":%d,\"waits\":%lld,\"step_us\":%.3f,\"step_us_min\":%.3f,\"empty_us\":%.3f,"
+                       "\"empty_us_min\":%.3f,\"ops_waits\":%lld,\"ops_step_us\":%.3f,\"ops_step_us_min\":%.3f,"
+                       "\"ops_empty_us\":%.3f,\"ops_empty_us_min\":%.3f},",
+                       rp.steps, (long long)rp.waits, rp.step_us, rp.step_us_min, rp.empty_us, rp.empty_us_min,
+                       (long long)rp.ops_waits, rp.ops_step_us, rp.ops_step_us_min, rp.ops_empty_us, rp.ops_empty_us_min);
             if (steps > 0)
                 printf("\"cpu_run\":{\"steps\":%d,\"orders\":%d,\"nmse\":%.3g,\"max_rel\":%.3g,\"passed\":%s}}\n", steps,
                        orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
@@ -207,10 +210,15 @@ int cmd_plan_decode(int argc, char **argv) {
                    ps.step_s > 0 ? 100 * ps.bound_s / ps.step_s : 0,
                    ps.step_s > 0 ? 100 * ps.busy_s / (ps.step_s * ps.sms) : 0);
             if (!no_check) printf("plan check %s in %.2f s\n", check_ok ? "passed" : "FAILED", check_s);
-            if (rp.steps > 0)
-                printf("replay on the GPU (%d launches): %.1f us a step (fastest %.1f; %.0f tok/s), waits alone %.1f us "
-                       "(fastest %.1f): measured\n", rp.steps, rp.step_us, rp.step_us_min,
-                       rp.step_us > 0 ? batch / (rp.step_us * 1e-6) : 0, rp.empty_us, rp.empty_us_min);
+            if (rp.steps > 0) {
+                printf("replay on the GPU (%d launches), %lld flag waits: %.1f us a step (fastest %.1f; %.0f tok/s), "
+                       "waits alone %.1f us (fastest %.1f): measured\n", rp.steps, (long long)rp.waits, rp.step_us,
+                       rp.step_us_min, rp.step_us > 0 ? batch / (rp.step_us * 1e-6) : 0, rp.empty_us, rp.empty_us_min);
+                printf("replay with op counters, %lld waits: %.1f us a step (fastest %.1f; %.0f tok/s), waits alone "
+                       "%.1f us (fastest %.1f): measured\n", (long long)rp.ops_waits, rp.ops_step_us,
+                       rp.ops_step_us_min, rp.ops_step_us > 0 ? batch / (rp.ops_step_us * 1e-6) : 0, rp.ops_empty_us,
+                       rp.ops_empty_us_min);
+            }
             if (steps > 0 && !rc)
                 printf("CPU run: %d steps x %d orders against the executor: NMSE %.3g, max |d| %.3g of max |logit| "
                        "(%s)\n", steps, orders, r.nmse, r.rel, r.passed ? "passed" : "FAILED");
