@@ -317,8 +317,9 @@ LM_API lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_pla
 /* The schedule's skeleton on CUDA device `device`: one block per SM list (a
  * cooperative launch), each item streaming as many bytes as it would (weights, KV) from
  * its own region of one buffer, waiting for its dependencies through flags in device
- * memory and releasing its own, with prefetch_bytes streamed before the wait: no
- * arithmetic, no real data. steps timed launches after one untimed; then the same with
+ * memory and releasing its own; an item's first prefetch_bytes (at most 112 KiB) are
+ * bulk-copied into shared memory from the start of the item before it on its SM, so
+ * they land while both wait: no arithmetic, no real data. steps timed launches after one untimed; then the same with
  * op counters (a dependency on every item of an op is one wait on a counter the op's
  * items add to); then both with no bytes (the items' and the waits' fixed costs alone). Host events
  * around each launch, so a launch's own cost is included. LM_UNSUPPORTED without CUDA;

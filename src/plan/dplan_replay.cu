@@ -25,6 +25,7 @@
 
 #define RP_THREADS 256
 #define RP_UNROLL 8
+#define RP_BULK 16384u /* bytes per bulk copy instruction */
 
 struct rp_args {
     const int64_t *sm_begin;
@@ -75,14 +76,62 @@ __device__ __forceinline__ unsigned rp_stream(const uint4 *buf, int64_t v0, int6
     return h;
 }
 
+/* The weight prefetch: TMA bulk copies (cp.async.bulk) of an item's first bytes into one
+ * of two shared-memory buffers, completing on that buffer's mbarrier. */
+__device__ __forceinline__ unsigned rp_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void rp_bar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(rp_smem_addr(bar)) : "memory");
+}
+
+/* thread 0: vectors [v0, v0 + nv) of buf into dst, bar's phase completing when they land */
+__device__ __forceinline__ void rp_prefetch(uint64_t *bar, unsigned char *dst, const uint4 *buf, int64_t v0, int64_t nv) {
+    const unsigned b = rp_smem_addr(bar), bytes = (unsigned)(nv * 16);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    for (unsigned o = 0; o < bytes; o += RP_BULK) {
+        const unsigned c = bytes - o < RP_BULK ? bytes - o : RP_BULK;
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         rp_smem_addr(dst + o)),
+                     "l"((const unsigned char *)(buf + v0) + o), "r"(c), "r"(b)
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ void rp_bar_wait(uint64_t *bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(rp_smem_addr(bar)), "r"(parity)
+                     : "memory");
+}
+
 __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
+    extern __shared__ __align__(128) unsigned char rp_buf[]; /* 2 x prefetch bytes */
+    __shared__ __align__(8) uint64_t bar[2];
     __shared__ int bail;
     unsigned h = 0;
     const int s = blockIdx.x;
-    for (int64_t k = a.sm_begin[s]; k < a.sm_begin[s + 1]; k++) {
-        const int i = a.order[k];
+    const int64_t k0 = a.sm_begin[s], k1 = a.sm_begin[s + 1];
+    if (threadIdx.x == 0) {
+        rp_bar_init(&bar[0]), rp_bar_init(&bar[1]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        if (k0 < k1) {
+            const int i = a.order[k0];
+            rp_prefetch(&bar[0], rp_buf, a.buf, a.off[i], a.vecs[i] < a.prefetch_vecs ? a.vecs[i] : a.prefetch_vecs);
+        }
+    }
+    __syncthreads();
+    for (int64_t k = k0; k < k1; k++) {
+        const int i = a.order[k], j = (int)(k - k0), slot = j & 1;
         const int64_t v0 = a.off[i], n = a.vecs[i], pre = n < a.prefetch_vecs ? n : a.prefetch_vecs;
-        h ^= rp_stream(a.buf, v0, v0 + pre);
+        /* the next item's weights start landing while this one waits and streams (its
+         * buffer's last reader, item j - 1, is done: its phase completed) */
+        if (threadIdx.x == 0 && k + 1 < k1) {
+            const int i1 = a.order[k + 1];
+            rp_prefetch(&bar[slot ^ 1], rp_buf + (size_t)(slot ^ 1) * (size_t)(a.prefetch_vecs * 16), a.buf, a.off[i1],
+                        a.vecs[i1] < a.prefetch_vecs ? a.vecs[i1] : a.prefetch_vecs);
+        }
         if (threadIdx.x == 0) bail = 0;
         __syncthreads();
         /* the dependencies polled by the block's threads together (one round trip when
@@ -106,8 +155,13 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
             }
         }
         __syncthreads();
-        if (bail) return;
+        if (bail) { /* no copy may still be landing in this block's memory when it leaves */
+            rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u);
+            if (k + 1 < k1) rp_bar_wait(&bar[slot ^ 1], (unsigned)((j + 1) >> 1) & 1u);
+            return;
+        }
         h ^= rp_stream(a.buf, v0 + pre, v0 + n);
+        rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u); /* this item's prefetched bytes */
         __syncthreads();
         if (threadIdx.x == 0) {
             rp_st_release(a.flags + i, a.epoch);
@@ -147,6 +201,7 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     cudaStream_t stream = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     double sum = 0, best = 0;
+    const size_t smem = 2 * (size_t)(r->prefetch_bytes / 16 * 16);
     cudaGetDevice(&prev);
     if (!off || !vecs) {
         st = lm__error(LM_OUT_OF_MEMORY, "decode plan replay: tables of %lld items", (long long)n);
@@ -156,7 +211,14 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     RP_TRY(cudaSetDevice(r->device), "decode plan replay: cudaSetDevice");
     RP_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, r->device), "decode plan replay: SMs");
     RP_TRY(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, r->device), "decode plan replay: attributes");
-    RP_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rp_kernel, RP_THREADS, 0),
+    if (smem > LM__DP_REPLAY_MAX_PREFETCH * 2) {
+        st = lm__error(LM_INVALID_ARGUMENT, "decode plan replay: prefetch of %lld bytes an item; the replay prefetches at "
+                       "most %d (two buffers in shared memory)", (long long)r->prefetch_bytes, LM__DP_REPLAY_MAX_PREFETCH);
+        goto done;
+    }
+    RP_TRY(cudaFuncSetAttribute(rp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+           "decode plan replay: shared memory");
+    RP_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rp_kernel, RP_THREADS, smem),
            "decode plan replay: occupancy");
     if (r->sms > sm_count || !coop || per_sm < 1) {
         st = lm__error(LM_INVALID_ARGUMENT, "decode plan replay: %d SM lists on a device of %d SMs (cooperative "
@@ -188,7 +250,7 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
         void *args[] = {&a};
         float ms = 0;
         RP_TRY(cudaEventRecord(e0, stream), "decode plan replay: event");
-        RP_TRY(cudaLaunchCooperativeKernel((const void *)rp_kernel, dim3((unsigned)r->sms), dim3(RP_THREADS), args, 0,
+        RP_TRY(cudaLaunchCooperativeKernel((const void *)rp_kernel, dim3((unsigned)r->sms), dim3(RP_THREADS), args, smem,
                                            stream),
                "decode plan replay: launch");
         RP_TRY(cudaEventRecord(e1, stream), "decode plan replay: event");

@@ -12,6 +12,8 @@ extern "C" {
 
 #include "base/internal.h"
 
+#define LM__DP_REPLAY_MAX_PREFETCH (112 * 1024) /* bytes: two buffers fit an H100/H200 SM's shared memory */
+
 typedef struct lm__dp_replay {
     int sms;
     int64_t nitems;
@@ -23,7 +25,8 @@ typedef struct lm__dp_replay {
     const int32_t *op_count;  /* [nops] items of each op */
     int32_t nops;
     const int64_t *bytes;     /* [nitems] bytes item i streams, multiples of 16 */
-    int64_t prefetch_bytes;   /* streamed before an item's dependencies are met */
+    int64_t prefetch_bytes;   /* an item's first bytes, copied into shared memory (TMA bulk copies) from the
+                                 start of the item before it on its SM: they land while both wait */
     int device;
     int steps;                /* timed launches (after one untimed) */
 } lm__dp_replay;

@@ -55,6 +55,18 @@ static void test_replay_runs(void) {
         LT_CHECK(r.waits == st.deps && r.ops_waits > 0 && r.ops_waits <= r.waits);
         lm_decode_plan_destroy(p);
     }
+    /* the replay's prefetch buffers live in shared memory: more than it holds is refused */
+    if (s) {
+        lm_decode_plan_options o;
+        lm_decode_plan_options_default(&o);
+        o.sms = 2, o.full_sms = sm_count, o.prefetch_bytes = 200 << 10;
+        lm_decode_plan *p = NULL;
+        LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
+        lm_decode_plan_replay r;
+        if (p) LT_CHECK_STATUS(lm_decode_plan_replay_cuda(p, 0, 1, &r), LM_INVALID_ARGUMENT);
+        if (p) LT_CHECK_MSG(strstr(lm_last_error(), "prefetches at most") != NULL, "%s", lm_last_error());
+        lm_decode_plan_destroy(p);
+    }
     /* an item waiting for a later item of its own list never starts */
     lm_decode_plan_options o;
     lm_decode_plan_options_default(&o);
