@@ -3,18 +3,23 @@
  * arithmetic and no real data, beside the cost model's prediction.
  *
  * One block per SM list (cooperative launch: every block resident, so a wait can only
- * be for an item some running block will finish). Per item, in the list's order: the
- * block streams the first prefetch bytes of the item's region (16-byte streaming loads,
- * 8 in flight per thread, xor-folded so they are not dropped), its threads wait for the
- * dependencies together (thread t polls entries t, t + 256, ... with ld.acquire.gpu: an
- * item's flag until it holds this launch's epoch, or an op's counter until it holds
- * epoch x the op's items), a barrier, the rest of the region, a barrier, and thread 0
- * releases the item's flag (st.release.gpu) and adds one to its op's counter
- * (red.release.gpu.add). The barrier before the release orders the block's work before
- * it; the acquire before the barrier orders the dependencies' work before the block's.
- * Flags and counters keep their values between launches; each launch waits for its own
- * epoch, so nothing is reset. A wait of more than 2^32 clock cycles (~2 s) marks the
- * failure and every block leaves.
+ * be for an item some running block will finish), its items as a table in list order.
+ * Per item: its threads wait for the dependencies together (thread t polls entries t,
+ * t + 256, ... with ld.acquire.gpu: an item's flag until it holds this launch's epoch,
+ * or an op's counter until it holds epoch x the op's items), a barrier; thread 0 starts
+ * the next item's prefetch (its first prefetch bytes, TMA bulk copies into the other of
+ * two shared-memory buffers, completing on that buffer's mbarrier); the block streams
+ * the rest of this item's region (16-byte streaming loads, 8 in flight per thread,
+ * xor-folded so they are not dropped) and waits for its prefetch; a barrier; thread 0
+ * releases the item's flag (st.release.gpu) and/or adds one to its op's counter
+ * (red.release.gpu.add), whichever some wait reads. The barrier before the release
+ * orders the block's work before it; the acquire before the barrier orders the
+ * dependencies' work before the block's. The next table entry and each thread's first
+ * wait of the next item are loaded while the current item runs, so no dependent chain
+ * of table reads sits between two items. Flags and counters keep their values between
+ * launches; each launch waits for its own epoch, so nothing is reset. A wait of more
+ * than 2^32 clock cycles (~2 s) marks the failure and every block leaves (after its
+ * outstanding copy lands).
  *
  * Everything the kernel reads is set up on its own stream: a memset on the legacy
  * stream is not ordered before a kernel on a non-blocking one, and a counter zeroed
@@ -27,17 +32,22 @@
 #define RP_UNROLL 8
 #define RP_BULK 16384u /* bytes per bulk copy instruction */
 
+/* One position of an SM list, in list order: no indirection on the way to the next item. */
+struct rp_entry {
+    long long off, vecs; /* the item's region of buf, in 16-byte vectors */
+    long long dep0;      /* its waits: ldeps[dep0 .. dep0 + ndep) */
+    int item, ndep;
+    int op;              /* the counter it adds to (rel & 2) */
+    unsigned rel;        /* 1: releases its flag (someone waits on it); 2: adds to its op's counter */
+};
+
 struct rp_args {
     const int64_t *sm_begin;
-    const int32_t *order;
-    const int64_t *dep_begin;
-    const int32_t *deps;
-    const int64_t *off; /* [nitems] first 16-byte vector of item i's region */
-    const int64_t *vecs;
+    const rp_entry *ent;  /* [nitems] positions of the SM lists */
+    const int32_t *ldeps; /* waits in list order: w >= 0 item w's flag, w < 0 op counter -w - 1 */
     const uint4 *buf;
     unsigned *flags;
     unsigned *counters;
-    const int32_t *item_op;
     const int32_t *op_count;
     unsigned epoch;
     int64_t prefetch_vecs;
@@ -109,64 +119,69 @@ __device__ __forceinline__ void rp_bar_wait(uint64_t *bar, unsigned parity) {
 __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
     extern __shared__ __align__(128) unsigned char rp_buf[]; /* 2 x prefetch bytes */
     __shared__ __align__(8) uint64_t bar[2];
-    __shared__ int bail;
+    __shared__ int bail[2];
     unsigned h = 0;
-    const int s = blockIdx.x;
+    const int s = blockIdx.x, t = threadIdx.x;
     const int64_t k0 = a.sm_begin[s], k1 = a.sm_begin[s + 1];
-    if (threadIdx.x == 0) {
+    const size_t pbytes = (size_t)a.prefetch_vecs * 16;
+    if (k0 >= k1) return;
+    rp_entry cur = a.ent[k0];
+    int w_cur = t < cur.ndep ? a.ldeps[cur.dep0 + t] : 0;
+    if (t == 0) {
         rp_bar_init(&bar[0]), rp_bar_init(&bar[1]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        if (k0 < k1) {
-            const int i = a.order[k0];
-            rp_prefetch(&bar[0], rp_buf, a.buf, a.off[i], a.vecs[i] < a.prefetch_vecs ? a.vecs[i] : a.prefetch_vecs);
-        }
+        rp_prefetch(&bar[0], rp_buf, a.buf, cur.off, cur.vecs < a.prefetch_vecs ? cur.vecs : a.prefetch_vecs);
+        bail[0] = bail[1] = 0;
     }
     __syncthreads();
     for (int64_t k = k0; k < k1; k++) {
-        const int i = a.order[k], j = (int)(k - k0), slot = j & 1;
-        const int64_t v0 = a.off[i], n = a.vecs[i], pre = n < a.prefetch_vecs ? n : a.prefetch_vecs;
-        /* the next item's weights start landing while this one waits and streams (its
-         * buffer's last reader, item j - 1, is done: its phase completed) */
-        if (threadIdx.x == 0 && k + 1 < k1) {
-            const int i1 = a.order[k + 1];
-            rp_prefetch(&bar[slot ^ 1], rp_buf + (size_t)(slot ^ 1) * (size_t)(a.prefetch_vecs * 16), a.buf, a.off[i1],
-                        a.vecs[i1] < a.prefetch_vecs ? a.vecs[i1] : a.prefetch_vecs);
-        }
-        if (threadIdx.x == 0) bail = 0;
-        __syncthreads();
+        const int j = (int)(k - k0), slot = j & 1;
+        const bool more = k + 1 < k1;
+        const rp_entry nxt = a.ent[more ? k + 1 : k]; /* lands while this item waits */
         /* the dependencies polled by the block's threads together (one round trip when
-         * they are all done), each thread then the barrier */
+         * they are all done); thread t's first one was loaded during the item before */
         const long long t0 = clock64();
-        for (int64_t d = a.dep_begin[i] + threadIdx.x; d < a.dep_begin[i + 1]; d += blockDim.x) {
-            const int32_t w = a.deps[d];
+        for (int d = t; d < cur.ndep; d += RP_THREADS) {
+            const int32_t w = d == t ? w_cur : a.ldeps[cur.dep0 + d];
             const unsigned *f = w >= 0 ? a.flags + w : a.counters + (-w - 1);
             const unsigned want = w >= 0 ? a.epoch : a.epoch * (unsigned)a.op_count[-w - 1];
             /* counters only grow; a flag holds the last epoch that released it */
             while (w >= 0 ? rp_ld_acquire(f) != want : (int)(rp_ld_acquire(f) - want) < 0) {
                 if (*(volatile unsigned *)a.err) {
-                    bail = 1;
+                    bail[slot] = 1;
                     break;
                 }
                 if (clock64() - t0 > (1LL << 32)) {
-                    atomicExch(a.err, (unsigned)i + 1u);
-                    bail = 1;
+                    atomicExch(a.err, (unsigned)cur.item + 1u);
+                    bail[slot] = 1;
                     break;
                 }
             }
         }
         __syncthreads();
-        if (bail) { /* no copy may still be landing in this block's memory when it leaves */
+        if (bail[slot]) { /* no copy may still be landing in this block's memory when it leaves */
             rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u);
-            if (k + 1 < k1) rp_bar_wait(&bar[slot ^ 1], (unsigned)((j + 1) >> 1) & 1u);
             return;
         }
-        h ^= rp_stream(a.buf, v0 + pre, v0 + n);
+        /* the next item's weights start landing while this one streams and it waits (its
+         * buffer's last reader, item j - 1, is done: its phase completed); bail[slot ^ 1]
+         * was last read before the barrier above */
+        if (t == 0) {
+            bail[slot ^ 1] = 0;
+            if (more)
+                rp_prefetch(&bar[slot ^ 1], rp_buf + (size_t)(slot ^ 1) * pbytes, a.buf, nxt.off,
+                            nxt.vecs < a.prefetch_vecs ? nxt.vecs : a.prefetch_vecs);
+        }
+        const int w_nxt = more && t < nxt.ndep ? a.ldeps[nxt.dep0 + t] : 0;
+        const int64_t pre = cur.vecs < a.prefetch_vecs ? cur.vecs : a.prefetch_vecs;
+        h ^= rp_stream(a.buf, cur.off + pre, cur.off + cur.vecs);
         rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u); /* this item's prefetched bytes */
         __syncthreads();
-        if (threadIdx.x == 0) {
-            rp_st_release(a.flags + i, a.epoch);
-            rp_add_release(a.counters + a.item_op[i], 1u);
+        if (t == 0) {
+            if (cur.rel & 1u) rp_st_release(a.flags + cur.item, a.epoch);
+            if (cur.rel & 2u) rp_add_release(a.counters + cur.op, 1u);
         }
+        cur = nxt, w_cur = w_nxt;
     }
     if (h == 0x9e3779b9u) a.sink[0] = h; /* keeps the loads; practically never stores */
 }
@@ -190,24 +205,56 @@ static cudaError_t rp_upload(T **dst, const T *src, int64_t n) {
 extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us, double *min_us) {
     lm_status st = LM_OK;
     int prev = 0, sm_count = 0, coop = 0, per_sm = 0;
-    int64_t n = r->nitems, ndeps = r->dep_begin[n], total = 0;
-    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    int64_t *vecs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    int64_t *d_sm = NULL, *d_dep_begin = NULL, *d_off = NULL, *d_vecs = NULL;
-    int32_t *d_order = NULL, *d_deps = NULL;
+    const int64_t n = r->nitems, ndeps = r->dep_begin[n];
+    int64_t total = 0;
+    rp_entry *ent = (rp_entry *)calloc((size_t)(n > 0 ? n : 1), sizeof(rp_entry));
+    int32_t *ldeps = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ndeps > 0 ? ndeps : 1));
+    unsigned *rel = (unsigned *)calloc((size_t)(n > 0 ? n : 1), sizeof(unsigned));
+    int64_t *d_sm = NULL;
+    rp_entry *d_ent = NULL;
+    int32_t *d_ldeps = NULL, *d_op_count = NULL;
     uint4 *d_buf = NULL;
-    int32_t *d_item_op = NULL, *d_op_count = NULL;
     unsigned *d_flags = NULL, *d_counters = NULL, *d_err = NULL, *d_sink = NULL, err = 0;
     cudaStream_t stream = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     double sum = 0, best = 0;
     const size_t smem = 2 * (size_t)(r->prefetch_bytes / 16 * 16);
     cudaGetDevice(&prev);
-    if (!off || !vecs) {
+    if (!ent || !ldeps || !rel) {
         st = lm__error(LM_OUT_OF_MEMORY, "decode plan replay: tables of %lld items", (long long)n);
         goto done;
     }
-    for (int64_t i = 0; i < n; i++) off[i] = total, vecs[i] = r->bytes[i] / 16, total += vecs[i];
+    /* what each item must release: its flag where a wait names it, its op's counter where
+     * a wait names the op */
+    {
+        unsigned char *op_ref = (unsigned char *)calloc((size_t)(r->nops > 0 ? r->nops : 1), 1);
+        if (!op_ref) {
+            st = lm__error(LM_OUT_OF_MEMORY, "decode plan replay: tables of %d ops", r->nops);
+            goto done;
+        }
+        for (int64_t d = 0; d < ndeps; d++)
+            if (r->deps[d] >= 0) rel[r->deps[d]] |= 1u;
+            else op_ref[-r->deps[d] - 1] = 1;
+        for (int64_t i = 0; i < n; i++)
+            if (op_ref[r->item_op[i]]) rel[i] |= 2u;
+        free(op_ref);
+    }
+    {
+        int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1)), nd = 0;
+        if (!off) {
+            st = lm__error(LM_OUT_OF_MEMORY, "decode plan replay: tables of %lld items", (long long)n);
+            goto done;
+        }
+        for (int64_t i = 0; i < n; i++) off[i] = total, total += r->bytes[i] / 16;
+        for (int64_t k = 0; k < n; k++) { /* positions in list order */
+            const int i = r->order[k];
+            rp_entry e = {off[i], r->bytes[i] / 16, nd, i, (int)(r->dep_begin[i + 1] - r->dep_begin[i]), r->item_op[i],
+                          rel[i]};
+            ent[k] = e;
+            for (int64_t d = r->dep_begin[i]; d < r->dep_begin[i + 1]; d++) ldeps[nd++] = r->deps[d];
+        }
+        free(off);
+    }
     RP_TRY(cudaSetDevice(r->device), "decode plan replay: cudaSetDevice");
     RP_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, r->device), "decode plan replay: SMs");
     RP_TRY(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, r->device), "decode plan replay: attributes");
@@ -229,12 +276,8 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     RP_TRY(cudaEventCreate(&e0), "decode plan replay: events");
     RP_TRY(cudaEventCreate(&e1), "decode plan replay: events");
     RP_TRY(rp_upload(&d_sm, r->sm_begin, (int64_t)r->sms + 1), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_order, r->order, n), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_dep_begin, r->dep_begin, n + 1), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_deps, r->deps, ndeps), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_off, (const int64_t *)off, n), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_vecs, (const int64_t *)vecs, n), "decode plan replay: upload");
-    RP_TRY(rp_upload(&d_item_op, r->item_op, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_ent, (const rp_entry *)ent, n), "decode plan replay: upload");
+    RP_TRY(rp_upload(&d_ldeps, (const int32_t *)ldeps, ndeps), "decode plan replay: upload");
     RP_TRY(rp_upload(&d_op_count, r->op_count, (int64_t)r->nops), "decode plan replay: upload");
     RP_TRY(cudaMalloc((void **)&d_buf, (size_t)(total > 0 ? total : 1) * 16), "decode plan replay: stream buffer");
     RP_TRY(cudaMalloc((void **)&d_flags, sizeof(unsigned) * (size_t)(n + r->nops + 2)), "decode plan replay: counters");
@@ -245,8 +288,8 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     /* the uploads went through the legacy stream, the memsets through this one */
     RP_TRY(cudaDeviceSynchronize(), "decode plan replay: setup");
     for (int step = 0; step <= r->steps; step++) { /* launch 0 is untimed */
-        rp_args a = {d_sm,     d_order,     d_dep_begin, d_deps, d_off, d_vecs, d_buf, d_flags, d_counters, d_item_op,
-                     d_op_count, (unsigned)step + 1u, r->prefetch_bytes / 16, d_err, d_sink};
+        rp_args a = {d_sm,       d_ent,      d_ldeps, d_buf, d_flags, d_counters, d_op_count, (unsigned)step + 1u,
+                     r->prefetch_bytes / 16, d_err, d_sink};
         void *args[] = {&a};
         float ms = 0;
         RP_TRY(cudaEventRecord(e0, stream), "decode plan replay: event");
@@ -273,9 +316,8 @@ done:
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     if (stream) cudaStreamDestroy(stream);
-    cudaFree(d_sm), cudaFree(d_order), cudaFree(d_dep_begin), cudaFree(d_deps), cudaFree(d_off), cudaFree(d_vecs);
-    cudaFree(d_item_op), cudaFree(d_op_count), cudaFree(d_buf), cudaFree(d_flags);
-    free(off), free(vecs);
+    cudaFree(d_sm), cudaFree(d_ent), cudaFree(d_ldeps), cudaFree(d_op_count), cudaFree(d_buf), cudaFree(d_flags);
+    free(ent), free(ldeps), free(rel);
     cudaSetDevice(prev);
     return st;
 }
