@@ -272,8 +272,8 @@ typedef struct lm_decode_plan_options {
     double bandwidth_bytes_per_s; /* weight and KV-cache (HBM) read rate of the whole GPU (default 4.2e12) */
     double l2_bytes_per_s;        /* activation traffic rate of the whole GPU (default 1.0e13) */
     double flops_per_s;           /* the products' rate of the whole GPU (default 7.8e14: bf16 tensor cores) */
-    double item_s;                /* fixed cost of one work item (default 1.0e-6) */
-    double dep_s;                 /* a dependency met on another SM is seen after this (default 1.0e-6) */
+    double item_s;                /* fixed cost of one work item (default 1.2e-6, measured: docs/PLAN.md 9) */
+    double dep_s;                 /* a dependency met on another SM is seen after this (default 0.1e-6) */
     int64_t item_bytes;           /* a split op gets more items than SMs when its items would stream more (256 KiB) */
     int64_t min_item_bytes;       /* and fewer items than SMs when they would stream less than this (4 KiB) */
     int max_items_per_sm;         /* a split op has at most this many items per SM (default 4) */

@@ -30,8 +30,8 @@ void lm_decode_plan_options_default(lm_decode_plan_options *o) {
     o->bandwidth_bytes_per_s = 4.2e12;
     o->l2_bytes_per_s = 1.0e13;
     o->flops_per_s = 7.8e14;
-    o->item_s = 1.0e-6;
-    o->dep_s = 1.0e-6;
+    o->item_s = 1.2e-6; /* measured on the H200 (docs/PLAN.md section 9, "constants") */
+    o->dep_s = 0.1e-6;
     o->item_bytes = 256 << 10;
     o->min_item_bytes = 4 << 10;
     o->max_items_per_sm = 4;
