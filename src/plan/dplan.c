@@ -935,11 +935,13 @@ lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int st
     }
     if (st == LM_OK) st = dp_op_waits(p, item_op, op_count, w_begin, &waits, &nw);
     lm__dp_replay r = {p->opt.sms, n, p->sm_begin, p->order, dep_begin, p->deps, item_op, op_count, nops, bytes,
-                       p->opt.prefetch_bytes, device, steps};
-    lm__dp_replay ro = r;
+                       p->opt.prefetch_bytes, 0, device, steps};
+    lm__dp_replay ro = r, rl;
     ro.dep_begin = w_begin, ro.deps = waits;
+    rl = ro, rl.late_prefetch = 1;
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->step_us, &out->step_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_step_us, &out->ops_step_us_min);
+    if (st == LM_OK) st = lm__dp_replay_cuda(&rl, &out->ops_late_step_us, &out->ops_late_step_us_min);
     if (st == LM_OK) memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->empty_us, &out->empty_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_empty_us, &out->ops_empty_us_min);

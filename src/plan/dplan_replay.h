@@ -27,6 +27,7 @@ typedef struct lm__dp_replay {
     const int64_t *bytes;     /* [nitems] bytes item i streams, multiples of 16 */
     int64_t prefetch_bytes;   /* an item's first bytes, copied into shared memory (TMA bulk copies) from the
                                  start of the item before it on its SM: they land while both wait */
+    int late_prefetch;        /* 1: that copy starts only once the item before has its waits met */
     int device;
     int steps;                /* timed launches (after one untimed) */
 } lm__dp_replay;
