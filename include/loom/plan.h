@@ -292,8 +292,10 @@ LM_API lm_status lm_decode_plan_create(lm_exec *e, const lm_decode_plan_options 
 LM_API void lm_decode_plan_destroy(lm_decode_plan *p); /* accepts NULL */
 /* The independent check: every pair of items whose byte footprints conflict (one
  * writes what the other reads or writes) is ordered by a chain of dependencies, every
- * dependency points to an earlier item, each SM's list ascends, and every item sits
- * on exactly one SM. LM_INTERNAL naming the first violation. */
+ * dependency points to an earlier item, the waits (the dependencies with op counters,
+ * as a kernel reads them) name earlier items only and cover every dependency, each SM's
+ * list ascends, and every item sits on exactly one SM. LM_INTERNAL naming the first
+ * violation. */
 LM_API lm_status lm_decode_plan_check(const lm_decode_plan *p);
 /* Runs one step on the CPU the way the SMs would: item by item through the public
  * operators on views of the executor's storage (arena poisoned first when the executor
@@ -306,6 +308,7 @@ LM_API lm_status lm_decode_plan_run_cpu(lm_decode_plan *p, lm_ctx *ctx, uint64_t
 typedef struct lm_decode_plan_stats {
     int sms;
     int64_t items, deps;       /* work items and dependency edges (after reduction) */
+    int64_t waits;             /* the dependencies as waits: all of an op's items = one wait on its counter */
     int64_t ops_split, ops_whole; /* ops cut into several items / run as one */
     int64_t max_items_sm;      /* the longest SM list */
     double step_s;             /* predicted step time (the list-scheduling simulation) */

@@ -70,6 +70,13 @@ void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k) {
     it->ndep--;
 }
 
+void lm__dp_drop_wait(lm_decode_plan *p, int64_t i, int k) {
+    int64_t a = p->wait_begin[i] + k;
+    if (k < 0 || a >= p->wait_begin[i + 1]) return;
+    memmove(&p->waits[a], &p->waits[a + 1], (size_t)(p->wait_begin[p->nitems] - a - 1) * sizeof *p->waits);
+    for (int64_t j = i + 1; j <= p->nitems; j++) p->wait_begin[j]--;
+}
+
 /* ---- footprints ------------------------------------------------------------------------- */
 
 static lm_status add_iv(lm_decode_plan *p, uintptr_t lo, uintptr_t hi, int write) {
@@ -689,12 +696,53 @@ static lm_status make_lists(lm_decode_plan *p) {
     return LM_OK;
 }
 
+/* ---- waits: the dependencies with op counters ------------------------------------------------------ */
+
+static lm_status make_waits(lm_decode_plan *p) {
+    int64_t n = p->nitems, cap = 0, len = 0;
+    const lm_graph *g = p->g;
+    int32_t *index = lm__alloc((size_t)LM_MAX(g->nops, 1) * sizeof *index, 64);
+    p->item_op = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *p->item_op, 64);
+    p->op_count = lm__calloc((size_t)LM_MAX(g->nops, 1), sizeof *p->op_count);
+    p->wait_begin = lm__alloc((size_t)(n + 1) * sizeof *p->wait_begin, 64);
+    int32_t *seen = lm__calloc((size_t)LM_MAX(g->nops, 1), sizeof *seen);
+    int32_t *stamp = lm__alloc((size_t)LM_MAX(g->nops, 1) * sizeof *stamp, 64);
+    lm_status st = index && p->item_op && p->op_count && p->wait_begin && seen && stamp ? LM_OK : LM_OUT_OF_MEMORY;
+    for (int64_t j = 0; st == LM_OK && j < g->nops; j++) index[j] = -1, stamp[j] = -1;
+    for (int64_t i = 0; st == LM_OK && i < n; i++) { /* ops numbered densely, in order of first item */
+        int32_t o = p->items[i].op;
+        if (index[o] < 0) index[o] = p->nops++;
+        p->item_op[i] = index[o];
+        p->op_count[index[o]]++;
+    }
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        const lm__dp_item *it = &p->items[i];
+        p->wait_begin[i] = len;
+        for (int d = 0; d < it->ndep; d++) { /* dependencies per op */
+            int32_t j = p->item_op[p->deps[it->dep0 + d]];
+            if (stamp[j] != (int32_t)i) stamp[j] = (int32_t)i, seen[j] = 0;
+            seen[j]++;
+        }
+        for (int d = 0; d < it->ndep && st == LM_OK; d++) {
+            int32_t a = p->deps[it->dep0 + d], j = p->item_op[a];
+            if (seen[j] < p->op_count[j]) st = LM__PUSH(p->waits, len, cap, a);
+            else if (seen[j] == p->op_count[j]) { /* all of op j: one counter wait, pushed once */
+                st = LM__PUSH(p->waits, len, cap, -j - 1);
+                seen[j] = INT32_MAX;
+            }
+        }
+    }
+    if (st == LM_OK) p->wait_begin[n] = len;
+    lm__free(index), lm__free(seen), lm__free(stamp);
+    return st;
+}
+
 /* ---- public ----------------------------------------------------------------------------------------- */
 
 void lm_decode_plan_destroy(lm_decode_plan *p) {
     if (!p) return;
     lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
-    lm__free(p->fview);
+    lm__free(p->fview), lm__free(p->item_op), lm__free(p->op_count), lm__free(p->waits), lm__free(p->wait_begin);
     if (p->part_on_device) lm_device_free(p->part_device, p->part);
     else lm__free(p->part);
     lm__free(p);
@@ -717,6 +765,7 @@ lm_status lm_decode_plan_create(lm_exec *e, const lm_decode_plan_options *o, lm_
     lm_status st = footprint_views(p);
     if (st == LM_OK) st = make_items(p);
     if (st == LM_OK) st = make_deps(p);
+    if (st == LM_OK) st = make_waits(p);
     if (st == LM_OK) st = make_lists(p);
     if (st != LM_OK) {
         lm_decode_plan_destroy(p);
@@ -736,6 +785,74 @@ static void item_name(const lm_decode_plan *p, int64_t i, char *buf, size_t n) {
 
 /* The check's own reachability (from the dependency lists as they are) and its own
  * sweep over the footprints: one active list, every pair with a write tested. */
+/* The waits as a kernel reads them: each names earlier items only (a counter: every item
+ * of its op, which must hold op_count items), and together they cover the item's
+ * dependencies. */
+static lm_status check_waits(const lm_decode_plan *p) {
+    int64_t n = p->nitems;
+    char a[160], b[160];
+    int64_t *first = lm__calloc((size_t)p->nops + 1, sizeof *first);
+    int32_t *by_op = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *by_op, 64);
+    int32_t *stamp = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *stamp, 64);
+    lm_status st = first && by_op && stamp ? LM_OK : LM_OUT_OF_MEMORY;
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        if (p->item_op[i] < 0 || p->item_op[i] >= p->nops)
+            st = lm__error(LM_INTERNAL, "decode plan check: item %lld has op counter %d of %d", (long long)i,
+                           p->item_op[i], p->nops);
+        else first[p->item_op[i] + 1]++;
+        stamp[i] = -1;
+    }
+    for (int32_t j = 0; st == LM_OK && j < p->nops; j++) {
+        if (first[j + 1] != p->op_count[j])
+            st = lm__error(LM_INTERNAL, "decode plan check: op counter %d expects %d items; %lld add to it", j,
+                           p->op_count[j], (long long)first[j + 1]);
+        first[j + 1] += first[j];
+    }
+    if (st == LM_OK) { /* items by op, ascending */
+        int64_t *fill = lm__alloc((size_t)LM_MAX(p->nops, 1) * sizeof *fill, 64);
+        if (!fill) st = LM_OUT_OF_MEMORY;
+        for (int32_t j = 0; fill && j < p->nops; j++) fill[j] = first[j];
+        for (int64_t i = 0; fill && i < n; i++) by_op[fill[p->item_op[i]]++] = (int32_t)i;
+        lm__free(fill);
+    }
+    for (int64_t i = 0; st == LM_OK && i < n; i++) {
+        for (int64_t k = p->wait_begin[i]; st == LM_OK && k < p->wait_begin[i + 1]; k++) {
+            int32_t w = p->waits[k];
+            if (w >= 0) {
+                if (w >= i) st = lm__error(LM_INTERNAL, "decode plan check: item %lld waits for item %d, which is not "
+                                           "earlier", (long long)i, w);
+                else stamp[w] = (int32_t)i;
+                continue;
+            }
+            int32_t j = -w - 1;
+            if (j >= p->nops) {
+                st = lm__error(LM_INTERNAL, "decode plan check: item %lld waits for op counter %d of %d", (long long)i,
+                               j, p->nops);
+                break;
+            }
+            for (int64_t x = first[j]; st == LM_OK && x < first[j + 1]; x++) {
+                int32_t q = by_op[x];
+                if (q >= i) {
+                    item_name(p, i, a, sizeof a);
+                    item_name(p, q, b, sizeof b);
+                    st = lm__error(LM_INTERNAL, "decode plan check: %s waits for the counter of an op whose %s is not "
+                                   "earlier", a, b);
+                } else stamp[q] = (int32_t)i;
+            }
+        }
+        const lm__dp_item *it = &p->items[i];
+        for (int d = 0; st == LM_OK && d < it->ndep; d++) {
+            int32_t q = p->deps[it->dep0 + d];
+            if (stamp[q] == (int32_t)i) continue;
+            item_name(p, i, a, sizeof a);
+            item_name(p, q, b, sizeof b);
+            st = lm__error(LM_INTERNAL, "decode plan check: the waits of %s do not cover its dependency on %s", a, b);
+        }
+    }
+    lm__free(first), lm__free(by_op), lm__free(stamp);
+    return st;
+}
+
 lm_status lm_decode_plan_check(const lm_decode_plan *p) {
     if (!p) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_check: NULL argument");
     int64_t n = p->nitems, words = (n + 63) / 64;
@@ -754,6 +871,7 @@ lm_status lm_decode_plan_check(const lm_decode_plan *p) {
             return lm__error(LM_INTERNAL, "decode plan check: %s is on no SM (%d)", a, it->sm);
         }
     }
+    LM_TRY(check_waits(p));
     unsigned char *seen = lm__calloc((size_t)LM_MAX(n, 1), 1);
     if (!seen) return LM_OUT_OF_MEMORY;
     lm_status st = LM_OK;
@@ -819,6 +937,7 @@ lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_plan_stats
     out->sms = p->opt.sms;
     out->items = p->nitems;
     for (int64_t i = 0; i < p->nitems; i++) out->deps += p->items[i].ndep;
+    out->waits = p->wait_begin[p->nitems];
     out->ops_split = p->ops_split, out->ops_whole = p->ops_whole;
     for (int s = 0; s < p->opt.sms; s++)
         out->max_items_sm = LM_MAX(out->max_items_sm, p->sm_begin[s + 1] - p->sm_begin[s]);
@@ -868,76 +987,24 @@ lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out) {
     return LM_OK;
 }
 
-/* The replay's second wait list: an item's dependencies on every item of one op become
- * one wait on that op's counter; dependencies on some of an op's items stay flags. */
-static lm_status dp_op_waits(const lm_decode_plan *p, const int32_t *item_op, const int32_t *op_count,
-                             int64_t *begin, int32_t **out, int64_t *nout) {
-    int64_t n = p->nitems, cap = 0, len = 0;
-    int32_t *w = NULL, nops = 0;
-    for (int64_t i = 0; i < n; i++) nops = LM_MAX(nops, item_op[i] + 1);
-    int32_t *seen = lm__calloc((size_t)LM_MAX(nops, 1), sizeof *seen), *stamp = lm__alloc((size_t)LM_MAX(nops, 1) * sizeof *stamp, 64);
-    if (!seen || !stamp) {
-        lm__free(seen), lm__free(stamp);
-        return LM_OUT_OF_MEMORY;
-    }
-    for (int32_t j = 0; j < nops; j++) stamp[j] = -1;
-    lm_status st = LM_OK;
-    for (int64_t i = 0; i < n && st == LM_OK; i++) {
-        const lm__dp_item *it = &p->items[i];
-        begin[i] = len;
-        for (int d = 0; d < it->ndep; d++) { /* dependencies per op */
-            int32_t j = item_op[p->deps[it->dep0 + d]];
-            if (stamp[j] != (int32_t)i) stamp[j] = (int32_t)i, seen[j] = 0;
-            seen[j]++;
-        }
-        for (int d = 0; d < it->ndep && st == LM_OK; d++) {
-            int32_t a = p->deps[it->dep0 + d], j = item_op[a];
-            if (seen[j] < op_count[j]) st = LM__PUSH(w, len, cap, a);
-            else if (seen[j] == op_count[j]) { /* all of op j: one counter wait, pushed once */
-                st = LM__PUSH(w, len, cap, -j - 1);
-                seen[j] = INT32_MAX;
-            }
-        }
-    }
-    begin[n] = len;
-    lm__free(seen), lm__free(stamp);
-    if (st != LM_OK) {
-        lm__free(w);
-        return st;
-    }
-    *out = w, *nout = len;
-    return LM_OK;
-}
-
 lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out) {
     if (!p || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: NULL argument");
     if (steps < 1) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_replay_cuda: steps = %d; expected >= 1", steps);
     memset(out, 0, sizeof *out);
-    int64_t n = p->nitems, nw = 0;
+    int64_t n = p->nitems;
     int64_t *dep_begin = lm__alloc((size_t)(n + 1) * sizeof *dep_begin, 64);
-    int64_t *w_begin = lm__alloc((size_t)(n + 1) * sizeof *w_begin, 64);
     int64_t *bytes = lm__calloc((size_t)LM_MAX(n, 1), sizeof *bytes);
-    int32_t *item_op = lm__alloc((size_t)LM_MAX(n, 1) * sizeof *item_op, 64), *waits = NULL;
-    int32_t *op_count = lm__calloc((size_t)LM_MAX(p->g->nops, 1), sizeof *op_count);
-    int32_t *op_index = lm__alloc((size_t)LM_MAX(p->g->nops, 1) * sizeof *op_index, 64), nops = 0;
-    lm_status st = LM_OK;
-    if (!dep_begin || !w_begin || !bytes || !item_op || !op_count || !op_index) st = LM_OUT_OF_MEMORY;
-    for (int64_t j = 0; st == LM_OK && j < p->g->nops; j++) op_index[j] = -1;
+    lm_status st = dep_begin && bytes ? LM_OK : LM_OUT_OF_MEMORY;
     if (st == LM_OK) dep_begin[0] = 0;
     for (int64_t i = 0; st == LM_OK && i < n; i++) { /* the deps are stored item after item */
         dep_begin[i + 1] = dep_begin[i] + p->items[i].ndep;
         bytes[i] = ((int64_t)p->items[i].hbm + 15) / 16 * 16;
-        int32_t o = p->items[i].op; /* ops numbered densely, in order of first item */
-        if (op_index[o] < 0) op_index[o] = nops++;
-        item_op[i] = op_index[o];
-        op_count[item_op[i]]++;
         if (p->items[i].dep0 != dep_begin[i]) st = lm__error(LM_INTERNAL, "decode plan replay: dependency lists out of order");
     }
-    if (st == LM_OK) st = dp_op_waits(p, item_op, op_count, w_begin, &waits, &nw);
-    lm__dp_replay r = {p->opt.sms, n, p->sm_begin, p->order, dep_begin, p->deps, item_op, op_count, nops, bytes,
-                       p->opt.prefetch_bytes, 0, device, steps};
+    lm__dp_replay r = {p->opt.sms,  n, p->sm_begin, p->order, dep_begin, p->deps, p->item_op, p->op_count, p->nops,
+                       bytes, p->opt.prefetch_bytes, 0, device, steps};
     lm__dp_replay ro = r, rl;
-    ro.dep_begin = w_begin, ro.deps = waits;
+    ro.dep_begin = p->wait_begin, ro.deps = p->waits;
     rl = ro, rl.late_prefetch = 1;
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->step_us, &out->step_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_step_us, &out->ops_step_us_min);
@@ -945,8 +1012,7 @@ lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int st
     if (st == LM_OK) memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->empty_us, &out->empty_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_empty_us, &out->ops_empty_us_min);
-    if (st == LM_OK) out->steps = steps, out->waits = dep_begin[n], out->ops_waits = nw;
-    lm__free(dep_begin), lm__free(w_begin), lm__free(bytes), lm__free(item_op), lm__free(waits);
-    lm__free(op_count), lm__free(op_index);
+    if (st == LM_OK) out->steps = steps, out->waits = dep_begin[n], out->ops_waits = p->wait_begin[n];
+    lm__free(dep_begin), lm__free(bytes);
     return st;
 }

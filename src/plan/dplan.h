@@ -69,6 +69,15 @@ struct lm_decode_plan {
     int64_t ndeps, cap_deps;
     lm__dp_iv *iv;
     int64_t niv, cap_iv;
+    /* The dependencies as a kernel waits for them: an item's dependencies on every item
+     * of one op are one wait on that op's counter (it holds op_count[j] a step when the
+     * op is done), the others stay waits on an item's own flag. Entry w >= 0: item w;
+     * w < 0: op -w - 1 (ops numbered densely in order of their first item). */
+    int32_t *item_op;    /* [nitems] */
+    int32_t *op_count;   /* [nops] items of each op */
+    int32_t nops;
+    int32_t *waits;      /* item i: waits[wait_begin[i] .. wait_begin[i + 1]) */
+    int64_t *wait_begin; /* [nitems + 1] */
     int32_t *order;    /* [nitems] items grouped by SM, ascending inside a group */
     int64_t *sm_begin; /* [sms + 1] */
     double step_s, busy_s, hbm_bytes;
@@ -93,7 +102,8 @@ static inline int lm__dp_row_input(const lm__gop *op, int k) {
     default: return 0;
     }
 }
-/* Test hook: removes dependency k of item i (the check must then fail). */
+/* Test hooks: remove dependency k of item i, or wait k of item i (the check must then fail). */
 void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k);
+void lm__dp_drop_wait(lm_decode_plan *p, int64_t i, int k);
 
 #endif

@@ -213,6 +213,32 @@ static void test_check_catches(void) {
     LT_CHECK_MSG(strstr(lm_last_error(), "out of order") != NULL, "%s", lm_last_error());
     lm_decode_plan_destroy(p);
     p = NULL;
+    /* the waits (op counters): fewer than the dependencies, and a dropped or misplaced
+     * one is caught */
+    for (int mut = 0; mut < 2; mut++) {
+        LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
+        if (!p) goto out;
+        lm_decode_plan_stats ps;
+        LT_CHECK_OK(lm_decode_plan_get_stats(p, &ps));
+        LT_CHECK_MSG(ps.waits > 0 && ps.waits < ps.deps, "waits %lld, deps %lld", (long long)ps.waits,
+                     (long long)ps.deps);
+        int64_t wi = -1, wk = -1;
+        for (int64_t i = 0; i < p->nitems && wi < 0; i++)
+            for (int64_t k = p->wait_begin[i]; k < p->wait_begin[i + 1] && wi < 0; k++)
+                if (p->waits[k] < 0) wi = i, wk = k - p->wait_begin[i];
+        LT_CHECK(wi >= 0);
+        if (wi >= 0 && mut == 0) {
+            lm__dp_drop_wait(p, wi, (int)wk);
+            LT_CHECK_STATUS(lm_decode_plan_check(p), LM_INTERNAL);
+            LT_CHECK_MSG(strstr(lm_last_error(), "do not cover its dependency") != NULL, "%s", lm_last_error());
+        } else if (wi >= 0) { /* a counter of an op that finishes only later */
+            p->waits[p->wait_begin[wi] + wk] = -p->item_op[p->nitems - 1] - 1;
+            LT_CHECK_STATUS(lm_decode_plan_check(p), LM_INTERNAL);
+            LT_CHECK_MSG(strstr(lm_last_error(), "is not earlier") != NULL, "%s", lm_last_error());
+        }
+        lm_decode_plan_destroy(p);
+        p = NULL;
+    }
     /* a binding change after planning: the run refuses the stale footprints */
     LT_CHECK_OK(lm_decode_plan_create(lm_decode_step_exec(s), &o, &p));
     const lm_model_config *c = lm_model_get_config(m);

@@ -178,12 +178,12 @@ int cmd_plan_decode(int argc, char **argv) {
     if (p && lm_decode_plan_get_stats(p, &ps) == LM_OK) {
         double tok = ps.step_s > 0 ? batch / ps.step_s : 0;
         if (json) {
-            printf("{\"model\":\"%s\",\"batch\":%d,\"sms\":%d,\"items\":%lld,\"deps\":%lld,\"ops_split\":%lld,"
+            printf("{\"model\":\"%s\",\"batch\":%d,\"sms\":%d,\"items\":%lld,\"deps\":%lld,\"waits\":%lld,\"ops_split\":%lld,"
                    "\"ops_whole\":%lld,\"max_items_sm\":%lld,\"predicted_step_us\":%.3f,\"predicted_tok_per_s\":%.1f,"
                    "\"hbm_bytes\":%.0f,\"bound_us\":%.3f,\"busy_us\":%.3f,\"plan_s\":%.3f,"
                    "\"constants\":{\"full_sms\":%d,\"bandwidth\":%.4g,\"l2_bandwidth\":%.4g,\"flops\":%.4g,\"item_us\":%.3f,"
                    "\"dep_us\":%.3f,\"item_bytes\":%lld,\"min_item_bytes\":%lld,\"items_per_sm\":%d,\"prefetch_bytes\":%lld,\"context\":%lld},",
-                   model, batch, ps.sms, (long long)ps.items, (long long)ps.deps, (long long)ps.ops_split,
+                   model, batch, ps.sms, (long long)ps.items, (long long)ps.deps, (long long)ps.waits, (long long)ps.ops_split,
                    (long long)ps.ops_whole, (long long)ps.max_items_sm, ps.step_s * 1e6, tok, ps.hbm_bytes,
                    ps.bound_s * 1e6, ps.busy_s * 1e6, plan_s, o.full_sms, o.bandwidth_bytes_per_s, o.l2_bytes_per_s, o.flops_per_s,
                    o.item_s * 1e6, o.dep_s * 1e6, (long long)o.item_bytes, (long long)o.min_item_bytes, o.max_items_per_sm, (long long)o.prefetch_bytes, (long long)o.context);
@@ -202,10 +202,10 @@ int cmd_plan_decode(int argc, char **argv) {
                        orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
             else printf("\"cpu_run\":{\"steps\":0}}\n");
         } else {
-            printf("decode plan: %s, batch %d, %d SMs: %lld items (%lld ops split, %lld whole), %lld dependencies, "
-                   "at most %lld items on one SM (planned in %.2f s)\n",
+            printf("decode plan: %s, batch %d, %d SMs: %lld items (%lld ops split, %lld whole), %lld dependencies "
+                   "(%lld waits with op counters), at most %lld items on one SM (planned in %.2f s)\n",
                    model, batch, ps.sms, (long long)ps.items, (long long)ps.ops_split, (long long)ps.ops_whole,
-                   (long long)ps.deps, (long long)ps.max_items_sm, plan_s);
+                   (long long)ps.deps, (long long)ps.waits, (long long)ps.max_items_sm, plan_s);
             printf("predicted step %.1f us (%.0f tok/s), weight + KV bytes %.1f MB: %.1f us at the bandwidth "
                    "(%.0f%% of the step); SMs busy %.0f%% (cost model, not a measurement)\n",
                    ps.step_s * 1e6, tok, ps.hbm_bytes / 1e6, ps.bound_s * 1e6,
