@@ -3,7 +3,11 @@
 # development packages loom builds against (jansson, PCRE2, utf8proc, libmicrohttpd,
 # pkg-config).
 # Unpacks the .deb files carried in third_party/debs (fetched on a Debian machine
-# with `apt-get download`) into /tmp/loomdeps and points the build at them.
+# with `apt-get download`) into /tmp/loomdeps and points the build at them. The set, from
+# the repository root: mkdir -p third_party/debs && cd third_party/debs && apt-get download
+#   libjansson4 libjansson-dev libpcre2-8-0 libpcre2-dev libutf8proc2 libutf8proc-dev
+#   libmicrohttpd12 libmicrohttpd-dev
+# (third_party/ is ignored by git; name third_party/debs in the device call's carry).
 d=/tmp/loomdeps
 if [ ! -d "$d/usr" ]; then
   mkdir -p "$d"
