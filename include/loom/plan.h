@@ -321,8 +321,9 @@ LM_API lm_status lm_decode_plan_get_stats(const lm_decode_plan *p, lm_decode_pla
  * cooperative launch), each item streaming as many bytes as it would (weights, KV) from
  * its own region of one buffer, waiting for its dependencies through flags in device
  * memory and releasing its own; an item's first prefetch_bytes (at most 112 KiB) are
- * bulk-copied into shared memory from the start of the item before it on its SM (before
- * that item's wait), so they land while both wait: no arithmetic, no real data. steps timed launches after one untimed; then the same with
+ * bulk-copied into shared memory once the item before it on its SM has its dependencies
+ * met, so they land while that item streams and this one waits: no arithmetic, no real
+ * data. steps timed launches after one untimed; then the same with
  * op counters (a dependency on every item of an op is one wait on a counter the op's
  * items add to); then both with no bytes (the items' and the waits' fixed costs alone). Host events
  * around each launch, so a launch's own cost is included. LM_UNSUPPORTED without CUDA;
@@ -336,9 +337,6 @@ typedef struct lm_decode_plan_replay {
     /* an item waits for an op's counter where it depends on all of the op's items */
     double ops_step_us, ops_step_us_min;
     double ops_empty_us, ops_empty_us_min;
-    /* op counters, each item's prefetch started only once the item before it on its SM
-     * has its dependencies met (the replay's previous protocol, for comparison) */
-    double ops_late_step_us, ops_late_step_us_min;
     int64_t waits, ops_waits; /* the two protocols' waits in one step */
 } lm_decode_plan_replay;
 LM_API lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out);

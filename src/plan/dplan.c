@@ -783,8 +783,6 @@ static void item_name(const lm_decode_plan *p, int64_t i, char *buf, size_t n) {
                  (long long)it->hi);
 }
 
-/* The check's own reachability (from the dependency lists as they are) and its own
- * sweep over the footprints: one active list, every pair with a write tested. */
 /* The waits as a kernel reads them: each names earlier items only (a counter: every item
  * of its op, which must hold op_count items), and together they cover the item's
  * dependencies. */
@@ -853,6 +851,8 @@ static lm_status check_waits(const lm_decode_plan *p) {
     return st;
 }
 
+/* The check's own reachability (from the dependency lists as they are) and its own
+ * sweep over the footprints: one active list, every pair with a write tested. */
 lm_status lm_decode_plan_check(const lm_decode_plan *p) {
     if (!p) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_check: NULL argument");
     int64_t n = p->nitems, words = (n + 63) / 64;
@@ -1002,13 +1002,11 @@ lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int st
         if (p->items[i].dep0 != dep_begin[i]) st = lm__error(LM_INTERNAL, "decode plan replay: dependency lists out of order");
     }
     lm__dp_replay r = {p->opt.sms,  n, p->sm_begin, p->order, dep_begin, p->deps, p->item_op, p->op_count, p->nops,
-                       bytes, p->opt.prefetch_bytes, 0, device, steps};
-    lm__dp_replay ro = r, rl;
+                       bytes, p->opt.prefetch_bytes, device, steps};
+    lm__dp_replay ro = r;
     ro.dep_begin = p->wait_begin, ro.deps = p->waits;
-    rl = ro, rl.late_prefetch = 1;
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->step_us, &out->step_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_step_us, &out->ops_step_us_min);
-    if (st == LM_OK) st = lm__dp_replay_cuda(&rl, &out->ops_late_step_us, &out->ops_late_step_us_min);
     if (st == LM_OK) memset(bytes, 0, (size_t)LM_MAX(n, 1) * sizeof *bytes);
     if (st == LM_OK) st = lm__dp_replay_cuda(&r, &out->empty_us, &out->empty_us_min);
     if (st == LM_OK) st = lm__dp_replay_cuda(&ro, &out->ops_empty_us, &out->ops_empty_us_min);

@@ -6,14 +6,13 @@
  * be for an item some running block will finish), its items as a table in list order.
  * Per item: its threads wait for the dependencies together (thread t polls entries t,
  * t + 256, ... with ld.acquire.gpu: an item's flag until it holds this launch's epoch,
- * or an op's counter until it holds epoch x the op's items), a barrier; the block streams
+ * or an op's counter until it holds epoch x the op's items), a barrier; thread 0 starts
+ * the next item's prefetch (its first prefetch bytes, TMA bulk copies into the other of
+ * two shared-memory buffers, completing on that buffer's mbarrier); the block streams
  * the rest of this item's region (16-byte streaming loads, 8 in flight per thread,
  * xor-folded so they are not dropped) and waits for its prefetch; a barrier; thread 0
  * releases the item's flag (st.release.gpu) and/or adds one to its op's counter
- * (red.release.gpu.add), whichever some wait reads. The next item's prefetch (its first
- * prefetch bytes: TMA bulk copies into the other of two shared-memory buffers, completing
- * on that buffer's mbarrier) is started by thread 0 before the item's wait, or with
- * late_prefetch after it. The barrier before the release
+ * (red.release.gpu.add), whichever some wait reads. The barrier before the release
  * orders the block's work before it; the acquire before the barrier orders the
  * dependencies' work before the block's. The next table entry and each thread's first
  * wait of the next item are loaded while the current item runs, so no dependent chain
@@ -52,7 +51,6 @@ struct rp_args {
     const int32_t *op_count;
     unsigned epoch;
     int64_t prefetch_vecs;
-    int late; /* 1: an item's prefetch is issued once the item before it has its waits met */
     unsigned *err; /* 1 + the item whose wait timed out */
     unsigned *sink;
 };
@@ -127,8 +125,7 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
     const int64_t k0 = a.sm_begin[s], k1 = a.sm_begin[s + 1];
     const size_t pbytes = (size_t)a.prefetch_vecs * 16;
     if (k0 >= k1) return;
-    /* entries two ahead: the next item's prefetch is issued before this item's wait */
-    rp_entry cur = a.ent[k0], nxt = a.ent[k0 + 1 < k1 ? k0 + 1 : k0];
+    rp_entry cur = a.ent[k0];
     int w_cur = t < cur.ndep ? a.ldeps[cur.dep0 + t] : 0;
     if (t == 0) {
         rp_bar_init(&bar[0]), rp_bar_init(&bar[1]);
@@ -140,14 +137,7 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
     for (int64_t k = k0; k < k1; k++) {
         const int j = (int)(k - k0), slot = j & 1;
         const bool more = k + 1 < k1;
-        const rp_entry nxt2 = a.ent[k + 2 < k1 ? k + 2 : k]; /* lands while this item runs */
-        const int w_nxt = more && t < nxt.ndep ? a.ldeps[nxt.dep0 + t] : 0;
-        /* the next item's weights start landing now (early) or once this item's waits are
-         * met (late): its buffer's last user, item j - 1, is done (its phase completed
-         * before the barrier that ended it) */
-        if (t == 0 && more && !a.late)
-            rp_prefetch(&bar[slot ^ 1], rp_buf + (size_t)(slot ^ 1) * pbytes, a.buf, nxt.off,
-                        nxt.vecs < a.prefetch_vecs ? nxt.vecs : a.prefetch_vecs);
+        const rp_entry nxt = a.ent[more ? k + 1 : k]; /* lands while this item waits */
         /* the dependencies polled by the block's threads together (one round trip when
          * they are all done); thread t's first one was loaded during the item before */
         const long long t0 = clock64();
@@ -171,15 +161,18 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
         __syncthreads();
         if (bail[slot]) { /* no copy may still be landing in this block's memory when it leaves */
             rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u);
-            if (more && !a.late) rp_bar_wait(&bar[slot ^ 1], (unsigned)((j + 1) >> 1) & 1u);
             return;
         }
-        if (t == 0) { /* bail[slot ^ 1] was last read before the barrier above */
+        /* the next item's weights start landing while this one streams and it waits (its
+         * buffer's last reader, item j - 1, is done: its phase completed); bail[slot ^ 1]
+         * was last read before the barrier above */
+        if (t == 0) {
             bail[slot ^ 1] = 0;
-            if (more && a.late)
+            if (more)
                 rp_prefetch(&bar[slot ^ 1], rp_buf + (size_t)(slot ^ 1) * pbytes, a.buf, nxt.off,
                             nxt.vecs < a.prefetch_vecs ? nxt.vecs : a.prefetch_vecs);
         }
+        const int w_nxt = more && t < nxt.ndep ? a.ldeps[nxt.dep0 + t] : 0;
         const int64_t pre = cur.vecs < a.prefetch_vecs ? cur.vecs : a.prefetch_vecs;
         h ^= rp_stream(a.buf, cur.off + pre, cur.off + cur.vecs);
         rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u); /* this item's prefetched bytes */
@@ -188,7 +181,7 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
             if (cur.rel & 1u) rp_st_release(a.flags + cur.item, a.epoch);
             if (cur.rel & 2u) rp_add_release(a.counters + cur.op, 1u);
         }
-        cur = nxt, nxt = nxt2, w_cur = w_nxt;
+        cur = nxt, w_cur = w_nxt;
     }
     if (h == 0x9e3779b9u) a.sink[0] = h; /* keeps the loads; practically never stores */
 }
@@ -295,8 +288,8 @@ extern "C" lm_status lm__dp_replay_cuda(const lm__dp_replay *r, double *mean_us,
     /* the uploads went through the legacy stream, the memsets through this one */
     RP_TRY(cudaDeviceSynchronize(), "decode plan replay: setup");
     for (int step = 0; step <= r->steps; step++) { /* launch 0 is untimed */
-        rp_args a = {d_sm,   d_ent, d_ldeps, d_buf, d_flags, d_counters, d_op_count, (unsigned)step + 1u,
-                     r->prefetch_bytes / 16, r->late_prefetch, d_err, d_sink};
+        rp_args a = {d_sm,       d_ent,      d_ldeps, d_buf, d_flags, d_counters, d_op_count, (unsigned)step + 1u,
+                     r->prefetch_bytes / 16, d_err, d_sink};
         void *args[] = {&a};
         float ms = 0;
         RP_TRY(cudaEventRecord(e0, stream), "decode plan replay: event");

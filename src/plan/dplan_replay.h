@@ -25,9 +25,9 @@ typedef struct lm__dp_replay {
     const int32_t *op_count;  /* [nops] items of each op */
     int32_t nops;
     const int64_t *bytes;     /* [nitems] bytes item i streams, multiples of 16 */
-    int64_t prefetch_bytes;   /* an item's first bytes, copied into shared memory (TMA bulk copies) from the
-                                 start of the item before it on its SM: they land while both wait */
-    int late_prefetch;        /* 1: that copy starts only once the item before has its waits met */
+    int64_t prefetch_bytes;   /* an item's first bytes, copied into shared memory (TMA bulk copies) once the
+                                 item before it on its SM has its dependencies met: they land while that
+                                 item streams and this one waits */
     int device;
     int steps;                /* timed launches (after one untimed) */
 } lm__dp_replay;

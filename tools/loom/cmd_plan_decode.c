@@ -192,11 +192,9 @@ int cmd_plan_decode(int argc, char **argv) {
             if (rp.steps > 0)
                 printf("\"replay\":{\"steps\":%d,\"waits\":%lld,\"step_us\":%.3f,\"step_us_min\":%.3f,\"empty_us\":%.3f,"
                        "\"empty_us_min\":%.3f,\"ops_waits\":%lld,\"ops_step_us\":%.3f,\"ops_step_us_min\":%.3f,"
-                       "\"ops_empty_us\":%.3f,\"ops_empty_us_min\":%.3f,\"ops_late_step_us\":%.3f,"
-                       "\"ops_late_step_us_min\":%.3f},",
+                       "\"ops_empty_us\":%.3f,\"ops_empty_us_min\":%.3f},",
                        rp.steps, (long long)rp.waits, rp.step_us, rp.step_us_min, rp.empty_us, rp.empty_us_min,
-                       (long long)rp.ops_waits, rp.ops_step_us, rp.ops_step_us_min, rp.ops_empty_us, rp.ops_empty_us_min,
-                       rp.ops_late_step_us, rp.ops_late_step_us_min);
+                       (long long)rp.ops_waits, rp.ops_step_us, rp.ops_step_us_min, rp.ops_empty_us, rp.ops_empty_us_min);
             if (steps > 0)
                 printf("\"cpu_run\":{\"steps\":%d,\"orders\":%d,\"nmse\":%.3g,\"max_rel\":%.3g,\"passed\":%s}}\n", steps,
                        orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
@@ -220,8 +218,6 @@ int cmd_plan_decode(int argc, char **argv) {
                        "%.1f us (fastest %.1f): measured\n", (long long)rp.ops_waits, rp.ops_step_us,
                        rp.ops_step_us_min, rp.ops_step_us > 0 ? batch / (rp.ops_step_us * 1e-6) : 0, rp.ops_empty_us,
                        rp.ops_empty_us_min);
-                printf("replay with op counters, prefetch started after the previous item's wait: %.1f us a step "
-                       "(fastest %.1f): measured\n", rp.ops_late_step_us, rp.ops_late_step_us_min);
             }
             if (steps > 0 && !rc)
                 printf("CPU run: %d steps x %d orders against the executor: NMSE %.3g, max |d| %.3g of max |logit| "
