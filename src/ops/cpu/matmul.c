@@ -16,8 +16,10 @@
  * rounded to bf16 once per (task, K block, mr rows) in the worker's scratch; the gemv
  * rounds all of x once per call and streams W rows as pairs; still one fixed order
  * per y element, so also thread-count independent. int8 and int4 weights at fast
- * precision: the gemv quantizes x once per call (lm__i8dot_kernels: int8 blocks of 64 k,
- * VPDPBUSD); the GEMM stays exact.
+ * precision: gemv and GEMM quantize x once per call (lm__i8dot_kernels: int8 blocks of
+ * 64 k, VPDPBUSD); the GEMM packs the weights as unsigned bytes, 4 k per panel lane, and
+ * keeps the same tasks and blocks (kc a multiple of 64), so it too is thread-count
+ * independent.
  */
 #include "ops/cpu/matmul.h"
 
@@ -48,8 +50,9 @@ typedef struct linear_job {
     float *xsplit;          /* int4 gemv with kern->i4_split: [M, K] x in the kernel's even/odd order */
     uint32_t *xfast;        /* fast gemv: [M, ldxf] x rounded to bf16 pairs, once per call */
     int64_t ldxf;
-    const lm__i8dot_kernels *i8fast; /* fast int8 gemv: x quantized per block into xi8, once per call */
+    const lm__i8dot_kernels *i8fast; /* fast int8 / int4: x quantized per block into xi8, once per call */
     void *xi8;
+    int i8unit; /* fast int8 / int4 GEMM: xi8 holds the GEMM's x, in units of this many k (0: not this path) */
 } linear_job;
 
 static const lm__linear_kernels *kernels_for(lm__cpu_isa isa) {
@@ -137,8 +140,49 @@ static void gemm_task_bf16dot(const linear_job *j, int64_t task, int worker) {
     }
 }
 
+/* gemm_task with the fast int8 / int4 kernels: each panel of nr columns packed as bytes
+ * (int4: with its units' group scales after all the panels), then every tile of mr x
+ * rows of the prepared x against it. int8's row scales are applied as tiles are stored
+ * (each K block's partial sum times the scale), the bias after the last K block. */
+static void gemm_task_i8dot(const linear_job *j, int64_t task, int worker) {
+    const lm__i8dot_kernels *kn = j->i8fast;
+    const int64_t nr = kn->gemm_nr, mr = kn->gemm_mr, U = j->i8unit;
+    int64_t n0 = task % j->tasks_n * j->nc, n1 = LM_MIN(j->N, n0 + j->nc);
+    int64_t m0 = task / j->tasks_n * j->mc, m1 = LM_MIN(j->M, m0 + j->mc);
+    uint8_t *bp = (uint8_t *)j->scratch + (size_t)worker * j->slice;
+    float *gs = (float *)(bp + round_up(j->kc, 64) * j->nc); /* int4: [panels][units][nr] */
+    for (int64_t k0 = 0; k0 < j->K; k0 += j->kc) {
+        int64_t kl = LM_MIN(j->kc, j->K - k0), kp = round_up(kl, 64), nu = ceil_div(kl, U);
+        for (int64_t n = n0; n < n1; n += nr) {
+            int ncols = (int)LM_MIN(nr, n1 - n);
+            if (j->wdt == LM_U8) {
+                lm__i4_weights W = i4_at(j, n);
+                kn->pack_i4(&W, ncols, k0, kl, (int)U, bp + (n - n0) * kp, gs + (n - n0) / nr * nu * nr);
+            } else
+                kn->pack_i8((const int8_t *)j->w + n * j->ldw + k0, j->ldw, ncols, kl, bp + (n - n0) * kp);
+        }
+        for (int64_t m = m0; m < m1; m += mr)
+            for (int64_t n = n0; n < n1; n += nr) {
+                lm__i8dot_tile t = {.xprep = j->xi8, .K = j->K, .unit = (int)U, .m0 = m, .k0 = k0, .nu = nu,
+                                    .mrows = (int)LM_MIN(mr, m1 - m), .ncols = (int)LM_MIN(nr, n1 - n),
+                                    .bp = bp + (n - n0) * kp,
+                                    .gs = j->wdt == LM_U8 ? gs + (n - n0) / nr * nu * nr : NULL,
+                                    .cs = j->wdt == LM_I8 ? j->scales + n : NULL, .c = j->y + m * j->ldy + n,
+                                    .ldc = j->ldy, .accumulate = k0 > 0 || j->accumulate};
+                kn->micro(&t);
+            }
+    }
+    if (j->bias)
+        for (int64_t m = m0; m < m1; m++)
+            for (int64_t n = n0; n < n1; n++) j->y[m * j->ldy + n] += j->bias[n];
+}
+
 static void gemm_task(void *arg, int64_t task, int worker) {
     const linear_job *j = arg;
+    if (j->i8unit) {
+        gemm_task_i8dot(j, task, worker);
+        return;
+    }
     if (j->fast) {
         gemm_task_bf16dot(j, task, worker);
         return;
@@ -173,6 +217,13 @@ static void gemm_task(void *arg, int64_t task, int worker) {
             for (int64_t n = n0; n < n1; n++) j->y[m * j->ldy + n] += j->bias[n];
 }
 
+/* Strip task of the fast int8 / int4 GEMM's x (quantized into xi8). */
+static void prep_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const linear_job *j = arg;
+    j->i8fast->gemm_prep_x(j->x, j->ldx, j->M, j->K, j->i8unit, j->wdt == LM_I8 ? 128 : 8, j->xi8, task, task + 1);
+}
+
 static void run_gemv(lm_threadpool *pool, linear_job *j) {
     if (is_small(j)) pool = NULL;
     int64_t threads = lm_threadpool_size(pool);
@@ -188,7 +239,10 @@ static void run_gemv(lm_threadpool *pool, linear_job *j) {
 static void plan_gemm(linear_job *j, int64_t threads) {
     struct { int64_t mr, nr, kc, nc; } kb = {j->kern->mr, j->kern->nr, j->kern->kc, j->kern->nc}, *kn = &kb;
     if (j->fast) kb.mr = j->fast->mr, kb.nr = j->fast->nr, kb.kc = j->fast->kc, kb.nc = j->fast->nc;
-    j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), 16));
+    if (j->i8unit) kb.mr = j->i8fast->gemm_mr, kb.nr = j->i8fast->gemm_nr, kb.kc = j->i8fast->gemm_kc,
+    kb.nc = j->i8fast->gemm_nc;
+    /* K blocks of whole x blocks (64 k) for the fast int8 / int4 kernels */
+    j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), j->i8unit ? 64 : 16));
     int64_t panels = ceil_div(j->N, kn->nr), max_panels = kn->nc / kn->nr;
     int64_t blocks_n = ceil_div(panels, max_panels);
     if (blocks_n < threads) blocks_n = LM_MIN(threads, panels);
@@ -208,6 +262,8 @@ static lm_status run_gemm(lm_threadpool *pool, linear_job *j) {
     int64_t workers = tasks > 1 ? threads : 1;
     if (j->fast) /* pair panels, then an x strip of mr rows */
         j->slice = (size_t)(pairs_of(j->kc) * j->nc + j->fast->mr * strip_ld(j->kc)) * sizeof(uint32_t);
+    else if (j->i8unit) /* byte panels, then (int4) the units' group scales */
+        j->slice = (size_t)(round_up(j->kc, 64) * j->nc) + (size_t)(ceil_div(j->kc, j->i8unit) * j->nc) * sizeof(float);
     else
         j->slice = (size_t)(j->kc * j->nc) * sizeof(float);
     j->slice = (j->slice + 63) / 64 * 64;
@@ -315,6 +371,18 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
         return LM_OK;
     }
     if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));
+    if (prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8)) { /* x quantized once, every task reads it */
+        LM_TRY(i8fast_kernels(&j->i8fast));
+        j->i8unit = j->wdt == LM_U8 && j->group == 32 ? 32 : 64;
+        size_t bytes = j->i8fast->gemm_x_bytes(j->M, j->K, j->i8unit);
+        if (!(j->xi8 = lm__alloc(bytes, 64)))
+            return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);
+        lm_threadpool_run(is_small(j) ? NULL : pool, ceil_div(j->M, j->i8fast->gemm_mr), prep_task, j);
+        lm_status st = run_gemm(pool, j);
+        lm__free(j->xi8);
+        j->xi8 = NULL;
+        return st;
+    }
     return run_gemm(pool, j);
 }
 

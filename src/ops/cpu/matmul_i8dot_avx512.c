@@ -1,5 +1,6 @@
-/* ops/cpu/matmul_i8dot_avx512.c — the fast-precision int8 gemv (lm__i8dot_kernels, see
- * matmul_kernels.h; docs/QUANTIZATION.md "Fast precision").
+/* ops/cpu/matmul_i8dot_avx512.c — the fast-precision int8 / int4 gemv and GEMM
+ * (lm__i8dot_kernels, see matmul_kernels.h; docs/QUANTIZATION.md "Fast precision"; the
+ * GEMM is described where it starts, below).
  *
  * The exact int8 gemv (matmul_avx512.c) widens every weight to f32 and runs one f32
  * FMA per weight: on cores whose AVX-512 units are 256 bits wide that is more
@@ -25,10 +26,12 @@
 #include "ops/cpu/matmul_kernels.h"
 
 #ifdef LM__HAVE_X86_KERNELS
+#include "ops/cpu/transpose_avx512.h"
+
 #include <immintrin.h>
 #include <math.h>
 
-#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
 
 enum { QB = 64, GEMV_MR = 4, KU = 4 };
@@ -46,6 +49,33 @@ static size_t x_bytes_i8dot(int64_t M, int64_t K) { return (size_t)M * row_bytes
 
 INLINE __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
+/* Quantizes one block of n <= QB values of src (zeros past n) into xq [QB]: returns its
+ * scale d (max |x| / 127; 0 for an all-zero block, whose xq are 0; NaN when the block
+ * holds NaN or Inf, whose xq are 0 too). */
+INLINE float quant_block(const float *src, int64_t n, int8_t *xq) {
+    __m512 v[4], amax = _mm512_setzero_ps();
+    int finite = 1;
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_maskz_loadu_ps(mask16(n - 16 * i), src + 16 * i); /* past n: 0 */
+        __m512 a = _mm512_abs_ps(v[i]);
+        /* |x| <= FLT_MAX is false for Inf and (ordered compare) for NaN */
+        finite &= _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028235e38f), _CMP_LE_OQ) == (__mmask16)0xffff;
+        amax = _mm512_max_ps(amax, a);
+    }
+    float am = _mm512_reduce_max_ps(amax);
+    if (!finite || am == 0.0f) {
+        memset(xq, 0, QB);
+        return finite ? 0.0f : NAN;
+    }
+    __m512 inv = _mm512_set1_ps(127.0f / am);
+    for (int i = 0; i < 4; i++) {
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv)); /* nearest even; |q| <= 127 */
+        q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        _mm_storeu_si128((__m128i *)(xq + 16 * i), _mm512_cvtsepi32_epi8(q));
+    }
+    return am / 127.0f;
+}
+
 /* split: store each block's xq as its 32 even-k values, then its 32 odd-k values (the
  * order int4 bytes unpack to: low nibbles, then high ones); bias: the weights' offset
  * (128 for int8, 8 for int4 nibbles), which sets the lanes' starting values. */
@@ -59,7 +89,6 @@ INLINE void prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst,
         const float *xr = x + m * ldx;
         for (int64_t b = 0; b < nb; b++) {
             int64_t k0 = b * QB, n = LM_MIN(QB, K - k0);
-            __m512 v[4];
             float tmp[QB];
             const float *src = xr + k0;
             if (split) { /* even k at 0 .. 31, odd k at 32 .. 63 (zeros past K) */
@@ -69,34 +98,11 @@ INLINE void prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst,
                 }
                 src = tmp, n = QB;
             }
-            __m512 amax = _mm512_setzero_ps();
-            int finite = 1;
-            for (int i = 0; i < 4; i++) {
-                v[i] = _mm512_maskz_loadu_ps(mask16(n - 16 * i), src + 16 * i); /* past K: 0 */
-                __m512 a = _mm512_abs_ps(v[i]);
-                /* |x| <= FLT_MAX is false for Inf and (ordered compare) for NaN */
-                finite &= _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028235e38f), _CMP_LE_OQ) == (__mmask16)0xffff;
-                amax = _mm512_max_ps(amax, a);
-            }
-            float am = _mm512_reduce_max_ps(amax);
-            int32_t *cb = corr + b * 16;
-            memset(cb, 0, 64);
-            if (!finite || am == 0.0f) { /* all zero: q = 0, d = 0; non-finite: d = NaN */
-                memset(xq + k0, 0, QB);
-                d[b] = finite ? 0.0f : NAN;
-                continue;
-            }
-            __m512 inv = _mm512_set1_ps(127.0f / am);
-            for (int i = 0; i < 4; i++) {
-                __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv)); /* nearest even; |q| <= 127 */
-                q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-                _mm_storeu_si128((__m128i *)(xq + k0 + 16 * i), _mm512_cvtsepi32_epi8(q));
-            }
+            d[b] = quant_block(src, n, xq + k0);
             /* per lane: the sum of its 4 xq (ones as the unsigned operand), times -bias */
             __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
                                              _mm512_load_si512((const void *)(xq + k0)));
-            _mm512_store_si512((void *)cb, _mm512_mullo_epi32(s4, _mm512_set1_epi32(-bias)));
-            d[b] = am / 127.0f;
+            _mm512_store_si512((void *)(corr + b * 16), _mm512_mullo_epi32(s4, _mm512_set1_epi32(-bias)));
         }
     }
 }
@@ -233,9 +239,190 @@ TARGET static void gemv_i4dot(const void *xprep, int64_t M, int64_t K, const lm_
     gemv_rows(xprep, M, K, NULL, 0, NULL, W, nrows, y, ldy);
 }
 
+/* ---- the GEMM: more x rows than the gemv takes (prefill) ----------------------------
+ * The same quantized x (blocks of 64 k, nearest even), stored once per call in k order
+ * (gemm_prep_x), and the weights packed per K block into panels of NR = 32 columns whose
+ * 128-byte rows hold, for 4 consecutive k, each column's 4 weight bytes biased to
+ * unsigned (int8 w + 128, int4 n + 8): one row is two VPDPBUSD operands of 16 columns,
+ * against the 4 xq of an x row broadcast to every lane. Every lane of a unit of U k
+ * (U = 64; 32 for int4 groups of 32, so that a unit has one group scale) starts from
+ * -bias times the sum of the row's xq over the unit, which leaves it the exact integer
+ * dot product of the unit; then one conversion and one FMA by d (int4: d times the
+ * column's group scale) per unit, the row scale (int8) as the tile is stored. */
+enum { NR = 32, GMR = 6 };
+
+/* The GEMM's x, once per call, in strips of GMR rows (a tile's rows: tasks split M in
+ * multiples of GMR): xq [nb * 16][GMR][4] (4 k of each row in turn, so a tile's
+ * broadcasts are fixed offsets from one pointer), d [nb][GMR], cw [nu][GMR] (-bias times
+ * the sum of each unit's xq: a lane's starting value); rows past M are zero. */
+static int64_t pad64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+static size_t strip_bytes(int64_t K, int U) {
+    int64_t nb = nblocks(K), nu = nb * (QB / U);
+    return (size_t)(nb * QB * GMR + pad64(nb * GMR * 4) + pad64(nu * GMR * 4));
+}
+
+static size_t gemm_x_bytes(int64_t M, int64_t K, int unit) { return (size_t)((M + GMR - 1) / GMR) * strip_bytes(K, unit); }
+
+/* Strips [s0, s1) of the GEMM's x (rows past M zero). */
+TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst,
+                               int64_t s0, int64_t s1) {
+    const int64_t nb = nblocks(K);
+    const size_t sb = strip_bytes(K, unit);
+    const __m512i ones = _mm512_set1_epi8(1);
+    memset((uint8_t *)dst + (size_t)s0 * sb, 0, (size_t)(s1 - s0) * sb);
+    for (int64_t m = s0 * GMR; m < LM_MIN(M, s1 * GMR); m++) {
+        uint8_t *base = (uint8_t *)dst + (size_t)(m / GMR) * sb;
+        const int r = (int)(m % GMR);
+        float *d = (float *)(base + nb * QB * GMR);
+        int32_t *cw = (int32_t *)(base + nb * QB * GMR + pad64(nb * GMR * 4));
+        int32_t *xs = (int32_t *)base + r;
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t xq[QB] __attribute__((aligned(64)));
+            d[b * GMR + r] = quant_block(x + m * ldx + b * QB, LM_MIN(QB, K - b * QB), xq);
+            __m512i q4 = _mm512_load_si512((const void *)xq); /* lane t: the 4 xq of k 4t .. 4t + 3 */
+            _mm512_i32scatter_epi32(xs + b * QB / 4 * GMR, _mm512_mullo_epi32(_mm512_set1_epi32(GMR),
+                                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), q4, 4);
+            __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q4); /* lane t: their sum */
+            int32_t lo = _mm512_mask_reduce_add_epi32((__mmask16)0x00FF, s4), hi = _mm512_mask_reduce_add_epi32((__mmask16)0xFF00, s4);
+            if (unit == 32) cw[2 * b * GMR + r] = -bias * lo, cw[(2 * b + 1) * GMR + r] = -bias * hi;
+            else cw[b * GMR + r] = -bias * (lo + hi);
+        }
+    }
+}
+
+/* Columns 16 g .. 16 g + 15 of a panel from 16 rows of 64 weight bytes each (r[i]: row i's
+ * 16 dwords of 4 k), transposed so that panel row t gets dword t of every row. */
+INLINE void store_chunk(__m512 r[16], int g, int64_t k4, uint8_t *dst) {
+    lm__transpose16_avx512(r);
+    for (int t = 0; t < 16; t++) _mm512_store_si512((void *)(dst + (k4 + t) * 128 + 64 * g), _mm512_castps_si512(r[t]));
+}
+
+/* int8 panel: kl k of ncols (<= NR) rows of q (at column 0, k 0 of the block), as w + 128;
+ * round_up(kl, 64) / 4 panel rows (what lies past kl or ncols meets zero x or is never stored). */
+TARGET static void pack_i8dot(const int8_t *q, int64_t ldq, int ncols, int64_t kl, uint8_t *dst) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int g = 0; g < 2; g++)
+        for (int64_t k = 0; k < kl; k += QB) {
+            int64_t n = kl - k;
+            __mmask64 mk = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) {
+                int j = 16 * g + i;
+                __m512i v = j < ncols ? _mm512_maskz_loadu_epi8(mk, q + j * ldq + k) : _mm512_setzero_si512();
+                r[i] = _mm512_castsi512_ps(_mm512_xor_si512(v, bias));
+            }
+            store_chunk(r, g, k / 4, dst);
+        }
+}
+
+/* int4 panel: K block [k0, k0 + kl) (multiples of 32) of ncols rows, each byte n + 8 in k
+ * order; gs [nu][NR]: each unit's group scale per column (0 past ncols). */
+TARGET static void pack_i4dot(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kl, int unit, uint8_t *dst,
+                              float *gs) {
+    const __m512i lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x0F00), eight = _mm512_set1_epi8(8);
+    for (int g = 0; g < 2; g++)
+        for (int64_t k = 0; k < kl; k += QB) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) {
+                int j = 16 * g + i;
+                __m256i v = _mm256_setzero_si256();
+                if (j < ncols) {
+                    const uint8_t *src = W->q + j * W->ldq + (k0 + k) / 2;
+                    v = kl - k >= QB ? _mm256_loadu_si256((const __m256i *)src)
+                                     : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)src)); /* 32 k */
+                }
+                /* byte i -> word i = low nibble (k = 2i) | high nibble << 8 (k = 2i + 1) */
+                __m512i w = _mm512_cvtepu8_epi16(v);
+                w = _mm512_or_si512(_mm512_and_si512(w, lo4), _mm512_and_si512(_mm512_slli_epi16(w, 4), hi4));
+                r[i] = _mm512_castsi512_ps(_mm512_xor_si512(w, eight));
+            }
+            store_chunk(r, g, k / 4, dst);
+        }
+    const int64_t nu = (kl + unit - 1) / unit;
+    for (int64_t u = 0; u < nu; u++)
+        for (int j = 0; j < NR; j++)
+            gs[u * NR + j] = j < ncols ? W->scales[j * W->lds + (k0 + u * unit) / W->group] : 0.0f;
+}
+
+/* One tile: MRX x rows (a strip from m0) against one panel over the K block's units. */
+INLINE void micro_tile(const lm__i8dot_tile *t, const int MRX, const int U) {
+    const int64_t nb = nblocks(t->K);
+    const uint8_t *st = (const uint8_t *)t->xprep + (size_t)(t->m0 / GMR) * strip_bytes(t->K, U);
+    const float *d = (const float *)(st + nb * QB * GMR);
+    const int32_t *cw = (const int32_t *)(st + nb * QB * GMR + pad64(nb * GMR * 4));
+    const int64_t u0 = t->k0 / U;
+    __m512 acc[GMR][2];
+#pragma GCC unroll 6
+    for (int m = 0; m < MRX; m++) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < t->nu; u++) {
+        __m512i s[GMR][2];
+#pragma GCC unroll 6
+        for (int m = 0; m < MRX; m++) s[m][0] = s[m][1] = _mm512_set1_epi32(cw[(u0 + u) * GMR + m]);
+        const uint8_t *pu = t->bp + (size_t)u * (U / 4) * 128, *xu = st + (t->k0 + u * U) * GMR;
+#pragma GCC unroll 16
+        for (int i = 0; i < U / 4; i++) {
+            __m512i w0 = _mm512_load_si512((const void *)(pu + i * 128));
+            __m512i w1 = _mm512_load_si512((const void *)(pu + i * 128 + 64));
+#pragma GCC unroll 6
+            for (int m = 0; m < MRX; m++) {
+                int32_t xv;
+                memcpy(&xv, xu + (i * GMR + m) * 4, 4);
+                __m512i xb = _mm512_set1_epi32(xv);
+                s[m][0] = _mm512_dpbusd_epi32(s[m][0], w0, xb);
+                s[m][1] = _mm512_dpbusd_epi32(s[m][1], w1, xb);
+            }
+        }
+        const int64_t b = (t->k0 + u * U) / QB;
+        __m512 g0 = _mm512_set1_ps(1.0f), g1 = g0;
+        if (t->gs) g0 = _mm512_loadu_ps(t->gs + u * NR), g1 = _mm512_loadu_ps(t->gs + u * NR + 16);
+#pragma GCC unroll 6
+        for (int m = 0; m < MRX; m++) {
+            __m512 dm = _mm512_set1_ps(d[b * GMR + m]);
+            acc[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[m][0]), t->gs ? _mm512_mul_ps(g0, dm) : dm, acc[m][0]);
+            acc[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[m][1]), t->gs ? _mm512_mul_ps(g1, dm) : dm, acc[m][1]);
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        int64_t left = t->ncols - 16 * v;
+        if (left <= 0) break;
+        __mmask16 mk = mask16(left);
+        __m512 cs = t->cs ? _mm512_maskz_loadu_ps(mk, t->cs + 16 * v) : _mm512_set1_ps(1.0f);
+#pragma GCC unroll 6
+        for (int m = 0; m < MRX; m++) {
+            float *cp = t->c + m * t->ldc + 16 * v;
+            __m512 y = t->cs ? _mm512_mul_ps(acc[m][v], cs) : acc[m][v];
+            if (t->accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cp), y);
+            _mm512_mask_storeu_ps(cp, mk, y);
+        }
+    }
+}
+
+TARGET static void micro_i8dot(const lm__i8dot_tile *t) {
+#define TILE(U)                                                                                                    \
+    switch (t->mrows) {                                                                                            \
+    case 1: micro_tile(t, 1, U); break;                                                                            \
+    case 2: micro_tile(t, 2, U); break;                                                                            \
+    case 3: micro_tile(t, 3, U); break;                                                                            \
+    case 4: micro_tile(t, 4, U); break;                                                                            \
+    case 5: micro_tile(t, 5, U); break;                                                                            \
+    default: micro_tile(t, 6, U); break;                                                                           \
+    }
+    if (t->unit == 32) {
+        TILE(32)
+    } else {
+        TILE(64)
+    }
+#undef TILE
+}
+
 const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
     .x_bytes = x_bytes_i8dot, .prep_x = prep_x_i8dot, .gemv = gemv_i8dot,
     .prep_x_i4 = prep_x_i4dot, .gemv_i4 = gemv_i4dot,
+    /* kc 1024 x nc 256: 256 KiB of panels, in L2 with room to spare; a tile's x rows
+     * (6 x 1 KiB) stay in L1 */
+    .gemm_mr = GMR, .gemm_nr = NR, .gemm_kc = 1024, .gemm_nc = 256,
+    .gemm_x_bytes = gemm_x_bytes, .gemm_prep_x = gemm_prep_x, .pack_i8 = pack_i8dot, .pack_i4 = pack_i4dot,
+    .micro = micro_i8dot,
 };
 
 #endif

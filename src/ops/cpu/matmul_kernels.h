@@ -115,6 +115,7 @@ typedef struct lm__bf16dot_kernels {
  * buffer of x_bytes(M, K) bytes (64-byte aligned), then exact int8 products summed per
  * block in int32 and per row in f32. gemv: y[m * ldy + r] = epilogue(sum_b d[m][b] *
  * (xq[m] . q row r)[b]) for m < M, r < nrows, with the int8 gemv's epilogue. */
+struct lm__i8dot_tile;
 typedef struct lm__i8dot_kernels {
     size_t (*x_bytes)(int64_t M, int64_t K);
     void (*prep_x)(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst);
@@ -126,7 +127,40 @@ typedef struct lm__i8dot_kernels {
     void (*prep_x_i4)(const float *x, int64_t ldx, int64_t M, int64_t K, void *dst);
     void (*gemv_i4)(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows, float *y,
                     int64_t ldy);
+    /* The GEMM (more x rows than the gemv takes): x quantized the same way once per call
+     * (gemm_prep_x: k order, plus each unit's starting value; unit = 64 k, or 32 for int4
+     * groups of 32, so that a unit has one group scale), the weights packed per K block
+     * (kc, a multiple of 64) into panels of gemm_nr columns, each panel row 4 k of every
+     * column as unsigned bytes (int8 w + 128 by pack_i8; int4 n + 8 by pack_i4, which also
+     * writes each unit's group scales, gs [units][gemm_nr]); round_up(kl, 64) / 4 rows. */
+    int gemm_mr, gemm_nr;
+    int64_t gemm_kc, gemm_nc;
+    size_t (*gemm_x_bytes)(int64_t M, int64_t K, int unit);
+    /* gemm_prep_x writes strips [s0, s1) of gemm_mr rows (tasks may split them). */
+    void (*gemm_prep_x)(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst, int64_t s0,
+                        int64_t s1);
+    void (*pack_i8)(const int8_t *q, int64_t ldq, int ncols, int64_t kl, uint8_t *dst);
+    void (*pack_i4)(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kl, int unit, uint8_t *dst, float *gs);
+    /* c[r * ldc + j] = (accumulate ? c : 0) + cs[j] * sum over the tile's units of d * (xq . w)
+     * (int4: d * gs * (xq . w); cs NULL: 1) for r < mrows, j < ncols. */
+    void (*micro)(const struct lm__i8dot_tile *t);
 } lm__i8dot_kernels;
+
+/* One tile of the fast int8 / int4 GEMM: rows m0 .. m0 + mrows of the prepared x (of K
+ * inputs, units of unit k) against one packed panel over the K block's nu units from k0. */
+typedef struct lm__i8dot_tile {
+    const void *xprep;
+    int64_t K;
+    int unit;
+    int64_t m0, k0, nu;
+    int mrows, ncols;
+    const uint8_t *bp;
+    const float *gs; /* int4: the panel's group scales [nu][gemm_nr]; int8: NULL */
+    const float *cs; /* int8: the panel's row scales [ncols]; int4: NULL */
+    float *c;
+    int64_t ldc;
+    int accumulate;
+} lm__i8dot_tile;
 
 extern const lm__linear_kernels lm__linear_kernels_scalar;
 #ifdef LM__HAVE_X86_KERNELS
