@@ -426,7 +426,7 @@ static void test_fast_int8_gemv(void) {
     int64_t N = 30, K = 100;
     int8_t *q = malloc((size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)lt_rng_int(&r, -127, 127);
-    float sc[30], *x = lt_random_rows(&r, 1, K, K);
+    float sc[30], *x = lt_random_rows(&r, 20, K, K); /* row 0 for the gemv; 20 rows for the GEMM */
     for (int i = 0; i < 30; i++) sc[i] = 0.01f;
     /* the thread's precision reaches lm__cpu_linear_i8 */
     float *yt = lt_poisoned_rows(1, N), *y1 = lt_poisoned_rows(1, N);
@@ -440,6 +440,11 @@ static void test_fast_int8_gemv(void) {
         LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
                         LM_UNSUPPORTED);
         LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
+        float *yg = lt_poisoned_rows(20, N);
+        LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, yg, N, 20, N, K),
+                        LM_UNSUPPORTED);
+        LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
+        free(yg);
         LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
     }
     LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, (lm_precision)5, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),

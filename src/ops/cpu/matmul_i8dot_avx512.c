@@ -188,7 +188,7 @@ INLINE __m512i i4_block(const uint8_t *qr, const float *sc, int group, int64_t b
     const int64_t k0 = b * QB;
     __m256i v;
     if (b < full) {
-        if (!(u & 1)) lm__prefetch_bytes(qr, k0 / 2);
+        if (u >= 0 && !(u & 1)) lm__prefetch_bytes(qr, k0 / 2);
         v = _mm256_loadu_si256((const __m256i *)(qr + k0 / 2));
     } else { /* K is a multiple of 32: a last block of 32 k, 16 bytes (the rest meets xq = 0) */
         v = _mm256_maskz_loadu_epi8((__mmask32)0xFFFF, qr + k0 / 2);
@@ -261,14 +261,23 @@ INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i
     const int64_t full = K / QB;
     const int32_t *corr = (const int32_t *)(xp + nb * QB);
     const float *d = (const float *)(xp + nb * QB + nb * 64);
+    /* The 4 rows' bytes (and scales) are one contiguous run when the rows are dense; the
+     * passes after this one read the runs after it, so each row prefetches its own position
+     * in the pass at least LM__GEMV_PREFETCH bytes ahead. */
+    const int64_t passes = (LM__GEMV_PREFETCH + 4 * W4->ldq - 1) / (4 * W4->ldq);
+    const int64_t ahead_q = passes * 4 * W4->ldq, ahead_s = passes * 4 * W4->lds * (int64_t)sizeof(float);
     for (int64_t b = 0; b < nb; b++) {
         __m512i c = _mm512_load_si512((const void *)(corr + b * 16));
         __m512i xq = _mm512_load_si512((const void *)(xp + b * QB));
         __m512 dm = _mm512_set1_ps(d[b]);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
+            const uint8_t *qr = W4->q + (r + i) * W4->ldq;
+            const float *sc = W4->scales + (r + i) * W4->lds;
+            if (!(b & 1)) lm__prefetch_addr((uintptr_t)qr + (uintptr_t)(b * QB / 2 + ahead_q));
+            if (!(b & 7)) lm__prefetch_addr((uintptr_t)sc + (uintptr_t)(b * QB / G * 4 + ahead_s));
             __m512 ws;
-            __m512i w = i4_block(W4->q + (r + i) * W4->ldq, W4->scales + (r + i) * W4->lds, G, b, full, (int)(b & 1), &ws);
+            __m512i w = i4_block(qr, sc, G, b, full, -1, &ws);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, w, xq)), _mm512_mul_ps(ws, dm), acc[i]);
         }
     }
