@@ -186,25 +186,20 @@ INLINE void gemv_i8dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
 INLINE __m512i i4_block(const uint8_t *qr, const float *sc, int group, int64_t b, int64_t full, const int u,
                         __m512 *ws) {
     const int64_t k0 = b * QB;
-    __m256i v;
-    if (b < full) {
+    __m512i v;
+    if (b < full) { /* one broadcast load: the 32 bytes in both halves */
         if (u >= 0 && !(u & 1)) lm__prefetch_bytes(qr, k0 / 2);
-        v = _mm256_loadu_si256((const __m256i *)(qr + k0 / 2));
+        v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qr + k0 / 2)));
     } else { /* K is a multiple of 32: a last block of 32 k, 16 bytes (the rest meets xq = 0) */
-        v = _mm256_maskz_loadu_epi8((__mmask32)0xFFFF, qr + k0 / 2);
+        v = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi8((__mmask32)0xFFFF, qr + k0 / 2));
     }
-    if (group == 32) {
-        if (b < full) { /* the block's two scales a, b as lanes a a a a b b b b a a a a b b b b */
-            __m128 ab = _mm_castpd_ps(_mm_load_sd((const double *)(sc + (k0 >> 5))));
-            *ws = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
-                                        _mm512_castps128_ps512(ab));
-        } else {
-            *ws = _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(sc[k0 >> 5]), _mm512_setzero_ps());
-        }
+    if (group == 32) { /* the block's two scales a, b as lanes a a a a b b b b a a a a b b b b */
+        float bb = b < full ? sc[(k0 >> 5) + 1] : 0.0f;
+        *ws = _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(sc[k0 >> 5]), _mm512_set1_ps(bb));
     } else {
         *ws = _mm512_set1_ps(sc[k0 >> (group == 64 ? 6 : 7)]);
     }
-    __m512i w = _mm512_srlv_epi64(_mm512_broadcast_i64x4(v), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    __m512i w = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
     return _mm512_ternarylogic_epi32(w, _mm512_set1_epi8(0x0F), _mm512_set1_epi8(8), 0x6A); /* (w & 15) ^ 8 */
 }
 
