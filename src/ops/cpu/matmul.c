@@ -239,8 +239,10 @@ static void run_gemv(lm_threadpool *pool, linear_job *j) {
 static void plan_gemm(linear_job *j, int64_t threads) {
     struct { int64_t mr, nr, kc, nc; } kb = {j->kern->mr, j->kern->nr, j->kern->kc, j->kern->nc}, *kn = &kb;
     if (j->fast) kb.mr = j->fast->mr, kb.nr = j->fast->nr, kb.kc = j->fast->kc, kb.nc = j->fast->nc;
-    if (j->i8unit) kb.mr = j->i8fast->gemm_mr, kb.nr = j->i8fast->gemm_nr, kb.kc = j->i8fast->gemm_kc,
-    kb.nc = j->i8fast->gemm_nc;
+    if (j->i8unit) {
+        kb.mr = j->i8fast->gemm_mr, kb.nr = j->i8fast->gemm_nr;
+        kb.kc = j->i8fast->gemm_kc, kb.nc = j->i8fast->gemm_nc;
+    }
     /* K blocks of whole x blocks (64 k) for the fast int8 / int4 kernels */
     j->kc = LM_MIN(kn->kc, round_up(ceil_div(j->K, ceil_div(j->K, kn->kc)), j->i8unit ? 64 : 16));
     int64_t panels = ceil_div(j->N, kn->nr), max_panels = kn->nc / kn->nr;

@@ -8,8 +8,9 @@
  *  - GEMM: W blocks are widened to f32 and packed as panels of nr columns,
  *    dst[k * nr + j] = W[n0 + j, k0 + k], then a register-blocked microkernel
  *    computes mr x nr tiles of y, broadcasting x values against panel rows.
- * Every kernel accumulates in f32; x is never rounded (except by the opt-in
- * fast-precision GEMM, lm__bf16dot_kernels below). Sizes are in elements. int8
+ * Every kernel accumulates in f32; x is never rounded (except by the opt-in fast
+ * precision: lm__bf16dot_kernels round it to bf16, lm__i8dot_kernels quantize it to
+ * int8 blocks; both below). Sizes are in elements. int8
  * weights: the gemv sums x * q exactly widened and applies the row scale once per
  * output (then bias and accumulate); the GEMM packs q * scale (one f32 rounding per
  * weight) and reuses the f32 microkernel. int4 weights (two per byte, one f32 scale
