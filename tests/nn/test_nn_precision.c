@@ -104,7 +104,8 @@ static void decode_case(lm_weights w, double nmse_gate, double abs_gate) {
     }
     printf("  default model %s, 8 decode steps: NMSE up to %.3g, max |fast - exact| %.4g (max |exact| %.3g), "
            "top-1 %d/8\n", lm_weights_name(w), worst_nmse, worst_abs, max_ref, agree);
-    LT_CHECK_MSG(moved > 0, "%s: decode logits equal exact bit for bit (the fast gemv did not run)", lm_weights_name(w));
+    LT_CHECK_MSG(moved > 0, "%s: decode logits equal exact bit for bit (the fast gemv did not run)",
+                 lm_weights_name(w));
     LT_CHECK_MSG(worst_nmse <= nmse_gate && worst_abs <= abs_gate * max_ref && agree >= 7,
                  "%s decode: NMSE %.3g, max |diff| %.4g of %.4g, top-1 %d/8", lm_weights_name(w), worst_nmse, worst_abs,
                  max_ref, agree);

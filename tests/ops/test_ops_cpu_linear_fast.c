@@ -406,6 +406,11 @@ static void test_fast_int4_gemv(void) {
                                         {64, 96, 896, 32}, {130, 40, 256, 128}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int v = 0; v < 2; v++) i4_case(&r, shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], v, v);
+    for (int i = 0; i < 8; i++) { /* random shapes, gemv (M 1-4) and GEMM: K a multiple of the group */
+        int group = 32 << lt_rng_int(&r, 0, 2);
+        i4_case(&r, i < 3 ? lt_rng_int(&r, 1, 4) : lt_rng_int(&r, 9, 80), lt_rng_int(&r, 1, 300),
+                group * lt_rng_int(&r, 1, 1300 / group), group, i & 1, (i >> 1) & 1);
+    }
     printf("  int4: observed NMSE vs exact up to %.2e (gate 1e-4)\n", g_worst_nmse_i4);
 }
 
@@ -420,6 +425,9 @@ static void test_fast_int8_gemv(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int v = 0; v < 2; v++)
             i8_case(&r, shapes[i][0], shapes[i][1], shapes[i][2], v ? 3 : 0, v, v, 0);
+    for (int i = 0; i < 8; i++) /* random GEMM shapes: any M past the gemv, N past a panel, K past a block */
+        i8_case(&r, lt_rng_int(&r, 9, 80), lt_rng_int(&r, 1, 300), lt_rng_int(&r, 1, 1300), (int)lt_rng_int(&r, 0, 3),
+                i & 1, (i >> 1) & 1, 0);
     i8_case(&r, 3, 50, 130, 1, 1, 0, 1);  /* a zero row, a NaN */
     i8_case(&r, 20, 50, 130, 1, 1, 1, 1); /* the same through the GEMM */
     printf("  int8: observed NMSE vs exact up to %.2e (gate 1e-4)\n", g_worst_nmse_i8);

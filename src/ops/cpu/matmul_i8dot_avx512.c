@@ -300,7 +300,8 @@ INLINE void gemv_rows_g(const void *xprep, int64_t M, int64_t K, const int8_t *q
             float *ym = y + m * ldy + r;
             const int rows = (int)LM_MIN(GEMV_MR, M - m);
 #define ROW(MRX)                                                                                                   \
-    (W4 ? gemv_i4dot_row(xm, rb, nb, MRX, W4, G, r, K, ym, ldy) : gemv_i8dot_row(xm, rb, nb, MRX, q8 + r * ldq, K, ep, r, ym, ldy))
+    (W4 ? gemv_i4dot_row(xm, rb, nb, MRX, W4, G, r, K, ym, ldy)                                                  \
+        : gemv_i8dot_row(xm, rb, nb, MRX, q8 + r * ldq, K, ep, r, ym, ldy))
             switch (rows) {
             case 1: ROW(1); break;
             case 2: ROW(2); break;
@@ -314,7 +315,8 @@ INLINE void gemv_rows_g(const void *xprep, int64_t M, int64_t K, const int8_t *q
 /* Every W row of the call against every x row: int8 rows (q8) or int4 rows (W4), the
  * int4 group size a constant in each copy. */
 TARGET static void gemv_rows(const void *xprep, int64_t M, int64_t K, const int8_t *q8, int64_t ldq,
-                             const lm__i8_epilogue *ep, const lm__i4_weights *W4, int64_t nrows, float *y, int64_t ldy) {
+                             const lm__i8_epilogue *ep, const lm__i4_weights *W4, int64_t nrows, float *y,
+                             int64_t ldy) {
     if (!W4) gemv_rows_g(xprep, M, K, q8, ldq, ep, NULL, 0, nrows, y, ldy);
     else if (W4->group == 32) gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, 32, nrows, y, ldy);
     else if (W4->group == 64) gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, 64, nrows, y, ldy);
@@ -332,8 +334,8 @@ TARGET static void gemv_i4dot(const void *xprep, int64_t M, int64_t K, const lm_
 }
 
 /* ---- the GEMM: more x rows than the gemv takes (prefill) ----------------------------
- * The same quantized x (blocks of 64 k, nearest even), stored once per call in k order
- * (gemm_prep_x), and the weights packed per K block into panels of NR = 32 columns whose
+ * The same quantized x (blocks of 64 k, nearest even), stored once per call in strips of
+ * GMR rows (gemm_prep_x), and the weights packed per K block into panels of NR = 32 columns whose
  * 128-byte rows hold, for 4 consecutive k, each column's 4 weight bytes biased to
  * unsigned (int8 w + 128, int4 n + 8): one row is two VPDPBUSD operands of 16 columns,
  * against the 4 xq of an x row broadcast to every lane. Every lane of a unit of U k
@@ -353,7 +355,9 @@ static size_t strip_bytes(int64_t K, int U) {
     return (size_t)(nb * QB * GMR + pad64(nb * GMR * 4) + pad64(nu * GMR * 4));
 }
 
-static size_t gemm_x_bytes(int64_t M, int64_t K, int unit) { return (size_t)((M + GMR - 1) / GMR) * strip_bytes(K, unit); }
+static size_t gemm_x_bytes(int64_t M, int64_t K, int unit) {
+    return (size_t)((M + GMR - 1) / GMR) * strip_bytes(K, unit);
+}
 
 /* Strips [s0, s1) of the GEMM's x (rows past M zero). */
 TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst,
@@ -375,7 +379,8 @@ TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K
             _mm512_i32scatter_epi32(xs + b * QB / 4 * GMR, _mm512_mullo_epi32(_mm512_set1_epi32(GMR),
                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), q4, 4);
             __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q4); /* lane t: their sum */
-            int32_t lo = _mm512_mask_reduce_add_epi32((__mmask16)0x00FF, s4), hi = _mm512_mask_reduce_add_epi32((__mmask16)0xFF00, s4);
+            int32_t lo = _mm512_mask_reduce_add_epi32((__mmask16)0x00FF, s4); /* k 0 .. 31 */
+            int32_t hi = _mm512_mask_reduce_add_epi32((__mmask16)0xFF00, s4); /* k 32 .. 63 */
             if (unit == 32) cw[2 * b * GMR + r] = -bias * lo, cw[(2 * b + 1) * GMR + r] = -bias * hi;
             else cw[b * GMR + r] = -bias * (lo + hi);
         }
