@@ -3,13 +3,32 @@
  * Every library-owned host allocation goes through lm__alloc/lm__free so tests can
  * inject failures. Alignment is a power of two >= sizeof(void*); the default hook
  * uses aligned_alloc with the size rounded up to the alignment.
+ * Buffers of LM__HUGE_MIN and more (weight matrices quantized or copied at load, KV
+ * caches, GEMM scratch) start on a 2 MiB boundary (posix_memalign: no rounding of the
+ * size) and are offered to transparent huge pages: a model load writes every byte of
+ * them once, and with 4 KiB pages that is one page fault per 4 KiB. Advice only (the
+ * kernel's THP setting decides); the last partial 2 MiB of a buffer stays in small
+ * pages, so no memory is added.
  */
+#define _DEFAULT_SOURCE /* madvise */
 #include "internal.h"
 
 #include <string.h>
+#include <sys/mman.h>
+
+#define LM__HUGE_MIN ((size_t)4 << 20)
+#define LM__HUGE_ALIGN ((size_t)2 << 20)
 
 static void *default_alloc(void *user, size_t nbytes, size_t align) {
     (void)user;
+#ifdef MADV_HUGEPAGE
+    if (nbytes >= LM__HUGE_MIN && align <= LM__HUGE_ALIGN) {
+        void *p = NULL;
+        if (posix_memalign(&p, LM__HUGE_ALIGN, nbytes) != 0) return NULL;
+        (void)madvise(p, nbytes / LM__HUGE_ALIGN * LM__HUGE_ALIGN, MADV_HUGEPAGE);
+        return p;
+    }
+#endif
     size_t rounded = (nbytes + align - 1) / align * align;
     if (rounded < nbytes) return NULL;
     return aligned_alloc(align, rounded ? rounded : align);

@@ -92,6 +92,25 @@ static void test_custom_hook_receives_calls_and_null_restores_default(void) {
     lm_set_alloc_hooks(NULL);
 }
 
+/* The default hook: the alignment asked for below 4 MiB; 4 MiB and more start on a
+ * 2 MiB boundary (huge-page advice, base/alloc.c); every byte writable. */
+static void test_default_alignment_small_and_large(void) {
+    static const size_t sizes[] = {1, 100, 4096, ((size_t)4 << 20) - 1, (size_t)4 << 20, ((size_t)9 << 20) + 3};
+    static const size_t aligns[] = {8, 64, 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (size_t a = 0; a < sizeof aligns / sizeof aligns[0]; a++) {
+            unsigned char *p = lm__alloc(sizes[i], aligns[a]);
+            LT_CHECK_MSG(p != NULL, "size %zu align %zu", sizes[i], aligns[a]);
+            if (!p) continue;
+            size_t want = sizes[i] >= ((size_t)4 << 20) ? ((size_t)2 << 20) : aligns[a];
+            LT_CHECK_MSG((uintptr_t)p % want == 0, "size %zu align %zu: %p not %zu-aligned", sizes[i], aligns[a],
+                         (void *)p, want);
+            memset(p, 0x5a, sizes[i]);
+            LT_CHECK(p[sizes[i] - 1] == 0x5a);
+            lm__free(p);
+        }
+}
+
 static void test_alloc_failure_sets_out_of_memory_detail(void) {
     counting_hook h;
     hook_install(&h, 1);
@@ -264,6 +283,7 @@ static void test_logging_filters_by_level(void) {
 
 int main(void) {
     LT_RUN(test_custom_hook_receives_calls_and_null_restores_default);
+    LT_RUN(test_default_alignment_small_and_large);
     LT_RUN(test_alloc_failure_sets_out_of_memory_detail);
     LT_RUN(test_failure_injection_every_allocation);
     LT_RUN(test_pool_hooks_called_only_by_creating_thread);
