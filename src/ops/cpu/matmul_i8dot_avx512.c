@@ -359,13 +359,15 @@ static size_t gemm_x_bytes(int64_t M, int64_t K, int unit) {
     return (size_t)((M + GMR - 1) / GMR) * strip_bytes(K, unit);
 }
 
-/* Strips [s0, s1) of the GEMM's x (rows past M zero). */
+/* Strips [s0, s1) of the GEMM's x (rows past M zero; the padding after d and cw is never
+ * read and left as it is). */
 TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst,
                                int64_t s0, int64_t s1) {
     const int64_t nb = nblocks(K);
     const size_t sb = strip_bytes(K, unit);
     const __m512i ones = _mm512_set1_epi8(1);
-    memset((uint8_t *)dst + (size_t)s0 * sb, 0, (size_t)(s1 - s0) * sb);
+    if (s1 * GMR > M) /* the last strip: its rows past M read as zero (every other byte read is written below) */
+        memset((uint8_t *)dst + (size_t)(s1 - 1) * sb, 0, sb);
     for (int64_t m = s0 * GMR; m < LM_MIN(M, s1 * GMR); m++) {
         uint8_t *base = (uint8_t *)dst + (size_t)(m / GMR) * sb;
         const int r = (int)(m % GMR);
