@@ -341,6 +341,34 @@ typedef struct lm_decode_plan_replay {
 } lm_decode_plan_replay;
 LM_API lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int steps, lm_decode_plan_replay *out);
 
+/* Runs one step of the plan's executor, which must be on a CUDA device, the way the
+ * schedule says, as one persistent launch: one block per SM list (a cooperative launch),
+ * each item waiting for its dependencies through flags and op counters in device memory,
+ * then running its piece of the operator with the parameters the executor's own launch
+ * would take (the decode GEMV's rows, attention's kv heads, key chunks and merges); the
+ * whole ops before the first split op and after the last (the embedding) run as the
+ * executor runs them. ctx must be on the executor's device. The first run builds the
+ * kernel's tables. Waits for the step: the executor's output then holds its result.
+ * LM_UNSUPPORTED names what the kernel does not run (it is built for bf16 weights at one
+ * or two rows; an op with no item code inside the step); LM_INTERNAL names an item whose
+ * wait never ended (~2 s). */
+LM_API lm_status lm_decode_plan_run_cuda(lm_decode_plan *p, lm_ctx *ctx);
+typedef struct lm_decode_plan_timing {
+    int steps;
+    double plan_us; /* a step as the plan's persistent launch (the faster of two rounds of `steps`) */
+    double exec_us; /* a step as the executor runs it (lm_exec_run), in the same rounds */
+} lm_decode_plan_timing;
+/* Times `steps` back-to-back steps of the plan (lm_decode_plan_run_cuda without the wait
+ * between steps) and `steps` of the executor itself, twice, interleaved; host clock
+ * around each batch and one synchronization, so launch costs are included. */
+LM_API lm_status lm_decode_plan_time_cuda(lm_decode_plan *p, lm_ctx *ctx, int steps, lm_decode_plan_timing *out);
+/* Where a step of the persistent launch spends its time: one step with every list
+ * position stamped (clock64 at the item's start, after its wait, at its end), as text:
+ * the longest list, the share of list time waiting, and per op family (the op's name
+ * without its layer: q_rope, attention, ...) items and mean wait and run time an item.
+ * Free *out with lm_free. */
+LM_API lm_status lm_decode_plan_profile_cuda(lm_decode_plan *p, lm_ctx *ctx, char **out);
+
 /* One line per op (items, SMs used, predicted span) as text; caller frees *out with lm_free. */
 LM_API lm_status lm_decode_plan_report(const lm_decode_plan *p, char **out);
 
@@ -355,8 +383,9 @@ LM_API lm_status lm_decode_step_create(lm_ctx *ctx, const lm_model *m, int64_t b
                                        lm_decode_step **out);
 LM_API void lm_decode_step_destroy(lm_decode_step *s);
 LM_API lm_exec *lm_decode_step_exec(lm_decode_step *s);
-/* One step: ids and positions written, then the executor (plan NULL) or the plan's CPU
- * run with `order`; the logits [batch, vocab] copied to logits. */
+/* One step: ids and positions written, then the executor (plan NULL) or the plan's run
+ * (on the CPU with `order`; on a CUDA context the persistent launch); the logits
+ * [batch, vocab] copied to logits. */
 LM_API lm_status lm_decode_step_run(lm_decode_step *s, lm_ctx *ctx, const int32_t *ids, const int32_t *positions,
                                     lm_decode_plan *plan, uint64_t order, float *logits);
 

@@ -60,6 +60,9 @@ void lm__exec_gpu_rules(lm__pass_env *env);
 lm_status lm__exec_prepare(lm_exec *e);
 /* exec/exec.c: fills the arena with NaN (all-ones bytes). */
 lm_status lm__exec_poison(lm_exec *e);
+/* exec/ops.c: the Linear parameters op i (linear, linear_swiglu, linear_qkv_rope) is run
+ * with, and the q|k|v front's (qkv may be NULL); views of e->view; no workspace. */
+void lm__exec_linear_params(const lm_exec *e, int64_t i, lm_linear_params *lin, lm_qkv_rope_params *qkv);
 /* exec/ops.c: runs op i of e->g through the public operators on ctx. */
 lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i);
 /* exec/ops.c: LM_UNSUPPORTED naming the first op no engine operator runs. */

@@ -10,6 +10,8 @@
  */
 #include "exec/internal.h"
 
+#include <string.h>
+
 /* Reshape of a strided view without copying: dims of v are grouped into chunks that
  * are contiguous among themselves; each chunk's element count must be covered by
  * whole dims of the new shape, which get the chunk's strides. 0 when impossible. */
@@ -109,6 +111,31 @@ static lm_status workspace(const lm_exec *e, int64_t i, lm_tensor_view *ws, cons
     return LM_OK;
 }
 
+void lm__exec_linear_params(const lm_exec *e, int64_t i, lm_linear_params *lin, lm_qkv_rope_params *qkv) {
+    const lm__gop *op = &e->g->ops[i];
+    const lm_tensor_view *V = e->view;
+#define IN(k) (op->in[k] >= 0 ? &V[op->in[k]] : NULL)
+    memset(lin, 0, sizeof *lin);
+    if (qkv) memset(qkv, 0, sizeof *qkv);
+    switch (op->kind) {
+    case LM__GOP_LINEAR:
+    case LM__GOP_LINEAR_SWIGLU: /* b: the int4 group (graph/ir.h) */
+        lin->input = (lm_linear_input)op->i[0], lin->norm_weight = IN(3), lin->eps = (float)op->a;
+        lin->accumulate = op->kind == LM__GOP_LINEAR ? (int)op->i[3] : 0;
+        lin->w_scales = IN(5), lin->w_bits = op->b > 0 ? 4 : 0, lin->w_group = (int)op->b;
+        break;
+    case LM__GOP_LINEAR_QKV_ROPE:
+        lin->input = (lm_linear_input)op->i[1], lin->norm_weight = IN(2), lin->eps = (float)op->a;
+        lin->w_scales = IN(3), lin->w_bits = op->i[2] > 0 ? 4 : 0, lin->w_group = (int)op->i[2];
+        if (qkv) {
+            qkv->q_heads = op->i[0], qkv->bias = IN(4), qkv->inv_freq = IN(5), qkv->attn_factor = (float)op->b;
+        }
+        break;
+    default: break;
+    }
+#undef IN
+}
+
 lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     const lm__gop *op = &e->g->ops[i];
     const lm_tensor_view *V = e->view;
@@ -153,9 +180,8 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
     case LM__GOP_ADD_RMSNORM: return lm_add_rmsnorm_out(ctx, x, IN(1), IN(2), (float)op->a, out, &V[op->out2]);
     case LM__GOP_LINEAR: {
         lm_tensor_view ws;
-        lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
-                              .accumulate = (int)op->i[3], .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0,
-                              .w_group = (int)op->b}; /* b: the int4 group (graph/ir.h) */
+        lm_linear_params p;
+        lm__exec_linear_params(e, i, &p, NULL);
         LM_TRY(workspace(e, i, &ws, &p.workspace)); /* quantized weights on CUDA, more than 8 rows */
         return lm_linear_out(ctx, x, IN(1), IN(2), &p, out);
     }
@@ -164,14 +190,14 @@ lm_status lm__exec_run_op(lm_exec *e, lm_ctx *ctx, int64_t i) {
         return lm_qkv_rope_store_out(ctx, x, &p, IN(6), IN(5), IN(7), IN(8), out);
     }
     case LM__GOP_LINEAR_SWIGLU: {
-        lm_linear_params p = {.input = (lm_linear_input)op->i[0], .norm_weight = IN(3), .eps = (float)op->a,
-                              .w_scales = IN(5), .w_bits = op->b > 0 ? 4 : 0, .w_group = (int)op->b};
+        lm_linear_params p;
+        lm__exec_linear_params(e, i, &p, NULL);
         return lm_linear_swiglu_out(ctx, x, IN(1), IN(2), &p, out);
     }
     case LM__GOP_LINEAR_QKV_ROPE: {
-        lm_linear_params lp = {.input = (lm_linear_input)op->i[1], .norm_weight = IN(2), .eps = (float)op->a,
-                               .w_scales = IN(3), .w_bits = op->i[2] > 0 ? 4 : 0, .w_group = (int)op->i[2]};
-        lm_qkv_rope_params p = {op->i[0], IN(4), NULL, NULL, 0.f, IN(5), (float)op->b};
+        lm_linear_params lp;
+        lm_qkv_rope_params p;
+        lm__exec_linear_params(e, i, &lp, &p);
         return lm_linear_qkv_rope_store_out(ctx, x, IN(1), &lp, &p, IN(7), IN(6), IN(8), IN(9), out);
     }
     default:

@@ -386,12 +386,16 @@ static int64_t split_parts(const lm_decode_plan *p, double total, int64_t units,
     return LM_MAX(1, LM_MIN(parts, LM_MIN(units, cap)));
 }
 
-/* Cuts units [lo, hi) of op i (each unit_bytes streamed) into items. */
+/* Cuts units [lo, hi) of op i (each unit_bytes streamed) into items whose bounds inside
+ * the range are multiples of quantum units (a GPU item then covers whole row groups of
+ * its GEMV: see LM__DP_ROW_QUANTUM). */
 static lm_status split(lm_decode_plan *p, int op, lm__dp_kind kind, int64_t lo, int64_t hi, double unit_bytes,
-                       int64_t parts_cap) {
-    int64_t units = hi - lo, parts = split_parts(p, unit_bytes * (double)units, units, parts_cap);
+                       int64_t parts_cap, int64_t quantum) {
+    int64_t units = hi - lo, nq = (units + quantum - 1) / quantum;
+    int64_t parts = split_parts(p, unit_bytes * (double)units, nq, parts_cap);
     for (int64_t k = 0; k < parts; k++) {
-        int64_t a = lo + units * k / parts, b = lo + units * (k + 1) / parts;
+        int64_t a = lo + LM_MIN(units, nq * k / parts * quantum);
+        int64_t b = lo + LM_MIN(units, nq * (k + 1) / parts * quantum);
         LM_TRY(new_item(p, op, kind, a, b));
         LM_TRY(footprint(p));
     }
@@ -421,7 +425,9 @@ static lm_status qkv_items(lm_decode_plan *p, int i, int64_t h0, int64_t nh, int
             int64_t a = per > 1 ? h0 + r : h0 + nh * r / runs, b = per > 1 ? a + 1 : h0 + nh * (r + 1) / runs;
             LM_TRY(new_item(p, i, LM__DP_QKV, a, b));
             lm__dp_item *it = &p->items[p->nitems - 1];
-            it->k0 = half * c / per, it->k1 = half * (c + 1) / per;
+            /* inner bounds at multiples of half the row quantum (a pair is two rows) */
+            const int64_t pq = LM__DP_ROW_QUANTUM / 2;
+            it->k0 = c ? half * c / per / pq * pq : 0, it->k1 = c + 1 < per ? half * (c + 1) / per / pq * pq : half;
             LM_TRY(footprint(p));
         }
     return LM_OK;
@@ -434,7 +440,7 @@ static lm_status attn_items(lm_decode_plan *p, int i, int64_t *poff) {
     const lm__gvalue *q = &p->g->values[op->in[0]];
     int64_t hkv = p->g->values[op->in[1]].dims[1], nc = attn_chunks(p, op);
     if (nc == 1) /* pieces of (row, kv head) units */
-        return split(p, i, LM__DP_ATTN, 0, q->dims[0] * hkv, attn_head_bytes(p, op) / (double)q->dims[0], 0);
+        return split(p, i, LM__DP_ATTN, 0, q->dims[0] * hkv, attn_head_bytes(p, op) / (double)q->dims[0], 0, 1);
     int64_t R = attn_row(p, op), ctx = attn_context(p, op);
     for (int pass = 0; pass < 2; pass++)
         for (int64_t h = 0; h < hkv; h++)
@@ -476,12 +482,14 @@ static lm_status make_items(lm_decode_plan *p) {
         switch (op->kind) {
         case LM__GOP_LINEAR: {
             const lm__gvalue *o = &g->values[op->out];
-            LM_TRY(split(p, (int)i, LM__DP_ROWS, 0, o->dims[o->ndim - 1], row_bytes(p, op, 1, 5), 0));
+            LM_TRY(split(p, (int)i, LM__DP_ROWS, 0, o->dims[o->ndim - 1], row_bytes(p, op, 1, 5), 0,
+                         LM__DP_ROW_QUANTUM));
             break;
         }
         case LM__GOP_LINEAR_SWIGLU: {
             const lm__gvalue *o = &g->values[op->out];
-            LM_TRY(split(p, (int)i, LM__DP_SWIGLU, 0, o->dims[o->ndim - 1], 2 * row_bytes(p, op, 1, 5), 0));
+            LM_TRY(split(p, (int)i, LM__DP_SWIGLU, 0, o->dims[o->ndim - 1], 2 * row_bytes(p, op, 1, 5), 0,
+                         LM__DP_ROW_QUANTUM / 2));
             break;
         }
         case LM__GOP_LINEAR_QKV_ROPE: { /* the three sections apart, parts in proportion */
@@ -502,7 +510,7 @@ static lm_status make_items(lm_decode_plan *p) {
             for (int k = 0; k < op->nin; k++)
                 if (op->in[k] >= 0 && lm__dp_row_input(op, k)) bytes += view_bytes(view_of(p, op->in[k]));
             bytes += view_bytes(view_of(p, op->out)) * (op->out2 >= 0 ? 2 : 1);
-            LM_TRY(split(p, (int)i, LM__DP_MROWS, 0, o->dims[0], bytes / (double)o->dims[0], 0));
+            LM_TRY(split(p, (int)i, LM__DP_MROWS, 0, o->dims[0], bytes / (double)o->dims[0], 0, 1));
             break;
         }
         default:
@@ -743,6 +751,7 @@ void lm_decode_plan_destroy(lm_decode_plan *p) {
     if (!p) return;
     lm__free(p->items), lm__free(p->deps), lm__free(p->iv), lm__free(p->order), lm__free(p->sm_begin);
     lm__free(p->fview), lm__free(p->item_op), lm__free(p->op_count), lm__free(p->waits), lm__free(p->wait_begin);
+    lm__dp_exec_free(p);
     if (p->part_on_device) lm_device_free(p->part_device, p->part);
     else lm__free(p->part);
     lm__free(p);
@@ -1013,4 +1022,42 @@ lm_status lm_decode_plan_replay_cuda(const lm_decode_plan *p, int device, int st
     if (st == LM_OK) out->steps = steps, out->waits = dep_begin[n], out->ops_waits = p->wait_begin[n];
     lm__free(dep_begin), lm__free(bytes);
     return st;
+}
+
+lm_status lm_decode_plan_run_cuda(lm_decode_plan *p, lm_ctx *ctx) {
+    if (!p || !ctx) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_run_cuda: NULL argument");
+    LM_TRY(lm__dp_exec_enqueue(p, ctx));
+    return lm__dp_exec_finish(p, ctx);
+}
+
+lm_status lm_decode_plan_time_cuda(lm_decode_plan *p, lm_ctx *ctx, int steps, lm_decode_plan_timing *out) {
+    if (!p || !ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_time_cuda: NULL argument");
+    if (steps < 1) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_time_cuda: steps = %d; expected >= 1", steps);
+    memset(out, 0, sizeof *out);
+    LM_TRY(lm_decode_plan_run_cuda(p, ctx)); /* the tables, and one untimed step of each */
+    LM_TRY(lm_exec_run(p->e, ctx));
+    LM_TRY(lm_ctx_synchronize(ctx));
+    const int poison = p->e->opt.poison;
+    p->e->opt.poison = 0; /* a fill of the arena is not part of a step */
+    lm_status st = LM_OK;
+    for (int round = 0; round < 2 && st == LM_OK; round++) { /* plan, executor, plan, executor */
+        double t0 = lm__now_seconds();
+        for (int k = 0; k < steps && st == LM_OK; k++) st = lm__dp_exec_enqueue(p, ctx);
+        if (st == LM_OK) st = lm__dp_exec_finish(p, ctx);
+        double t1 = lm__now_seconds();
+        for (int k = 0; k < steps && st == LM_OK; k++) st = lm_exec_run(p->e, ctx);
+        if (st == LM_OK) st = lm_ctx_synchronize(ctx);
+        double t2 = lm__now_seconds();
+        double a = (t1 - t0) * 1e6 / steps, b = (t2 - t1) * 1e6 / steps;
+        out->plan_us = round ? LM_MIN(out->plan_us, a) : a;
+        out->exec_us = round ? LM_MIN(out->exec_us, b) : b;
+    }
+    p->e->opt.poison = poison;
+    out->steps = steps;
+    return st;
+}
+
+lm_status lm_decode_plan_profile_cuda(lm_decode_plan *p, lm_ctx *ctx, char **out) {
+    if (!p || !ctx || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_decode_plan_profile_cuda: NULL argument");
+    return lm__dp_exec_profile(p, ctx, out);
 }

@@ -6,6 +6,7 @@
 
 #include "exec/internal.h"
 #include "loom/plan.h"
+#include "plan/dplan_part.h"
 
 /* How an item runs its op: whole, or a range of the op's units. */
 typedef enum lm__dp_kind {
@@ -47,15 +48,11 @@ typedef struct lm__dp_item {
     int64_t poff;   /* ATTN_PART / ATTN_COMBINE: the op's partials in part[] (floats) */
 } lm__dp_item;
 
+/* Linear pieces start at multiples of this many output rows (SwiGLU: half as many
+ * columns, each a gate and an up row; the front's RoPE pieces: half as many pairs), so
+ * that a GPU item covers whole row groups of the decode GEMV (2, 4 or 8 rows a warp). */
+#define LM__DP_ROW_QUANTUM 8
 #define LM__DP_MAX_HEAD_DIM 512 /* the key split's head dimensions (larger ones run whole heads) */
-
-/* Partials of one attention op in part[]: record (row b, token t, query head hq, chunk c)
- * of D + 2 floats (max score, sum of exponentials, D weighted values) at
- * poff + (((b * T + t) * Hq + hq) * nc + c) * (D + 2). */
-static inline int64_t lm__dp_part_at(int64_t poff, int64_t T, int64_t Hq, int64_t nc, int64_t D, int64_t b, int64_t t,
-                                     int64_t hq, int64_t c) {
-    return poff + (((b * T + t) * Hq + hq) * nc + c) * (D + 2);
-}
 
 struct lm_decode_plan {
     lm_exec *e; /* borrowed */
@@ -82,6 +79,7 @@ struct lm_decode_plan {
     int64_t *sm_begin; /* [sms + 1] */
     double step_s, busy_s, hbm_bytes;
     int64_t ops_split, ops_whole;
+    struct lm__dp_exec *exec; /* the GPU run's tables and kernel, made at its first run (dplan_exec_cuda.c) */
     float *part; /* attention partials of the key-split ops, in the executor's device memory */
     int64_t npart;
     int part_on_device;
@@ -102,6 +100,15 @@ static inline int lm__dp_row_input(const lm__gop *op, int k) {
     default: return 0;
     }
 }
+/* The GPU run (dplan_exec_cuda.c; dplan_exec_nocuda.c without CUDA): enqueue one step on
+ * ctx's stream (the whole ops before and after the launch as the executor runs them);
+ * finish: synchronize and report a wait that timed out. free: the run's tables. */
+lm_status lm__dp_exec_enqueue(lm_decode_plan *p, lm_ctx *ctx);
+lm_status lm__dp_exec_finish(lm_decode_plan *p, lm_ctx *ctx);
+void lm__dp_exec_free(lm_decode_plan *p);
+/* One profiled step of the GPU run: per op family (the op's name without its layer)
+ * items, mean wait and run time an item, as text (free with lm_free). */
+lm_status lm__dp_exec_profile(lm_decode_plan *p, lm_ctx *ctx, char **out);
 /* Test hooks: remove dependency k of item i, or wait k of item i (the check must then fail). */
 void lm__dp_drop_dep(lm_decode_plan *p, int64_t i, int k);
 void lm__dp_drop_wait(lm_decode_plan *p, int64_t i, int k);

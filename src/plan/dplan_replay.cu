@@ -26,6 +26,7 @@
  * after the first items released it would hang their dependents.
  */
 #include "ops/cuda/common.cuh"
+#include "plan/dplan_sync.cuh"
 #include "plan/dplan_replay.h"
 
 #define RP_THREADS 256
@@ -55,19 +56,6 @@ struct rp_args {
     unsigned *sink;
 };
 
-__device__ __forceinline__ unsigned rp_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void rp_st_release(unsigned *p, unsigned v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void rp_add_release(unsigned *p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 
 /* Vectors [v0, v1) of buf by the block's threads, xor-folded. */
 __device__ __forceinline__ unsigned rp_stream(const uint4 *buf, int64_t v0, int64_t v1) {
@@ -146,7 +134,7 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
             const unsigned *f = w >= 0 ? a.flags + w : a.counters + (-w - 1);
             const unsigned want = w >= 0 ? a.epoch : a.epoch * (unsigned)a.op_count[-w - 1];
             /* counters only grow; a flag holds the last epoch that released it */
-            while (w >= 0 ? rp_ld_acquire(f) != want : (int)(rp_ld_acquire(f) - want) < 0) {
+            while (w >= 0 ? lm__dp_ld_acquire(f) != want : (int)(lm__dp_ld_acquire(f) - want) < 0) {
                 if (*(volatile unsigned *)a.err) {
                     bail[slot] = 1;
                     break;
@@ -178,8 +166,8 @@ __global__ void __launch_bounds__(RP_THREADS) rp_kernel(rp_args a) {
         rp_bar_wait(&bar[slot], (unsigned)(j >> 1) & 1u); /* this item's prefetched bytes */
         __syncthreads();
         if (t == 0) {
-            if (cur.rel & 1u) rp_st_release(a.flags + cur.item, a.epoch);
-            if (cur.rel & 2u) rp_add_release(a.counters + cur.op, 1u);
+            if (cur.rel & 1u) lm__dp_st_release(a.flags + cur.item, a.epoch);
+            if (cur.rel & 2u) lm__dp_add_release(a.counters + cur.op, 1u);
         }
         cur = nxt, w_cur = w_nxt;
     }

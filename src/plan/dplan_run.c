@@ -423,7 +423,10 @@ lm_status lm_decode_step_run(lm_decode_step *s, lm_ctx *ctx, const int32_t *ids,
     if (st == LM_OK) st = lm_tensor_view_write(ctx, &s->slots, host + 2 * s->batch);
     lm__free(host);
     LM_TRY(st);
-    if (plan) LM_TRY(lm_decode_plan_run_cpu(plan, ctx, order));
+    lm_device_caps caps;
+    LM_TRY(lm_device_caps_get(lm_ctx_device(ctx), &caps));
+    if (plan && !caps.host_addressable) LM_TRY(lm_decode_plan_run_cuda(plan, ctx));
+    else if (plan) LM_TRY(lm_decode_plan_run_cpu(plan, ctx, order));
     else LM_TRY(lm_exec_run(s->e, ctx));
     lm_tensor_view y;
     LM_TRY(lm_exec_output(s->e, 0, &y));

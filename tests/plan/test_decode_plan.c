@@ -79,6 +79,20 @@ static int count_kind(const lm_decode_plan *p, lm__dp_kind k) {
     return n;
 }
 
+/* Linear pieces start at whole row groups of the GPU's decode GEMV (LM__DP_ROW_QUANTUM
+ * rows; SwiGLU columns and RoPE pairs half as many), so a persistent kernel's item is a
+ * range of them; the pieces of one op cover its rows once. Returns the misplaced ones. */
+static int misaligned(const lm_decode_plan *p) {
+    int bad = 0;
+    for (int64_t i = 0; i < p->nitems; i++) {
+        const lm__dp_item *it = &p->items[i];
+        if (it->kind == LM__DP_ROWS) bad += it->lo % LM__DP_ROW_QUANTUM != 0 || it->hi <= it->lo;
+        if (it->kind == LM__DP_SWIGLU) bad += it->lo % (LM__DP_ROW_QUANTUM / 2) != 0 || it->hi <= it->lo;
+        if (it->kind == LM__DP_QKV) bad += it->k0 % (LM__DP_ROW_QUANTUM / 2) != 0 || it->k1 <= it->k0;
+    }
+    return bad;
+}
+
 static void check_model(const char *name, lm_weights w, int fused_front) {
     lm_model *m = load(name, w);
     if (!m) return;
@@ -98,6 +112,7 @@ static void check_model(const char *name, lm_weights w, int fused_front) {
             lm_decode_plan_stats st;
             LT_CHECK_OK(lm_decode_plan_get_stats(p, &st));
             LT_CHECK(st.items > st.ops_split + st.ops_whole && st.ops_split > 0 && st.deps > 0);
+            LT_CHECK_MSG(misaligned(p) == 0, "%s: %d pieces off the GEMV's row groups", name, misaligned(p));
             LT_CHECK(st.step_s > 0 && st.step_s <= st.busy_s * (1 + 1e-12));
             if (sms[k] == 1)
                 LT_CHECK_MSG(fabs(st.step_s - st.busy_s) <= 1e-12 * st.busy_s, "one SM: step %.6g s, busy %.6g s",

@@ -8,9 +8,14 @@
  * pair of items ordered by dependencies; --no-check skips it), and run on the CPU item by
  * item, --steps decode steps in the global order and in --orders - 1 seeded random
  * interleavings of the SMs, each compared with the executor's logits (gate: NMSE <=
- * 1e-10, max |d| <= 1e-5 of max |logit|; --steps 0 skips the run). The predicted step
- * time is the cost model's, not a measurement; --replay N runs the schedule's skeleton
- * on CUDA device 0 (streams and waits, no arithmetic) and reports its measured time.
+ * 1e-10, max |d| <= 1e-5 of max |logit|; --steps 0 skips the run). With --device cuda the
+ * step is the CUDA executor's own and --steps runs it as the plan's persistent launch
+ * (lm_decode_plan_run_cuda) against the executor (gate: NMSE <= 1e-5, max |d| <= 1e-2 of
+ * max |logit|: summation orders and attention's roundings differ); --time N times N steps
+ * of each, interleaved; --profile prints where a step's time goes.
+ * The predicted step time is the cost model's, not a measurement; --replay N runs the
+ * schedule's skeleton on the CUDA device (streams and waits, no arithmetic) and reports
+ * its measured time.
  * Exit status: 0 when the check and the comparison pass; 1 otherwise; 2 for usage errors.
  */
 #include "args.h"
@@ -26,6 +31,7 @@
 typedef struct run_result {
     int steps, orders, passed;
     double nmse, rel;
+    double nmse_gate, rel_gate;
 } run_result;
 
 static int run_steps(lm_ctx *ctx, lm_decode_step *ref, lm_decode_step *s, lm_decode_plan *p, int64_t B, int64_t V,
@@ -47,20 +53,29 @@ static int run_steps(lm_ctx *ctx, lm_decode_step *ref, lm_decode_step *s, lm_dec
             lm_status st = lm_decode_step_run(ref, ctx, ids, pos, NULL, 0, want);
             if (st == LM_OK) st = lm_decode_step_run(s, ctx, ids, pos, p, order, got);
             if (st != LM_OK) {
-                rc = cli_fail("plan decode", "CPU run", st);
+                rc = cli_fail("plan decode", "the plan's run", st);
                 break;
             }
             double num = 0, den = 0, md = 0, mx = 0;
+            int64_t worst = 0, nans = 0;
             for (int64_t i = 0; i < B * V; i++) {
                 double d = (double)got[i] - want[i];
                 num += d * d, den += (double)want[i] * want[i];
-                if (!(fabs(d) <= md)) md = fabs(d);
+                if (!(fabs(d) <= md)) md = fabs(d), worst = i;
+                nans += isnan(got[i]) != 0;
                 mx = fmax(mx, fabs(want[i]));
             }
             double nmse = num / (den > 0 ? den : 1), rel = md / (mx > 0 ? mx : 1);
             if (!(nmse <= r->nmse)) r->nmse = nmse;
             if (!(rel <= r->rel)) r->rel = rel;
-            if (!(nmse <= 1e-10 && rel <= 1e-5)) r->passed = 0;
+            if (!(nmse <= r->nmse_gate && rel <= r->rel_gate)) {
+                if (r->passed) /* the first failing step, named */
+                    fprintf(stderr, "loom plan decode: order %d step %d: NMSE %.3g, max |d| %.3g at row %lld column %lld "
+                            "(%g vs %g), %lld NaN of %lld\n", o, t, nmse, md, (long long)(worst / V),
+                            (long long)(worst % V), (double)got[worst], (double)want[worst], (long long)nans,
+                            (long long)(B * V));
+                r->passed = 0;
+            }
         }
     free(want), free(got), free(ids), free(pos);
     return rc;
@@ -69,20 +84,23 @@ static int run_steps(lm_ctx *ctx, lm_decode_step *ref, lm_decode_step *s, lm_dec
 int cmd_plan_decode(int argc, char **argv) {
     const char *model = NULL, *weights_text = NULL, *device_text = NULL;
     int sms = 0, full_sms = 0, batch = 1, cache = 0, steps = INT_MIN, orders = 2, json = 0, no_check = 0, report = 0;
-    int items_per_sm = 0, replay = 0;
+    int items_per_sm = 0, replay = 0, time_steps = 0, profile = 0;
     float bw = 0, l2 = 0, flops = 0, item_us = -1, dep_us = -1, item_kib = 0, min_kib = 0, context = 0, prefetch_kib = 0;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"model", CLI_STRING, &model, "DIR: a Hugging Face model directory (config.json + safetensors)"},
         CLI_WEIGHTS_OPT(&weights_text),
         {"device", CLI_STRING, &device_text, "DEV: cpu (default: the step as the CUDA executor rewrites it, run on the "
-                                             "CPU) or cuda[:N] (the CUDA executor's own step; no CPU run)"},
+                                             "CPU) or cuda[:N] (the CUDA executor's own step, run on the GPU)"},
         {"sms", CLI_COUNT, &sms, "N: SMs the schedule runs on (default 132, an H200)"},
         {"batch", CLI_COUNT, &batch, "B: rows decoded together (default 1)"},
         {"context", CLI_NONNEG, &context, "N: positions attention reads, for the cost (default: the cache's)"},
         {"cache", CLI_COUNT, &cache, "N: KV cache positions per row (default max(16, --steps, --context))"},
-        {"steps", CLI_INT, &steps, "N: decode steps run on the CPU and compared per order (default 2 on the CPU, 0 "
-                                   "with --device cuda; 0: no CPU run)"},
+        {"steps", CLI_INT, &steps, "N: decode steps run as the schedule says and compared with the executor (on the "
+                                   "CPU per order; with --device cuda as one persistent launch a step); default 2 on "
+                                   "the CPU, 0 with --device cuda"},
+        {"time", CLI_COUNT, &time_steps, "N: with --device cuda, time N steps of the persistent launch and N of the "
+                                         "executor, interleaved (measured)"},
         {"orders", CLI_COUNT, &orders, "N: the global order and N - 1 random SM interleavings (default 2)"},
         {"seed", CLI_U64, &seed, "N: token ids and interleavings (default 1)"},
         {"full-sms", CLI_COUNT, &full_sms, "N: SMs at which --bandwidth is reached (default 132)"},
@@ -98,6 +116,8 @@ int cmd_plan_decode(int argc, char **argv) {
                                                      "met (default 0)"},
         {"replay", CLI_COUNT, &replay, "N: also run the schedule's skeleton on the CUDA device (--device's, else 0; "
                                         "streams and waits, no arithmetic) N times and report its measured step"},
+        {"profile", CLI_FLAG, &profile, "with --device cuda, print where one step of the persistent launch spends its "
+                                        "time (per op: wait and run an item, measured)"},
         {"report", CLI_FLAG, &report, "print one line per op (items, SMs, predicted span)"},
         {"no-check", CLI_FLAG, &no_check, "skip the dependency check"},
         {"json", CLI_FLAG, &json, "print one JSON object instead of text"},
@@ -116,11 +136,12 @@ int cmd_plan_decode(int argc, char **argv) {
         return 2;
     int on_cpu = dev.type == LM_DEVICE_CPU;
     if (steps == INT_MIN) steps = on_cpu ? 2 : 0;
-    if (!on_cpu && steps > 0) {
-        fprintf(stderr, "loom plan decode: --steps runs the schedule on the CPU; with --device cuda use --replay N "
-                        "to measure it on the GPU\n");
+    if (on_cpu && (time_steps > 0 || profile)) {
+        fprintf(stderr, "loom plan decode: --time and --profile measure the persistent launch on a GPU: give --device "
+                        "cuda\n");
         return 2;
     }
+    if (!on_cpu) orders = 1; /* one order: the GPU's */
     lm_decode_plan_options o;
     lm_decode_plan_options_default(&o);
     if (sms) o.sms = sms;
@@ -165,12 +186,18 @@ int cmd_plan_decode(int argc, char **argv) {
             rc = cli_fail("plan decode", "check", st);
         }
     }
-    run_result r = {steps, orders, 1, 0, 0};
+    /* GPU: the executor's tensor-core attention rounds its probabilities to bf16 where the
+     * launch's stays in f32, and summation orders differ: measured NMSE 2e-7 (Qwen2.5-0.5B
+     * shape) to 1.6e-6 (Llama-3.2-1B shape) */
+    run_result r = {steps, orders, 1, 0, 0, on_cpu ? 1e-10 : 1e-5, on_cpu ? 1e-5 : 1e-2};
     if (!rc && steps > 0) {
         if ((st = lm_decode_step_create(ctx, m, batch, cache, &ref)) != LM_OK) rc = cli_fail("plan decode", "step", st);
         if (!rc) rc = run_steps(ctx, ref, s, p, batch, c->vocab_size, seed, &r);
         if (!rc && !r.passed) rc = 1;
     }
+    lm_decode_plan_timing tm = {0};
+    if (!rc && time_steps > 0 && (st = lm_decode_plan_time_cuda(p, ctx, time_steps, &tm)) != LM_OK)
+        rc = cli_fail("plan decode", "timing", st);
     lm_decode_plan_replay rp = {0};
     if (!rc && replay > 0 && (st = lm_decode_plan_replay_cuda(p, on_cpu ? 0 : dev.index, replay, &rp)) != LM_OK)
         rc = cli_fail("plan decode", "replay", st);
@@ -195,10 +222,14 @@ int cmd_plan_decode(int argc, char **argv) {
                        "\"ops_empty_us\":%.3f,\"ops_empty_us_min\":%.3f},",
                        rp.steps, (long long)rp.waits, rp.step_us, rp.step_us_min, rp.empty_us, rp.empty_us_min,
                        (long long)rp.ops_waits, rp.ops_step_us, rp.ops_step_us_min, rp.ops_empty_us, rp.ops_empty_us_min);
+            if (tm.steps > 0)
+                printf("\"timing\":{\"steps\":%d,\"plan_step_us\":%.3f,\"exec_step_us\":%.3f,\"plan_tok_per_s\":%.1f,"
+                       "\"exec_tok_per_s\":%.1f},", tm.steps, tm.plan_us, tm.exec_us, batch / (tm.plan_us * 1e-6),
+                       batch / (tm.exec_us * 1e-6));
             if (steps > 0)
-                printf("\"cpu_run\":{\"steps\":%d,\"orders\":%d,\"nmse\":%.3g,\"max_rel\":%.3g,\"passed\":%s}}\n", steps,
-                       orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
-            else printf("\"cpu_run\":{\"steps\":0}}\n");
+                printf("\"%s\":{\"steps\":%d,\"orders\":%d,\"nmse\":%.3g,\"max_rel\":%.3g,\"passed\":%s}}\n",
+                       on_cpu ? "cpu_run" : "gpu_run", steps, orders, r.nmse, r.rel, r.passed && !rc ? "true" : "false");
+            else printf("\"%s\":{\"steps\":0}}\n", on_cpu ? "cpu_run" : "gpu_run");
         } else {
             printf("decode plan: %s, batch %d, %d SMs: %lld items (%lld ops split, %lld whole), %lld dependencies "
                    "(%lld waits with op counters), at most %lld items on one SM (planned in %.2f s)\n",
@@ -219,9 +250,21 @@ int cmd_plan_decode(int argc, char **argv) {
                        rp.ops_step_us_min, rp.ops_step_us > 0 ? batch / (rp.ops_step_us * 1e-6) : 0, rp.ops_empty_us,
                        rp.ops_empty_us_min);
             }
-            if (steps > 0 && !rc)
-                printf("CPU run: %d steps x %d orders against the executor: NMSE %.3g, max |d| %.3g of max |logit| "
-                       "(%s)\n", steps, orders, r.nmse, r.rel, r.passed ? "passed" : "FAILED");
+            if (steps > 0 && (!rc || !r.passed))
+                printf("%s run: %d steps x %d orders against the executor: NMSE %.3g, max |d| %.3g of max |logit| "
+                       "(%s)\n", on_cpu ? "CPU" : "GPU (persistent launch)", steps, orders, r.nmse, r.rel,
+                       r.passed ? "passed" : "FAILED");
+            if (tm.steps > 0)
+                printf("persistent launch %.1f us a step (%.0f tok/s), the executor %.1f us (%.0f tok/s): %.2fx, "
+                       "measured (%d steps each, the faster of two interleaved rounds)\n", tm.plan_us,
+                       batch / (tm.plan_us * 1e-6), tm.exec_us, batch / (tm.exec_us * 1e-6), tm.exec_us / tm.plan_us,
+                       tm.steps);
+        }
+        if (profile && !rc && !json) {
+            char *text = NULL;
+            if ((st = lm_decode_plan_profile_cuda(p, ctx, &text)) == LM_OK) fputs(text, stdout);
+            else rc = cli_fail("plan decode", "profile", st);
+            lm_free(text);
         }
         if (report && !json) {
             char *text = NULL;

@@ -247,6 +247,9 @@ typedef struct lm__cuda_gemv_params {
     lm__cuda_kv kv;               /* front: the layer's caches */
 } lm__cuda_gemv_params;
 lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
+/* What lm__cuda_linear_gemv refuses before launching (LM_UNSUPPORTED naming it), alone:
+ * a kernel that runs the GEMV's body for its own items checks its parameters with it. */
+lm_status lm__cuda_linear_gemv_check(const lm__cuda_gemv_params *p);
 /* step_cuda.c: the GEMV's parameters for x [M, K] @ w^T (+ bias) with w in any format
  * lin describes, when the views suit it: up to LM__CUDA_GEMV_MAX_ROWS rows of f32 x with
  * 16-byte aligned rows, unit last strides, 16-byte aligned weight rows, K a whole number
@@ -255,6 +258,26 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
  * (out, ldo, accumulate, epi). */
 int lm__cuda_gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                      const lm_linear_params *lin, lm__cuda_gemv_params *gp);
+/* The GEMV parameters of the step's fused operators as their CUDA level launches them
+ * (the views as the public operators validated them), checked: the Linear of up to
+ * LM__LINEAR_GEMV_MAX_ROWS rows, the q|k|v front, the gate|up SwiGLU; LM_UNSUPPORTED
+ * naming what the GEMV needs. A kernel running several operators (plan/dplan_exec.cu)
+ * builds its records with them. */
+lm_status lm__cuda_linear_gemv_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                    const lm_linear_params *p, const lm_tensor_view *out, lm__cuda_gemv_params *gp);
+lm_status lm__cuda_linear_qkv_rope_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_linear_params *lin,
+                                        const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                        const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                        const lm_tensor_view *v_cache, const lm_tensor_view *q,
+                                        lm__cuda_gemv_params *gp);
+lm_status lm__cuda_linear_swiglu_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                      const lm_linear_params *lin, const lm_tensor_view *out, lm__cuda_gemv_params *gp);
+/* The cache attention's parameters for the per-head decode kernels (not the flash
+ * prefill): nsplit and its workspace from p->workspace as lm__cuda_attention_cache sets them. */
+lm_status lm__cuda_attention_cache_args(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                        const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                        const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                        const lm_tensor_view *out, lm__cuda_attn_params *ap, lm__cuda_kv *kv);
 
 /* gemv_quant.cu: lm_linear_out with quantized weights (int8 i8, fp8 f8_e4m3 with f32
  * [N] scales; int4 u8 with w_bits 4 and f32 [N, K/G] scales), views as lm_linear_out

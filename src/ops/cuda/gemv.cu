@@ -44,7 +44,7 @@
 template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__CUDA_GEMV_EPI_OUT>
 __global__ void __launch_bounds__(THREADS) gemv_kernel(lm__cuda_gemv_params p) {
     extern __shared__ float4 xs[];
-    gemv_body<F, IN, M, KSPLIT, SMX, PF2, EPI>(p, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
+    gemv_body<F, IN, M, KSPLIT, SMX, PF2, EPI>(p, 0, INT64_MAX, blockIdx.x, gridDim.x, pdl_wait_fn(), xs);
 }
 
 /* Whether the staged one-row bf16 kernel issues the first batch of each warp's second
@@ -125,7 +125,7 @@ static lm_status launch_in(const lm__cuda_gemv_params *p, cudaStream_t s) {
     }
 }
 
-lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
+lm_status lm__cuda_linear_gemv_check(const lm__cuda_gemv_params *p) {
     int wpv = p->wf == LM__CUDA_GEMV_I4 ? 32 : p->wf == LM__CUDA_GEMV_BF16 ? 8 : 16;
     if (p->M < 1 || p->M > LM__CUDA_GEMV_MAX_ROWS || p->K % wpv != 0 || p->ldx % 4 != 0 || p->ldw % 16 != 0 ||
         !lm__cuda_aligned16(p->w) || !lm__cuda_aligned16(p->x) || (p->wf == LM__CUDA_GEMV_I4 && p->group % 32 != 0))
@@ -144,6 +144,11 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
         return lm__error(LM_UNSUPPORTED, "linear_gemv: the pair epilogues take the RMSNorm input form only");
     if (p->epi == LM__CUDA_GEMV_EPI_SWIGLU && (p->accumulate || p->N % 2))
         return lm__error(LM_UNSUPPORTED, "linear_gemv: the SwiGLU epilogue needs an even N (gate | up), no accumulate");
+    return LM_OK;
+}
+
+lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s) {
+    LM_TRY(lm__cuda_linear_gemv_check(p));
     if (p->N == 0) return LM_OK;
     switch (p->wf) {
     case LM__CUDA_GEMV_BF16: return launch_in<LM__CUDA_GEMV_BF16>(p, s);

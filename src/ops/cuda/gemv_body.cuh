@@ -112,7 +112,7 @@ __device__ __forceinline__ int64_t smx_swizzle(int64_t j) { return j ^ ((j >> 3)
 __device__ __forceinline__ float addend(const lm__cuda_gemv_params &p, int m, int64_t n) {
     if (n >= p.N || m >= p.M) return 0.f;
     float v = p.bias ? p.bias[n] : 0.f;
-    return p.accumulate ? v + p.out[m * p.ldo + n] : v;
+    return p.accumulate ? v + __ldcg(p.out + m * p.ldo + n) : v; /* through L2: see stage_input */
 }
 
 /* The scale of output column n applied after the sum (int8/fp8 row scales; 1 otherwise). */
@@ -121,34 +121,36 @@ __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_
     return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? p.scales[n * p.lds] : 1.f;
 }
 
-/* The logical row that virtual row j computes. FRONT: within the q and k heads the
- * rows go i, i + hd / 2 alternately, so that each RoPE pair is two neighbouring rows
- * of one warp (RPW is even; the v rows stay in place); SWIGLU: gate row i, then up row
- * i; a plain product's rows stay in place. */
+/* The logical row that virtual row j computes. FRONT: within every head (q, k and v)
+ * the rows go i, i + hd / 2 alternately, so that each RoPE pair is two neighbouring rows
+ * of one warp (RPW is even; v is not rotated, but walked alike so that a range of pairs
+ * means the same rows in all three sections); SWIGLU: gate row i, then up row i; a
+ * plain product's rows stay in place. */
 template <int EPI>
 __device__ __forceinline__ int64_t pair_row(const lm__cuda_gemv_params &p, int64_t j) {
     if (EPI == LM__CUDA_GEMV_EPI_SWIGLU) return (j >> 1) + (j & 1) * (p.N >> 1);
     const int64_t hd = p.kv.head_dim;
-    if (EPI != LM__CUDA_GEMV_EPI_FRONT || j >= (int64_t)(p.q_front.q_heads + p.kv.kv_heads) * hd) return j;
+    if (EPI != LM__CUDA_GEMV_EPI_FRONT) return j;
     int64_t h = j / hd, w = j - h * hd;
     return h * hd + (w >> 1) + (w & 1) * (hd >> 1);
 }
 
-/* front: token m's finished values (bias added) of virtual rows j and j + 1 (j even): a
- * q or k head's RoPE pair, rotated and stored to q or the k cache, or two neighbouring
- * v values stored to the v cache; as qkv_rope_item does (a bad token: NaN q, no store). */
+/* front: token m's finished values (bias added) of virtual rows j and j + 1 (j even):
+ * dims i and i + hd / 2 of a head; a q or k head's RoPE pair, rotated and stored to q or
+ * the k cache, or two v values stored to the v cache; as qkv_rope_item does (a bad
+ * token: NaN q, no store). */
 __device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
     const lm__cuda_qkv_params &f = p.q_front;
     const lm__cuda_kv &kv = p.kv;
     const int64_t hd = kv.head_dim, half = hd / 2, Hq = f.q_heads, Hkv = kv.kv_heads, h = j / hd, w = j - h * hd;
+    const int i = (int)(w >> 1);
     int64_t off, block = front_block(f, kv, m, &off);
     if (h >= Hq + Hkv) { /* v */
         if (block < 0) return;
-        bf16 *v = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * kv.block_tokens + off) * hd + w;
-        v[0] = __float2bfloat16_rn(va), v[1] = __float2bfloat16_rn(vb);
+        bf16 *v = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * kv.block_tokens + off) * hd + i;
+        v[0] = __float2bfloat16_rn(va), v[half] = __float2bfloat16_rn(vb);
         return;
     }
-    const int i = (int)(w >> 1);
     if (block < 0) {
         va = vb = NAN;
     } else {
@@ -222,9 +224,9 @@ __device__ __forceinline__ void stage_input(const lm__cuda_gemv_params &p, float
                 int64_t j = j0 + s * THREADS;
                 b[s] = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (j < kc) {
-                    a[s] = __ldg(xr + j);
+                    a[s] = __ldcg(xr + j); /* x through L2: another SM may have written it in this launch */
                     if (IN == LM__CUDA_GEMV_RMSNORM) b[s] = __ldg((const float4 *)p.norm_w + j);
-                    if (IN == LM__CUDA_GEMV_SWIGLU) b[s] = __ldg(xr + kc + j);
+                    if (IN == LM__CUDA_GEMV_SWIGLU) b[s] = __ldcg(xr + kc + j);
                 }
             }
 #pragma unroll
@@ -257,16 +259,19 @@ __device__ __forceinline__ void gemv_inv_rows(const lm__cuda_gemv_params &p, flo
 }
 
 /* The kernel's body for block vb of vg (its own launch passes its block index and grid
- * size). F is the weight format, IN the input form, M the number of input rows it is
- * built for (1, 2, 4 or 8; rows m >= p.M read row p.M - 1 and are never stored), KSPLIT
- * the warps sharing one row's K, SMX whether in(x) is staged in xs (dynamic shared
+ * size) over row groups [g_lo, g_hi) (its own launch: all of them; a persistent kernel's
+ * work item: a range of them, g_hi past the last group meaning up to it). F is the weight
+ * format, IN the input form, M the number of input rows it is built for (1, 2, 4 or 8;
+ * rows m >= p.M read row p.M - 1 and are never stored), KSPLIT the warps sharing one
+ * row's K, SMX whether in(x) is staged in xs (dynamic shared
  * memory of M * smx_row_chunks(K) * 16 bytes) or read from global memory per use, EPI
  * the output: LM__CUDA_GEMV_EPI_OUT, or a pair epilogue (FRONT, SWIGLU: a template
  * argument, so the plain products carry none of its code or registers).
  * wait() is called once, by every thread, after the first weight batch is in flight and
  * before any input is read: pdl_wait in its own launch. */
 template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__CUDA_GEMV_EPI_OUT, typename Wait>
-__device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb, int vg, Wait wait, float4 *xs) {
+__device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t g_lo, int64_t g_hi, int vb, int vg,
+                                          Wait wait, float4 *xs) {
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
     __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
@@ -276,13 +281,13 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
     const int groups_per_block = WARPS / KSPLIT;
-    const int64_t nvec = p.K / WPV, groups = (p.N + RPW - 1) / RPW, rc = smx_row_chunks(p.K);
+    const int64_t nvec = p.K / WPV, groups = LM_MIN((p.N + RPW - 1) / RPW, g_hi), rc = smx_row_chunks(p.K);
     /* The weights do not depend on the previous kernel: start streaming this warp's first
      * batch, let the next kernel start too, and only then wait for our inputs. */
     pdl_trigger();
     uint4 raw[RPW][UNROLL]; /* the batch in flight: first that of the first group */
     uint4 raw2[PF2 ? RPW : 1][PF2 ? UNROLL : 1]; /* PF2: the first batch of the second group */
-    const int64_t grp0 = (int64_t)vb * groups_per_block + gw, gstep = (int64_t)vg * groups_per_block;
+    const int64_t grp0 = g_lo + (int64_t)vb * groups_per_block + gw, gstep = (int64_t)vg * groups_per_block;
     if (grp0 < groups) {
         const uint4 *w[RPW];
         int64_t rows[RPW];
@@ -455,7 +460,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int vb,
         }
     };
     /* every warp of a block runs the same number of groups (shared-memory combine) */
-    int64_t g0 = (int64_t)vb * groups_per_block;
+    int64_t g0 = g_lo + (int64_t)vb * groups_per_block;
     if (g0 < groups) run_group(g0, raw, 1), g0 += gstep;
     if constexpr (PF2 != 0) {
         if (g0 < groups) run_group(g0, raw2, 1), g0 += gstep;

@@ -44,35 +44,45 @@ size_t lm__cuda_attention_cache_workspace(int64_t tokens, int64_t q_heads, int64
            (size_t)(tokens * q_heads) * sizeof(int);
 }
 
+lm_status lm__cuda_attention_cache_args(const lm_tensor_view *q, const lm_tensor_view *k_cache,
+                                        const lm_tensor_view *v_cache, const lm_tensor_view *slots,
+                                        const lm_tensor_view *positions, const lm_kv_attention_params *p,
+                                        const lm_tensor_view *out, lm__cuda_attn_params *ap, lm__cuda_kv *kv) {
+    if (k_cache->dtype != LM_BF16 || v_cache->dtype != LM_BF16 || !contiguous(k_cache) || !contiguous(v_cache) ||
+        !contiguous(slots) || !contiguous(positions))
+        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): needs contiguous bf16 caches and index tensors");
+    if (!contiguous(q) || !contiguous(out) || q->dtype == LM_F16 || out->dtype == LM_F16)
+        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): q and out must be contiguous f32 or bf16");
+    int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3], ntok = B * T;
+    memset(ap, 0, sizeof *ap);
+    ap->q = q->data, ap->q_bf16 = q->dtype == LM_BF16;
+    ap->tok_pos = (const int32_t *)positions->data, ap->row_table = (const int32_t *)slots->data;
+    ap->ntok = ntok, ap->T = T, ap->q_heads = (int)Hq, ap->scale = p->scale, ap->window = p->window;
+    ap->out = out->data, ap->out_bf16 = out->dtype == LM_BF16;
+    ap->nsplit = 1;
+    int64_t capacity = blocks_per_row(slots) * k_cache->shape[2]; /* NB * P positions a row holds */
+    size_t need = lm__cuda_attention_cache_workspace(ntok, Hq, D, capacity);
+    if (p->workspace && need && (size_t)lm_tensor_view_numel(p->workspace) * lm_dtype_size(p->workspace->dtype) >= need) {
+        ap->nsplit = lm__cuda_attention_rows_splits(capacity);
+        ap->partial = (float *)p->workspace->data;
+        size_t part = lm__cuda_attention_rows_workspace(ntok, (int)Hq, (int)D, ap->nsplit) * sizeof(float);
+        ap->counters = (int *)((char *)p->workspace->data + part);
+    }
+    *kv = cache_of(k_cache, v_cache, slots);
+    return LM_OK;
+}
+
 lm_status lm__cuda_attention_cache(const lm_tensor_view *q, const lm_tensor_view *k_cache,
                                    const lm_tensor_view *v_cache, const lm_tensor_view *slots,
                                    const lm_tensor_view *positions, const lm_kv_attention_params *p,
                                    const lm_tensor_view *out, cudaStream_t s) {
-    if (k_cache->dtype != LM_BF16 || v_cache->dtype != LM_BF16 || !contiguous(k_cache) || !contiguous(v_cache) ||
-        !contiguous(slots) || !contiguous(positions))
-        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): needs contiguous bf16 caches and index tensors");
-    int64_t B = q->shape[0], T = q->shape[1], Hq = q->shape[2], D = q->shape[3];
-    if (T > 1 && lm__cuda_attention_cache_flash_supports(q, k_cache, v_cache, out))
+    if (q->shape[1] > 1 && k_cache->dtype == LM_BF16 && v_cache->dtype == LM_BF16 && contiguous(k_cache) &&
+        contiguous(v_cache) && contiguous(slots) && contiguous(positions) &&
+        lm__cuda_attention_cache_flash_supports(q, k_cache, v_cache, out))
         return lm__cuda_attention_cache_flash(q, k_cache, v_cache, slots, positions, p->scale, p->window, out, s);
-    if (!contiguous(q) || !contiguous(out) || q->dtype == LM_F16 || out->dtype == LM_F16)
-        return lm__error(LM_UNSUPPORTED, "attention_cache (cuda): q and out must be contiguous f32 or bf16");
-    int64_t ntok = B * T;
     lm__cuda_attn_params ap;
-    memset(&ap, 0, sizeof ap);
-    ap.q = q->data, ap.q_bf16 = q->dtype == LM_BF16;
-    ap.tok_pos = (const int32_t *)positions->data, ap.row_table = (const int32_t *)slots->data;
-    ap.ntok = ntok, ap.T = T, ap.q_heads = (int)Hq, ap.scale = p->scale, ap.window = p->window;
-    ap.out = out->data, ap.out_bf16 = out->dtype == LM_BF16;
-    ap.nsplit = 1;
-    int64_t capacity = blocks_per_row(slots) * k_cache->shape[2]; /* NB * P positions a row holds */
-    size_t need = lm__cuda_attention_cache_workspace(ntok, Hq, D, capacity);
-    if (p->workspace && need && (size_t)lm_tensor_view_numel(p->workspace) * lm_dtype_size(p->workspace->dtype) >= need) {
-        ap.nsplit = lm__cuda_attention_rows_splits(capacity);
-        ap.partial = (float *)p->workspace->data;
-        ap.counters = (int *)((char *)p->workspace->data + lm__cuda_attention_rows_workspace(ntok, (int)Hq, (int)D,
-                                                                                             ap.nsplit) * sizeof(float));
-    }
-    lm__cuda_kv kv = cache_of(k_cache, v_cache, slots);
+    lm__cuda_kv kv;
+    LM_TRY(lm__cuda_attention_cache_args(q, k_cache, v_cache, slots, positions, p, out, &ap, &kv));
     return lm__cuda_attention_rows(&ap, &kv, s);
 }
 
@@ -136,47 +146,75 @@ int lm__cuda_gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_
     return 1;
 }
 
+lm_status lm__cuda_linear_qkv_rope_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_linear_params *lin,
+                                        const lm_qkv_rope_params *p, const lm_tensor_view *slots,
+                                        const lm_tensor_view *positions, const lm_tensor_view *k_cache,
+                                        const lm_tensor_view *v_cache, const lm_tensor_view *q,
+                                        lm__cuda_gemv_params *gp) {
+    int ok = !p->q_norm && contiguous(q) && q->dtype != LM_F16 && k_cache->dtype == LM_BF16 &&
+             v_cache->dtype == LM_BF16 && contiguous(k_cache) && contiguous(v_cache) && contiguous(slots) &&
+             contiguous(positions) && contiguous(p->inv_freq) && lm__cuda_gemv_of(x, w, p->bias, lin, gp);
+    if (!ok)
+        return lm__error(LM_UNSUPPORTED, "linear_qkv_rope_store (cuda): needs up to %d rows of f32 x over aligned "
+                         "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
+    gp->epi = LM__CUDA_GEMV_EPI_FRONT;
+    gp->q_front = front_of(p, slots, positions, q);
+    gp->kv = cache_of(k_cache, v_cache, slots);
+    return lm__cuda_linear_gemv_check(gp);
+}
+
 lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_linear_params *lin,
                                          const lm_qkv_rope_params *p, const lm_tensor_view *slots,
                                          const lm_tensor_view *positions, const lm_tensor_view *k_cache,
                                          const lm_tensor_view *v_cache, const lm_tensor_view *q, cudaStream_t s) {
     lm__cuda_gemv_params gp;
-    int ok = !p->q_norm && contiguous(q) && q->dtype != LM_F16 && k_cache->dtype == LM_BF16 &&
-             v_cache->dtype == LM_BF16 && contiguous(k_cache) && contiguous(v_cache) && contiguous(slots) &&
-             contiguous(positions) && contiguous(p->inv_freq) && lm__cuda_gemv_of(x, w, p->bias, lin, &gp);
-    if (!ok)
-        return lm__error(LM_UNSUPPORTED, "linear_qkv_rope_store (cuda): needs up to %d rows of f32 x over aligned "
-                         "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
-    gp.epi = LM__CUDA_GEMV_EPI_FRONT;
-    gp.q_front = front_of(p, slots, positions, q);
-    gp.kv = cache_of(k_cache, v_cache, slots);
+    LM_TRY(lm__cuda_linear_qkv_rope_args(x, w, lin, p, slots, positions, k_cache, v_cache, q, &gp));
     return lm__cuda_linear_gemv(&gp, s);
+}
+
+lm_status lm__cuda_linear_swiglu_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                      const lm_linear_params *lin, const lm_tensor_view *out, lm__cuda_gemv_params *gp) {
+    if (out->dtype != LM_F32 || !unit_last(out) || !lm__cuda_gemv_of(x, w, bias, lin, gp))
+        return lm__error(LM_UNSUPPORTED, "linear_swiglu (cuda): needs up to %d rows of f32 x over aligned weight rows "
+                         "and an f32 out with unit last stride", LM__CUDA_GEMV_MAX_ROWS);
+    gp->epi = LM__CUDA_GEMV_EPI_SWIGLU;
+    gp->out = (float *)out->data, gp->ldo = out->stride[0];
+    return lm__cuda_linear_gemv_check(gp);
 }
 
 lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                                        const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s) {
     lm__cuda_gemv_params gp;
-    if (out->dtype != LM_F32 || !unit_last(out) || !lm__cuda_gemv_of(x, w, bias, lin, &gp))
-        return lm__error(LM_UNSUPPORTED, "linear_swiglu (cuda): needs up to %d rows of f32 x over aligned weight rows "
-                         "and an f32 out with unit last stride", LM__CUDA_GEMV_MAX_ROWS);
-    gp.epi = LM__CUDA_GEMV_EPI_SWIGLU;
-    gp.out = (float *)out->data, gp.ldo = out->stride[0];
+    LM_TRY(lm__cuda_linear_swiglu_args(x, w, bias, lin, out, &gp));
     return lm__cuda_linear_gemv(&gp, s);
 }
 
 /* ---- the fused Linear --------------------------------------------------------------------------- */
+static int linear_layout(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                         const lm_linear_params *p, const lm_tensor_view *out) {
+    return contiguous(w) && unit_last(x) && unit_last(out) && out->dtype == LM_F32 && (!bias || contiguous(bias)) &&
+           (!p->norm_weight || contiguous(p->norm_weight));
+}
+
+lm_status lm__cuda_linear_gemv_args(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
+                                    const lm_linear_params *p, const lm_tensor_view *out, lm__cuda_gemv_params *gp) {
+    if (!linear_layout(x, w, bias, p, out) || out->shape[0] > LM__LINEAR_GEMV_MAX_ROWS || x->dtype != LM_F32 ||
+        !lm__cuda_gemv_of(x, w, bias, p, gp))
+        return lm__error(LM_UNSUPPORTED, "linear (cuda): the GEMV needs up to %d rows of f32 x, 16-byte aligned rows of "
+                         "x and w, K a multiple of 8 (K = %lld) and an f32 out with unit last stride",
+                         LM__LINEAR_GEMV_MAX_ROWS, (long long)w->shape[1]);
+    gp->out = (float *)out->data, gp->ldo = out->stride[0], gp->accumulate = p->accumulate;
+    return lm__cuda_linear_gemv_check(gp);
+}
+
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                           const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
                           cudaStream_t s) {
     int64_t M = out->shape[0], N = out->shape[1], K = w->shape[1];
-    int layout = contiguous(w) && unit_last(x) && unit_last(out) && out->dtype == LM_F32 &&
-                 (!bias || contiguous(bias)) && (!p->norm_weight || contiguous(p->norm_weight));
+    int layout = linear_layout(x, w, bias, p, out);
     if (layout && M <= LM__LINEAR_GEMV_MAX_ROWS && x->dtype == LM_F32) { /* lm__linear_fused_rule admitted it */
         lm__cuda_gemv_params gp;
-        if (!lm__cuda_gemv_of(x, w, bias, p, &gp))
-            return lm__error(LM_UNSUPPORTED, "linear (cuda): the GEMV needs 16-byte aligned rows of x and w and K a "
-                             "multiple of 8 (K = %lld)", (long long)K);
-        gp.out = (float *)out->data, gp.ldo = out->stride[0], gp.accumulate = p->accumulate;
+        LM_TRY(lm__cuda_linear_gemv_args(x, w, bias, p, out, &gp));
         return lm__cuda_linear_gemv(&gp, s);
     }
     if (layout)
