@@ -96,6 +96,7 @@ typedef struct lm_cpu_features {
     int amx_tile, amx_bf16;
     int logical_cpus; /* CPUs this process may run on */
     int avx512_vnni;  /* VPDPBUSD on zmm (with the OS saving zmm state) */
+    int avx_vnni;     /* VPDPBUSD on ymm, VEX-encoded (AVX-VNNI: no AVX-512 needed) */
 } lm_cpu_features;
 
 /* Pointer to a process-wide, immutable description. Never NULL. */

@@ -68,6 +68,7 @@ static void detect_x86(lm_cpu_features *f) {
     unsigned a1, b1, c1, d1;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     if (zmm_ok) f->avx512_bf16 = (a1 >> 5) & 1;
+    f->avx_vnni = f->avx2 && ((a1 >> 4) & 1);
     if (amx_tile && amx_ok && request_amx_permission()) {
         f->amx_tile = 1;
         f->amx_bf16 = amx_bf16;

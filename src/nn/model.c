@@ -21,6 +21,7 @@
  * are and the linear operator's CUDA kernels read them (training still refuses them).
  */
 #include "nn/internal.h"
+#include "ops/cpu/precision.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -343,6 +344,27 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     return LM_OK;
 }
 
+/* Precision fast on a CPU without AVX512_BF16 (or with the ISA path overridden below
+ * avx512) runs only int8 / int4 products (the AVX2 path's kernels,
+ * ops/cpu/matmul_i8dot_avx2.c): LM_UNSUPPORTED naming the first bf16
+ * matrix a linear would read (a projection, the output matrix, or the tied embedding
+ * table when no quantized copy is the head), before any step runs into it. f32 and f16
+ * matrices stay exact in fast mode, as everywhere. */
+static lm_status fast_check_weights(const lm_model *m) {
+    if (m->precision != LM_PRECISION_FAST || !m->on_host || lm__cpu_bf16dot_runs()) return LM_OK;
+    const int tied_float = m->cfg.tie_word_embeddings && !lm__model_weight(m, "lm_head.weight");
+    for (int64_t i = 0; i < m->nw; i++) {
+        const lm_tensor *t = m->w[i].t;
+        const char *name = m->w[i].name;
+        if (lm_tensor_dtype(t) != LM_BF16 || lm_tensor_ndim(t) != 2) continue;
+        if (strcmp(name, "model.embed_tokens.weight") == 0 && !tied_float) continue; /* a gather, not a product */
+        return lm__error(LM_UNSUPPORTED, "precision fast: this CPU lacks AVX512_BF16 (VDPBF16PS), so fast products "
+                         "run on int8 / int4 weights only (AVX2 / AVX-VNNI byte products), and '%s' is bf16; load "
+                         "with --weights int8 or int4, or use precision exact", name);
+    }
+    return LM_OK;
+}
+
 lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_load_options *o, lm_model **out) {
     if (!dir || !out) return lm__error(LM_INVALID_ARGUMENT, "lm_model_load: NULL argument");
     *out = NULL;
@@ -361,6 +383,7 @@ lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_l
     lm_status st = lm_model_config_load(dir, &m->cfg);
     if (st == LM_OK) st = plan_load(m, dir, o, &lp);
     if (st == LM_OK) st = load_all(m, &lp, dir);
+    if (st == LM_OK) st = fast_check_weights(m);
     if (st == LM_OK && !lm__model_on_host(m)) st = lm__model_upload(m);
     if (st != LM_OK) {
         lm_model_destroy(m);

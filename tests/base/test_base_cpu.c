@@ -83,7 +83,8 @@ static void test_features_agree_with_proc_cpuinfo(void) {
         int have;
     } rows[] = {{"avx2", f->avx2},         {"fma", f->fma},           {"f16c", f->f16c},
                 {"avx512f", f->avx512f},   {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
-                {"avx512_bf16", f->avx512_bf16}, {"avx512_fp16", f->avx512_fp16}, {"avx512_vnni", f->avx512_vnni}};
+                {"avx512_bf16", f->avx512_bf16}, {"avx512_fp16", f->avx512_fp16}, {"avx512_vnni", f->avx512_vnni},
+                {"avx_vnni", f->avx_vnni}};
     for (int i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++)
         LT_CHECK_MSG(cpuinfo_flag(line, rows[i].flag) == rows[i].have, "%s: cpuinfo %d, loom %d", rows[i].flag,
                      cpuinfo_flag(line, rows[i].flag), rows[i].have);

@@ -29,13 +29,15 @@
  *    3e-5: the rounding of x is uniform within d / 2 and max |x| of 64 normals ~ 2.4);
  *  - NaN or Inf in a block of x reaches the output; a zero row gives the bias; q = -128
  *    (which files may hold) is multiplied as -128; 1 vs 2 threads bit-identical; refused
- *    under an ISA override below avx512. All of it for the gemv (M <= 8) and the GEMM
+ *    under the scalar ISA override. All of it for the gemv (M <= 8) and the GEMM
  *    (M > 8: the same quantized x against packed byte panels; partial 6 x 32 tiles, K
- *    blocks past 1,024, N blocks past 256, K tails).
+ *    blocks past 1,024, N blocks past 256, K tails), on every kernel set the CPU runs:
+ *    AVX-512 VNNI, then the avx2 path with AVX-VNNI and with AVX2 alone (4 x 16 tiles).
  * int4 weights (lm__cpu_linear_i4_prec) the same way: groups of 32, 64 and 128, K = 32
  * mod 64 (a half block), the float64 emulation and NMSE <= 1e-4 against exact, gemv
  * and GEMM.
- * Skipped (exit 77, with a message) on a CPU without AVX512_BF16.
+ * The bf16 tests run where AVX512_BF16 is; skipped (exit 77, with a message) on a CPU
+ * without AVX2.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
@@ -50,6 +52,7 @@
 static const double k_u = 1.0 / 256.0; /* 2^-8 */
 static lm_threadpool *g_pool2;
 static double g_worst_nmse, g_worst_rel, g_worst_nmse_i8, g_worst_nmse_i4;
+static lm__cpu_isa g_auto_isa; /* the path this CPU runs without an override */
 
 typedef struct fast_shape {
     int64_t M, N, K, pad; /* pad: extra elements per row of x, W and y (NaN in x and W) */
@@ -443,35 +446,56 @@ static void test_fast_int8_gemv(void) {
     lm__cpu_precision_set(LM_PRECISION_EXACT);
     LT_CHECK_OK(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K));
     LT_CHECK_MSG(memcmp(yt, y1, sizeof(float) * (size_t)N) == 0, "int8: thread precision fast != explicit fast");
-    if (lm__cpu_isa_supported(LM__CPU_ISA_AVX2)) { /* no silent exact run under an override */
-        LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AVX2));
-        LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
-                        LM_UNSUPPORTED);
-        LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
-        float *yg = lt_poisoned_rows(20, N);
-        LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, yg, N, 20, N, K),
-                        LM_UNSUPPORTED);
-        LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
-        free(yg);
-        LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
-    }
+    /* no silent exact run under an override that has no fast int8 kernels (scalar) */
+    const lm__cpu_isa isa = lm__cpu_isa_active();
+    LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_SCALAR));
+    LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
+                    LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
+    float *yg = lt_poisoned_rows(20, N);
+    LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, LM_PRECISION_FAST, x, K, q, K, sc, NULL, 0, yg, N, 20, N, K),
+                    LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "int8") != NULL, "message: %s", lm_last_error());
+    free(yg);
+    LT_CHECK_OK(lm__cpu_set_isa_override(isa == g_auto_isa ? LM__CPU_ISA_AUTO : (int)isa));
     LT_CHECK_STATUS(lm__cpu_linear_i8_prec(NULL, (lm_precision)5, x, K, q, K, sc, NULL, 0, y1, N, 1, N, K),
                     LM_INVALID_ARGUMENT);
     free(q), free(x), free(yt), free(y1);
 }
 
+/* The int8 and int4 suites on one fast kernel set: the ISA path isa (AUTO: the CPU's
+ * best), vnni 0 forcing the AVX2-only set on that path (LOOM_CPU_AVX_VNNI=0). */
+static void run_int_suites(int isa, int vnni, const char *name) {
+    printf("  fast int8 / int4 kernels: %s\n", name);
+    LT_CHECK_OK(lm__cpu_set_isa_override(isa));
+    if (!vnni) setenv("LOOM_CPU_AVX_VNNI", "0", 1);
+    g_worst_nmse_i8 = g_worst_nmse_i4 = 0;
+    LT_RUN(test_fast_int8_gemv);
+    LT_RUN(test_fast_int4_gemv);
+    unsetenv("LOOM_CPU_AVX_VNNI");
+    LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
+}
+
 int main(void) {
-    if (!lm__cpu_bf16dot_supported())
-        lt_skip("this CPU lacks AVX512_BF16 (or AVX-512 F/BW/VL): the fast-precision GEMM cannot run here; "
-                "lm_precision_check refuses it (tests/nn/test_nn_precision.c checks that refusal)");
+    if (!lm__cpu_i8fast_supported())
+        lt_skip("this CPU lacks AVX2 (or the build its x86 kernels): no fast kernels can run here; "
+                "lm_precision_check refuses fast (tests/nn/test_nn_precision.c checks that refusal)");
     LT_CHECK_OK(lm_threadpool_create(2, &g_pool2));
-    LT_RUN(test_fast_linear_matches_bf16_rounded_reference_and_exact_within_gate);
-    LT_RUN(test_fast_leaves_other_dtypes_exact);
-    LT_RUN(test_thread_precision_selects_the_kernels);
-    LT_RUN(test_refusals_and_names);
-    if (lm__cpu_i8dot_supported()) LT_RUN(test_fast_int8_gemv);
-    if (lm__cpu_i8dot_supported()) LT_RUN(test_fast_int4_gemv);
-    else printf("  (no AVX512_VNNI: the fast int8 gemv is not tested here)\n");
+    g_auto_isa = lm__cpu_isa_active();
+    if (lm__cpu_bf16dot_supported()) {
+        LT_RUN(test_fast_linear_matches_bf16_rounded_reference_and_exact_within_gate);
+        LT_RUN(test_fast_leaves_other_dtypes_exact);
+        LT_RUN(test_thread_precision_selects_the_kernels);
+        LT_RUN(test_refusals_and_names);
+    } else {
+        printf("  (no AVX512_BF16: the fast bf16 GEMM is not tested here)\n");
+    }
+    /* every int8 / int4 set this CPU runs: AVX-512 VNNI, AVX-VNNI and AVX2 */
+    if (lm__cpu_i8dot_supported()) run_int_suites(LM__CPU_ISA_AUTO, 1, "avx512 (AVX512_VNNI, gemv and packed GEMM)");
+    else printf("  (no AVX512_VNNI: the AVX-512 int8 kernels are not tested here)\n");
+    if (lm_cpu_get_features()->avx_vnni) run_int_suites(LM__CPU_ISA_AVX2, 1, "avx2 path, AVX-VNNI (gemv and packed GEMM)");
+    else printf("  (no AVX-VNNI: its int8 kernels are not tested here)\n");
+    run_int_suites(LM__CPU_ISA_AVX2, 0, "avx2 path, AVX2 only (gemv and packed GEMM)");
     lm_threadpool_destroy(g_pool2);
     return lt_finish();
 }

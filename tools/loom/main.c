@@ -4,6 +4,7 @@
 #include "loom/loom.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -40,14 +41,34 @@ static int cmd_version(void) {
 static int cmd_cpu(void) {
     const lm_cpu_features *f = lm_cpu_get_features();
     printf("{\"logical_cpus\":%d,\"avx2\":%d,\"fma\":%d,\"f16c\":%d,\"avx512f\":%d,\"avx512bw\":%d,"
-           "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"avx512_vnni\":%d,\"amx_tile\":%d,"
-           "\"amx_bf16\":%d}\n",
+           "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"avx512_vnni\":%d,\"avx_vnni\":%d,"
+           "\"amx_tile\":%d,\"amx_bf16\":%d}\n",
            f->logical_cpus, f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16,
-           f->avx512_fp16, f->avx512_vnni, f->amx_tile, f->amx_bf16);
+           f->avx512_fp16, f->avx512_vnni, f->avx_vnni, f->amx_tile, f->amx_bf16);
+    return 0;
+}
+
+/* LOOM_CPU_ISA (scalar, avx2, avx512: the library's CPU kernels on a lower vector path,
+ * for measurements) must name a path this CPU runs: the library only logs and ignores a
+ * bad one, so the CLI refuses it up front. */
+static int check_isa_env(void) {
+    const char *e = getenv("LOOM_CPU_ISA");
+    if (!e || !*e) return 0;
+    const lm_cpu_features *f = lm_cpu_get_features();
+    const int avx2 = f->avx2 && f->fma && f->f16c, avx512 = avx2 && f->avx512f && f->avx512bw && f->avx512vl;
+    if (strcmp(e, "scalar") && strcmp(e, "avx2") && strcmp(e, "avx512")) {
+        fprintf(stderr, "loom: LOOM_CPU_ISA=%s: expected scalar, avx2 or avx512\n", e);
+        return 2;
+    }
+    if ((!strcmp(e, "avx2") && !avx2) || (!strcmp(e, "avx512") && !avx512)) {
+        fprintf(stderr, "loom: LOOM_CPU_ISA=%s: this CPU cannot run that path (see `loom cpu`)\n", e);
+        return 2;
+    }
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (check_isa_env()) return 2;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -334,21 +334,39 @@ static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
     return LM_OK;
 }
 
-/* The fast gemv's kernels of int8 and int4 weights (AVX512_VNNI). */
+/* The fast kernels of int8 and int4 weights: on the avx512 path with AVX512_VNNI its
+ * VPDPBUSD set (gemv and packed GEMM); on the avx2 path (or avx512 without VNNI) the
+ * AVX-VNNI set where lm__cpu_avx_vnni_active, else the AVX2 one (gemv only). The
+ * scalar path has none: LM_UNSUPPORTED, never a silent exact run. */
 static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
-    LM_TRY(fast_usable(lm__cpu_i8dot_supported(), " with int8/int4 weights", "AVX512_VNNI (VPDPBUSD)"));
 #ifdef LM__HAVE_X86_KERNELS
-    *out = &lm__i8dot_kernels_avx512;
+    lm__cpu_isa isa = lm__cpu_isa_active();
+    if (isa == LM__CPU_ISA_AVX512 && lm__cpu_i8dot_supported()) {
+        *out = &lm__i8dot_kernels_avx512;
+        return LM_OK;
+    }
+    if (isa >= LM__CPU_ISA_AVX2) {
+        *out = lm__cpu_avx_vnni_active() ? &lm__i8dot_kernels_avxvnni : &lm__i8dot_kernels_avx2;
+        return LM_OK;
+    }
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights needs the avx2 or avx512 "
+                     "path (AVX2 byte products), but it is overridden to %s", lm__cpu_isa_name(isa));
+#else
+    (void)out;
+    return lm__error(LM_UNSUPPORTED, "cpu linear: precision fast with int8/int4 weights needs AVX2 byte products; "
+                     "this build has no x86 vector kernels");
 #endif
-    return LM_OK;
 }
 
 static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
+    const int i8dot = prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8);
+    const lm__i8dot_kernels *i8k = NULL;
+    if (i8dot) LM_TRY(i8fast_kernels(&i8k));
     if (j->M <= (j->wdt == LM_F32 ? j->kern->gemv_max_m_f32 : j->kern->gemv_max_m_16)) {
         int L = j->kern->i4_split;
-        if (prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8)) { /* x quantized once, shared */
-            LM_TRY(i8fast_kernels(&j->i8fast));
+        if (i8dot) { /* x quantized once, shared */
+            j->i8fast = i8k;
             size_t bytes = j->i8fast->x_bytes(j->M, j->K);
             if (!(j->xi8 = lm__alloc(bytes, 64)))
                 return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);
@@ -373,8 +391,8 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
         return LM_OK;
     }
     if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));
-    if (prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8)) { /* x quantized once, every task reads it */
-        LM_TRY(i8fast_kernels(&j->i8fast));
+    if (i8dot) { /* x quantized once, every task reads it */
+        j->i8fast = i8k;
         j->i8unit = j->wdt == LM_U8 && j->group == 32 ? 32 : 64;
         size_t bytes = j->i8fast->gemm_x_bytes(j->M, j->K, j->i8unit);
         if (!(j->xi8 = lm__alloc(bytes, 64)))

@@ -111,7 +111,8 @@ typedef struct lm__bf16dot_kernels {
                  float *y, int64_t ldy);
 } lm__bf16dot_kernels;
 
-/* The fast-precision int8 gemv (matmul_i8dot_avx512.c, AVX512_VNNI): x quantized to int8
+/* The fast-precision int8 gemv (matmul_i8dot_avx512.c, AVX512_VNNI; matmul_i8dot_avx2.c,
+ * AVX-VNNI or AVX2, with w's sign taken into x instead of a bias): x quantized to int8
  * per block of 64 k (scale max |x| / 127, nearest even) once per call into prep_x's
  * buffer of x_bytes(M, K) bytes (64-byte aligned), then exact int8 products summed per
  * block in int32 and per row in f32. gemv: y[m * ldy + r] = epilogue(sum_b d[m][b] *
@@ -170,6 +171,8 @@ extern const lm__linear_kernels lm__linear_kernels_avx512;
 extern const lm__bf16dot_kernels lm__bf16dot_kernels_avx512;
 extern const lm__bf16dot_kernels lm__bf16dot_kernels_amx; /* AMX-BF16 microkernel, the rest as avx512 */
 extern const lm__i8dot_kernels lm__i8dot_kernels_avx512;
+extern const lm__i8dot_kernels lm__i8dot_kernels_avxvnni; /* AVX2 path, VEX VPDPBUSD */
+extern const lm__i8dot_kernels lm__i8dot_kernels_avx2;    /* AVX2 path, VPMADDUBSW */
 #endif
 
 /* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */

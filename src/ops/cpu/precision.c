@@ -1,9 +1,12 @@
 /* ops/cpu/precision.c — lm_precision names, the device check, and the per-thread
  * precision of the CPU linear GEMM (ops/cpu/precision.h).
  *
- * Fast needs the AVX-512 kernels (F, BW, VL, FMA, F16C) plus AVX512_BF16 (cpuid leaf
- * 7 subleaf 1, EAX bit 5; base/cpu.c also requires the OS to save zmm state). It is
- * refused, never silently replaced by exact, where that is missing, and on CUDA.
+ * Fast with bf16 weights needs the AVX-512 kernels (F, BW, VL, FMA, F16C) plus
+ * AVX512_BF16 (cpuid leaf 7 subleaf 1, EAX bit 5; base/cpu.c also requires the OS to
+ * save zmm state); with int8 / int4 weights the AVX2 path suffices (AVX-VNNI where the
+ * CPU has it). A CPU with neither is refused here; one with AVX2 alone is refused at
+ * model load when a linear would read bf16 weights (nn/model.c); never silently
+ * replaced by exact, and refused on CUDA.
  * Where the CPU also has AMX-BF16 and the OS granted the tile state (base/cpu.c asks
  * for it), the fast GEMM runs its microkernel on the tiles (LOOM_CPU_AMX=0 keeps it on
  * VDPBF16PS: for comparisons and tests of both on one machine).
@@ -40,6 +43,28 @@ int lm__cpu_bf16dot_supported(void) { return avx512_and(lm_cpu_get_features()->a
 
 int lm__cpu_i8dot_supported(void) { return avx512_and(lm_cpu_get_features()->avx512_vnni); }
 
+int lm__cpu_bf16dot_runs(void) {
+#ifdef LM__HAVE_X86_KERNELS
+    return lm__cpu_bf16dot_supported() && lm__cpu_isa_active() == LM__CPU_ISA_AVX512;
+#else
+    return 0;
+#endif
+}
+
+int lm__cpu_i8fast_supported(void) {
+#ifdef LM__HAVE_X86_KERNELS
+    return lm__cpu_isa_supported(LM__CPU_ISA_AVX2);
+#else
+    return 0;
+#endif
+}
+
+int lm__cpu_avx_vnni_active(void) {
+    if (!lm_cpu_get_features()->avx_vnni) return 0;
+    const char *env = getenv("LOOM_CPU_AVX_VNNI");
+    return !(env && strcmp(env, "0") == 0);
+}
+
 int lm__cpu_amx_bf16_active(void) {
     const lm_cpu_features *f = lm_cpu_get_features();
     if (!avx512_and(f->avx512_bf16 && f->amx_tile && f->amx_bf16)) return 0;
@@ -72,14 +97,10 @@ lm_status lm_precision_check(lm_device d, lm_precision p) {
                                      "has no x86 vector kernels");
 #else
     const lm_cpu_features *f = lm_cpu_get_features();
-    if (!lm__cpu_isa_supported(LM__CPU_ISA_AVX512))
-        return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS) on top of "
-                                         "AVX-512 F/BW/VL; this CPU has no usable AVX-512 (avx512f %d, avx512bw %d, "
-                                         "avx512vl %d)", f->avx512f, f->avx512bw, f->avx512vl);
-    if (!f->avx512_bf16)
-        return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (VDPBF16PS), which this "
-                                         "CPU lacks (Intel Cooper Lake / Sapphire Rapids or later, AMD Zen 4 or later "
-                                         "have it); exact, the default, runs anywhere");
-    return LM_OK;
+    if (lm__cpu_bf16dot_supported()) return LM_OK;
+    if (lm__cpu_i8fast_supported()) return LM_OK; /* int8 / int4 only: lm_model_load_opts checks the weights */
+    return lm__error(LM_UNSUPPORTED, "precision fast needs AVX2 byte products (int8 / int4 weights) or AVX512_BF16 "
+                                     "(VDPBF16PS, every weight); this CPU has neither (avx2 %d, fma %d, f16c %d); "
+                                     "exact, the default, runs anywhere", f->avx2, f->fma, f->f16c);
 #endif
 }

@@ -18,8 +18,19 @@ lm_precision lm__cpu_precision_set(lm_precision p);
 /* 1 when this build and CPU can run the fast GEMM (AVX-512 F/BW/VL + AVX512_BF16, with
  * the OS saving zmm state), whatever the ISA override says. */
 int lm__cpu_bf16dot_supported(void);
-/* 1 when this build and CPU can run the fast int8 gemv (AVX-512 F/BW/VL + AVX512_VNNI). */
+/* 1 when it also runs now: supported and the active ISA path is avx512 (not overridden
+ * lower). */
+int lm__cpu_bf16dot_runs(void);
+/* 1 when this build and CPU can run the AVX-512 fast int8 / int4 kernels (AVX-512
+ * F/BW/VL + AVX512_VNNI). */
 int lm__cpu_i8dot_supported(void);
+/* 1 when this build and CPU can run fast int8 / int4 products at all: the AVX-512 set,
+ * or the AVX2 path's (AVX2, FMA, F16C; matmul_i8dot_avx2.c). */
+int lm__cpu_i8fast_supported(void);
+/* 1 when the AVX2 path's fast int8 / int4 products use AVX-VNNI (VEX VPDPBUSD): the CPU
+ * has it and the environment does not say LOOM_CPU_AVX_VNNI=0 (read at each call; the
+ * AVX2-only set then runs, for comparisons and tests of both on one machine). */
+int lm__cpu_avx_vnni_active(void);
 /* 1 when the fast GEMM of bf16 weights runs its microkernel on AMX tiles: the fast GEMM
  * is supported, the CPU has AMX-TILE and AMX-BF16, the OS granted the tile state, and
  * the environment does not say LOOM_CPU_AMX=0 (read at each call). */
