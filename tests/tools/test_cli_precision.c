@@ -5,7 +5,8 @@
  * this build has CUDA; on a CPU without AVX512_BF16 fast is refused naming the feature,
  * on one with it `loom logits` runs; `loom bench prefill` prints the precision in its
  * JSON; `loom eval --precision fast --reference bf16` runs the inference path and
- * reports the reference as exact.
+ * reports the reference as exact; on the AVX2 path (LOOM_CPU_ISA=avx2) an int8 model runs
+ * fast and the bf16 one is refused naming a matrix; a bad LOOM_CPU_ISA exits 2.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
@@ -107,12 +108,41 @@ static void test_eval_fast_reports_an_exact_reference(void) {
     lt_cmd_free(&r);
 }
 
+/* The AVX2 path (LOOM_CPU_ISA=avx2, the path of CPUs without AVX-512): fast runs an int8
+ * model and refuses the bf16 one naming a matrix and the feature; LOOM_CPU_ISA must name
+ * a path this CPU runs (exit 2 otherwise); `loom cpu` reports avx_vnni. */
+static void test_avx2_path_and_isa_variable(void) {
+    const lm_cpu_features *f = lm_cpu_get_features();
+    lt_cmd_result r = run("LOOM_CPU_ISA=bogus " LOOM " cpu%s", "");
+    LT_CHECK_MSG(r.status == 2 && r.err && strstr(r.err, "LOOM_CPU_ISA=bogus") && strstr(r.err, "avx2"), "exit %d: %s",
+                 r.status, r.err ? r.err : "");
+    lt_cmd_free(&r);
+    r = run(LOOM " cpu%s", "");
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"avx_vnni\":"), "exit %d: %s", r.status, r.out ? r.out : "");
+    lt_cmd_free(&r);
+    if (!(f->avx2 && f->fma && f->f16c)) {
+        printf("  (no AVX2: the avx2 path is not run here)\n");
+        return;
+    }
+    r = run("LOOM_CPU_ISA=avx2 " LOOM " logits --model %s --ids 1,2,3 --precision fast", MODEL);
+    LT_CHECK_MSG(r.status == 1 && r.err && strstr(r.err, "AVX512_BF16") && strstr(r.err, ".weight") &&
+                     strstr(r.err, "--weights int8"),
+                 "exit %d: %s", r.status, r.err ? r.err : "");
+    lt_cmd_free(&r);
+    r = run("LOOM_CPU_ISA=avx2 " LOOM " logits --model %s --ids 1,2,3 --weights int8 --precision fast", MODEL);
+    LT_CHECK_MSG(r.status == 0 && r.out && strstr(r.out, "\"pos\":2"), "exit %d: %s", r.status, r.err ? r.err : "");
+    lt_cmd_free(&r);
+}
+
 int main(void) {
-    g_fast_ok = lm_precision_check(lm_device_cpu(), LM_PRECISION_FAST) == LM_OK;
+    const lm_cpu_features *f = lm_cpu_get_features();
+    g_fast_ok = lm_precision_check(lm_device_cpu(), LM_PRECISION_FAST) == LM_OK && f->avx512_bf16 && f->avx512bw &&
+                f->avx512vl; /* bf16 weights run fast */
     LT_RUN(test_bad_value_is_refused_by_every_command);
     LT_RUN(test_fast_on_cuda_is_refused);
     LT_RUN(test_fast_runs_or_names_the_missing_feature);
     LT_RUN(test_bench_json_names_the_precision);
     LT_RUN(test_eval_fast_reports_an_exact_reference);
+    LT_RUN(test_avx2_path_and_isa_variable);
     return lt_finish();
 }
