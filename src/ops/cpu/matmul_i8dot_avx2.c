@@ -104,10 +104,7 @@ INLINE_AVX2 void prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, void 
             float tmp[QB];
             const float *src = xr + k0;
             if (split) { /* even k at 0 .. 31, odd k at 32 .. 63 (zeros past K) */
-                for (int i = 0; i < QB; i++) {
-                    int64_t k = i < 32 ? 2 * i : 2 * (i - 32) + 1;
-                    tmp[i] = k < n ? src[k] : 0.0f;
-                }
+                lm__i8dot_split_block(src, n, tmp);
                 src = tmp, n = QB;
             }
             d[b] = quant_block(src, n, xq + k0);
@@ -290,10 +287,7 @@ INLINE_AVX2 void pack_i4_g(const lm__i4_weights *W, int ncols, int64_t k0, int64
         }
         store_panel_chunk((const int8_t(*)[QB])col, k, bias, dst);
     }
-    const int64_t nu = (kl + unit - 1) / unit;
-    for (int64_t u = 0; u < nu; u++)
-        for (int j = 0; j < NR; j++)
-            gs[u * NR + j] = j < ncols ? W->scales[j * W->lds + (k0 + u * unit) / W->group] : 0.0f;
+    lm__i4_unit_scales(W, ncols, NR, k0, kl, unit, gs);
 }
 
 #define SFX avx2

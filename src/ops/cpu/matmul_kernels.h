@@ -175,6 +175,25 @@ extern const lm__i8dot_kernels lm__i8dot_kernels_avxvnni; /* AVX2 path, VEX VPDP
 extern const lm__i8dot_kernels lm__i8dot_kernels_avx2;    /* AVX2 path, VPMADDUBSW */
 #endif
 
+/* Shared by the fast int8 / int4 kernel sets (matmul_i8dot_avx512.c, matmul_i8dot_avx2.c). */
+/* A block of n <= 64 x values (zeros past n) in int4 order: its 32 even-k values, then its
+ * 32 odd-k values (the order a block's 32 weight bytes unpack to: low nibbles, then high). */
+static inline void lm__i8dot_split_block(const float *src, int64_t n, float dst[64]) {
+    for (int i = 0; i < 64; i++) {
+        int64_t k = i < 32 ? 2 * i : 2 * (i - 32) + 1;
+        dst[i] = k < n ? src[k] : 0.0f;
+    }
+}
+/* An int4 panel's group scales: gs [units][nr], unit u of K block [k0, k0 + kl) per column
+ * (0 past ncols). */
+static inline void lm__i4_unit_scales(const lm__i4_weights *W, int ncols, int nr, int64_t k0, int64_t kl, int unit,
+                                      float *gs) {
+    const int64_t nu = (kl + unit - 1) / unit;
+    for (int64_t u = 0; u < nu; u++)
+        for (int j = 0; j < nr; j++)
+            gs[u * nr + j] = j < ncols ? W->scales[j * W->lds + (k0 + u * unit) / W->group] : 0.0f;
+}
+
 /* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */
 static inline size_t lm__w_size(lm_dtype dt) { return dt == LM_F32 ? 4u : dt == LM_I8 || dt == LM_U8 ? 1u : 2u; }
 
