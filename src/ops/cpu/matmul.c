@@ -335,8 +335,8 @@ static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
 }
 
 /* The fast kernels of int8 and int4 weights: on the avx512 path with AVX512_VNNI its
- * VPDPBUSD set (gemv and packed GEMM); on the avx2 path (or avx512 without VNNI) the
- * AVX-VNNI set where lm__cpu_avx_vnni_active, else the AVX2 one (gemv only). The
+ * VPDPBUSD set; on the avx2 path (or avx512 without VNNI) the AVX-VNNI set where
+ * lm__cpu_avx_vnni_active, else the AVX2 one (each a gemv and a packed GEMM). The
  * scalar path has none: LM_UNSUPPORTED, never a silent exact run. */
 static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
 #ifdef LM__HAVE_X86_KERNELS

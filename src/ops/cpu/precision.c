@@ -93,8 +93,8 @@ lm_status lm_precision_check(lm_device d, lm_precision p) {
         return lm__error(LM_UNSUPPORTED, "precision fast is a CPU mode: CUDA already runs its products with bf16 "
                                          "operands on tensor cores (use the default, exact)");
 #ifndef LM__HAVE_X86_KERNELS
-    return lm__error(LM_UNSUPPORTED, "precision fast needs the AVX512_BF16 CPU feature (x86-64 VDPBF16PS); this build "
-                                     "has no x86 vector kernels");
+    return lm__error(LM_UNSUPPORTED, "precision fast needs x86-64 vector products (AVX2 byte products for int8 / int4 "
+                                     "weights, AVX512_BF16 for bf16); this build has no x86 vector kernels");
 #else
     const lm_cpu_features *f = lm_cpu_get_features();
     if (lm__cpu_bf16dot_supported()) return LM_OK;
