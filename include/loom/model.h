@@ -64,8 +64,9 @@ typedef struct lm_model_load_options {
                               another value, or one that does not divide a quantized matrix's inputs, is
                               LM_INVALID_ARGUMENT */
     lm_precision precision; /* LM_PRECISION_EXACT (0); LM_PRECISION_FAST rounds x to bf16 in the CPU products
-                               of bf16 weights and to int8 blocks in the decode GEMV of int8 weights
-                               (loom/ops.h; lm_precision_check's errors for a device or CPU that cannot run it) */
+                               of bf16 weights and to int8 blocks in those of int8 / int4 weights (loom/ops.h;
+                               lm_precision_check's errors for a device or CPU that cannot run it; on a CPU
+                               without AVX512_BF16, LM_UNSUPPORTED naming a bf16 matrix a linear reads) */
     int64_t reserved[6];   /* zero */
 } lm_model_load_options;
 LM_API void lm_model_load_options_default(lm_model_load_options *o);

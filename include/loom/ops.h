@@ -224,22 +224,24 @@ LM_API lm_status lm_sample_params_check(const lm_sample_params *p);
 LM_API lm_status lm_matmul_out(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out);
 LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor_view *b, lm_tensor **out);
 
-/* Arithmetic of the CPU's products with bf16 and int8 weights (docs/QUANTIZATION.md,
+/* Arithmetic of the CPU's products with bf16, int8 and int4 weights (docs/QUANTIZATION.md,
  * "Fast precision"). LM_PRECISION_EXACT: weights widen exactly to f32 and x stays f32
  * (every operator above). LM_PRECISION_FAST: with bf16 weights the packed GEMM (prefill)
  * and the decode GEMV round x to bf16 (nearest even) and multiply with AVX512_BF16 dot
- * products (VDPBF16PS) into f32 sums; with int8 weights the decode GEMV (up to 8 rows)
- * quantizes x to int8 per block of 64 inputs (scale max |x| / 127) and sums exact int8
- * products (AVX512_VNNI VPDPBUSD); other weight dtypes, the int8 GEMM and every other
- * operator stay exact. Selected per model (lm_model_load_options.precision).
+ * products (VDPBF16PS) into f32 sums; with int8 and int4 weights the GEMV and the GEMM
+ * quantize x to int8 per block of 64 inputs (scale max |x| / 127) and sum exact byte
+ * products (AVX512_VNNI, AVX-VNNI or AVX2); f32 / f16 weights and every other operator
+ * stay exact. Selected per model (lm_model_load_options.precision).
  * Public enum: grows at the end. */
 typedef enum lm_precision { LM_PRECISION_EXACT = 0, LM_PRECISION_FAST = 1 } lm_precision;
 LM_API const char *lm_precision_name(lm_precision p); /* "exact", "fast"; "invalid" */
 /* "exact" or "fast" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
 LM_API lm_status lm_precision_parse(const char *text, lm_precision *out);
 /* LM_OK when device d can run precision p. Fast: LM_UNSUPPORTED on CUDA (its products
- * already run on bf16 tensor cores) and on a CPU (or build) without AVX512_BF16, the
- * message naming the missing feature; LM_INVALID_ARGUMENT for an unknown p. */
+ * already run on bf16 tensor cores) and on a CPU (or build) with neither AVX2 nor
+ * AVX512_BF16, the message naming the features; LM_INVALID_ARGUMENT for an unknown p.
+ * A CPU with AVX2 but not AVX512_BF16 passes: lm_model_load_opts then refuses a fast
+ * model whose linears read bf16 matrices, naming one. */
 LM_API lm_status lm_precision_check(lm_device d, lm_precision p);
 
 /* ---- a Linear layer with its neighbours fused ------------------------------------------

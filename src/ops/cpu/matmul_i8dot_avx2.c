@@ -145,6 +145,14 @@ INLINE_AVX2 void i8_block(const int8_t *wr, int64_t K, int64_t b, int64_t full, 
     }
 }
 
+/* 32 int4 bytes as signed bytes ((n ^ 8) - 8): the low nibbles (even k) in *lo, the high
+ * ones (odd k) in *hi, byte i of each from byte i of v. */
+INLINE_AVX2 void nibbles(__m256i v, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), e8 = _mm256_set1_epi8(8);
+    *lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(v, m4), e8), e8);
+    *hi = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), e8), e8);
+}
+
 /* int4 block b of a row (32 bytes, 64 k; a last block of 32 k: 16 bytes) as signed bytes:
  * the low nibbles (even k) in *w0, the high ones (odd k) in *w1, each (n ^ 8) - 8; and
  * the per-lane group scales: for groups of 32, int32 lanes 0-3 of either vector hold the
@@ -159,9 +167,7 @@ INLINE_AVX2 void i4_block(const uint8_t *qr, const float *sc, int group, int64_t
     } else {
         v = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(qr + k0 / 2)));
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), e8 = _mm256_set1_epi8(8);
-    *w0 = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(v, m4), e8), e8);
-    *w1 = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), e8), e8);
+    nibbles(v, w0, w1);
     if (group == 32)
         *ws = _mm256_set_m128(_mm_set1_ps(b < full ? sc[(k0 >> 5) + 1] : 0.0f), _mm_set1_ps(sc[k0 >> 5]));
     else
@@ -268,7 +274,6 @@ INLINE_AVX2 void pack_i8_g(const int8_t *q, int64_t ldq, int ncols, int64_t kl, 
  * ncols). */
 INLINE_AVX2 void pack_i4_g(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kl, int unit, uint8_t *dst,
                            float *gs, int bias) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), e8 = _mm256_set1_epi8(8);
     for (int64_t k = 0; k < kl; k += QB) {
         int8_t col[NR][QB];
         for (int j = 0; j < NR; j++) {
@@ -278,8 +283,8 @@ INLINE_AVX2 void pack_i4_g(const lm__i4_weights *W, int ncols, int64_t k0, int64
                 v = kl - k >= QB ? _mm256_loadu_si256((const __m256i *)src)
                                  : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)src)); /* 32 k */
             }
-            const __m256i lo = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(v, m4), e8), e8);
-            const __m256i hi = _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), e8), e8);
+            __m256i lo, hi;
+            nibbles(v, &lo, &hi);
             /* byte i of v holds k 2i (low) and 2i + 1 (high): interleave, then put the lanes in k order */
             const __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
             _mm256_storeu_si256((__m256i *)col[j], _mm256_permute2x128_si256(a, b, 0x20));
