@@ -97,6 +97,7 @@ typedef struct lm_cpu_features {
     int logical_cpus; /* CPUs this process may run on */
     int avx512_vnni;  /* VPDPBUSD on zmm (with the OS saving zmm state) */
     int avx_vnni;     /* VPDPBUSD on ymm, VEX-encoded (AVX-VNNI: no AVX-512 needed) */
+    int amx_int8;     /* AMX-INT8 tile products (TDPBSUD ...), with the tile state granted (as amx_tile) */
 } lm_cpu_features;
 
 /* Pointer to a process-wide, immutable description. Never NULL. */

@@ -64,7 +64,7 @@ static void detect_x86(lm_cpu_features *f) {
         f->avx512_fp16 = (d >> 23) & 1;
         f->avx512_vnni = (c >> 11) & 1;
     }
-    int amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1;
+    int amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1, amx_int8 = (d >> 25) & 1;
     unsigned a1, b1, c1, d1;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     if (zmm_ok) f->avx512_bf16 = (a1 >> 5) & 1;
@@ -72,6 +72,7 @@ static void detect_x86(lm_cpu_features *f) {
     if (amx_tile && amx_ok && request_amx_permission()) {
         f->amx_tile = 1;
         f->amx_bf16 = amx_bf16;
+        f->amx_int8 = amx_int8;
     }
 }
 #endif

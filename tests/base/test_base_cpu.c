@@ -97,6 +97,7 @@ static void test_features_agree_with_proc_cpuinfo(void) {
         LT_CHECK_MSG(granted != 0, "AMX tiles are present and grantable but loom reports none");
     }
     LT_CHECK(f->amx_bf16 == (f->amx_tile && cpuinfo_flag(line, "amx_bf16")));
+    LT_CHECK(f->amx_int8 == (f->amx_tile && cpuinfo_flag(line, "amx_int8")));
 }
 #endif
 

@@ -32,7 +32,10 @@
  *    under the scalar ISA override. All of it for the gemv (M <= 8) and the GEMM
  *    (M > 8: the same quantized x against packed byte panels; partial 6 x 32 tiles, K
  *    blocks past 1,024, N blocks past 256, K tails), on every kernel set the CPU runs:
- *    AVX-512 VNNI, then the avx2 path with AVX-VNNI and with AVX2 alone (4 x 16 tiles).
+ *    AVX-512 VNNI (on a CPU with AMX-INT8: its GEMM on the tiles, then LOOM_CPU_AMX=0),
+ *    the AMX GEMM with its tile instructions carried out in C (any AVX512_VNNI CPU; it
+ *    must also be bit-identical to the VPDPBUSD GEMM), then the avx2 path with AVX-VNNI
+ *    and with AVX2 alone (4 x 16 tiles).
  * int4 weights (lm__cpu_linear_i4_prec) the same way: groups of 32, 64 and 128, K = 32
  * mod 64 (a half block), the float64 emulation and NMSE <= 1e-4 against exact, gemv
  * and GEMM.
@@ -43,6 +46,7 @@
 #include "harness.h"
 #include "ops/cpu/isa.h"
 #include "ops/cpu/matmul.h"
+#include "ops/cpu/matmul_kernels.h"
 #include "ops/cpu/precision.h"
 
 #include <math.h>
@@ -464,17 +468,79 @@ static void test_fast_int8_gemv(void) {
 }
 
 /* The int8 and int4 suites on one fast kernel set: the ISA path isa (AUTO: the CPU's
- * best), vnni 0 forcing the AVX2-only set on that path (LOOM_CPU_AVX_VNNI=0). */
-static void run_int_suites(int isa, int vnni, const char *name) {
+ * best), vnni 0 forcing the AVX2-only set on that path (LOOM_CPU_AVX_VNNI=0), amx 0
+ * keeping the AVX-512 GEMM off the tiles (LOOM_CPU_AMX=0); force: a set run instead of
+ * the CPU's choice (lm__cpu_i8fast_force: the AMX set's simulation). */
+static void run_int_suites(int isa, int vnni, int amx, const lm__i8dot_kernels *force, const char *name) {
     printf("  fast int8 / int4 kernels: %s\n", name);
     LT_CHECK_OK(lm__cpu_set_isa_override(isa));
     if (!vnni) setenv("LOOM_CPU_AVX_VNNI", "0", 1);
+    if (!amx) setenv("LOOM_CPU_AMX", "0", 1);
+    lm__cpu_i8fast_force(force);
     g_worst_nmse_i8 = g_worst_nmse_i4 = 0;
     LT_RUN(test_fast_int8_gemv);
     LT_RUN(test_fast_int4_gemv);
+    lm__cpu_i8fast_force(NULL);
     unsetenv("LOOM_CPU_AVX_VNNI");
+    unsetenv("LOOM_CPU_AMX");
     LT_CHECK_OK(lm__cpu_set_isa_override(LM__CPU_ISA_AUTO));
 }
+
+#ifdef LM__HAVE_X86_KERNELS
+/* One GEMM shape through set (lm__cpu_i8fast_force): int8 when group is 0, else int4 with
+ * that group; x, weights, scales, bias and the accumulated y from seed. y: M x (N + 1),
+ * poisoned, then written. */
+static void int_gemm_with(const lm__i8dot_kernels *set, uint64_t seed, int64_t M, int64_t N, int64_t K, int group,
+                          float *y) {
+    lt_rng r = lt_rng_seed(seed);
+    int64_t ldy = N + 1, ldq = group ? K / 2 : K, lds = group ? K / group : 1;
+    uint8_t *q = malloc((size_t)(N * ldq));
+    for (int64_t i = 0; i < N * ldq; i++) q[i] = (uint8_t)lt_rng_int(&r, 0, 255);
+    float *sc = malloc(sizeof(float) * (size_t)(N * lds)), *bs = malloc(sizeof(float) * (size_t)N);
+    for (int64_t i = 0; i < N * lds; i++) sc[i] = (float)(0.01 + 0.1 * lt_rng_uniform(&r));
+    for (int64_t n = 0; n < N; n++) bs[n] = (float)lt_rng_normal(&r);
+    float *x = lt_random_rows(&r, M, K, K);
+    for (int64_t i = 0; i < M * ldy; i++) y[i] = i % ldy < N ? (float)lt_rng_normal(&r) : NAN;
+    lm__cpu_i8fast_force(set);
+    if (group)
+        LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, K, q, ldq, sc, lds, group, bs, 1, y, ldy, M,
+                                           N, K));
+    else
+        LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_FAST, x, K, (const int8_t *)q, ldq, sc, bs, 1, y, ldy,
+                                           M, N, K));
+    lm__cpu_i8fast_force(NULL);
+    free(q), free(sc), free(bs), free(x);
+}
+
+/* The AMX GEMM computes what the VPDPBUSD GEMM does: the same quantized x and panels,
+ * the same exact int32 sum per unit, the same float steps, so every output is
+ * bit-identical, on partial 32 x 32 tiles (rows 1-16, 17-31; columns 1-16, 17-31), K
+ * blocks past 1,024, N blocks past 256, int8 and int4 (units of 32 and 64 k). The
+ * simulation everywhere; the tile unit too where the CPU has AMX-INT8. */
+static void test_amx_gemm_bitwise_equals_vpdpbusd(void) {
+    const lm__i8dot_kernels *sets[2] = {&lm__i8dot_kernels_amx_sim,
+                                        lm__cpu_amx_int8_active() ? &lm__i8dot_kernels_amx : NULL};
+    static const int64_t shapes[][4] = {{9, 5, 64, 0},       {17, 17, 200, 0},  {32, 32, 1024, 0}, {33, 48, 1100, 0},
+                                        {70, 300, 2100, 0},  {100, 33, 130, 0}, {9, 5, 32, 32},    {20, 31, 96, 32},
+                                        {40, 70, 1056, 32},  {33, 300, 1152, 64}, {64, 40, 1280, 128},
+                                        {47, 100, 4864, 32}};
+    for (int s = 0; s < 2; s++) {
+        if (!sets[s]) continue;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+            int group = (int)shapes[i][3];
+            float *ya = lt_poisoned_rows(M, N + 1), *yb = lt_poisoned_rows(M, N + 1);
+            int_gemm_with(&lm__i8dot_kernels_avx512, 100 + i, M, N, K, group, ya);
+            int_gemm_with(sets[s], 100 + i, M, N, K, group, yb);
+            LT_CHECK_MSG(memcmp(ya, yb, sizeof(float) * (size_t)(M * (N + 1))) == 0,
+                         "%s M=%lld N=%lld K=%lld %s%d: the AMX GEMM differs from the VPDPBUSD one",
+                         s ? "tiles" : "simulated tiles", (long long)M, (long long)N, (long long)K,
+                         group ? "int4 G=" : "int8", group);
+            free(ya), free(yb);
+        }
+    }
+}
+#endif
 
 int main(void) {
     if (!lm__cpu_i8fast_supported())
@@ -491,11 +557,25 @@ int main(void) {
         printf("  (no AVX512_BF16: the fast bf16 GEMM is not tested here)\n");
     }
     /* every int8 / int4 set this CPU runs: AVX-512 VNNI, AVX-VNNI and AVX2 */
-    if (lm__cpu_i8dot_supported()) run_int_suites(LM__CPU_ISA_AUTO, 1, "avx512 (AVX512_VNNI, gemv and packed GEMM)");
-    else printf("  (no AVX512_VNNI: the AVX-512 int8 kernels are not tested here)\n");
-    if (lm_cpu_get_features()->avx_vnni) run_int_suites(LM__CPU_ISA_AVX2, 1, "avx2 path, AVX-VNNI (gemv and packed GEMM)");
+#ifdef LM__HAVE_X86_KERNELS
+    if (lm__cpu_i8dot_supported()) {
+        const int amx = lm__cpu_amx_int8_active();
+        run_int_suites(LM__CPU_ISA_AUTO, 1, 1, NULL,
+                       amx ? "avx512 (AVX512_VNNI gemv, GEMM on AMX-INT8 tiles)"
+                           : "avx512 (AVX512_VNNI, gemv and packed GEMM)");
+        if (amx) run_int_suites(LM__CPU_ISA_AUTO, 1, 0, NULL, "avx512 with LOOM_CPU_AMX=0 (VPDPBUSD GEMM)");
+        else printf("  (no AMX-INT8 tiles here: the AMX GEMM runs in its simulation only)\n");
+        run_int_suites(LM__CPU_ISA_AUTO, 1, 1, &lm__i8dot_kernels_amx_sim,
+                       "avx512, the AMX GEMM with its tile instructions carried out in C");
+        LT_RUN(test_amx_gemm_bitwise_equals_vpdpbusd);
+    } else {
+        printf("  (no AVX512_VNNI: the AVX-512 and AMX int8 kernels are not tested here)\n");
+    }
+#endif
+    if (lm_cpu_get_features()->avx_vnni)
+        run_int_suites(LM__CPU_ISA_AVX2, 1, 1, NULL, "avx2 path, AVX-VNNI (gemv and packed GEMM)");
     else printf("  (no AVX-VNNI: its int8 kernels are not tested here)\n");
-    run_int_suites(LM__CPU_ISA_AVX2, 0, "avx2 path, AVX2 only (gemv and packed GEMM)");
+    run_int_suites(LM__CPU_ISA_AVX2, 0, 1, NULL, "avx2 path, AVX2 only (gemv and packed GEMM)");
     lm_threadpool_destroy(g_pool2);
     return lt_finish();
 }

@@ -42,9 +42,9 @@ static int cmd_cpu(void) {
     const lm_cpu_features *f = lm_cpu_get_features();
     printf("{\"logical_cpus\":%d,\"avx2\":%d,\"fma\":%d,\"f16c\":%d,\"avx512f\":%d,\"avx512bw\":%d,"
            "\"avx512vl\":%d,\"avx512_bf16\":%d,\"avx512_fp16\":%d,\"avx512_vnni\":%d,\"avx_vnni\":%d,"
-           "\"amx_tile\":%d,\"amx_bf16\":%d}\n",
+           "\"amx_tile\":%d,\"amx_bf16\":%d,\"amx_int8\":%d}\n",
            f->logical_cpus, f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512_bf16,
-           f->avx512_fp16, f->avx512_vnni, f->avx_vnni, f->amx_tile, f->amx_bf16);
+           f->avx512_fp16, f->avx512_vnni, f->avx_vnni, f->amx_tile, f->amx_bf16, f->amx_int8);
     return 0;
 }
 

@@ -334,15 +334,26 @@ static lm_status fast_kernels(const lm__bf16dot_kernels **out) {
     return LM_OK;
 }
 
+static _Thread_local const lm__i8dot_kernels *t_i8fast_forced;
+
+const lm__i8dot_kernels *lm__cpu_i8fast_force(const lm__i8dot_kernels *k) {
+    const lm__i8dot_kernels *old = t_i8fast_forced;
+    t_i8fast_forced = k;
+    return old;
+}
+
 /* The fast kernels of int8 and int4 weights: on the avx512 path with AVX512_VNNI its
- * VPDPBUSD set; on the avx2 path (or avx512 without VNNI) the AVX-VNNI set where
- * lm__cpu_avx_vnni_active, else the AVX2 one (each a gemv and a packed GEMM). The
- * scalar path has none: LM_UNSUPPORTED, never a silent exact run. */
+ * VPDPBUSD set, with the GEMM's products on AMX tiles where lm__cpu_amx_int8_active; on
+ * the avx2 path (or avx512 without VNNI) the AVX-VNNI set where lm__cpu_avx_vnni_active,
+ * else the AVX2 one (each a gemv and a packed GEMM). The scalar path has none:
+ * LM_UNSUPPORTED, never a silent exact run. */
 static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
 #ifdef LM__HAVE_X86_KERNELS
     lm__cpu_isa isa = lm__cpu_isa_active();
     if (isa == LM__CPU_ISA_AVX512 && lm__cpu_i8dot_supported()) {
-        *out = &lm__i8dot_kernels_avx512;
+        *out = t_i8fast_forced                ? t_i8fast_forced
+               : lm__cpu_amx_int8_active() ? &lm__i8dot_kernels_amx
+                                            : &lm__i8dot_kernels_avx512;
         return LM_OK;
     }
     if (isa >= LM__CPU_ISA_AVX2) {

@@ -188,24 +188,20 @@ LM__TARGET_AVX512BF16 static void gemv_bf16dot(const uint32_t *xp, int64_t ldxp,
 
 enum { AMR = 32 };
 
-typedef struct amx_config { /* the LDTILECFG operand, palette 1 */
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_config;
-
 /* Tiles 0-3: C (16 rows x 16 f32), 4-5: A (16 rows x 16 pairs), 6-7: B (16 pair rows x
  * 16 columns): every tile 16 rows of 64 bytes. The configuration is per thread and stays
- * loaded (nothing else in the process uses the tiles). */
+ * loaded until another AMX kernel (the int8 one) loads its own. A static constant: the
+ * LDTILECFG asm names only the operand's first bytes, so no stores to it may be left to
+ * the compiler to keep or drop. */
+_Thread_local const lm__amx_config *lm__amx_config_loaded;
+
+static const lm__amx_config amx_cfg_bf16 __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
 LM__TARGET_AMX static void amx_configure(void) {
-    static __thread int done;
-    if (done) return;
-    amx_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
-    done = 1;
+    if (lm__amx_config_loaded == &amx_cfg_bf16) return;
+    _tile_loadconfig(&amx_cfg_bf16);
+    lm__amx_config_loaded = &amx_cfg_bf16;
 }
 
 LM__TARGET_AMX static void micro_amx(int64_t kp, const uint32_t *a, int64_t lda, int mrows, const uint32_t *bp,
@@ -249,6 +245,7 @@ LM__TARGET_AMX static void micro_amx(int64_t kp, const uint32_t *a, int64_t lda,
         if (tail) {
             for (int i = 0; i < 16; i++)
                 for (int j = 0; j < 32; j++) bt[i * 32 + j] = i < tail ? bp[(kfull + i) * NR + c0 + j] : 0u;
+            __asm__ volatile("" ::: "memory"); /* at and bt written before the tiles read them */
             _tile_loadd(4, at, 64);
             _tile_loadd(5, at + 16 * 16, 64);
             _tile_loadd(6, bt, 128);

@@ -30,6 +30,8 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
@@ -356,13 +358,22 @@ static size_t gemm_x_bytes(int64_t M, int64_t K, int unit) {
     return (size_t)((M + GMR - 1) / GMR) * strip_bytes(K, unit);
 }
 
+/* The starting values of block b's units for one x row (q4: the block's 64 xq): -bias
+ * times the sum of each unit's xq, into cw [unit * rows] (rows: the strip's row count). */
+INLINE void unit_starts(__m512i q4, int unit, int bias, int64_t b, int rows, int32_t *cw) {
+    __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q4); /* lane t: k 4t .. 4t + 3 */
+    int32_t lo = _mm512_mask_reduce_add_epi32((__mmask16)0x00FF, s4); /* k 0 .. 31 */
+    int32_t hi = _mm512_mask_reduce_add_epi32((__mmask16)0xFF00, s4); /* k 32 .. 63 */
+    if (unit == 32) cw[2 * b * rows] = -bias * lo, cw[(2 * b + 1) * rows] = -bias * hi;
+    else cw[b * rows] = -bias * (lo + hi);
+}
+
 /* Strips [s0, s1) of the GEMM's x (rows past M zero; the padding after d and cw is never
  * read and left as it is). */
 TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst,
                                int64_t s0, int64_t s1) {
     const int64_t nb = nblocks(K);
     const size_t sb = strip_bytes(K, unit);
-    const __m512i ones = _mm512_set1_epi8(1);
     if (s1 * GMR > M) /* the last strip: its rows past M read as zero (every other byte read is written below) */
         memset((uint8_t *)dst + (size_t)(s1 - 1) * sb, 0, sb);
     for (int64_t m = s0 * GMR; m < LM_MIN(M, s1 * GMR); m++) {
@@ -377,11 +388,7 @@ TARGET static void gemm_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K
             __m512i q4 = _mm512_load_si512((const void *)xq); /* lane t: the 4 xq of k 4t .. 4t + 3 */
             _mm512_i32scatter_epi32(xs + b * QB / 4 * GMR, _mm512_mullo_epi32(_mm512_set1_epi32(GMR),
                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), q4, 4);
-            __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q4); /* lane t: their sum */
-            int32_t lo = _mm512_mask_reduce_add_epi32((__mmask16)0x00FF, s4); /* k 0 .. 31 */
-            int32_t hi = _mm512_mask_reduce_add_epi32((__mmask16)0xFF00, s4); /* k 32 .. 63 */
-            if (unit == 32) cw[2 * b * GMR + r] = -bias * lo, cw[(2 * b + 1) * GMR + r] = -bias * hi;
-            else cw[b * GMR + r] = -bias * (lo + hi);
+            unit_starts(q4, unit, bias, b, GMR, cw + r);
         }
     }
 }
@@ -517,5 +524,241 @@ const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
     .gemm_x_bytes = gemm_x_bytes, .gemm_prep_x = gemm_prep_x, .pack_i8 = pack_i8dot, .pack_i4 = pack_i4dot,
     .micro = micro_i8dot,
 };
+
+/* ---- the GEMM on AMX tiles (lm__i8dot_kernels_amx) ------------------------------------
+ * CPUs with AMX-INT8 whose OS granted the tile state (lm__cpu_amx_int8_active). The same
+ * quantized x, the same panels (pack_i8dot / pack_i4dot: w + 128, n + 8) and the same
+ * float steps per unit as the VPDPBUSD GEMM above: only the exact int32 unit sums come
+ * from the tile unit, so the results are bit-identical to that GEMM's. x is kept per strip
+ * of AMR = 32 rows in plain k order: an A tile is 16 rows x one unit of k, the rows kp
+ * bytes apart. A panel's 128-byte rows are B tiles as they stand: columns 0-15 are the
+ * first 64 bytes of the unit's U / 4 rows, 128 bytes apart, columns 16-31 the next 64.
+ * Per unit and 16 x 16 block of the tile: TDPBSUD (signed x by unsigned biased weights)
+ * into a zeroed C tile, stored to a 1 KB buffer; then per row the 16 sums plus the unit's
+ * starting value (-bias times its xq sum), converted and multiplied by d (int4: times the
+ * group scales) into one of 16 f32 accumulators. Units alternate between two sets of tiles
+ * (C 0 / 1, A 2 / 3, B 4 / 5), so a unit's products need not wait for the previous unit's
+ * sums to be read back. Shapes: U = 64: every tile 16 x 64 bytes; U = 32 (int4 groups of
+ * 32): A 16 x 32, B 8 x 64.
+ * lm__i8dot_kernels_amx_sim runs the same code with each tile instruction carried out in
+ * C over a per-thread tile file, as the ISA reference defines it for palette 1 (a shape
+ * the hardware would fault on aborts), so the layout and blocking are tested on CPUs
+ * without AMX too; only the instruction encodings are left to the AMX machine. */
+#define TARGET_AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE_AMX static inline __attribute__((always_inline)) TARGET_AMX
+
+enum { AMR = 32 };
+
+static const lm__amx_config amx_cfg_u64 __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16}};
+static const lm__amx_config amx_cfg_u32 __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 32, 32, 64, 64}, .rows = {16, 16, 16, 16, 8, 8}};
+
+/* x strip of AMR rows: xq [AMR][kp] int8 (kp = nb * QB; zero past K and in rows past M),
+ * d [nb][AMR], cw [nu][AMR] (the units' starting values). */
+static size_t amx_strip_bytes(int64_t K, int U) {
+    int64_t nb = nblocks(K), nu = nb * (QB / U);
+    return (size_t)(nb * QB * AMR + pad64(nb * AMR * 4) + pad64(nu * AMR * 4));
+}
+
+static size_t amx_x_bytes(int64_t M, int64_t K, int unit) {
+    return (size_t)((M + AMR - 1) / AMR) * amx_strip_bytes(K, unit);
+}
+
+TARGET static void amx_prep_x(const float *x, int64_t ldx, int64_t M, int64_t K, int unit, int bias, void *dst,
+                              int64_t s0, int64_t s1) {
+    const int64_t nb = nblocks(K), kp = nb * QB;
+    const size_t sb = amx_strip_bytes(K, unit);
+    if (s1 * AMR > M) /* the last strip: its rows past M read as zero */
+        memset((uint8_t *)dst + (size_t)(s1 - 1) * sb, 0, sb);
+    for (int64_t m = s0 * AMR; m < LM_MIN(M, s1 * AMR); m++) {
+        uint8_t *base = (uint8_t *)dst + (size_t)(m / AMR) * sb;
+        const int r = (int)(m % AMR);
+        int8_t *xq = (int8_t *)base + r * kp;
+        float *d = (float *)(base + kp * AMR);
+        int32_t *cw = (int32_t *)(base + kp * AMR + pad64(nb * AMR * 4));
+        for (int64_t b = 0; b < nb; b++) {
+            d[b * AMR + r] = quant_block(x + m * ldx + b * QB, LM_MIN(QB, K - b * QB), xq + b * QB);
+            unit_starts(_mm512_load_si512((const void *)(xq + b * QB)), unit, bias, b, AMR, cw + r);
+        }
+    }
+}
+
+/* -- the tile file in C (the _sim set) -- */
+static _Thread_local struct {
+    const lm__amx_config *cfg;
+    uint8_t t[8][16][64];
+} g_sim;
+
+static void sim_fail(const char *what, int t) {
+    fprintf(stderr, "loom: AMX tile simulation: %s (tile %d); the hardware would fault\n", what, t);
+    abort();
+}
+
+static void sim_config(const lm__amx_config *c) {
+    if (g_sim.cfg == c) return;
+    if (c->palette != 1) sim_fail("palette is not 1", -1);
+    for (int t = 0; t < 8; t++)
+        if (c->rows[t] > 16 || c->colsb[t] > 64) sim_fail("shape past 16 rows x 64 bytes", t);
+    memset(g_sim.t, 0, sizeof g_sim.t); /* LDTILECFG zeroes the tiles */
+    g_sim.cfg = c;
+}
+
+static void sim_check(int t) {
+    if (!g_sim.cfg || !g_sim.cfg->rows[t] || !g_sim.cfg->colsb[t]) sim_fail("tile not configured", t);
+}
+
+static void sim_load(int t, const void *base, long stride) {
+    sim_check(t);
+    memset(g_sim.t[t], 0, sizeof g_sim.t[t]);
+    for (int r = 0; r < g_sim.cfg->rows[t]; r++)
+        memcpy(g_sim.t[t][r], (const uint8_t *)base + r * stride, g_sim.cfg->colsb[t]);
+}
+
+static void sim_store(int t, void *base, long stride) {
+    sim_check(t);
+    for (int r = 0; r < g_sim.cfg->rows[t]; r++)
+        memcpy((uint8_t *)base + r * stride, g_sim.t[t][r], g_sim.cfg->colsb[t]);
+}
+
+static void sim_zero(int t) {
+    sim_check(t);
+    memset(g_sim.t[t], 0, sizeof g_sim.t[t]);
+}
+
+/* TDPBSUD c, a, b: c.dword[m][n] += sum over k < colsb(a) / 4 and i < 4 of
+ * signed a.byte[m][4k + i] times unsigned b.byte[k][4n + i]. */
+static void sim_dpbsud(int c, int a, int b) {
+    sim_check(c), sim_check(a), sim_check(b);
+    const lm__amx_config *g = g_sim.cfg;
+    if (g->colsb[a] % 4 || g->colsb[a] / 4 != g->rows[b] || g->rows[c] != g->rows[a] || g->colsb[c] != g->colsb[b] ||
+        g->colsb[c] % 4)
+        sim_fail("TDPBSUD operand shapes disagree", c);
+    for (int m = 0; m < g->rows[c]; m++)
+        for (int n = 0; n < g->colsb[c] / 4; n++) {
+            int32_t acc;
+            memcpy(&acc, &g_sim.t[c][m][4 * n], 4);
+            for (int k = 0; k < g->colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += (int32_t)(int8_t)g_sim.t[a][m][4 * k + i] * (int32_t)g_sim.t[b][k][4 * n + i];
+            memcpy(&g_sim.t[c][m][4 * n], &acc, 4);
+        }
+}
+
+/* The tile instructions, on the unit or in C (sim, a constant in each copy). Tile numbers
+ * are literals: the instructions encode them. */
+#define T_LOAD(t, p, s)                                                                                            \
+    do {                                                                                                           \
+        if (sim) sim_load(t, p, s);                                                                                \
+        else _tile_loadd(t, p, s);                                                                                 \
+    } while (0)
+#define T_STORE(t, p, s)                                                                                           \
+    do {                                                                                                           \
+        if (sim) sim_store(t, p, s);                                                                               \
+        else _tile_stored(t, p, s);                                                                                \
+    } while (0)
+#define T_ZERO(t)                                                                                                  \
+    do {                                                                                                           \
+        if (sim) sim_zero(t);                                                                                      \
+        else _tile_zero(t);                                                                                        \
+    } while (0)
+#define T_DP(c, a, b)                                                                                              \
+    do {                                                                                                           \
+        if (sim) sim_dpbsud(c, a, b);                                                                              \
+        else _tile_dpbsud(c, a, b);                                                                                \
+    } while (0)
+/* Unit u of the block into buf: A (x rows a, kp apart) and B (panel columns b, 128 apart)
+ * of one tile set, products into its zeroed C, C stored (16 rows of 16 int32). */
+#define AMX_UNIT(C, A, B, u, buf)                                                                                  \
+    do {                                                                                                           \
+        T_LOAD(A, a + (u) * U, (long)kp);                                                                          \
+        T_LOAD(B, b + (u) * (U / 4) * 128, 128L);                                                                  \
+        T_ZERO(C);                                                                                                 \
+        T_DP(C, A, B);                                                                                             \
+        T_STORE(C, buf, 64L);                                                                                      \
+    } while (0)
+
+INLINE_AMX void amx_configure(const lm__amx_config *cfg, const int sim) {
+    if (sim) {
+        sim_config(cfg);
+    } else if (lm__amx_config_loaded != cfg) {
+        _tile_loadconfig(cfg);
+        lm__amx_config_loaded = cfg;
+    }
+}
+
+/* acc[r] += (buf row r + cw[r]) * d[r] (times gs[0 .. 15] when gs). */
+INLINE_AMX void amx_unit_sums(const int32_t *buf, const int32_t *cw, const float *d, const float *gs, __m512 acc[16]) {
+    const __m512 g = gs ? _mm512_loadu_ps(gs) : _mm512_set1_ps(1.0f);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * r)), _mm512_set1_epi32(cw[r]));
+        __m512 dm = _mm512_set1_ps(d[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), gs ? _mm512_mul_ps(g, dm) : dm, acc[r]);
+    }
+}
+
+INLINE_AMX void micro_amx_t(const lm__i8dot_tile *t, const int U, const int sim) {
+    amx_configure(U == 32 ? &amx_cfg_u32 : &amx_cfg_u64, sim);
+    const int64_t nb = nblocks(t->K), kp = nb * QB, u0 = t->k0 / U;
+    const uint8_t *st = (const uint8_t *)t->xprep + (size_t)(t->m0 / AMR) * amx_strip_bytes(t->K, U);
+    const float *d = (const float *)(st + kp * AMR);
+    const int32_t *cw = (const int32_t *)(st + kp * AMR + pad64(nb * AMR * 4));
+    int32_t buf[2][256] __attribute__((aligned(64)));
+    for (int rh = 0; rh < 2 && 16 * rh < t->mrows; rh++)
+        for (int ch = 0; ch < 2 && 16 * ch < t->ncols; ch++) {
+            const int8_t *a = (const int8_t *)st + 16 * rh * kp + t->k0;
+            const uint8_t *b = t->bp + 64 * ch;
+            __m512 acc[16];
+            for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t u = 0; u < t->nu; u += 2) {
+                AMX_UNIT(0, 2, 4, u, buf[0]);
+                if (u + 1 < t->nu) AMX_UNIT(1, 3, 5, u + 1, buf[1]);
+                for (int h = 0; h < 2 && u + h < t->nu; h++) {
+                    const int64_t uh = u + h, blk = (t->k0 + uh * U) / QB;
+                    amx_unit_sums(buf[h], cw + (u0 + uh) * AMR + 16 * rh, d + blk * AMR + 16 * rh,
+                                  t->gs ? t->gs + uh * NR + 16 * ch : NULL, acc);
+                }
+            }
+            const __mmask16 mk = mask16(t->ncols - 16 * ch);
+            const __m512 cs = t->cs ? _mm512_maskz_loadu_ps(mk, t->cs + 16 * ch) : _mm512_set1_ps(1.0f);
+            for (int r = 0; r < 16 && 16 * rh + r < t->mrows; r++) {
+                float *cp = t->c + (16 * rh + r) * t->ldc + 16 * ch;
+                __m512 y = t->cs ? _mm512_mul_ps(acc[r], cs) : acc[r];
+                if (t->accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cp), y);
+                _mm512_mask_storeu_ps(cp, mk, y);
+            }
+        }
+}
+#undef AMX_UNIT
+#undef T_LOAD
+#undef T_STORE
+#undef T_ZERO
+#undef T_DP
+
+TARGET_AMX static void micro_amx(const lm__i8dot_tile *t) {
+    if (t->unit == 32) micro_amx_t(t, 32, 0);
+    else micro_amx_t(t, 64, 0);
+}
+
+/* Carries the AMX target only to inline micro_amx_t: with sim constant 1 no tile
+ * instruction is executed, so it runs on any AVX512_VNNI CPU. */
+TARGET_AMX static void micro_amx_sim(const lm__i8dot_tile *t) {
+    if (t->unit == 32) micro_amx_t(t, 32, 1);
+    else micro_amx_t(t, 64, 1);
+}
+
+/* kc 1024 x nc 256 as the VPDPBUSD GEMM (256 KiB of panels in L2); x strips of 32 rows
+ * (32 KiB a K block). */
+#define AMX_SET(MICRO)                                                                                             \
+    {                                                                                                              \
+        .x_bytes = x_bytes_i8dot, .prep_x = prep_x_i8dot, .gemv = gemv_i8dot, .prep_x_i4 = prep_x_i4dot,           \
+        .gemv_i4 = gemv_i4dot, .gemm_mr = AMR, .gemm_nr = NR, .gemm_kc = 1024, .gemm_nc = 256,                     \
+        .gemm_x_bytes = amx_x_bytes, .gemm_prep_x = amx_prep_x, .pack_i8 = pack_i8dot, .pack_i4 = pack_i4dot,      \
+        .micro = MICRO,                                                                                            \
+    }
+const lm__i8dot_kernels lm__i8dot_kernels_amx = AMX_SET(micro_amx);
+const lm__i8dot_kernels lm__i8dot_kernels_amx_sim = AMX_SET(micro_amx_sim);
+#undef AMX_SET
 
 #endif

@@ -173,7 +173,27 @@ extern const lm__bf16dot_kernels lm__bf16dot_kernels_amx; /* AMX-BF16 microkerne
 extern const lm__i8dot_kernels lm__i8dot_kernels_avx512;
 extern const lm__i8dot_kernels lm__i8dot_kernels_avxvnni; /* AVX2 path, VEX VPDPBUSD */
 extern const lm__i8dot_kernels lm__i8dot_kernels_avx2;    /* AVX2 path, VPMADDUBSW */
+extern const lm__i8dot_kernels lm__i8dot_kernels_amx;     /* AMX-INT8 GEMM products, the rest as avx512 */
+/* The AMX set with each tile instruction carried out in C (the ISA's semantics and shape
+ * rules, over a per-thread tile file): runs on any AVX512_VNNI CPU, so the tests check the
+ * AMX kernel's layout, tile shapes and blocking where no AMX unit is (matmul_i8dot_avx512.c). */
+extern const lm__i8dot_kernels lm__i8dot_kernels_amx_sim;
 #endif
+
+/* The LDTILECFG operand, palette 1 (64 bytes): tile t is rows[t] rows of colsb[t] bytes. */
+typedef struct lm__amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} lm__amx_config;
+/* The configuration this thread's tiles hold (the last one its AMX kernels loaded; NULL:
+ * none): a kernel loads its own only when another is in place (matmul_bf16dot_avx512.c). */
+extern _Thread_local const lm__amx_config *lm__amx_config_loaded;
+
+/* Tests: the fast int8 / int4 kernel set this thread's linears run on the avx512 path
+ * (an AVX-512 set; NULL: the CPU's choice, matmul.c i8fast_kernels); other paths keep
+ * theirs. Returns the previous one. */
+const lm__i8dot_kernels *lm__cpu_i8fast_force(const lm__i8dot_kernels *k);
 
 /* Shared by the fast int8 / int4 kernel sets (matmul_i8dot_avx512.c, matmul_i8dot_avx2.c). */
 /* A block of n <= 64 x values (zeros past n) in int4 order: its 32 even-k values, then its

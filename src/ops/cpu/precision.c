@@ -9,7 +9,8 @@
  * replaced by exact, and refused on CUDA.
  * Where the CPU also has AMX-BF16 and the OS granted the tile state (base/cpu.c asks
  * for it), the fast GEMM runs its microkernel on the tiles (LOOM_CPU_AMX=0 keeps it on
- * VDPBF16PS: for comparisons and tests of both on one machine).
+ * VDPBF16PS: for comparisons and tests of both on one machine); likewise, with AMX-INT8,
+ * the fast int8 / int4 GEMM (the same variable keeps it on VPDPBUSD).
  */
 #include "ops/cpu/precision.h"
 
@@ -65,11 +66,19 @@ int lm__cpu_avx_vnni_active(void) {
     return !(env && strcmp(env, "0") == 0);
 }
 
-int lm__cpu_amx_bf16_active(void) {
-    const lm_cpu_features *f = lm_cpu_get_features();
-    if (!avx512_and(f->avx512_bf16 && f->amx_tile && f->amx_bf16)) return 0;
+static int amx_allowed(void) {
     const char *env = getenv("LOOM_CPU_AMX");
     return !(env && strcmp(env, "0") == 0);
+}
+
+int lm__cpu_amx_bf16_active(void) {
+    const lm_cpu_features *f = lm_cpu_get_features();
+    return avx512_and(f->avx512_bf16 && f->amx_tile && f->amx_bf16) && amx_allowed();
+}
+
+int lm__cpu_amx_int8_active(void) {
+    const lm_cpu_features *f = lm_cpu_get_features();
+    return avx512_and(f->avx512_vnni && f->amx_tile && f->amx_int8) && amx_allowed();
 }
 
 const char *lm_precision_name(lm_precision p) {

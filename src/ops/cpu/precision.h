@@ -35,5 +35,9 @@ int lm__cpu_avx_vnni_active(void);
  * is supported, the CPU has AMX-TILE and AMX-BF16, the OS granted the tile state, and
  * the environment does not say LOOM_CPU_AMX=0 (read at each call). */
 int lm__cpu_amx_bf16_active(void);
+/* 1 when the fast int8 / int4 GEMM (prefill) runs its products on AMX tiles: the AVX-512
+ * set is supported, the CPU has AMX-TILE and AMX-INT8, the OS granted the tile state,
+ * and the environment does not say LOOM_CPU_AMX=0 (read at each call). */
+int lm__cpu_amx_int8_active(void);
 
 #endif
