@@ -231,8 +231,9 @@ LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor
  * products (VDPBF16PS) into f32 sums; with int8 and int4 weights the GEMV and the GEMM
  * quantize x to int8 per block of 64 inputs (scale max |x| / 127) and sum exact byte
  * products (AVX512_VNNI, AMX-INT8 tiles in the GEMM where present, AVX-VNNI or AVX2);
- * f32 / f16 weights and every other operator stay exact. Selected per model
- * (lm_model_load_options.precision).
+ * attention's prefill rows (more than 7 query rows per KV head task) round q, k, v and
+ * the probabilities to bf16 for VDPBF16PS (AVX512_BF16). f32 / f16 weights and every
+ * other operator stay exact. Selected per model (lm_model_load_options.precision).
  * Public enum: grows at the end. */
 typedef enum lm_precision { LM_PRECISION_EXACT = 0, LM_PRECISION_FAST = 1 } lm_precision;
 LM_API const char *lm_precision_name(lm_precision p); /* "exact", "fast"; "invalid" */

@@ -8,10 +8,18 @@
  * buffers (nothing outside the view may change); results must be bit-identical across
  * thread counts. Dispatch (fallback, forced tuned, forced ref), zero sizes and
  * workspace allocation failure are checked with exact statuses.
+ * Fast precision (the thread's, as a fast model's forward sets it; AVX512_BF16 CPUs):
+ * prefill's row-lane products on bf16 operands. Gates: per element against a float64
+ * emulation whose q (times scale log2 e), k and v are rounded to bf16 as the kernels
+ * round them, |y - emul| <= 2^-8 sum_j (p_j / l) |v_j| + 1e-5 (the probabilities' own
+ * rounding, relative 2^-8 each, is the one step the emulation leaves out; f32 sums and
+ * the exp2 polynomial are far below it); NMSE <= 1e-4 against exact float64; 1 vs 2
+ * threads bit-identical; decode's key-lane rows bit-identical to exact mode.
  * LM_TEST_LABELS: unit
  */
 #include "harness.h"
 #include "ops/cpu/isa.h"
+#include "ops/cpu/precision.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,10 +59,14 @@ static lm_tensor *heads_view(lm_tensor *t, int64_t H, lm_tensor_view *out) {
     return t;
 }
 
-/* K or V as the [0, T) slice of a cache [B, H, T + 7, D] (the layout of nn/kv_cache). */
+/* K or V as the [0, T) slice of a cache [B, H, T + 7, D] (the layout of nn/kv_cache);
+ * the 7 positions past T are NaN, so a kernel that reads past the view's last key shows. */
 static lm_tensor *cache_view(lt_rng *r, int64_t B, int64_t H, int64_t T, int64_t D, lm_tensor_view *out) {
     int64_t s[4] = {B, H, T + 7, D};
     lm_tensor *t = lt_random_tensor(r, LM_F32, 4, s, 1.0);
+    float *p = lm_tensor_data(t);
+    for (int64_t bh = 0; bh < B * H; bh++)
+        for (int64_t i = T * D; i < (T + 7) * D; i++) p[bh * (T + 7) * D + i] = NAN;
     LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(t), 2, 0, T, 1, out));
     return t;
 }
@@ -237,6 +249,126 @@ static void test_chunked_prefill_sees_the_cached_prefix(void) {
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) check_case(&r, &cases[i], cases[i].Tk <= 300);
 }
 
+/* attention_f64 with the scores in log2 units (q times qscale = scale log2 e, in f32 as
+ * the kernel computes it), a window (> 0: query i sees keys j > i + Tk - Tq - window),
+ * and (round) q * qscale, k and v rounded to bf16; conv[i] = sum_j (p_j / l) |v_j[e]| of
+ * each output element. */
+static double *attention_f64_bf16(const operands *x, float scale, int causal, int64_t window, int round,
+                                  double **conv_out) {
+    int64_t B = x->q.shape[0], Hq = x->q.shape[1], Tq = x->q.shape[2], D = x->q.shape[3];
+    int64_t Hkv = x->k.shape[1], Tk = x->k.shape[2], Dv = x->v.shape[3];
+    const float qscale = (float)((double)scale * 1.4426950408889634);
+    double *q = lt_view_to_f64(&x->q), *k = lt_view_to_f64(&x->k), *v = lt_view_to_f64(&x->v);
+    int64_t nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D, nv = B * Hkv * Tk * Dv;
+    for (int64_t i = 0; i < nq; i++) q[i] = round ? lm_bf16_to_f32(lm_f32_to_bf16((float)q[i] * qscale)) : q[i] * qscale;
+    for (int64_t i = 0; i < nk && round; i++) k[i] = lm_bf16_to_f32(lm_f32_to_bf16((float)k[i]));
+    for (int64_t i = 0; i < nv && round; i++) v[i] = lm_bf16_to_f32(lm_f32_to_bf16((float)v[i]));
+    double *out = calloc((size_t)(B * Hq * Tq * Dv + 1), sizeof(double));
+    double *conv = calloc((size_t)(B * Hq * Tq * Dv + 1), sizeof(double));
+    double *s = malloc(sizeof(double) * (size_t)(Tk + 1));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                const double *qi = q + ((b * Hq + h) * Tq + i) * D;
+                int64_t g = b * Hkv + h / (Hq / Hkv);
+                const double *kh = k + g * Tk * D, *vh = v + g * Tk * Dv;
+                int64_t n = causal ? i + Tk - Tq + 1 : Tk, j0 = window > 0 ? LM_MAX(0, n - window) : 0;
+                double mx = -INFINITY, z = 0;
+                for (int64_t j = j0; j < n; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += qi[d] * kh[j * D + d];
+                    s[j] = dot;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int64_t j = j0; j < n; j++) z += s[j] = exp2(s[j] - mx);
+                double *o = out + ((b * Hq + h) * Tq + i) * Dv, *cv = conv + ((b * Hq + h) * Tq + i) * Dv;
+                for (int64_t j = j0; j < n; j++)
+                    for (int64_t e = 0; e < Dv; e++) o[e] += s[j] / z * vh[j * Dv + e], cv[e] += s[j] / z * fabs(vh[j * Dv + e]);
+            }
+    free(q), free(k), free(v), free(s);
+    *conv_out = conv;
+    return out;
+}
+
+/* One case at fast precision on the avx512 path, 1 and 2 threads (see the header). */
+static double g_fast_worst_nmse;
+static void check_fast_case(lt_rng *r, const attn_case *c, int64_t window) {
+    operands x = make_operands(r, c);
+    float scale = (float)(1.0 / sqrt((double)c->D));
+    int64_t n = c->B * c->Hq * c->Tq * c->Dv;
+    double *conv = NULL, *conv0 = NULL, *emul = attention_f64_bf16(&x, scale, c->causal, window, 1, &conv);
+    double *want = attention_f64_bf16(&x, scale, c->causal, window, 0, &conv0);
+    char what[200];
+    LT_CHECK_OK(lm_tensor_view_poison(NULL, &x.out));
+    LT_CHECK_OK(lm_attention_window_out(g_tuned[1], &x.q, &x.k, &x.v, scale, c->causal, window, &x.out));
+    double *exact = lt_view_to_f64(&x.out), *first = NULL;
+    lm_precision old = lm__cpu_precision_set(LM_PRECISION_FAST);
+    for (int t = 0; t < 2; t++) {
+        LT_CHECK_OK(lm_tensor_view_poison(NULL, &x.out));
+        LT_CHECK_OK(lm_attention_window_out(g_tuned[t], &x.q, &x.k, &x.v, scale, c->causal, window, &x.out));
+        double *got = lt_view_to_f64(&x.out);
+        describe(what, sizeof what, window ? "fast, windowed" : "fast", c, LM__CPU_ISA_AVX512, t + 1);
+        int bad = 0;
+        for (int64_t i = 0; i < n && !bad; i++) {
+            double tol = ldexp(1.0, -8) * conv[i] + 1e-5;
+            if (!(fabs(got[i] - emul[i]) <= tol)) {
+                LT_CHECK_MSG(0, "%s: element %lld = %.9g, bf16 emulation %.9g (bound %.3g)", what, (long long)i, got[i],
+                             emul[i], tol);
+                bad = 1;
+            }
+        }
+        double sq = 0, ref = 0;
+        for (int64_t i = 0; i < n; i++) sq += (got[i] - want[i]) * (got[i] - want[i]), ref += want[i] * want[i];
+        double nmse = sq / (ref > 0 ? ref : 1);
+        LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %.3g against exact float64 > 1e-4", what, nmse);
+        if (nmse > g_fast_worst_nmse) g_fast_worst_nmse = nmse;
+        LT_CHECK_MSG(spare_heads_untouched(&x, c), "%s: spare heads written", what);
+        if (t == 0) {
+            first = got;
+        } else {
+            LT_CHECK_MSG(memcmp(first, got, sizeof(double) * (size_t)n) == 0, "%s: 1 vs 2 threads differ", what);
+            /* decode's few rows (key lanes) stay f32; prefill's row lanes take bf16 */
+            int keylanes = c->Tq * (c->Hq / c->Hkv) <= 7;
+            int same = memcmp(exact, got, sizeof(double) * (size_t)n) == 0;
+            LT_CHECK_MSG(keylanes ? same : !same, "%s: fast %s exact (%s lanes)", what, same ? "equals" : "differs from",
+                         keylanes ? "key" : "row");
+            free(got);
+        }
+    }
+    lm__cpu_precision_set(old);
+    free(first), free(exact), free(emul), free(conv), free(want), free(conv0);
+    free_operands(&x);
+}
+
+static void test_fast_precision_row_lanes_on_bf16(void) {
+    if (!lm__cpu_bf16dot_runs()) {
+        printf("  (no AVX512_BF16 on the active path: fast attention is not tested here)\n");
+        return;
+    }
+    lt_rng r = lt_rng_seed(75);
+    static const attn_case cases[] = {
+        /* prefill (row lanes): GQA 7, odd head dims and key counts, D != Dv, block edges,
+         * non-causal, chunked prefill over a cache, all layouts */
+        {1, 14, 2, 64, 64, 64, 64, 1, LAYOUT_PERMUTED},   {1, 7, 1, 200, 200, 72, 72, 1, LAYOUT_CACHE},
+        {2, 4, 1, 65, 65, 128, 128, 1, LAYOUT_CONTIGUOUS}, {1, 8, 2, 33, 33, 17, 40, 1, LAYOUT_PERMUTED},
+        {1, 3, 3, 30, 131, 3, 5, 0, LAYOUT_CONTIGUOUS},    {1, 16, 16, 100, 1000, 32, 32, 1, LAYOUT_CACHE},
+        {2, 8, 2, 37, 300, 64, 64, 1, LAYOUT_PERMUTED},    {1, 7, 1, 512, 512, 64, 64, 1, LAYOUT_PERMUTED},
+        {1, 7, 1, 45, 45, 64, 64, 1, LAYOUT_CACHE},        {1, 8, 2, 20, 333, 64, 48, 1, LAYOUT_CACHE},
+        /* decode and 2-3 row chunks: key lanes, unchanged */
+        {1, 14, 2, 1, 300, 64, 64, 1, LAYOUT_CACHE},       {1, 2, 2, 3, 300, 64, 64, 1, LAYOUT_CACHE},
+    };
+    g_fast_worst_nmse = 0;
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) check_fast_case(&r, &cases[i], 0);
+    /* sliding windows: one query position a task, 8-16 rows of row lanes, blocks that
+     * start at odd keys (each task packs its own); and a window wider than the keys */
+    static const attn_case windowed[] = {{1, 16, 2, 100, 100, 64, 64, 1, LAYOUT_PERMUTED},
+                                         {1, 16, 1, 30, 200, 32, 48, 1, LAYOUT_CACHE}};
+    check_fast_case(&r, &windowed[0], 37);
+    check_fast_case(&r, &windowed[1], 77);
+    check_fast_case(&r, &windowed[0], 500);
+    printf("  fast: NMSE against exact float64 up to %.2e (gate 1e-4)\n", g_fast_worst_nmse);
+}
+
 static void test_empty_sizes_write_zeros_or_nothing(void) {
     lt_rng r = lt_rng_seed(75);
     /* Tk = 0 without a mask: an empty softmax gives 0; B = 0 and Tq = 0 write nothing;
@@ -322,6 +454,7 @@ int main(void) {
     LT_RUN(test_decode_one_query_over_1_to_3000_keys);
     LT_RUN(test_causal_prefill_up_to_1024);
     LT_RUN(test_chunked_prefill_sees_the_cached_prefix);
+    LT_RUN(test_fast_precision_row_lanes_on_bf16);
     LT_RUN(test_empty_sizes_write_zeros_or_nothing);
     LT_RUN(test_dispatch_falls_back_or_refuses_with_a_reason);
     LT_RUN(test_one_workspace_allocation_and_no_leak_on_failure);

@@ -13,6 +13,7 @@
 #include "ops/cpu/attention.h"
 
 #include "ops/cpu/attention_kernels.h"
+#include "ops/cpu/precision.h"
 
 #include <stdatomic.h>
 
@@ -25,10 +26,18 @@
 
 typedef struct attn_job {
     const lm__attn_kernels *kern;
+    const lm__attn_fast_kernels *fast; /* fast precision, row lanes: scores and pv on bf16 pairs */
     const float *q, *k, *v; /* [B, Hq, Tq, D], [B, Hkv, Tk, D], [B, Hkv, Tk, Dv] at strides qs, ks, vs */
     float *out;             /* [B, Hq, Tq, Dv] at strides os */
     int64_t qs[3], ks[3], vs[3], os[3]; /* element strides of the batch, head and position dims */
     int64_t Hkv, G, Tq, Tk, D, Dv;
+    int64_t D2; /* fast: pairs of d, ceil(D / 2) */
+    /* fast without a window: every kv head's keys and values as bf16 pairs, converted once
+     * per call (split over the threads) for all the query blocks that read them: k2all
+     * [bh][Tk][D2], v2all [bh][Tk2][Dv] (pairs of keys 2i, 2i + 1; Tk2 = ceil(Tk / 2)).
+     * NULL: each task packs its blocks (a window can start a block at an odd key). */
+    uint32_t *k2all, *v2all;
+    int64_t Tk2;
     int64_t bh; /* B * Hkv: (b, g) pairs */
     int64_t off; /* causal: row i sees keys j <= i + off, off = Tk - Tq */
     int causal;
@@ -54,6 +63,9 @@ typedef struct attn_scratch {
     float *m, *l;  /* [rp]: running max (log2 units) and sum of 2^(s - m) */
     float *alpha;  /* [rp]: rescale of acc for the current block */
     int32_t *last; /* [rp]: last visible key of each row within the current block */
+    /* fast: the block's keys [bk][D2], values [bk / 2][Dv] and probabilities [bk / 2][rp]
+     * as bf16 pairs (attention_kernels.h); the queries as pairs in qt, [D2][rp] */
+    uint32_t *k2, *v2, *p2;
 } attn_scratch;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -80,7 +92,14 @@ static attn_scratch scratch_of(const attn_job *j, int worker) {
     s.m = p, p += line_floats(j->rp_max);
     s.l = p, p += line_floats(j->rp_max);
     s.alpha = p, p += line_floats(j->rp_max);
-    s.last = (int32_t *)p;
+    s.last = (int32_t *)p, p += line_floats(j->rp_max);
+    s.k2 = s.v2 = s.p2 = NULL;
+    if (j->fast) {
+        const int64_t bk2 = (j->kern->bk + 1) / 2;
+        s.k2 = (uint32_t *)p, p += line_floats(j->kern->bk * j->D2);
+        s.v2 = (uint32_t *)p, p += line_floats(bk2 * j->Dv);
+        s.p2 = (uint32_t *)p;
+    }
     return s;
 }
 
@@ -89,6 +108,17 @@ static attn_scratch scratch_of(const attn_job *j, int worker) {
  * `rows` are 0) or qt[r * ldq + d] (key lanes). */
 static void pack_queries(const attn_job *j, int64_t b, int64_t g, int64_t i0, int64_t nq, int64_t rp, float *qt) {
     int64_t rows = j->G * nq;
+    if (j->fast) { /* pairs along d, rounded to bf16 (nearest even): qt2 [D2][rp], 0 past D and rows */
+        uint32_t *qt2 = (uint32_t *)qt;
+        for (int64_t r = 0; r < rp; r++) {
+            if (r < rows)
+                j->fast->pack_q(j->q + b * j->qs[0] + (g * j->G + r / nq) * j->qs[1] + (i0 + r % nq) * j->qs[2], j->D,
+                                j->qscale, qt2 + r, rp);
+            else
+                for (int64_t i = 0; i < j->D2; i++) qt2[i * rp + r] = 0u;
+        }
+        return;
+    }
     int64_t rs = j->keylanes ? j->ldq : 1, ds = j->keylanes ? 1 : rp; /* strides of r and d in qt */
     for (int64_t r = 0; r < rp; r++) {
         if (r >= rows) {
@@ -109,8 +139,21 @@ static void attend_keys(const attn_job *j, const attn_scratch *s, int64_t b, int
     for (int64_t j0 = k0; j0 < k1; j0 += kn->bk) {
         int64_t nk = LM_MIN(kn->bk, k1 - j0);
         const float *kj = kb + j0 * j->ks[2], *vj = vb + j0 * j->vs[2];
-        if (j->keylanes) kn->scores_kl(s->qt, j->ldq, rows, j->D, kj, j->ks[2], nk, s->st, kn->bk);
-        else kn->scores_rl(s->qt, rp, j->D, kj, j->ks[2], nk, s->st);
+        const uint32_t *k2 = NULL, *v2 = NULL;
+        if (j->fast) {
+            if (j->k2all) {
+                k2 = j->k2all + ((b * j->Hkv + g) * j->Tk + j0) * j->D2;
+                v2 = j->v2all + ((b * j->Hkv + g) * j->Tk2 + j0 / 2) * j->Dv; /* j0 is a multiple of bk: even */
+            } else {
+                j->fast->pack_k(kj, j->ks[2], nk, j->D, s->k2);
+                k2 = s->k2;
+            }
+            j->fast->scores((const uint32_t *)s->qt, rp, j->D2, k2, nk, s->st);
+        } else if (j->keylanes) {
+            kn->scores_kl(s->qt, j->ldq, rows, j->D, kj, j->ks[2], nk, s->st, kn->bk);
+        } else {
+            kn->scores_rl(s->qt, rp, j->D, kj, j->ks[2], nk, s->st);
+        }
         /* The first query of the block has the fewest visible keys: mask only when it
          * cannot see the whole block (the diagonal blocks of causal attention). */
         int need_mask = j->causal && j0 + nk - 1 > i0 + j->off;
@@ -123,6 +166,15 @@ static void attend_keys(const attn_job *j, const attn_scratch *s, int64_t b, int
         if (j->keylanes) {
             kn->softmax_kl(s->st, kn->bk, rows, nk, last, s->m, s->l, s->alpha);
             kn->pv(s->st, kn->bk, 1, rows, nk, vj, j->vs[2], j->Dv, s->alpha, s->acc, j->lda);
+        } else if (j->fast) {
+            kn->softmax_rl(s->st, rp, nk, last, s->m, s->l, s->alpha);
+            if (!v2) {
+                j->fast->pack_v(vj, j->vs[2], nk, j->Dv, s->v2);
+                v2 = s->v2;
+            }
+            /* an odd nk's last pair: p 0 against the next key's (or 0) values */
+            j->fast->pack_p(s->st, rp, nk, s->p2);
+            j->fast->pv(s->p2, rp, rows, (nk + 1) / 2, v2, j->Dv, s->alpha, s->acc, j->lda);
         } else {
             kn->softmax_rl(s->st, rp, nk, last, s->m, s->l, s->alpha);
             kn->pv(s->st, 1, rp, rows, nk, vj, j->vs[2], j->Dv, s->alpha, s->acc, j->lda);
@@ -169,6 +221,20 @@ static void merge_unit(const attn_job *j, int64_t unit, int64_t b, int64_t g, in
     }
 }
 
+/* Conversion task of the fast path's shared keys and values: (b, g) pair task / nc, keys
+ * [c * CONV_KEYS, ...) with c = task % nc. */
+#define CONV_KEYS 256
+static void convert_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const attn_job *j = arg;
+    const int64_t nc = ceil_div(j->Tk, CONV_KEYS), bg = task / nc, j0 = task % nc * CONV_KEYS;
+    const int64_t b = bg / j->Hkv, g = bg % j->Hkv, nk = LM_MIN(CONV_KEYS, j->Tk - j0);
+    const float *kb = j->k + b * j->ks[0] + g * j->ks[1] + j0 * j->ks[2];
+    const float *vb = j->v + b * j->vs[0] + g * j->vs[1] + j0 * j->vs[2];
+    j->fast->pack_k(kb, j->ks[2], nk, j->D, j->k2all + (bg * j->Tk + j0) * j->D2);
+    j->fast->pack_v(vb, j->vs[2], nk, j->Dv, j->v2all + (bg * j->Tk2 + j0 / 2) * j->Dv);
+}
+
 static void attn_task(void *arg, int64_t task, int worker) {
     const attn_job *j = arg;
     /* task = (bg * nqb + qbr) * nsplit + sp with query block nqb - 1 - qbr: tasks in
@@ -198,8 +264,10 @@ static void attn_task(void *arg, int64_t task, int worker) {
     if (atomic_fetch_sub_explicit(&j->pending[unit], 1, memory_order_acq_rel) == 1) merge_unit(j, unit, b, g, i0, nq);
 }
 
-/* Chooses the query block, the key splits and the scratch sizes from the shapes. */
-static void plan(attn_job *j, int64_t B) {
+/* Chooses the query block, the key splits and the scratch sizes from the shapes; fast:
+ * the thread runs fast precision and the bf16 kernels can run (row-lane tasks then take
+ * them; key lanes, decode's few rows, stay f32). */
+static void plan(attn_job *j, int64_t B, int fast) {
     const lm__attn_kernels *kn = j->kern;
     j->bq = LM_MIN(j->Tq, LM_MAX(1, kn->rows_max / j->G));
     /* A window that hides keys gives every query its own first key; one query position
@@ -211,6 +279,12 @@ static void plan(attn_job *j, int64_t B) {
     j->rows_max = j->G * j->bq;
     j->rp_max = round_up(j->rows_max, kn->lanes);
     j->keylanes = j->rows_max <= kn->kl_rows_max;
+#ifdef LM__HAVE_X86_KERNELS
+    j->fast = fast && !j->keylanes ? &lm__attn_fast_kernels_avx512bf16 : NULL;
+#else
+    (void)fast;
+#endif
+    j->D2 = (j->D + 1) / 2;
     j->ldq = round_up(j->D, 16);
     j->lda = round_up(j->Dv, 16);
     j->bh = B * j->Hkv;
@@ -225,6 +299,9 @@ static void plan(attn_job *j, int64_t B) {
     j->worker_floats = line_floats(LM_MAX(j->D * j->rp_max, j->rows_max * j->ldq)) +
                        line_floats(kn->bk * j->rp_max) + line_floats(j->rows_max * j->lda) +
                        4 * line_floats(j->rp_max); /* qt, st, acc; m, l, alpha, last */
+    if (j->fast) /* k2, v2, p2 */
+        j->worker_floats += line_floats(kn->bk * j->D2) + line_floats((kn->bk + 1) / 2 * j->Dv) +
+                            line_floats((kn->bk + 1) / 2 * j->rp_max);
     j->part_floats = j->nsplit > 1 ? line_floats(j->rows_max * (2 + j->lda)) : 0;
 }
 
@@ -275,7 +352,7 @@ lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const 
     j.off = j.Tk - j.Tq;
     for (int d = 0; d < 3; d++)
         j.qs[d] = q->stride[d], j.ks[d] = k->stride[d], j.vs[d] = v->stride[d], j.os[d] = out->stride[d];
-    plan(&j, q->shape[0]);
+    plan(&j, q->shape[0], lm__cpu_precision() == LM_PRECISION_FAST && lm__cpu_bf16dot_runs());
     int64_t units = j.bh * j.nqb, tasks = units * j.nsplit;
     double macs = (double)q->shape[0] * (double)q->shape[1] * (double)j.Tq * (double)j.Tk * (double)(j.D + j.Dv);
     if (tasks == 1 || macs < SERIAL_MACS) pool = NULL; /* same tasks, same results, no wake-up */
@@ -292,7 +369,19 @@ lm_status lm__cpu_attention(lm_threadpool *pool, const lm_tensor_view *q, const 
         j.pending = (atomic_int *)(j.part + parts);
         for (size_t u = 0; u < counters; u++) atomic_init(&j.pending[u], (int)j.nsplit);
     }
+    if (j.fast && !(j.window > 0 && j.Tk > j.window)) {
+        j.Tk2 = ceil_div(j.Tk, 2);
+        size_t kv_bytes = (size_t)(j.bh * (j.Tk * j.D2 + j.Tk2 * j.Dv)) * sizeof(uint32_t);
+        j.k2all = lm__alloc(kv_bytes, 64);
+        if (!j.k2all) {
+            lm__free(j.work);
+            return lm__error_context(LM_OUT_OF_MEMORY, "cpu attention: bf16 keys and values of %zu bytes", kv_bytes);
+        }
+        j.v2all = j.k2all + j.bh * j.Tk * j.D2;
+        lm_threadpool_run(pool, j.bh * ceil_div(j.Tk, CONV_KEYS), convert_task, &j);
+    }
     lm_threadpool_run(pool, tasks, attn_task, &j);
+    lm__free(j.k2all);
     lm__free(j.work);
     return LM_OK;
 }

@@ -6,7 +6,10 @@
  * Keys stream in blocks through an online softmax with f32 accumulation; no
  * Tq x Tk matrix exists. Query head h reads kv head h / (Hq / Hkv) in place. The
  * work split depends only on the shapes, so results are bit-identical for any
- * thread count (they differ in the last bits between instruction sets).
+ * thread count (they differ in the last bits between instruction sets). Under the
+ * calling thread's fast precision (ops/cpu/precision.h) on AVX512_BF16, tasks of more
+ * than the key-lane rows (prefill) take bf16 operands for both products
+ * (attention_kernels.h lm__attn_fast_kernels).
  */
 #ifndef LOOM_OPS_CPU_ATTENTION_H
 #define LOOM_OPS_CPU_ATTENTION_H

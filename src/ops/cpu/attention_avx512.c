@@ -12,7 +12,10 @@
  *  softmax: per row, over 16 keys per zmm with lane masks for the causal limit.
  * pv: tiles of up to 6 rows by 4 zmm of Dv, acc held in registers across the block;
  *     the last zmm of a row is masked so Dv needs no padding.
- * Compiled with generic flags: each function carries LM__TARGET_AVX512.
+ * Fast precision (lm__attn_fast_kernels, below): the row-lane scores and pv on bf16
+ * pairs with VDPBF16PS.
+ * Compiled with generic flags: each function carries LM__TARGET_AVX512 (the fast ones
+ * LM__TARGET_AVX512BF16 and run only where lm__cpu_bf16dot_runs).
  */
 #include "ops/cpu/attention_kernels.h"
 
@@ -295,6 +298,186 @@ const lm__attn_kernels lm__attn_kernels_avx512 = {
     .lanes = LANES, .rows_max = ROWS_MAX, .kl_rows_max = KL_ROWS_MAX, .bk = BK,
     .scores_rl = scores_rl_avx512, .softmax_rl = softmax_rl_avx512,
     .scores_kl = scores_kl_avx512, .softmax_kl = softmax_kl_avx512, .pv = pv_avx512,
+};
+
+/* ---- fast precision: row lanes on bf16 operands (lm__attn_fast_kernels) ----------------
+ * The row-lane loops above with VDPBF16PS: each instruction adds the exact products of
+ * two bf16 pairs into each f32 lane, so the scores take D / 2 steps (q pairs per row
+ * lane, a key's pair broadcast) and the PV product nk / 2 (a row's pair of
+ * probabilities broadcast against 16 columns' pairs of values). Operands are rounded to
+ * bf16 (nearest even; denormals as zero, as every AVX512_BF16 conversion does); sums
+ * stay f32; the softmax in between is the exact one. */
+#define INLINE_BF static inline __attribute__((always_inline)) LM__TARGET_AVX512BF16
+
+/* 16 pairs: lane i = bf16(a[i]) | bf16(b[i]) << 16. */
+INLINE_BF __m512i pair16(__m512 a, __m512 b) {
+    __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+    __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+/* One query row as a column of qt2: qt2[i * rp] = pair(qscale q[2i], qscale q[2i + 1]),
+ * i < D2 = ceil(D / 2) (0 past D). */
+LM__TARGET_AVX512BF16 static void pack_q_bf16(const float *q, int64_t D, float qscale, uint32_t *qt2, int64_t rp) {
+    const __m512 qs = _mm512_set1_ps(qscale);
+    const int64_t D2 = (D + 1) / 2;
+    for (int64_t d = 0; d < D; d += 32) {
+        uint32_t t[16] __attribute__((aligned(64)));
+        __m512 lo = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d), q + d), qs);
+        __m512 hi = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d - 16), q + d + 16), qs);
+        _mm512_store_si512((void *)t, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        for (int64_t i = 0; i < 16 && d / 2 + i < D2; i++) qt2[(d / 2 + i) * rp] = t[i];
+    }
+}
+
+/* k2[j * D2 + i] = pair(k[j][2i], k[j][2i + 1]) for j < nk, i < D2 = ceil(D / 2) (0 past D). */
+LM__TARGET_AVX512BF16 static void pack_k_bf16(const float *k, int64_t ldk, int64_t nk, int64_t D, uint32_t *k2) {
+    const int64_t D2 = (D + 1) / 2;
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t d = 0; d < D; d += 32) {
+            __m512 lo = _mm512_maskz_loadu_ps(tail_mask(D - d), k + j * ldk + d);
+            __m512 hi = _mm512_maskz_loadu_ps(tail_mask(D - d - 16), k + j * ldk + d + 16);
+            _mm512_mask_storeu_epi32(k2 + j * D2 + d / 2, tail_mask(D2 - d / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+}
+
+/* st[j][0 .. 16 NV) for j < JB from D2 pair steps. */
+INLINE_BF void score_tile_bf16(const uint32_t *qt2, int64_t rp, int64_t D2, const uint32_t *k2, const int NV,
+                               const int JB, float *st) {
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int j = 0; j < JB; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) acc[j][u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < D2; i++) {
+        __m512bh qv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) qv[u] = (__m512bh)_mm512_load_si512((const void *)(qt2 + i * rp + 16 * u));
+#pragma GCC unroll 8
+        for (int j = 0; j < JB; j++) {
+            __m512bh kv = (__m512bh)_mm512_set1_epi32((int)k2[j * D2 + i]);
+#pragma GCC unroll 4
+            for (int u = 0; u < NV; u++) acc[j][u] = _mm512_dpbf16_ps(acc[j][u], qv[u], kv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < JB; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) _mm512_store_ps(st + j * rp + 16 * u, acc[j][u]);
+}
+
+INLINE_BF void score_strip_bf16(const uint32_t *qt2, int64_t rp, int64_t D2, const uint32_t *k2, int64_t nk,
+                                const int NV, float *st) {
+    const int JB = NV == 4 ? 6 : 8;
+    if (nk < JB) {
+        for (int64_t j = 0; j < nk; j++) score_tile_bf16(qt2, rp, D2, k2 + j * D2, NV, 1, st + j * rp);
+        return;
+    }
+    int64_t j = 0;
+    for (; j + JB <= nk; j += JB) score_tile_bf16(qt2, rp, D2, k2 + j * D2, NV, JB, st + j * rp);
+    if (j < nk) score_tile_bf16(qt2, rp, D2, k2 + (nk - JB) * D2, NV, JB, st + (nk - JB) * rp);
+}
+
+LM__TARGET_AVX512BF16 static void scores_bf16(const uint32_t *qt2, int64_t rp, int64_t D2, const uint32_t *k2,
+                                              int64_t nk, float *st) {
+    for (int64_t r = 0; r < rp; r += 64) {
+        switch (LM_MIN(4, (rp - r) / 16)) {
+        case 1: score_strip_bf16(qt2 + r, rp, D2, k2, nk, 1, st + r); break;
+        case 2: score_strip_bf16(qt2 + r, rp, D2, k2, nk, 2, st + r); break;
+        case 3: score_strip_bf16(qt2 + r, rp, D2, k2, nk, 3, st + r); break;
+        default: score_strip_bf16(qt2 + r, rp, D2, k2, nk, 4, st + r); break;
+        }
+    }
+}
+
+/* v2[i * Dv + e] = pair(v[2i][e], v[2i + 1][e]) for i < ceil(nk / 2) (key nk, past the
+ * block, as 0). */
+LM__TARGET_AVX512BF16 static void pack_v_bf16(const float *v, int64_t ldv, int64_t nk, int64_t Dv, uint32_t *v2) {
+    for (int64_t j = 0; j < nk; j += 2)
+        for (int64_t e = 0; e < Dv; e += 16) {
+            __mmask16 mk = tail_mask(Dv - e);
+            __m512 a = _mm512_maskz_loadu_ps(mk, v + j * ldv + e);
+            __m512 b = j + 1 < nk ? _mm512_maskz_loadu_ps(mk, v + (j + 1) * ldv + e) : _mm512_setzero_ps();
+            _mm512_mask_storeu_epi32(v2 + j / 2 * Dv + e, mk, pair16(a, b));
+        }
+}
+
+/* p2[i * rp + r] = pair(st[2i][r], st[2i + 1][r]) for i < ceil(nk / 2), r < rp (key nk as 0). */
+LM__TARGET_AVX512BF16 static void pack_p_bf16(const float *st, int64_t rp, int64_t nk, uint32_t *p2) {
+    for (int64_t j = 0; j < nk; j += 2)
+        for (int64_t r = 0; r < rp; r += 16) {
+            __m512 a = _mm512_load_ps(st + j * rp + r);
+            __m512 b = j + 1 < nk ? _mm512_load_ps(st + (j + 1) * rp + r) : _mm512_setzero_ps();
+            _mm512_store_si512((void *)(p2 + j / 2 * rp + r), pair16(a, b));
+        }
+}
+
+/* acc rows [0, RB) x Dv columns [0, 16 EV) over n2 key pairs. */
+INLINE_BF void pv_tile_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_t n2, const uint32_t *v2, int64_t Dv,
+                            const int EV, __mmask16 tail, const float *alpha, float *acc, int64_t lda) {
+    __m512 a[PV_RB][PV_EV];
+    __mmask16 mk[PV_EV];
+#pragma GCC unroll 4
+    for (int u = 0; u < EV; u++) mk[u] = u == EV - 1 ? tail : (__mmask16)0xffff;
+#pragma GCC unroll 6
+    for (int r = 0; r < RB; r++) {
+        __m512 al = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+        for (int u = 0; u < EV; u++) a[r][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + r * lda + 16 * u), al);
+    }
+    for (int64_t i = 0; i < n2; i++) {
+        __m512bh vv[PV_EV];
+#pragma GCC unroll 4
+        for (int u = 0; u < EV; u++) vv[u] = (__m512bh)_mm512_maskz_loadu_epi32(mk[u], v2 + i * Dv + 16 * u);
+#pragma GCC unroll 6
+        for (int r = 0; r < RB; r++) {
+            __m512bh p = (__m512bh)_mm512_set1_epi32((int)p2[i * rp + r]);
+#pragma GCC unroll 4
+            for (int u = 0; u < EV; u++) a[r][u] = _mm512_dpbf16_ps(a[r][u], vv[u], p);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < EV; u++) _mm512_mask_storeu_ps(acc + r * lda + 16 * u, mk[u], a[r][u]);
+}
+
+INLINE_BF void pv_rows_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_t n2, const uint32_t *v2, int64_t Dv,
+                            const float *alpha, float *acc, int64_t lda) {
+    for (int64_t e = 0; e < Dv; e += 16 * PV_EV) {
+        int64_t n = LM_MIN(16 * PV_EV, Dv - e);
+        __mmask16 tail = tail_mask(n - (n - 1) / 16 * 16);
+        switch ((n + 15) / 16) {
+        case 1: pv_tile_bf16(p2, rp, RB, n2, v2 + e, Dv, 1, tail, alpha, acc + e, lda); break;
+        case 2: pv_tile_bf16(p2, rp, RB, n2, v2 + e, Dv, 2, tail, alpha, acc + e, lda); break;
+        case 3: pv_tile_bf16(p2, rp, RB, n2, v2 + e, Dv, 3, tail, alpha, acc + e, lda); break;
+        default: pv_tile_bf16(p2, rp, RB, n2, v2 + e, Dv, 4, tail, alpha, acc + e, lda); break;
+        }
+    }
+}
+
+/* acc[r] = alpha[r] acc[r] + sum over the n2 pairs of p2 (row r) times v2, r < rows. */
+LM__TARGET_AVX512BF16 static void pv_bf16(const uint32_t *p2, int64_t rp, int64_t rows, int64_t n2, const uint32_t *v2,
+                                          int64_t Dv, const float *alpha, float *acc, int64_t lda) {
+    int64_t groups = (rows + PV_RB - 1) / PV_RB;
+    for (int64_t gi = 0, r = 0; gi < groups; gi++) {
+        int64_t rb = (rows - r) / (groups - gi) + ((rows - r) % (groups - gi) != 0);
+        const uint32_t *p = p2 + r;
+        float *a = acc + r * lda;
+        switch (rb) {
+        case 1: pv_rows_bf16(p, rp, 1, n2, v2, Dv, alpha + r, a, lda); break;
+        case 2: pv_rows_bf16(p, rp, 2, n2, v2, Dv, alpha + r, a, lda); break;
+        case 3: pv_rows_bf16(p, rp, 3, n2, v2, Dv, alpha + r, a, lda); break;
+        case 4: pv_rows_bf16(p, rp, 4, n2, v2, Dv, alpha + r, a, lda); break;
+        case 5: pv_rows_bf16(p, rp, 5, n2, v2, Dv, alpha + r, a, lda); break;
+        default: pv_rows_bf16(p, rp, 6, n2, v2, Dv, alpha + r, a, lda); break;
+        }
+        r += rb;
+    }
+}
+
+const lm__attn_fast_kernels lm__attn_fast_kernels_avx512bf16 = {
+    .pack_q = pack_q_bf16, .pack_k = pack_k_bf16, .scores = scores_bf16, .pack_v = pack_v_bf16, .pack_p = pack_p_bf16, .pv = pv_bf16,
 };
 
 #endif

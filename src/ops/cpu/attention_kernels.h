@@ -44,10 +44,31 @@ typedef struct lm__attn_kernels {
                int64_t Dv, const float *alpha, float *acc, int64_t lda);
 } lm__attn_kernels;
 
+/* Fast precision (docs/QUANTIZATION.md "Fast precision"): the row-lane products on bf16
+ * operands, VDPBF16PS with f32 sums. A pair is a uint32: bf16 of element 2i in the low
+ * half, of 2i + 1 in the high half (0 past the end). The queries come as qt2 [D2][rp]
+ * pairs along d (D2 = ceil(D / 2)); the softmax between scores and pv is the f32 one. */
+typedef struct lm__attn_fast_kernels {
+    /* qt2[i * rp] = pair(qscale q[2i], qscale q[2i + 1]), i < D2: one query row (a column). */
+    void (*pack_q)(const float *q, int64_t D, float qscale, uint32_t *qt2, int64_t rp);
+    /* k2[j * D2 + i] = pair(k[j * ldk + 2i], k[j * ldk + 2i + 1]), j < nk. */
+    void (*pack_k)(const float *k, int64_t ldk, int64_t nk, int64_t D, uint32_t *k2);
+    /* st[j * rp + r] = sum_{i < D2} qt2[i * rp + r] . k2[j * D2 + i], j < nk, r < rp. */
+    void (*scores)(const uint32_t *qt2, int64_t rp, int64_t D2, const uint32_t *k2, int64_t nk, float *st);
+    /* v2[i * Dv + e] = pair(v[2i][e], v[2i + 1][e]), i < ceil(nk / 2) (key nk as 0). */
+    void (*pack_v)(const float *v, int64_t ldv, int64_t nk, int64_t Dv, uint32_t *v2);
+    /* p2[i * rp + r] = pair(st[2i * rp + r], st[(2i + 1) * rp + r]), i < ceil(nk / 2). */
+    void (*pack_p)(const float *st, int64_t rp, int64_t nk, uint32_t *p2);
+    /* acc[r * lda + e] = alpha[r] * acc[r * lda + e] + sum_{i < n2} p2[i * rp + r] . v2[i * Dv + e]. */
+    void (*pv)(const uint32_t *p2, int64_t rp, int64_t rows, int64_t n2, const uint32_t *v2, int64_t Dv,
+               const float *alpha, float *acc, int64_t lda);
+} lm__attn_fast_kernels;
+
 extern const lm__attn_kernels lm__attn_kernels_scalar;
 #ifdef LM__HAVE_X86_KERNELS
 extern const lm__attn_kernels lm__attn_kernels_avx2;
 extern const lm__attn_kernels lm__attn_kernels_avx512;
+extern const lm__attn_fast_kernels lm__attn_fast_kernels_avx512bf16; /* AVX512_BF16 */
 #endif
 
 /* 2^f for f in [-0.5, 0.5]: degree-6 fit of the relative error (max 2e-9, below f32
