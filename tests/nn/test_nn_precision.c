@@ -138,7 +138,11 @@ static void test_fast_decode_close_to_exact(void) {
  * panels): against exact prefill (same weights) within the decode gates, and decoding
  * one token at a time (the fast gemv) against the fast prefill: the same quantization of
  * each linear's input, so they differ by f32 summation order and by the roundings of x
- * that order flips. */
+ * that order flips (gates 1e-4 NMSE, 2% of max |logit|). Where AVX512_BF16 runs, fast
+ * prefill's attention also rounds q, k, v and the probabilities to bf16 and decode's (a
+ * few key-lane rows) does not: then they differ by one operator's arithmetic, as fast
+ * and exact do, and take the fast-vs-exact gates (1e-3, 5%; measured 2.8e-4 / 2.9e-4
+ * and 2.0-2.2% on a Zen 5, against 4-5e-5 with that attention turned off). */
 static void quant_prefill_case(lm_weights w) {
     lm_model *e = load_as(DEFAULT_MODEL, w, LM_PRECISION_EXACT), *f = load_as(DEFAULT_MODEL, w, LM_PRECISION_FAST);
     if (!e || !f) return;
@@ -153,7 +157,9 @@ static void quant_prefill_case(lm_weights w) {
     logits_diff dp = decode_vs_prefill(f); /* fast decode against fast prefill */
     printf("  %s fast decode vs fast prefill: NMSE %.3g, max |d| %.3g of max |logit| %.3g, top-1 %d/%d\n", name,
            dp.nmse, dp.max_abs, dp.max_ref, dp.agree, T);
-    LT_CHECK_MSG(dp.nmse <= 1e-4 && dp.max_abs <= 0.02 * dp.max_ref && dp.agree >= (int)(0.9 * T),
+    const int bf16_attention = lm__cpu_bf16dot_runs();
+    const double dp_nmse = bf16_attention ? 1e-3 : 1e-4, dp_abs = bf16_attention ? 0.05 : 0.02;
+    LT_CHECK_MSG(dp.nmse <= dp_nmse && dp.max_abs <= dp_abs * dp.max_ref && dp.agree >= (int)(0.9 * T),
                  "%s: fast decode differs from fast prefill: NMSE %.3g, max %.3g (top-1 %d/%d)", name, dp.nmse,
                  dp.max_abs, dp.agree, T);
     lm_model_destroy(e);
