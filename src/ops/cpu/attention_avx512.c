@@ -228,11 +228,9 @@ LM__TARGET_AVX512 static void softmax_kl_avx512(float *s, int64_t lds, int64_t r
     }
 }
 
-/* acc rows [0, RB) x Dv columns [0, 16 EV), the last zmm masked by tail. */
-INLINE void pv_tile(const float *pt, int64_t prs, int64_t pjs, const int RB, int64_t nk, const float *v, int64_t ldv,
-                    const int EV, __mmask16 tail, const float *alpha, float *acc, int64_t lda) {
-    __m512 a[PV_RB][PV_EV];
-    __mmask16 mk[PV_EV];
+/* A pv tile's accumulators: masks mk (the last zmm of a row by tail), a = alpha * acc. */
+INLINE void pv_tile_load(const int RB, const int EV, __mmask16 tail, const float *alpha, const float *acc, int64_t lda,
+                         __mmask16 mk[PV_EV], __m512 a[PV_RB][PV_EV]) {
 #pragma GCC unroll 4
     for (int u = 0; u < EV; u++) mk[u] = u == EV - 1 ? tail : (__mmask16)0xffff;
 #pragma GCC unroll 6
@@ -241,6 +239,41 @@ INLINE void pv_tile(const float *pt, int64_t prs, int64_t pjs, const int RB, int
 #pragma GCC unroll 4
         for (int u = 0; u < EV; u++) a[r][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + r * lda + 16 * u), al);
     }
+}
+
+INLINE void pv_tile_store(const int RB, const int EV, const __mmask16 mk[PV_EV], __m512 a[PV_RB][PV_EV], float *acc,
+                          int64_t lda) {
+#pragma GCC unroll 6
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < EV; u++) _mm512_mask_storeu_ps(acc + r * lda + 16 * u, mk[u], a[r][u]);
+}
+
+/* Rows [0, rows) in even groups of <= PV_RB (7 rows as 4 + 3, not 6 + 1; V is re-read per
+ * group): CALL(RB, r) for each group of RB rows from row r. */
+#define PV_GROUPS(rows, CALL)                                                                                      \
+    do {                                                                                                           \
+        int64_t groups_ = ((rows) + PV_RB - 1) / PV_RB;                                                            \
+        for (int64_t gi_ = 0, r = 0; gi_ < groups_; gi_++) {                                                       \
+            int64_t rb_ = ((rows) - r) / (groups_ - gi_) + (((rows) - r) % (groups_ - gi_) != 0);                  \
+            switch (rb_) {                                                                                         \
+            case 1: CALL(1, r); break;                                                                             \
+            case 2: CALL(2, r); break;                                                                             \
+            case 3: CALL(3, r); break;                                                                             \
+            case 4: CALL(4, r); break;                                                                             \
+            case 5: CALL(5, r); break;                                                                             \
+            default: CALL(6, r); break;                                                                            \
+            }                                                                                                      \
+            r += rb_;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+/* acc rows [0, RB) x Dv columns [0, 16 EV), the last zmm masked by tail. */
+INLINE void pv_tile(const float *pt, int64_t prs, int64_t pjs, const int RB, int64_t nk, const float *v, int64_t ldv,
+                    const int EV, __mmask16 tail, const float *alpha, float *acc, int64_t lda) {
+    __m512 a[PV_RB][PV_EV];
+    __mmask16 mk[PV_EV];
+    pv_tile_load(RB, EV, tail, alpha, acc, lda, mk, a);
     for (int64_t j = 0; j < nk; j++) {
         __m512 vv[PV_EV];
 #pragma GCC unroll 4
@@ -252,10 +285,7 @@ INLINE void pv_tile(const float *pt, int64_t prs, int64_t pjs, const int RB, int
             for (int u = 0; u < EV; u++) a[r][u] = _mm512_fmadd_ps(vv[u], p, a[r][u]);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int u = 0; u < EV; u++) _mm512_mask_storeu_ps(acc + r * lda + 16 * u, mk[u], a[r][u]);
+    pv_tile_store(RB, EV, mk, a, acc, lda);
 }
 
 /* RB rows over all of Dv in strips of up to 4 zmm. */
@@ -276,22 +306,9 @@ INLINE void pv_rows(const float *pt, int64_t prs, int64_t pjs, const int RB, int
 LM__TARGET_AVX512 static void pv_avx512(const float *pt, int64_t prs, int64_t pjs, int64_t rows, int64_t nk,
                                         const float *v, int64_t ldv, int64_t Dv, const float *alpha, float *acc,
                                         int64_t lda) {
-    /* Even groups of <= 6 rows (7 rows as 4 + 3, not 6 + 1): V is re-read per group. */
-    int64_t groups = (rows + PV_RB - 1) / PV_RB;
-    for (int64_t gi = 0, r = 0; gi < groups; gi++) {
-        int64_t rb = (rows - r) / (groups - gi) + ((rows - r) % (groups - gi) != 0);
-        const float *p = pt + r * prs;
-        float *a = acc + r * lda;
-        switch (rb) {
-        case 1: pv_rows(p, prs, pjs, 1, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        case 2: pv_rows(p, prs, pjs, 2, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        case 3: pv_rows(p, prs, pjs, 3, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        case 4: pv_rows(p, prs, pjs, 4, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        case 5: pv_rows(p, prs, pjs, 5, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        default: pv_rows(p, prs, pjs, 6, nk, v, ldv, Dv, alpha + r, a, lda); break;
-        }
-        r += rb;
-    }
+#define PV_F32(RB, r) pv_rows(pt + (r) * prs, prs, pjs, RB, nk, v, ldv, Dv, alpha + (r), acc + (r) * lda, lda)
+    PV_GROUPS(rows, PV_F32);
+#undef PV_F32
 }
 
 const lm__attn_kernels lm__attn_kernels_avx512 = {
@@ -417,14 +434,7 @@ INLINE_BF void pv_tile_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_
                             const int EV, __mmask16 tail, const float *alpha, float *acc, int64_t lda) {
     __m512 a[PV_RB][PV_EV];
     __mmask16 mk[PV_EV];
-#pragma GCC unroll 4
-    for (int u = 0; u < EV; u++) mk[u] = u == EV - 1 ? tail : (__mmask16)0xffff;
-#pragma GCC unroll 6
-    for (int r = 0; r < RB; r++) {
-        __m512 al = _mm512_set1_ps(alpha[r]);
-#pragma GCC unroll 4
-        for (int u = 0; u < EV; u++) a[r][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + r * lda + 16 * u), al);
-    }
+    pv_tile_load(RB, EV, tail, alpha, acc, lda, mk, a);
     for (int64_t i = 0; i < n2; i++) {
         __m512bh vv[PV_EV];
 #pragma GCC unroll 4
@@ -436,10 +446,7 @@ INLINE_BF void pv_tile_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_
             for (int u = 0; u < EV; u++) a[r][u] = _mm512_dpbf16_ps(a[r][u], vv[u], p);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int u = 0; u < EV; u++) _mm512_mask_storeu_ps(acc + r * lda + 16 * u, mk[u], a[r][u]);
+    pv_tile_store(RB, EV, mk, a, acc, lda);
 }
 
 INLINE_BF void pv_rows_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_t n2, const uint32_t *v2, int64_t Dv,
@@ -459,21 +466,9 @@ INLINE_BF void pv_rows_bf16(const uint32_t *p2, int64_t rp, const int RB, int64_
 /* acc[r] = alpha[r] acc[r] + sum over the n2 pairs of p2 (row r) times v2, r < rows. */
 LM__TARGET_AVX512BF16 static void pv_bf16(const uint32_t *p2, int64_t rp, int64_t rows, int64_t n2, const uint32_t *v2,
                                           int64_t Dv, const float *alpha, float *acc, int64_t lda) {
-    int64_t groups = (rows + PV_RB - 1) / PV_RB;
-    for (int64_t gi = 0, r = 0; gi < groups; gi++) {
-        int64_t rb = (rows - r) / (groups - gi) + ((rows - r) % (groups - gi) != 0);
-        const uint32_t *p = p2 + r;
-        float *a = acc + r * lda;
-        switch (rb) {
-        case 1: pv_rows_bf16(p, rp, 1, n2, v2, Dv, alpha + r, a, lda); break;
-        case 2: pv_rows_bf16(p, rp, 2, n2, v2, Dv, alpha + r, a, lda); break;
-        case 3: pv_rows_bf16(p, rp, 3, n2, v2, Dv, alpha + r, a, lda); break;
-        case 4: pv_rows_bf16(p, rp, 4, n2, v2, Dv, alpha + r, a, lda); break;
-        case 5: pv_rows_bf16(p, rp, 5, n2, v2, Dv, alpha + r, a, lda); break;
-        default: pv_rows_bf16(p, rp, 6, n2, v2, Dv, alpha + r, a, lda); break;
-        }
-        r += rb;
-    }
+#define PV_BF16(RB, r) pv_rows_bf16(p2 + (r), rp, RB, n2, v2, Dv, alpha + (r), acc + (r) * lda, lda)
+    PV_GROUPS(rows, PV_BF16);
+#undef PV_BF16
 }
 
 const lm__attn_fast_kernels lm__attn_fast_kernels_avx512bf16 = {
