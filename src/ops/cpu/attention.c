@@ -168,11 +168,13 @@ static void attend_keys(const attn_job *j, const attn_scratch *s, int64_t b, int
             kn->pv(s->st, kn->bk, 1, rows, nk, vj, j->vs[2], j->Dv, s->alpha, s->acc, j->lda);
         } else if (j->fast) {
             kn->softmax_rl(s->st, rp, nk, last, s->m, s->l, s->alpha);
-            if (!v2) {
+            /* an odd nk's last pair is p 0 against values 0: packed here, so that a key past
+             * the block (a later position's values, perhaps past bf16's range) never
+             * meets it as 0 x inf */
+            if (!v2 || (nk & 1)) {
                 j->fast->pack_v(vj, j->vs[2], nk, j->Dv, s->v2);
                 v2 = s->v2;
             }
-            /* an odd nk's last pair: p 0 against the next key's (or 0) values */
             j->fast->pack_p(s->st, rp, nk, s->p2);
             j->fast->pv(s->p2, rp, rows, (nk + 1) / 2, v2, j->Dv, s->alpha, s->acc, j->lda);
         } else {
