@@ -326,6 +326,19 @@ const lm__attn_kernels lm__attn_kernels_avx512 = {
  * stay f32; the softmax in between is the exact one. */
 #define INLINE_BF static inline __attribute__((always_inline)) LM__TARGET_AVX512BF16
 
+/* x with its finite values past bf16's largest (3.3895e38) set to it (sign kept): they
+ * would round to infinity, and a probability of 0 against an infinite value is NaN where
+ * the f32 kernels give 0 (a masked key, in the block of a row that cannot see it). Inf and
+ * NaN stay as they are. */
+INLINE_BF __m512 bf16_range(__m512 x) {
+    const __m512 top = _mm512_set1_ps(3.38953139e38f);
+    const __m512 a = _mm512_abs_ps(x);
+    const __mmask16 big =
+        _mm512_cmp_ps_mask(a, top, _CMP_GT_OQ) & _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NEQ_OQ);
+    const __m512i sign = _mm512_andnot_si512(_mm512_castps_si512(a), _mm512_castps_si512(x));
+    return _mm512_mask_blend_ps(big, x, _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(top))));
+}
+
 /* 16 pairs: lane i = bf16(a[i]) | bf16(b[i]) << 16. */
 INLINE_BF __m512i pair16(__m512 a, __m512 b) {
     __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
@@ -340,8 +353,8 @@ LM__TARGET_AVX512BF16 static void pack_q_bf16(const float *q, int64_t D, float q
     const int64_t D2 = (D + 1) / 2;
     for (int64_t d = 0; d < D; d += 32) {
         uint32_t t[16] __attribute__((aligned(64)));
-        __m512 lo = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d), q + d), qs);
-        __m512 hi = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d - 16), q + d + 16), qs);
+        __m512 lo = bf16_range(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d), q + d), qs));
+        __m512 hi = bf16_range(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(D - d - 16), q + d + 16), qs));
         _mm512_store_si512((void *)t, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         for (int64_t i = 0; i < 16 && d / 2 + i < D2; i++) qt2[(d / 2 + i) * rp] = t[i];
     }
@@ -352,8 +365,8 @@ LM__TARGET_AVX512BF16 static void pack_k_bf16(const float *k, int64_t ldk, int64
     const int64_t D2 = (D + 1) / 2;
     for (int64_t j = 0; j < nk; j++)
         for (int64_t d = 0; d < D; d += 32) {
-            __m512 lo = _mm512_maskz_loadu_ps(tail_mask(D - d), k + j * ldk + d);
-            __m512 hi = _mm512_maskz_loadu_ps(tail_mask(D - d - 16), k + j * ldk + d + 16);
+            __m512 lo = bf16_range(_mm512_maskz_loadu_ps(tail_mask(D - d), k + j * ldk + d));
+            __m512 hi = bf16_range(_mm512_maskz_loadu_ps(tail_mask(D - d - 16), k + j * ldk + d + 16));
             _mm512_mask_storeu_epi32(k2 + j * D2 + d / 2, tail_mask(D2 - d / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
 }
@@ -413,8 +426,8 @@ LM__TARGET_AVX512BF16 static void pack_v_bf16(const float *v, int64_t ldv, int64
     for (int64_t j = 0; j < nk; j += 2)
         for (int64_t e = 0; e < Dv; e += 16) {
             __mmask16 mk = tail_mask(Dv - e);
-            __m512 a = _mm512_maskz_loadu_ps(mk, v + j * ldv + e);
-            __m512 b = j + 1 < nk ? _mm512_maskz_loadu_ps(mk, v + (j + 1) * ldv + e) : _mm512_setzero_ps();
+            __m512 a = bf16_range(_mm512_maskz_loadu_ps(mk, v + j * ldv + e));
+            __m512 b = j + 1 < nk ? bf16_range(_mm512_maskz_loadu_ps(mk, v + (j + 1) * ldv + e)) : _mm512_setzero_ps();
             _mm512_mask_storeu_epi32(v2 + j / 2 * Dv + e, mk, pair16(a, b));
         }
 }
