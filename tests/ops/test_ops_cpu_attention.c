@@ -369,20 +369,21 @@ static void test_fast_precision_row_lanes_on_bf16(void) {
     printf("  fast: NMSE against exact float64 up to %.2e (gate 1e-4)\n", g_fast_worst_nmse);
 }
 
-/* Fast precision: values that bf16 would round to infinity (3.4e38, finite in f32) at
- * positions that rows have not reached yet must not reach their outputs, as in the f32
- * kernels: inside a block that such rows share with rows that see it (position 22: the
- * block of positions 18-26 sees keys 0-26, rows 18-21 not key 22), and just past a block
- * that ends in an odd key (position 27, the pair partner of key 26: p 0 against 0, never
- * against the next position's values). Causal Tq = Tk = 45, 7 query heads: row blocks of
- * 9 positions. */
+/* Fast precision: values at positions that rows have not reached yet must not reach
+ * their outputs, as in the f32 kernels. Causal Tq = Tk = 45, 7 query heads: row blocks of
+ * 9 positions; the block of positions 18-26 sees keys 0-26.
+ *  - Position 22 holds 3.4e38, finite in f32 but past bf16's range: rows 18-21 share
+ *    its block without seeing it (p 0 must not meet an infinity), rows 22-26 see it
+ *    (finite outputs, as in f32).
+ *  - Position 27 holds NaN, the pair partner of key 26 that ends the block: p 0 must
+ *    meet 0, never the next position's values. */
 static void test_fast_attention_hides_future_values(void) {
     if (!lm__cpu_bf16dot_runs()) return;
     lt_rng r = lt_rng_seed(76);
     attn_case c = {1, 7, 1, 45, 45, 64, 64, 1, LAYOUT_CONTIGUOUS};
     operands x = make_operands(&r, &c);
     float *v = lm_tensor_data(x.bufs[2]);
-    for (int64_t e = 0; e < c.Dv; e++) v[22 * c.Dv + e] = v[27 * c.Dv + e] = e % 2 ? 3.4e38f : -3.4e38f;
+    for (int64_t e = 0; e < c.Dv; e++) v[22 * c.Dv + e] = e % 2 ? 3.4e38f : -3.4e38f, v[27 * c.Dv + e] = NAN;
     lm_precision old = lm__cpu_precision_set(LM_PRECISION_FAST);
     for (int t = 0; t < 2; t++) {
         LT_CHECK_OK(lm_tensor_view_poison(NULL, &x.out));
@@ -390,10 +391,10 @@ static void test_fast_attention_hides_future_values(void) {
         const float *o = lm_tensor_data(x.bufs[3]);
         int bad = 0;
         for (int64_t h = 0; h < c.Hq && !bad; h++)
-            for (int64_t i = 0; i < 22 && !bad; i++)
+            for (int64_t i = 0; i < 27 && !bad; i++)
                 for (int64_t e = 0; e < c.Dv && !bad; e++)
                     if (!isfinite(o[(h * c.Tq + i) * c.Dv + e])) {
-                        LT_CHECK_MSG(0, "%d threads: head %lld position %lld is %g before the huge values' position 22",
+                        LT_CHECK_MSG(0, "%d threads: head %lld position %lld is %g (position 22 holds 3.4e38, 27 NaN)",
                                      t + 1, (long long)h, (long long)i, o[(h * c.Tq + i) * c.Dv + e]);
                         bad = 1;
                     }
