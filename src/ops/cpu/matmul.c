@@ -403,8 +403,11 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     }
     if (prec == LM_PRECISION_FAST && j->wdt == LM_BF16) LM_TRY(fast_kernels(&j->fast));
     if (i8dot) { /* x quantized once, every task reads it */
-        j->i8fast = i8k;
         j->i8unit = j->wdt == LM_U8 && j->group == 32 ? 32 : 64;
+        j->i8fast = i8k;
+#ifdef LM__HAVE_X86_KERNELS
+        if (j->i8unit == 32 && i8k->gemm_unit64_only) j->i8fast = &lm__i8dot_kernels_avx512;
+#endif
         size_t bytes = j->i8fast->gemm_x_bytes(j->M, j->K, j->i8unit);
         if (!(j->xi8 = lm__alloc(bytes, 64)))
             return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);

@@ -538,8 +538,10 @@ const lm__i8dot_kernels lm__i8dot_kernels_avx512 = {
  * starting value (-bias times its xq sum), converted and multiplied by d (int4: times the
  * group scales) into one of 16 f32 accumulators. Units alternate between two sets of tiles
  * (C 0 / 1, A 2 / 3, B 4 / 5), so a unit's products need not wait for the previous unit's
- * sums to be read back. Shapes: U = 64: every tile 16 x 64 bytes; U = 32 (int4 groups of
- * 32): A 16 x 32, B 8 x 64.
+ * sums to be read back. Every tile is 16 x 64 bytes: units of 64 k only
+ * (gemm_unit64_only). A unit of 32 k (int4 groups of 32) would pay the same row work for
+ * half the products; on an AMX Xeon it measured slower than the VPDPBUSD GEMM (0.63-1.10x,
+ * where 64-k units ran 1.18-1.38x), so those GEMMs take the avx512 set (bench/NOTES.md).
  * lm__i8dot_kernels_amx_sim runs the same code with each tile instruction carried out in
  * C over a per-thread tile file, as the ISA reference defines it for palette 1 (a shape
  * the hardware would fault on aborts), so the layout and blocking are tested on CPUs
@@ -551,8 +553,6 @@ enum { AMR = 32 };
 
 static const lm__amx_config amx_cfg_u64 __attribute__((aligned(64))) = {
     .palette = 1, .colsb = {64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16}};
-static const lm__amx_config amx_cfg_u32 __attribute__((aligned(64))) = {
-    .palette = 1, .colsb = {64, 64, 32, 32, 64, 64}, .rows = {16, 16, 16, 16, 8, 8}};
 
 /* x strip of AMR rows: xq [AMR][kp] int8 (kp = nb * QB; zero past K and in rows past M),
  * d [nb][AMR], cw [nu][AMR] (the units' starting values). */
@@ -698,8 +698,9 @@ INLINE_AMX void amx_unit_sums(const int32_t *buf, const int32_t *cw, const float
     }
 }
 
-INLINE_AMX void micro_amx_t(const lm__i8dot_tile *t, const int U, const int sim) {
-    amx_configure(U == 32 ? &amx_cfg_u32 : &amx_cfg_u64, sim);
+INLINE_AMX void micro_amx_t(const lm__i8dot_tile *t, const int sim) {
+    enum { U = 64 };
+    amx_configure(&amx_cfg_u64, sim);
     const int64_t nb = nblocks(t->K), kp = nb * QB, u0 = t->k0 / U;
     const uint8_t *st = (const uint8_t *)t->xprep + (size_t)(t->m0 / AMR) * amx_strip_bytes(t->K, U);
     const float *d = (const float *)(st + kp * AMR);
@@ -736,17 +737,11 @@ INLINE_AMX void micro_amx_t(const lm__i8dot_tile *t, const int U, const int sim)
 #undef T_ZERO
 #undef T_DP
 
-TARGET_AMX static void micro_amx(const lm__i8dot_tile *t) {
-    if (t->unit == 32) micro_amx_t(t, 32, 0);
-    else micro_amx_t(t, 64, 0);
-}
+TARGET_AMX static void micro_amx(const lm__i8dot_tile *t) { micro_amx_t(t, 0); }
 
 /* Carries the AMX target only to inline micro_amx_t: with sim constant 1 no tile
  * instruction is executed, so it runs on any AVX512_VNNI CPU. */
-TARGET_AMX static void micro_amx_sim(const lm__i8dot_tile *t) {
-    if (t->unit == 32) micro_amx_t(t, 32, 1);
-    else micro_amx_t(t, 64, 1);
-}
+TARGET_AMX static void micro_amx_sim(const lm__i8dot_tile *t) { micro_amx_t(t, 1); }
 
 /* kc 1024 x nc 256 as the VPDPBUSD GEMM (256 KiB of panels in L2); x strips of 32 rows
  * (32 KiB a K block). */
@@ -755,7 +750,7 @@ TARGET_AMX static void micro_amx_sim(const lm__i8dot_tile *t) {
         .x_bytes = x_bytes_i8dot, .prep_x = prep_x_i8dot, .gemv = gemv_i8dot, .prep_x_i4 = prep_x_i4dot,           \
         .gemv_i4 = gemv_i4dot, .gemm_mr = AMR, .gemm_nr = NR, .gemm_kc = 1024, .gemm_nc = 256,                     \
         .gemm_x_bytes = amx_x_bytes, .gemm_prep_x = amx_prep_x, .pack_i8 = pack_i8dot, .pack_i4 = pack_i4dot,      \
-        .micro = MICRO,                                                                                            \
+        .micro = MICRO, .gemm_unit64_only = 1,                                                                     \
     }
 const lm__i8dot_kernels lm__i8dot_kernels_amx = AMX_SET(micro_amx);
 const lm__i8dot_kernels lm__i8dot_kernels_amx_sim = AMX_SET(micro_amx_sim);

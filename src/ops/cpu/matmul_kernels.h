@@ -146,6 +146,10 @@ typedef struct lm__i8dot_kernels {
     /* c[r * ldc + j] = (accumulate ? c : 0) + cs[j] * sum over the tile's units of d * (xq . w)
      * (int4: d * gs * (xq . w); cs NULL: 1) for r < mrows, j < ncols. */
     void (*micro)(const struct lm__i8dot_tile *t);
+    /* The GEMM takes units of 64 k only; a GEMM of int4 groups of 32 then runs on the
+     * avx512 set (the AMX sets: a 32-k unit pays the same per-unit row work for half the
+     * tile products, and measured slower than VPDPBUSD; bench/NOTES.md). */
+    int gemm_unit64_only;
 } lm__i8dot_kernels;
 
 /* One tile of the fast int8 / int4 GEMM: rows m0 .. m0 + mrows of the prepared x (of K
