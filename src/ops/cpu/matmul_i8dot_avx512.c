@@ -700,6 +700,7 @@ INLINE_AMX void amx_unit_sums(const int32_t *buf, const int32_t *cw, const float
 
 INLINE_AMX void micro_amx_t(const lm__i8dot_tile *t, const int sim) {
     enum { U = 64 };
+    LM_ASSERT(t->unit == U); /* gemm_unit64_only: matmul.c routes 32-k units elsewhere */
     amx_configure(&amx_cfg_u64, sim);
     const int64_t nb = nblocks(t->K), kp = nb * QB, u0 = t->k0 / U;
     const uint8_t *st = (const uint8_t *)t->xprep + (size_t)(t->m0 / AMR) * amx_strip_bytes(t->K, U);
