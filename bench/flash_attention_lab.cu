@@ -15,6 +15,7 @@
  * tests/cuda/test_cuda_attention.c and test_cuda_backward.c; this only times.
  */
 #include "ops/cuda/attention_flash.cu"
+#include "lab_fill.cuh"
 #include <vector>
 /* A [B, H, T, D] view of a token-major [B, T, Ht, D] buffer (Ht heads a token). */
 static lm_tensor_view tv(void *p, int64_t B, int64_t H, int64_t T, int64_t D, int64_t Ht) {
@@ -25,15 +26,6 @@ static lm_tensor_view tv(void *p, int64_t B, int64_t H, int64_t T, int64_t D, in
         exit(2);
     }
     return v;
-}
-__global__ void fill(bf16 *p, int64_t n, uint32_t seed, float sc) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        p[i] = __float2bfloat16(((h & 0xffff) / 65536.f - 0.5f) * sc);
-    }
 }
 int main(int argc, char **argv) {
     if (argc != 6) {
@@ -62,10 +54,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: no device memory (is there a GPU?)\n", argv[0]);
         return 1;
     }
-    fill<<<1024, 256>>>(q, nq, 1, 2.f);
-    fill<<<1024, 256>>>(k, nk, 2, 2.f);
-    fill<<<1024, 256>>>(v, nk, 3, 1.f);
-    fill<<<1024, 256>>>(dO, nq, 4, 1.f);
+    lab_fill<<<1024, 256>>>(q, nq, 1, 2.f);
+    lab_fill<<<1024, 256>>>(k, nk, 2, 2.f);
+    lab_fill<<<1024, 256>>>(v, nk, 3, 1.f);
+    lab_fill<<<1024, 256>>>(dO, nq, 4, 1.f);
     lm_tensor_view Q = tv(q, B, Hq, T, D, Hq), K = tv(k, B, Hk, T, D, Hk), V_ = tv(v, B, Hk, T, D, Hk);
     lm_tensor_view O = tv(o, B, Hq, T, D, Hq), DO = tv(dO, B, Hq, T, D, Hq);
     lm_tensor_view DQ = tv(dq, B, Hq, T, D, Hq), DK = tv(dk, B, Hk, T, D, Hk), DV = tv(dv, B, Hk, T, D, Hk);

@@ -21,15 +21,18 @@
  * Prints one JSON line per body: us an item (the launch's time / C), GB/s an SM, and the
  * outputs' NMSE and max |d| / max |y| against a float64 reference computed on the host
  * for the first copy. Timing: 3 warm-up launches, then the median of 9 (events).
- * Built where nvcc is (no GPU needed):
+ * Built where nvcc is (no GPU needed), after scripts/pack_cuda_tests.sh (the reference
+ * reads bf16 through the library's lm_bf16_to_f32):
  *   nvcc -O3 -std=c++17 -Iinclude -Isrc -DLOOM_HAVE_CUDA=1 -D_POSIX_C_SOURCE=200809L \
- *     --generate-code=arch=compute_90a,code=[sm_90a] -x cu bench/gemv_sm_lab.cu -o gemv_lab
+ *     --generate-code=arch=compute_90a,code=[sm_90a] -x cu bench/gemv_sm_lab.cu \
+ *     -L/tmp/loom-packed -lloomall -lcudart -o gemv_lab
  * Usage: gemv_lab N K C S (e.g. gemv_lab 9728 896 8 132: Qwen2.5-0.5B's gate|up on 132
  * SMs; gemv_lab 9728 896 8 8: the rate of 8 SMs, far from the chip's bandwidth).
  * A lab, not a test: it measures; the kernels' own tests live in tests/cuda.
  */
 #include "ops/cuda/gemv_body.cuh"
 #include "ops/cuda/mma.cuh"
+#include "lab_fill.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -49,7 +52,6 @@ struct lab_args {
     float *y; /* C x [N] */
     int64_t N, K;
     int C;
-    int64_t max_tiles; /* the largest block's 16-row tiles (mma) */
 };
 
 /* Block b's share [lo, hi) of n units over nb blocks (sizes differ by at most one). */
@@ -59,15 +61,15 @@ __host__ __device__ static inline void share(int64_t n, int nb, int b, int64_t *
 
 __global__ void __launch_bounds__(THREADS, 1) fma_kernel(lab_args a) {
     extern __shared__ float4 xs[];
-    const int64_t groups = (a.N + 1) / 2; /* gemv_cfg<BF16, 1>::RPW = 2 */
+    constexpr int RPW = gemv_cfg<LM__CUDA_GEMV_BF16, 1>::RPW;
     int64_t g0, g1;
-    share(groups, gridDim.x, blockIdx.x, &g0, &g1);
+    share((a.N + RPW - 1) / RPW, gridDim.x, blockIdx.x, &g0, &g1);
+    lm__cuda_gemv_params p;
+    memset(&p, 0, sizeof p);
+    p.in = LM__CUDA_GEMV_PLAIN, p.wf = LM__CUDA_GEMV_BF16, p.x = a.x, p.ldx = a.K, p.ldw = a.K * 2, p.ldo = a.N;
+    p.M = 1, p.N = a.N, p.K = a.K, p.epi = LM__CUDA_GEMV_EPI_OUT;
     for (int c = 0; c < a.C; c++) {
-        lm__cuda_gemv_params p;
-        memset(&p, 0, sizeof p);
-        p.in = LM__CUDA_GEMV_PLAIN, p.wf = LM__CUDA_GEMV_BF16, p.x = a.x, p.ldx = a.K;
-        p.w = a.w + (int64_t)c * a.N * a.K, p.ldw = a.K * 2, p.out = a.y + (int64_t)c * a.N, p.ldo = a.N;
-        p.M = 1, p.N = a.N, p.K = a.K, p.epi = LM__CUDA_GEMV_EPI_OUT;
+        p.w = a.w + (int64_t)c * a.N * a.K, p.out = a.y + (int64_t)c * a.N;
         gemv_body<LM__CUDA_GEMV_BF16, LM__CUDA_GEMV_PLAIN, 1, 1, 1>(p, g0, g1, 0, 1, [] {}, xs);
         __syncthreads(); /* the next item restages xs */
     }
@@ -252,25 +254,6 @@ __global__ void __launch_bounds__(THREADS, 1) mma_kernel(lab_args a) {
     }
 }
 
-__global__ void fill(bf16 *p, int64_t n, uint32_t seed) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16(((h & 0xffff) / 65536.f - 0.5f) * 0.1f);
-    }
-}
-
-static float bf2f(bf16 v) {
-    uint16_t u;
-    memcpy(&u, &v, 2);
-    uint32_t b = (uint32_t)u << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-typedef void (*launch_fn)(const lab_args &, int, size_t);
-
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s N K C S\n", argv[0]);
@@ -289,22 +272,21 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&w, nw * 2));
     CK(cudaMalloc(&x, a.K * 4));
     CK(cudaMalloc(&y, a.N * a.C * 4));
-    fill<<<1024, 256>>>(w, nw, 7);
+    lab_fill<<<1024, 256>>>(w, nw, 7, 0.1f);
     std::vector<float> hx(a.K);
     for (int64_t k = 0; k < a.K; k++) hx[k] = sinf(0.37f * (float)k) * (1.f + 0.001f * (float)k);
     CK(cudaMemcpy(x, hx.data(), a.K * 4, cudaMemcpyHostToDevice));
     a.w = w, a.x = x, a.y = y;
     int64_t t0, t1, mt = 0;
     for (int b = 0; b < S; b++) share((a.N + 15) / 16, S, b, &t0, &t1), mt = std::max(mt, t1 - t0);
-    a.max_tiles = mt;
     /* the reference: copy 0 in float64 */
-    std::vector<bf16> hw(a.N * a.K);
+    std::vector<uint16_t> hw(a.N * a.K);
     CK(cudaMemcpy(hw.data(), w, a.N * a.K * 2, cudaMemcpyDeviceToHost));
     std::vector<double> ref(a.N);
     double rmax = 0, rss = 0;
     for (int64_t n = 0; n < a.N; n++) {
         double s = 0;
-        for (int64_t k = 0; k < a.K; k++) s += (double)bf2f(hw[n * a.K + k]) * hx[k];
+        for (int64_t k = 0; k < a.K; k++) s += (double)lm_bf16_to_f32(hw[n * a.K + k]) * hx[k];
         ref[n] = s, rmax = std::max(rmax, fabs(s)), rss += s * s;
     }
     const size_t fma_smem = (size_t)smx_row_chunks(a.K) * 16;

@@ -517,7 +517,7 @@ static void int_gemm_with(const lm__i8dot_kernels *set, uint64_t seed, int64_t M
  * bit-identical, on partial 32 x 32 tiles (rows 1-16, 17-31; columns 1-16, 17-31), K
  * blocks past 1,024, N blocks past 256, int8 and int4 groups of 64 and 128. int4 groups of
  * 32 (units of 32 k, which the AMX GEMM does not take) must be routed to the VPDPBUSD
- * GEMM: run through the 64-k tile code they would come out wrong. The simulation
+ * GEMM; given to the tile code they would stop at its unit assertion. The simulation
  * everywhere; the tile unit too where the CPU has AMX-INT8. */
 static void test_amx_gemm_bitwise_equals_vpdpbusd(void) {
     const lm__i8dot_kernels *sets[2] = {&lm__i8dot_kernels_amx_sim,
