@@ -22,6 +22,7 @@
 #include <string.h>
 
 #ifdef LOOM_HAVE_CUDA
+#include "loom/model.h"
 #include "ops/cuda/cuda_ops.h"
 
 static const lm_device ct_gpu = {LM_DEVICE_CUDA, 0};
@@ -102,6 +103,58 @@ static inline int ct_check(lm_ctx *gctx, const char *what, const ct_pair *dp, co
     free(got);
     free(ref);
     return ok;
+}
+
+/* Largest |v[i]| of n doubles (NaN compares false, so it never wins). */
+static inline double ct_max_abs(const double *v, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(v[i]) > m) m = fabs(v[i]);
+    return m;
+}
+
+/* Two [T, V] logit tables compared: NMSE of got against want, max |got - want|, the
+ * positions whose argmax agrees (ties to the lower index), and whether got is finite. */
+typedef struct ct_logits_cmp {
+    double nmse, max_abs;
+    int top1, finite;
+} ct_logits_cmp;
+static inline ct_logits_cmp ct_logits_compare(const float *got, const float *want, int64_t T, int64_t V) {
+    ct_logits_cmp c = {0, 0, 0, 1};
+    double se = 0, sw = 0;
+    for (int64_t i = 0; i < T * V; i++) {
+        double e = (double)got[i] - want[i];
+        c.finite &= isfinite(got[i]) != 0;
+        se += e * e, sw += (double)want[i] * want[i];
+        if (fabs(e) > c.max_abs) c.max_abs = fabs(e);
+    }
+    for (int64_t t = 0; t < T; t++) {
+        int64_t a = 0, b = 0;
+        for (int64_t v = 1; v < V; v++) {
+            if (got[t * V + v] > got[t * V + a]) a = v;
+            if (want[t * V + v] > want[t * V + b]) b = v;
+        }
+        c.top1 += a == b;
+    }
+    c.nmse = se / (sw > 0 ? sw : 1);
+    return c;
+}
+
+/* Logits [T, V] (free()) of model m on ctx from a fresh one-slot cache: one prefill of the
+ * T tokens ids (every position's logits), or T one-token decode steps; waits for ctx. */
+static inline float *ct_model_logits(const lm_model *m, lm_ctx *ctx, const int32_t *ids, int T, int decode) {
+    int64_t V = lm_model_get_config(m)->vocab_size;
+    float *out = malloc(sizeof(float) * (size_t)(T * V));
+    lm_kv_cache *c = NULL;
+    int slot = 0;
+    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
+    if (decode)
+        for (int t = 0; t < T; t++) LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids + t, 1, out + t * V, 0));
+    else
+        LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids, T, out, 1));
+    LT_CHECK_OK(lm_ctx_synchronize(ctx));
+    lm_kv_cache_destroy(c);
+    return out;
 }
 
 /* A dims-reversed random tensor viewed back (permuted) to logical shape `shape`:

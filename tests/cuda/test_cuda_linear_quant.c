@@ -239,21 +239,6 @@ static lm_model *load(const char *dir, lm_device d, lm_weights w) {
     return m;
 }
 
-/* logits [T, V] of a fresh cache's prefill (T tokens), or of T one-token decode steps */
-static float *logits_of(const lm_model *m, lm_ctx *ctx, const int32_t *ids, int decode) {
-    int64_t V = lm_model_get_config(m)->vocab_size;
-    float *out = malloc(sizeof(float) * (size_t)(T * V));
-    lm_kv_cache *c = NULL;
-    int slot = 0;
-    LT_CHECK_OK(lm_kv_cache_create(m, 1, T, &c));
-    if (decode)
-        for (int t = 0; t < T; t++) LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids + t, 1, out + t * V, 0));
-    else
-        LT_CHECK_OK(lm_model_forward(m, ctx, c, &slot, 1, ids, T, out, 1));
-    lm_kv_cache_destroy(c);
-    return out;
-}
-
 static void compare_model(const char *dir, lm_weights w) {
     lm_ctx *cpu = NULL;
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
@@ -267,26 +252,12 @@ static void compare_model(const char *dir, lm_weights w) {
     int32_t ids[T];
     lt_rng r = lt_rng_seed(7);
     for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
-    float *want = logits_of(h, cpu, ids, 0);
+    float *want = ct_model_logits(h, cpu, ids, T, 0);
     for (int decode = 0; decode < 2; decode++) {
-        float *got = logits_of(g, g_ctx, ids, decode);
-        double se = 0, sw = 0, md = 0;
-        int agree = 0, finite = 1;
-        for (int64_t i = 0; i < T * V; i++) {
-            double e = (double)got[i] - want[i];
-            finite &= isfinite(got[i]) != 0;
-            se += e * e, sw += (double)want[i] * want[i];
-            if (fabs(e) > md) md = fabs(e);
-        }
-        for (int t = 0; t < T; t++) {
-            int64_t a = 0, b = 0;
-            for (int64_t v = 1; v < V; v++) {
-                if (got[t * V + v] > got[t * V + a]) a = v;
-                if (want[t * V + v] > want[t * V + b]) b = v;
-            }
-            agree += a == b;
-        }
-        double nmse = se / (sw > 0 ? sw : 1);
+        float *got = ct_model_logits(g, g_ctx, ids, T, decode);
+        ct_logits_cmp c = ct_logits_compare(got, want, T, V);
+        double nmse = c.nmse, md = c.max_abs;
+        int agree = c.top1, finite = c.finite;
         printf("  %s %s %s cuda vs cpu: nmse %.2e max|d| %.3g top-1 %d/%d\n", dir + strlen(MODELS),
                lm_weights_name(w), decode ? "decode" : "prefill", nmse, md, agree, T);
         LT_CHECK_MSG(finite && nmse <= 1e-3, "%s %s: nmse %.3g", dir, lm_weights_name(w), nmse);

@@ -48,12 +48,6 @@ typedef struct fcase {
     int bias, q_bf16, paged;
 } fcase;
 
-static double max_abs_of(const double *v, int64_t n) {
-    double m = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(v[i]) > m) m = fabs(v[i]);
-    return m;
-}
 
 /* Weights of format c->fmt from random floats w [N, K]: *wq (and *sc) on the host. */
 static void make_weights(const fcase *c, lt_rng *r, int64_t N, lm_tensor **wq, lm_tensor **sc) {
@@ -142,7 +136,7 @@ static void run_case(const fcase *c, uint64_t seed) {
              (long long)K, c->Hq, c->Hkv, c->hd, c->in == LM_LINEAR_IN_RMSNORM ? "rmsnorm" : "plain", c->bias,
              lm_dtype_name(qdt), c->paged ? "paged" : "slots");
     double *wqv = lt_view_to_f64(lm_tensor_as_view(qw));
-    double big = max_abs_of(wqv, lm_tensor_numel(qw));
+    double big = ct_max_abs(wqv, lm_tensor_numel(qw));
     free(wqv);
     ct_check(g_ctx, what, &q, lm_tensor_as_view(q.d), lm_tensor_as_view(qw), c->q_bf16 ? ct_nmse(LM_BF16) : 1e-8,
              (c->q_bf16 ? 1.0 / 128 : 1e-4) * big);
@@ -152,7 +146,7 @@ static void run_case(const fcase *c, uint64_t seed) {
     for (int k = 0; k < 2; k++) {
         double *g = ct_read(g_ctx, got[k], lm_tensor_as_view(got[k]->d)), *h = lt_view_to_f64(lm_tensor_as_view(want[k]));
         int64_t n = lm_tensor_numel(want[k]), nan_mismatch = 0, written = 0;
-        double md = 0, top = max_abs_of(h, n) /* NaN compares false */;
+        double md = 0, top = ct_max_abs(h, n) /* NaN compares false */;
         for (int64_t i = 0; i < n; i++) {
             if (isnan(g[i]) != isnan(h[i])) nan_mismatch++;
             else if (!isnan(h[i])) md = fmax(md, fabs(g[i] - h[i])), written++;
@@ -240,7 +234,7 @@ static void run_swiglu(int fmt, int group, int M, int64_t K, int64_t I, lm_linea
              fmt == F_I4 ? (group == 32 ? " G32" : " G128") : "", M, (long long)K, (long long)I,
              in == LM_LINEAR_IN_RMSNORM ? "rmsnorm" : "plain", with_bias);
     double *wv = lt_view_to_f64(lm_tensor_as_view(want));
-    double big = max_abs_of(wv, M * I);
+    double big = ct_max_abs(wv, M * I);
     free(wv);
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-8, 1e-4 * big);
     double *a = ct_read(g_ctx, &o, lm_tensor_as_view(o.d)), *b = ct_read(g_ctx, &o2, lm_tensor_as_view(o2.d));
