@@ -233,17 +233,24 @@ LM_API lm_status lm_matmul(lm_ctx *ctx, const lm_tensor_view *a, const lm_tensor
  * products (AVX512_VNNI, AMX-INT8 tiles in the GEMM where present, AVX-VNNI or AVX2);
  * attention's prefill rows (more than 7 query rows per KV head task) round q, k, v and
  * the probabilities to bf16 for VDPBF16PS (AVX512_BF16). f32 / f16 weights and every
- * other operator stay exact. Selected per model (lm_model_load_options.precision).
+ * other operator stay exact. On CUDA fast is for fp8 weights: products of more than 8
+ * rows (prefill, batched decode) quantize in(x) to e4m3 per row (scale max |x| / 448)
+ * and run cuBLASLt's fp8 tensor-core GEMM on the stored weights, both scales applied to
+ * the f32 sums; the decode GEMV (up to 8 rows) stays exact. Selected per model
+ * (lm_model_load_options.precision).
  * Public enum: grows at the end. */
 typedef enum lm_precision { LM_PRECISION_EXACT = 0, LM_PRECISION_FAST = 1 } lm_precision;
 LM_API const char *lm_precision_name(lm_precision p); /* "exact", "fast"; "invalid" */
 /* "exact" or "fast" -> *out; LM_INVALID_ARGUMENT naming the text otherwise. */
 LM_API lm_status lm_precision_parse(const char *text, lm_precision *out);
-/* LM_OK when device d can run precision p. Fast: LM_UNSUPPORTED on CUDA (its products
- * already run on bf16 tensor cores) and on a CPU (or build) with neither AVX2 nor
- * AVX512_BF16, the message naming the features; LM_INVALID_ARGUMENT for an unknown p.
- * A CPU with AVX2 but not AVX512_BF16 passes: lm_model_load_opts then refuses a fast
- * model whose linears read bf16 matrices, naming one. */
+/* LM_OK when device d can run precision p. Fast: LM_UNSUPPORTED on a CPU (or build) with
+ * neither AVX2 nor AVX512_BF16, the message naming the features; LM_INVALID_ARGUMENT for
+ * an unknown p. A CPU with AVX2 but not AVX512_BF16 passes: lm_model_load_opts then
+ * refuses a fast model whose linears read bf16 matrices, naming one. CUDA passes: there
+ * fast applies to fp8 weights only (their products of more than 8 rows quantize x to
+ * e4m3 per row, scale max |x| / 448, for the fp8 tensor-core GEMM), and
+ * lm_model_load_opts refuses fast for a CUDA model with other weights (CUDA already
+ * runs bf16 products on tensor cores). */
 LM_API lm_status lm_precision_check(lm_device d, lm_precision p);
 
 /* ---- a Linear layer with its neighbours fused ------------------------------------------
@@ -291,7 +298,9 @@ typedef struct lm_linear_params {
     /* Optional device scratch of lm_linear_workspace_bytes() bytes for quantized
      * weights on CUDA: with it, products of more than 8 rows (prefill, batched decode)
      * run as the input and the weights rounded to bf16 into the workspace, then one
-     * cuBLASLt GEMM with the bias and accumulate in its epilogue; without it, a slower
+     * cuBLASLt GEMM with the bias and accumulate in its epilogue (at fast precision
+     * with fp8 weights and K a multiple of 16: the input quantized to e4m3 per row
+     * there, then one fp8 GEMM on the stored weights); without it, a slower
      * tensor-core kernel that needs no scratch. Ignored elsewhere; NULL is always valid. */
     const lm_tensor_view *workspace;
 } lm_linear_params;
@@ -333,7 +342,8 @@ LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulat
  * over N outputs with weights of dtype w_dtype (i8, f8_e4m3 or u8 for int4; K counts
  * inputs, not bytes): rows * K bf16 values plus up to 32 MiB of dequantized weight rows
  * (all N rows when they fit; at least 64) on CUDA for more than 8 rows of quantized
- * weights, 0 (none used) otherwise. */
+ * weights (never less than fast precision's rows * K e4m3 values and rows f32 scales),
+ * 0 (none used) otherwise. */
 LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype);
 
 /* The MLP's gate|up projection with its SwiGLU: y = lm_linear_out(x, w [2I, K], bias, lin)

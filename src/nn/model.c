@@ -349,9 +349,17 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
  * ops/cpu/matmul_i8dot_avx2.c): LM_UNSUPPORTED naming the first bf16
  * matrix a linear would read (a projection, the output matrix, or the tied embedding
  * table when no quantized copy is the head), before any step runs into it. f32 and f16
- * matrices stay exact in fast mode, as everywhere. */
+ * matrices stay exact in fast mode, as everywhere. On a device (CUDA) fast is the fp8
+ * weights' mode (x quantized to e4m3 per row for the fp8 tensor-core GEMM): other
+ * weights are refused, naming them. */
 static lm_status fast_check_weights(const lm_model *m) {
-    if (m->precision != LM_PRECISION_FAST || !m->on_host || lm__cpu_bf16dot_runs()) return LM_OK;
+    if (m->precision != LM_PRECISION_FAST) return LM_OK;
+    if (!m->on_host && m->weights != LM_WEIGHTS_FP8)
+        return lm__error(LM_UNSUPPORTED, "precision fast on CUDA runs fp8 weights' products on the fp8 tensor cores "
+                         "(x quantized to e4m3 per row); this model's weights are %s, whose products already run on "
+                         "tensor cores at exact precision: load with --weights fp8, or use precision exact",
+                         lm_weights_name(m->weights));
+    if (!m->on_host || lm__cpu_bf16dot_runs()) return LM_OK;
     const int tied_float = m->cfg.tie_word_embeddings && !lm__model_weight(m, "lm_head.weight");
     for (int64_t i = 0; i < m->nw; i++) {
         const lm_tensor *t = m->w[i].t;

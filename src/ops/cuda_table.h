@@ -125,9 +125,11 @@ typedef struct lm__cuda_ops {
     lm_status (*linear)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                         const lm_linear_params *p, const lm_tensor_view *out);
     /* quantized weights (int8, int4, fp8: ops/cuda/gemv_quant.cu), every valid call;
-     * p->workspace, when given, was checked against lm_linear_workspace_bytes */
+     * p->workspace, when given, was checked against lm_linear_workspace_bytes;
+     * precision is the calling thread's (fast: fp8 products of more than 8 rows on the
+     * fp8 tensor cores, x quantized per row) */
     lm_status (*linear_quant)(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                              const lm_linear_params *p, const lm_tensor_view *out);
+                              const lm_linear_params *p, lm_precision precision, const lm_tensor_view *out);
     lm_status (*sample)(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
                         const lm_tensor_view *ids, void *stream);
     size_t (*sample_workspace)(int64_t rows);

@@ -26,6 +26,7 @@
  */
 #include "ops/alias.h"
 #include "ops/cpu/matmul.h"
+#include "ops/cpu/precision.h"
 #include "ops/ref/linear.h"
 #include "runtime/internal.h"
 
@@ -274,7 +275,10 @@ size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K
     size_t xb = ((size_t)rows * (size_t)K * 2 + 255) / 256 * 256, cap = (size_t)32 << 20;
     int64_t chunk = (int64_t)(cap / ((size_t)K * 2)) / 64 * 64;
     chunk = LM_MIN(N, LM_MAX(chunk, 64));
-    return xb + (size_t)chunk * (size_t)K * 2;
+    /* fast precision's fp8 path needs in(x) as e4m3 (to 256 bytes) and a scale per row:
+     * less than the above except for tiny shapes */
+    size_t fp8 = ((size_t)rows * (size_t)K + 255) / 256 * 256 + (size_t)rows * sizeof(float);
+    return LM_MAX(xb + (size_t)chunk * (size_t)K * 2, fp8);
 }
 
 /* ---- the tuned CPU level for int8 weights ------------------------------------------------- */
@@ -416,7 +420,7 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
                                  "(lm_linear_workspace_bytes)", op, need);
             LM_TRY(lm__op_check_alias(op, "out", out, "workspace", p->workspace, 0));
         }
-        return cu->linear_quant(ctx, x, w, bias, p, out);
+        return cu->linear_quant(ctx, x, w, bias, p, lm__cpu_precision(), out);
     }
     if (level == LM__LEVEL_CPU) {
         if (cpu_i8_layout(x, w, bias, p, out)) return cpu_linear_i8(ctx, x, w, bias, p, out);

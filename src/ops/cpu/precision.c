@@ -6,7 +6,8 @@
  * save zmm state); with int8 / int4 weights the AVX2 path suffices (AVX-VNNI where the
  * CPU has it). A CPU with neither is refused here; one with AVX2 alone is refused at
  * model load when a linear would read bf16 weights (nn/model.c); never silently
- * replaced by exact, and refused on CUDA.
+ * replaced by exact. On CUDA fast changes the products of fp8 weights only (x quantized
+ * to e4m3 per row for the fp8 tensor-core GEMM); model load refuses it for other weights.
  * Where the CPU also has AMX-BF16 and the OS granted the tile state (base/cpu.c asks
  * for it), the fast GEMM runs its microkernel on the tiles (LOOM_CPU_AMX=0 keeps it on
  * VDPBF16PS: for comparisons and tests of both on one machine); likewise, with AMX-INT8,
@@ -98,9 +99,7 @@ lm_status lm_precision_parse(const char *text, lm_precision *out) {
 lm_status lm_precision_check(lm_device d, lm_precision p) {
     if (p == LM_PRECISION_EXACT) return LM_OK;
     if (p != LM_PRECISION_FAST) return lm__error(LM_INVALID_ARGUMENT, "precision %d: expected exact (0) or fast (1)", (int)p);
-    if (!lm__device_host_addressable(d))
-        return lm__error(LM_UNSUPPORTED, "precision fast is a CPU mode: CUDA already runs its products with bf16 "
-                                         "operands on tensor cores (use the default, exact)");
+    if (!lm__device_host_addressable(d)) return LM_OK; /* CUDA: fp8 weights only (lm_model_load_opts checks) */
 #ifndef LM__HAVE_X86_KERNELS
     return lm__error(LM_UNSUPPORTED, "precision fast needs x86-64 vector products (AVX2 byte products for int8 / int4 "
                                      "weights, AVX512_BF16 for bf16); this build has no x86 vector kernels");

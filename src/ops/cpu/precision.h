@@ -1,10 +1,12 @@
-/* ops/cpu/precision.h — the precision the CPU linear GEMM runs at on this thread
- * (loom/ops.h lm_precision; docs/QUANTIZATION.md "Fast precision").
+/* ops/cpu/precision.h — the precision the linear products run at on this thread
+ * (loom/ops.h lm_precision; docs/QUANTIZATION.md "Fast precision"), and the CPU
+ * features the fast kernels need.
  *
  * A model's forward pass (nn/step.c) sets its load-time precision around the executor
  * run and restores the previous value after it; lm__cpu_linear reads it on the calling
- * thread when it plans a call (pool workers only run the plan), so concurrent models
- * on different threads never see each other's setting. Default: exact.
+ * thread when it plans a call (pool workers only run the plan), and ops/linear.c passes
+ * it to the CUDA quantized product (fp8 weights), so concurrent models on different
+ * threads never see each other's setting. Default: exact.
  */
 #ifndef LOOM_OPS_CPU_PRECISION_H
 #define LOOM_OPS_CPU_PRECISION_H

@@ -283,12 +283,13 @@ lm_status lm__cuda_attention_cache_args(const lm_tensor_view *q, const lm_tensor
  * [N] scales; int4 u8 with w_bits 4 and f32 [N, K/G] scales), views as lm_linear_out
  * validated them (f32 x): the decode GEMV for up to LM__CUDA_GEMV_MAX_ROWS rows; for more
  * (unit last strides, 16-byte aligned weight rows, f32 out), with p->workspace the input
- * and the weights rounded to bf16 there and one cuBLASLt GEMM (blas), without it a bf16
- * tensor-core product of tiles dequantized in shared memory; a readable kernel
- * otherwise. Allocates nothing. */
+ * and the weights rounded to bf16 there and one cuBLASLt GEMM (blas) (at fast precision
+ * with fp8 weights and K a multiple of 16: in(x) quantized to e4m3 per row there and
+ * one fp8 GEMM), without it a bf16 tensor-core product of tiles dequantized in shared
+ * memory; a readable kernel otherwise. Allocates nothing. */
 lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
-                                const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
-                                cudaStream_t s);
+                                const lm_tensor_view *bias, const lm_linear_params *p, lm_precision precision,
+                                const lm_tensor_view *out, cudaStream_t s);
 
 /* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x bf16 [M, K] (row stride ldx)
  * @ w bf16 [N, K]^T (+ bias f32 [N], cuBLASLt epilogue); accumulate: out += that.
@@ -297,6 +298,15 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
                             void *out, int out_bf16, int64_t ldo, int64_t M, int64_t N, int64_t K, int accumulate,
                             cudaStream_t s);
+/* matmul_lt_cuda.c: out f32 [M, N] (row stride ldo) = x_scales[m] * w_scales[n] *
+ * (xq e4m3 [M, K] (row stride ldx) @ wq e4m3 [N, K]^T (row stride ldw)) (+ out when
+ * accumulate): cuBLASLt's fp8 tensor-core GEMM with outer-vector scales, f32 sums (no
+ * bias: with f32 out cuBLASLt refuses an f32 bias for fp8 operands). K, ldx and ldw
+ * multiples of 16 and 16-byte aligned operands (LM_UNSUPPORTED otherwise); x_scales [M]
+ * and w_scales [N] dense f32. Plans cached as above. */
+lm_status lm__cuda_linear_lt_fp8(const lm__cuda_blas *blas, const void *xq, int64_t ldx, const float *x_scales,
+                                const void *wq, int64_t ldw, const float *w_scales, float *out, int64_t ldo, int64_t M,
+                                int64_t N, int64_t K, int accumulate, cudaStream_t s);
 
 /* sample.cu: next token of each row of logits f32 [rows, V] (row stride ld) without
  * leaving the device. params lives in device memory (so a captured graph can be

@@ -2,7 +2,7 @@
  * f32 scales [N]), fp8 e4m3 (f8_e4m3 [N, K], f32 scales [N]) and int4 (u8 [N, K/2], two
  * nibbles per byte, low = even k, f32 scales [N, K/G] for groups of G = 32/64/128 k).
  *
- * Four paths, none allocating (a captured step may hold them):
+ * Five paths, none allocating (a captured step may hold them):
  *  - the decode GEMV (M <= 8 rows): gemv.cu's kernel, the weight format one of its
  *    template arguments (int8/fp8 apply the row scale once per output after the sum,
  *    int4 the group scale once per 16-byte vector). Bytes ~ N * K (int8/fp8),
@@ -16,6 +16,11 @@
  *    rounded to bf16 [M, K] and the weights dequantized to bf16(q * scale) [N, K] in it,
  *    then one cuBLASLt GEMM with the bias and accumulate in its epilogue (prefill and
  *    batched decode at the bf16 GEMM's speed plus one pass over the weights).
+ *  - at fast precision (lm_precision, the calling thread's), fp8 weights with a workspace,
+ *    more than 8 rows and K a multiple of 16 instead: in(x) quantized to e4m3 per row
+ *    (scale max |in(x)| / 448) into the workspace, then one cuBLASLt fp8 GEMM on the
+ *    stored weights with both scale vectors applied to its f32 sums (no dequantizing
+ *    pass; the tensor cores see e4m3 x e4m3).
  *  - a readable kernel for every other layout (any strides, any float out, any K): one
  *    warp per output, f32 accumulation.
  * Input forms (PLAIN, RMSNORM, SWIGLU), bias and accumulate as lm_linear_out defines them,
@@ -190,16 +195,20 @@ static lm_status launch_mma(const qparams *p, cudaStream_t s) {
 
 /* ---- the workspace path for more rows: bf16 copies and one cuBLASLt GEMM ------------------------ */
 /* in(x) row blockIdx.x rounded to bf16 into xb [M, K] (unit strides: the tuned layout). */
+/* 1 / rms of input row xr by the whole block (unit strides; every thread gets it); 1
+ * unless RMSNORM. red: >= 32 floats of shared memory. */
+__device__ __forceinline__ float block_row_inv_rms(const qparams &p, const float *xr, float *red) {
+    if (p.in != LM_LINEAR_IN_RMSNORM) return 1.f;
+    float ss = 0.f;
+    for (int64_t k = threadIdx.x; k < p.K; k += blockDim.x) ss += xr[k] * xr[k];
+    return rsqrtf(block_sum(ss, red) / (float)p.K + p.eps);
+}
+
 __global__ void __launch_bounds__(256) input_bf16_kernel(qparams p, bf16 *xb) {
     __shared__ float red[32];
     const int64_t m = blockIdx.x;
     const float *xr = p.x + m * p.ldx;
-    float inv = 1.f;
-    if (p.in == LM_LINEAR_IN_RMSNORM) {
-        float ss = 0.f;
-        for (int64_t k = threadIdx.x; k < p.K; k += blockDim.x) ss += xr[k] * xr[k];
-        inv = rsqrtf(block_sum(ss, red) / (float)p.K + p.eps);
-    }
+    const float inv = block_row_inv_rms(p, xr, red);
     bf16 *o = xb + m * p.K;
     for (int64_t k = threadIdx.x; k < p.K; k += blockDim.x) {
         float v = xr[k];
@@ -270,6 +279,96 @@ static lm_status run_workspace(const lm__cuda_blas *blas, const qparams *p, int 
     return LM_OK;
 }
 
+/* ---- fast precision, fp8 weights: x quantized per row, one fp8 tensor-core GEMM -------------------- */
+/* in(x) row blockIdx.x quantized to e4m3 into xq [M, K] with its f32 scale in xs[m]:
+ * a = max_k |in(x)[k]|, xs[m] = a / 448 (1 for an all-zero row), xq[m, k] =
+ * e4m3(in(x)[k] * (448 / a)), nearest even, saturating at +-448 (NaN stays NaN). in(x)
+ * is computed once into dynamic shared memory when cached (K floats, each thread reading
+ * back only what it wrote), else twice (once for a, once to store); K a multiple of 4,
+ * unit strides; vec: x's rows may be read as float4s. */
+__global__ void __launch_bounds__(256) input_fp8_kernel(qparams p, int vec, int cached, uint8_t *xq, float *xs) {
+    __shared__ float red[32];
+    extern __shared__ float4 row4[]; /* [K / 4] when cached */
+    const int64_t m = blockIdx.x;
+    const float *xr = p.x + m * p.ldx;
+    const float inv = block_row_inv_rms(p, xr, red);
+    float v[4], a = 0.f;
+    auto load4 = [&](int64_t k) { /* in(x)[k .. k + 3] into v */
+        if (vec) {
+            const float4 x4 = *(const float4 *)(xr + k);
+            v[0] = x4.x, v[1] = x4.y, v[2] = x4.z, v[3] = x4.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = xr[k + j];
+        }
+        if (p.in == LM_LINEAR_IN_RMSNORM) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] *= inv * p.norm_w[k + j];
+        } else if (p.in == LM_LINEAR_IN_SWIGLU) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = v[j] / (1.f + __expf(-v[j])) * xr[p.K + k + j];
+        }
+    };
+    for (int64_t k = 4 * (int64_t)threadIdx.x; k < p.K; k += 4 * (int64_t)blockDim.x) {
+        load4(k);
+        if (cached) row4[k / 4] = make_float4(v[0], v[1], v[2], v[3]);
+        a = fmaxf(a, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    }
+    a = block_max(a, red);
+    const float to_q = a > 0.f ? 448.f / a : 0.f;
+    if (threadIdx.x == 0) xs[m] = a > 0.f ? a / 448.f : 1.f;
+    uint8_t *o = xq + m * p.K;
+    for (int64_t k = 4 * (int64_t)threadIdx.x; k < p.K; k += 4 * (int64_t)blockDim.x) {
+        if (cached) {
+            const float4 c = row4[k / 4];
+            v[0] = c.x, v[1] = c.y, v[2] = c.z, v[3] = c.w;
+        } else {
+            load4(k);
+        }
+        const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[0] * to_q, v[1] * to_q), __NV_SATFINITE,
+                                                                 __NV_E4M3),
+                                   hi = __nv_cvt_float2_to_fp8x2(make_float2(v[2] * to_q, v[3] * to_q), __NV_SATFINITE,
+                                                                 __NV_E4M3);
+        *(uint32_t *)(o + k) = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
+/* Bytes of the workspace the fp8 path uses: xq [M, K] (to a 256-byte boundary), then
+ * the M row scales. lm_linear_workspace_bytes covers it. */
+static size_t fp8_workspace_bytes(int64_t M, int64_t K) {
+    return ((size_t)M * (size_t)K + 255) / 256 * 256 + (size_t)M * sizeof(float);
+}
+
+/* out[m, n] += bias[n] over M rows (row stride ldo). */
+__global__ void __launch_bounds__(256) add_bias_kernel(float *out, int64_t ldo, const float *bias, int64_t M, int64_t N) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x)
+        out[(i / N) * ldo + i % N] += bias[i % N];
+}
+
+/* Fast precision with fp8 weights: in(x) quantized per row into the workspace, then
+ * out = xs[m] * scales[n] * (xq @ w^T) (+ out) in one cuBLASLt fp8 GEMM, then the bias
+ * (if any) by a second kernel: cuBLASLt's fp8 GEMMs take a bf16 bias only (an f32 one
+ * is refused), and the graphs give a quantized prefill's q|k|v bias to the attention
+ * front, so only direct callers pay it. */
+static lm_status run_fp8(const lm__cuda_blas *blas, const qparams *p, void *ws, size_t ws_bytes, cudaStream_t s) {
+    if (ws_bytes < fp8_workspace_bytes(p->M, p->K))
+        return lm__error(LM_INTERNAL, "linear (cuda, fp8 fast): a workspace of %zu bytes", ws_bytes);
+    uint8_t *xq = (uint8_t *)ws;
+    float *xs = (float *)((char *)ws + ((size_t)p->M * (size_t)p->K + 255) / 256 * 256);
+    const int vec = lm__cuda_aligned16(p->x) && p->ldx % 4 == 0; /* x's rows as float4s (K is a multiple of 16) */
+    /* in(x) kept in shared memory between its two uses when the row fits the default
+     * 48 KiB (K <= 12,288) */
+    const int cached = p->K * (int64_t)sizeof(float) <= 48 * 1024;
+    input_fp8_kernel<<<(unsigned)p->M, 256, cached ? (size_t)p->K * sizeof(float) : 0, s>>>(*p, vec, cached, xq, xs);
+    LM_TRY(lm__cuda_launched("linear_input_fp8"));
+    LM_TRY(lm__cuda_linear_lt_fp8(blas, xq, p->K, xs, p->w, p->ldw, p->scales, (float *)p->out, p->ldo, p->M, p->N,
+                                  p->K, p->accumulate, s));
+    if (!p->bias) return LM_OK;
+    add_bias_kernel<<<lm__cuda_blocks((int64_t)p->M * p->N, 256), 256, 0, s>>>((float *)p->out, p->ldo, p->bias, p->M,
+                                                                              p->N);
+    return lm__cuda_launched("linear_fp8_bias");
+}
+
 /* ---- the readable kernel ------------------------------------------------------------------------ */
 template <typename TO>
 __global__ void linear_quant_readable(qparams p, int f) {
@@ -294,8 +393,8 @@ __global__ void linear_quant_readable(qparams p, int f) {
 static int unit_last(const lm_tensor_view *v) { return v->shape[v->ndim - 1] <= 1 || v->stride[v->ndim - 1] == 1; }
 
 lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
-                                const lm_tensor_view *bias, const lm_linear_params *lp, const lm_tensor_view *out,
-                                cudaStream_t s) {
+                                const lm_tensor_view *bias, const lm_linear_params *lp, lm_precision precision,
+                                const lm_tensor_view *out, cudaStream_t s) {
     int f = lp->w_bits == 4 ? Q_I4 : w->dtype == LM_I8 ? Q_I8 : Q_F8;
     const lm_tensor_view *sc = lp->w_scales;
     int64_t M = out->shape[0], N = out->shape[1], K = f == Q_I4 ? 2 * w->shape[1] : w->shape[1];
@@ -326,9 +425,12 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
         return lm__cuda_linear_gemv(&gp, s);
     }
     void *ws = lp->workspace ? lp->workspace->data : NULL;
+    size_t ws_bytes = ws ? (size_t)lm_tensor_view_numel(lp->workspace) * lm_dtype_size(lp->workspace->dtype) : 0;
+    if (precision == LM_PRECISION_FAST && f == Q_F8 && M > LM__CUDA_GEMV_MAX_ROWS && tuned && ws &&
+        lm__cuda_aligned16(ws) && K % 16 == 0 && p.lds == 1)
+        return run_fp8(blas, &p, ws, ws_bytes, s);
     if (tuned && ws && lm__cuda_aligned16(ws) && K % wpv == 0) /* linear.c checked the workspace's size */
-        return run_workspace(blas, &p, f, ws, (size_t)lm_tensor_view_numel(lp->workspace) *
-                                                  lm_dtype_size(lp->workspace->dtype), s);
+        return run_workspace(blas, &p, f, ws, ws_bytes, s);
     if (tuned && K % TK == 0) {
         if (f == Q_I8) return launch_mma<Q_I8>(&p, s);
         if (f == Q_F8) return launch_mma<Q_F8>(&p, s);

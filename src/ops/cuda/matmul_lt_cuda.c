@@ -11,8 +11,13 @@
  * algorithm) is built once per problem (shape, types, transposes, leading dims,
  * alignments, bias, device) and kept in a process-wide table of LT_CACHE plans (the
  * algorithm is the fastest of the heuristic's first 24, timed once on first use); a
- * call only sets the bias pointer and enqueues, under one mutex (the bias pointer
- * lives in the shared descriptor).
+ * call only sets the bias (and scale) pointers and enqueues, under one mutex (the
+ * pointers live in the shared descriptor).
+ *
+ * fp8 products (lm__cuda_linear_lt_fp8): e4m3 operands, both K-major (the "TN" form
+ * Hopper's fp8 tensor-core GEMMs require), with one f32 scale per output row of each
+ * operand (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): D[n, m] = sa[n] * sb[m] *
+ * sum_k A[k, n] B[k, m] in f32 sums.
  */
 #include "ops/cuda/cuda_ops.h"
 
@@ -23,6 +28,7 @@
 
 typedef struct lt_problem {
     int device, tab, tc, opa, opb, bias, accumulate;
+    int scaled; /* 1: tab is e4m3 with outer-vector f32 scales for A and B */
     int64_t m, n, k, lda, ldb, ldc, batch, sa, sb, sc;
     int align_a, align_b, align_c;
 } lt_problem;
@@ -82,17 +88,44 @@ static lm_status layout(cublasLtMatrixLayout_t *l, int type, int64_t rows, int64
     return LM_OK;
 }
 
-static lm_status build(const lm__cuda_blas *blas, const lt_problem *p, const float *bias, lt_descs *d) {
+/* The device pointers a call sets in its plan's descriptor: the bias, and for scaled
+ * (fp8) problems the scale vectors of A and B. */
+typedef struct lt_ptrs {
+    const float *bias, *scale_a, *scale_b;
+} lt_ptrs;
+
+static lm_status set_ptrs(cublasLtMatmulDesc_t op, const lt_problem *p, const lt_ptrs *q) {
+    if (q->bias)
+        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &q->bias, sizeof q->bias),
+                        "BIAS_POINTER"));
+    if (p->scaled) {
+        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &q->scale_a,
+                                                       sizeof q->scale_a),
+                        "A_SCALE_POINTER"));
+        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &q->scale_b,
+                                                       sizeof q->scale_b),
+                        "B_SCALE_POINTER"));
+    }
+    return LM_OK;
+}
+
+static lm_status build(const lm__cuda_blas *blas, const lt_problem *p, const lt_ptrs *q, lt_descs *d) {
     LM_TRY(lt_check(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
     int32_t opa = p->opa, opb = p->opb;
     LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "TRANSA"));
     LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "TRANSB"));
-    if (bias) {
+    if (q->bias) {
         uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
         LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE"));
-        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                        "BIAS_POINTER"));
     }
+    if (p->scaled) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode),
+                        "A_SCALE_MODE"));
+        LM_TRY(lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode),
+                        "B_SCALE_MODE"));
+    }
+    LM_TRY(set_ptrs(d->op, p, q));
     int64_t arows = p->opa == CUBLAS_OP_N ? p->m : p->k, acols = p->opa == CUBLAS_OP_N ? p->k : p->m;
     int64_t brows = p->opb == CUBLAS_OP_N ? p->k : p->n, bcols = p->opb == CUBLAS_OP_N ? p->n : p->k;
     LM_TRY(layout(&d->la, p->tab, arows, acols, p->lda, p->batch, p->sa));
@@ -200,7 +233,7 @@ static int autotune(void) {
 /* The cached plan of problem p, built on first use: descriptors, then the fastest of
  * the heuristic's first CANDIDATES algorithms on these operands. Called with g_mu held. */
 #define CANDIDATES 24
-static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const float *bias, const void *A,
+static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const lt_ptrs *q, const void *A,
                           const void *B, void *C, cudaStream_t s, lt_plan **out) {
     for (int i = 0; i < g_nplans; i++)
         if (memcmp(&g_plans[i].p, p, sizeof *p) == 0) {
@@ -208,7 +241,7 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
             return LM_OK;
         }
     lt_descs d = {0};
-    lm_status st = build(blas, p, bias, &d);
+    lm_status st = build(blas, p, q, &d);
     cublasLtMatmulHeuristicResult_t res[CANDIDATES];
     int n = 0;
     if (st == LM_OK)
@@ -242,17 +275,15 @@ static lm_status plan_get(const lm__cuda_blas *blas, const lt_problem *p, const 
 
 /* D = op(A) op(B) (+ bias per row of D) for problem p; A, B, C are device pointers. */
 static lm_status lt_run(const lm__cuda_blas *blas, lt_problem *p, const void *A, const void *B, void *C,
-                        const float *bias, cudaStream_t s) {
+                        const lt_ptrs *q, cudaStream_t s) {
     p->align_a = alignment(A), p->align_b = alignment(B), p->align_c = alignment(C);
-    p->bias = bias != NULL;
+    p->bias = q->bias != NULL;
     cudaGetDevice(&p->device);
     const float alpha = 1.f, beta = p->accumulate ? 1.f : 0.f;
     pthread_mutex_lock(&g_mu);
     lt_plan *pl = NULL;
-    lm_status st = plan_get(blas, p, bias, A, B, C, s, &pl);
-    if (st == LM_OK && bias)
-        st = lt_check(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                      "BIAS_POINTER");
+    lm_status st = plan_get(blas, p, q, A, B, C, s, &pl);
+    if (st == LM_OK) st = set_ptrs(pl->op, p, q);
     if (st == LM_OK)
         st = lt_check(cublasLtMatmul((cublasLtHandle_t)blas->handle, pl->op, &alpha, A, pl->la, B, pl->lb, &beta, C, pl->lc,
                                      C, pl->lc, &pl->algo, blas->workspace, blas->workspace_bytes, s),
@@ -302,7 +333,8 @@ lm_status lm__cuda_matmul_lt_ex(const lm__cuda_blas *blas, const lm_tensor_view 
     if (!ok) return lm__error(LM_UNSUPPORTED, "matmul (cuBLASLt): layout not supported");
     p.ldc = out->stride[nd - 2];
     if (nd == 3) p.sa = b->stride[0], p.sb = a->stride[0], p.sc = out->stride[0];
-    return lt_run(blas, &p, b->data, a->data, out->data, NULL, s);
+    const lt_ptrs q = {0};
+    return lt_run(blas, &p, b->data, a->data, out->data, &q, s);
 }
 
 lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t ldx, const void *w, const float *bias,
@@ -317,5 +349,23 @@ lm_status lm__cuda_linear_lt(const lm__cuda_blas *blas, const void *x, int64_t l
     p.opa = CUBLAS_OP_T, p.opb = CUBLAS_OP_N; /* A = w [N, K] row-major = K x N column-major, transposed */
     p.m = N, p.n = M, p.k = K;
     p.lda = K, p.ldb = ldx, p.ldc = ldo, p.batch = 1;
-    return lt_run(blas, &p, w, x, out, bias, s);
+    const lt_ptrs q = {bias, NULL, NULL};
+    return lt_run(blas, &p, w, x, out, &q, s);
+}
+
+lm_status lm__cuda_linear_lt_fp8(const lm__cuda_blas *blas, const void *xq, int64_t ldx, const float *x_scales,
+                                const void *wq, int64_t ldw, const float *w_scales, float *out, int64_t ldo, int64_t M,
+                                int64_t N, int64_t K, int accumulate, cudaStream_t s) {
+    if (M == 0 || N == 0) return LM_OK;
+    if (K % 16 || ldx % 16 || ldw % 16)
+        return lm__error(LM_UNSUPPORTED, "linear (cuBLASLt fp8): K %lld and the row strides (%lld, %lld) must be "
+                         "multiples of 16", (long long)K, (long long)ldx, (long long)ldw);
+    lt_problem p;
+    memset(&p, 0, sizeof p);
+    p.tab = CUDA_R_8F_E4M3, p.tc = CUDA_R_32F, p.accumulate = accumulate != 0, p.scaled = 1;
+    p.opa = CUBLAS_OP_T, p.opb = CUBLAS_OP_N; /* both K-major: w [N, K] and x [M, K] row-major */
+    p.m = N, p.n = M, p.k = K;
+    p.lda = ldw, p.ldb = ldx, p.ldc = ldo, p.batch = 1;
+    const lt_ptrs q = {NULL, w_scales, x_scales};
+    return lt_run(blas, &p, wq, xq, out, &q, s);
 }

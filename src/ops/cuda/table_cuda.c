@@ -252,10 +252,10 @@ static lm_status linear(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
 }
 
 static lm_status linear_quant(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
-                              const lm_linear_params *p, const lm_tensor_view *out) {
+                              const lm_linear_params *p, lm_precision precision, const lm_tensor_view *out) {
     const lm__cuda_blas *blas;
     LM_TRY(lm__ctx_cuda_blas(ctx, &blas));
-    return lm__cuda_linear_quant(blas, x, w, bias, p, out, S(lm_ctx_stream(ctx)));
+    return lm__cuda_linear_quant(blas, x, w, bias, p, precision, out, S(lm_ctx_stream(ctx)));
 }
 
 static lm_status sample(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
