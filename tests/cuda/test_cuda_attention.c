@@ -6,7 +6,8 @@
  *    for decode (groups of 1, 4 and 7 query heads, head dims 12, 16, 64, contexts from
  *    3 keys to 2000 keys, one split up to eight splits of 256 keys combined by the last
  *    block, f32 and bf16 q and out, windows), run twice to prove the split counters
- *    are left at zero (what graph replay relies on); the tensor-core flash kernel for
+ *    are left at zero (what graph replay relies on) and that a kernel gives the same
+ *    bits every run (its partial sums meet in a fixed order); the tensor-core flash kernel for
  *    prefill, each case in its wgmma form (on an sm_90 device) and its mma.sync form
  *    (head dims 64 and 128, two rows with different cached prefixes, partial query
  *    tiles, windows, cache positions past the written range poisoned with NaN: they
@@ -132,6 +133,8 @@ static void check_cache_attention(const cache_case *c) {
     ct_pair o = ct_poisoned(c->out_dt, 4, qs);
     int flash = c->T > 1 && c->q_dt == LM_BF16 && (c->hd == 64 || c->hd == 128);
     static const char *const kernels[4] = {"head", "early", "group", "mma"};
+    const int64_t n = lm_tensor_view_numel(lm_tensor_as_view(o.d));
+    double *first = NULL; /* the first of a kernel's two runs: the second must give the same bits */
     for (int rep = 0; rep < 8; rep++) { /* twice per kernel: the split counters must be back at zero */
         const char *kernel = kernels[rep / 2];
         setenv("LOOM_CUDA_ATTN_ROWS", kernel, 1);
@@ -151,7 +154,16 @@ static void check_cache_attention(const cache_case *c) {
         double nmse = flash ? (c->out_dt == LM_BF16 ? 5e-5 : 2e-5) : c->out_dt == LM_BF16 ? ct_nmse(LM_BF16) : 1e-9;
         ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), nmse,
                  flash ? 0.03 : ct_abs(c->out_dt, 1.0));
+        double *got = ct_read(g_ctx, &o, lm_tensor_as_view(o.d));
+        if (rep % 2 == 0) {
+            free(first);
+            first = got;
+        } else {
+            LT_CHECK_MSG(memcmp(first, got, sizeof(double) * (size_t)n) == 0, "%s: not the bits of the first run", what);
+            free(got);
+        }
     }
+    free(first);
     unsetenv("LOOM_CUDA_ATTN_ROWS");
     unsetenv("LOOM_FLASH_WGMMA");
     lm_tensor_destroy(ws), lm_tensor_destroy(q32), lm_tensor_destroy(k32), lm_tensor_destroy(v32);

@@ -21,7 +21,9 @@
  * thread j scores key j (its K row loaded BATCH 16-byte chunks at a time), one warp
  * updates the running max and sum, and for P V thread (grp, d2) accumulates dims
  * (2 d2, 2 d2 + 1) over every kg-th key in registers, BATCH V loads in flight at once;
- * the kg partial sums meet in shared memory once, after the last tile. Splits are at
+ * the kg partial sums meet in shared memory once, after the last tile, and are added in
+ * a fixed order (so a decode gives the same bits every run; shared-memory atomics here
+ * did not). Splits are at
  * least MIN_CHUNK keys; with one split the block normalizes and writes the output
  * directly, otherwise each split leaves (acc, max, sum) in the workspace and the last
  * block to finish (a per (token, head) counter, reset by that block so a captured graph
@@ -311,15 +313,20 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
         }
         __syncthreads();
     }
-    if (grp < kg) {
+    /* the kg partial sums of each head meet in sc (free after the last tile; G * TILE >=
+     * kg * hd floats) and are added in group order: the same bits every run */
 #pragma unroll
-        for (int g = 0; g < GMAX; g++) {
-            if (g >= G) break;
-            atomicAdd(&acc[g * hd + 2 * d2], o[g].x);
-            atomicAdd(&acc[g * hd + 2 * d2 + 1], o[g].y);
+    for (int g = 0; g < GMAX; g++) {
+        if (g >= G) break;
+        if (grp < kg) sc[grp * hd + 2 * d2] = o[g].x, sc[grp * hd + 2 * d2 + 1] = o[g].y;
+        __syncthreads();
+        for (int i = threadIdx.x; i < hd; i += TILE) {
+            float t = 0.f;
+            for (int r = 0; r < kg; r++) t += sc[r * hd + i];
+            acc[g * hd + i] = t;
         }
+        __syncthreads();
     }
-    __syncthreads();
     if (PAGED && bad) {
         for (int i = threadIdx.x; i < G * hd; i += TILE) acc[i] = NAN;
         if (threadIdx.x < G) mx[threadIdx.x] = sum[threadIdx.x] = NAN;
@@ -639,14 +646,15 @@ static lm_status launch(const lm__cuda_attn_params *p, const lm__cuda_kv *kv, cu
         return lm__cuda_launched("attention_rows (grouped)");
     }
     dim3 grid((unsigned)p->nsplit, (unsigned)p->q_heads, (unsigned)p->ntok);
-    size_t smem = sizeof(float) * (size_t)(2 * hd + TILE) + paged;
+    const size_t base = sizeof(float) * (size_t)(2 * hd + TILE) + paged;
+    const size_t smem = base + sizeof(float) * 2 * TILE; /* red: kg x hd <= 2 TILE floats */
     /* the early-V variant where its head dim allows and the grid fits the GPU in one wave
      * at its occupancy (its V batch costs registers: a second wave would cost more than
      * the round trips it saves) */
     static lm__cuda_kernel_facts facts[2]; /* the early kernels, slot and paged */
     void (*early)(lm__cuda_attn_params, lm__cuda_kv) = paged ? attn_rows_kernel<QT, OT, true, true>
                                                              : attn_rows_kernel<QT, OT, false, true>;
-    const size_t early_smem = smem + sizeof(float) * 8 * TILE; /* red: kgv x hd = 8 TILE floats */
+    const size_t early_smem = base + sizeof(float) * 8 * TILE; /* red: kgv x hd = 8 TILE floats */
     const char *force = getenv("LOOM_CUDA_ATTN_ROWS");
     int per_sm = 0, use_early = hd >= 8 && hd <= 256 && (hd & (hd - 1)) == 0 && !(force && strcmp(force, "head") == 0);
     if (use_early && !(force && strcmp(force, "early") == 0)) {

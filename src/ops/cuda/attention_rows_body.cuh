@@ -73,7 +73,9 @@ static __device__ __forceinline__ void key_entry(const int32_t *table, int64_t j
  * chunk c over keys vg mod kgv and issues the V loads of a tile's first VBATCH such
  * keys together with its K loads, before the scores are known: a short context's
  * attention is one round trip to the cache instead of one for K and one per V batch.
- * The kgv partial sums meet in shared memory (red, kgv x hd floats past krow).
+ * The kgv partial sums meet in shared memory (red, kgv x hd floats past krow); without
+ * EARLY the kg partial sums of the (grp, d2) threads meet there too (kg x hd <= 2 TILE
+ * floats), both added in a fixed order.
  * The kernel's body for block (split, h, tok) (its own launch passes its block index).
  * wait() is called first, by every thread, before any input is read: pdl_wait in its
  * own launch (programmatic dependent launch), whatever orders it after the producers
@@ -86,7 +88,7 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
     const int Hq = p.q_heads, Hkv = kv.kv_heads, hd = kv.head_dim;
     float *qs = sm, *acc = qs + hd, *sc = acc + hd; /* q [hd], acc [hd], sc [TILE] */
     int32_t *krow = (int32_t *)(sc + TILE);          /* PAGED: [TILE] cache row of each key of the tile */
-    float *red = (float *)(krow + (PAGED ? TILE : 0)); /* EARLY: [kgv][hd] partial P V sums */
+    float *red = (float *)(krow + (PAGED ? TILE : 0)); /* [kgv][hd] (EARLY) or [kg][hd] partial P V sums */
     __shared__ float mx, sum, alpha;
     __shared__ int is_last;
     pdl_trigger(); /* the output projection's GEMV may start streaming its weights */
@@ -225,9 +227,14 @@ __device__ __forceinline__ void attn_rows_body(const lm__cuda_attn_params &p, co
             for (int g = 0; g < kgv; g++) t += red[g * hd + i];
             acc[i] = t;
         }
-    } else if (grp < kg) {
-        atomicAdd(&acc[2 * d2], o.x);
-        atomicAdd(&acc[2 * d2 + 1], o.y);
+    } else { /* added in group order, as above: the same bits every run */
+        if (grp < kg) red[grp * hd + 2 * d2] = o.x, red[grp * hd + 2 * d2 + 1] = o.y;
+        __syncthreads();
+        for (int i = threadIdx.x; i < hd; i += TILE) {
+            float t = 0.f;
+            for (int g = 0; g < kg; g++) t += red[g * hd + i];
+            acc[i] = t;
+        }
     }
     __syncthreads();
     if (PAGED && bad) { /* NaN for this split: written directly, or carried by the combine (its den is NaN) */
