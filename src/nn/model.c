@@ -344,22 +344,25 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
     return LM_OK;
 }
 
+/* On a device (CUDA) precision fast is the fp8 weights' mode (x quantized to e4m3 per
+ * row for the fp8 tensor-core GEMM): a model with other weights is refused, naming
+ * them, once the weights to run are known and before any is read. */
+static lm_status fast_check_device(const lm_model *m) {
+    if (m->precision != LM_PRECISION_FAST || m->on_host || m->weights == LM_WEIGHTS_FP8) return LM_OK;
+    return lm__error(LM_UNSUPPORTED, "precision fast on CUDA runs fp8 weights' products on the fp8 tensor cores (x "
+                     "quantized to e4m3 per row); this model's weights are %s, whose products already run on tensor "
+                     "cores at exact precision: load with --weights fp8, or use precision exact",
+                     lm_weights_name(m->weights));
+}
+
 /* Precision fast on a CPU without AVX512_BF16 (or with the ISA path overridden below
  * avx512) runs only int8 / int4 products (the AVX2 path's kernels,
  * ops/cpu/matmul_i8dot_avx2.c): LM_UNSUPPORTED naming the first bf16
  * matrix a linear would read (a projection, the output matrix, or the tied embedding
  * table when no quantized copy is the head), before any step runs into it. f32 and f16
- * matrices stay exact in fast mode, as everywhere. On a device (CUDA) fast is the fp8
- * weights' mode (x quantized to e4m3 per row for the fp8 tensor-core GEMM): other
- * weights are refused, naming them. */
+ * matrices stay exact in fast mode, as everywhere. */
 static lm_status fast_check_weights(const lm_model *m) {
-    if (m->precision != LM_PRECISION_FAST) return LM_OK;
-    if (!m->on_host && m->weights != LM_WEIGHTS_FP8)
-        return lm__error(LM_UNSUPPORTED, "precision fast on CUDA runs fp8 weights' products on the fp8 tensor cores "
-                         "(x quantized to e4m3 per row); this model's weights are %s, whose products already run on "
-                         "tensor cores at exact precision: load with --weights fp8, or use precision exact",
-                         lm_weights_name(m->weights));
-    if (!m->on_host || lm__cpu_bf16dot_runs()) return LM_OK;
+    if (m->precision != LM_PRECISION_FAST || !m->on_host || lm__cpu_bf16dot_runs()) return LM_OK;
     const int tied_float = m->cfg.tie_word_embeddings && !lm__model_weight(m, "lm_head.weight");
     for (int64_t i = 0; i < m->nw; i++) {
         const lm_tensor *t = m->w[i].t;
@@ -390,6 +393,7 @@ lm_status lm_model_load_opts(const char *dir, lm_device device, const lm_model_l
     load_plan lp;
     lm_status st = lm_model_config_load(dir, &m->cfg);
     if (st == LM_OK) st = plan_load(m, dir, o, &lp);
+    if (st == LM_OK) st = fast_check_device(m);
     if (st == LM_OK) st = load_all(m, &lp, dir);
     if (st == LM_OK) st = fast_check_weights(m);
     if (st == LM_OK && !lm__model_on_host(m)) st = lm__model_upload(m);
