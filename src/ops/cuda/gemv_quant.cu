@@ -194,7 +194,6 @@ static lm_status launch_mma(const qparams *p, cudaStream_t s) {
 }
 
 /* ---- the workspace path for more rows: bf16 copies and one cuBLASLt GEMM ------------------------ */
-/* in(x) row blockIdx.x rounded to bf16 into xb [M, K] (unit strides: the tuned layout). */
 /* 1 / rms of input row xr by the whole block (unit strides; every thread gets it); 1
  * unless RMSNORM. red: >= 32 floats of shared memory. */
 __device__ __forceinline__ float block_row_inv_rms(const qparams &p, const float *xr, float *red) {
@@ -204,6 +203,7 @@ __device__ __forceinline__ float block_row_inv_rms(const qparams &p, const float
     return rsqrtf(block_sum(ss, red) / (float)p.K + p.eps);
 }
 
+/* in(x) row blockIdx.x rounded to bf16 into xb [M, K] (unit strides: the tuned layout). */
 __global__ void __launch_bounds__(256) input_bf16_kernel(qparams p, bf16 *xb) {
     __shared__ float red[32];
     const int64_t m = blockIdx.x;
@@ -357,8 +357,8 @@ static lm_status run_fp8(const lm__cuda_blas *blas, const qparams *p, void *ws, 
     float *xs = (float *)((char *)ws + ((size_t)p->M * (size_t)p->K + 255) / 256 * 256);
     const int vec = lm__cuda_aligned16(p->x) && p->ldx % 4 == 0; /* x's rows as float4s (K is a multiple of 16) */
     /* in(x) kept in shared memory between its two uses when the row fits the default
-     * 48 KiB (K <= 12,288) */
-    const int cached = p->K * (int64_t)sizeof(float) <= 48 * 1024;
+     * 48 KiB beside the kernel's static 128 bytes (K <= 12,032) */
+    const int cached = p->K * (int64_t)sizeof(float) <= 47 * 1024;
     input_fp8_kernel<<<(unsigned)p->M, 256, cached ? (size_t)p->K * sizeof(float) : 0, s>>>(*p, vec, cached, xq, xs);
     LM_TRY(lm__cuda_launched("linear_input_fp8"));
     LM_TRY(lm__cuda_linear_lt_fp8(blas, xq, p->K, xs, p->w, p->ldw, p->scales, (float *)p->out, p->ldo, p->M, p->N,

@@ -44,7 +44,7 @@ typedef struct lt_plan {
 #define LT_CACHE 256
 static lt_plan g_plans[LT_CACHE]; /* [g_nplans] in use, replaced round-robin when full */
 static int g_nplans, g_next;
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* guards g_plans and each call's bias pointer */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* guards g_plans and each call's pointers */
 
 static lm_status lt_check(cublasStatus_t cs, const char *what) {
     if (cs == CUBLAS_STATUS_SUCCESS) return LM_OK;
