@@ -19,6 +19,13 @@
 #include "loom/ops.h"
 #include "loom/ops_backward.h"
 
+/* The quantized linear's workspace (lm_linear_workspace_bytes, ops/cuda/gemv_quant.cu)
+ * starts with in(x): rows x K values of elem bytes (bf16 for the dequantizing path, e4m3
+ * at fast precision), rounded up to 256 bytes; what follows starts there. */
+static inline size_t lm__quant_ws_input_bytes(int64_t rows, int64_t K, size_t elem) {
+    return ((size_t)rows * (size_t)K * elem + 255) / 256 * 256;
+}
+
 typedef struct lm__cuda_ops {
     /* ---- forward operators ---- */
     lm_status (*add)(const lm_tensor_view *a, const lm_tensor_view *b, const lm_tensor_view *out, void *stream);

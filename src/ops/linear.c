@@ -272,12 +272,12 @@ size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K
         return 0;
     /* in(x) as bf16, then as many rows of w as bf16 as fit in 32 MiB (at least 64): a
      * large output matrix (an untied head) is dequantized and multiplied in chunks */
-    size_t xb = ((size_t)rows * (size_t)K * 2 + 255) / 256 * 256, cap = (size_t)32 << 20;
+    size_t xb = lm__quant_ws_input_bytes(rows, K, 2), cap = (size_t)32 << 20;
     int64_t chunk = (int64_t)(cap / ((size_t)K * 2)) / 64 * 64;
     chunk = LM_MIN(N, LM_MAX(chunk, 64));
     /* fast precision's fp8 path needs in(x) as e4m3 (to 256 bytes) and a scale per row:
      * less than the above except for tiny shapes */
-    size_t fp8 = ((size_t)rows * (size_t)K + 255) / 256 * 256 + (size_t)rows * sizeof(float);
+    size_t fp8 = lm__quant_ws_input_bytes(rows, K, 1) + (size_t)rows * sizeof(float);
     return LM_MAX(xb + (size_t)chunk * (size_t)K * 2, fp8);
 }
 

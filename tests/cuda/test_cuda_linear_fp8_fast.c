@@ -11,10 +11,11 @@
  * 12,032 / 12,304: rows at and past the quantizing kernel's shared-memory copy), every input form
  * (plain, RMSNorm, SwiGLU), bias (added by its own kernel), accumulate, a row of zeros (scale 1,
  * outputs = bias), a row with one outlier; outputs NaN-poisoned before each run. Gate:
- * NMSE <= 1e-6, max-abs <= 3e-3 of the largest |output| (the GPU's sums against double:
- * Hopper's fp8 tensor cores add the products of a k block at less than f32 precision
- * before cuBLASLt promotes them, which shows in a row with one large outlier: 1.1e-3 of
- * its largest output measured on an H100, the other cases under 1e-3; and the rare input
+ * NMSE <= 1e-6, max-abs <= 1e-3 of the largest |output|, 3e-3 in the case with an
+ * outlier row (the GPU's sums against double: Hopper's fp8 tensor cores add the products
+ * of a k block at less than f32 precision before cuBLASLt promotes them, which shows in a
+ * row with one large outlier: 1.1e-3 of its largest output measured on an H100, every
+ * other case under 1e-3 in the same run; and the rare input
  * whose f32 product lands on the other side of an e4m3 rounding boundary through rsqrtf
  * / __expf against the host's). Each case also prints
  * its error against the exact product (x unquantized), gated at NMSE <= 1.5e-3: e4m3
@@ -24,7 +25,7 @@
  * What fast leaves exact: M <= 8 (the GEMV; bit-identical to exact), K off 16 (the
  * exact tensor-core or readable path), int8 weights (bit-identical to exact).
  * The model: llama_gqa2_f32 and qwen2_bias_sharded with --weights fp8 on CUDA, fast
- * against exact: prefill logits (24 positions) NMSE <= 1e-2 and top-1 >= 20/24 (printed;
+ * against exact: prefill logits (24 positions) NMSE <= 5e-3 and top-1 >= 20/24 (printed;
  * measured on an H100: 2.0e-3 / 1.8e-3, top-1 23 and 24 of 24); decode steps (one row
  * each, the GEMV) NMSE <= 1e-10 against exact, and the same bits wherever exact decode
  * gives the same bits twice (printed). Refusals: fast on CUDA for bf16 and int8 weights, naming fp8.
@@ -128,7 +129,8 @@ static void run_case(const fcase *c, uint64_t seed) {
     snprintf(what, sizeof what, "fp8 fast M=%d N=%lld K=%lld in=%d bias=%d acc=%d%s", c->M, (long long)N, (long long)K,
              (int)c->in, c->bias, c->accumulate, c->special ? " zero+outlier rows" : "");
     double big = ct_max_abs(want, M * N);
-    lt_check_close(what, got, want, M * N, 1e-6, 3e-3 * (big > 0 ? big : 1));
+    /* the outlier row: the tensor cores' in-block sums (see the file comment) */
+    lt_check_close(what, got, want, M * N, 1e-6, (c->special ? 3e-3 : 1e-3) * (big > 0 ? big : 1));
     double se = 0, sw = 0;
     for (int64_t i = 0; i < M * N; i++) se += (got[i] - exact[i]) * (got[i] - exact[i]), sw += exact[i] * exact[i];
     double nmse_exact = se / (sw > 0 ? sw : 1);
@@ -247,7 +249,7 @@ static void compare_model(const char *dir) {
     ct_logits_cmp c = ct_logits_compare(gf, ge, T, V);
     printf("  %s fp8 prefill, fast vs exact: nmse %.2e max|d| %.3g top-1 %d/%d\n", dir + strlen(MODELS), c.nmse,
            c.max_abs, c.top1, T);
-    LT_CHECK_MSG(c.finite && c.nmse > 0 && c.nmse <= 1e-2, "%s: nmse %.3g (0 would mean fast ran nothing)", dir, c.nmse);
+    LT_CHECK_MSG(c.finite && c.nmse > 0 && c.nmse <= 5e-3, "%s: nmse %.3g (0 would mean fast ran nothing)", dir, c.nmse);
     LT_CHECK_MSG(c.top1 >= T - 4, "%s: top-1 %d/%d", dir, c.top1, T);
     free(ge), free(gf);
     ge = ct_model_logits(e, g_ctx, ids, T, 1), gf = ct_model_logits(f, g_ctx, ids, T, 1);

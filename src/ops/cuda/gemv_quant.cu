@@ -27,6 +27,7 @@
  * in every kernel. f32 x only (lm_linear_out checks it).
  */
 #include "ops/cuda/gemv_body.cuh" /* decode8 */
+#include "ops/cuda_table.h" /* lm__quant_ws_input_bytes */
 
 #include <mma.h>
 
@@ -260,7 +261,7 @@ static lm_status run_dequant(const qparams *p, bf16 *wb, cudaStream_t s) {
  * the weight stream, sets the time. */
 static lm_status run_workspace(const lm__cuda_blas *blas, const qparams *p, int f, void *ws, size_t ws_bytes,
                                cudaStream_t s) {
-    size_t xbytes = ((size_t)p->M * (size_t)p->K * 2 + 255) / 256 * 256;
+    size_t xbytes = lm__quant_ws_input_bytes(p->M, p->K, 2);
     int64_t chunk = xbytes < ws_bytes ? LM_MIN(p->N, (int64_t)((ws_bytes - xbytes) / ((size_t)p->K * 2))) : 0;
     if (chunk < p->N && chunk >= 64) chunk = chunk / 64 * 64; /* 256-byte aligned column offsets */
     if (chunk < 1) return lm__error(LM_INTERNAL, "linear (cuda, quantized): a workspace of %zu bytes", ws_bytes);
@@ -333,12 +334,6 @@ __global__ void __launch_bounds__(256) input_fp8_kernel(qparams p, int vec, int 
     }
 }
 
-/* Bytes of the workspace the fp8 path uses: xq [M, K] (to a 256-byte boundary), then
- * the M row scales. lm_linear_workspace_bytes covers it. */
-static size_t fp8_workspace_bytes(int64_t M, int64_t K) {
-    return ((size_t)M * (size_t)K + 255) / 256 * 256 + (size_t)M * sizeof(float);
-}
-
 /* out[m, n] += bias[n] over M rows (row stride ldo). */
 __global__ void __launch_bounds__(256) add_bias_kernel(float *out, int64_t ldo, const float *bias, int64_t M, int64_t N) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x)
@@ -351,10 +346,12 @@ __global__ void __launch_bounds__(256) add_bias_kernel(float *out, int64_t ldo, 
  * is refused), and the graphs give a quantized prefill's q|k|v bias to the attention
  * front, so only direct callers pay it. */
 static lm_status run_fp8(const lm__cuda_blas *blas, const qparams *p, void *ws, size_t ws_bytes, cudaStream_t s) {
-    if (ws_bytes < fp8_workspace_bytes(p->M, p->K))
+    /* xq [M, K] e4m3, then the M row scales (lm_linear_workspace_bytes covers both) */
+    const size_t xq_bytes = lm__quant_ws_input_bytes(p->M, p->K, 1);
+    if (ws_bytes < xq_bytes + (size_t)p->M * sizeof(float))
         return lm__error(LM_INTERNAL, "linear (cuda, fp8 fast): a workspace of %zu bytes", ws_bytes);
     uint8_t *xq = (uint8_t *)ws;
-    float *xs = (float *)((char *)ws + ((size_t)p->M * (size_t)p->K + 255) / 256 * 256);
+    float *xs = (float *)((char *)ws + xq_bytes);
     const int vec = lm__cuda_aligned16(p->x) && p->ldx % 4 == 0; /* x's rows as float4s (K is a multiple of 16) */
     /* in(x) kept in shared memory between its two uses when the row fits the default
      * 48 KiB beside the kernel's static 128 bytes (K <= 12,032) */
