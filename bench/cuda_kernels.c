@@ -268,8 +268,8 @@ int main(int argc, char **argv) {
             int64_t N = g[i].N, K = g[i].K, cols = qf[f].bits == 4 ? K / 2 : K;
             int64_t qs[2] = {N, cols}, ss[2] = {N, qf[f].bits == 4 ? K / qf[f].group : 1};
             lm_tensor *qw = dev(qf[f].dt, 2, qs), *sc = dev(LM_F32, qf[f].bits == 4 ? 2 : 1, ss);
-            static const int Ms[4] = {1, 8, 32, 512};
-            for (int mi = 0; mi < 4; mi++) {
+            static const int Ms[5] = {1, 4, 8, 32, 512};
+            for (int mi = 0; mi < 5; mi++) {
                 int m = Ms[mi];
                 linear_args a;
                 memset(&a, 0, sizeof a);

@@ -296,8 +296,9 @@ typedef struct lm_linear_params {
     int w_bits;
     int w_group;
     /* Optional device scratch of lm_linear_workspace_bytes() bytes for quantized
-     * weights on CUDA: with it, products of more than 8 rows (prefill, batched decode)
-     * run as the input and the weights rounded to bf16 into the workspace, then one
+     * weights on CUDA: with it, products of more than 8 rows (prefill, batched decode),
+     * and of 3-8 rows whose K inputs are too many for the decode GEMV to stage in the
+     * device's shared memory (e.g. 5-8 rows of K = 8,192 on an H200), run as the input and the weights rounded to bf16 into the workspace, then one
      * cuBLASLt GEMM with the bias and accumulate in its epilogue (at fast precision
      * with fp8 weights and K a multiple of 16: the input quantized to e4m3 per row
      * there, then one fp8 GEMM on the stored weights); without it, a slower
@@ -341,9 +342,10 @@ LM_API int lm_linear_supported(lm_device d, lm_linear_input input, int accumulat
 /* Bytes of lm_linear_params.workspace that device d uses for `rows` rows of K inputs
  * over N outputs with weights of dtype w_dtype (i8, f8_e4m3 or u8 for int4; K counts
  * inputs, not bytes): rows * K bf16 values plus up to 32 MiB of dequantized weight rows
- * (all N rows when they fit; at least 64) on CUDA for more than 8 rows of quantized
- * weights (never less than fast precision's rows * K e4m3 values and rows f32 scales),
- * 0 (none used) otherwise. */
+ * (all N rows when they fit; at least 64) on CUDA for quantized weights at more than 8
+ * rows, or 3-8 rows of more inputs than the decode GEMV stages (see
+ * lm_linear_params.workspace; never less than fast precision's rows * K e4m3 values and
+ * rows f32 scales), 0 (none used) otherwise. */
 LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype);
 
 /* The MLP's gate|up projection with its SwiGLU: y = lm_linear_out(x, w [2I, K], bias, lin)

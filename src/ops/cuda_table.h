@@ -22,6 +22,14 @@
 /* The quantized linear's workspace (lm_linear_workspace_bytes, ops/cuda/gemv_quant.cu)
  * starts with in(x): rows x K values of elem bytes (bf16 for the dequantizing path, e4m3
  * at fast precision), rounded up to 256 bytes; what follows starts there. */
+/* Whether a quantized product of `rows` rows takes the workspace path (bf16 copies and a
+ * cuBLASLt GEMM, or fast precision's fp8 GEMM) instead of the decode GEMV: more than 8
+ * rows, or 3-8 rows whose inputs the GEMV would not stage (stages: gemv_stages below for
+ * these rows and K), where its per-use input reads from L2 measured ~3x slower than the
+ * workspace path (bench/NOTES.md; 1-2 rows keep the GEMV: it reads them per use at the
+ * cost it had before inputs were staged). */
+static inline int lm__quant_ws_rows(int64_t rows, int stages) { return rows > 8 || (rows > 2 && !stages); }
+
 static inline size_t lm__quant_ws_input_bytes(int64_t rows, int64_t K, size_t elem) {
     return ((size_t)rows * (size_t)K * elem + 255) / 256 * 256;
 }
@@ -140,6 +148,10 @@ typedef struct lm__cuda_ops {
     lm_status (*sample)(const lm_tensor_view *logits, const lm_tensor_view *params, const lm_tensor_view *workspace,
                         const lm_tensor_view *ids, void *stream);
     size_t (*sample_workspace)(int64_t rows);
+    /* 1 when the decode GEMV stages `rows` input rows of K values in shared memory on the
+     * current device (lm__cuda_gemv_stages): the graph rules give the GEMV's pair
+     * epilogues, and quantized weights at 3-8 rows the GEMV, only such calls */
+    int (*gemv_stages)(int64_t rows, int64_t K);
 } lm__cuda_ops;
 
 /* The table, or NULL in a build without CUDA. */

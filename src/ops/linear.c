@@ -195,6 +195,13 @@ lm_status lm__op_composition_allowed(lm_ctx *ctx, const char *op, const char *ru
                      "which a capture cannot", op, rule);
 }
 
+/* Whether the CUDA decode GEMV stages `rows` input rows of K values in shared memory
+ * (1 without CUDA: the rules below are then only read as shape rules). */
+static int gemv_stages(int64_t rows, int64_t K) {
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    return !cu || cu->gemv_stages(rows, K);
+}
+
 int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm) {
     if (qk_norm || input != LM_LINEAR_IN_RMSNORM || x != LM_F32 || rows < 1 || rows > LM__LINEAR_GEMV_MAX_ROWS) return 0;
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
@@ -203,7 +210,8 @@ int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtyp
     /* quantized weights at 1-2 rows run the GEMV's 4- and 8-row warps, whose pair
      * epilogues measured slower than the separate kernels (bench/NOTES.md, v6) */
     if (quant && rows <= 2) return 0;
-    return K % per_vector == 0 && lm__linear_graph_rule(input, 0, rows, K, x, w);
+    /* the epilogues are built for staged inputs only */
+    return K % per_vector == 0 && gemv_stages(rows, K) && lm__linear_graph_rule(input, 0, rows, K, x, w);
 }
 
 /* LOOM_CUDA_PAIR_EPILOGUES=0: the decode GEMV's pair epilogues are not used (graphs keep
@@ -267,9 +275,8 @@ lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
 
 size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, int64_t K, lm_dtype w_dtype) {
     int quant = w_dtype == LM_I8 || w_dtype == LM_U8 || w_dtype == LM_F8_E4M3;
-    if (!quant || rows <= LM__LINEAR_GEMV_MAX_ROWS || N < 1 || K < 1 || lm__device_host_addressable(d) ||
-        !lm__cuda_ops_get())
-        return 0;
+    if (!quant || rows < 1 || N < 1 || K < 1 || lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0;
+    if (!lm__quant_ws_rows(rows, gemv_stages(rows, K))) return 0; /* the decode GEMV's rows */
     /* in(x) as bf16, then as many rows of w as bf16 as fit in 32 MiB (at least 64): a
      * large output matrix (an untied head) is dequantized and multiplied in chunks */
     size_t xb = lm__quant_ws_input_bytes(rows, K, 2), cap = (size_t)32 << 20;

@@ -3,7 +3,8 @@
  * (G = 32, 128), weights quantized on the host by lm_quantize_* from fresh random
  * floats, M in {1, 3, 8, 17, 64}, odd N (67: split-K GEMV; 4229: one warp per row
  * pair), K multiples of 128 (2,048 and 7,168 at M = 1 and 8: the GEMV's input staged
- * in shared memory, and at M = 8, K = 7,168 read from global memory per use), every input form (plain, RMSNorm, SwiGLU), bias,
+ * in shared memory, and at M = 8, K = 7,168 read from global memory per use, or with a
+ * workspace given the workspace path: lm__quant_ws_rows), every input form (plain, RMSNorm, SwiGLU), bias,
  * accumulate; outputs NaN-poisoned before each run (except under accumulate, where
  * they hold the residual). Also the readable kernel (K = 40 off the 16-weight vectors,
  * a strided bf16 out), and a model: llama_gqa2_f32 / qwen2_bias_sharded loaded with
@@ -49,7 +50,8 @@ static double max_abs(const lm_tensor_view *v) {
     return m;
 }
 
-static void run_case(const qcase *c, uint64_t seed) {
+/* Runs one case and checks it; returns the output's NMSE against the reference. */
+static double run_case(const qcase *c, uint64_t seed) {
     lt_rng r = lt_rng_seed(seed);
     int i4 = c->fmt == F_I4;
     int64_t M = c->M, N = c->N, K = c->K;
@@ -104,7 +106,7 @@ static void run_case(const qcase *c, uint64_t seed) {
                               &ph, lm_tensor_as_view(want)));
     LT_CHECK_OK(lm_linear_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(qp.d),
                               c->bias ? lm_tensor_as_view(b.d) : NULL, &pd, &od));
-    int mma = M > 8;
+    int mma = M > 8 || work; /* bf16 rounding: past 8 rows, and on the workspace path at any rows */
     double big = max_abs(lm_tensor_as_view(want));
     double nmse = c->out_dt != LM_F32 ? ct_nmse(c->out_dt) + (mma ? 3e-5 : 0) : mma ? 3e-5 : 1e-8;
     double tol = (mma || c->out_dt != LM_F32 ? 2e-2 : 1e-4) * (big > 0 ? big : 1);
@@ -113,9 +115,13 @@ static void run_case(const qcase *c, uint64_t seed) {
              i4 ? " G=" : "", i4 ? c->group : 0, c->M, (long long)N, (long long)K, (int)c->in, c->bias, c->accumulate,
              lm_dtype_name(c->out_dt), c->strided_out ? " strided" : "", work ? " workspace" : "");
     ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), nmse, tol);
+    double *got = ct_read(g_ctx, &o, &od), *ref = lt_view_to_f64(lm_tensor_as_view(want)), se = 0, sr = 0;
+    for (int64_t i = 0; i < M * N; i++) se += (got[i] - ref[i]) * (got[i] - ref[i]), sr += ref[i] * ref[i];
+    free(got), free(ref);
     lm_tensor_destroy(work);
     lm_tensor_destroy(want), lm_tensor_destroy(w);
     ct_pair_free(&qp), ct_pair_free(&sp), ct_pair_free(&x), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
+    return sr > 0 ? se / sr : se;
 }
 
 /* Every format and group at every M, plain and with bias, small (split-K) N. */
@@ -191,6 +197,65 @@ static void test_long_rows(void) {
                     qcase c = {fmts[f][0], fmts[f][1], m, 67, Ks[ki], (lm_linear_input)in, 1, in == 2, LM_F32, 0, 0};
                     run_case(&c, seed++);
                 }
+}
+
+/* 3-8 rows whose inputs the GEMV cannot stage (K = 7,168 at 5 and 8 rows: 229 KiB; K =
+ * 65,536 at 3 rows: no GPU's shared memory) take the workspace path when given one (the
+ * executor always gives it: lm_linear_workspace_bytes asks for it), and the GEMV without
+ * it. The workspace path rounds x to bf16, so its error must be far above the GEMV's:
+ * that tells the paths apart. 4 rows of K = 7,168 stage (115 KiB) and keep the GEMV. */
+static void test_unstaged_rows(void) {
+    static const int fmts[3][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 128}};
+    static const struct {
+        int M;
+        int64_t K;
+    } rows[3] = {{5, 7168}, {8, 7168}, {3, 65536}};
+    uint64_t seed = 3700;
+    for (int f = 0; f < 3; f++) {
+        for (int i = 0; i < 3; i++) {
+            lm_dtype dt = fmts[f][0] == F_I4 ? LM_U8 : fmts[f][0] == F_F8 ? LM_F8_E4M3 : LM_I8;
+            LT_CHECK_MSG(lm_linear_workspace_bytes(ct_gpu, rows[i].M, 67, rows[i].K, dt) > 0, "%s: M=%d K=%lld asks "
+                         "for no workspace", k_fmt[fmts[f][0]], rows[i].M, (long long)rows[i].K);
+            for (int in = 0; in <= 2; in += 2) {
+                qcase c = {fmts[f][0], fmts[f][1], rows[i].M, 67, rows[i].K, (lm_linear_input)in, 1, in == 2, LM_F32, 0,
+                           0};
+                double gemv = run_case(&c, seed);
+                c.ws = 1;
+                double ws = run_case(&c, seed++);
+                LT_CHECK_MSG(gemv < 1e-8 && ws > 1e-7, "%s M=%d K=%lld: NMSE %.3g without the workspace, %.3g with it "
+                             "(the GEMV's f32 inputs, then bf16 copies)", k_fmt[fmts[f][0]], rows[i].M,
+                             (long long)rows[i].K, gemv, ws);
+            }
+        }
+        lm_dtype dt = fmts[f][0] == F_I4 ? LM_U8 : fmts[f][0] == F_F8 ? LM_F8_E4M3 : LM_I8;
+        LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 4, 67, 7168, dt) == 0);
+        LT_CHECK(lm_linear_workspace_bytes(ct_gpu, 2, 67, 65536, dt) == 0); /* 1-2 rows: the GEMV, per-use reads */
+        /* the pair epilogues need staged inputs */
+        LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 8, 2048, LM_F32, dt));
+        LT_CHECK(!lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 8, 65536, LM_F32, dt));
+        LT_CHECK(!lm_linear_qkv_rope_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 3, 65536, LM_F32, dt, 0));
+    }
+    LT_CHECK(!lm_linear_qkv_rope_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 2, 65536, LM_F32, LM_BF16, 0));
+    LT_CHECK(lm_linear_qkv_rope_fused(ct_gpu, LM_LINEAR_IN_RMSNORM, 2, 2048, LM_F32, LM_BF16, 0));
+}
+
+/* One and two rows with a row's K split over 1, 2, 4 or 8 warps (LOOM_CUDA_GEMV_KSPLIT,
+ * forced; the rounds rule picks among them by shape), every format and input form. */
+static void test_forced_splits(void) {
+    static const int fmts[4][2] = {{F_I8, 0}, {F_F8, 0}, {F_I4, 32}, {F_I4, 128}};
+    static const char *const splits[4] = {"1", "2", "4", "8"};
+    uint64_t seed = 3900;
+    for (int v = 0; v < 4; v++) {
+        setenv("LOOM_CUDA_GEMV_KSPLIT", splits[v], 1);
+        for (int f = 0; f < 4; f++)
+            for (int m = 1; m <= 2; m++)
+                for (int in = 0; in <= 2; in++) {
+                    qcase c = {fmts[f][0], fmts[f][1], m, in == 1 ? 4229 : 67, 2048, (lm_linear_input)in, in != 2,
+                               in == 2, LM_F32, 0, 0};
+                    run_case(&c, seed++);
+                }
+    }
+    unsetenv("LOOM_CUDA_GEMV_KSPLIT");
 }
 
 /* The readable kernel: K off the vector size, bf16 and strided outputs. */
@@ -292,6 +357,8 @@ int main(void) {
     LT_RUN(test_workspace_chunks);
     LT_RUN(test_fused_inputs);
     LT_RUN(test_long_rows);
+    LT_RUN(test_unstaged_rows);
+    LT_RUN(test_forced_splits);
     LT_RUN(test_readable_layouts);
     LT_RUN(test_model_logits_cuda_vs_cpu);
     LT_RUN(test_fp8_model_config);

@@ -10,7 +10,8 @@
  *    shared memory; K = 7,208 at M = 8: read per use) with each fused input (plain, RMSNorm,
  *    SwiGLU), bias, and accumulation into the output, against reference compositions;
  *    one-row calls with more row groups than warps, each warp's second group prefetched
- *    or not (LOOM_CUDA_GEMV_PF2).
+ *    or not (LOOM_CUDA_GEMV_PF2); one- and two-row calls with a row's K split over 1, 2,
+ *    4 or 8 warps (LOOM_CUDA_GEMV_KSPLIT) and by both rules.
  * cuBLASLt runs with f32 compute (no TF32), so f32 keeps the f32 gate. GEMV inputs are
  * f32 and weights bf16 (exact in f32): only f32 summation order and the fast
  * exp/rsqrt differ, NMSE 1e-9.
@@ -163,8 +164,9 @@ static void check_gemv_n(lm__cuda_gemv_in in, int M, int64_t N, int64_t K, int a
     LT_CHECK_OK(lm__cuda_linear_gemv(&p, ct_stream(g_ctx)));
     char what[128];
     const char *pf2 = getenv("LOOM_CUDA_GEMV_PF2");
-    snprintf(what, sizeof what, "linear_gemv in %d M %d N %lld K %lld accumulate %d pf2 %s", (int)in, M, (long long)N,
-             (long long)K, accumulate, pf2 ? pf2 : "auto");
+    const char *ks = getenv("LOOM_CUDA_GEMV_KSPLIT");
+    snprintf(what, sizeof what, "linear_gemv in %d M %d N %lld K %lld accumulate %d pf2 %s ksplit %s", (int)in, M,
+             (long long)N, (long long)K, accumulate, pf2 ? pf2 : "auto", ks ? ks : "auto");
     ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), 1e-9, 2e-3);
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&nw), ct_pair_free(&bias), ct_pair_free(&o);
     lm_tensor_destroy(in32), lm_tensor_destroy(w32), lm_tensor_destroy(want);
@@ -203,6 +205,21 @@ static void test_linear_gemv_fused_inputs(void) {
         }
     }
     unsetenv("LOOM_CUDA_GEMV_PF2");
+    /* one and two rows with a row's K split over 1, 2, 4 or 8 warps (forced; 2 and 4
+     * combine several row groups in one block), the two-way rule and the rounds rule:
+     * odd N (the last group short), K of one warp batch or many */
+    static const char *const splits[6] = {"1", "2", "4", "8", "old", NULL};
+    for (int v = 0; v < 6; v++) {
+        if (splits[v]) setenv("LOOM_CUDA_GEMV_KSPLIT", splits[v], 1);
+        else unsetenv("LOOM_CUDA_GEMV_KSPLIT");
+        for (int m = 1; m <= 2; m++)
+            for (int in = 0; in < 3; in++) {
+                check_gemv_n((lm__cuda_gemv_in)in, m, 201, 2056, in == 1);
+                check_gemv_n((lm__cuda_gemv_in)in, m, 2049, 2048, in == 2);
+                check_gemv_n((lm__cuda_gemv_in)in, m, 5003, 256, in == 0);
+            }
+    }
+    unsetenv("LOOM_CUDA_GEMV_KSPLIT");
     lm__cuda_gemv_params bad;
     memset(&bad, 0, sizeof bad);
     bad.ldx = 12, bad.ldw = 24, bad.ldo = 4, bad.M = 9, bad.N = 4, bad.K = 12;

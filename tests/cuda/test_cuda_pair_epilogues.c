@@ -23,7 +23,8 @@
  * (2^-7 of the largest value, plus f32 summation order); the fused and two-kernel GPU
  * paths within NMSE 1e-12 (the fused epilogue adds the bias in one rounding with the
  * scale, the two-kernel path in two); the fusion rule (lm_linear_qkv_rope_fused) and the
- * operator's argument errors. Whole decode steps through the fused graph are checked
+ * operator's argument errors; every split of K over the block's warps, forced
+ * (LOOM_CUDA_GEMV_KSPLIT = 1, 2, 4, 8). Whole decode steps through the fused graph are checked
  * against the CPU by test_cuda_step and test_cuda_model.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
@@ -259,6 +260,24 @@ static void test_swiglu_epilogue(void) {
     run_swiglu(F_BF16, 0, 2, 256, 608, LM_LINEAR_IN, 1, seed++);
 }
 
+/* Every split of a row's K over 1, 2, 4 or 8 warps (LOOM_CUDA_GEMV_KSPLIT; 2 and 4
+ * put several row groups in a block, whose finished pairs the epilogue stores from
+ * shared memory), one and two rows, both epilogues, each weight format. */
+static void test_forced_splits(void) {
+    static const char *const splits[4] = {"1", "2", "4", "8"};
+    uint64_t seed = 1500;
+    for (int v = 0; v < 4; v++) {
+        setenv("LOOM_CUDA_GEMV_KSPLIT", splits[v], 1);
+        for (int f = F_BF16; f <= F_I4; f++)
+            for (int m = 1; m <= 2; m++) {
+                fcase c = {f, 32, m, 1, 2048, 4, 2, 64, LM_LINEAR_IN_RMSNORM, m == 1, m == 2, 0};
+                run_case(&c, seed++);
+                run_swiglu(f, 128, m, 2048, 608, LM_LINEAR_IN_RMSNORM, m == 2, seed++);
+            }
+    }
+    unsetenv("LOOM_CUDA_GEMV_KSPLIT");
+}
+
 static void test_errors(void) {
     lt_rng r = lt_rng_seed(5);
     int64_t xs[2] = {1, 64}, ws[2] = {256, 64}, cs[4] = {2, 1, 8, 32}, q4[4] = {1, 1, 6, 32}, one[2] = {1, 1}, h = 16;
@@ -310,6 +329,7 @@ int main(void) {
     LT_RUN(test_fusion_rule);
     LT_RUN(test_formats_rows_and_caches);
     LT_RUN(test_swiglu_epilogue);
+    LT_RUN(test_forced_splits);
     LT_RUN(test_errors);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);

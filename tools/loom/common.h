@@ -27,12 +27,14 @@ lm_model *cli_load_model_on(const char *cmd, const char *dir, lm_device device);
     CLI_PRECISION_OPT
 /* The --precision option (docs/QUANTIZATION.md, "Fast precision"); part of CLI_WEIGHTS_OPT. */
 #define CLI_PRECISION_OPT                                                                                       \
-    {"precision", CLI_STRING, &cli_precision_text, "exact|fast: CPU products (default exact); fast rounds "        \
-                                                   "activations to bf16 for AVX512_BF16 dot products with bf16 "  \
-                                                   "weights and in prefill attention, and to int8 blocks for "    \
-                                                   "byte products (AVX512_VNNI or AMX-INT8, AVX-VNNI or AVX2) "   \
-                                                   "with int8 and int4 weights (bf16 weights refused on CPUs "    \
-                                                   "without AVX512_BF16; refused on CUDA)"}
+    {"precision", CLI_STRING, &cli_precision_text, "exact|fast: CPU products (default exact); fast rounds "     \
+                                                   "activations to bf16 for AVX512_BF16 dot products with bf16 " \
+                                                   "weights and in prefill attention, and to int8 blocks for "  \
+                                                   "byte products (AVX512_VNNI or AMX-INT8, AVX-VNNI or AVX2) " \
+                                                   "with int8 and int4 weights (bf16 weights refused on CPUs "  \
+                                                   "without AVX512_BF16); on CUDA fp8 weights "                 \
+                                                   "only: x quantized to e4m3 per row for fp8 "                 \
+                                                   "tensor-core GEMMs past 8 rows"}
 /* --group of CLI_WEIGHTS_OPT (0: not given); read by cli_load_model_weights. */
 extern int cli_weights_group;
 /* --precision of CLI_WEIGHTS_OPT (NULL: not given, exact); checked by cli_parse_weights,

@@ -55,11 +55,28 @@ static int pf2_mode(void) {
     return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : -1;
 }
 
+/* LOOM_CUDA_GEMV_KSPLIT (measurements): "old" the two-way rule (lm__gemv_ksplit) for
+ * every call, 1 / 2 / 4 / 8 that split for staged calls of 1-2 rows; else (unset) the
+ * rounds rule (lm__gemv_ksplit_rounds) for those and the two-way rule for the rest. */
+static int ksplit_mode(void) { /* -1: the default, 0: "old", else the forced split */
+    const char *e = getenv("LOOM_CUDA_GEMV_KSPLIT");
+    int v = e ? atoi(e) : 0;
+    return e && strcmp(e, "old") == 0 ? 0 : (v == 1 || v == 2 || v == 4 || v == 8) ? v : -1;
+}
+
+/* The rows the kernel is built for (1, 2, 4 or 8) that a call of M rows runs. */
+static int64_t built_rows(int64_t M) { return M <= 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8; }
+
+int lm__cuda_gemv_stages(int64_t rows, int64_t K) {
+    return (size_t)built_rows(rows) * (size_t)smx_row_chunks(K) * 16 + GEMV_STATIC_SMEM <=
+           (size_t)lm__cuda_smem_optin();
+}
+
 template <int F, int IN, int M, int EPI = LM__CUDA_GEMV_EPI_OUT, int MU = M < 4 ? 4 : M>
 static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     const int64_t sms = lm__cuda_sm_count();
     const size_t smx = (size_t)M * (size_t)smx_row_chunks(p->K) * 16;
-    const int staged = smx + GEMV_STATIC_SMEM <= (size_t)lm__cuda_smem_optin();
+    const int staged = lm__cuda_gemv_stages(M, p->K);
     /* the pair epilogues are built for staged inputs only (decode's K is a few thousand) */
     if (EPI != LM__CUDA_GEMV_EPI_OUT && !staged)
         return lm__error(LM_UNSUPPORTED, "linear_gemv: a pair epilogue over K = %lld inputs (more than shared memory "
@@ -68,14 +85,23 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
      * rows: no separate M = 1 / 2 instantiations for a shape no model has */
     const int rpw = staged ? gemv_cfg<F, M>::RPW : gemv_cfg<F, MU>::RPW;
     const int unroll = staged ? gemv_cfg<F, M>::UNROLL : gemv_cfg<F, MU>::UNROLL;
-    const int ksplit = lm__gemv_ksplit(p->N, rpw, p->K / gemv_cfg<F, M>::WPV, 32 * unroll, sms);
-    const int which = (staged ? 0 : 2) + (ksplit == 1 ? 0 : 1);
-    /* (with a pair epilogue the unstaged entries repeat the staged ones: never chosen) */
+    const int64_t nvec = p->K / gemv_cfg<F, M>::WPV;
+    /* splits of 2 and 4 warps are built for staged calls of 1-2 rows (decode of one or
+     * two sequences): the rounds rule there, the two-way rule elsewhere */
+    const int mode = ksplit_mode(), narrow = staged && M <= 2;
+    const int ksplit = narrow && mode > 0    ? mode
+                       : narrow && mode < 0 ? lm__gemv_ksplit_rounds(p->N, rpw, nvec, 32 * unroll, sms)
+                                            : lm__gemv_ksplit(p->N, rpw, nvec, 32 * unroll, sms);
+    const int which = !staged ? 2 + (ksplit != 1) : ksplit == 1 ? 0 : ksplit == WARPS ? 1 : ksplit == 2 ? 4 : 5;
+    /* (with a pair epilogue the unstaged entries repeat the staged ones: never chosen;
+     * for M > 2 the entries of 2 and 4 repeat that of 8: never chosen either) */
     constexpr int E = EPI != LM__CUDA_GEMV_EPI_OUT, MUE = E ? M : MU, SMXU = E ? 1 : 0;
-    void (*const kernels[4])(lm__cuda_gemv_params) = {
-        gemv_kernel<F, IN, M, 1, 1, 0, EPI>, gemv_kernel<F, IN, M, WARPS, 1, 0, EPI>,
-        gemv_kernel<F, IN, MUE, 1, SMXU, 0, EPI>, gemv_kernel<F, IN, MUE, WARPS, SMXU, 0, EPI>};
-    static lm__cuda_kernel_facts facts[6]; /* of kernels[i] and pf2[i], per device */
+    constexpr int K2 = M <= 2 ? 2 : WARPS, K4 = M <= 2 ? 4 : WARPS;
+    void (*const kernels[6])(lm__cuda_gemv_params) = {
+        gemv_kernel<F, IN, M, 1, 1, 0, EPI>,      gemv_kernel<F, IN, M, WARPS, 1, 0, EPI>,
+        gemv_kernel<F, IN, MUE, 1, SMXU, 0, EPI>, gemv_kernel<F, IN, MUE, WARPS, SMXU, 0, EPI>,
+        gemv_kernel<F, IN, M, K2, 1, 0, EPI>,     gemv_kernel<F, IN, M, K4, 1, 0, EPI>};
+    static lm__cuda_kernel_facts facts[8]; /* of kernels[i] and pf2[i] (6, 7), per device */
     int per_sm = 0;
     cudaError_t e = lm__cuda_blocks_per_sm(&facts[which], (const void *)kernels[which], THREADS, staged ? smx : 0,
                                            &per_sm);
@@ -88,13 +114,13 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     constexpr int PF = M == 1 && F == LM__CUDA_GEMV_BF16;
     void (*const pf2[2])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1, PF, EPI>,
                                                   gemv_kernel<F, IN, M, WARPS, 1, PF, EPI>};
-    const int mode = PF && staged ? pf2_mode() : 0;
+    const int pmode = PF && staged && which < 2 ? pf2_mode() : 0; /* built for splits of 1 and 8 */
     const int64_t groups = (p->N + rpw - 1) / rpw, warps = blocks * (WARPS / ksplit);
-    if (mode == 1 || (mode == -1 && groups > warps)) {
+    if (pmode == 1 || (pmode == -1 && groups > warps)) {
         int per_sm2 = 0;
-        e = lm__cuda_blocks_per_sm(&facts[4 + which], (const void *)pf2[which], THREADS, smx, &per_sm2);
+        e = lm__cuda_blocks_per_sm(&facts[6 + which], (const void *)pf2[which], THREADS, smx, &per_sm2);
         if (e != cudaSuccess) return lm__cuda_check((int)e, "linear_gemv occupancy");
-        if (mode == 1 || per_sm2 >= LM_MIN(per_sm, 4))
+        if (pmode == 1 || per_sm2 >= LM_MIN(per_sm, 4))
             kernel = pf2[which], blocks = lm__gemv_blocks(p->N, rpw, ksplit, sms, per_sm2);
     }
     e = lm__cuda_launch_pdl(kernel, dim3((unsigned)blocks), dim3(THREADS), staged ? smx : 0, s, *p);

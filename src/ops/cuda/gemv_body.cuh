@@ -274,9 +274,11 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
                                           Wait wait, float4 *xs) {
     typedef gemv_cfg<F, M> cfg;
     constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
-    __shared__ float part[KSPLIT > 1 ? KSPLIT : 1][RPW][M];
+    constexpr int GPB = WARPS / KSPLIT; /* row groups a block works on at once */
+    static_assert(KSPLIT == 1 || GPB * RPW * M <= THREADS, "one thread per output of the block's groups");
+    __shared__ float part[KSPLIT > 1 ? WARPS : 1][RPW][M]; /* KSPLIT > 1: each warp's partial sums */
     constexpr int E = EPI != LM__CUDA_GEMV_EPI_OUT;
-    __shared__ float fin[E ? RPW : 1][E ? M : 1]; /* KSPLIT > 1 with a pair epilogue: the finished values */
+    __shared__ float fin[E && KSPLIT > 1 ? GPB : 1][E ? RPW : 1][E ? M : 1]; /* KSPLIT > 1 with a pair epilogue: finished values */
     static_assert(RPW % 2 == 0 && RPW * M <= 32, "the pair epilogues pair rows within one warp");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
@@ -324,7 +326,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
     auto run_group = [&](int64_t g0, uint4 (&buf)[RPW][UNROLL], int prefetched) {
         const int64_t grp = g0 + gw, n0 = grp * RPW;
         /* KSPLIT == 1: lane 0's rows (every lane's with a pair epilogue); else thread
-         * t < RPW * M's element (in add[0][0], scl[0]) */
+         * t < GPB * RPW * M's element: virtual row g0 * RPW + t / M (group t / (RPW M) of
+         * the block), token t % M (in add[0][0], scl[0]) */
         float add[RPW][M], scl[RPW];
         if (KSPLIT == 1) {
             if ((lane == 0 || EPI != LM__CUDA_GEMV_EPI_OUT) && grp < groups)
@@ -335,7 +338,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
 #pragma unroll
                     for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n);
                 }
-        } else if (threadIdx.x < RPW * M) {
+        } else if (threadIdx.x < GPB * RPW * M) {
             const int64_t n = pair_row<EPI>(p, g0 * RPW + threadIdx.x / M);
             add[0][0] = addend(p, threadIdx.x % M, n);
             scl[0] = row_scale<F>(p, n);
@@ -430,30 +433,33 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
 #pragma unroll
                 for (int r = 0; r < RPW; r++)
 #pragma unroll
-                    for (int m = 0; m < M; m++) part[slice][r][m] = acc[r][m];
+                    for (int m = 0; m < M; m++) part[warp][r][m] = acc[r][m]; /* warp = gw * KSPLIT + slice */
             __syncthreads();
-            if (threadIdx.x < RPW * M) { /* one row group per block when KSPLIT == WARPS */
-                int r = threadIdx.x / M, m = threadIdx.x % M;
-                int64_t n = g0 * RPW + r;
+            if (threadIdx.x < GPB * RPW * M) { /* the block's GPB groups, one output a thread */
+                const int t = threadIdx.x, gi = t / (RPW * M), r = (t / M) % RPW, m = t % M;
+                const int64_t n = g0 * RPW + t / M; /* virtual row (gi * RPW + r) of group g0 + gi */
                 if (n < p.N && m < p.M) {
                     float v = 0.f, post = 1.f;
 #pragma unroll
-                    for (int s = 0; s < KSPLIT; s++) v += part[s][r][m];
+                    for (int s = 0; s < KSPLIT; s++) v += part[gi * KSPLIT + s][r][m];
 #pragma unroll
                     for (int i = 0; i < M; i++)
                         if (i == m) post = post_rms[i];
                     v = v * scl[0] * post + add[0][0];
-                    if constexpr (E) fin[r][m] = v;
+                    if constexpr (E) fin[gi][r][m] = v;
                     else p.out[m * p.ldo + n] = v;
                 }
             }
             if constexpr (E) {
-                if (warp == 0) { /* the RPW * M <= 16 values above are warp 0's */
+                /* the values above span warps 0-1 when GPB > 1 (block-uniform branch) */
+                if (GPB > 1) __syncthreads();
+                if (warp == 0) {
                     __syncwarp();
-                    const int64_t j = g0 * RPW + 2 * (lane / M);
-                    if (lane < RPW / 2 * M && j < p.N && lane % M < p.M)
-                        pair_store<EPI>(p, lane % M, j, fin[2 * (lane / M)][lane % M],
-                                        fin[2 * (lane / M) + 1][lane % M]);
+                    for (int q = lane; q < GPB * (RPW / 2) * M; q += 32) { /* pair q / M % (RPW / 2), token q % M */
+                        const int gi = q / ((RPW / 2) * M), pr = (q / M) % (RPW / 2), m = q % M;
+                        const int64_t j = g0 * RPW + gi * RPW + 2 * pr;
+                        if (j < p.N && m < p.M) pair_store<EPI>(p, m, j, fin[gi][2 * pr][m], fin[gi][2 * pr + 1][m]);
+                    }
                 }
             }
             __syncthreads();
@@ -474,6 +480,23 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
  * (at most 4 are used), so the grid never runs a second wave. */
 static inline int lm__gemv_ksplit(int64_t N, int rpw, int64_t nvec, int64_t batch_vecs, int64_t sms) {
     return (N + rpw - 1) / rpw < sms * 16 && nvec > batch_vecs ? WARPS : 1;
+}
+
+/* The split of 1, 2, 4 or 8 warps a row with the fewest dependent load rounds: a warp
+ * task (a row group's K / k) takes ceil(nvec / (k batch_vecs)) batches one after another,
+ * and the G k tasks run ceil(G k / (16 sms)) at a time (16 warps an SM: two resident
+ * blocks); ties keep the smaller split (no combine). E.g. a 2,048 x 2,048 bf16 product
+ * (Llama-3.2-1B's o): 1,024 groups; 1: 2 batches x 1 = 2 rounds, 2: 1 x 1 = 1, 8 (the
+ * two-way rule above): 1 x 4 = 4. */
+static inline int lm__gemv_ksplit_rounds(int64_t N, int rpw, int64_t nvec, int64_t batch_vecs, int64_t sms) {
+    const int64_t groups = (N + rpw - 1) / rpw, slots = sms * 16;
+    int best = 1;
+    int64_t best_rounds = INT64_MAX;
+    for (int k = 1; k <= WARPS; k *= 2) {
+        const int64_t rounds = (groups * k + slots - 1) / slots * ((nvec + k * batch_vecs - 1) / (k * batch_vecs));
+        if (rounds < best_rounds) best = k, best_rounds = rounds;
+    }
+    return best;
 }
 static inline int64_t lm__gemv_blocks(int64_t N, int rpw, int ksplit, int64_t sms, int per_sm) {
     int64_t groups = (N + rpw - 1) / rpw, per_block = WARPS / ksplit;

@@ -12,7 +12,8 @@
  *    shared memory (int8/fp8 values are exact in bf16 and their row scale is applied in
  *    the f32 epilogue; int4 tiles are stored as bf16(q * group scale)) and rounds x to bf16
  *    on the way in. Not a native int8/fp8 GEMM: the tensor cores see bf16.
- *  - with a workspace (lm_linear_workspace_bytes), for more than 8 rows instead: in(x)
+ *  - with a workspace (lm_linear_workspace_bytes), for more than 8 rows instead (and for
+ *    3-8 rows whose inputs the GEMV would not stage: lm__quant_ws_rows): in(x)
  *    rounded to bf16 [M, K] and the weights dequantized to bf16(q * scale) [N, K] in it,
  *    then one cuBLASLt GEMM with the bias and accumulate in its epilogue (prefill and
  *    batched decode at the bf16 GEMM's speed plus one pass over the weights).
@@ -417,7 +418,11 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
     if (tuned) p.xs1 = 1, p.os1 = 1, p.ws1 = 1, p.nws = 1, p.bs = 1, p.ss1 = 1;
     int wpv = f == Q_I4 ? 32 : 16;
     lm__cuda_gemv_params gp;
-    if (tuned && lm__cuda_gemv_of(x, w, bias, lp, &gp)) { /* up to LM__CUDA_GEMV_MAX_ROWS rows */
+    /* LOOM_CUDA_QUANT_UNSTAGED=gemv: 3-8 unstaged rows keep the GEMV (measurements) */
+    const char *unstaged = getenv("LOOM_CUDA_QUANT_UNSTAGED");
+    const int keep_gemv = unstaged && strcmp(unstaged, "gemv") == 0;
+    const int ws_rows = lm__quant_ws_rows(M, keep_gemv || lm__cuda_gemv_stages(M, K)) && lp->workspace;
+    if (tuned && !ws_rows && lm__cuda_gemv_of(x, w, bias, lp, &gp)) { /* up to LM__CUDA_GEMV_MAX_ROWS rows */
         gp.out = (float *)p.out, gp.ldo = p.ldo, gp.accumulate = p.accumulate;
         return lm__cuda_linear_gemv(&gp, s);
     }

@@ -309,6 +309,7 @@ static const lm__cuda_ops k_table = {
     .linear_swiglu = linear_swiglu,
     .linear = linear,
     .linear_quant = linear_quant,
+    .gemv_stages = lm__cuda_gemv_stages,
     .sample = sample,
     .sample_workspace = lm__cuda_sample_workspace,
 };
