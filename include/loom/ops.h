@@ -298,11 +298,13 @@ typedef struct lm_linear_params {
     /* Optional device scratch of lm_linear_workspace_bytes() bytes for quantized
      * weights on CUDA: with it, products of more than 8 rows (prefill, batched decode),
      * and of 3-8 rows whose K inputs are too many for the decode GEMV to stage in the
-     * device's shared memory (e.g. 5-8 rows of K = 8,192 on an H200), run as the input and the weights rounded to bf16 into the workspace, then one
-     * cuBLASLt GEMM with the bias and accumulate in its epilogue (at fast precision
-     * with fp8 weights and K a multiple of 16: the input quantized to e4m3 per row
-     * there, then one fp8 GEMM on the stored weights); without it, a slower
-     * tensor-core kernel that needs no scratch. Ignored elsewhere; NULL is always valid. */
+     * device's shared memory (e.g. 5-8 rows of K = 8,192 on an H200), run as the input
+     * and the weights rounded to bf16 into the workspace, then one cuBLASLt GEMM with
+     * the bias and accumulate in its epilogue (at fast precision with fp8 weights and K
+     * a multiple of 16, past 8 rows: the input quantized to e4m3 per row there, then
+     * one fp8 GEMM on the stored weights); without it, the decode GEMV up to 8 rows and
+     * past them a slower tensor-core kernel that needs no scratch. Ignored elsewhere;
+     * NULL is always valid. */
     const lm_tensor_view *workspace;
 } lm_linear_params;
 

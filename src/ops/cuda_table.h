@@ -19,17 +19,17 @@
 #include "loom/ops.h"
 #include "loom/ops_backward.h"
 
-/* The quantized linear's workspace (lm_linear_workspace_bytes, ops/cuda/gemv_quant.cu)
- * starts with in(x): rows x K values of elem bytes (bf16 for the dequantizing path, e4m3
- * at fast precision), rounded up to 256 bytes; what follows starts there. */
 /* Whether a quantized product of `rows` rows takes the workspace path (bf16 copies and a
  * cuBLASLt GEMM, or fast precision's fp8 GEMM) instead of the decode GEMV: more than 8
  * rows, or 3-8 rows whose inputs the GEMV would not stage (stages: gemv_stages below for
- * these rows and K), where its per-use input reads from L2 measured ~3x slower than the
- * workspace path (bench/NOTES.md; 1-2 rows keep the GEMV: it reads them per use at the
- * cost it had before inputs were staged). */
+ * these rows and K), where reading them per use from L2 ran decode B8 of a
+ * Llama-3.2-1B shape 8-9% slower than the workspace path (bench/NOTES.md, "Quantized
+ * weights on CUDA" v7); 1-2 rows keep the GEMV, reading them per use. */
 static inline int lm__quant_ws_rows(int64_t rows, int stages) { return rows > 8 || (rows > 2 && !stages); }
 
+/* The quantized linear's workspace (lm_linear_workspace_bytes, ops/cuda/gemv_quant.cu)
+ * starts with in(x): rows x K values of elem bytes (bf16 for the dequantizing path, e4m3
+ * at fast precision), rounded up to 256 bytes; what follows starts there. */
 static inline size_t lm__quant_ws_input_bytes(int64_t rows, int64_t K, size_t elem) {
     return ((size_t)rows * (size_t)K * elem + 255) / 256 * 256;
 }

@@ -250,8 +250,7 @@ lm_status lm__cuda_linear_gemv(const lm__cuda_gemv_params *p, cudaStream_t s);
 /* 1 when the decode GEMV stages in(x) of `rows` input rows of K values in shared memory
  * on the current device (the kernel built for 1, 2, 4 or 8 rows that `rows` runs: M rows
  * x K floats within the device's opt-in limit); else each warp reads its inputs from
- * L2 per use, which is what made 5-8 rows over K = 8,192 ~3x slower than the quantized
- * workspace path (bench/NOTES.md). */
+ * L2 per use (lm__quant_ws_rows in ops/cuda_table.h says what that costs). */
 int lm__cuda_gemv_stages(int64_t rows, int64_t K);
 /* What lm__cuda_linear_gemv refuses before launching (LM_UNSUPPORTED naming it), alone:
  * a kernel that runs the GEMV's body for its own items checks its parameters with it. */

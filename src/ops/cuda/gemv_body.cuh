@@ -278,7 +278,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
     static_assert(KSPLIT == 1 || GPB * RPW * M <= THREADS, "one thread per output of the block's groups");
     __shared__ float part[KSPLIT > 1 ? WARPS : 1][RPW][M]; /* KSPLIT > 1: each warp's partial sums */
     constexpr int E = EPI != LM__CUDA_GEMV_EPI_OUT;
-    __shared__ float fin[E && KSPLIT > 1 ? GPB : 1][E ? RPW : 1][E ? M : 1]; /* KSPLIT > 1 with a pair epilogue: finished values */
+    /* KSPLIT > 1 with a pair epilogue: the finished values of the block's groups */
+    __shared__ float fin[E && KSPLIT > 1 ? GPB : 1][E ? RPW : 1][E ? M : 1];
     static_assert(RPW % 2 == 0 && RPW * M <= 32, "the pair epilogues pair rows within one warp");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slice = warp % KSPLIT, gw = warp / KSPLIT; /* K slice, row group within the block */
