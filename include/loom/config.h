@@ -120,8 +120,9 @@ typedef struct lm_model_config {
  * per output row (symmetric: w ~= q * scale, q in [-127, 127]) in the tensor
  * "<weight name>_scale" (f32 [out]), e.g. "model.layers.0.mlp.up_proj.weight_scale". */
 /* LM_QUANT_INT4: u8 [out, in/2] weights, two signed 4-bit values per byte along in (low
- * nibble first; w ~= q * scale, q in [-7, 7] as written), with one f32 scale per group
- * of quant_group inputs in "<weight name>_scale" (f32 [out, in / quant_group]). */
+ * nibble first; w ~= q * scale, q in [-7, 7] as written), with one scale per group of
+ * quant_group inputs in "<weight name>_scale" (bf16 [out, in / quant_group]; f32 in
+ * directories written before bf16 group scales, which load as stored). */
 /* LM_QUANT_FP8: f8_e4m3 [out, in] weights with one f32 scale per output row (as int8,
  * with e4m3 values for the integers; "format": "fp8", int8's scheme and keys). */
 typedef enum lm_quant_format { LM_QUANT_NONE = 0, LM_QUANT_INT8 = 1, LM_QUANT_INT4 = 2, LM_QUANT_FP8 = 3 } lm_quant_format;

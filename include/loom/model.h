@@ -45,7 +45,7 @@ typedef enum lm_weights {
                             directory that holds int8 weights */
     LM_WEIGHTS_INT8 = 2, /* the projections as int8 with per-output-row f32 scales: quantized at load from a
                             float directory (lm_quantize_int8_rows), or as stored by `loom quantize`. */
-    LM_WEIGHTS_INT4 = 3, /* the projections as packed int4 with one f32 scale per group of 32/64/128 inputs
+    LM_WEIGHTS_INT4 = 3, /* the projections as packed int4 with one bf16 scale per group of 32/64/128 inputs
                             (lm_model_load_options.quant_group): quantized at load from a float directory
                             (lm_quantize_int4_groups), or as stored by `loom quantize --to int4`. */
     LM_WEIGHTS_FP8 = 4   /* the projections as fp8 e4m3 with per-output-row f32 scales (lm_quantize_fp8_rows, or

@@ -288,7 +288,8 @@ typedef struct lm_linear_params {
     const lm_tensor_view *w_scales;
     /* int4 weights (docs/QUANTIZATION.md): w_bits = 4 says w is u8 [N, K/2] holding two
      * signed 4-bit values per byte along K (low nibble = even k, two's complement, so
-     * each in [-8, 7]) and w_scales is f32 [N, K / w_group], one scale per group of
+     * each in [-8, 7]) and w_scales is f32 or bf16 [N, K / w_group] (bf16 on the CPU
+     * only; CUDA refuses it), one scale per group of
      * w_group consecutive k of a row (w_group 32, 64 or 128; K a multiple of it): the
      * product is x · (q[n, k] * w_scales[n, k / w_group])ᵀ. f32 x, any float out. 0
      * (both) for float, int8 and fp8 weights; a u8 w with
@@ -319,7 +320,9 @@ LM_API lm_status lm_quantize_int8_rows(lm_ctx *ctx, const lm_tensor_view *w, con
  * / 7 (1 for an all-zero group), q = round-half-even(w / scale) clamped to [-7, 7]
  * (the symmetric range: -8 is never written, though lm_linear_out reads it);
  * q u8 [N, K/2] packs k = 2j in the low nibble of byte j and k = 2j + 1 in the high
- * one (two's complement); w_scales f32 [N, K/group] (host tensors). */
+ * one (two's complement); w_scales f32 or bf16 [N, K/group] (host tensors). bf16
+ * scales: each group's scale rounded to bf16 (nearest even; bf16's smallest positive
+ * value where that gives 0) before its group is quantized with it. */
 LM_API lm_status lm_quantize_int4_groups(lm_ctx *ctx, const lm_tensor_view *w, const lm_tensor_view *q,
                                          const lm_tensor_view *w_scales, int group);
 /* fp8 e4m3 quantization of float weights w [N, K] by row: w_scales[n] = max_k |w[n, k]|

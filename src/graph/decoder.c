@@ -90,9 +90,9 @@ static int quantized(const builder *b, lm_graph_value w) {
 
 /* A quantized weight w (parameter "<name>.weight": int8 i8 [n_out, K], or int4 u8
  * [n_out, K/2]): its scales are the parameter "<name>.weight_scale" (int8: f32
- * [n_out], one per row; int4: f32 [n_out, K / quant_group], one per group of the
- * config's quant_group inputs) and the product is one linear op (quantized weights
- * have no canonical matmul form). Training them is refused. */
+ * [n_out], one per row; int4: [n_out, K / quant_group], one per group of the config's
+ * quant_group inputs, f32 or, as param_dtype says, bf16) and the product is one linear
+ * op (quantized weights have no canonical matmul form). Training them is refused. */
 static lm_status linear_quant(builder *b, const char *nm, lm_graph_value x, lm_graph_value w, const char *wname,
                               lm_graph_value bias, lm_dtype out_dt, lm_graph_value *y) {
     char s[LM__G_NAME + 8];
@@ -113,7 +113,8 @@ static lm_status linear_quant(builder *b, const char *nm, lm_graph_value x, lm_g
         return lm__error(LM_INVALID_ARGUMENT, "decoder graph: int4 weight '%s' with %lld inputs needs the config's "
                          "quant_group (%lld) to divide them", wname, (long long)K, (long long)G);
     int64_t ss[2] = {N, K / G};
-    LM_TRY(lm_graph_param(b->g, s, LM_F32, 2, ss, 1.0 / 7, 0.0, &sc));
+    lm_dtype sdt = b->o->param_dtype ? b->o->param_dtype(b->o->param_user, s, LM_F32) : LM_F32;
+    LM_TRY(lm_graph_param(b->g, s, sdt, 2, ss, 1.0 / 7, 0.0, &sc));
     return lm__graph_linear_int4(b->g, nm, x, w, sc, (int)G, bias, out_dt, y);
 }
 

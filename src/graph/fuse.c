@@ -43,14 +43,14 @@ static int plain_linear(const lm__gop *op) { return op && op->kind == LM__GOP_LI
 static int stackable_linear(const lm__gop *op) { return plain_linear(op); }
 
 /* 1 when linears a and b may share a stack: weights of one dtype and width, scales
- * (present for both or neither) of one width, one int4 group. */
+ * (present for both or neither) of one dtype and width, one int4 group. */
 static int same_format(const lm_graph *g, const lm__gop *a, const lm__gop *b) {
     const lm__gvalue *wa = &g->values[a->in[1]], *wb = &g->values[b->in[1]];
     if (wa->dtype != wb->dtype || wa->dims[1] != wb->dims[1] || (a->in[5] >= 0) != (b->in[5] >= 0) || a->b != b->b)
         return 0;
     if (a->in[5] < 0) return 1;
     const lm__gvalue *sa = &g->values[a->in[5]], *sb = &g->values[b->in[5]];
-    return sa->ndim == sb->ndim && (sa->ndim == 1 || sa->dims[1] == sb->dims[1]);
+    return sa->dtype == sb->dtype && sa->ndim == sb->ndim && (sa->ndim == 1 || sa->dims[1] == sb->dims[1]);
 }
 
 /* Per source op: -1 copy, -2 absorbed into a fusion emitted elsewhere, k >= 0 the

@@ -123,8 +123,8 @@ static lm_status check_entry(const lm_checkpoint *ck, const lm_tensor_spec *sp, 
 }
 
 /* A quantized weight and its scales, as a quantized directory stores them: int8 i8 [out,
- * in] (fp8: F8_E4M3 [out, in]) with f32 [out] scales; int4 u8 [out, in/2] with f32
- * [out, in/group] scales. */
+ * in] (fp8: F8_E4M3 [out, in]) with f32 [out] scales; int4 u8 [out, in/2] with bf16 (or,
+ * as written before bf16 group scales, f32) [out, in/group] scales. */
 static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoint *ck, const lm_tensor_spec *sp) {
     lm_safetensors_entry e;
     char scale[sizeof sp->name + 8], have[160], want[64];
@@ -150,8 +150,9 @@ static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoi
         return lm__error(LM_NOT_FOUND, "checkpoint '%s': scale tensor '%s' of %s weight '%s' is missing",
                          lm_checkpoint_path(ck), scale, fmt, sp->name);
     LM_TRY(st);
-    if (e.dtype != LM_F32)
-        return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected F32", scale, e.dtype_name);
+    if (e.dtype != LM_F32 && !(int4 && e.dtype == LM_BF16))
+        return lm__error(LM_DTYPE_MISMATCH, "scale tensor '%s': dtype %s, expected %s", scale, e.dtype_name,
+                         int4 ? "BF16 or F32" : "F32");
     if (int4 && (e.ndim != 2 || e.shape[0] != ss[0] || e.shape[1] != ss[1]))
         return lm__error(LM_SHAPE_MISMATCH, "scale tensor '%s': shape %s != expected %s (one per group of %d inputs "
                          "of '%s')", scale, lm__io_shape_str(e.ndim, e.shape, have, sizeof have),
@@ -161,7 +162,12 @@ static lm_status check_quant_entry(const lm_model_config *cfg, const lm_checkpoi
                          scale, lm__io_shape_str(e.ndim, e.shape, have, sizeof have), (long long)sp->shape[0], sp->name);
     for (int64_t r = 0; r < ss[0] * ss[1]; r++) {
         float v;
-        memcpy(&v, (const char *)e.data + 4 * r, 4);
+        if (e.dtype == LM_BF16) {
+            uint16_t h;
+            memcpy(&h, (const char *)e.data + 2 * r, 2);
+            v = lm_bf16_to_f32(h);
+        } else
+            memcpy(&v, (const char *)e.data + 4 * r, 4);
         if (!(v > 0 && v < INFINITY))
             return lm__error(LM_INVALID_ARGUMENT, "scale tensor '%s': element %lld is %g (scales are finite and > 0)",
                              scale, (long long)r, (double)v);

@@ -15,10 +15,12 @@
  * checkpoint (lm_quantize_int8_rows: the same function `loom quantize` uses, so both
  * give the same bytes) or mapped from a directory `loom quantize` wrote, whose
  * "<weight>_scale" tensors are checked (present, f32 [out], finite and > 0) before use;
- * int4 the same way (lm_quantize_int4_groups; u8 [out, in/2] weights, scales f32
- * [out, in/group]); fp8 as int8 (lm_quantize_fp8_rows; f8_e4m3 [out, in] weights).
- * Quantized weights load on CUDA too: nn/upload.c copies their bytes and scales as they
- * are and the linear operator's CUDA kernels read them (training still refuses them).
+ * int4 the same way (lm_quantize_int4_groups; u8 [out, in/2] weights, scales bf16
+ * [out, in/group]; a directory's f32 ones, as written before bf16 group scales, load as
+ * they are); fp8 as int8 (lm_quantize_fp8_rows; f8_e4m3 [out, in] weights).
+ * Quantized weights load on CUDA too: nn/upload.c copies their bytes as they are, their
+ * scales as f32 (bf16 group scales widened exactly), and the linear operator's CUDA
+ * kernels read them (training still refuses them).
  */
 #include "nn/internal.h"
 #include "ops/cpu/precision.h"
@@ -123,7 +125,8 @@ lm_status lm__quantize_matrix(lm_ctx *ctx, const lm_model_config *cfg, const lm_
         return lm__error(LM_INVALID_ARGUMENT, "int4 group %d does not divide the %lld inputs", G, (long long)K);
     int fp8 = cfg->quant_format == LM_QUANT_FP8;
     lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : fp8 ? LM_F8_E4M3 : LM_I8, 2, qs, q);
-    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, scales);
+    /* int4 group scales in bf16 (4.5 bits a weight at groups of 32), int8 / fp8 row scales f32 */
+    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), int4 ? LM_BF16 : LM_F32, int4 ? 2 : 1, ss, scales);
     if (st == LM_OK)
         st = int4  ? lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales), G)
              : fp8 ? lm_quantize_fp8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*scales))
@@ -358,7 +361,7 @@ static lm_status fast_check_device(const lm_model *m) {
 /* Precision fast on a CPU without AVX512_BF16 (or with the ISA path overridden below
  * avx512) runs only int8 / int4 products (the AVX2 path's kernels,
  * ops/cpu/matmul_i8dot_avx2.c): LM_UNSUPPORTED naming the first bf16
- * matrix a linear would read (a projection, the output matrix, or the tied embedding
+ * matrix (not int4's bf16 group scales) a linear would read (a projection, the output matrix, or the tied embedding
  * table when no quantized copy is the head), before any step runs into it. f32 and f16
  * matrices stay exact in fast mode, as everywhere. */
 static lm_status fast_check_weights(const lm_model *m) {
@@ -369,6 +372,8 @@ static lm_status fast_check_weights(const lm_model *m) {
         const char *name = m->w[i].name;
         if (lm_tensor_dtype(t) != LM_BF16 || lm_tensor_ndim(t) != 2) continue;
         if (strcmp(name, "model.embed_tokens.weight") == 0 && !tied_float) continue; /* a gather, not a product */
+        size_t nl = strlen(name);
+        if (nl > 6 && strcmp(name + nl - 6, "_scale") == 0) continue; /* int4 group scales, not a matrix */
         return lm__error(LM_UNSUPPORTED, "precision fast: this CPU lacks AVX512_BF16 (VDPBF16PS), so fast products "
                          "run on int8 / int4 weights only (AVX2 / AVX-VNNI byte products), and '%s' is bf16; load "
                          "with --weights int8 or int4, or use precision exact", name);

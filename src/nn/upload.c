@@ -13,7 +13,8 @@
  * Quantized projections (i8, u8 int4, f8_e4m3) are copied byte for byte and stacked the
  * same way when the members share a dtype and width (graph/fuse.c stacks such
  * linears), each piece followed by its f32 scales: "<stack>_scale" holding the
- * members' "<name>_scale" rows in order, each registered as a row view.
+ * members' "<name>_scale" rows in order, each registered as a row view (int4's bf16
+ * group scales are widened to f32 on the way: the CUDA kernels read f32).
  */
 #include "nn/internal.h"
 
@@ -70,7 +71,7 @@ static lm_status add(const lm_model *m, plan *pl, const char *stack, const char 
     }
     q->dt = quant ? lm_tensor_dtype(src[0]) : f32 ? LM_F32 : LM_BF16;
     q->bytes = q->rows * q->cols * (int64_t)lm_dtype_size(q->dt);
-    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G], stacked as the weights are */
+    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G] (bf16 ones widened), stacked as the weights are */
         char scale[3][96 + 8], stack_scale[96 + 8];
         const char *sp[3] = {scale[0], scale[1], scale[2]};
         for (int i = 0; i < n; i++) {

@@ -14,7 +14,8 @@
  * accumulate in its store) after the prologue is formed by lm_rmsnorm_out /
  * lm_swiglu_out into an [M, K] f32 scratch; lm_linear_supported says which calls.
  * int4 weights (w u8 [N, K/2], two nibbles per byte, p->w_bits = 4, p->w_scales f32
- * [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4.
+ * or bf16 [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4;
+ * CUDA takes f32 group scales only (nn/upload.c widens a model's bf16 ones).
  * fp8 weights (w f8_e4m3 [N, K] with p->w_scales f32 [N]) run the reference on the CPU.
  * On CUDA all three quantized forms go to the table's linear_quant (ops/cuda/
  * gemv_quant.cu: a GEMV for up to 8 rows; for more, given p->workspace, the input and
@@ -45,7 +46,7 @@ static const char *quant_name(const lm_tensor_view *w, const lm_linear_params *p
 }
 
 /* int4 weights: w u8 [N, K/2] with w_bits 4, a group of 32/64/128 dividing K and f32
- * scales [N, K/group]. */
+ * or bf16 scales [N, K/group]. */
 static lm_status check_int4(const char *op, const lm_tensor_view *w, const lm_linear_params *p) {
     const lm_tensor_view *sc = p->w_scales;
     if (w->dtype != LM_U8)
@@ -60,8 +61,10 @@ static lm_status check_int4(const char *op, const lm_tensor_view *w, const lm_li
                          "%d", op, (long long)K, (long long)w->shape[1], g);
     if (!sc)
         return lm__error(LM_INVALID_ARGUMENT, "%s: int4 weights need w_scales (lm_linear_params.w_scales, f32 "
-                         "[N, K/w_group], one scale per group)", op);
-    LM_TRY(lm__op_check_dtype(op, "w_scales", sc, LM_F32));
+                         "or bf16 [N, K/w_group], one scale per group)", op);
+    if (sc->dtype != LM_F32 && sc->dtype != LM_BF16)
+        return lm__error(LM_DTYPE_MISMATCH, "%s: int4 w_scales has dtype %s; expected f32 or bf16", op,
+                         lm_dtype_name(sc->dtype));
     int64_t ss[2] = {w->shape[0], K / g};
     return lm__op_check_shape(op, "w_scales [N, K/w_group]", sc, 2, ss);
 }
@@ -327,8 +330,8 @@ static lm_status cpu_linear_i8(lm_ctx *ctx, const lm_tensor_view *x, const lm_te
     }
     if (st == LM_OK && is_i4(w, p))
         st = lm__cpu_linear_i4(lm_ctx_threadpool(ctx), xin, ldx, w->data, w->stride[0], p->w_scales->data,
-                               p->w_scales->stride[0], p->w_group, bias ? bias->data : NULL, p->accumulate, out->data,
-                               out->stride[0], M, N, K);
+                               p->w_scales->dtype, p->w_scales->stride[0], p->w_group, bias ? bias->data : NULL,
+                               p->accumulate, out->data, out->stride[0], M, N, K);
     else if (st == LM_OK)
         st = lm__cpu_linear_i8(lm_ctx_threadpool(ctx), xin, ldx, w->data, w->stride[0], p->w_scales->data,
                                bias ? bias->data : NULL, p->accumulate, out->data, out->stride[0], M, N, K);
@@ -415,6 +418,9 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
     if (level == LM__LEVEL_CUDA && quant) {
+        if (p->w_scales->dtype != LM_F32)
+            return lm__error(LM_UNSUPPORTED, "%s: on CUDA int4 group scales are f32, but w_scales is %s (widen them; "
+                             "a loaded model's are widened when it is uploaded)", op, lm_dtype_name(p->w_scales->dtype));
         if (p->workspace) {
             const lm_tensor_view *wv[] = {p->workspace};
             static const char *const wn[] = {"workspace"};

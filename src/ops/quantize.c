@@ -14,7 +14,10 @@
  * are the same for any thread count).
  * int4: the same rule per group with 7 for 127 (a group's quotient is the f32 scale
  * amax / 7 dividing an f32, so the tie argument holds unchanged), clamped to [-7, 7];
- * two values per byte along K, low nibble first, two's complement.
+ * two values per byte along K, low nibble first, two's complement. bf16 int4 scales:
+ * the f32 scale rounded to bf16 (nearest, ties to even; a scale that rounds to 0 takes
+ * bf16's smallest positive value), and the group quantized with that rounded scale, so
+ * q * scale is what the stored bytes mean (the quotient still divides two f32 values).
  * fp8 (lm_quantize_fp8_rows): the int8 rule with 448 (e4m3's largest finite value) for
  * 127 and e4m3 values for the integers: the double quotient w / scale rounded once to
  * e4m3 (nearest, ties to even, by the argument above; saturating at 448, which only
@@ -40,7 +43,10 @@ static lm_status check(lm_ctx *ctx, const char *op, const lm_tensor_view *w, con
                          op);
     LM_TRY(lm__op_check_float(op, "w", w));
     LM_TRY(lm__op_check_dtype(op, "q", q, group ? LM_U8 : qdt));
-    LM_TRY(lm__op_check_dtype(op, "w_scales", scales, LM_F32));
+    if (!group) LM_TRY(lm__op_check_dtype(op, "w_scales", scales, LM_F32));
+    else if (scales && scales->dtype != LM_F32 && scales->dtype != LM_BF16)
+        return lm__error(LM_DTYPE_MISMATCH, "%s: w_scales has dtype %s; expected f32 or bf16 (int4 group scales)", op,
+                         lm_dtype_name(scales->dtype));
     int64_t any2[2] = {-1, -1};
     LM_TRY(lm__op_check_shape(op, "w [N, K]", w, 2, any2));
     int64_t N = w->shape[0], K = w->shape[1], ns[1] = {N};
@@ -136,16 +142,21 @@ static void quantize_row(const qjob *j, int64_t n, const float *row) {
     const int64_t K = j->K;
     if (j->kind == Q_INT4) {
         uint8_t *qd = q->data;
-        float *sd = sc->data;
         for (int64_t g = 0; g < K / j->group; g++) {
-            int64_t k0 = g * j->group;
+            int64_t k0 = g * j->group, s = n * sc->stride[0] + g * sc->stride[1];
             float scale = scale_of(row_amax(row, k0, k0 + j->group), 7.0f);
+            if (sc->dtype == LM_BF16) {
+                uint16_t h = lm_f32_to_bf16(scale);
+                if (h == 0) h = 1; /* below bf16's smallest subnormal */
+                ((uint16_t *)sc->data)[s] = h;
+                scale = lm_bf16_to_f32(h);
+            } else
+                ((float *)sc->data)[s] = scale;
             for (int64_t k = k0; k < k0 + j->group; k += 2) {
                 unsigned lo = (unsigned)quantize1(row[k], scale, 7.0) & 15u;
                 unsigned hi = (unsigned)quantize1(row[k + 1], scale, 7.0) & 15u;
                 qd[n * q->stride[0] + k / 2 * q->stride[1]] = (uint8_t)(lo | hi << 4);
             }
-            sd[n * sc->stride[0] + g * sc->stride[1]] = scale;
         }
         return;
     }

@@ -1,7 +1,7 @@
 /* int4 weights: lm_quantize_int4_groups against a direct computation (ties, the
- * clamp, all-zero groups, the nibble packing, every group size, strided views,
- * refusals), and lm_linear_out with packed int4 weights and f32 group scales
- * (w_bits = 4) on the CPU: the tuned level (every ISA path this CPU runs, 1 and 2
+ * clamp, all-zero groups, the nibble packing, every group size, strided views, f32 and
+ * bf16 scales, refusals), and lm_linear_out with packed int4 weights and f32 or bf16
+ * group scales (w_bits = 4) on the CPU: the tuned level (every ISA path this CPU runs, 1 and 2
  * threads bit-identical) against the reference level on fresh random inputs (every
  * nibble value, -8 included), for M from 1 to 200 (gemv and GEMM), N odd and aligned,
  * groups 32/64/128, every input form, bias or not, accumulate or not, strided x and
@@ -33,8 +33,16 @@ static int nib(const uint8_t *q, int64_t k) {
     return v >= 8 ? v - 16 : v;
 }
 
-/* Quantizes the view w into q [N, K/2] u8 and scales [N, K/G] (any strides) and checks
- * them against the direct computation. Returns the number of mismatches. */
+/* The direct scale as bf16 scales hold it: rounded to nearest even, bf16's smallest
+ * positive value where that is 0 (the direct rule of the quantizer's bf16 form). */
+static float direct_scale_bf16(float s) {
+    uint16_t h = lm_f32_to_bf16(s);
+    return lm_bf16_to_f32(h ? h : 1);
+}
+
+/* Quantizes the view w into q [N, K/2] u8 and scales [N, K/G] (any strides; f32 or
+ * bf16) and checks them against the direct computation. Returns the number of
+ * mismatches. */
 static int64_t quantize_and_check(const char *what, const lm_tensor_view *w, const lm_tensor_view *q,
                                   const lm_tensor_view *sc, int G) {
     LT_CHECK_OK(lm_quantize_int4_groups(g_one, w, q, sc, G));
@@ -47,6 +55,7 @@ static int64_t quantize_and_check(const char *what, const lm_tensor_view *w, con
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < K / G; g++) {
             float s = direct_scale(w64 + n * K + g * G, G, 7);
+            if (sc->dtype == LM_BF16) s = direct_scale_bf16(s);
             if ((float)s64[n * (K / G) + g] != s && bad++ < 3)
                 LT_CHECK_MSG(0, "%s: scale of row %lld group %lld is %.9g, want %.9g", what, (long long)n,
                              (long long)g, s64[n * (K / G) + g], (double)s);
@@ -101,6 +110,20 @@ static void test_quantize_known_groups(void) {
     for (int k = G; k < K; k++) LT_CHECK(nib(qd + K / 2, k) == (k % 2 ? 7 : -7));
     /* the byte layout: k = 0 (7) low nibble, k = 1 (0) high; k = 4 (-4 = 0xC), k = 5 (6) */
     LT_CHECK_MSG(qd[0] == 0x07 && qd[2] == 0x6C, "packing: byte 0 = 0x%02x, byte 2 = 0x%02x", qd[0], qd[2]);
+    /* bf16 scales: 1 and 2 are bf16 values, 0.1 / 7 is rounded (and its group still
+     * reaches +-7); a group of f32 subnormals whose scale is below bf16's range takes
+     * bf16's smallest positive value, and its weights round to 0 against it */
+    for (int k = 0; k < G; k++) w[G + k] = k % 3 ? 1e-42f : -3e-42f;
+    lm_tensor_destroy(wt);
+    wt = f32_tensor(2, K, w);
+    lm_tensor *s16 = lt_poisoned_tensor(LM_BF16, 2, ss);
+    LT_CHECK(quantize_and_check("known groups, bf16 scales", V(wt), V(q), V(s16), G) == 0);
+    const uint16_t *s16d = lm_tensor_data(s16);
+    LT_CHECK_MSG(s16d[0] == 0x3f80 && s16d[1] == 0x0001 && s16d[2] == 0x4000 &&
+                     s16d[3] == lm_f32_to_bf16(0.1f / 7.0f) && s16d[3] != 0,
+                 "bf16 scales %04x %04x %04x %04x", s16d[0], s16d[1], s16d[2], s16d[3]);
+    for (int k = G; k < K; k++) LT_CHECK(nib(qd, k) == 0 && nib(qd + K / 2, k) == (k % 2 ? 7 : -7));
+    lm_tensor_destroy(s16);
     lm_tensor_destroy(wt), lm_tensor_destroy(q), lm_tensor_destroy(sc);
 }
 
@@ -111,33 +134,36 @@ static void test_quantize_random_any_group_dtype_and_strides(void) {
     static const lm_dtype dts[3] = {LM_F32, LM_BF16, LM_F16};
     static const int Gs[3] = {32, 64, 128};
     const int64_t N = 13, K = 256;
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 6; d++)
         for (int gi = 0; gi < 3; gi++) {
             int G = Gs[gi];
+            lm_dtype sdt = d < 3 ? LM_F32 : LM_BF16; /* the scales' dtype */
             int64_t ws[2] = {N, K}, wts[2] = {K, N}, qs[2] = {N, K / 2}, ss[2] = {N, K / G};
             int64_t q2s[2] = {N, K}, s2s[2] = {N, 2 * K / G};
-            lm_tensor *w = lt_random_tensor(&r, dts[d], 2, ws, 3.0), *wt = lt_random_tensor(&r, dts[d], 2, wts, 0.01);
-            if (dts[d] == LM_F32) { /* exact ties in the first group: max 7 gives scale 1 */
+            lm_tensor *w = lt_random_tensor(&r, dts[d % 3], 2, ws, 3.0), *wt = lt_random_tensor(&r, dts[d % 3], 2, wts, 0.01);
+            if (dts[d % 3] == LM_F32) { /* exact ties in the first group: max 7 gives scale 1 */
                 float *p = lm_tensor_data(w);
                 for (int k = 0; k < G; k++) p[k] = (float)(k % 15 - 7) + (k % 3 ? 0.0f : 0.5f);
                 p[0] = 7.0f;
             }
-            lm_tensor *q = lt_poisoned_tensor(LM_U8, 2, qs), *sc = lt_poisoned_tensor(LM_F32, 2, ss);
+            lm_tensor *q = lt_poisoned_tensor(LM_U8, 2, qs), *sc = lt_poisoned_tensor(sdt, 2, ss);
             char what[64];
-            snprintf(what, sizeof what, "random %s group %d", lm_dtype_name(dts[d]), G);
+            snprintf(what, sizeof what, "random %s group %d, %s scales", lm_dtype_name(dts[d % 3]), G, lm_dtype_name(sdt));
             LT_CHECK(quantize_and_check(what, V(w), V(q), V(sc), G) == 0);
-            lm_tensor *q2 = lt_poisoned_tensor(LM_U8, 2, q2s), *s2 = lt_poisoned_tensor(LM_F32, 2, s2s);
+            lm_tensor *q2 = lt_poisoned_tensor(LM_U8, 2, q2s), *s2 = lt_poisoned_tensor(sdt, 2, s2s);
             lm_tensor_view wv, qv, sv;
             LT_CHECK_OK(lm_tensor_view_transpose(V(wt), 0, 1, &wv));
             LT_CHECK_OK(lm_tensor_view_slice(V(q2), 1, 0, K, 2, &qv));
             LT_CHECK_OK(lm_tensor_view_slice(V(s2), 1, 0, 2 * K / G, 2, &sv));
-            snprintf(what, sizeof what, "strided %s group %d", lm_dtype_name(dts[d]), G);
+            snprintf(what, sizeof what, "strided %s group %d, %s scales", lm_dtype_name(dts[d % 3]), G,
+                     lm_dtype_name(sdt));
             LT_CHECK(quantize_and_check(what, &wv, &qv, &sv, G) == 0);
             const uint8_t *q2d = lm_tensor_data(q2);
-            const float *s2d = lm_tensor_data(s2);
             int untouched = 1;
             for (int64_t i = 0; i < N * K; i += 2) untouched &= q2d[i + 1] == 0xA5;
+            double *s2d = lt_view_to_f64(V(s2));
             for (int64_t i = 0; i < N * 2 * K / G; i += 2) untouched &= isnan(s2d[i + 1]);
+            free(s2d);
             LT_CHECK_MSG(untouched, "%s: elements between the strided ones were written", what);
             lm_tensor *all[] = {w, wt, q, sc, q2, s2};
             for (int i = 0; i < 6; i++) lm_tensor_destroy(all[i]);
@@ -182,15 +208,22 @@ static void test_quantize_refusals(void) {
 /* ---- lm_linear_out with int4 weights ------------------------------------------------- */
 
 /* Random packed int4 weights [N, K] (every nibble, -8 included) and group scales ~ 1 /
- * (7 sqrt(K)) so products stay O(1). */
-static void random_int4(lt_rng *r, int64_t N, int64_t K, int G, lm_tensor **q, lm_tensor **sc) {
+ * (7 sqrt(K)) so products stay O(1), f32 or bf16 (sdt). */
+static void random_int4_scales(lt_rng *r, int64_t N, int64_t K, int G, lm_dtype sdt, lm_tensor **q, lm_tensor **sc) {
     int64_t qs[2] = {N, K / 2}, ss[2] = {N, K / G};
     LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_U8, 2, qs, q));
-    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 2, ss, sc));
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), sdt, 2, ss, sc));
     uint8_t *qd = lm_tensor_data(*q);
-    float *sd = lm_tensor_data(*sc);
     for (int64_t i = 0; i < N * K / 2; i++) qd[i] = (uint8_t)lt_rng_int(r, 0, 255);
-    for (int64_t i = 0; i < N * K / G; i++) sd[i] = (float)((0.5 + lt_rng_uniform(r)) / (7.0 * sqrt((double)K) * 0.6));
+    for (int64_t i = 0; i < N * K / G; i++) {
+        float v = (float)((0.5 + lt_rng_uniform(r)) / (7.0 * sqrt((double)K) * 0.6));
+        if (sdt == LM_BF16) ((uint16_t *)lm_tensor_data(*sc))[i] = lm_f32_to_bf16(v);
+        else ((float *)lm_tensor_data(*sc))[i] = v;
+    }
+}
+
+static void random_int4(lt_rng *r, int64_t N, int64_t K, int G, lm_tensor **q, lm_tensor **sc) {
+    random_int4_scales(r, N, K, G, LM_F32, q, sc);
 }
 
 static lm_linear_params params4(int form, const lm_tensor_view *nw, int acc, const lm_tensor_view *sc, int G) {
@@ -199,15 +232,20 @@ static lm_linear_params params4(int form, const lm_tensor_view *nw, int acc, con
     return p;
 }
 
-/* One (M, K, N) with random int4 weights of group G (the shared loop of linear_quant_util.h). */
-static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int G, int64_t pad) {
+/* One (M, K, N) with random int4 weights of group G and scales of dtype sdt (the shared
+ * loop of linear_quant_util.h). */
+static void run_case_scales(lt_rng *r, int64_t M, int64_t K, int64_t N, int G, int64_t pad, lm_dtype sdt) {
     lm_tensor *q, *sc;
-    random_int4(r, N, K, G, &q, &sc);
+    random_int4_scales(r, N, K, G, sdt, &q, &sc);
     lm_linear_params fmt = params4(0, NULL, 0, V(sc), G);
-    char tag[16];
-    snprintf(tag, sizeof tag, "int4 G=%d", G);
+    char tag[32];
+    snprintf(tag, sizeof tag, "int4 G=%d %s scales", G, lm_dtype_name(sdt));
     run_quant_case(r, tag, M, K, N, pad, q, &fmt);
     lm_tensor_destroy(q), lm_tensor_destroy(sc);
+}
+
+static void run_case(lt_rng *r, int64_t M, int64_t K, int64_t N, int G, int64_t pad) {
+    run_case_scales(r, M, K, N, G, pad, LM_F32);
 }
 
 /* The quantizers split rows over the context's threads (tasks of 65,536 / K rows): the
@@ -273,6 +311,21 @@ static void test_linear_int4_tuned_matches_reference(void) {
            (long long)g_res.fails, g_res.worst_nmse, g_res.worst_abs);
 }
 
+/* bf16 group scales (what a model quantized at load holds): every ISA's gemv reads them
+ * as bf16, the GEMM widens them per panel and K block (K = 1,120: K blocks off the group
+ * boundaries); against the reference, which reads the bf16 values. */
+static void test_linear_int4_bf16_scales_match_reference(void) {
+    lt_rng r = lt_rng_seed(96);
+    static const int64_t MKNG[][4] = {{1, 4864, 100, 32}, {2, 4864, 37, 64},  {5, 896, 70, 32},   {8, 2048, 48, 128},
+                                      {1, 64, 130, 32},   {17, 1120, 40, 32}, {64, 320, 33, 64}, {33, 4864, 20, 128}};
+    memset(&g_res, 0, sizeof g_res);
+    for (size_t s = 0; s < sizeof MKNG / sizeof MKNG[0]; s++)
+        run_case_scales(&r, MKNG[s][0], MKNG[s][1], MKNG[s][2], (int)MKNG[s][3], (int64_t)(s % 3) * 3, LM_BF16);
+    printf("  int4 linear, bf16 scales: %lld tuned runs, %lld failed; worst NMSE %.3g, worst max-abs %.3g\n",
+           (long long)g_res.runs, (long long)g_res.fails, g_res.worst_nmse, g_res.worst_abs);
+    LT_CHECK(g_res.runs > 0 && g_res.fails == 0);
+}
+
 /* The quantize -> linear chain against the float weights: int4 group 32 of Gaussian
  * weights keeps the product within ~10% (NMSE ~1e-2, the 4-bit rounding error), and
  * a broken nibble order (the two halves of every byte swapped) is far outside it. */
@@ -335,6 +388,11 @@ static void test_int4_linear_errors(void) {
     LT_CHECK(strstr(lm_last_error(), "w_scales") != NULL);
     bad = p, bad.w_scales = V(s_bad);
     LT_CHECK_STATUS(lm_linear_out(g_one, V(x), V(q), NULL, &bad, V(o)), LM_SHAPE_MISMATCH);
+    lm_tensor *s_f16 = lt_random_tensor(&r, LM_F16, 2, (int64_t[2]){N, K / 32}, 0.1); /* f32 or bf16 only */
+    bad = p, bad.w_scales = V(s_f16);
+    LT_CHECK_STATUS(lm_linear_out(g_one, V(x), V(q), NULL, &bad, V(o)), LM_DTYPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "f32 or bf16") != NULL, "%s", lm_last_error());
+    lm_tensor_destroy(s_f16);
     LT_CHECK_STATUS(lm_linear_out(g_one, V(xb), V(q), NULL, &p, V(o)), LM_DTYPE_MISMATCH);
     LT_CHECK(strstr(lm_last_error(), "int4") != NULL);
     bad = p, bad.w_bits = 3;
@@ -370,6 +428,13 @@ static void test_int4_refused_on_cuda(void) {
     /* CUDA runs quantized weights now (tests/cuda/test_cuda_linear_quant.c checks the values) */
     LT_CHECK_OK(lm_linear_out(gpu, V(x), V(q), NULL, &p, V(o)));
     LT_CHECK_OK(lm_ctx_synchronize(gpu));
+    /* with f32 group scales only: bf16 ones are refused, naming them */
+    lm_tensor *s16 = NULL;
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_BF16, 2, ss, &s16));
+    lm_linear_params p16 = params4(0, NULL, 0, V(s16), 32);
+    LT_CHECK_STATUS(lm_linear_out(gpu, V(x), V(q), NULL, &p16, V(o)), LM_UNSUPPORTED);
+    LT_CHECK_MSG(strstr(lm_last_error(), "bf16") != NULL, "%s", lm_last_error());
+    lm_tensor_destroy(s16);
     lm_tensor_destroy(x), lm_tensor_destroy(q), lm_tensor_destroy(o), lm_tensor_destroy(sc);
     lm_ctx_destroy(gpu);
 }
@@ -386,6 +451,7 @@ int main(void) {
     LT_RUN(test_quantize_refusals);
     LT_RUN(test_quantize_thread_count_invariant);
     LT_RUN(test_linear_int4_tuned_matches_reference);
+    LT_RUN(test_linear_int4_bf16_scales_match_reference);
     LT_RUN(test_int4_product_tracks_float_weights);
     LT_RUN(test_int4_linear_errors);
     LT_RUN(test_int4_refused_on_cuda);

@@ -38,7 +38,8 @@
  *    and with AVX2 alone (4 x 16 tiles).
  * int4 weights (lm__cpu_linear_i4_prec) the same way: groups of 32, 64 and 128, K = 32
  * mod 64 (a half block), the float64 emulation and NMSE <= 1e-4 against exact, gemv
- * and GEMM.
+ * and GEMM; the same scales given as bf16 give bit-identical outputs at both precisions
+ * (read as bf16 by the gemv kernels; widened per GEMM panel for the packs).
  * The bf16 tests run where AVX512_BF16 is; skipped (exit 77, with a message) on a CPU
  * without AVX2.
  * LM_TEST_LABELS: unit
@@ -340,7 +341,11 @@ static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int b
     uint8_t *q = malloc((size_t)(N * ldq));
     for (int64_t i = 0; i < N * ldq; i++) q[i] = (uint8_t)lt_rng_int(r, 0, 255); /* -8 .. 7 each */
     float *sc = malloc(sizeof(float) * (size_t)(N * lds)), *bs = malloc(sizeof(float) * (size_t)N);
-    for (int64_t i = 0; i < N * lds; i++) sc[i] = (float)(0.05 + 0.1 * lt_rng_uniform(r));
+    uint16_t *sc16 = malloc(sizeof(uint16_t) * (size_t)(N * lds)); /* the same scales as bf16 */
+    for (int64_t i = 0; i < N * lds; i++) {
+        sc16[i] = lm_f32_to_bf16((float)(0.05 + 0.1 * lt_rng_uniform(r)));
+        sc[i] = lm_bf16_to_f32(sc16[i]);
+    }
     for (int64_t n = 0; n < N; n++) bs[n] = (float)lt_rng_normal(r);
     float *x = lt_random_rows(r, M, K, ldx);
     qouts o = qouts_make(r, M, N, ldy, acc);
@@ -349,13 +354,25 @@ static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int b
     char what[128];
     snprintf(what, sizeof what, "int4 fast M=%lld N=%lld K=%lld G=%d bias=%d acc=%d", (long long)M, (long long)N,
              (long long)K, group, bias, acc);
-    LT_CHECK_OK(lm__cpu_linear_i4_prec(NULL, LM_PRECISION_FAST, x, ldx, q, ldq, sc, lds, group, b, acc, y1, ldy, M, N, K));
-    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, ldx, q, ldq, sc, lds, group, b, acc, y2, ldy, M, N,
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(NULL, LM_PRECISION_FAST, x, ldx, q, ldq, sc, LM_F32, lds, group, b, acc, y1, ldy, M, N, K));
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, ldx, q, ldq, sc, LM_F32, lds, group, b, acc, y2, ldy, M, N,
                                        K));
-    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_EXACT, x, ldx, q, ldq, sc, lds, group, b, acc, ye, ldy, M, N,
+    LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_EXACT, x, ldx, q, ldq, sc, LM_F32, lds, group, b, acc, ye, ldy, M, N,
                                        K));
     LT_CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)(M * ldy)) == 0, "%s: 1 and 2 threads differ", what);
     LT_CHECK_MSG(memcmp(y1, ye, sizeof(float) * (size_t)(M * ldy)) != 0, "%s: fast equals exact", what);
+    /* bf16 group scales are widened exactly before any kernel reads them: both precisions
+     * give the very bits of the f32 scales holding the same values */
+    float *yb = malloc(sizeof(float) * (size_t)(M * ldy));
+    for (int p = 0; p < 2; p++) {
+        lm_precision prec = p ? LM_PRECISION_EXACT : LM_PRECISION_FAST;
+        memcpy(yb, o.y0, sizeof(float) * (size_t)(M * ldy));
+        LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, prec, x, ldx, q, ldq, sc16, LM_BF16, lds, group, b, acc, yb, ldy,
+                                           M, N, K));
+        LT_CHECK_MSG(memcmp(yb, p ? ye : y2, sizeof(float) * (size_t)(M * ldy)) == 0,
+                     "%s: bf16 scales at %s precision differ from the same f32 scales", what, p ? "exact" : "fast");
+    }
+    free(yb);
     int64_t nb = (K + 63) / 64;
     double sq = 0, sref = 0;
     int bad = 0;
@@ -399,7 +416,7 @@ static void i4_case(lt_rng *r, int64_t M, int64_t N, int64_t K, int group, int b
     double nmse = sq / (sref > 0 ? sref : 1);
     LT_CHECK_MSG(nmse <= 1e-4, "%s: NMSE %.3g against exact > 1e-4", what, nmse);
     if (M * N * K >= 100000 && nmse > g_worst_nmse_i4) g_worst_nmse_i4 = nmse;
-    free(q), free(sc), free(bs), free(x);
+    free(q), free(sc), free(sc16), free(bs), free(x);
     qouts_free(&o);
 }
 
@@ -505,7 +522,7 @@ static void int_gemm_with(const lm__i8dot_kernels *set, uint64_t seed, int64_t M
     for (int64_t i = 0; i < M * ldy; i++) y[i] = i % ldy < N ? (float)lt_rng_normal(&r) : NAN;
     lm__cpu_i8fast_force(set);
     if (group)
-        LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, K, q, ldq, sc, lds, group, bs, 1, y, ldy, M,
+        LT_CHECK_OK(lm__cpu_linear_i4_prec(g_pool2, LM_PRECISION_FAST, x, K, q, ldq, sc, LM_F32, lds, group, bs, 1, y, ldy, M,
                                            N, K));
     else
         LT_CHECK_OK(lm__cpu_linear_i8_prec(g_pool2, LM_PRECISION_FAST, x, K, (const int8_t *)q, ldq, sc, bs, 1, y, ldy,

@@ -111,6 +111,13 @@ static void test_quantized_directory_equals_quantize_at_load(void) {
 /* A copy of the quantized directory with config.json's text edited (from -> to, when
  * from is not NULL) and its weights rewritten: `drop` left out, `reverse` (a scale
  * tensor) written in reverse order, `shrink` (a scale) one element shorter. */
+/* make_variant: when g_convert_scales, every bf16 "..._scale" tensor is written as
+ * g_scales_as instead (f32: the int4 files written before bf16 group scales; f16: a dtype
+ * the loader refuses). */
+static int g_convert_scales;
+static lm_dtype g_scales_as;
+static const char *g_zero_scale; /* make_variant: this tensor's element 1 written as 0 (any dtype) */
+
 static void make_variant(const char *dir, const char *from, const char *to, const char *drop, const char *reverse,
                          const char *shrink) {
     char path[512], *text = NULL;
@@ -149,8 +156,26 @@ static void make_variant(const char *dir, const char *from, const char *to, cons
         if (reverse && !strcmp(name, reverse)) { /* the same scales, applied to the wrong rows (and groups) */
             lm_tensor *r = NULL;
             int64_t ne = lm_tensor_numel(owned[k]);
-            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, v.ndim, v.shape, &r));
-            for (int64_t j = 0; j < ne; j++) ((float *)lm_tensor_data(r))[j] = ((const float *)v.data)[ne - 1 - j];
+            size_t es = lm_dtype_size(v.dtype);
+            LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), v.dtype, v.ndim, v.shape, &r));
+            for (int64_t j = 0; j < ne; j++)
+                memcpy((char *)lm_tensor_data(r) + j * es, (const char *)v.data + (ne - 1 - j) * es, es);
+            lm_tensor_destroy(owned[k]);
+            owned[k] = r;
+            v = *lm_tensor_as_view(r);
+        }
+        size_t nl = strlen(name);
+        if (g_convert_scales && v.dtype == LM_BF16 && nl > 6 && !strcmp(name + nl - 6, "_scale")) {
+            lm_tensor *r = NULL;
+            LT_CHECK_OK(lm_cast(g_ctx, &v, g_scales_as, &r)); /* exact: every bf16 is an f32 (and these an f16) */
+            lm_tensor_destroy(owned[k]);
+            owned[k] = r;
+            v = *lm_tensor_as_view(r);
+        }
+        if (g_zero_scale && !strcmp(name, g_zero_scale)) {
+            lm_tensor *r = NULL;
+            LT_CHECK_OK(lm_tensor_to_device(NULL, owned[k], lm_device_cpu(), &r));
+            memset((char *)lm_tensor_data(r) + lm_dtype_size(v.dtype), 0, lm_dtype_size(v.dtype));
             lm_tensor_destroy(owned[k]);
             owned[k] = r;
             v = *lm_tensor_as_view(r);
@@ -185,6 +210,11 @@ static void test_corrupt_directories_are_refused(void) {
     snprintf(dir, sizeof dir, "%s/short_scale", g_tmp);
     make_variant(dir, NULL, NULL, NULL, NULL, up);
     expect_refused("short_scale", LM_SHAPE_MISMATCH, up);
+    g_zero_scale = up;
+    snprintf(dir, sizeof dir, "%s/zero_scale", g_tmp);
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    g_zero_scale = NULL;
+    expect_refused("zero_scale", LM_INVALID_ARGUMENT, "element 1 is 0");
     snprintf(dir, sizeof dir, "%s/bad_format", g_tmp);
     make_variant(dir, "\"format\": \"int8\"", "\"format\": \"int4\"", NULL, NULL, NULL);
     expect_refused("bad_format", LM_UNSUPPORTED, "int4");
@@ -329,7 +359,7 @@ static void quantize_int4(const char *src, int G, const char *out, int nquant) {
     LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.down_proj.weight", &e));
     LT_CHECK(e.dtype == LM_U8 && e.ndim == 2 && e.shape[0] == c.hidden_size && e.shape[1] == c.intermediate_size / 2);
     LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.down_proj.weight_scale", &e));
-    LT_CHECK(e.dtype == LM_F32 && e.ndim == 2 && e.shape[0] == c.hidden_size && e.shape[1] == c.intermediate_size / g);
+    LT_CHECK(e.dtype == LM_BF16 && e.ndim == 2 && e.shape[0] == c.hidden_size && e.shape[1] == c.intermediate_size / g);
     LT_CHECK_OK(lm_checkpoint_find(ck, "model.embed_tokens.weight", &e));
     LT_CHECK(lm_dtype_is_float(e.dtype));
     lm_checkpoint_close(ck);
@@ -391,7 +421,57 @@ static void test_int4_corrupt_directories_are_refused(void) {
     snprintf(dir, sizeof dir, "%s/q4_group32", g_tmp);
     make_variant(dir, "\"group_size\": 64", "\"group_size\": 32", NULL, NULL, NULL);
     expect_refused("q4_group32", LM_SHAPE_MISMATCH, "weight_scale");
+    g_zero_scale = up; /* a zero bf16 group scale is refused as an f32 one is */
+    snprintf(dir, sizeof dir, "%s/q4_zero_scale", g_tmp);
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    g_zero_scale = NULL;
+    expect_refused("q4_zero_scale", LM_INVALID_ARGUMENT, "element 1 is 0");
+    g_convert_scales = 1, g_scales_as = LM_F16; /* group scales are bf16 (or f32), nothing else */
+    snprintf(dir, sizeof dir, "%s/q4_f16_scales", g_tmp);
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    g_convert_scales = 0;
+    expect_refused("q4_f16_scales", LM_DTYPE_MISMATCH, "BF16 or F32");
     snprintf(g_q, sizeof g_q, "%s", saved);
+}
+
+/* int4 directories written with f32 group scales (before bf16 ones) load as they are: the
+ * same scale values widened to f32 give the very logits of the bf16 directory, at both
+ * precisions (the kernels read f32 either way), on the same number of weight bytes plus
+ * the scales' second halves. */
+static void test_int4_f32_scales_still_load(void) {
+    char saved[400], dir[400];
+    snprintf(saved, sizeof saved, "%s", g_q);
+    snprintf(g_q, sizeof g_q, "%s", g_q4b);
+    snprintf(dir, sizeof dir, "%s/q4_f32_scales", g_tmp);
+    g_convert_scales = 1, g_scales_as = LM_F32;
+    make_variant(dir, NULL, NULL, NULL, NULL, NULL);
+    g_convert_scales = 0;
+    snprintf(g_q, sizeof g_q, "%s", saved);
+    lm_checkpoint *ck = NULL;
+    lm_safetensors_entry e;
+    LT_CHECK_OK(lm_checkpoint_open(dir, &ck));
+    LT_CHECK_OK(lm_checkpoint_find(ck, "model.layers.1.mlp.down_proj.weight_scale", &e));
+    LT_CHECK(e.dtype == LM_F32);
+    lm_checkpoint_close(ck);
+    lm_model *a = load(g_q4b, LM_WEIGHTS_AUTO), *b = load(dir, LM_WEIGHTS_AUTO);
+    if (a && b) {
+        int32_t ids[T];
+        int64_t V = lm_model_get_config(a)->vocab_size;
+        for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 41 + 9) % V);
+        float *x = logits_of(a, ids), *y = logits_of(b, ids);
+        LT_CHECK_MSG(memcmp(x, y, sizeof(float) * (size_t)(T * V)) == 0, "f32 and bf16 group scales give other logits");
+        free(x), free(y);
+        int64_t scales = 0; /* the bf16 scales' bytes: 2 a group */
+        const lm_model_config *c = lm_model_get_config(a);
+        scales = 2 * c->num_hidden_layers *
+                 ((c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim * c->hidden_size +
+                  c->hidden_size * c->num_attention_heads * c->head_dim + 2 * c->intermediate_size * c->hidden_size +
+                  c->hidden_size * c->intermediate_size) / c->quant_group;
+        LT_CHECK_MSG(lm_model_weight_bytes(b) - lm_model_weight_bytes(a) >= scales,
+                     "weight bytes %lld (f32 scales) against %lld (bf16): less than the %lld bytes of scale halves",
+                     (long long)lm_model_weight_bytes(b), (long long)lm_model_weight_bytes(a), (long long)scales);
+    }
+    lm_model_destroy(a), lm_model_destroy(b);
 }
 
 /* int4 scales on the wrong rows and groups: loads, but fails test_nn_int4's gate. */
@@ -417,6 +497,7 @@ int main(void) {
     LT_RUN(test_wrong_rows_fail_the_accuracy_gate);
     LT_RUN(test_int4_quantize_round_trip);
     LT_RUN(test_int4_corrupt_directories_are_refused);
+    LT_RUN(test_int4_f32_scales_still_load);
     LT_RUN(test_int4_wrong_rows_fail_the_accuracy_gate);
     LT_RUN(test_cli_refusals);
     lm_ctx_destroy(g_ctx);

@@ -10,7 +10,7 @@
  * atomically, the weights before config.json (a directory cut short is refused by the
  * loader rather than misread). OUT may not be the source directory.
  * --to int4 [--group 32|64|128, default 32]: "<name>.weight" is U8 [out, in/2] (two
- * signed 4-bit values per byte, low nibble first) and "<name>.weight_scale" F32 [out,
+ * signed 4-bit values per byte, low nibble first) and "<name>.weight_scale" BF16 [out,
  * in/G], by lm_quantize_int4_groups (again the function `--weights int4` uses).
  */
 #include "args.h"
@@ -36,7 +36,7 @@ static lm_status quantize_matrix(lm_ctx *ctx, const lm_model_config *c, const lm
     int64_t ss[2] = {w->shape[0], int4 ? w->shape[1] / c->quant_group : 1};
     int fp8 = c->quant_format == LM_QUANT_FP8;
     lm_status st = lm_tensor_create(lm_device_cpu(), int4 ? LM_U8 : fp8 ? LM_F8_E4M3 : LM_I8, 2, qs, q);
-    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), LM_F32, int4 ? 2 : 1, ss, sc);
+    if (st == LM_OK) st = lm_tensor_create(lm_device_cpu(), int4 ? LM_BF16 : LM_F32, int4 ? 2 : 1, ss, sc);
     if (st != LM_OK) return st;
     if (int4) return lm_quantize_int4_groups(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc), c->quant_group);
     if (fp8) return lm_quantize_fp8_rows(ctx, w, lm_tensor_as_view(*q), lm_tensor_as_view(*sc));

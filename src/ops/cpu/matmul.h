@@ -54,16 +54,20 @@ lm_status lm__cpu_linear_i8_prec(lm_threadpool *pool, lm_precision prec, const f
 /* The int4 form: y[m * ldy + n] = (accumulate ? y : 0) + sum_k x[m * ldx + k] * q(n, k)
  * * scales[n * lds + k / group] + (bias ? bias[n] : 0), q(n, k) the signed nibble k & 1
  * (low first) of byte q[n * ldq + k / 2]. group 32, 64 or 128 dividing K
- * (LM_INVALID_ARGUMENT otherwise); bias dense [N]. Same sizes, strides, threading and
- * determinism as lm__cpu_linear; gemv and GEMM both use the dequantized q * scale. */
+ * (LM_INVALID_ARGUMENT otherwise); bias dense [N]. The scales are f32 or bf16 (sdt;
+ * bf16 ones are widened exactly, a few rows at a time, into per-worker scratch before
+ * the kernels read them: the kernels themselves take f32). Same sizes, strides,
+ * threading and determinism as lm__cpu_linear; gemv and GEMM both use the dequantized
+ * q * scale. */
 lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
-                            const float *scales, int64_t lds, int group, const float *bias, int accumulate, float *y,
-                            int64_t ldy, int64_t M, int64_t N, int64_t K);
+                            const void *scales, lm_dtype sdt, int64_t lds, int group, const float *bias,
+                            int accumulate, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
 /* lm__cpu_linear_i4 at precision prec (lm__cpu_linear_i4: the calling thread's); fast:
  * the gemv with x quantized as lm__cpu_linear_i8_prec's, the GEMM exact. */
 lm_status lm__cpu_linear_i4_prec(lm_threadpool *pool, lm_precision prec, const float *x, int64_t ldx, const uint8_t *q,
-                                 int64_t ldq, const float *scales, int64_t lds, int group, const float *bias,
-                                 int accumulate, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);
+                                 int64_t ldq, const void *scales, lm_dtype sdt, int64_t lds, int group,
+                                 const float *bias, int accumulate, float *y, int64_t ldy, int64_t M, int64_t N,
+                                 int64_t K);
 
 /* 1 if lm_matmul_out(a, b, out) maps onto lm__cpu_linear: a f32 [..., M, K], out f32
  * [..., M, N] with the same batch dims, both with unit inner stride and batch + M dims

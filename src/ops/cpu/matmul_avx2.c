@@ -125,16 +125,16 @@ LM__TARGET_AVX2 static void gemv_i8_avx2(const float *x, int64_t ldx, int64_t M,
  * (8 even k, then 8 odd k): per 16 k one 8-byte read zero-extended to 8 dwords, the
  * low and high nibbles sign-extended by shifts (AVX2's vpermps has only 8 entries),
  * converted and scaled, two FMA chains per x row. */
-INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, int64_t r, int64_t K,
-                        float *y, int64_t ldy) {
+INLINE void gemv_i4_row_t(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, const int SB,
+                          int64_t r, int64_t K, float *y, int64_t ldy) {
     const uint8_t *qr = W->q + r * W->ldq;
-    const float *sc = W->scales + r * W->lds;
+    const void *sc = lm__i4_srow(W, r);
     const int64_t G = W->group;
     __m256 acc[GEMV_MR][2];
 #pragma GCC unroll 4
     for (int m = 0; m < MRX; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t k0 = 0, g = 0; k0 < K; k0 += G, g++) { /* g = k0 / G without a division */
-        __m256 s = _mm256_set1_ps(sc[g]);
+        __m256 s = _mm256_set1_ps(lm__i4_sc(sc, SB, g));
         for (int64_t k = k0; k < k0 + G; k += 16) {
             if ((k & 127) == 0) lm__prefetch_bytes(qr, k / 2);
             __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qr + k / 2)));
@@ -151,6 +151,13 @@ INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4
 #pragma GCC unroll 4
     for (int m = 0; m < MRX; m++)
         y[m * ldy] = lm__i4_finish(W, r, hsum8(_mm256_add_ps(acc[m][0], acc[m][1])), y + m * ldy);
+}
+
+/* gemv_i4_row_t with the row's scales' dtype (f32, or bf16 when W->scales16) a constant. */
+INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, int64_t r, int64_t K,
+                        float *y, int64_t ldy) {
+    if (W->scales16) gemv_i4_row_t(x, ldx, MRX, W, 1, r, K, y, ldy);
+    else gemv_i4_row_t(x, ldx, MRX, W, 0, r, K, y, ldy);
 }
 
 LM__TARGET_AVX2 static void gemv_i4_avx2(const float *x, int64_t ldx, int64_t M, const lm__i4_weights *W,

@@ -145,10 +145,17 @@ INLINE void gemv_i4_block(const float *x, int64_t ldx, const int MRX, const uint
     }
 }
 
-INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, int64_t r, int64_t K,
-                        float *y, int64_t ldy) {
+/* Scale g of a row's group scales in every lane: f32, or (SB) bf16 broadcast as 16-bit
+ * words and shifted into the top halves of the lanes (two vector ops, no scalar steps). */
+INLINE __m512 bcast_scale(const void *sc, const int SB, int64_t g) {
+    if (SB) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16(((const short *)sc)[g]), 16));
+    return _mm512_set1_ps(((const float *)sc)[g]);
+}
+
+INLINE void gemv_i4_row_t(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, const int SB,
+                          int64_t r, int64_t K, float *y, int64_t ldy) {
     const uint8_t *qr = W->q + r * W->ldq;
-    const float *sc = W->scales + r * W->lds;
+    const void *sc = lm__i4_srow(W, r);
     const int gs = W->group == 32 ? 5 : W->group == 64 ? 6 : 7; /* k >> gs = its group */
     const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1); /* nibble -> q */
     __m512 acc[GEMV_MR][4];
@@ -156,15 +163,22 @@ INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4
     for (int m = 0; m < MRX; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) { /* two blocks, four FMA chains per x row */
-        gemv_i4_block(x, ldx, MRX, qr, k, _mm512_mul_ps(lut, _mm512_set1_ps(sc[k >> gs])), acc, 0);
-        gemv_i4_block(x, ldx, MRX, qr, k + 32, _mm512_mul_ps(lut, _mm512_set1_ps(sc[(k + 32) >> gs])), acc, 2);
+        gemv_i4_block(x, ldx, MRX, qr, k, _mm512_mul_ps(lut, bcast_scale(sc, SB, k >> gs)), acc, 0);
+        gemv_i4_block(x, ldx, MRX, qr, k + 32, _mm512_mul_ps(lut, bcast_scale(sc, SB, (k + 32) >> gs)), acc, 2);
     }
-    if (k < K) gemv_i4_block(x, ldx, MRX, qr, k, _mm512_mul_ps(lut, _mm512_set1_ps(sc[k >> gs])), acc, 0);
+    if (k < K) gemv_i4_block(x, ldx, MRX, qr, k, _mm512_mul_ps(lut, bcast_scale(sc, SB, k >> gs)), acc, 0);
 #pragma GCC unroll 4
     for (int m = 0; m < MRX; m++) {
         __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
         y[m * ldy] = lm__i4_finish(W, r, _mm512_reduce_add_ps(sum), y + m * ldy);
     }
+}
+
+/* gemv_i4_row_t with the row's scales' dtype (f32, or bf16 when W->scales16) a constant. */
+INLINE void gemv_i4_row(const float *x, int64_t ldx, const int MRX, const lm__i4_weights *W, int64_t r, int64_t K,
+                        float *y, int64_t ldy) {
+    if (W->scales16) gemv_i4_row_t(x, ldx, MRX, W, 1, r, K, y, ldy);
+    else gemv_i4_row_t(x, ldx, MRX, W, 0, r, K, y, ldy);
 }
 
 LM__TARGET_AVX512 static void gemv_i4_avx512(const float *x, int64_t ldx, int64_t M, const lm__i4_weights *W,

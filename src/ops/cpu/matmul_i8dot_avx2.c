@@ -157,8 +157,8 @@ INLINE_AVX2 void nibbles(__m256i v, __m256i *lo, __m256i *hi) {
  * the low nibbles (even k) in *w0, the high ones (odd k) in *w1, each (n ^ 8) - 8; and
  * the per-lane group scales: for groups of 32, int32 lanes 0-3 of either vector hold the
  * block's first 32 k and lanes 4-7 its last 32; else one scale. */
-INLINE_AVX2 void i4_block(const uint8_t *qr, const float *sc, int group, int64_t b, int64_t full, __m256i *w0,
-                          __m256i *w1, __m256 *ws) {
+INLINE_AVX2 void i4_block(const uint8_t *qr, const void *sc, const int SB, int group, int64_t b, int64_t full,
+                          __m256i *w0, __m256i *w1, __m256 *ws) {
     const int64_t k0 = b * QB;
     __m256i v;
     if (b < full) {
@@ -169,9 +169,10 @@ INLINE_AVX2 void i4_block(const uint8_t *qr, const float *sc, int group, int64_t
     }
     nibbles(v, w0, w1);
     if (group == 32)
-        *ws = _mm256_set_m128(_mm_set1_ps(b < full ? sc[(k0 >> 5) + 1] : 0.0f), _mm_set1_ps(sc[k0 >> 5]));
+        *ws = _mm256_set_m128(_mm_set1_ps(b < full ? lm__i4_sc(sc, SB, (k0 >> 5) + 1) : 0.0f),
+                              _mm_set1_ps(lm__i4_sc(sc, SB, k0 >> 5)));
     else
-        *ws = _mm256_set1_ps(sc[k0 >> (group == 64 ? 6 : 7)]);
+        *ws = _mm256_set1_ps(lm__i4_sc(sc, SB, k0 >> (group == 64 ? 6 : 7)));
 }
 
 /* ---- the GEMM's x and panels (prefill) -----------------------------------------------

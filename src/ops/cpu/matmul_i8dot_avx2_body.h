@@ -39,18 +39,18 @@ I8_INLINE void I8_FN(block)(const uint8_t *xm, size_t rb, int64_t nb, const int 
  * row's epilogue of sum_b d[m][b] * (xq[m] . w)[b]. Even blocks go to one accumulator,
  * odd ones to another. */
 I8_INLINE void I8_FN(row)(const uint8_t *xm, size_t rb, int64_t nb, const int MRX, const int8_t *wr,
-                          const lm__i4_weights *W4, const int G, int64_t r, int64_t K, const lm__i8_epilogue *ep,
-                          float *y, int64_t ldy) {
+                          const lm__i4_weights *W4, const int G, const int SB, int64_t r, int64_t K,
+                          const lm__i8_epilogue *ep, float *y, int64_t ldy) {
     __m256 acc0[GEMV_MR], acc1[GEMV_MR];
     for (int m = 0; m < MRX; m++) acc0[m] = acc1[m] = _mm256_setzero_ps();
     const int64_t full = K / QB;
     const uint8_t *qr = W4 ? W4->q + r * W4->ldq : NULL;
-    const float *sc = W4 ? W4->scales + r * W4->lds : NULL;
+    const void *sc = W4 ? lm__i4_srow(W4, r) : NULL;
     __m256i w0, w1;
     __m256 ws = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b < nb; b++) {
-        if (W4) i4_block(qr, sc, G, b, full, &w0, &w1, &ws);
+        if (W4) i4_block(qr, sc, SB, G, b, full, &w0, &w1, &ws);
         else i8_block(wr, K, b, full, &w0, &w1);
         if (b & 1) I8_FN(block)(xm, rb, nb, MRX, b, w0, w1, ws, W4 != NULL, acc1);
         else I8_FN(block)(xm, rb, nb, MRX, b, w0, w1, ws, W4 != NULL, acc0);
@@ -70,8 +70,8 @@ I8_INLINE void I8_FN(row)(const uint8_t *xm, size_t rb, int64_t nb, const int MR
  * each W row against GEMV_MR x rows at a time (the row stays in L1, the chunk's bytes
  * in L2). int8 rows (q8) or int4 rows (W4, group G). */
 I8_INLINE void I8_FN(rows_g)(const void *xprep, int64_t M, int64_t K, const int8_t *q8, int64_t ldq,
-                             const lm__i8_epilogue *ep, const lm__i4_weights *W4, const int G, int64_t nrows, float *y,
-                             int64_t ldy) {
+                             const lm__i8_epilogue *ep, const lm__i4_weights *W4, const int G, const int SB,
+                             int64_t nrows, float *y, int64_t ldy) {
     const int64_t nb = nblocks(K);
     const size_t rb = row_bytes(K);
     for (int64_t c = 0; c < M; c += MC)
@@ -81,24 +81,28 @@ I8_INLINE void I8_FN(rows_g)(const void *xprep, int64_t M, int64_t K, const int8
                 const int8_t *wr = q8 ? q8 + r * ldq : NULL;
                 float *ym = y + m * ldy + r;
                 switch (LM_MIN(GEMV_MR, M - m)) {
-                case 1: I8_FN(row)(xm, rb, nb, 1, wr, W4, G, r, K, ep, ym, ldy); break;
-                case 2: I8_FN(row)(xm, rb, nb, 2, wr, W4, G, r, K, ep, ym, ldy); break;
-                case 3: I8_FN(row)(xm, rb, nb, 3, wr, W4, G, r, K, ep, ym, ldy); break;
-                default: I8_FN(row)(xm, rb, nb, 4, wr, W4, G, r, K, ep, ym, ldy); break;
+                case 1: I8_FN(row)(xm, rb, nb, 1, wr, W4, G, SB, r, K, ep, ym, ldy); break;
+                case 2: I8_FN(row)(xm, rb, nb, 2, wr, W4, G, SB, r, K, ep, ym, ldy); break;
+                case 3: I8_FN(row)(xm, rb, nb, 3, wr, W4, G, SB, r, K, ep, ym, ldy); break;
+                default: I8_FN(row)(xm, rb, nb, 4, wr, W4, G, SB, r, K, ep, ym, ldy); break;
                 }
             }
 }
 
 TARGET_SET static void I8_FN(gemv_i8)(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq,
                                       const lm__i8_epilogue *ep, int64_t nrows, float *y, int64_t ldy) {
-    I8_FN(rows_g)(xprep, M, K, q, ldq, ep, NULL, 0, nrows, y, ldy);
+    I8_FN(rows_g)(xprep, M, K, q, ldq, ep, NULL, 0, 0, nrows, y, ldy);
 }
 
 TARGET_SET static void I8_FN(gemv_i4)(const void *xprep, int64_t M, int64_t K, const lm__i4_weights *W, int64_t nrows,
                                       float *y, int64_t ldy) {
-    if (W->group == 32) I8_FN(rows_g)(xprep, M, K, NULL, 0, NULL, W, 32, nrows, y, ldy);
-    else if (W->group == 64) I8_FN(rows_g)(xprep, M, K, NULL, 0, NULL, W, 64, nrows, y, ldy);
-    else I8_FN(rows_g)(xprep, M, K, NULL, 0, NULL, W, 128, nrows, y, ldy);
+    /* the group and the scales' dtype (bf16 when W->scales16) constants in each copy */
+#define I4(G, SB) I8_FN(rows_g)(xprep, M, K, NULL, 0, NULL, W, G, SB, nrows, y, ldy)
+    const int sb = W->scales16 != NULL;
+    if (W->group == 32) sb ? I4(32, 1) : I4(32, 0);
+    else if (W->group == 64) sb ? I4(64, 1) : I4(64, 0);
+    else sb ? I4(128, 1) : I4(128, 0);
+#undef I4
 }
 
 #ifdef LM__I8DOT_VNNI

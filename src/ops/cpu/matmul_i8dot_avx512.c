@@ -32,6 +32,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
@@ -178,12 +179,38 @@ INLINE void gemv_i8dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
  * k), each xor 8 (n + 8 as an unsigned byte, the prepared x's lanes start at -8 sum xq);
  * the group scale is per lane: one per block for groups of 64 and 128, and for groups of
  * 32 lanes 0-3 and 8-11 hold the block's first 32 k, lanes 4-7 and 12-15 its last 32. */
+/* The group scales of block b (k0 = b * QB) as lanes: f32 scales, or (SB) bf16 ones, which
+ * are the top halves of f32s: groups of 32 read the block's two scales as one 32-bit word
+ * broadcast to every lane, shifted left by 16 in lanes a (leaving a) and masked in lanes b
+ * (leaving b); larger groups broadcast the one 16-bit scale and shift it into place. */
+INLINE __m512 block_scales(const void *sc, const int SB, int group, int64_t k0, int last32) {
+    if (SB) {
+        const uint16_t *s = sc;
+        if (group == 32) {
+            int32_t word;
+            if (last32) word = s[k0 >> 5];
+            else memcpy(&word, s + (k0 >> 5), 4);
+            __m512i v = _mm512_sllv_epi32(_mm512_set1_epi32(word),
+                                          _mm512_set_epi32(0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16));
+            return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+        }
+        __m512i h = _mm512_set1_epi16((short)s[k0 >> (group == 64 ? 6 : 7)]);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    }
+    const float *f = sc;
+    if (group == 32) { /* the block's two scales a, b as lanes a a a a b b b b a a a a b b b b */
+        float bb = last32 ? 0.0f : f[(k0 >> 5) + 1];
+        return _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(f[k0 >> 5]), _mm512_set1_ps(bb));
+    }
+    return _mm512_set1_ps(f[k0 >> (group == 64 ? 6 : 7)]);
+}
+
 /* Block b of an int4 row as unsigned bytes (low nibbles, then high ones, each n + 8) and
  * its per-lane group scales *ws. The 32 bytes go to both halves of one register, the
  * upper half shifted right by 4, then one ternary logic op keeps the nibble and adds 8
  * ((v & 15) ^ 8). u: the block's place in its group of KU (one prefetch per 64 bytes). */
-INLINE __m512i i4_block(const uint8_t *qr, const float *sc, int group, int64_t b, int64_t full, const int u,
-                        __m512 *ws) {
+INLINE __m512i i4_block(const uint8_t *qr, const void *sc, const int SB, int group, int64_t b, int64_t full,
+                        const int u, __m512 *ws) {
     const int64_t k0 = b * QB;
     __m512i v;
     if (b < full) { /* one broadcast load: the 32 bytes in both halves */
@@ -192,20 +219,15 @@ INLINE __m512i i4_block(const uint8_t *qr, const float *sc, int group, int64_t b
     } else { /* K is a multiple of 32: a last block of 32 k, 16 bytes (the rest meets xq = 0) */
         v = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi8((__mmask32)0xFFFF, qr + k0 / 2));
     }
-    if (group == 32) { /* the block's two scales a, b as lanes a a a a b b b b a a a a b b b b */
-        float bb = b < full ? sc[(k0 >> 5) + 1] : 0.0f;
-        *ws = _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(sc[k0 >> 5]), _mm512_set1_ps(bb));
-    } else {
-        *ws = _mm512_set1_ps(sc[k0 >> (group == 64 ? 6 : 7)]);
-    }
+    *ws = block_scales(sc, SB, group, k0, b >= full);
     __m512i w = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
     return _mm512_ternarylogic_epi32(w, _mm512_set1_epi8(0x0F), _mm512_set1_epi8(8), 0x6A); /* (w & 15) ^ 8 */
 }
 
 INLINE void gemv_i4dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int MRX, const lm__i4_weights *W,
-                           const int G, int64_t r, int64_t K, float *y, int64_t ldy) {
+                           const int G, const int SB, int64_t r, int64_t K, float *y, int64_t ldy) {
     const uint8_t *qr = W->q + r * W->ldq;
-    const float *sc = W->scales + r * W->lds;
+    const void *sc = lm__i4_srow(W, r);
     __m512 acc[GEMV_MR][KU];
     acc_zero(MRX, acc);
     const int64_t full = K / QB;
@@ -214,13 +236,13 @@ INLINE void gemv_i4dot_row(const uint8_t *xp, size_t rb, int64_t nb, const int M
     for (; b + KU <= nb; b += KU)
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
-            __m512i w = i4_block(qr, sc, G, b + u, full, u, &ws);
+            __m512i w = i4_block(qr, sc, SB, G, b + u, full, u, &ws);
             block_dot(xp, rb, nb, MRX, b + u, u, w, ws, 1, acc);
         }
 #pragma GCC unroll 4
     for (int u = 0; u < KU - 1; u++) /* the last nb % KU blocks */
         if (b + u < nb) {
-            __m512i w = i4_block(qr, sc, G, b + u, full, u, &ws);
+            __m512i w = i4_block(qr, sc, SB, G, b + u, full, u, &ws);
             block_dot(xp, rb, nb, MRX, b + u, u, w, ws, 1, acc);
         }
 #pragma GCC unroll 4
@@ -249,8 +271,8 @@ INLINE __m512 sum4(const __m512 a[4]) {
  * one-row loop's speed, which is bound by its instructions, not by the bytes (int4 rows
  * are half as many bytes as int8's). int8 keeps the one-row loop: it streams at the read
  * bandwidth, and 4 interleaved row streams read more slowly than one. */
-INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i4_weights *W4, const int G, int64_t r,
-                           float *y) {
+INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i4_weights *W4, const int G,
+                           const int SB, int64_t r, float *y) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t full = K / QB;
     const int32_t *corr = (const int32_t *)(xp + nb * QB);
@@ -259,7 +281,8 @@ INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i
      * passes after this one read the runs after it, so each row prefetches its own position
      * in the pass at least LM__GEMV_PREFETCH bytes ahead. */
     const int64_t passes = (LM__GEMV_PREFETCH + 4 * W4->ldq - 1) / (4 * W4->ldq);
-    const int64_t ahead_q = passes * 4 * W4->ldq, ahead_s = passes * 4 * W4->lds * (int64_t)sizeof(float);
+    const int64_t ss = SB ? 2 : 4; /* bytes a scale */
+    const int64_t ahead_q = passes * 4 * W4->ldq, ahead_s = passes * 4 * W4->lds * ss;
     for (int64_t b = 0; b < nb; b++) {
         __m512i c = _mm512_load_si512((const void *)(corr + b * 16));
         __m512i xq = _mm512_load_si512((const void *)(xp + b * QB));
@@ -267,11 +290,12 @@ INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             const uint8_t *qr = W4->q + (r + i) * W4->ldq;
-            const float *sc = W4->scales + (r + i) * W4->lds;
+            const char *sc = SB ? (const char *)(W4->scales16 + (r + i) * W4->lds)
+                                : (const char *)(W4->scales + (r + i) * W4->lds);
             if (!(b & 1)) lm__prefetch_addr((uintptr_t)qr + (uintptr_t)(b * QB / 2 + ahead_q));
-            if (!(b & 7)) lm__prefetch_addr((uintptr_t)sc + (uintptr_t)(b * QB / G * 4 + ahead_s));
+            if (!(b & 7)) lm__prefetch_addr((uintptr_t)sc + (uintptr_t)(b * QB / G * ss + ahead_s));
             __m512 ws;
-            __m512i w = i4_block(qr, sc, G, b, full, -1, &ws);
+            __m512i w = i4_block(qr, sc, SB, G, b, full, -1, &ws);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, w, xq)), _mm512_mul_ps(ws, dm), acc[i]);
         }
     }
@@ -286,20 +310,20 @@ INLINE void gemv1_rows4_i4(const uint8_t *xp, int64_t nb, int64_t K, const lm__i
 /* Every W row of the call against every x row, GEMV_MR x rows at a time (the W row stays
  * in L1 between the groups): int8 rows (q8) or int4 rows (W4). */
 INLINE void gemv_rows_g(const void *xprep, int64_t M, int64_t K, const int8_t *q8, int64_t ldq,
-                        const lm__i8_epilogue *ep, const lm__i4_weights *W4, const int G, int64_t nrows, float *y,
-                        int64_t ldy) {
+                        const lm__i8_epilogue *ep, const lm__i4_weights *W4, const int G, const int SB, int64_t nrows,
+                        float *y, int64_t ldy) {
     const int64_t nb = nblocks(K);
     const size_t rb = row_bytes(K);
     int64_t r = 0;
     if (M == 1 && W4) /* int4 decode: 4 W rows per pass */
-        for (; r + 4 <= nrows; r += 4) gemv1_rows4_i4((const uint8_t *)xprep, nb, K, W4, G, r, y);
+        for (; r + 4 <= nrows; r += 4) gemv1_rows4_i4((const uint8_t *)xprep, nb, K, W4, G, SB, r, y);
     for (; r < nrows; r++)
         for (int64_t m = 0; m < M; m += GEMV_MR) {
             const uint8_t *xm = (const uint8_t *)xprep + (size_t)m * rb;
             float *ym = y + m * ldy + r;
             const int rows = (int)LM_MIN(GEMV_MR, M - m);
 #define ROW(MRX)                                                                                                   \
-    (W4 ? gemv_i4dot_row(xm, rb, nb, MRX, W4, G, r, K, ym, ldy)                                                  \
+    (W4 ? gemv_i4dot_row(xm, rb, nb, MRX, W4, G, SB, r, K, ym, ldy)                                              \
         : gemv_i8dot_row(xm, rb, nb, MRX, q8 + r * ldq, K, ep, r, ym, ldy))
             switch (rows) {
             case 1: ROW(1); break;
@@ -312,14 +336,21 @@ INLINE void gemv_rows_g(const void *xprep, int64_t M, int64_t K, const int8_t *q
 }
 
 /* Every W row of the call against every x row: int8 rows (q8) or int4 rows (W4), the
- * int4 group size a constant in each copy. */
+ * int4 group size and the scales' dtype (f32, or bf16 when W4->scales16) constants in
+ * each copy. */
 TARGET static void gemv_rows(const void *xprep, int64_t M, int64_t K, const int8_t *q8, int64_t ldq,
                              const lm__i8_epilogue *ep, const lm__i4_weights *W4, int64_t nrows, float *y,
                              int64_t ldy) {
-    if (!W4) gemv_rows_g(xprep, M, K, q8, ldq, ep, NULL, 0, nrows, y, ldy);
-    else if (W4->group == 32) gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, 32, nrows, y, ldy);
-    else if (W4->group == 64) gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, 64, nrows, y, ldy);
-    else gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, 128, nrows, y, ldy);
+#define I4(G, SB) gemv_rows_g(xprep, M, K, NULL, 0, NULL, W4, G, SB, nrows, y, ldy)
+    if (!W4) gemv_rows_g(xprep, M, K, q8, ldq, ep, NULL, 0, 0, nrows, y, ldy);
+    else if (W4->scales16) {
+        if (W4->group == 32) I4(32, 1);
+        else if (W4->group == 64) I4(64, 1);
+        else I4(128, 1);
+    } else if (W4->group == 32) I4(32, 0);
+    else if (W4->group == 64) I4(64, 0);
+    else I4(128, 0);
+#undef I4
 }
 
 TARGET static void gemv_i8dot(const void *xprep, int64_t M, int64_t K, const int8_t *q, int64_t ldq,

@@ -46,6 +46,9 @@ typedef struct lm__i4_weights {
     int group;
     const float *bias; /* [nrows] or NULL */
     int accumulate;
+    /* bf16 scales in place of scales (NULL then), same layout: read by every gemv_i4 in
+     * its own stream (lm__i4_srow, lm__i4_sc); the GEMMs' packs take f32 scales only */
+    const uint16_t *scales16;
 } lm__i4_weights;
 
 typedef struct lm__linear_kernels {
@@ -250,6 +253,21 @@ static inline float lm__i8_finish(const lm__i8_epilogue *ep, int64_t r, float su
 static inline int lm__i4_get(const uint8_t *row, int64_t k) {
     int v = (row[k >> 1] >> ((k & 1) * 4)) & 15;
     return v >= 8 ? v - 16 : v;
+}
+
+/* Row r's group scales: f32 (W->scales) or bf16 (W->scales16). */
+static inline const void *lm__i4_srow(const lm__i4_weights *W, int64_t r) {
+    return W->scales16 ? (const void *)(W->scales16 + r * W->lds) : (const void *)(W->scales + r * W->lds);
+}
+
+/* Scale g of a row of group scales, f32 or (sb, a constant in each caller's copy) bf16:
+ * the top half of an f32, so widening is exact. */
+static inline float lm__i4_sc(const void *row, const int sb, int64_t g) {
+    if (!sb) return ((const float *)row)[g];
+    uint32_t b = (uint32_t)((const uint16_t *)row)[g] << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
 }
 
 /* The int4 epilogue for row r: (accumulate ? *y : 0) + (sum + bias[r]). */

@@ -52,14 +52,15 @@ static void gemv_i4_scalar(const float *x, int64_t ldx, int64_t M, const lm__i4_
                            float *y, int64_t ldy) {
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *qr = W->q + r * W->ldq;
-        const float *sc = W->scales + r * W->lds;
+        const void *sc = lm__i4_srow(W, r);
+        const int sb = W->scales16 != NULL;
         for (int64_t m0 = 0; m0 < M; m0 += GEMV_MR) {
             int mr = (int)(M - m0 < GEMV_MR ? M - m0 : GEMV_MR);
             const float *xm = x + m0 * ldx;
             float acc[GEMV_MR] = {0};
             for (int64_t k0 = 0, g = 0; k0 < K; k0 += W->group, g++)
                 for (int64_t k = k0; k < k0 + W->group; k++) {
-                    float wv = (float)lm__i4_get(qr, k) * sc[g];
+                    float wv = (float)lm__i4_get(qr, k) * lm__i4_sc(sc, sb, g);
                     for (int m = 0; m < mr; m++) acc[m] += xm[m * ldx + k] * wv;
                 }
             for (int m = 0; m < mr; m++) {
