@@ -311,9 +311,9 @@ static void test_linear_int4_tuned_matches_reference(void) {
            (long long)g_res.fails, g_res.worst_nmse, g_res.worst_abs);
 }
 
-/* bf16 group scales (what a model quantized at load holds): every ISA's gemv reads them
- * as bf16, the GEMM widens them per panel and K block (K = 1,120: K blocks off the group
- * boundaries); against the reference, which reads the bf16 values. */
+/* bf16 group scales (what a model quantized at load holds): every ISA's gemv and GEMM
+ * pack reads them as bf16 (K = 1,120: GEMM K blocks off the group boundaries); against
+ * the reference, which reads the bf16 values. */
 static void test_linear_int4_bf16_scales_match_reference(void) {
     lt_rng r = lt_rng_seed(96);
     static const int64_t MKNG[][4] = {{1, 4864, 100, 32}, {2, 4864, 37, 64},  {5, 896, 70, 32},   {8, 2048, 48, 128},

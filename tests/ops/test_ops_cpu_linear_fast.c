@@ -39,7 +39,7 @@
  * int4 weights (lm__cpu_linear_i4_prec) the same way: groups of 32, 64 and 128, K = 32
  * mod 64 (a half block), the float64 emulation and NMSE <= 1e-4 against exact, gemv
  * and GEMM; the same scales given as bf16 give bit-identical outputs at both precisions
- * (read as bf16 by the gemv kernels; widened per GEMM panel for the packs).
+ * (read as bf16 by the gemv kernels and the GEMMs' packs).
  * The bf16 tests run where AVX512_BF16 is; skipped (exit 77, with a message) on a CPU
  * without AVX2.
  * LM_TEST_LABELS: unit

@@ -11,9 +11,8 @@
  * split: their kernels apply the row scale, the bias and the accumulate as they store
  * (gemv) or pack the scale into the panels and add the bias after the last K block;
  * int4 weights (lm__cpu_linear_i4, wdt u8 here) the same with one scale per group;
- * bf16 group scales (lm__i4_weights.scales16) are read by every gemv kernel in its own
- * stream; for the GEMM's packs a panel's rows are widened (exactly) into per-worker
- * scratch per K block, so the packs take f32 scales only.
+ * bf16 group scales (lm__i4_weights.scales16) are read where f32 ones are, by the
+ * gemvs with the dtype a constant in each copy and by the GEMMs' packs per scale.
  * Fast precision (bf16 weights; ops/cpu/precision.h): the same tasks and blocks with
  * the lm__bf16dot_kernels, whose panels hold bf16 pairs and whose x strips are
  * rounded to bf16 once per (task, K block, mr rows) in the worker's scratch; the gemv
@@ -44,8 +43,6 @@ typedef struct linear_job {
     int64_t lds;                /* wdt u8 (int4): scales [N, K / group], rows lds apart */
     int group;                  /* wdt u8 (int4): k per scale */
     const uint16_t *scales16;   /* wdt u8 (int4) with bf16 scales (scales NULL): [N, K / group], rows lds apart */
-    float *wide;                /* bf16 scales, GEMM: [workers][wide_floats], a panel's rows widened to f32 */
-    size_t wide_floats;         /* bf16 scales, GEMM: floats in one worker's slice of wide */
     lm_dtype wdt;
     int64_t ldx, ldw, ldy, M, N, K;
     int64_t rows_per_task;  /* gemv: W rows per task */
@@ -76,32 +73,16 @@ static int is_small(const linear_job *j) { return (double)j->M * (double)j->N * 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-/* The int4 weights of a GEMM panel, W rows [n0, n0 + rows), for its packing: with f32
- * scales the job's own; with bf16 scales groups [g0, g1) (the K block's) of those rows
- * widened into the worker's slice, laid out as full rows of K / group (so the packs index
- * them as usual; the other groups are neither written nor read). */
-static lm__i4_weights i4_rows(const linear_job *j, int64_t n0, int64_t rows, int64_t g0, int64_t g1, int worker) {
-    lm__i4_weights W = {(const uint8_t *)j->w + n0 * j->ldw, j->ldw, NULL, j->lds, j->group,
-                        j->bias ? j->bias + n0 : NULL, j->accumulate, NULL};
-    if (!j->scales16) {
-        W.scales = j->scales + n0 * j->lds;
-        return W;
-    }
-    int64_t ng = j->K / j->group;
-    float *wide = j->wide + (size_t)worker * j->wide_floats;
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *src = j->scales16 + (n0 + r) * j->lds;
-        for (int64_t g = g0; g < g1; g++) wide[r * ng + g] = lm__i4_sc(src, 1, g);
-    }
-    W.scales = wide, W.lds = ng;
-    return W;
+/* The int4 weights from W row n0 on, with their f32 or bf16 scales. */
+static lm__i4_weights i4_at(const linear_job *j, int64_t n0) {
+    return (lm__i4_weights){(const uint8_t *)j->w + n0 * j->ldw, j->ldw, j->scales ? j->scales + n0 * j->lds : NULL,
+                            j->lds, j->group, j->bias ? j->bias + n0 : NULL, j->accumulate,
+                            j->scales16 ? j->scales16 + n0 * j->lds : NULL};
 }
 
 /* The int4 gemv over W rows [n0, n1), with its f32 or bf16 scales. */
 static void gemv_task_i4(const linear_job *j, int64_t n0, int64_t n1) {
-    lm__i4_weights W = {(const uint8_t *)j->w + n0 * j->ldw, j->ldw, j->scales ? j->scales + n0 * j->lds : NULL,
-                        j->lds, j->group, j->bias ? j->bias + n0 : NULL, j->accumulate,
-                        j->scales16 ? j->scales16 + n0 * j->lds : NULL};
+    lm__i4_weights W = i4_at(j, n0);
     if (j->xi8) j->i8fast->gemv_i4(j->xi8, j->M, j->K, &W, n1 - n0, j->y + n0, j->ldy);
     else
         j->kern->gemv_i4(j->xsplit ? j->xsplit : j->x, j->xsplit ? j->K : j->ldx, j->M, &W, n1 - n0, j->K, j->y + n0,
@@ -181,7 +162,7 @@ static void gemm_task_i8dot(const linear_job *j, int64_t task, int worker) {
         for (int64_t n = n0; n < n1; n += nr) {
             int ncols = (int)LM_MIN(nr, n1 - n);
             if (j->wdt == LM_U8) {
-                lm__i4_weights W = i4_rows(j, n, ncols, k0 / j->group, ceil_div(k0 + kl, j->group), worker);
+                lm__i4_weights W = i4_at(j, n);
                 kn->pack_i4(&W, ncols, k0, kl, (int)U, bp + (n - n0) * kp, gs + (n - n0) / nr * nu * nr);
             } else
                 kn->pack_i8((const int8_t *)j->w + n * j->ldw + k0, j->ldw, ncols, kl, bp + (n - n0) * kp);
@@ -222,9 +203,8 @@ static void gemm_task(void *arg, int64_t task, int worker) {
         /* Panel p holds columns n0 + p * nr ..: kl rows of nr floats. */
         for (int64_t n = n0; n < n1; n += nr) {
             if (j->wdt == LM_U8) {
-                int ncols = (int)LM_MIN(nr, n1 - n);
-                lm__i4_weights W = i4_rows(j, n, ncols, k0 / j->group, ceil_div(k0 + kl, j->group), worker);
-                kn->pack_i4(&W, ncols, k0, kl, bp + (n - n0) * kl);
+                lm__i4_weights W = i4_at(j, n);
+                kn->pack_i4(&W, (int)LM_MIN(nr, n1 - n), k0, kl, bp + (n - n0) * kl);
             } else if (j->wdt == LM_I8)
                 kn->pack_i8((const int8_t *)j->w + n * j->ldw + k0, j->ldw, j->scales + n, (int)LM_MIN(nr, n1 - n), kl,
                             bp + (n - n0) * kl);
@@ -395,17 +375,6 @@ static lm_status i8fast_kernels(const lm__i8dot_kernels **out) {
 #endif
 }
 
-/* bf16 int4 scales in a GEMM: one slice per pool worker of rows * K / group floats, rows
- * being a panel's width. */
-static lm_status alloc_wide(linear_job *j, lm_threadpool *pool, int64_t rows) {
-    if (!j->scales16) return LM_OK;
-    j->wide_floats = (size_t)round_up(rows * (j->K / j->group), 16); /* slices 64-byte aligned */
-    size_t bytes = (size_t)lm_threadpool_size(pool) * j->wide_floats * sizeof(float);
-    if (!(j->wide = lm__alloc(bytes, 64)))
-        return lm__error(LM_OUT_OF_MEMORY, "cpu linear: int4 scale scratch of %zu bytes", bytes);
-    return LM_OK;
-}
-
 static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
     j->kern = kernels_for(lm__cpu_isa_active());
     const int i8dot = prec == LM_PRECISION_FAST && (j->wdt == LM_I8 || j->wdt == LM_U8);
@@ -445,7 +414,6 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
 #ifdef LM__HAVE_X86_KERNELS
         if (j->i8unit == 32 && i8k->gemm_unit64_only) j->i8fast = &lm__i8dot_kernels_avx512;
 #endif
-        LM_TRY(alloc_wide(j, pool, j->i8fast->gemm_nr));
         size_t bytes = j->i8fast->gemm_x_bytes(j->M, j->K, j->i8unit);
         if (!(j->xi8 = lm__alloc(bytes, 64)))
             return lm__error(LM_OUT_OF_MEMORY, "cpu linear: fast int8 x scratch of %zu bytes", bytes);
@@ -455,7 +423,6 @@ static lm_status run(lm_threadpool *pool, linear_job *j, lm_precision prec) {
         j->xi8 = NULL;
         return st;
     }
-    LM_TRY(alloc_wide(j, pool, j->kern->nr));
     return run_gemm(pool, j);
 }
 
@@ -546,9 +513,7 @@ lm_status lm__cpu_linear_i4_prec(lm_threadpool *pool, lm_precision prec, const f
     linear_job j = {.x = x, .w = q, .y = y, .scales = sdt == LM_F32 ? scales : NULL,
                     .scales16 = sdt == LM_BF16 ? scales : NULL, .bias = bias, .accumulate = accumulate, .lds = lds,
                     .group = group, .wdt = LM_U8, .ldx = ldx, .ldw = ldq, .ldy = ldy, .M = M, .N = N, .K = K};
-    lm_status st = run(pool, &j, prec);
-    lm__free(j.wide);
-    return st;
+    return run(pool, &j, prec);
 }
 
 /* ---- mapping lm_matmul_out views onto lm__cpu_linear ------------------------------------ */

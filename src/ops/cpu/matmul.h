@@ -55,10 +55,9 @@ lm_status lm__cpu_linear_i8_prec(lm_threadpool *pool, lm_precision prec, const f
  * * scales[n * lds + k / group] + (bias ? bias[n] : 0), q(n, k) the signed nibble k & 1
  * (low first) of byte q[n * ldq + k / 2]. group 32, 64 or 128 dividing K
  * (LM_INVALID_ARGUMENT otherwise); bias dense [N]. The scales are f32 or bf16 (sdt;
- * bf16 ones are widened exactly, a few rows at a time, into per-worker scratch before
- * the kernels read them: the kernels themselves take f32). Same sizes, strides,
- * threading and determinism as lm__cpu_linear; gemv and GEMM both use the dequantized
- * q * scale. */
+ * every kernel reads either, widening bf16 exactly where it reads a scale). Same sizes,
+ * strides, threading and determinism as lm__cpu_linear; gemv and GEMM both use the
+ * dequantized q * scale. */
 lm_status lm__cpu_linear_i4(lm_threadpool *pool, const float *x, int64_t ldx, const uint8_t *q, int64_t ldq,
                             const void *scales, lm_dtype sdt, int64_t lds, int group, const float *bias,
                             int accumulate, float *y, int64_t ldy, int64_t M, int64_t N, int64_t K);

@@ -241,16 +241,16 @@ LM__TARGET_AVX512 static void pack_i8_avx512(const int8_t *q, int64_t ldq, const
     pack_panel(q, LM_I8, ldq, scales, ncols, kc, dst);
 }
 
-/* int4 panels: 16 rows x 16 k unpacked and scaled in registers, then transposed as
- * pack_block does (the 16 k of a block lie in one group). */
-INLINE void pack_block_i4(const lm__i4_weights *W, int ncols, int64_t k, float *dst) {
+/* int4 panels: rows j0 .. j0 + 15 x 16 k unpacked and scaled in registers, then
+ * transposed as pack_block does (the 16 k of a block lie in one group). */
+INLINE void pack_block_i4(const lm__i4_weights *W, int j0, int ncols, int64_t k, float *dst) {
     __m512 r[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; j++) {
-        if (j < ncols) {
-            const uint8_t *row = W->q + j * W->ldq;
+        if (j0 + j < ncols) {
+            const uint8_t *row = W->q + (j0 + j) * W->ldq;
             lm__prefetch_ahead(row, LM_U8, k / 2);
-            r[j] = _mm512_mul_ps(load_q4_16(row, k), _mm512_set1_ps(W->scales[j * W->lds + k / W->group]));
+            r[j] = _mm512_mul_ps(load_q4_16(row, k), _mm512_set1_ps(lm__i4_scale(W, j0 + j, k / W->group)));
         } else r[j] = _mm512_setzero_ps();
     }
     lm__transpose16_avx512(r);
@@ -259,11 +259,8 @@ INLINE void pack_block_i4(const lm__i4_weights *W, int ncols, int64_t k, float *
 }
 
 LM__TARGET_AVX512 static void pack_i4_avx512(const lm__i4_weights *W, int ncols, int64_t k0, int64_t kc, float *dst) {
-    for (int j = 0; j < NR; j += 16) {
-        lm__i4_weights Wj = *W;
-        if (j < ncols) Wj.q += j * W->ldq, Wj.scales += j * W->lds;
-        for (int64_t k = 0; k < kc; k += 16) pack_block_i4(&Wj, ncols - j, k0 + k, dst + k * NR + j);
-    }
+    for (int j = 0; j < NR; j += 16)
+        for (int64_t k = 0; k < kc; k += 16) pack_block_i4(W, j, ncols, k0 + k, dst + k * NR + j);
 }
 
 LM__TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, int64_t lda, int mrows, const float *bp,

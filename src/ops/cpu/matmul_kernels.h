@@ -46,8 +46,8 @@ typedef struct lm__i4_weights {
     int group;
     const float *bias; /* [nrows] or NULL */
     int accumulate;
-    /* bf16 scales in place of scales (NULL then), same layout: read by every gemv_i4 in
-     * its own stream (lm__i4_srow, lm__i4_sc); the GEMMs' packs take f32 scales only */
+    /* bf16 scales in place of scales (NULL then), same layout: the gemvs read them with the
+     * dtype a constant in each copy (lm__i4_srow, lm__i4_sc), the packs through lm__i4_scale */
     const uint16_t *scales16;
 } lm__i4_weights;
 
@@ -211,16 +211,6 @@ static inline void lm__i8dot_split_block(const float *src, int64_t n, float dst[
         dst[i] = k < n ? src[k] : 0.0f;
     }
 }
-/* An int4 panel's group scales: gs [units][nr], unit u of K block [k0, k0 + kl) per column
- * (0 past ncols). */
-static inline void lm__i4_unit_scales(const lm__i4_weights *W, int ncols, int nr, int64_t k0, int64_t kl, int unit,
-                                      float *gs) {
-    const int64_t nu = (kl + unit - 1) / unit;
-    for (int64_t u = 0; u < nu; u++)
-        for (int j = 0; j < nr; j++)
-            gs[u * nr + j] = j < ncols ? W->scales[j * W->lds + (k0 + u * unit) / W->group] : 0.0f;
-}
-
 /* Bytes per weight element: f32 4, bf16/f16 2, i8 1 (u8, the bytes of int4 rows, 1). */
 static inline size_t lm__w_size(lm_dtype dt) { return dt == LM_F32 ? 4u : dt == LM_I8 || dt == LM_U8 ? 1u : 2u; }
 
@@ -260,20 +250,29 @@ static inline const void *lm__i4_srow(const lm__i4_weights *W, int64_t r) {
     return W->scales16 ? (const void *)(W->scales16 + r * W->lds) : (const void *)(W->scales + r * W->lds);
 }
 
-/* Scale g of a row of group scales, f32 or (sb, a constant in each caller's copy) bf16:
- * the top half of an f32, so widening is exact. */
-static inline float lm__i4_sc(const void *row, const int sb, int64_t g) {
-    if (!sb) return ((const float *)row)[g];
-    uint32_t b = (uint32_t)((const uint16_t *)row)[g] << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
+/* Scale g of a row of group scales, f32 or (sb, a constant in each caller's copy) bf16,
+ * widened exactly. */
+static inline float lm__i4_sc(const void *row, const int sb, int64_t g) { return lm__widen1(row, sb ? LM_BF16 : LM_F32, g); }
+
+/* Group g's scale of W row r, whichever the dtype (the packs: one read per 16+ weights). */
+static inline float lm__i4_scale(const lm__i4_weights *W, int64_t r, int64_t g) {
+    return lm__i4_sc(lm__i4_srow(W, r), W->scales16 != NULL, g);
 }
 
 /* The int4 epilogue for row r: (accumulate ? *y : 0) + (sum + bias[r]). */
 static inline float lm__i4_finish(const lm__i4_weights *W, int64_t r, float sum, const float *y) {
     float v = W->bias ? sum + W->bias[r] : sum;
     return W->accumulate ? *y + v : v;
+}
+
+/* An int4 panel's group scales: gs [units][nr], unit u of K block [k0, k0 + kl) per column
+ * (0 past ncols). */
+static inline void lm__i4_unit_scales(const lm__i4_weights *W, int ncols, int nr, int64_t k0, int64_t kl, int unit,
+                                      float *gs) {
+    const int64_t nu = (kl + unit - 1) / unit;
+    for (int64_t u = 0; u < nu; u++)
+        for (int j = 0; j < nr; j++)
+            gs[u * nr + j] = j < ncols ? lm__i4_scale(W, j, (k0 + u * unit) / W->group) : 0.0f;
 }
 
 /* The portable int4 pack of nr-wide panels (every ISA's pack_i4 for now: it runs once
@@ -285,9 +284,8 @@ static inline void lm__pack_i4_generic(const lm__i4_weights *W, int nr, int ncol
             continue;
         }
         const uint8_t *row = W->q + j * W->ldq;
-        const float *sc = W->scales + j * W->lds;
         for (int64_t k = 0; k < kc; k += 16) { /* 16-aligned runs of k lie in one group */
-            float s = sc[(k0 + k) / W->group];
+            float s = lm__i4_scale(W, j, (k0 + k) / W->group);
             for (int64_t i = k; i < k + 16 && i < kc; i++) dst[i * nr + j] = (float)lm__i4_get(row, k0 + i) * s;
         }
     }
