@@ -141,6 +141,11 @@ typedef struct lm_decoder_options {
     /* Optional: the dtype of parameter `name` (default: matrix_dtype or vector_dtype). */
     lm_dtype (*param_dtype)(void *user, const char *name, lm_dtype dflt);
     void *param_user;
+    /* Tied embeddings whose config quantizes lm_head (the loader's quantized copy of the
+     * table, "lm_head.weight"): 1 makes the output matrix the float table instead, for
+     * row counts where the copy's product would cost more (a device's dequantizing pass
+     * past its GEMV rows; lm_linear_workspace_bytes > 0). 0 (default): the copy. */
+    int tied_head_float;
 } lm_decoder_options;
 
 /* Step mode, last-token logits, B = T = 1, every dtype f32. */

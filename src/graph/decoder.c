@@ -280,12 +280,14 @@ static lm_status inputs(builder *b) {
 static lm_status head_weight(builder *b, lm_graph_value *w) {
     const lm_model_config *c = b->c;
     int64_t s[2] = {c->vocab_size, c->hidden_size};
-    /* a tied head is the table itself, unless the loader made a quantized copy of it */
-    if (c->tie_word_embeddings && b->embed >= 0 && !lm_model_config_tensor_quantized(c, "lm_head.weight")) {
+    /* a tied head is the table itself, unless the loader made a quantized copy of it (and
+     * the options do not ask for the table anyway) */
+    int table = c->tie_word_embeddings && (!lm_model_config_tensor_quantized(c, "lm_head.weight") ||
+                                           b->o->tied_head_float);
+    if (table && b->embed >= 0) {
         *w = b->embed;
         return LM_OK;
     }
-    int table = c->tie_word_embeddings && !lm_model_config_tensor_quantized(c, "lm_head.weight");
     return param(b, table ? "model.embed_tokens.weight" : "lm_head.weight", 2, s, w);
 }
 

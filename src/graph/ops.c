@@ -320,7 +320,7 @@ static lm_status linear_quant(lm_graph *g, const char *name, lm_graph_value x, l
     int64_t ss[2] = {N, group ? K / group : 1};
     LM_TRY(want_shape(g, nm, "input", x, 2, xs));
     lm_dtype sdt = g->values[w_scales].dtype;
-    if (sdt != LM_F32 && !(group && sdt == LM_BF16)) /* int4 group scales may be bf16 (CPU) */
+    if (sdt != LM_F32 && !(group && sdt == LM_BF16)) /* int4 group scales may be bf16 */
         return lm__error(LM_DTYPE_MISMATCH, "linear '%s': weight scales '%s' must be f32%s (are %s)", nm,
                          g->values[w_scales].name, group ? " or bf16" : "", lm_dtype_name(sdt));
     LM_TRY(want_shape(g, nm, "weight scales", w_scales, group ? 2 : 1, group ? ss : ns));

@@ -17,6 +17,7 @@
 #include "nn/internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* slots blocks of max_tokens positions; blocks_per_row 0: a cache of slots. */
@@ -177,6 +178,17 @@ static lm_status prog_build(const lm_model *m, lm_ctx *ctx, lm_kv_cache *c, lm__
     o.kv_dtype = lm_tensor_dtype(c->k);
     o.param_dtype = lm__model_param_dtype;
     o.param_user = (void *)m;
+    /* a tied head's quantized copy where its product needs no dequantizing workspace (the
+     * CPU always; a GPU up to its GEMV's rows), else the float table; LOOM_TIED_HEAD=table
+     * takes the table at every row count (measurements) */
+    const lm_tensor *copy = m->cfg.tie_word_embeddings ? lm__model_weight(m, "lm_head.weight") : NULL;
+    if (copy) {
+        int64_t rows = p->output == LM_DECODER_OUT_ALL_LOGITS ? p->B * p->T : p->B;
+        const char *force = getenv("LOOM_TIED_HEAD");
+        o.tied_head_float = (force && strcmp(force, "table") == 0) ||
+                            lm_linear_workspace_bytes(lm_ctx_device(ctx), rows, lm_tensor_dim(copy, 0),
+                                                      m->cfg.hidden_size, lm_tensor_dtype(copy)) > 0;
+    }
     lm_graph *g = NULL;
     LM_TRY(lm_graph_build_decoder(&m->cfg, &o, &g));
     lm_exec_options eo;

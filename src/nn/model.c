@@ -18,9 +18,9 @@
  * int4 the same way (lm_quantize_int4_groups; u8 [out, in/2] weights, scales bf16
  * [out, in/group]; a directory's f32 ones, as written before bf16 group scales, load as
  * they are); fp8 as int8 (lm_quantize_fp8_rows; f8_e4m3 [out, in] weights).
- * Quantized weights load on CUDA too: nn/upload.c copies their bytes as they are, their
- * scales as f32 (bf16 group scales widened exactly), and the linear operator's CUDA
- * kernels read them (training still refuses them).
+ * Quantized weights load on CUDA too: nn/upload.c copies their bytes and their scales as
+ * they are (bf16 group scales stay bf16), and the linear operator's CUDA kernels read
+ * them (training still refuses them).
  */
 #include "nn/internal.h"
 #include "ops/cpu/precision.h"
@@ -334,11 +334,10 @@ static lm_status plan_load(lm_model *m, const char *dir, const lm_model_load_opt
         m->cfg.quant_modules |= LM_QUANT_LM_HEAD; /* a stored directory keeps a tied table float: copy it below */
     }
     /* A tied output matrix is quantized as a copy of the table (the embedding lookups keep
-     * the float table) on the CPU; a device keeps using the table for now. */
-    if (m->cfg.tie_word_embeddings && (m->cfg.quant_modules & LM_QUANT_LM_HEAD)) {
-        if (m->on_host) lp->tied_head = 1;
-        else m->cfg.quant_modules &= ~LM_QUANT_LM_HEAD;
-    }
+     * the float table). A device holds both: its step programs take the copy where its
+     * product runs without a dequantizing pass (up to the GEMV's rows) and the table past
+     * that (nn/kv_cache.c). */
+    if (m->cfg.tie_word_embeddings && (m->cfg.quant_modules & LM_QUANT_LM_HEAD)) lp->tied_head = 1;
     m->weights = m->cfg.quant_format == LM_QUANT_INT8   ? LM_WEIGHTS_INT8
                  : m->cfg.quant_format == LM_QUANT_INT4 ? LM_WEIGHTS_INT4
                  : m->cfg.quant_format == LM_QUANT_FP8  ? LM_WEIGHTS_FP8

@@ -12,9 +12,10 @@
  * sizing and copying cannot disagree. The host table is replaced by the device one.
  * Quantized projections (i8, u8 int4, f8_e4m3) are copied byte for byte and stacked the
  * same way when the members share a dtype and width (graph/fuse.c stacks such
- * linears), each piece followed by its f32 scales: "<stack>_scale" holding the
- * members' "<name>_scale" rows in order, each registered as a row view (int4's bf16
- * group scales are widened to f32 on the way: the CUDA kernels read f32).
+ * linears), each piece followed by its scales: "<stack>_scale" holding the members'
+ * "<name>_scale" rows in order, each registered as a row view. Scales keep their dtype
+ * (f32; int4's group scales bf16 as quantized, which the CUDA kernels read as they are)
+ * unless a stack's members differ, when all are widened to f32 (exact).
  */
 #include "nn/internal.h"
 
@@ -71,15 +72,18 @@ static lm_status add(const lm_model *m, plan *pl, const char *stack, const char 
     }
     q->dt = quant ? lm_tensor_dtype(src[0]) : f32 ? LM_F32 : LM_BF16;
     q->bytes = q->rows * q->cols * (int64_t)lm_dtype_size(q->dt);
-    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G] (bf16 ones widened), stacked as the weights are */
+    if (quant) { /* "<name>_scale", f32 [N] or [N, K/G] (f32 or bf16), stacked as the weights are */
         char scale[3][96 + 8], stack_scale[96 + 8];
         const char *sp[3] = {scale[0], scale[1], scale[2]};
+        int all16 = 1;
         for (int i = 0; i < n; i++) {
             snprintf(scale[i], sizeof scale[i], "%s_scale", names[i]);
-            if (!lm__model_weight(m, scale[i])) return lm__error(LM_INTERNAL, "upload: '%s' has no scales", names[i]);
+            const lm_tensor *st = lm__model_weight(m, scale[i]);
+            if (!st) return lm__error(LM_INTERNAL, "upload: '%s' has no scales", names[i]);
+            all16 &= lm_tensor_dtype(st) == LM_BF16;
         }
         snprintf(stack_scale, sizeof stack_scale, "%s_scale", n > 1 ? stack : names[0]);
-        LM_TRY(add(m, pl, stack_scale, sp, n, 1));
+        LM_TRY(add(m, pl, stack_scale, sp, n, !all16)); /* bf16 pieces copy bf16 sources byte for byte */
     }
     return LM_OK;
 }
@@ -177,11 +181,17 @@ static lm_status register_piece(lm_model *d, lm_storage *s, const piece *q) {
     return LM_OK;
 }
 
+/* Every piece but the RoPE table, with the embedding table counted as one row unless it
+ * is the output matrix too (tied, without a quantized copy as "lm_head.weight"). A tied
+ * model's copy is what a step of up to the GEMV's rows reads; more rows read the table. */
 static int64_t bytes_per_token(const lm_model *m, const plan *pl) {
     int64_t total = 0, H = m->cfg.hidden_size;
-    for (int64_t i = 0; i < pl->n; i++)
+    int head_copy = 0;
+    for (int64_t i = 0; i < pl->n; i++) {
         if (strcmp(pl->p[i].name, "rope.inv_freq") != 0) total += pl->p[i].bytes;
-    return total + H * 2 - (m->cfg.tie_word_embeddings ? 0 : m->cfg.vocab_size * H * 2);
+        head_copy |= strcmp(pl->p[i].name, "lm_head.weight") == 0;
+    }
+    return total + H * 2 - (m->cfg.tie_word_embeddings && !head_copy ? 0 : m->cfg.vocab_size * H * 2);
 }
 
 lm_status lm__model_upload(lm_model *m) {

@@ -15,7 +15,7 @@
  * lm_swiglu_out into an [M, K] f32 scratch; lm_linear_supported says which calls.
  * int4 weights (w u8 [N, K/2], two nibbles per byte, p->w_bits = 4, p->w_scales f32
  * or bf16 [N, K / p->w_group]) take the same two levels through lm__cpu_linear_i4;
- * CUDA takes f32 group scales only (nn/upload.c widens a model's bf16 ones).
+ * CUDA reads either dtype too (ops/cuda/gemv_quant.cu).
  * fp8 weights (w f8_e4m3 [N, K] with p->w_scales f32 [N]) run the reference on the CPU.
  * On CUDA all three quantized forms go to the table's linear_quant (ops/cuda/
  * gemv_quant.cu: a GEMV for up to 8 rows; for more, given p->workspace, the input and
@@ -418,9 +418,6 @@ lm_status lm_linear_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_vi
     lm__level level;
     LM_TRY(lm__op_level(ctx, op, i8, cu != NULL, &level));
     if (level == LM__LEVEL_CUDA && quant) {
-        if (p->w_scales->dtype != LM_F32)
-            return lm__error(LM_UNSUPPORTED, "%s: on CUDA int4 group scales are f32, but w_scales is %s (widen them; "
-                             "a loaded model's are widened when it is uploaded)", op, lm_dtype_name(p->w_scales->dtype));
         if (p->workspace) {
             const lm_tensor_view *wv[] = {p->workspace};
             static const char *const wn[] = {"workspace"};

@@ -9,6 +9,8 @@
  * they hold the residual). Also the readable kernel (K = 40 off the 16-weight vectors,
  * a strided bf16 out), and a model: llama_gqa2_f32 / qwen2_bias_sharded loaded with
  * --weights int8 / int4 / fp8 on CUDA against the same quantized model on the CPU.
+ * int4 runs with bf16 group scales (as models load), and bf16 scales must give the exact
+ * output of the same scales in f32 on every path.
  * Gates: the GEMV (M <= 8) keeps x f32 and decodes weights exactly, so only f32
  * summation order and the fast exp/rsqrt differ: NMSE <= 1e-8, max-abs <= 1e-4 of the
  * largest |output|. Past 8 rows both paths run (without and with a workspace): the
@@ -28,6 +30,11 @@ int main(void) { lt_skip("built without CUDA"); }
 #include "loom/model.h"
 
 static lm_ctx *g_ctx, *g_ref;
+/* int4 cases: the device reads the group scales as bf16 (1) or as their exact f32 copy
+ * (0); the reference always reads the f32 copy. g_keep: run_case leaves the device's
+ * output in g_kept (M x N doubles) for a caller to compare two runs bit for bit. */
+static int g_s16 = 1, g_keep;
+static double *g_kept;
 
 enum { F_I8, F_F8, F_I4 };
 static const char *const k_fmt[] = {"int8", "fp8", "int4"};
@@ -57,17 +64,19 @@ static double run_case(const qcase *c, uint64_t seed) {
     int64_t M = c->M, N = c->N, K = c->K;
     int64_t ws[2] = {N, K}, qs[2] = {N, i4 ? K / 2 : K}, ss[2] = {N, i4 ? K / c->group : 1};
     int64_t xs[2] = {M, c->in == LM_LINEAR_IN_SWIGLU ? 2 * K : K}, os[2] = {M, N}, ns[1] = {N}, ks[1] = {K};
-    lm_tensor *w = lt_random_tensor(&r, LM_F32, 2, ws, 1.0 / sqrt((double)K)), *q = NULL, *sc = NULL;
+    lm_tensor *w = lt_random_tensor(&r, LM_F32, 2, ws, 1.0 / sqrt((double)K)), *q = NULL, *sc = NULL, *sc16 = NULL;
     LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), i4 ? LM_U8 : c->fmt == F_F8 ? LM_F8_E4M3 : LM_I8, 2, qs, &q));
     LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, i4 ? 2 : 1, ss, &sc));
-    if (i4)
-        LT_CHECK_OK(lm_quantize_int4_groups(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc),
+    if (i4) { /* bf16 group scales, as a loaded model's, and their exact f32 copy */
+        LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_BF16, 2, ss, &sc16));
+        LT_CHECK_OK(lm_quantize_int4_groups(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc16),
                                             c->group));
-    else if (c->fmt == F_F8)
+        LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(sc16), lm_tensor_as_view(sc)));
+    } else if (c->fmt == F_F8)
         LT_CHECK_OK(lm_quantize_fp8_rows(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc)));
     else
         LT_CHECK_OK(lm_quantize_int8_rows(g_ref, lm_tensor_as_view(w), lm_tensor_as_view(q), lm_tensor_as_view(sc)));
-    ct_pair qp = ct_pair_of(q), sp = ct_pair_of(sc);
+    ct_pair qp = ct_pair_of(q), sp = ct_pair_of(i4 && g_s16 ? sc16 : sc);
     ct_pair x = ct_random(&r, LM_F32, 2, xs, 1.0);
     ct_pair b = ct_random(&r, LM_F32, 1, ns, 1.0);
     lm_tensor *nh = lt_random_tensor(&r, LM_F32, 1, ks, 0.5);
@@ -111,13 +120,16 @@ static double run_case(const qcase *c, uint64_t seed) {
     double nmse = c->out_dt != LM_F32 ? ct_nmse(c->out_dt) + (mma ? 3e-5 : 0) : mma ? 3e-5 : 1e-8;
     double tol = (mma || c->out_dt != LM_F32 ? 2e-2 : 1e-4) * (big > 0 ? big : 1);
     char what[160];
-    snprintf(what, sizeof what, "%s%s%d M=%d N=%lld K=%lld in=%d bias=%d acc=%d out=%s%s%s", k_fmt[c->fmt],
-             i4 ? " G=" : "", i4 ? c->group : 0, c->M, (long long)N, (long long)K, (int)c->in, c->bias, c->accumulate,
-             lm_dtype_name(c->out_dt), c->strided_out ? " strided" : "", work ? " workspace" : "");
+    snprintf(what, sizeof what, "%s%s%d%s M=%d N=%lld K=%lld in=%d bias=%d acc=%d out=%s%s%s", k_fmt[c->fmt],
+             i4 ? " G=" : "", i4 ? c->group : 0, i4 ? (g_s16 ? " bf16 scales" : " f32 scales") : "", c->M,
+             (long long)N, (long long)K, (int)c->in, c->bias, c->accumulate, lm_dtype_name(c->out_dt),
+             c->strided_out ? " strided" : "", work ? " workspace" : "");
     ct_check(g_ctx, what, &o, &od, lm_tensor_as_view(want), nmse, tol);
     double *got = ct_read(g_ctx, &o, &od), *ref = lt_view_to_f64(lm_tensor_as_view(want)), se = 0, sr = 0;
     for (int64_t i = 0; i < M * N; i++) se += (got[i] - ref[i]) * (got[i] - ref[i]), sr += ref[i] * ref[i];
+    if (g_keep) free(g_kept), g_kept = got, got = NULL;
     free(got), free(ref);
+    lm_tensor_destroy(sc16);
     lm_tensor_destroy(work);
     lm_tensor_destroy(want), lm_tensor_destroy(w);
     ct_pair_free(&qp), ct_pair_free(&sp), ct_pair_free(&x), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
@@ -275,6 +287,48 @@ static void test_readable_layouts(void) {
     }
 }
 
+/* int4 with bf16 group scales gives the bits of the same scales in f32 on every path: the
+ * GEMV (1, 2 and 8 rows, every input form, a row's K split 1-8 ways), the workspace path
+ * (3 unstaged rows; 17 rows; 16,500 rows in two chunks, whose second starts at a scale
+ * row offset), the tensor-core kernel without a workspace, and the readable kernel
+ * (strided out). Every other case of this file runs int4 with bf16 scales against the
+ * reference (g_s16 = 1). */
+static void test_int4_bf16_scales_bitwise(void) {
+    static const qcase cs[] = {
+        {F_I4, 32, 1, 4229, 2048, LM_LINEAR_IN_RMSNORM, 1, 0, LM_F32, 0, 0},
+        {F_I4, 64, 2, 67, 2048, LM_LINEAR_IN_SWIGLU, 0, 1, LM_F32, 0, 0},
+        {F_I4, 128, 8, 131, 256, LM_LINEAR_IN, 1, 1, LM_F32, 0, 0},
+        {F_I4, 128, 3, 67, 65536, LM_LINEAR_IN, 1, 0, LM_F32, 0, 1},
+        {F_I4, 32, 17, 67, 384, LM_LINEAR_IN_RMSNORM, 1, 0, LM_F32, 0, 1},
+        {F_I4, 128, 9, 16500, 1024, LM_LINEAR_IN_RMSNORM, 1, 1, LM_F32, 0, 1},
+        {F_I4, 64, 33, 131, 256, LM_LINEAR_IN_SWIGLU, 1, 0, LM_F32, 0, 0},
+        {F_I4, 32, 9, 33, 64, LM_LINEAR_IN, 1, 0, LM_F32, 1, 0},
+    };
+    static const char *const splits[3] = {NULL, "1", "8"};
+    uint64_t seed = 4500;
+    g_keep = 1;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (int v = 0; v < (cs[i].M <= 2 ? 3 : 1); v++, seed++) {
+            if (splits[v]) setenv("LOOM_CUDA_GEMV_KSPLIT", splits[v], 1);
+            double *out[2];
+            for (int s16 = 0; s16 < 2; s16++) {
+                g_s16 = s16;
+                run_case(&cs[i], seed);
+                out[s16] = g_kept, g_kept = NULL;
+            }
+            int64_t n = cs[i].M * cs[i].N, bad = -1;
+            for (int64_t j = 0; out[0] && out[1] && j < n && bad < 0; j++)
+                if (memcmp(&out[0][j], &out[1][j], sizeof(double)) != 0) bad = j;
+            LT_CHECK_MSG(out[0] && out[1] && bad < 0, "int4 G=%d M=%d N=%lld K=%lld split %s: bf16 scales differ from "
+                         "f32 ones at %lld (%.9g vs %.9g)", cs[i].group, cs[i].M, (long long)cs[i].N,
+                         (long long)cs[i].K, splits[v] ? splits[v] : "auto", (long long)bad,
+                         bad >= 0 ? out[1][bad] : 0.0, bad >= 0 ? out[0][bad] : 0.0);
+            free(out[0]), free(out[1]);
+            if (splits[v]) unsetenv("LOOM_CUDA_GEMV_KSPLIT");
+        }
+    g_keep = 0, g_s16 = 1;
+}
+
 /* The GPU passes fuse quantized linears (every form, accumulate, any rows of f32 x),
  * and the workspace is asked for only past the GEMV's 8 rows. */
 static void test_supported_rule(void) {
@@ -341,6 +395,53 @@ static void test_model_logits_cuda_vs_cpu(void) {
     }
 }
 
+/* A tied model quantized at load on CUDA (qwen2_bias_sharded, int8) keeps the table's
+ * int8 copy as its head where the product is the GEMV: one-token decode steps stay within
+ * the model gate of the CPU's logits (which use the copy too) and differ from those of the
+ * same model with the float table as its head (quant_modules without lm_head); a 24-token
+ * prefill (past the GEMV's rows) takes the table, so both models give the same bits
+ * there; the bytes a token reads drop by the table less its copy. */
+static void test_tied_head_copy_on_cuda(void) {
+    const char *dir = MODELS "qwen2_bias_sharded";
+    lm_model_load_options o;
+    lm_model_load_options_default(&o);
+    o.weights = LM_WEIGHTS_INT8;
+    lm_model *g = NULL, *gt = NULL, *h = load(dir, lm_device_cpu(), LM_WEIGHTS_INT8);
+    LT_CHECK_OK(lm_model_load_opts(dir, ct_gpu, &o, &g));
+    o.quant_modules = lm_quant_modules_default(NULL) & ~LM_QUANT_LM_HEAD;
+    LT_CHECK_OK(lm_model_load_opts(dir, ct_gpu, &o, &gt));
+    lm_ctx *cpu = NULL;
+    LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 1, &cpu));
+    if (!g || !gt || !h || !cpu) {
+        lm_model_destroy(g), lm_model_destroy(gt), lm_model_destroy(h), lm_ctx_destroy(cpu);
+        return;
+    }
+    const lm_model_config *c = lm_model_get_config(g);
+    LT_CHECK(c->tie_word_embeddings && (c->quant_modules & LM_QUANT_LM_HEAD));
+    LT_CHECK(!(lm_model_get_config(gt)->quant_modules & LM_QUANT_LM_HEAD));
+    int64_t V = c->vocab_size, H = c->hidden_size;
+    LT_CHECK_MSG(lm_model_weight_bytes(gt) - lm_model_weight_bytes(g) == V * H * 2 - V * (H + 4),
+                 "bytes per token %lld (int8 copy as the head) vs %lld (the bf16 table)",
+                 (long long)lm_model_weight_bytes(g), (long long)lm_model_weight_bytes(gt));
+    int32_t ids[T];
+    lt_rng r = lt_rng_seed(11);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+    float *want = ct_model_logits(h, cpu, ids, T, 1), *dec = ct_model_logits(g, g_ctx, ids, T, 1),
+          *dect = ct_model_logits(gt, g_ctx, ids, T, 1), *pre = ct_model_logits(g, g_ctx, ids, T, 0),
+          *pret = ct_model_logits(gt, g_ctx, ids, T, 0);
+    ct_logits_cmp copy = ct_logits_compare(dec, want, T, V), tab = ct_logits_compare(dect, want, T, V),
+                  two = ct_logits_compare(dec, dect, T, V);
+    printf("  tied int8 head, decode vs the CPU's (int8 copy): copy nmse %.2e top-1 %d/%d, table nmse %.2e top-1 "
+           "%d/%d; copy vs table max|d| %.3g\n", copy.nmse, copy.top1, T, tab.nmse, tab.top1, T, two.max_abs);
+    LT_CHECK_MSG(copy.finite && copy.nmse <= 1e-3 && copy.top1 >= T - 2, "copy: nmse %.3g top-1 %d/%d", copy.nmse,
+                 copy.top1, T);
+    LT_CHECK_MSG(two.max_abs > 0, "decode: the copy model's logits are the table model's (the copy is not the head)");
+    LT_CHECK_MSG(memcmp(pre, pret, sizeof(float) * (size_t)(T * V)) == 0, "a %d-token prefill: the copy model's "
+                 "logits differ from the table model's (it should take the table past the GEMV's rows)", T);
+    free(want), free(dec), free(dect), free(pre), free(pret);
+    lm_model_destroy(g), lm_model_destroy(gt), lm_model_destroy(h), lm_ctx_destroy(cpu);
+}
+
 /* An fp8 model on CUDA reports its format. */
 static void test_fp8_model_config(void) {
     lm_model *g = load(MODELS "llama_gqa2_f32", ct_gpu, LM_WEIGHTS_FP8);
@@ -360,8 +461,10 @@ int main(void) {
     LT_RUN(test_unstaged_rows);
     LT_RUN(test_forced_splits);
     LT_RUN(test_readable_layouts);
+    LT_RUN(test_int4_bf16_scales_bitwise);
     LT_RUN(test_model_logits_cuda_vs_cpu);
     LT_RUN(test_fp8_model_config);
+    LT_RUN(test_tied_head_copy_on_cuda);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

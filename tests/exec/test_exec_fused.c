@@ -262,11 +262,55 @@ static void test_gpu_passes_quantized(void) {
         for (int k = 0; k < 3; k++) check_model_as(models[i], ws[k]);
 }
 
+/* The value named name that ops read, or -1. */
+static int read_value(const lm_graph *g, const char *name) {
+    for (int64_t i = 0; i < g->nvalues; i++)
+        if (strcmp(g->values[i].name, name) == 0 && g->values[i].nuses > 0) return (int)i;
+    return -1;
+}
+
+/* A tied model quantized at load (qwen2_bias_sharded, int8) holds its table and the
+ * table's int8 copy as "lm_head.weight": the step graph's output matrix is the copy, or
+ * the table when the options ask (nn/kv_cache.c asks where the copy's product would pay
+ * a dequantizing pass: past a GPU's GEMV rows, never on the CPU). */
+static void test_tied_head_copy_or_table(void) {
+    lm_model *m = NULL;
+    lm_model_load_options lo;
+    lm_model_load_options_default(&lo);
+    lo.weights = LM_WEIGHTS_INT8;
+    const char *dir = LOOM_SOURCE_DIR "/tests/data/models/qwen2_bias_sharded";
+    LT_CHECK_OK(lm_model_load_opts(dir, lm_device_cpu(), &lo, &m));
+    if (!m) return;
+    const lm_tensor *copy = lm__model_weight(m, "lm_head.weight");
+    LT_CHECK(m->cfg.tie_word_embeddings && copy && lm_tensor_dtype(copy) == LM_I8);
+    for (int table = 0; table < 2; table++) {
+        lm_decoder_options o;
+        lm_decoder_options_default(&o);
+        o.batch = 2, o.cache_slots = 2, o.cache_tokens = 16;
+        o.param_dtype = lm__model_param_dtype, o.param_user = m;
+        o.tied_head_float = table;
+        lm_graph *g = NULL;
+        LT_CHECK_OK(lm_graph_build_decoder(&m->cfg, &o, &g));
+        if (!g) continue;
+        int head = read_value(g, "lm_head.weight"), emb = read_value(g, "model.embed_tokens.weight");
+        LT_CHECK_MSG(table ? head < 0 : head >= 0, "tied_head_float %d: lm_head.weight %s", table,
+                     head >= 0 ? "read" : "not read");
+        /* the table is read by the embedding lookup, and by the head too when it is the head */
+        LT_CHECK(emb >= 0 && g->values[emb].nuses == 1 + table);
+        lm_graph_destroy(g);
+    }
+    for (int64_t rows = 1; rows <= 64; rows *= 4) /* the CPU's int8 product needs no workspace */
+        LT_CHECK(lm_linear_workspace_bytes(lm_device_cpu(), rows, lm_tensor_dim(copy, 0), m->cfg.hidden_size, LM_I8) ==
+                 0);
+    lm_model_destroy(m);
+}
+
 int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_gpu_passes_keep_the_logits);
     LT_RUN(test_gpu_passes_quantized);
     LT_RUN(test_pair_epilogue_rule);
+    LT_RUN(test_tied_head_copy_or_table);
     lm_ctx_destroy(g_ctx);
     return lt_finish();
 }

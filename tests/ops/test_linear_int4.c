@@ -6,7 +6,7 @@
  * nibble value, -8 included), for M from 1 to 200 (gemv and GEMM), N odd and aligned,
  * groups 32/64/128, every input form, bias or not, accumulate or not, strided x and
  * out rows, NaN-poisoned outputs whose padding must stay untouched; argument errors
- * and the CUDA refusal.
+ * and the CUDA device accepting f32 and bf16 scales (refusing f16 ones).
  *
  * Gate (tuned vs the double reference, outputs O(1)): NMSE <= 1e-10 and max-abs
  * <= 2e-4, as for int8: the tuned path differs only by f32 rounding (q * scale rounded
@@ -411,10 +411,10 @@ static void test_int4_linear_errors(void) {
     for (int j = 0; j < 9; j++) lm_tensor_destroy(all[j]);
 }
 
-static void test_int4_refused_on_cuda(void) {
+static void test_int4_scales_on_cuda(void) {
     lm_ctx *gpu = NULL;
     if (!lm_cuda_compiled() || lm_cuda_device_count() < 1 || lm_ctx_create(lm_device_cuda(0), 1, &gpu) != LM_OK) {
-        printf("  (no CUDA device: the CUDA refusal is not exercised)\n");
+        printf("  (no CUDA device: the CUDA checks are not exercised)\n");
         lm_clear_error();
         return;
     }
@@ -428,13 +428,17 @@ static void test_int4_refused_on_cuda(void) {
     /* CUDA runs quantized weights now (tests/cuda/test_cuda_linear_quant.c checks the values) */
     LT_CHECK_OK(lm_linear_out(gpu, V(x), V(q), NULL, &p, V(o)));
     LT_CHECK_OK(lm_ctx_synchronize(gpu));
-    /* with f32 group scales only: bf16 ones are refused, naming them */
-    lm_tensor *s16 = NULL;
+    /* bf16 group scales too (the values: tests/cuda/test_cuda_linear_quant.c); f16 ones are refused, naming them */
+    lm_tensor *s16 = NULL, *sh = NULL;
     LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_BF16, 2, ss, &s16));
     lm_linear_params p16 = params4(0, NULL, 0, V(s16), 32);
-    LT_CHECK_STATUS(lm_linear_out(gpu, V(x), V(q), NULL, &p16, V(o)), LM_UNSUPPORTED);
-    LT_CHECK_MSG(strstr(lm_last_error(), "bf16") != NULL, "%s", lm_last_error());
-    lm_tensor_destroy(s16);
+    LT_CHECK_OK(lm_linear_out(gpu, V(x), V(q), NULL, &p16, V(o)));
+    LT_CHECK_OK(lm_ctx_synchronize(gpu));
+    LT_CHECK_OK(lm_tensor_zeros(lm_device_cuda(0), LM_F16, 2, ss, &sh));
+    lm_linear_params ph = params4(0, NULL, 0, V(sh), 32);
+    LT_CHECK_STATUS(lm_linear_out(gpu, V(x), V(q), NULL, &ph, V(o)), LM_DTYPE_MISMATCH);
+    LT_CHECK_MSG(strstr(lm_last_error(), "f16") != NULL, "%s", lm_last_error());
+    lm_tensor_destroy(s16), lm_tensor_destroy(sh);
     lm_tensor_destroy(x), lm_tensor_destroy(q), lm_tensor_destroy(o), lm_tensor_destroy(sc);
     lm_ctx_destroy(gpu);
 }
@@ -454,7 +458,7 @@ int main(void) {
     LT_RUN(test_linear_int4_bf16_scales_match_reference);
     LT_RUN(test_int4_product_tracks_float_weights);
     LT_RUN(test_int4_linear_errors);
-    LT_RUN(test_int4_refused_on_cuda);
+    LT_RUN(test_int4_scales_on_cuda);
     lm_ctx_destroy(g_ref), lm_ctx_destroy(g_one), lm_ctx_destroy(g_two);
     return lt_finish();
 }

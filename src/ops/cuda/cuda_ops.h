@@ -233,9 +233,10 @@ typedef struct lm__cuda_gemv_params {
     float eps;
     const void *w; /* [N] rows of ldw bytes */
     int64_t ldw;
-    const float *scales; /* quantized formats: [N] or [N, K / group], row stride lds */
-    int64_t lds;
+    const void *scales; /* quantized formats: f32 [N] (int8, fp8), or [N, K / group] (int4) f32 or bf16 (scale16) */
+    int64_t lds;        /* scales' row stride, in elements */
     int group;
+    int scale16; /* int4: 1 when the group scales are bf16 */
     const float *bias; /* [N] or NULL */
     float *out;        /* [M, N], row stride ldo */
     int64_t ldo;

@@ -118,7 +118,12 @@ __device__ __forceinline__ float addend(const lm__cuda_gemv_params &p, int m, in
 /* The scale of output column n applied after the sum (int8/fp8 row scales; 1 otherwise). */
 template <int F>
 __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_t n) {
-    return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? p.scales[n * p.lds] : 1.f;
+    return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? ((const float *)p.scales)[n * p.lds] : 1.f;
+}
+
+/* int4 group scale i of p.scales, f32 or bf16 (p.scale16, the same for every thread). */
+__device__ __forceinline__ float group_scale(const lm__cuda_gemv_params &p, int64_t i) {
+    return p.scale16 ? __bfloat162float(__ldg((const bf16 *)p.scales + i)) : __ldg((const float *)p.scales + i);
 }
 
 /* The logical row that virtual row j computes. FRONT: within every head (q, k and v)
@@ -396,7 +401,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
 #pragma unroll
                     for (int r = 0; r < RPW; r++) {
                         /* int4: the vector's group scale (32 k lie in one group); the others: 1 here */
-                        float s = F == LM__CUDA_GEMV_I4 ? __ldg(p.scales + rows[r] * p.lds + vi * WPV / p.group) : 1.f;
+                        float s = F == LM__CUDA_GEMV_I4 ? group_scale(p, rows[r] * p.lds + vi * WPV / p.group) : 1.f;
 #pragma unroll
                         for (int m = 0; m < M; m++) acc[r][m] += t[r][m] * s;
                     }

@@ -1,6 +1,7 @@
 /* ops/cuda/gemv_quant.cu — lm_linear_out with quantized weights on CUDA: int8 (i8 [N, K],
  * f32 scales [N]), fp8 e4m3 (f8_e4m3 [N, K], f32 scales [N]) and int4 (u8 [N, K/2], two
- * nibbles per byte, low = even k, f32 scales [N, K/G] for groups of G = 32/64/128 k).
+ * nibbles per byte, low = even k, f32 or bf16 scales [N, K/G] for groups of G = 32/64/128
+ * k; every kernel reads either dtype where it reads a scale, widening bf16 exactly).
  *
  * Five paths, none allocating (a captured step may hold them):
  *  - the decode GEMV (M <= 8 rows): gemv.cu's kernel, the weight format one of its
@@ -43,9 +44,9 @@ struct qparams {
     float eps;
     const uint8_t *w; /* rows of ldw bytes (elements for the readable kernel: ws1 along K) */
     int64_t ldw, ws1;
-    const float *scales; /* [N] or [N, K/G]: row stride lds, column stride ss1 */
+    const void *scales; /* f32 [N], or [N, K/G] f32 or bf16 (scale16): row stride lds, column stride ss1 */
     int64_t lds, ss1;
-    int group;
+    int group, scale16;
     const float *bias; /* [N] stride bs, or NULL */
     int64_t bs;
     void *out; /* [M, N]: row stride ldo, column stride os1 */
@@ -55,11 +56,16 @@ struct qparams {
     int64_t N, K;
 };
 
+/* Scale i of p.scales: int4's group scales f32 or bf16 (p.scale16), int8/fp8's f32. */
+__device__ __forceinline__ float qscale(const qparams &p, int64_t i) {
+    return p.scale16 ? __bfloat162float(__ldg((const bf16 *)p.scales + i)) : __ldg((const float *)p.scales + i);
+}
+
 /* One weight (n, k) for the readable kernel: the quantized value times its scale. */
 __device__ __forceinline__ float weight_at(const qparams &p, int f, int64_t n, int64_t k) {
     if (f == Q_I4) {
         int b = p.w[n * p.ldw + (k / 2) * p.ws1], v = (k & 1 ? b >> 4 : b) & 15;
-        return (float)(v >= 8 ? v - 16 : v) * p.scales[n * p.lds + (k / p.group) * p.ss1];
+        return (float)(v >= 8 ? v - 16 : v) * qscale(p, n * p.lds + (k / p.group) * p.ss1);
     }
     uint8_t b = p.w[n * p.ldw + k * p.ws1];
     float q;
@@ -69,7 +75,7 @@ __device__ __forceinline__ float weight_at(const qparams &p, int f, int64_t n, i
         __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
         q = __half2float(__half(h));
     }
-    return q * p.scales[n * p.lds];
+    return q * qscale(p, n * p.lds);
 }
 
 /* Input element (m, k) as the prologue defines it (readable and tensor-core kernels). */
@@ -137,7 +143,7 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_quant_kernel(qparams p) {
                     uint4 raw = make_uint4(b.x, b.y, 0, 0);
                     decode8<F>(raw, 0, wv);
                     decode8<F>(raw, 1, wv + 8);
-                    float s = p.scales[n * p.lds + k0 / p.group];
+                    float s = qscale(p, n * p.lds + k0 / p.group);
 #pragma unroll
                     for (int i = 0; i < 16; i++) wv[i] *= s;
                 } else {
@@ -180,7 +186,7 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_quant_kernel(qparams p) {
         int64_t m = m0 + r, n = n0 + cc;
         if (m >= p.M || n >= p.N) continue;
         float v = Cs[r][cc];
-        if (F != Q_I4) v *= p.scales[n * p.lds];
+        if (F != Q_I4) v *= qscale(p, n * p.lds);
         if (p.bias) v += p.bias[n];
         float *o = out + m * p.ldo + n;
         *o = p.accumulate ? *o + v : v;
@@ -230,7 +236,7 @@ __global__ void __launch_bounds__(256) dequant_bf16_kernel(qparams p, bf16 *wb) 
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t n = i / vpr, v = i % vpr;
         const uint4 raw = __ldg((const uint4 *)(p.w + n * p.ldw) + v);
-        const float sc = F == Q_I4 ? __ldg(p.scales + n * p.lds + v * WPV / p.group) : __ldg(p.scales + n * p.lds);
+        const float sc = qscale(p, F == Q_I4 ? n * p.lds + v * WPV / p.group : n * p.lds);
         uint4 *o = (uint4 *)(wb + n * p.K + v * WPV);
 #pragma unroll
         for (int c = 0; c < WPV / 8; c++) {
@@ -272,7 +278,8 @@ static lm_status run_workspace(const lm__cuda_blas *blas, const qparams *p, int 
     for (int64_t n0 = 0; n0 < p->N; n0 += chunk) {
         qparams c = *p; /* rows n0 .. n0 + nc of w, its scales, its bias and out's columns */
         int64_t nc = LM_MIN(chunk, p->N - n0);
-        c.N = nc, c.w = p->w + n0 * p->ldw, c.scales = p->scales + n0 * p->lds;
+        c.N = nc, c.w = p->w + n0 * p->ldw;
+        c.scales = (const char *)p->scales + n0 * p->lds * (p->scale16 ? 2 : 4);
         LM_TRY(f == Q_I8 ? run_dequant<Q_I8>(&c, wb, s) : f == Q_F8 ? run_dequant<Q_F8>(&c, wb, s)
                                                          : run_dequant<Q_I4>(&c, wb, s));
         LM_TRY(lm__cuda_linear_lt(blas, xb, p->K, wb, p->bias ? p->bias + n0 : NULL, (float *)p->out + n0, 0, p->ldo,
@@ -359,8 +366,8 @@ static lm_status run_fp8(const lm__cuda_blas *blas, const qparams *p, void *ws, 
     const int cached = p->K * (int64_t)sizeof(float) <= 47 * 1024;
     input_fp8_kernel<<<(unsigned)p->M, 256, cached ? (size_t)p->K * sizeof(float) : 0, s>>>(*p, vec, cached, xq, xs);
     LM_TRY(lm__cuda_launched("linear_input_fp8"));
-    LM_TRY(lm__cuda_linear_lt_fp8(blas, xq, p->K, xs, p->w, p->ldw, p->scales, (float *)p->out, p->ldo, p->M, p->N,
-                                  p->K, p->accumulate, s));
+    LM_TRY(lm__cuda_linear_lt_fp8(blas, xq, p->K, xs, p->w, p->ldw, (const float *)p->scales, (float *)p->out, p->ldo,
+                                  p->M, p->N, p->K, p->accumulate, s));
     if (!p->bias) return LM_OK;
     add_bias_kernel<<<lm__cuda_blocks((int64_t)p->M * p->N, 256), 256, 0, s>>>((float *)p->out, p->ldo, p->bias, p->M,
                                                                               p->N);
@@ -403,8 +410,8 @@ lm_status lm__cuda_linear_quant(const lm__cuda_blas *blas, const lm_tensor_view 
     if (lp->input == LM_LINEAR_IN_RMSNORM) p.norm_w = (const float *)lp->norm_weight->data, p.nws = lp->norm_weight->stride[0];
     p.eps = lp->eps;
     p.w = (const uint8_t *)w->data, p.ldw = w->stride[0], p.ws1 = w->stride[1];
-    p.scales = (const float *)sc->data, p.lds = sc->stride[0], p.ss1 = sc->ndim == 2 ? sc->stride[1] : 0;
-    p.group = f == Q_I4 ? lp->w_group : 0;
+    p.scales = sc->data, p.lds = sc->stride[0], p.ss1 = sc->ndim == 2 ? sc->stride[1] : 0;
+    p.group = f == Q_I4 ? lp->w_group : 0, p.scale16 = sc->dtype == LM_BF16;
     p.bias = bias ? (const float *)bias->data : NULL, p.bs = bias ? bias->stride[0] : 0;
     p.out = out->data, p.ldo = out->stride[0], p.os1 = out->stride[1];
     p.accumulate = lp->accumulate, p.M = (int)M, p.N = N, p.K = K;

@@ -139,7 +139,8 @@ int lm__cuda_gemv_of(const lm_tensor_view *x, const lm_tensor_view *w, const lm_
     gp->x = (const float *)x->data, gp->ldx = x->stride[0];
     gp->norm_w = nw ? (const float *)nw->data : NULL, gp->eps = lin->eps;
     gp->w = w->data, gp->ldw = ldw;
-    gp->scales = sc ? (const float *)sc->data : NULL, gp->lds = sc ? sc->stride[0] : 0;
+    gp->scales = sc ? sc->data : NULL, gp->lds = sc ? sc->stride[0] : 0;
+    gp->scale16 = sc && sc->dtype == LM_BF16;
     gp->group = wf == LM__CUDA_GEMV_I4 ? lin->w_group : 0;
     gp->bias = bias ? (const float *)bias->data : NULL;
     gp->M = (int)M, gp->N = w->shape[0], gp->K = K;
