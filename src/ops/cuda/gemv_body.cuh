@@ -121,9 +121,10 @@ __device__ __forceinline__ float row_scale(const lm__cuda_gemv_params &p, int64_
     return (F == LM__CUDA_GEMV_I8 || F == LM__CUDA_GEMV_F8) && n < p.N ? ((const float *)p.scales)[n * p.lds] : 1.f;
 }
 
-/* int4 group scale i of p.scales, f32 or bf16 (p.scale16, the same for every thread). */
-__device__ __forceinline__ float group_scale(const lm__cuda_gemv_params &p, int64_t i) {
-    return p.scale16 ? __bfloat162float(__ldg((const bf16 *)p.scales + i)) : __ldg((const float *)p.scales + i);
+/* Scale i of scales: bf16 when s16 (int4 group scales as loaded), else f32; s16 is the
+ * same for every thread of a launch. */
+__device__ __forceinline__ float load_scale(const void *scales, int s16, int64_t i) {
+    return s16 ? __bfloat162float(__ldg((const bf16 *)scales + i)) : __ldg((const float *)scales + i);
 }
 
 /* The logical row that virtual row j computes. FRONT: within every head (q, k and v)
@@ -401,7 +402,9 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
 #pragma unroll
                     for (int r = 0; r < RPW; r++) {
                         /* int4: the vector's group scale (32 k lie in one group); the others: 1 here */
-                        float s = F == LM__CUDA_GEMV_I4 ? group_scale(p, rows[r] * p.lds + vi * WPV / p.group) : 1.f;
+                        float s =
+                            F == LM__CUDA_GEMV_I4 ? load_scale(p.scales, p.scale16, rows[r] * p.lds + vi * WPV / p.group)
+                                                  : 1.f;
 #pragma unroll
                         for (int m = 0; m < M; m++) acc[r][m] += t[r][m] * s;
                     }

@@ -57,9 +57,7 @@ struct qparams {
 };
 
 /* Scale i of p.scales: int4's group scales f32 or bf16 (p.scale16), int8/fp8's f32. */
-__device__ __forceinline__ float qscale(const qparams &p, int64_t i) {
-    return p.scale16 ? __bfloat162float(__ldg((const bf16 *)p.scales + i)) : __ldg((const float *)p.scales + i);
-}
+__device__ __forceinline__ float qscale(const qparams &p, int64_t i) { return load_scale(p.scales, p.scale16, i); }
 
 /* One weight (n, k) for the readable kernel: the quantized value times its scale. */
 __device__ __forceinline__ float weight_at(const qparams &p, int f, int64_t n, int64_t k) {
