@@ -129,7 +129,7 @@ static double run_case(const qcase *c, uint64_t seed) {
     for (int64_t i = 0; i < M * N; i++) se += (got[i] - ref[i]) * (got[i] - ref[i]), sr += ref[i] * ref[i];
     if (g_keep) free(g_kept), g_kept = got, got = NULL;
     free(got), free(ref);
-    lm_tensor_destroy(sc16);
+    lm_tensor_destroy(sp.h == sc ? sc16 : sc); /* sp owns the copy it uploaded; the other one is ours */
     lm_tensor_destroy(work);
     lm_tensor_destroy(want), lm_tensor_destroy(w);
     ct_pair_free(&qp), ct_pair_free(&sp), ct_pair_free(&x), ct_pair_free(&b), ct_pair_free(&nw), ct_pair_free(&o);
