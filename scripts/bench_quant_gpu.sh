@@ -37,10 +37,8 @@ case " $models " in *" l3b "*) mk l3b --arch llama --vocab 128256 --hidden 3072 
   --tied --dtype bf16 --max-pos 131072 --rope-theta 500000 --rms-eps 1e-5 --seed 9 \
   --rope-scaling '{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}' ;;
 esac
-run() { # directory, setting ("-" for none)
-  set -- "$1" "$2"
-  r=$(if [ "$2" = - ]; then "$loom" bench decode --device "$device" --model "$work/$1" --batch 1 --prompt 16 --tokens 128 --repeat 3
-      else env "$2" "$loom" bench decode --device "$device" --model "$work/$1" --batch 1 --prompt 16 --tokens 128 --repeat 3; fi 2>&1 | tail -1)
+run() { # directory, setting ("-" for none: ${2#-} is then empty, so env adds nothing)
+  r=$(env ${2#-} "$loom" bench decode --device "$device" --model "$work/$1" --batch 1 --prompt 16 --tokens 128 --repeat 3 2>&1 | tail -1)
   echo "$r" >>"$out/runs.jsonl"
   echo "$1 $2 $(echo "$r" | grep -o '"median_tok_per_s":[0-9.]*' | cut -d: -f2)"
 }
