@@ -11,7 +11,8 @@
  * once per vector (a vector's 32 k lie in one group).
  *  - a warp owns RPW output rows and a slice of K; each lane issues UNROLL 16-byte
  *    loads per row, 8 independent loads, before using any of them (bf16: 2 rows x 4;
- *    at M <= 2 int8/fp8 4 x 2 and int4 8 x 1: gemv_cfg);
+ *    at M <= 2 int8/fp8 4 x 2 and int4 8 x 1: gemv_cfg; fp8 at one row 8 x 1 or 2 x 4
+ *    by the product's rows: launch_1);
  *  - when N is small (o and down projections, N ~ H) a row's K is split over KSPLIT =
  *    8 warps of one block, combined through shared memory, so there are enough warps
  *    to cover the GPU; when N is large (q|k|v, gate|up, lm_head) KSPLIT = 1 and each
@@ -111,7 +112,7 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     /* bf16, one input row, staged: the first batches of a warp's first two row groups in
      * flight before the wait (+15-40 registers a thread: only where that leaves the blocks
      * per SM). Not built for int8/fp8/int4: measured no faster there (bench/NOTES.md). */
-    constexpr int PF = M == 1 && F == LM__CUDA_GEMV_BF16;
+    constexpr int PF = M == 1 && (F & 15) == LM__CUDA_GEMV_BF16;
     void (*const pf2[2])(lm__cuda_gemv_params) = {gemv_kernel<F, IN, M, 1, 1, PF, EPI>,
                                                   gemv_kernel<F, IN, M, WARPS, 1, PF, EPI>};
     const int pmode = PF && staged && which < 2 ? pf2_mode() : 0; /* built for splits of 1 and 8 */
@@ -128,10 +129,43 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     return lm__cuda_launched("linear_gemv");
 }
 
+/* LOOM_CUDA_GEMV_VARIANT=V (measurements): one-row bf16 and fp8 products run shape V of
+ * gemv_cfg (0: the format's base shape, 1: 4 rows a warp x 2 loads, 2: 2 x 4, 3: 8 x 1);
+ * -1 (unset): the default below. */
+static int gemv_variant(void) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("LOOM_CUDA_GEMV_VARIANT");
+        v = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : -1;
+    }
+    return v;
+}
+
+/* One input row. fp8: 8 rows a warp x 1 load where the product has at least 16 rows an
+ * SM (N / 8 row groups >= 2 per SM: every lane keeps 8 loads with fewer, longer warps,
+ * which leaves room on each SM for the next kernel's first loads), else 2 x 4 (twice the
+ * base shape's groups for short products); measured against the base 4 x 2 on the
+ * Llama-3.2-3B and Qwen2.5-0.5B shapes (bench/NOTES.md, quantized weights on CUDA, v9).
+ * bf16 keeps its base shape unless a variant is forced. */
+template <int F, int IN, int EPI>
+static lm_status launch_1(const lm__cuda_gemv_params *p, cudaStream_t s) {
+    const int v = gemv_variant();
+    if constexpr (F == LM__CUDA_GEMV_BF16) {
+        if (v == 1) return launch<F + 16, IN, 1, EPI>(p, s);
+        if (v == 3) return launch<F + 48, IN, 1, EPI>(p, s);
+    }
+    if constexpr (F == LM__CUDA_GEMV_F8) {
+        const int wide = p->N >= 16 * lm__cuda_sm_count();
+        if (v == 3 || (v < 0 && wide)) return launch<F + 48, IN, 1, EPI>(p, s);
+        if (v == 2 || (v < 0 && !wide)) return launch<F + 32, IN, 1, EPI>(p, s);
+    }
+    return launch<F, IN, 1, EPI>(p, s);
+}
+
 /* M rows run the kernel built for 1, 2, 4 or 8 (the extra rows repeat the last one). */
 template <int F, int IN, int EPI = LM__CUDA_GEMV_EPI_OUT>
 static lm_status launch_m(const lm__cuda_gemv_params *p, cudaStream_t s) {
-    if (p->M == 1) return launch<F, IN, 1, EPI>(p, s);
+    if (p->M == 1) return launch_1<F, IN, EPI>(p, s);
     if (p->M == 2) return launch<F, IN, 2, EPI>(p, s);
     if (p->M <= 4) return launch<F, IN, 4, EPI>(p, s);
     return launch<F, IN, 8, EPI>(p, s);

@@ -20,12 +20,16 @@
  * vector loads in flight. At M <= 2 the narrower formats take more rows per warp (int8/
  * fp8 4, int4 8): a row of them is 2-4x fewer vectors, and more rows keep the lane's 8
  * loads and reuse each staged input chunk more times; at larger M the row x input
- * accumulators would not fit in registers, so 2. */
+ * accumulators would not fit in registers, so 2. F = format + 16 V names a shape variant
+ * for one input row (gemv.cu's launch_1 picks them): V1 4 rows a warp x 2 loads, V2 2 x 4,
+ * V3 8 x 1; V0 is the format's base shape above. */
 template <int F, int M>
 struct gemv_cfg {
-    static constexpr int WPV = F == LM__CUDA_GEMV_I4 ? 32 : F == LM__CUDA_GEMV_BF16 ? 8 : 16;
+    static constexpr int FB = F & 15, V = F >> 4;
+    static constexpr int WPV = FB == LM__CUDA_GEMV_I4 ? 32 : FB == LM__CUDA_GEMV_BF16 ? 8 : 16;
     static constexpr int CH = WPV / 8;
-    static constexpr int RPW = M > 2 || F == LM__CUDA_GEMV_BF16 ? 2 : F == LM__CUDA_GEMV_I4 ? 8 : 4;
+    static constexpr int RPW0 = M > 2 || FB == LM__CUDA_GEMV_BF16 ? 2 : FB == LM__CUDA_GEMV_I4 ? 8 : 4;
+    static constexpr int RPW = V == 0 ? RPW0 : V == 1 ? 4 : V == 2 ? 2 : 8;
     static constexpr int UNROLL = 8 / RPW;
 };
 
@@ -279,7 +283,7 @@ template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__
 __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t g_lo, int64_t g_hi, int vb, int vg,
                                           Wait wait, float4 *xs) {
     typedef gemv_cfg<F, M> cfg;
-    constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL;
+    constexpr int WPV = cfg::WPV, CH = cfg::CH, RPW = cfg::RPW, UNROLL = cfg::UNROLL, FB = cfg::FB;
     constexpr int GPB = WARPS / KSPLIT; /* row groups a block works on at once */
     static_assert(KSPLIT == 1 || GPB * RPW * M <= THREADS, "one thread per output of the block's groups");
     __shared__ float part[KSPLIT > 1 ? WARPS : 1][RPW][M]; /* KSPLIT > 1: each warp's partial sums */
@@ -341,14 +345,14 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
                     const int64_t n = pair_row<EPI>(p, n0 + r);
-                    scl[r] = row_scale<F>(p, n);
+                    scl[r] = row_scale<FB>(p, n);
 #pragma unroll
                     for (int m = 0; m < M; m++) add[r][m] = addend(p, m, n);
                 }
         } else if (threadIdx.x < GPB * RPW * M) {
             const int64_t n = pair_row<EPI>(p, g0 * RPW + threadIdx.x / M);
             add[0][0] = addend(p, threadIdx.x % M, n);
-            scl[0] = row_scale<F>(p, n);
+            scl[0] = row_scale<FB>(p, n);
         }
         float acc[RPW][M];
 #pragma unroll
@@ -382,7 +386,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
                         }
                         float wf[RPW][8];
 #pragma unroll
-                        for (int r = 0; r < RPW; r++) decode8<F>(buf[r][u], c, wf[r]);
+                        for (int r = 0; r < RPW; r++) decode8<FB>(buf[r][u], c, wf[r]);
 #pragma unroll
                         for (int m = 0; m < M; m++) {
                             float x[8];
@@ -403,7 +407,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
                     for (int r = 0; r < RPW; r++) {
                         /* int4: the vector's group scale (32 k lie in one group); the others: 1 here */
                         float s =
-                            F == LM__CUDA_GEMV_I4 ? load_scale(p.scales, p.scale16, rows[r] * p.lds + vi * WPV / p.group)
+                            FB == LM__CUDA_GEMV_I4 ? load_scale(p.scales, p.scale16, rows[r] * p.lds + vi * WPV / p.group)
                                                   : 1.f;
 #pragma unroll
                         for (int m = 0; m < M; m++) acc[r][m] += t[r][m] * s;
