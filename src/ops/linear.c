@@ -210,11 +210,11 @@ int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtyp
     /* the decode GEMV's 16-byte weight vectors: 8 bf16, 16 int8 / fp8 or 32 int4 inputs */
     int quant = w == LM_U8 || w == LM_I8 || w == LM_F8_E4M3;
     int64_t per_vector = w == LM_U8 ? 32 : quant ? 16 : 8;
-    /* int8 and int4 weights at 1-2 rows run the GEMV's 4- and 8-row warps, whose pair
-     * epilogues measured slower than the separate kernels (bench/NOTES.md, v6); fp8 at
-     * one row runs shapes of its own, with which they measured faster (quantized weights
-     * on CUDA, v9: +3-6% on the Qwen2.5-0.5B shape, +2-13% on Llama-3.2-3B's) */
-    if (quant && rows <= 2 && !(w == LM_F8_E4M3 && rows == 1)) return 0;
+    /* quantized weights at 2 rows and int4 at one run the GEMV's 4- and 8-row warps, whose
+     * pair epilogues measured slower than the separate kernels (bench/NOTES.md, v6);
+     * int8 and fp8 at one row run shapes of their own, with which they measured faster
+     * (quantized weights on CUDA, v9) */
+    if (quant && rows <= 2 && !((w == LM_F8_E4M3 || w == LM_I8) && rows == 1)) return 0;
     /* the epilogues are built for staged inputs only */
     return K % per_vector == 0 && gemv_stages(rows, K) && lm__linear_graph_rule(input, 0, rows, K, x, w);
 }

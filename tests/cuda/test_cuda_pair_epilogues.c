@@ -15,7 +15,7 @@
  *  - M = 1, 2, 5, 8 rows (B rows of one token, and one row of several tokens);
  *  - K = 256 (whole rows per warp) and K = 2,048 (a row's K split over the block's
  *    warps: the shared-memory epilogue); Hq 4 over Hkv 2 (and 1) heads of 64 and 32
- *    (fp8 at one row also 32 over 8: 3,072 rows, the GEMV's 8-row warps);
+ *    (int8 / fp8 at one row also 32 over 8: 3,072 rows, the GEMV's 8-row warps);
  *  - with and without the bias; q in f32 and bf16;
  *  - slot caches ([B] slots) and paged ones ([B, NB] block tables, blocks of 16) at
  *    positions up to 45, the caches NaN-poisoned: exactly the tokens' rows change.
@@ -200,10 +200,12 @@ static void test_formats_rows_and_caches(void) {
     run_case(&a, seed++);
     fcase b = {F_I8, 0, 8, 1, 2048, 4, 2, 64, LM_LINEAR_IN_RMSNORM, 1, 1, 1};
     run_case(&b, seed++);
-    /* fp8 at one row over 3,072 rows: the GEMV's 8-row warps (at least 16 rows an SM on
+    /* int8 / fp8 at one row over 3,072 rows: the GEMV's 8-row warps (at least 16 rows an SM on
      * GPUs of up to 192 SMs; fewer rows run its 2-row warps, the cases above) */
-    fcase w = {F_F8, 0, 1, 1, 2048, 32, 8, 64, LM_LINEAR_IN_RMSNORM, 1, 0, 0};
-    run_case(&w, seed++);
+    for (int f = F_I8; f <= F_F8; f++) {
+        fcase w = {f, 0, 1, 1, 2048, 32, 8, 64, LM_LINEAR_IN_RMSNORM, 1, 0, 0};
+        run_case(&w, seed++);
+    }
 }
 
 static void run_swiglu(int fmt, int group, int M, int64_t K, int64_t I, lm_linear_input in, int with_bias,
@@ -261,8 +263,8 @@ static void test_swiglu_epilogue(void) {
             for (int m = 0; m < 4; m++)
                 run_swiglu(f, m % 2 ? 128 : 32, rows[m], k ? 2048 : 256, k ? 96 : 608, LM_LINEAR_IN_RMSNORM, m != 1,
                            seed++);
-    /* fp8 at one row over 2 x 1,536 rows: the GEMV's 8-row warps (as in the front's test) */
-    run_swiglu(F_F8, 0, 1, 2048, 1536, LM_LINEAR_IN_RMSNORM, 1, seed++);
+    /* int8 / fp8 at one row over 2 x 1,536 rows: the GEMV's 8-row warps (as in the front's test) */
+    for (int f = F_I8; f <= F_F8; f++) run_swiglu(f, 0, 1, 2048, 1536, LM_LINEAR_IN_RMSNORM, 1, seed++);
     /* the plain input form is not fused: the composition runs it, same results */
     run_swiglu(F_BF16, 0, 2, 256, 608, LM_LINEAR_IN, 1, seed++);
 }

@@ -11,8 +11,8 @@
  * once per vector (a vector's 32 k lie in one group).
  *  - a warp owns RPW output rows and a slice of K; each lane issues UNROLL 16-byte
  *    loads per row, 8 independent loads, before using any of them (bf16: 2 rows x 4;
- *    at M <= 2 int8/fp8 4 x 2 and int4 8 x 1: gemv_cfg; fp8 at one row 8 x 1 or 2 x 4
- *    by the product's rows: launch_1);
+ *    at 2 rows int8/fp8 4 x 2, at 1-2 int4 8 x 1: gemv_cfg; int8/fp8 at one row 8 x 1
+ *    or 2 x 4 by the product's rows: launch_1);
  *  - when N is small (o and down projections, N ~ H) a row's K is split over KSPLIT =
  *    8 warps of one block, combined through shared memory, so there are enough warps
  *    to cover the GPU; when N is large (q|k|v, gate|up, lm_head) KSPLIT = 1 and each
@@ -129,9 +129,9 @@ static lm_status launch(const lm__cuda_gemv_params *p, cudaStream_t s) {
     return lm__cuda_launched("linear_gemv");
 }
 
-/* LOOM_CUDA_GEMV_VARIANT=V (measurements): one-row bf16 and fp8 products run shape V of
- * gemv_cfg (0: the format's base shape, 1: 4 rows a warp x 2 loads, 2: 2 x 4, 3: 8 x 1);
- * -1 (unset): the default below. */
+/* LOOM_CUDA_GEMV_VARIANT=V (measurements): one-row bf16, int8 and fp8 products run shape
+ * V of gemv_cfg (0: the format's base shape, 1: 4 rows a warp x 2 loads, 2: 2 x 4, 3: 8 x
+ * 1); -1 (unset): the default below. */
 static int gemv_variant(void) {
     static int v = -2;
     if (v == -2) {
@@ -141,12 +141,12 @@ static int gemv_variant(void) {
     return v;
 }
 
-/* One input row. fp8: 8 rows a warp x 1 load where the product has at least 16 rows an
- * SM (N / 8 row groups >= 2 per SM: every lane keeps 8 loads with fewer, longer warps,
- * which leaves room on each SM for the next kernel's first loads), else 2 x 4 (twice the
- * base shape's groups for short products); measured against the base 4 x 2 on the
- * Llama-3.2-3B and Qwen2.5-0.5B shapes (bench/NOTES.md, quantized weights on CUDA, v9).
- * bf16 keeps its base shape unless a variant is forced. */
+/* One input row. int8 and fp8: 8 rows a warp x 1 load where the product has at least 16
+ * rows an SM (N / 8 row groups >= 2 per SM: every lane keeps 8 loads with fewer, longer
+ * warps, which leaves room on each SM for the next kernel's first loads), else 2 x 4
+ * (twice the base shape's groups for short products); measured against the base 4 x 2 on
+ * the Llama-3.2-3B and Qwen2.5-0.5B shapes (bench/NOTES.md, quantized weights on CUDA,
+ * v9). bf16 keeps its base shape unless a variant is forced. */
 template <int F, int IN, int EPI>
 static lm_status launch_1(const lm__cuda_gemv_params *p, cudaStream_t s) {
     const int v = gemv_variant();
@@ -154,7 +154,7 @@ static lm_status launch_1(const lm__cuda_gemv_params *p, cudaStream_t s) {
         if (v == 1) return launch<F + 16, IN, 1, EPI>(p, s);
         if (v == 3) return launch<F + 48, IN, 1, EPI>(p, s);
     }
-    if constexpr (F == LM__CUDA_GEMV_F8) {
+    if constexpr (F == LM__CUDA_GEMV_F8 || F == LM__CUDA_GEMV_I8) {
         const int wide = p->N >= 16 * lm__cuda_sm_count();
         if (v == 3 || (v < 0 && wide)) return launch<F + 48, IN, 1, EPI>(p, s);
         if (v == 2 || (v < 0 && !wide)) return launch<F + 32, IN, 1, EPI>(p, s);
