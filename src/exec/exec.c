@@ -23,7 +23,7 @@ lm_status lm__exec_gpu_passes(const lm_graph *g, const lm__pass_env *env, lm_gra
     static const lm__pass_fn gpu[] = {lm__pass_hoist_leaves,    lm__pass_linear,          lm__pass_stack_linears,
                                       lm__pass_qkv_rope_store,  lm__pass_linear_input,    lm__pass_linear_qkv_rope,
                                       lm__pass_linear_swiglu,   lm__pass_linear_residual, lm__pass_add_rmsnorm,
-                                      lm__pass_gemm_inputs};
+                                      lm__pass_gemm_inputs,     lm__pass_swiglu_gemm};
     return lm__graph_run_passes(g, env, (int)(sizeof gpu / sizeof gpu[0]), gpu, out);
 }
 
@@ -36,8 +36,8 @@ static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t
     return lm__linear_pair_rule(in, rows, K, x, w, qk);
 }
 static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d;
-    return lm__linear_pair_rule(in, rows, K, x, w, 0);
+    (void)d; /* as on an sm_90a device, where the prefill's SwiGLU GEMM runs */
+    return lm__linear_pair_rule(in, rows, K, x, w, 0) || lm__linear_swiglu_gemm_rule(in, rows, K, x, w);
 }
 static int gpu_low_out_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
     (void)d;

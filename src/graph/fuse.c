@@ -36,6 +36,20 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* The [M, 2I] value whose halves (column slices [0, I) and [I, 2I), step 1) SWIGLU op sw
+ * reads as gate and up, or -1. */
+static int swiglu_halves(const lm_graph *g, const lm__gop *sw) {
+    const lm__gop *a = producer(g, sw->in[0]), *b = producer(g, sw->in[1]);
+    if (a->kind != LM__GOP_SLICE || b->kind != LM__GOP_SLICE || a->in[0] != b->in[0] || a->i[0] != 1 ||
+        b->i[0] != 1 || a->i[3] != 1 || b->i[3] != 1)
+        return -1;
+    const lm__gvalue *y = &g->values[a->in[0]], *o = &g->values[sw->out];
+    if (y->ndim != 2 || o->ndim != 2) return -1;
+    const int64_t I = o->dims[1];
+    if (y->dims[1] != 2 * I || a->i[1] != 0 || a->i[2] != I || b->i[1] != I || b->i[2] != 2 * I) return -1;
+    return a->in[0];
+}
+
 /* A plain linear: the input as it is, no accumulate. */
 static int plain_linear(const lm__gop *op) { return op && op->kind == LM__GOP_LINEAR && op->i[0] == 0 && !op->i[3]; }
 /* A plain linear: stacking concatenates the weights (and a quantized one's scales) by
@@ -532,15 +546,10 @@ static lm_status plan_inputs(lins *s, plan *p, const lm__pass_env *env) {
             f.x = pr->in[0], f.form = LM_LINEAR_IN_RMSNORM, f.norm = pr->in[1], f.eps = pr->a;
             absorbed[0] = g->values[x].op;
         } else if (pr->kind == LM__GOP_SWIGLU && lm__graph_sole_use(g, x, 0) == i) {
-            const lm__gop *a = producer(g, pr->in[0]), *b = producer(g, pr->in[1]);
-            if (a->kind != LM__GOP_SLICE || b->kind != LM__GOP_SLICE || a->in[0] != b->in[0] || a->i[0] != 1 ||
-                b->i[0] != 1)
-                continue;
-            int64_t I = g->values[x].dims[1];
-            if (a->i[1] != 0 || a->i[2] != I || b->i[1] != I || b->i[2] != 2 * I || g->values[a->in[0]].dims[1] != 2 * I)
-                continue;
+            const int y = swiglu_halves(g, pr);
+            if (y < 0) continue;
             if (lm__graph_sole_use(g, pr->in[0], 0) < 0 || lm__graph_sole_use(g, pr->in[1], 0) < 0) continue;
-            f.x = a->in[0], f.form = LM_LINEAR_IN_SWIGLU;
+            f.x = y, f.form = LM_LINEAR_IN_SWIGLU;
             absorbed[0] = g->values[x].op, absorbed[1] = g->values[pr->in[0]].op, absorbed[2] = g->values[pr->in[1]].op;
         } else {
             continue;
@@ -746,4 +755,81 @@ lm_status lm__pass_gemm_inputs(const lm_graph *g, const lm__pass_env *env, lm_gr
     if (st == LM_OK) st = emit_low(g, dt, out);
     lm__free(dt);
     return st;
+}
+
+/* ---- the prefill's gate|up GEMM with its SwiGLU ------------------------------------------------- */
+typedef struct gemm_swiglu {
+    int swiglu, linear, slices[2]; /* the SWIGLU op, the product's linear, the two halves */
+} gemm_swiglu;
+
+typedef struct gemm_swiglus {
+    const lm_graph *g;
+    gemm_swiglu *v;
+    int64_t n, cap;
+} gemm_swiglus;
+
+/* 1 when value v is read by exactly the ops a and b (once each) and is no graph output. */
+static int read_only_by(const lm_graph *g, int v, int a, int b) {
+    int uses = 0;
+    if (g->values[v].output) return 0;
+    for (int64_t i = 0; i < g->nops; i++)
+        for (int k = 0; k < g->ops[i].nin; k++)
+            if (g->ops[i].in[k] == v) {
+                if (i != a && i != b) return 0;
+                uses++;
+            }
+    return uses == 2;
+}
+
+static lm_status plan_gemm_swiglus(gemm_swiglus *s, plan *p, const lm__pass_env *env) {
+    const lm_graph *g = s->g;
+    if (!env->swiglu_fused) return LM_OK;
+    for (int64_t i = 0; i < g->nops; i++) {
+        const lm__gop *sw = &g->ops[i];
+        if (sw->kind != LM__GOP_SWIGLU || p->at[i] != -1) continue;
+        const int y = swiglu_halves(g, sw);
+        if (y < 0) continue;
+        const lm__gvalue *vy = &g->values[y], *vo = &g->values[sw->out];
+        if (vo->dims[1] % 2) continue; /* the kernel stores activations in pairs */
+        if (lm__graph_sole_use(g, sw->in[0], 0) != i || lm__graph_sole_use(g, sw->in[1], 0) != i) continue;
+        const lm__gop *lin = producer(g, y);
+        if (!plain_linear(lin) || lin->in[2] >= 0 || lin->in[5] >= 0 || lin->region >= 0) continue;
+        if (!read_only_by(g, y, g->values[sw->in[0]].op, g->values[sw->in[1]].op)) continue;
+        const lm__gvalue *x = &g->values[lin->in[0]], *w = &g->values[lin->in[1]];
+        /* the product stored as bf16 (lm__pass_gemm_inputs): the fused epilogue rounds alike */
+        if (x->ndim != 2 || x->dtype != LM_BF16 || w->dtype != LM_BF16 || vy->dtype != LM_BF16 || vo->dtype != LM_BF16)
+            continue;
+        if (!env->swiglu_fused(env->device, LM_LINEAR_IN, x->dims[0], w->dims[1], LM_BF16, LM_BF16)) continue;
+        gemm_swiglu f = {(int)i, g->values[y].op, {g->values[sw->in[0]].op, g->values[sw->in[1]].op}};
+        LM_TRY(LM__PUSH(s->v, s->n, s->cap, f));
+        p->at[f.linear] = p->at[f.slices[0]] = p->at[f.slices[1]] = -2;
+        p->at[i] = (int)s->n - 1;
+    }
+    return LM_OK;
+}
+
+static lm_status emit_gemm_swiglu(lm__rw *rw, int k, void *user) {
+    gemm_swiglus *s = user;
+    const gemm_swiglu *f = &s->v[k];
+    const lm_graph *g = s->g;
+    const lm__gop *lin = &g->ops[f->linear], *sw = &g->ops[f->swiglu];
+    const lm__gvalue *y = &g->values[sw->out];
+    int in[6] = {lm__rw_in(rw, lin->in[0]), lm__rw_in(rw, lin->in[1]), -1, -1, -1, -1};
+    char name[LM__G_NAME];
+    snprintf(name, sizeof name, "%.50s.act", g->values[lin->out].name);
+    lm__gop *op;
+    lm_graph_value out;
+    LM_TRY(lm__graph_append(rw->dst, LM__GOP_LINEAR_SWIGLU, name, in, 6, 2, y->dims, y->dtype, &op, &out));
+    op->i[0] = LM_LINEAR_IN, op->i[1] = 0, op->i[2] = 0, op->i[3] = 0, op->a = 0.0, op->b = 0.0;
+    rw->map[sw->out] = out;
+    rw->done[f->swiglu] = 1;
+    return LM_OK;
+}
+
+lm_status lm__pass_swiglu_gemm(const lm_graph *g, const lm__pass_env *env, lm_graph **out) {
+    plan p;
+    gemm_swiglus s = {g, NULL, 0, 0};
+    LM_TRY(plan_init(&p, g));
+    lm_status planned = plan_gemm_swiglus(&s, &p, env);
+    return finish_pass(g, &p, planned, emit_gemm_swiglu, &s, s.v, out);
 }

@@ -232,9 +232,23 @@ int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, i
     return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
 }
 
+int lm__linear_swiglu_gemm_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && rows >= LM__LINEAR_SWIGLU_GEMM_ROWS && K % 8 == 0;
+}
+
+/* LOOM_CUDA_SWIGLU_GEMM=0: prefill keeps the gate|up GEMM and the SwiGLU as two kernels
+ * (side-by-side measurements). */
+static int swiglu_gemm_on(void) {
+    const char *e = getenv("LOOM_CUDA_SWIGLU_GEMM");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                            lm_dtype w_dtype) {
-    if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || !pair_epilogues_on()) return 0;
+    const lm__cuda_ops *cu = lm__cuda_ops_get();
+    if (lm__device_host_addressable(d) || !cu) return 0;
+    if (lm__linear_swiglu_gemm_rule(input, rows, K, x_dtype, w_dtype)) return swiglu_gemm_on() && cu->swiglu_gemm();
+    if (!pair_epilogues_on()) return 0;
     return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, 0); /* the same GEMV, another epilogue */
 }
 

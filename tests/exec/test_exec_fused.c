@@ -13,7 +13,10 @@
  * projection: linear_qkv_rope, whose CPU level is its composition), and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a 2-row decode step and a prefill
  * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops), and
- * past 2 rows the gate|up GEMM stores its product as bf16 for the SwiGLU.
+ * past 2 rows the gate|up GEMM stores its product as bf16 for the SwiGLU; from 128 rows
+ * (a prefill of 130 tokens) the gate|up GEMM takes the SwiGLU instead (linear_swiglu of
+ * bf16 x into a bf16 activation, the sm_90a GEMM's form; its CPU level is the
+ * composition).
  * Quantized weights (llama_gqa2_f32 and qwen2_bias_sharded loaded as int8, int4 G32
  * and fp8) fuse the same way at every row count: stacked q|k|v and gate|up with their
  * scales stacked by rows (and int4's group), input forms and residual accumulation,
@@ -66,6 +69,14 @@ static void test_pair_epilogue_rule(void) {
         LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 3, 896, LM_F32, w, 0) == 1);
     }
     LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
+    /* the prefill's gate|up GEMM with its SwiGLU: bf16 x and weights, plain, >= 128 rows */
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 128, 896, LM_BF16, LM_BF16) == 1);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 127, 896, LM_BF16, LM_BF16) == 0);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 512, 896, LM_F32, LM_BF16) == 0);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN_RMSNORM, 512, 896, LM_BF16, LM_BF16) == 0);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 512, 900, LM_BF16, LM_BF16) == 0); /* K % 8 */
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 512, 896, LM_BF16, LM_I8) == 0);
+    LT_CHECK(lm_linear_swiglu_fused(lm_device_cpu(), LM_LINEAR_IN, 512, 896, LM_BF16, LM_BF16) == 0);
 }
 
 
@@ -107,7 +118,7 @@ static void run_step(const lm_model *m, const lm_graph *g, int64_t B, int64_t T,
     if (!e) return;
     binder b = {m, {0}, 0};
     LT_CHECK_OK(lm_exec_bind_params(e, lookup, &b));
-    int64_t cs[4] = {B, c->num_key_value_heads, 64, c->head_dim};
+    int64_t cs[4] = {B, c->num_key_value_heads, T > 32 ? 256 : 64, c->head_dim};
     lm_tensor *caches[64] = {0};
     for (int l = 0; l < c->num_hidden_layers; l++)
         for (int kv = 0; kv < 2; kv++) {
@@ -169,13 +180,15 @@ static void check_model_as(const char *name, lm_weights weights) {
     lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
     int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights, and quantized ones at every row count */
     int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
-    const int64_t shapes[3][2] = {{2, 1}, {2, 6}, {4, 1}}; /* decode rows (GEMV), a prefill (GEMM), 4 decode rows */
-    for (int si = 0; si < 3; si++) {
-        int s = si == 2 ? 0 : si; /* the third is a decode step too */
+    /* decode rows (GEMV), a prefill (GEMM), 4 decode rows, a prefill of 130 rows (the
+     * gate|up GEMM with its SwiGLU from 128 rows) */
+    const int64_t shapes[4][2] = {{2, 1}, {2, 6}, {4, 1}, {1, 130}};
+    for (int si = 0; si < 4; si++) {
+        int s = si == 2 ? 0 : si == 3 ? 1 : si; /* the third is a decode step too, the fourth a prefill */
         int64_t B = shapes[si][0], T = shapes[si][1], V = c->vocab_size;
         lm_decoder_options o;
         lm_decoder_options_default(&o);
-        o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = 64;
+        o.batch = B, o.tokens = T, o.cache_slots = B, o.cache_tokens = T > 32 ? 256 : 64;
         o.matrix_dtype = quant ? LM_F32 : wdt; /* as stored */
         if (quant) o.param_dtype = lm__model_param_dtype, o.param_user = m; /* as nn/kv_cache.c builds it */
         lm_graph *g = NULL, *h = NULL, *fused = NULL;
@@ -197,7 +210,19 @@ static void check_model_as(const char *name, lm_weights weights) {
                      lm_weights_name(weights), s ? "prefill" : "decode", with_proj, want_proj);
         /* and the gate|up GEMV takes the SwiGLU (the down projection then reads [M, I] plainly) */
         int swiglus = count(fused, LM__GOP_LINEAR_SWIGLU);
-        int want_sw = gemv_pairs ? (int)c->num_hidden_layers : 0;
+        /* from 128 rows of bf16 x over bf16 weights (no bias), the prefill's gate|up GEMM
+         * takes its SwiGLU: a bf16 activation, no product and no SWIGLU op left */
+        int swiglu_gemm = s == 1 && bf16 && !c->mlp_bias && B * T >= LM__LINEAR_SWIGLU_GEMM_ROWS;
+        int want_sw = gemv_pairs || swiglu_gemm ? (int)c->num_hidden_layers : 0;
+        if (swiglu_gemm) {
+            int act16 = 0;
+            for (int64_t i = 0; i < fused->nops; i++)
+                act16 += fused->ops[i].kind == LM__GOP_LINEAR_SWIGLU && fused->values[fused->ops[i].out].dtype == LM_BF16 &&
+                         fused->values[fused->ops[i].in[0]].dtype == LM_BF16 && fused->ops[i].i[0] == LM_LINEAR_IN;
+            LT_CHECK_MSG(act16 == c->num_hidden_layers && count(fused, LM__GOP_SWIGLU) == 0,
+                         "%s %s prefill of %lld rows: %d bf16 gate|up GEMMs with their SwiGLU, %d SwiGLUs left", name,
+                         lm_weights_name(weights), (long long)(B * T), act16, count(fused, LM__GOP_SWIGLU));
+        }
         LT_CHECK_MSG(swiglus == want_sw, "%s %s %s: %d gate|up projections with their SwiGLU, expected %d", name,
                      lm_weights_name(weights), s ? "prefill" : "decode", swiglus, want_sw);
         if ((s == 0 && bf16 && B * T <= 2) || quant) {
@@ -210,7 +235,7 @@ static void check_model_as(const char *name, lm_weights weights) {
         int low = 0;
         for (int64_t i = 0; i < fused->nops; i++)
             low += fused->ops[i].kind == LM__GOP_LINEAR && fused->values[fused->ops[i].out].dtype == LM_BF16;
-        int want_low = bf16 && B * T > 2 && !c->mlp_bias ? (int)c->num_hidden_layers : 0;
+        int want_low = bf16 && B * T > 2 && !c->mlp_bias && !swiglu_gemm ? (int)c->num_hidden_layers : 0;
         LT_CHECK_MSG(low == want_low, "%s %s %s: %d bf16 products, expected %d", name, lm_weights_name(weights),
                      s ? "prefill" : "decode", low, want_low);
         if (quant) {

@@ -357,8 +357,17 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
                                          const lm_qkv_rope_params *p, const lm_tensor_view *slots,
                                          const lm_tensor_view *positions, const lm_tensor_view *k_cache,
                                          const lm_tensor_view *v_cache, const lm_tensor_view *q, cudaStream_t s);
-/* lm_linear_swiglu_out as one decode GEMV with the SwiGLU epilogue; LM_UNSUPPORTED
- * (nothing queued) when the views do not suit it. */
+/* act [M, I] bf16 = silu(x Wg^T) * (x Wu^T) for bf16 x [M, K] and the packed bf16 w
+ * [2 I, K] (ops/cuda/gemm_wg.cu: wgmma products with the SwiGLU in the epilogue, each
+ * product rounded to bf16 first as the unfused path stores it); LM_UNSUPPORTED (nothing
+ * queued) off an sm_90a build and device or for strides it cannot read.
+ * lm__cuda_swiglu_gemm_wg_ok: 1 when this build, device and driver run it. */
+lm_status lm__cuda_swiglu_gemm_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, int64_t M, int64_t I,
+                                  int64_t K, void *out, int64_t ldo, cudaStream_t s);
+int lm__cuda_swiglu_gemm_wg_ok(void);
+/* lm_linear_swiglu_out as one decode GEMV with the SwiGLU epilogue (f32 x, up to the
+ * GEMV's rows, f32 out), or for bf16 x, weights and out as lm__cuda_swiglu_gemm_wg;
+ * LM_UNSUPPORTED (nothing queued) when the views do not suit either. */
 lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                                        const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s);
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,

@@ -185,6 +185,13 @@ lm_status lm__cuda_linear_swiglu_args(const lm_tensor_view *x, const lm_tensor_v
 
 lm_status lm__cuda_linear_swiglu_views(const lm_tensor_view *x, const lm_tensor_view *w, const lm_tensor_view *bias,
                                        const lm_linear_params *lin, const lm_tensor_view *out, cudaStream_t s) {
+    if (x->dtype == LM_BF16 && w->dtype == LM_BF16 && out->dtype == LM_BF16) { /* prefill: the wgmma GEMM */
+        if (bias || lin->input != LM_LINEAR_IN || lin->w_scales || !unit_last(x) || !unit_last(w) || !unit_last(out))
+            return lm__error(LM_UNSUPPORTED, "linear_swiglu (cuda): bf16 x takes the plain input form without a bias, "
+                                             "rows of unit stride");
+        return lm__cuda_swiglu_gemm_wg(x->data, x->stride[0], w->data, w->stride[0], x->shape[0], w->shape[0] / 2,
+                                       w->shape[1], out->data, out->stride[0], s);
+    }
     lm__cuda_gemv_params gp;
     LM_TRY(lm__cuda_linear_swiglu_args(x, w, bias, lin, out, &gp));
     return lm__cuda_linear_gemv(&gp, s);

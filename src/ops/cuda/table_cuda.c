@@ -310,6 +310,7 @@ static const lm__cuda_ops k_table = {
     .linear = linear,
     .linear_quant = linear_quant,
     .gemv_stages = lm__cuda_gemv_stages,
+    .swiglu_gemm = lm__cuda_swiglu_gemm_wg_ok,
     .sample = sample,
     .sample_workspace = lm__cuda_sample_workspace,
 };

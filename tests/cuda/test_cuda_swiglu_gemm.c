@@ -1,0 +1,215 @@
+/* The prefill's gate|up GEMM with its SwiGLU in the epilogue (ops/cuda/gemm_wg.cu, wgmma
+ * products fed by tensor-memory copies) through lm_linear_swiglu_out with bf16 x, bf16
+ * weights [2I, K] and a bf16 out, on fresh random inputs:
+ *  - against the GPU's unfused path (the bf16 product by cuBLASLt, then the packed
+ *    SwiGLU: the same roundings, another summation order, silu by the fast exponential):
+ *    NMSE <= 1e-5 and max-abs <= 2^-6 of the largest |out| (a bf16 rounding of gate or up
+ *    flipped by the order moves one output by ~2^-8 of itself);
+ *  - against the CPU's composition (f32 product, then the SwiGLU), for the shapes of up
+ *    to 10^8 multiply-adds a gate row (the readable reference is slow): NMSE <= 3e-5
+ *    (bf16's gate) and max-abs <= 2^-5 of the largest |out|;
+ *  - shapes: one tile (128 x 152), row and column edges (M 130, 333; I 200, 4,864 + 8),
+ *    K with a tail of 8 inputs past the 64-wide steps (200) and Qwen2.5-0.5B's (896),
+ *    M below a tile (5, through the operator directly); each at the widths 128 and 152
+ *    (LOOM_CUDA_SWIGLU_GEMM_W) and the launcher's choice;
+ *  - the persistent grid's tile loop: three blocks walking every tile
+ *    (LOOM_CUDA_SWIGLU_GEMM_BLOCKS=3), K of 4 and 14 steps over the 4-stage ring;
+ *  - strided x rows (ld K + 16) and a strided out (ld I + 8) whose pad columns are
+ *    poisoned: they must stay NaN (stores masked at the edges);
+ *  - the fusion rule on this device (1 exactly where the kernel runs: an sm_90a build on a
+ *    compute 9.0 device), and a bf16 model's prefill of 130 tokens with the fused GEMM
+ *    against the same prefill with LOOM_CUDA_SWIGLU_GEMM=0 (logits NMSE <= 1e-5, every
+ *    position's top-1 the same or within 1e-3 of the largest logit).
+ * Skipped (77) without a GPU or without CUDA in the build.
+ * LM_TEST_LABELS: cuda
+ */
+#include "cuda_test.h"
+
+#ifndef LOOM_HAVE_CUDA
+int main(void) { lt_skip("built without CUDA"); }
+#else
+
+static lm_ctx *g_ctx, *g_ref;
+
+/* 1 when this build and device run the wgmma kernels (as ct_flash_form decides). */
+static int want_wgmma(void) {
+#ifdef LOOM_CUDA_SM90A
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0;
+#else
+    return 0;
+#endif
+}
+
+/* A [rows, cols] view of the first cols columns of a [rows, ld] tensor. */
+static lm_tensor_view narrow(const lm_tensor *t, int64_t cols) {
+    lm_tensor_view v;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(t), 1, 0, cols, 1, &v));
+    return v;
+}
+
+/* View dv of device tensor dt, read back as doubles (free()). */
+static double *read_view(const lm_tensor_view *dv, const lm_tensor *dt) {
+    lm_tensor *h = NULL;
+    LT_CHECK_OK(lm_tensor_to_device(g_ctx, dt, lm_device_cpu(), &h));
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+    lm_tensor_view hv = ct_mirror(dt, dv, h);
+    double *v = lt_view_to_f64(&hv);
+    lm_tensor_destroy(h);
+    return v;
+}
+
+static void compare(const char *what, const double *got, const double *want, int64_t n, double nmse_gate,
+                    double abs_rel) {
+    double num = 0, den = 0, md = 0, mx = 0;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        double d = got[i] - want[i];
+        finite &= isfinite(got[i]) != 0;
+        num += d * d, den += want[i] * want[i];
+        md = fmax(md, fabs(d)), mx = fmax(mx, fabs(want[i]));
+    }
+    double nmse = num / (den > 0 ? den : 1);
+    LT_CHECK_MSG(finite && den > 0 && nmse <= nmse_gate && md <= abs_rel * mx,
+                 "%s: NMSE %.3g (gate %.1g), max |d| %.3g of %.3g (gate %.3g)", what, nmse, nmse_gate, md, mx,
+                 abs_rel * mx);
+}
+
+static void run_case(int64_t M, int64_t K, int64_t I, const char *width, uint64_t seed) {
+    if (width) setenv("LOOM_CUDA_SWIGLU_GEMM_W", width, 1);
+    else unsetenv("LOOM_CUDA_SWIGLU_GEMM_W");
+    lt_rng r = lt_rng_seed(seed);
+    const int64_t ldx = K + 16, ldo = I + 8;
+    int64_t xs[2] = {M, ldx}, ws[2] = {2 * I, K}, os[2] = {M, ldo}, ys[2] = {M, 2 * I}, ms[2] = {M, I};
+    ct_pair xw = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 2.0 / sqrt((double)K));
+    ct_pair o = ct_poisoned(LM_BF16, 2, os);
+    lm_tensor_view xh = narrow(xw.h, K), xd = narrow(xw.d, K), od = narrow(o.d, I);
+    lm_linear_params lp = {.input = LM_LINEAR_IN};
+    char what[128];
+    snprintf(what, sizeof what, "swiglu GEMM M %lld K %lld I %lld width %s", (long long)M, (long long)K, (long long)I,
+             width ? width : "auto");
+    /* (without the wgmma kernel the operator composes: this runs outside a capture) */
+    LT_CHECK_OK(lm_linear_swiglu_out(g_ctx, &xd, lm_tensor_as_view(w.d), NULL, &lp, &od));
+    /* the unfused GPU path: the bf16 product, then the packed SwiGLU */
+    lm_tensor *y = NULL, *o2 = NULL, *want = NULL;
+    LT_CHECK_OK(lm_tensor_create(ct_gpu, LM_BF16, 2, ys, &y));
+    LT_CHECK_OK(lm_tensor_create(ct_gpu, LM_BF16, 2, ms, &o2));
+    LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), NULL, &lp, lm_tensor_as_view(y)));
+    lm_tensor_view gate, up;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(y), 1, 0, I, 1, &gate));
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(y), 1, I, 2 * I, 1, &up));
+    LT_CHECK_OK(lm_swiglu_out(g_ctx, &gate, &up, lm_tensor_as_view(o2)));
+    double *got = read_view(&od, o.d), *two = read_view(lm_tensor_as_view(o2), o2), *cpu = NULL;
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s vs the unfused GPU path", what);
+    compare(w2, got, two, M * I, 1e-5, 1.0 / 64);
+    if (M * K * I <= 100000000) { /* the CPU's composition into f32 (the readable reference: small shapes) */
+        want = lt_poisoned_tensor(LM_F32, 2, ms);
+        LT_CHECK_OK(lm_linear_swiglu_out(g_ref, &xh, lm_tensor_as_view(w.h), NULL, &lp, lm_tensor_as_view(want)));
+        cpu = lt_view_to_f64(lm_tensor_as_view(want));
+        snprintf(w2, sizeof w2, "%s vs the CPU", what);
+        compare(w2, got, cpu, M * I, 3e-5, 1.0 / 32);
+    }
+    /* the pad columns of the strided out stay poisoned */
+    lm_tensor_view pad;
+    LT_CHECK_OK(lm_tensor_view_slice(lm_tensor_as_view(o.d), 1, I, ldo, 1, &pad));
+    double *p = read_view(&pad, o.d);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < M * (ldo - I); i++) kept += isnan(p[i]) != 0;
+    LT_CHECK_MSG(kept == M * (ldo - I), "%s: %lld of %lld pad values written", what, (long long)(M * (ldo - I) - kept),
+                 (long long)(M * (ldo - I)));
+    free(got), free(two), free(cpu), free(p); /* free(NULL) is a no-op */
+    lm_tensor_destroy(y), lm_tensor_destroy(o2), lm_tensor_destroy(want);
+    ct_pair_free(&xw), ct_pair_free(&w), ct_pair_free(&o);
+}
+
+static void test_shapes_and_widths(void) {
+    static const int64_t shapes[][3] = {{128, 64, 152}, {130, 896, 200}, {333, 200, 4872}, {512, 896, 4864}, {5, 256, 304}};
+    static const char *const widths[3] = {"128", "152", NULL};
+    uint64_t seed = 100;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int k = 0; k < 3; k++) run_case(shapes[s][0], shapes[s][1], shapes[s][2], widths[k], seed++);
+    /* three blocks walking all the tiles: the stage ring's phases carried across tiles
+     * (K of 4 steps, one ring a tile; and of 14, not a multiple of the 4 stages) */
+    setenv("LOOM_CUDA_SWIGLU_GEMM_BLOCKS", "3", 1);
+    for (int k = 0; k < 2; k++) {
+        run_case(333, 200, 4872, widths[k], seed++);
+        run_case(512, 896, 4864, widths[k], seed++);
+    }
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM_BLOCKS");
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM_W");
+}
+
+static void test_rule(void) {
+    int want = want_wgmma();
+    LT_CHECK_MSG(lm__cuda_swiglu_gemm_wg_ok() == want, "swiglu GEMM runs: %d, expected %d", lm__cuda_swiglu_gemm_wg_ok(),
+                 want);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_BF16, LM_BF16) == want);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 127, 896, LM_BF16, LM_BF16) == 0);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_F32, LM_BF16) == 0);
+    setenv("LOOM_CUDA_SWIGLU_GEMM", "0", 1);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_BF16, LM_BF16) == 0);
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM");
+}
+
+/* Prefill logits [T, V] of a bf16 checkpoint loaded on the GPU with the fused GEMM on or off. */
+static float *prefill(const char *dir, const int32_t *ids, int T, int fused) {
+    setenv("LOOM_CUDA_SWIGLU_GEMM", fused ? "1" : "0", 1);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, ct_gpu, &m));
+    if (!m) return NULL;
+    float *out = ct_model_logits(m, g_ctx, ids, T, 0);
+    lm_model_destroy(m);
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM");
+    return out;
+}
+
+static void test_model_prefill(void) {
+    static const char *const models[2] = {"llama3_scaled_bf16", "qwen2_window_bf16"};
+    for (int mi = 0; mi < 2; mi++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, models[mi]);
+        lm_model *probe = NULL;
+        LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &probe));
+        if (!probe) continue;
+        int64_t V = lm_model_get_config(probe)->vocab_size;
+        lm_model_destroy(probe);
+        enum { T = 130 };
+        int32_t ids[T];
+        lt_rng r = lt_rng_seed(900 + mi);
+        for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+        float *on = prefill(dir, ids, T, 1), *off = prefill(dir, ids, T, 0);
+        if (on && off) {
+            ct_logits_cmp c = ct_logits_compare(on, off, T, V);
+            double mx = 0;
+            for (int64_t i = 0; i < T * V; i++) mx = fmax(mx, fabs(off[i]));
+            int near = 1; /* a differing top-1 only where the two best are within 1e-3 of the largest logit */
+            for (int t = 0; t < T && c.top1 < T; t++) {
+                int64_t a = 0, b = 0;
+                for (int64_t v = 1; v < V; v++) {
+                    if (on[t * V + v] > on[t * V + a]) a = v;
+                    if (off[t * V + v] > off[t * V + b]) b = v;
+                }
+                if (a != b) near &= fabs(off[t * V + a] - off[t * V + b]) <= 1e-3 * mx;
+            }
+            LT_CHECK_MSG(c.finite && c.nmse <= 1e-5 && near, "%s prefill %d: fused vs unfused NMSE %.3g, top-1 %d of %d",
+                         models[mi], T, c.nmse, c.top1, T);
+        }
+        free(on), free(off);
+    }
+}
+
+int main(void) {
+    g_ctx = ct_start();
+    g_ref = ct_ref_ctx();
+    LT_RUN(test_rule);
+    LT_RUN(test_shapes_and_widths);
+    LT_RUN(test_model_prefill);
+    lm_ctx_destroy(g_ref);
+    lm_ctx_destroy(g_ctx);
+    return lt_finish();
+}
+#endif
