@@ -283,6 +283,45 @@ static void test_gpu_passes_keep_the_logits(void) {
     for (int i = 0; i < NMODELS; i++) check_model_as(k_models[i], LM_WEIGHTS_AUTO);
 }
 
+/* The prefill's SwiGLU GEMM fuses only what its kernel computes: a product stored as
+ * bf16 (with every product kept f32, env.low_out NULL, or a device rule that refuses
+ * the rows, every SwiGLU stays) and, with both, exactly one per layer. */
+static int no_gemm_swiglu(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
+    (void)d;
+    return lm__linear_pair_rule(in, rows, K, x, w, 0); /* the decode GEMV's pairs only */
+}
+
+static void test_swiglu_gemm_conditions(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/data/models/llama3_scaled_bf16", LOOM_SOURCE_DIR);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &m));
+    if (!m) return;
+    const lm_model_config *c = &m->cfg;
+    lm_decoder_options o;
+    lm_decoder_options_default(&o);
+    o.batch = 1, o.tokens = 130, o.cache_slots = 1, o.cache_tokens = 256, o.matrix_dtype = LM_BF16;
+    lm_graph *g = NULL;
+    LT_CHECK_OK(lm_graph_build_decoder(c, &o, &g));
+    for (int v = 0; g && v < 3; v++) {
+        lm__pass_env env;
+        lm__exec_gpu_rules(&env);
+        if (v == 1) env.low_out = NULL;
+        if (v == 2) env.swiglu_fused = no_gemm_swiglu;
+        lm_graph *fused = NULL;
+        LT_CHECK_OK(lm__exec_gpu_passes(g, &env, &fused));
+        if (!fused) continue;
+        int want = v == 0 ? (int)c->num_hidden_layers : 0;
+        LT_CHECK_MSG(count(fused, LM__GOP_LINEAR_SWIGLU) == want &&
+                         count(fused, LM__GOP_SWIGLU) == (int)c->num_hidden_layers - want,
+                     "variant %d: %d gate|up GEMMs with their SwiGLU (expected %d), %d SwiGLUs left", v,
+                     count(fused, LM__GOP_LINEAR_SWIGLU), want, count(fused, LM__GOP_SWIGLU));
+        lm_graph_destroy(fused);
+    }
+    lm_graph_destroy(g);
+    lm_model_destroy(m);
+}
+
 static void test_gpu_passes_quantized(void) {
     static const lm_weights ws[3] = {LM_WEIGHTS_INT8, LM_WEIGHTS_INT4, LM_WEIGHTS_FP8};
     static const char *const models[2] = {"llama_gqa2_f32", "qwen2_bias_sharded"};
@@ -337,6 +376,7 @@ int main(void) {
     LT_CHECK_OK(lm_ctx_create(lm_device_cpu(), 2, &g_ctx));
     LT_RUN(test_gpu_passes_keep_the_logits);
     LT_RUN(test_gpu_passes_quantized);
+    LT_RUN(test_swiglu_gemm_conditions);
     LT_RUN(test_pair_epilogue_rule);
     LT_RUN(test_tied_head_copy_or_table);
     lm_ctx_destroy(g_ctx);
