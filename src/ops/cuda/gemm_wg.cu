@@ -29,7 +29,6 @@
  */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/wgmma.cuh"
-#include "ops/cuda/wgmma_ss.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
