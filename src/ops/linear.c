@@ -185,10 +185,16 @@ int lm__linear_low_out_rule(int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
            lm__linear_fused_rule(LM_LINEAR_IN, 0, rows, K, x, w);
 }
 
+/* 1 when the measurement switch `name` is set to "0" (the graphs' CUDA fusions below
+ * each have one, for side-by-side runs in one binary). */
+static int switched_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
+
+/* LOOM_CUDA_BF16_PRODUCTS=0 keeps every product f32. */
 int lm__linear_low_out(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    if (lm__device_host_addressable(d) || !lm__cuda_ops_get()) return 0;
-    const char *e = getenv("LOOM_CUDA_BF16_PRODUCTS");
-    if (e && strcmp(e, "0") == 0) return 0;
+    if (lm__device_host_addressable(d) || !lm__cuda_ops_get() || switched_off("LOOM_CUDA_BF16_PRODUCTS")) return 0;
     return lm__linear_low_out_rule(rows, K, x, w);
 }
 
@@ -220,11 +226,8 @@ int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtyp
 }
 
 /* LOOM_CUDA_PAIR_EPILOGUES=0: the decode GEMV's pair epilogues are not used (graphs keep
- * the front and the SwiGLU as their own kernels), for side-by-side measurements. */
-static int pair_epilogues_on(void) {
-    const char *e = getenv("LOOM_CUDA_PAIR_EPILOGUES");
-    return !(e && strcmp(e, "0") == 0);
-}
+ * the front and the SwiGLU as their own kernels). */
+static int pair_epilogues_on(void) { return !switched_off("LOOM_CUDA_PAIR_EPILOGUES"); }
 
 int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                              lm_dtype w_dtype, int qk_norm) {
@@ -236,18 +239,13 @@ int lm__linear_swiglu_gemm_rule(lm_linear_input input, int64_t rows, int64_t K, 
     return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && rows >= LM__LINEAR_SWIGLU_GEMM_ROWS && K % 8 == 0;
 }
 
-/* LOOM_CUDA_SWIGLU_GEMM=0: prefill keeps the gate|up GEMM and the SwiGLU as two kernels
- * (side-by-side measurements). */
-static int swiglu_gemm_on(void) {
-    const char *e = getenv("LOOM_CUDA_SWIGLU_GEMM");
-    return !(e && strcmp(e, "0") == 0);
-}
-
 int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                            lm_dtype w_dtype) {
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     if (lm__device_host_addressable(d) || !cu) return 0;
-    if (lm__linear_swiglu_gemm_rule(input, rows, K, x_dtype, w_dtype)) return swiglu_gemm_on() && cu->swiglu_gemm();
+    /* LOOM_CUDA_SWIGLU_GEMM=0: prefill keeps the gate|up GEMM and the SwiGLU as two kernels */
+    if (lm__linear_swiglu_gemm_rule(input, rows, K, x_dtype, w_dtype))
+        return !switched_off("LOOM_CUDA_SWIGLU_GEMM") && cu->swiglu_gemm();
     if (!pair_epilogues_on()) return 0;
     return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, 0); /* the same GEMV, another epilogue */
 }
