@@ -154,11 +154,15 @@ int64_t lm__linear_graph_gemv_rows(void);
  * GPU): f32 x in the RMSNorm input form, bf16 weights at the rows lm__linear_graph_rule
  * gives the GEMV (1-2), quantized weights at 3 to 8 rows; K counts inputs. */
 int lm__linear_pair_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w, int qk_norm);
-/* The prefill's gate|up product with its SwiGLU as one wgmma GEMM (ops/cuda/gemm_wg.cu):
- * the plain input form of bf16 x over bf16 weights, at least LM__LINEAR_SWIGLU_GEMM_ROWS
- * rows (one block's 128: fewer leave most of a tile empty), K a multiple of 8.
- * lm_linear_swiglu_fused also needs the device to run it (sm_90a). */
-#define LM__LINEAR_SWIGLU_GEMM_ROWS 128
+/* The gate|up product with its SwiGLU as one wgmma GEMM (ops/cuda/gemm_wg.cu): the plain
+ * input form of bf16 x over bf16 weights (graphs give bf16 x past the GEMV's rows: prefill
+ * and batched decode), K a multiple of 8, at least lm__linear_swiglu_gemm_rows() rows
+ * (LM__LINEAR_SWIGLU_GEMM_ROWS, or LOOM_CUDA_SWIGLU_GEMM_ROWS=R for side-by-side runs):
+ * from 8 rows it measured as fast as cuBLASLt's product and the SwiGLU kernel (0.99-1.04x
+ * tok/s at 8-100 rows), at 4 rows ~2% slower (bench/NOTES.md, "Decode at the memory
+ * limit" v18). lm_linear_swiglu_fused also needs the device to run it (sm_90a). */
+#define LM__LINEAR_SWIGLU_GEMM_ROWS 8
+int64_t lm__linear_swiglu_gemm_rows(void);
 int lm__linear_swiglu_gemm_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w);
 /* ops/linear.c: 1 when a graph may store a product of this shape as bf16 on device d:
  * a CUDA device, bf16 x and weights past the GEMV's rows (the cuBLASLt GEMM, which rounds

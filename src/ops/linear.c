@@ -235,8 +235,18 @@ int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, i
     return lm__linear_pair_rule(input, rows, K, x_dtype, w_dtype, qk_norm);
 }
 
+int64_t lm__linear_swiglu_gemm_rows(void) {
+    static int64_t r = -1;
+    if (r < 0) {
+        const char *e = getenv("LOOM_CUDA_SWIGLU_GEMM_ROWS");
+        long v = e ? atol(e) : 0;
+        r = v >= 1 ? v : LM__LINEAR_SWIGLU_GEMM_ROWS;
+    }
+    return r;
+}
+
 int lm__linear_swiglu_gemm_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && rows >= LM__LINEAR_SWIGLU_GEMM_ROWS && K % 8 == 0;
+    return input == LM_LINEAR_IN && x == LM_BF16 && w == LM_BF16 && rows >= lm__linear_swiglu_gemm_rows() && K % 8 == 0;
 }
 
 int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,

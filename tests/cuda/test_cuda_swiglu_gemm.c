@@ -16,10 +16,17 @@
  *    (LOOM_CUDA_SWIGLU_GEMM_BLOCKS=3), K of 4 and 14 steps over the 4-stage ring;
  *  - strided x rows (ld K + 16) and a strided out (ld I + 8) whose pad columns are
  *    poisoned: they must stay NaN (stores masked at the edges);
+ *  - one row block (batched decode): tiles of 64 and 128 rows at the widths 40, 64 and
+ *    72 and the pick, M from 1 to 128, partial last tiles, three blocks walking 122 tiles
+ *    through the ring (6 stages at 64 x 40, and 12 by LOOM_CUDA_SWIGLU_GEMM_STAGES); a
+ *    forced width the kernel is not built with is refused by name (LM_INVALID_ARGUMENT)
+ *    with the output untouched;
  *  - the fusion rule on this device (1 exactly where the kernel runs: an sm_90a build on a
  *    compute 9.0 device), and a bf16 model's prefill of 130 tokens with the fused GEMM
  *    against the same prefill with LOOM_CUDA_SWIGLU_GEMM=0 (logits NMSE <= 1e-5, every
- *    position's top-1 the same or within 1e-3 of the largest logit).
+ *    position's top-1 the same or within 1e-3 of the largest logit); and a batched decode
+ *    (8 sequences: a 48-row prefill, then 5 steps of 8 rows, the later ones replaying the
+ *    captured step) on against off, logits NMSE <= 1e-5.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -143,12 +150,56 @@ static void test_shapes_and_widths(void) {
     unsetenv("LOOM_CUDA_SWIGLU_GEMM_W");
 }
 
+/* One row block (batched decode, short prefills): tiles of 64 rows (M <= 64) or 128 at
+ * the narrow widths 40, 64 and 72, and the launcher's pick; rows 1, 3, 32, 64 (one full
+ * block), 65 and 128 (two warpgroups), I with a partial last tile for every width (200,
+ * 4,872) and Qwen2.5-0.5B's 4,864; then three blocks walking 122 tiles of 40 with K of 14
+ * steps through the ring of 6 stages and of 12 (a block's ring wraps inside and across
+ * tiles). */
+static void test_one_row_block(void) {
+    static const int64_t shapes[][3] = {{1, 896, 4864}, {3, 200, 200}, {32, 896, 4864}, {64, 64, 4872}, {65, 896, 200},
+                                        {128, 200, 4864}};
+    static const char *const widths[4] = {"40", "64", "72", NULL};
+    uint64_t seed = 300;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int k = 0; k < 4; k++) run_case(shapes[s][0], shapes[s][1], shapes[s][2], widths[k], seed++);
+    setenv("LOOM_CUDA_SWIGLU_GEMM_BLOCKS", "3", 1);
+    run_case(32, 896, 4864, "40", seed++);
+    run_case(100, 896, 4872, "72", seed++);
+    setenv("LOOM_CUDA_SWIGLU_GEMM_STAGES", "12", 1);
+    run_case(32, 896, 4864, "40", seed++);
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM_STAGES");
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM_BLOCKS");
+    /* a width the tile is not built with: refused by name, nothing written */
+    if (want_wgmma()) {
+        setenv("LOOM_CUDA_SWIGLU_GEMM_W", "48", 1);
+        int64_t xs[2] = {4, 64}, ws[2] = {400, 64}, os[2] = {4, 200};
+        lt_rng r = lt_rng_seed(seed);
+        ct_pair x = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 0.1);
+        ct_pair o = ct_poisoned(LM_BF16, 2, os);
+        lm_linear_params lp = {.input = LM_LINEAR_IN};
+        lm_status st = lm_linear_swiglu_out(g_ctx, lm_tensor_as_view(x.d), lm_tensor_as_view(w.d), NULL, &lp,
+                                            lm_tensor_as_view(o.d));
+        LT_CHECK_MSG(st == LM_INVALID_ARGUMENT && strstr(lm_last_error(), "LOOM_CUDA_SWIGLU_GEMM_W=48"),
+                     "forced width 48: status %d, \"%s\"", (int)st, lm_last_error());
+        lm_clear_error();
+        double *v = read_view(lm_tensor_as_view(o.d), o.d);
+        int64_t kept = 0;
+        for (int64_t i = 0; i < os[0] * os[1]; i++) kept += isnan(v[i]) != 0;
+        LT_CHECK_MSG(kept == os[0] * os[1], "forced width 48: %lld outputs written", (long long)(os[0] * os[1] - kept));
+        free(v);
+        ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o);
+    }
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM_W");
+}
+
 static void test_rule(void) {
     int want = want_wgmma();
     LT_CHECK_MSG(lm__cuda_swiglu_gemm_wg_ok() == want, "swiglu GEMM runs: %d, expected %d", lm__cuda_swiglu_gemm_wg_ok(),
                  want);
     LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_BF16, LM_BF16) == want);
-    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 127, 896, LM_BF16, LM_BF16) == 0);
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 8, 896, LM_BF16, LM_BF16) == want); /* batched decode */
+    LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 4, 896, LM_BF16, LM_BF16) == 0);
     LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_F32, LM_BF16) == 0);
     setenv("LOOM_CUDA_SWIGLU_GEMM", "0", 1);
     LT_CHECK(lm_linear_swiglu_fused(ct_gpu, LM_LINEAR_IN, 512, 896, LM_BF16, LM_BF16) == 0);
@@ -202,12 +253,65 @@ static void test_model_prefill(void) {
     }
 }
 
+/* Batched decode of a bf16 checkpoint with the fused GEMM on or off (LOOM_CUDA_SWIGLU_GEMM):
+ * B = 8 sequences prefilled with 6 tokens each (48 rows), then 5 decode steps of 8 rows,
+ * the steps from the second replaying the captured step; logits [6 * B, V] (free()). */
+enum { DEC_B = 8, DEC_P = 6, DEC_STEPS = 5 };
+static float *batched_decode(const char *dir, const int32_t *ids, int fused) {
+    setenv("LOOM_CUDA_SWIGLU_GEMM", fused ? "1" : "0", 1);
+    lm_model *m = NULL;
+    LT_CHECK_OK(lm_model_load(dir, ct_gpu, &m));
+    float *out = NULL;
+    if (m) {
+        int64_t V = lm_model_get_config(m)->vocab_size;
+        out = malloc(sizeof(float) * (size_t)((1 + DEC_STEPS) * DEC_B * V));
+        lm_kv_cache *c = NULL;
+        int slots[DEC_B] = {0, 1, 2, 3, 4, 5, 6, 7};
+        LT_CHECK_OK(lm_kv_cache_create(m, DEC_B, DEC_P + DEC_STEPS, &c));
+        LT_CHECK_OK(lm_model_forward(m, g_ctx, c, slots, DEC_B, ids, DEC_P, out, 0));
+        for (int t = 0; t < DEC_STEPS; t++)
+            LT_CHECK_OK(lm_model_forward(m, g_ctx, c, slots, DEC_B, ids + DEC_B * DEC_P + t * DEC_B, 1,
+                                         out + (1 + t) * DEC_B * V, 0));
+        LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+        lm_kv_cache_destroy(c);
+        lm_model_destroy(m);
+    }
+    unsetenv("LOOM_CUDA_SWIGLU_GEMM");
+    return out;
+}
+
+static void test_model_batched_decode(void) {
+    static const char *const models[2] = {"llama3_scaled_bf16", "qwen2_window_bf16"};
+    for (int mi = 0; mi < 2; mi++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, models[mi]);
+        lm_model *probe = NULL;
+        LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &probe));
+        if (!probe) continue;
+        int64_t V = lm_model_get_config(probe)->vocab_size;
+        lm_model_destroy(probe);
+        int32_t ids[DEC_B * (DEC_P + DEC_STEPS)];
+        lt_rng r = lt_rng_seed(950 + mi);
+        for (int t = 0; t < DEC_B * (DEC_P + DEC_STEPS); t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+        float *on = batched_decode(dir, ids, 1), *off = batched_decode(dir, ids, 0);
+        if (on && off) {
+            const int rows = (1 + DEC_STEPS) * DEC_B;
+            ct_logits_cmp c = ct_logits_compare(on, off, rows, V);
+            LT_CHECK_MSG(c.finite && c.nmse <= 1e-5, "%s batched decode (8 rows): fused vs unfused NMSE %.3g, top-1 %d "
+                         "of %d", models[mi], c.nmse, c.top1, rows);
+        }
+        free(on), free(off);
+    }
+}
+
 int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
     LT_RUN(test_rule);
     LT_RUN(test_shapes_and_widths);
+    LT_RUN(test_one_row_block);
     LT_RUN(test_model_prefill);
+    LT_RUN(test_model_batched_decode);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -13,10 +13,10 @@
  * projection: linear_qkv_rope, whose CPU level is its composition), and with bf16
  * weights no RMSNorm, SwiGLU or residual add survives a 2-row decode step and a prefill
  * step's GEMM inputs are normalized into bf16 (other dtypes keep their unfused ops), and
- * past 2 rows the gate|up GEMM stores its product as bf16 for the SwiGLU; from 128 rows
- * (a prefill of 130 tokens) the gate|up GEMM takes the SwiGLU instead (linear_swiglu of
- * bf16 x into a bf16 activation, the sm_90a GEMM's form; its CPU level is the
- * composition).
+ * past 2 rows the gate|up GEMM stores its product as bf16 for the SwiGLU (a 4-row decode
+ * step); from 8 rows (prefills of 12 and 130 rows) the gate|up GEMM takes the SwiGLU
+ * instead (linear_swiglu of bf16 x into a bf16 activation, the sm_90a GEMM's form; its
+ * CPU level is the composition).
  * Quantized weights (llama_gqa2_f32 and qwen2_bias_sharded loaded as int8, int4 G32
  * and fp8) fuse the same way at every row count: stacked q|k|v and gate|up with their
  * scales stacked by rows (and int4's group), input forms and residual accumulation,
@@ -69,9 +69,11 @@ static void test_pair_epilogue_rule(void) {
         LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 3, 896, LM_F32, w, 0) == 1);
     }
     LT_CHECK(lm__linear_pair_rule(LM_LINEAR_IN_RMSNORM, 4, 912, LM_F32, LM_U8, 0) == 0); /* int4: K % 32 */
-    /* the prefill's gate|up GEMM with its SwiGLU: bf16 x and weights, plain, >= 128 rows */
+    /* the gate|up GEMM with its SwiGLU: bf16 x and weights, plain, from 8 rows (bf16 x
+     * comes past the GEMV's rows: prefill and batched decode) */
     LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 128, 896, LM_BF16, LM_BF16) == 1);
-    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 127, 896, LM_BF16, LM_BF16) == 0);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, LM__LINEAR_SWIGLU_GEMM_ROWS, 896, LM_BF16, LM_BF16) == 1);
+    LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, LM__LINEAR_SWIGLU_GEMM_ROWS - 1, 896, LM_BF16, LM_BF16) == 0);
     LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 512, 896, LM_F32, LM_BF16) == 0);
     LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN_RMSNORM, 512, 896, LM_BF16, LM_BF16) == 0);
     LT_CHECK(lm__linear_swiglu_gemm_rule(LM_LINEAR_IN, 512, 900, LM_BF16, LM_BF16) == 0); /* K % 8 */
@@ -180,8 +182,8 @@ static void check_model_as(const char *name, lm_weights weights) {
     lm_dtype wdt = lm_tensor_dtype(lm__model_weight(m, "model.layers.0.mlp.up_proj.weight"));
     int bf16 = wdt == LM_BF16; /* the rule fuses bf16 weights, and quantized ones at every row count */
     int quant = wdt == LM_I8 || wdt == LM_U8 || wdt == LM_F8_E4M3;
-    /* decode rows (GEMV), a prefill (GEMM), 4 decode rows, a prefill of 130 rows (the
-     * gate|up GEMM with its SwiGLU from 128 rows) */
+    /* decode rows (GEMV), a prefill of 12 rows and one of 130 (the gate|up GEMM with its
+     * SwiGLU), 4 decode rows (the GEMM, its product stored as bf16 for the SwiGLU) */
     const int64_t shapes[4][2] = {{2, 1}, {2, 6}, {4, 1}, {1, 130}};
     for (int si = 0; si < 4; si++) {
         int s = si == 2 ? 0 : si == 3 ? 1 : si; /* the third is a decode step too, the fourth a prefill */
@@ -210,9 +212,11 @@ static void check_model_as(const char *name, lm_weights weights) {
                      lm_weights_name(weights), s ? "prefill" : "decode", with_proj, want_proj);
         /* and the gate|up GEMV takes the SwiGLU (the down projection then reads [M, I] plainly) */
         int swiglus = count(fused, LM__GOP_LINEAR_SWIGLU);
-        /* from 128 rows of bf16 x over bf16 weights (no bias), the prefill's gate|up GEMM
-         * takes its SwiGLU: a bf16 activation, no product and no SWIGLU op left */
-        int swiglu_gemm = s == 1 && bf16 && !c->mlp_bias && B * T >= LM__LINEAR_SWIGLU_GEMM_ROWS;
+        /* from 8 rows of bf16 x over bf16 weights (no bias): the gate|up GEMM takes its
+         * SwiGLU, in prefill and batched decode alike: a bf16 activation, no product and no
+         * SWIGLU op left */
+        int swiglu_gemm = bf16 && !c->mlp_bias && B * T > LM__LINEAR_GEMV_BF16_ROWS &&
+                          B * T >= LM__LINEAR_SWIGLU_GEMM_ROWS;
         int want_sw = gemv_pairs || swiglu_gemm ? (int)c->num_hidden_layers : 0;
         if (swiglu_gemm) {
             int act16 = 0;
@@ -220,8 +224,9 @@ static void check_model_as(const char *name, lm_weights weights) {
                 act16 += fused->ops[i].kind == LM__GOP_LINEAR_SWIGLU && fused->values[fused->ops[i].out].dtype == LM_BF16 &&
                          fused->values[fused->ops[i].in[0]].dtype == LM_BF16 && fused->ops[i].i[0] == LM_LINEAR_IN;
             LT_CHECK_MSG(act16 == c->num_hidden_layers && count(fused, LM__GOP_SWIGLU) == 0,
-                         "%s %s prefill of %lld rows: %d bf16 gate|up GEMMs with their SwiGLU, %d SwiGLUs left", name,
-                         lm_weights_name(weights), (long long)(B * T), act16, count(fused, LM__GOP_SWIGLU));
+                         "%s %s %s of %lld rows: %d bf16 gate|up GEMMs with their SwiGLU, %d SwiGLUs left", name,
+                         lm_weights_name(weights), s ? "prefill" : "decode", (long long)(B * T), act16,
+                         count(fused, LM__GOP_SWIGLU));
         }
         LT_CHECK_MSG(swiglus == want_sw, "%s %s %s: %d gate|up projections with their SwiGLU, expected %d", name,
                      lm_weights_name(weights), s ? "prefill" : "decode", swiglus, want_sw);
