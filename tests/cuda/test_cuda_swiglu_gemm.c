@@ -218,20 +218,29 @@ static float *prefill(const char *dir, const int32_t *ids, int T, int fused) {
     return out;
 }
 
+static const char *const k_models[2] = {"llama3_scaled_bf16", "qwen2_window_bf16"};
+
+/* The directory of test model mi and its vocabulary (0: it did not load), with n random
+ * ids from seed. */
+static int64_t model_ids(int mi, char *dir, size_t dir_bytes, int32_t *ids, int n, uint64_t seed) {
+    snprintf(dir, dir_bytes, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, k_models[mi]);
+    lm_model *probe = NULL;
+    LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &probe));
+    if (!probe) return 0;
+    int64_t V = lm_model_get_config(probe)->vocab_size;
+    lm_model_destroy(probe);
+    lt_rng r = lt_rng_seed(seed);
+    for (int t = 0; t < n; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+    return V;
+}
+
 static void test_model_prefill(void) {
-    static const char *const models[2] = {"llama3_scaled_bf16", "qwen2_window_bf16"};
     for (int mi = 0; mi < 2; mi++) {
         char dir[512];
-        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, models[mi]);
-        lm_model *probe = NULL;
-        LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &probe));
-        if (!probe) continue;
-        int64_t V = lm_model_get_config(probe)->vocab_size;
-        lm_model_destroy(probe);
         enum { T = 130 };
         int32_t ids[T];
-        lt_rng r = lt_rng_seed(900 + mi);
-        for (int t = 0; t < T; t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+        int64_t V = model_ids(mi, dir, sizeof dir, ids, T, 900 + mi);
+        if (!V) continue;
         float *on = prefill(dir, ids, T, 1), *off = prefill(dir, ids, T, 0);
         if (on && off) {
             ct_logits_cmp c = ct_logits_compare(on, off, T, V);
@@ -247,7 +256,7 @@ static void test_model_prefill(void) {
                 if (a != b) near &= fabs(off[t * V + a] - off[t * V + b]) <= 1e-3 * mx;
             }
             LT_CHECK_MSG(c.finite && c.nmse <= 1e-5 && near, "%s prefill %d: fused vs unfused NMSE %.3g, top-1 %d of %d",
-                         models[mi], T, c.nmse, c.top1, T);
+                         k_models[mi], T, c.nmse, c.top1, T);
         }
         free(on), free(off);
     }
@@ -281,24 +290,17 @@ static float *batched_decode(const char *dir, const int32_t *ids, int fused) {
 }
 
 static void test_model_batched_decode(void) {
-    static const char *const models[2] = {"llama3_scaled_bf16", "qwen2_window_bf16"};
     for (int mi = 0; mi < 2; mi++) {
         char dir[512];
-        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", LOOM_SOURCE_DIR, models[mi]);
-        lm_model *probe = NULL;
-        LT_CHECK_OK(lm_model_load(dir, lm_device_cpu(), &probe));
-        if (!probe) continue;
-        int64_t V = lm_model_get_config(probe)->vocab_size;
-        lm_model_destroy(probe);
         int32_t ids[DEC_B * (DEC_P + DEC_STEPS)];
-        lt_rng r = lt_rng_seed(950 + mi);
-        for (int t = 0; t < DEC_B * (DEC_P + DEC_STEPS); t++) ids[t] = (int32_t)lt_rng_int(&r, 0, V - 1);
+        int64_t V = model_ids(mi, dir, sizeof dir, ids, DEC_B * (DEC_P + DEC_STEPS), 950 + mi);
+        if (!V) continue;
         float *on = batched_decode(dir, ids, 1), *off = batched_decode(dir, ids, 0);
         if (on && off) {
             const int rows = (1 + DEC_STEPS) * DEC_B;
             ct_logits_cmp c = ct_logits_compare(on, off, rows, V);
             LT_CHECK_MSG(c.finite && c.nmse <= 1e-5, "%s batched decode (8 rows): fused vs unfused NMSE %.3g, top-1 %d "
-                         "of %d", models[mi], c.nmse, c.top1, rows);
+                         "of %d", k_models[mi], c.nmse, c.top1, rows);
         }
         free(on), free(off);
     }
