@@ -359,7 +359,8 @@ LM_API size_t lm_linear_workspace_bytes(lm_device d, int64_t rows, int64_t N, in
  * of f32 x in the RMSNorm input form into an f32 out (decode) run as one kernel, the
  * decode GEMV that pairs each gate row with its up row and stores the product; on an
  * sm_90a device, bf16 x over bf16 weights into a bf16 out in the plain input form
- * without a bias (prefill) runs as one tensor-core GEMM with the SwiGLU in its epilogue,
+ * without a bias (prefill, batched decode; any rows) runs as one tensor-core GEMM with
+ * the SwiGLU in its epilogue,
  * y's halves rounded to bf16 before the SwiGLU (as a bf16 y would be); elsewhere the
  * two operators run in turn through a temporary y of M * 2I floats. */
 LM_API lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, const lm_tensor_view *w,
@@ -371,8 +372,8 @@ LM_API lm_status lm_linear_swiglu_out(lm_ctx *ctx, const lm_tensor_view *x, cons
  * quantized ones at 3-8, where the kernel measured faster than the separate operators
  * (or, for bf16 from 3 rows, than the GEMM path); lm_linear_swiglu_out itself runs the
  * kernel for any of 1-8 rows. Also 1, into a bf16 out, for bf16 x and weights of at
- * least 128 rows in the plain input form on an sm_90a device (the prefill's GEMM;
- * LOOM_CUDA_SWIGLU_GEMM=0 turns it off). */
+ * least 8 rows in the plain input form on an sm_90a device (the tensor-core GEMM, for
+ * prefill and batched decode; LOOM_CUDA_SWIGLU_GEMM=0 turns it off). */
 LM_API int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int64_t K, lm_dtype x_dtype,
                                   lm_dtype w_dtype);
 /* The attention front (lm_qkv_rope_store_out) with its projection: qkv = lm_linear_out(x [B*T, K], w, no bias, lin)

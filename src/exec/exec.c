@@ -36,7 +36,7 @@ static int gpu_front_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t
     return lm__linear_pair_rule(in, rows, K, x, w, qk);
 }
 static int gpu_swiglu_rule(lm_device d, lm_linear_input in, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
-    (void)d; /* as on an sm_90a device, where the prefill's SwiGLU GEMM runs */
+    (void)d; /* as on an sm_90a device, where the gate|up GEMM with its SwiGLU runs */
     return lm__linear_pair_rule(in, rows, K, x, w, 0) || lm__linear_swiglu_gemm_rule(in, rows, K, x, w);
 }
 static int gpu_low_out_rule(lm_device d, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {

@@ -757,7 +757,7 @@ lm_status lm__pass_gemm_inputs(const lm_graph *g, const lm__pass_env *env, lm_gr
     return st;
 }
 
-/* ---- the prefill's gate|up GEMM with its SwiGLU ------------------------------------------------- */
+/* ---- the gate|up GEMM with its SwiGLU (prefill, batched decode) ---------------------------------- */
 typedef struct gemm_swiglu {
     int swiglu, linear, slices[2]; /* the SWIGLU op, the product's linear, the two halves */
 } gemm_swiglu;

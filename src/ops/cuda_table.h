@@ -152,7 +152,7 @@ typedef struct lm__cuda_ops {
      * current device (lm__cuda_gemv_stages): the graph rules give the GEMV's pair
      * epilogues, and quantized weights at 3-8 rows the GEMV, only such calls */
     int (*gemv_stages)(int64_t rows, int64_t K);
-    /* 1 when linear_swiglu runs bf16 x through the prefill's wgmma GEMM on the current
+    /* 1 when linear_swiglu runs bf16 x through the gate|up wgmma GEMM on the current
      * device (lm__cuda_swiglu_gemm_wg_ok) */
     int (*swiglu_gemm)(void);
 } lm__cuda_ops;

@@ -154,16 +154,21 @@ static int cpu_i8_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype 
     return (unsigned)input <= LM_LINEAR_IN_SWIGLU && rows >= 1 && K >= 1 && x == LM_F32 && (w == LM_I8 || w == LM_U8);
 }
 
+/* The row count a measurement switch `name` sets (lo..hi), else dflt; read once into *r. */
+static int64_t switch_rows(int64_t *r, const char *name, int64_t lo, int64_t hi, int64_t dflt) {
+    if (*r < 0) {
+        const char *e = getenv(name);
+        long long v = e ? atoll(e) : -1;
+        *r = e && v >= lo && v <= hi ? (int64_t)v : dflt;
+    }
+    return *r;
+}
+
 /* LOOM_CUDA_GEMV_ROWS=R (0..8): graphs give bf16 weights the GEMV up to R rows instead
  * of LM__LINEAR_GEMV_BF16_ROWS (side-by-side measurements). */
 int64_t lm__linear_graph_gemv_rows(void) {
     static int64_t r = -1;
-    if (r < 0) {
-        const char *e = getenv("LOOM_CUDA_GEMV_ROWS");
-        int v = e ? atoi(e) : -1;
-        r = e && v >= 0 && v <= LM__LINEAR_GEMV_MAX_ROWS ? v : LM__LINEAR_GEMV_BF16_ROWS;
-    }
-    return r;
+    return switch_rows(&r, "LOOM_CUDA_GEMV_ROWS", 0, LM__LINEAR_GEMV_MAX_ROWS, LM__LINEAR_GEMV_BF16_ROWS);
 }
 
 int lm__linear_graph_rule(lm_linear_input input, int accumulate, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
@@ -237,12 +242,7 @@ int lm_linear_qkv_rope_fused(lm_device d, lm_linear_input input, int64_t rows, i
 
 int64_t lm__linear_swiglu_gemm_rows(void) {
     static int64_t r = -1;
-    if (r < 0) {
-        const char *e = getenv("LOOM_CUDA_SWIGLU_GEMM_ROWS");
-        long v = e ? atol(e) : 0;
-        r = v >= 1 ? v : LM__LINEAR_SWIGLU_GEMM_ROWS;
-    }
-    return r;
+    return switch_rows(&r, "LOOM_CUDA_SWIGLU_GEMM_ROWS", 1, INT64_MAX, LM__LINEAR_SWIGLU_GEMM_ROWS);
 }
 
 int lm__linear_swiglu_gemm_rule(lm_linear_input input, int64_t rows, int64_t K, lm_dtype x, lm_dtype w) {
@@ -253,7 +253,7 @@ int lm_linear_swiglu_fused(lm_device d, lm_linear_input input, int64_t rows, int
                            lm_dtype w_dtype) {
     const lm__cuda_ops *cu = lm__cuda_ops_get();
     if (lm__device_host_addressable(d) || !cu) return 0;
-    /* LOOM_CUDA_SWIGLU_GEMM=0: prefill keeps the gate|up GEMM and the SwiGLU as two kernels */
+    /* LOOM_CUDA_SWIGLU_GEMM=0: the gate|up GEMM and the SwiGLU stay two kernels */
     if (lm__linear_swiglu_gemm_rule(input, rows, K, x_dtype, w_dtype))
         return !switched_off("LOOM_CUDA_SWIGLU_GEMM") && cu->swiglu_gemm();
     if (!pair_epilogues_on()) return 0;
