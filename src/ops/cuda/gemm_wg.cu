@@ -53,7 +53,8 @@ constexpr int SMEM_BUDGET = 227 * 1024, MAX_STAGES = 12;
  * 128-row tiles take an SM alone (232 registers for the two multiplying warpgroups, up to
  * 12 stages); the 64-row ones (decode) are built for two blocks an SM (<= 128 registers a
  * thread, a ring in half the shared memory), so that a block can start beside the
- * previous kernel's blocks and stream its weights during their tail. */
+ * previous kernel's blocks and stream its weights during their tail (measured as fast as
+ * one block an SM with 12 stages, not faster: bench/NOTES.md v18). */
 template <int BMR, int W> struct swg {
     static constexpr int CONSUMERS = BMR / 64, THREADS = 128 * (1 + CONSUMERS), MINB = BMR == 64 ? 2 : 1;
     static constexpr int A_BYTES = BMR * BK * 2;   /* x's box: BMR rows x 128 bytes */
@@ -290,8 +291,9 @@ lm_status launch(int ci, const void *x, int64_t ldx, const void *w, int64_t ldw,
     LM_TRY(lm__cuda_check(lm__cuda_blocks_per_sm(&facts[ci], k, S::THREADS, S::smem(stages), &per_sm),
                           "swiglu GEMM (wgmma): kernel attributes"));
     if (per_sm < 1) return lm__error(LM_UNSUPPORTED, "swiglu GEMM (wgmma): no block fits on an SM");
-    /* persistent: one block an SM at most, each walking its tiles (LOOM_CUDA_SWIGLU_GEMM_BLOCKS
-     * caps the grid: tests run the tile loop with few blocks) */
+    /* persistent: as many blocks as fit the SMs at once (one an SM for 128-row tiles, two for
+     * 64-row ones), each walking its tiles (LOOM_CUDA_SWIGLU_GEMM_BLOCKS caps the grid: tests
+     * run the tile loop with few blocks) */
     int64_t tiles = (M + BMR - 1) / BMR * ((I + W - 1) / W),
             blocks = LM_MIN(tiles, (int64_t)lm__cuda_sm_count() * per_sm);
     const char *cap = getenv("LOOM_CUDA_SWIGLU_GEMM_BLOCKS");
