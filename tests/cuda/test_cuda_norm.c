@@ -4,7 +4,8 @@
  * the register-resident rows path (contiguous rows, several team shapes); and the
  * forward pass's kernels (f32 residual stream -> bf16 rows, with and without the fused
  * residual add; the team form and the block-per-row form, rows D apart and strided)
- * against reference f32 norm + cast.
+ * against reference f32 norm + cast; and a chain of fused adds launched back to back
+ * (programmatic launch) against the host's f32 sums.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -172,6 +173,46 @@ static void test_rmsnorm_to_bf16_strided_rows(void) {
     }
 }
 
+/* The team kernel runs under programmatic launch: it lets its successor start at once
+ * and reads x and delta only after waiting for the kernel before. A chain of 40 fused
+ * adds on one residual (each call's x is the previous call's output, nothing between
+ * them on the stream) must leave exactly the host's f32 sums, and the last call's rows
+ * the reference norm of them: a call that read x before its predecessor finished would
+ * add to a stale row. 512 rows (128 blocks, the whole GPU) and 32 rows (8 blocks). */
+static void test_add_rmsnorm_chain(void) {
+    for (int c = 0; c < 2; c++) {
+        int64_t rows = c ? 32 : 512, D = 896, shape[2] = {rows, D};
+        lt_rng r = lt_rng_seed(47 + (uint64_t)c);
+        ct_pair x = ct_random(&r, LM_F32, 2, shape, 3.0), w = ct_random(&r, LM_F32, 1, &D, 1.0);
+        ct_pair d0 = ct_random(&r, LM_F32, 2, shape, 1.0), d1 = ct_random(&r, LM_F32, 2, shape, 1.0);
+        ct_pair o = ct_poisoned(LM_BF16, 2, shape);
+        lm_tensor *want_x = lt_poisoned_tensor(LM_F32, 2, shape), *n32 = lt_poisoned_tensor(LM_F32, 2, shape);
+        lm_tensor *want = lt_poisoned_tensor(LM_BF16, 2, shape);
+        float *hx = lm_tensor_data(want_x);
+        const float *x0 = lm_tensor_data(x.h), *h0 = lm_tensor_data(d0.h), *h1 = lm_tensor_data(d1.h);
+        const int calls = 40;
+        for (int64_t i = 0; i < rows * D; i++) {
+            float v = x0[i];
+            for (int k = 0; k < calls; k++) v += (k & 1) ? h1[i] : h0[i];
+            hx[i] = v;
+        }
+        for (int k = 0; k < calls; k++)
+            LT_CHECK_OK(lm__cuda_add_rmsnorm_to_bf16(lm_tensor_data(x.d), lm_tensor_data(((k & 1) ? d1 : d0).d),
+                                                     lm_tensor_data(w.d), 1e-6f, rows, D, lm_tensor_data(o.d),
+                                                     ct_stream(g_ctx)));
+        LT_CHECK_OK(lm_rmsnorm_out(g_ref, lm_tensor_as_view(want_x), lm_tensor_as_view(w.h), 1e-6f, lm_tensor_as_view(n32)));
+        LT_CHECK_OK(lm_cast_out(g_ref, lm_tensor_as_view(n32), lm_tensor_as_view(want)));
+        char what[80];
+        snprintf(what, sizeof what, "add_rmsnorm_to_bf16 chain of %d, residual %lld rows", calls, (long long)rows);
+        ct_check(g_ctx, what, &x, lm_tensor_as_view(x.d), lm_tensor_as_view(want_x), 0.0, 0.0);
+        snprintf(what, sizeof what, "add_rmsnorm_to_bf16 chain of %d, out %lld rows", calls, (long long)rows);
+        ct_check(g_ctx, what, &o, lm_tensor_as_view(o.d), lm_tensor_as_view(want), ct_nmse(LM_BF16),
+                 ct_abs(LM_BF16, 10.0));
+        ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&d0), ct_pair_free(&d1), ct_pair_free(&o);
+        lm_tensor_destroy(want_x), lm_tensor_destroy(n32), lm_tensor_destroy(want);
+    }
+}
+
 int main(void) {
     g_ctx = ct_start();
     g_ref = ct_ref_ctx();
@@ -180,6 +221,7 @@ int main(void) {
     LT_RUN(test_norms_rows_path);
     LT_RUN(test_bf16_norms_match_reference);
     LT_RUN(test_rmsnorm_to_bf16_strided_rows);
+    LT_RUN(test_add_rmsnorm_chain);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

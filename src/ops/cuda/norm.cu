@@ -251,7 +251,14 @@ static __global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float
  * row as in norm_vec_kernel, each lane holds up to NV float4 of x (x + delta, stored
  * back, for the add form) in registers, the team reduces sum(x^2), and the lane writes
  * its 4-value groups as bf16 once. Same arithmetic as rmsnorm_to_bf16_kernel (x * inv
- * * w rounded once); only the order of the f32 sum of squares differs. */
+ * * w rounded once); only the order of the f32 sum of squares differs.
+ * Latency, since a step's rows are few (8 blocks at 32 rows): every load a lane makes is
+ * issued before anything waits on one (the weight's first, then x's and delta's, all
+ * before the first store, which the compiler could not move loads past), so a call is
+ * one round trip to memory, the team's sum and the stores. Launched with programmatic
+ * launch: the weight is read before the wait (nothing in a step writes it), x and delta
+ * after; the kernel lets its successor launch at once, so a product after it (the
+ * gate|up GEMM asks for its weights before its own wait) streams during this kernel. */
 template <int NV>
 __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int64_t ldx, const float *delta,
                                                                     const float *w, float eps, int D, int tw,
@@ -262,19 +269,30 @@ __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int
     const int nvec = D / 4;
     const int64_t r = (int64_t)blockIdx.x * teams + team;
     const bool valid = r < rows;
-    float4 v[NV];
+    float4 v[NV], d[NV], wf[NV];
+    pdl_trigger(); /* the successor waits for this grid before it reads what it writes */
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        if (valid && tt + k * tthreads < nvec) wf[k] = ((const float4 *)w)[tt + k * tthreads];
+    pdl_wait(); /* x and delta are the previous kernels' outputs */
     float ss = 0.f;
     if (valid) {
         float4 *xr = (float4 *)(x + r * ldx);
         const float4 *dr = delta ? (const float4 *)(delta + r * (int64_t)D) : NULL;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
-            int j = tt + k * tthreads;
+            const int j = tt + k * tthreads;
             if (j < nvec) {
                 v[k] = xr[j];
+                if (dr) d[k] = dr[j];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int j = tt + k * tthreads;
+            if (j < nvec) {
                 if (dr) {
-                    float4 d = dr[j];
-                    v[k].x += d.x, v[k].y += d.y, v[k].z += d.z, v[k].w += d.w;
+                    v[k].x += d[k].x, v[k].y += d[k].y, v[k].z += d[k].z, v[k].w += d[k].w;
                     xr[j] = v[k];
                 }
                 ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
@@ -287,11 +305,10 @@ __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int
     uint2 *orow = (uint2 *)(out + r * (int64_t)D);
 #pragma unroll
     for (int k = 0; k < NV; k++) {
-        int j = tt + k * tthreads;
+        const int j = tt + k * tthreads;
         if (j < nvec) {
-            float4 wf = ((const float4 *)w)[j];
-            __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * inv * wf.x, v[k].y * inv * wf.y);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * inv * wf.z, v[k].w * inv * wf.w);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * inv * wf[k].x, v[k].y * inv * wf[k].y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * inv * wf[k].z, v[k].w * inv * wf[k].w);
             orow[j] = make_uint2(*(uint32_t *)&lo, *(uint32_t *)&hi);
         }
     }
@@ -308,10 +325,22 @@ static lm_status norm_bf16_vec(float *x, int64_t ldx, const float *delta, const 
     int64_t teams = (NF_THREADS / 32) / tw, blocks = (rows + teams - 1) / teams;
     if (blocks > INT32_MAX) return LM_UNSUPPORTED;
     bf16 *o = (bf16 *)out;
-    if (nv == 1) norm_bf16_vec_kernel<1><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
-    else if (nv == 2) norm_bf16_vec_kernel<2><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
-    else norm_bf16_vec_kernel<4><<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
-    return lm__cuda_launched(delta ? "add_rmsnorm_to_bf16 (rows)" : "rmsnorm_to_bf16 (rows)");
+    void (*k)(float *, int64_t, const float *, const float *, float, int, int, int64_t, bf16 *) =
+        nv == 1 ? norm_bf16_vec_kernel<1> : nv == 2 ? norm_bf16_vec_kernel<2> : norm_bf16_vec_kernel<4>;
+    /* LOOM_CUDA_NORM_PDL=0 (measurements): an ordinary launch, which waits for the kernel
+     * before to finish and lets the next start only when this one has */
+    const char *pe = getenv("LOOM_CUDA_NORM_PDL");
+    cudaError_t e;
+    if (pe && strcmp(pe, "0") == 0) {
+        k<<<(unsigned)blocks, NF_THREADS, 0, s>>>(x, ldx, delta, w, eps, (int)D, tw, rows, o);
+        e = cudaSuccess;
+    } else {
+        e = lm__cuda_launch_pdl(k, dim3((unsigned)blocks), dim3(NF_THREADS), 0, s, x, ldx, delta, w, eps, (int)D, tw,
+                                rows, o);
+    }
+    const char *what = delta ? "add_rmsnorm_to_bf16 (rows)" : "rmsnorm_to_bf16 (rows)";
+    if (e != cudaSuccess) return lm__cuda_check((int)e, what);
+    return lm__cuda_launched(what);
 }
 
 lm_status lm__cuda_rmsnorm_to_bf16(const float *x, int64_t ldx, const float *w, float eps, int64_t rows, int64_t D,
