@@ -104,7 +104,8 @@ lm_status lm__pass_gemm_inputs(const lm_graph *g, const lm__pass_env *env, lm_gr
 /* A SwiGLU over the two halves of a plain bf16 product (bf16 x and weights, no bias, the
  * product stored as bf16 and read by nothing else) -> linear_swiglu of bf16 x into the
  * bf16 activation, where env->swiglu_fused admits bf16 x (the wgmma GEMM with the SwiGLU
- * in its epilogue: prefill and batched decode from 8 rows). Runs after lm__pass_gemm_inputs, which settles the dtypes. */
+ * in its epilogue: prefill and batched decode from 8 rows). Runs after
+ * lm__pass_gemm_inputs, which settles the dtypes. */
 lm_status lm__pass_swiglu_gemm(const lm_graph *g, const lm__pass_env *env, lm_graph **out);
 
 #endif

@@ -106,7 +106,13 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * stream still runs; it must call pdl_wait() before touching anything that kernel
  * writes (pdl_wait returns once it has completed and its writes are visible). A
  * kernel calls pdl_trigger() to let such a successor start early. Both are no-ops for
- * kernels launched (or followed) without the attribute. */
+ * kernels launched (or followed) without the attribute.
+ * The one exception: a model's weights may be read before pdl_wait() (the GEMV's first
+ * batches, the gate|up GEMM's weight boxes, the bf16 RMSNorm's weight), because no kernel
+ * of a step writes a weight: loads and optimizer steps finish before a step that reads
+ * them begins (a captured step is a graph launched after them). The same invariant lets
+ * a kernel trigger before its own wait (the bf16 RMSNorm): its successor may then run
+ * beside kernels further back, and reads nothing but weights until its own wait. */
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 /* SMs of the current device (cached per device; 132, an H200's, if the query fails). */

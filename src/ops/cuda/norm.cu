@@ -258,12 +258,8 @@ static __global__ void rmsnorm_to_bf16_kernel(float *x, int64_t ldx, const float
  * one round trip to memory, the team's sum and the stores. Launched with programmatic
  * launch: the weight is read before the wait, x and delta after; the kernel lets its
  * successor launch at once, so a product after it (the gate|up GEMM asks for its weights
- * before its own wait) streams during this kernel. Both rest on the invariant the
- * GEMV's and the gate|up GEMM's early weight reads rest on: no kernel of a step writes
- * a weight (loads and optimizer steps finish before a step that reads them begins, a
- * captured step being a graph launched after them), so the weights may be read while
- * the kernels before are still running; everything else is touched only after the
- * wait. */
+ * before its own wait) streams during this kernel. Both rest on the invariant stated at
+ * pdl_wait (common.cuh): no kernel of a step writes a weight. */
 template <int NV>
 __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int64_t ldx, const float *delta,
                                                                     const float *w, float eps, int D, int tw,
@@ -275,7 +271,7 @@ __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int
     const int64_t r = (int64_t)blockIdx.x * teams + team;
     const bool valid = r < rows;
     float4 v[NV], d[NV], wf[NV];
-    pdl_trigger(); /* the successor waits for this grid before it touches anything but weights */
+    pdl_trigger(); /* the successor reads only weights before its own wait (common.cuh) */
 #pragma unroll
     for (int k = 0; k < NV; k++)
         if (valid && tt + k * tthreads < nvec) wf[k] = ((const float4 *)w)[tt + k * tthreads];
