@@ -24,6 +24,10 @@
  *    with an out-of-range block stores nothing, gets a NaN q and NaN attention while
  *    the other rows are unchanged. The contiguous attention is also checked against
  *    the CPU reference, and the [B, 1] form of kv_store equals the [B] form;
+ *  - the decode front and attention queued back to back for 12 steps, with and without
+ *    the attention's early keys (older keys read before its programmatic wait): the
+ *    same bits, NaN-free over caches that are NaN from each row's start on, the last
+ *    step against the CPU reference;
  *  - lm_sample_out: greedy equals the CPU argmax; top_k = 1 sampling equals greedy;
  *    a missing workspace is refused by name;
  *  - the mixed forms of rmsnorm, add_rmsnorm, swiglu (f32 into bf16) and embedding
@@ -627,6 +631,101 @@ static void test_attention_cache_paged(void) {
     for (int i = 0; i < 4; i++) check_attention_paged(&pre[i]);
 }
 
+/* The decode front and attention back to back, as a step runs them: per step the front
+ * stores each row's newest key and q, and the attention, launched right behind it, may
+ * read the older keys before it waits for the front (the tensor-core kernel's early
+ * keys). B = 4 slot rows of a cache of 8,192 positions, Hq 14 / Hkv 2, D 64 (Qwen2.5's
+ * groups; 16 splits, so the long rows give a warp 2-4 tiles, the last holding the
+ * newest key); every position from a row's start on is NaN before the chain, so an
+ * attention that read its newest key before the front stored it turns NaN. NSTEP steps
+ * are queued with no wait between them, once with the early keys and once with
+ * LOOM_CUDA_ATTN_EARLY_KEYS=0: every step's output and the caches must be the same
+ * bits and NaN-free, and the last step equals the CPU reference over the final caches
+ * (the split-K gate: NMSE 1e-9, one f32 ulp of the scale). */
+#define CHAIN_STEPS 12
+static void chain_run(const char *early, ct_pair *kc, ct_pair *vc, const ct_pair *qkv, const lm_qkv_rope_params *pd,
+                      const ct_pair *so, const ct_pair *po, ct_pair *q, lm_tensor *ws, ct_pair *out) {
+    LT_CHECK_OK(lm_tensor_view_write(NULL, DV(*kc), lm_tensor_data(kc->h)));
+    LT_CHECK_OK(lm_tensor_view_write(NULL, DV(*vc), lm_tensor_data(vc->h)));
+    for (int st = 0; st < CHAIN_STEPS; st++) LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(out[st])));
+    LT_CHECK_OK(lm_tensor_view_poison(NULL, DV(*q)));
+    lm_kv_attention_params p = {0.125f, 0, lm_tensor_as_view(ws)};
+    if (early) setenv("LOOM_CUDA_ATTN_EARLY_KEYS", early, 1);
+    for (int st = 0; st < CHAIN_STEPS; st++) { /* queued back to back */
+        LT_CHECK_OK(lm_qkv_rope_store_out(g_ctx, DV(qkv[st]), pd, DV(*so), DV(po[st]), DV(*kc), DV(*vc), DV(*q)));
+        LT_CHECK_OK(lm_attention_cache_out(g_ctx, DV(*q), DV(*kc), DV(*vc), DV(*so), DV(po[st]), &p, DV(out[st])));
+    }
+    unsetenv("LOOM_CUDA_ATTN_EARLY_KEYS");
+    LT_CHECK_OK(lm_ctx_synchronize(g_ctx));
+}
+
+static int same_bits(lm_tensor *a, lm_tensor *b) {
+    size_t n = (size_t)lm_tensor_numel(a) * lm_dtype_size(lm_tensor_dtype(a));
+    return lm_tensor_numel(a) == lm_tensor_numel(b) && !memcmp(lm_tensor_data(a), lm_tensor_data(b), n);
+}
+
+static void test_front_then_attention(void) {
+    lt_rng r = lt_rng_seed(91);
+    const int64_t B = 4, Hq = 14, Hkv = 2, D = 64, P = 8192, nq = (Hq + 2 * Hkv) * D;
+    const int64_t start[4] = {8000, 4100, 300, 2500};
+    int64_t xs[3] = {B, 1, nq}, cs[4] = {B, Hkv, P, D}, qs[4] = {B, 1, Hq, D}, fs[1] = {D / 2}, ss[1] = {B};
+    ct_pair kc = ct_random(&r, LM_BF16, 4, cs, 1.0), vc = ct_random(&r, LM_BF16, 4, cs, 1.0);
+    ct_pair *caches[2] = {&kc, &vc};
+    for (int c = 0; c < 2; c++) { /* NaN from each row's start on */
+        uint16_t *h = lm_tensor_data(caches[c]->h);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t kh = 0; kh < Hkv; kh++)
+                for (int64_t t = start[b]; t < P; t++)
+                    for (int64_t d = 0; d < D; d++) h[((b * Hkv + kh) * P + t) * D + d] = 0x7fc0;
+    }
+    int32_t sl[4] = {0, 1, 2, 3};
+    ct_pair so = ints(1, ss, sl), qkv[CHAIN_STEPS], po[CHAIN_STEPS], o1[CHAIN_STEPS], o0[CHAIN_STEPS];
+    for (int st = 0; st < CHAIN_STEPS; st++) {
+        int64_t at[4];
+        for (int b = 0; b < 4; b++) at[b] = start[b] + st;
+        qkv[st] = ct_random(&r, LM_F32, 3, xs, 1.0);
+        po[st] = positions_of(B, 1, at);
+        o1[st] = ct_poisoned(LM_F32, 4, qs), o0[st] = ct_poisoned(LM_F32, 4, qs);
+    }
+    ct_pair q = ct_poisoned(LM_BF16, 4, qs);
+    lm_tensor *inv = NULL, *invd = NULL, *ws = NULL;
+    LT_CHECK_OK(lm_tensor_create(lm_device_cpu(), LM_F32, 1, fs, &inv));
+    LT_CHECK_OK(lm_rope_inv_freq_out(g_ref, 1000000.0, D, lm_tensor_as_view(inv)));
+    invd = ct_upload(inv);
+    lm_qkv_rope_params pd = {Hq, NULL, NULL, NULL, 1e-6f, NULL, 1.0f};
+    pd.inv_freq = lm_tensor_as_view(invd);
+    int64_t wsn = (int64_t)lm_attention_cache_workspace_bytes(ct_gpu, B, Hq, D, P);
+    LT_CHECK(wsn > 0);
+    LT_CHECK_OK(lm_tensor_zeros(ct_gpu, LM_U8, 1, &wsn, &ws));
+    chain_run(NULL, &kc, &vc, qkv, &pd, &so, po, &q, ws, o1);
+    lm_tensor *k1 = download(kc.d), *v1 = download(vc.d), *q1 = download(q.d);
+    chain_run("0", &kc, &vc, qkv, &pd, &so, po, &q, ws, o0);
+    lm_tensor *k0 = download(kc.d), *v0 = download(vc.d);
+    LT_CHECK_MSG(same_bits(k1, k0) && same_bits(v1, v0), "front + attention chain: caches differ with early keys");
+    for (int st = 0; st < CHAIN_STEPS; st++) {
+        lm_tensor *a = download(o1[st].d), *b = download(o0[st].d);
+        const float *f = lm_tensor_data(a);
+        int nan = 0;
+        for (int64_t i = 0; i < lm_tensor_numel(a); i++) nan |= isnan(f[i]) != 0;
+        LT_CHECK_MSG(!nan, "front + attention chain, step %d: NaN in the output with early keys", st);
+        LT_CHECK_MSG(same_bits(a, b), "front + attention chain, step %d: early keys change the output", st);
+        lm_tensor_destroy(a), lm_tensor_destroy(b);
+    }
+    /* the last step against the CPU over the final caches and q */
+    lm_tensor *kw = widened(k1), *vw = widened(v1), *qw = widened(q1), *want = lt_poisoned_tensor(LM_F32, 4, qs);
+    lm_kv_attention_params pr = {0.125f, 0, NULL};
+    LT_CHECK_OK(lm_attention_cache_out(g_ref, lm_tensor_as_view(qw), lm_tensor_as_view(kw), lm_tensor_as_view(vw),
+                                       HV(so), HV(po[CHAIN_STEPS - 1]), &pr, lm_tensor_as_view(want)));
+    check_rows("front + attention chain: last step vs reference", &o1[CHAIN_STEPS - 1], want, B, 1e-9,
+               ct_abs(LM_F32, 1.0));
+    lm_tensor_destroy(k1), lm_tensor_destroy(v1), lm_tensor_destroy(q1), lm_tensor_destroy(k0);
+    lm_tensor_destroy(v0), lm_tensor_destroy(kw), lm_tensor_destroy(vw), lm_tensor_destroy(qw);
+    lm_tensor_destroy(want), lm_tensor_destroy(inv), lm_tensor_destroy(invd), lm_tensor_destroy(ws);
+    for (int st = 0; st < CHAIN_STEPS; st++)
+        ct_pair_free(&qkv[st]), ct_pair_free(&po[st]), ct_pair_free(&o1[st]), ct_pair_free(&o0[st]);
+    ct_pair_free(&kc), ct_pair_free(&vc), ct_pair_free(&so), ct_pair_free(&q);
+}
+
 /* ---- token selection --------------------------------------------------------------------------- */
 static void test_sample_public(void) {
     lt_rng r = lt_rng_seed(47);
@@ -753,6 +852,7 @@ int main(void) {
     LT_RUN(test_kv_store_dtypes_and_bad_row);
     LT_RUN(test_kv_store_paged);
     LT_RUN(test_qkv_rope_store_paged);
+    LT_RUN(test_front_then_attention);
     LT_RUN(test_attention_cache_paged);
     LT_RUN(test_sample_public);
     LT_RUN(test_mixed_forms);

@@ -29,8 +29,9 @@
  * block to finish (a per (token, head) counter, reset by that block so a captured graph
  * can replay) combines them. The grid depends only on the row capacity nb * P, never on the
  * current lengths, which live in device memory: this is what makes decode capturable.
- * Both kernels are launched with programmatic dependent launch: a block waits for the
- * kernel before it (the attention front) before it reads anything, and lets the output
+ * All the kernels are launched with programmatic dependent launch: a block waits for the
+ * kernel before it (the attention front) before it reads anything (the tensor-core
+ * kernel at one token a row: anything but the older keys), and lets the output
  * projection after it start streaming its weights.
  * Early-V form (head dims 8..256, powers of two; chosen when the grid fits the GPU in
  * one wave at its occupancy, e.g. one-sequence decode): each thread also issues the V
@@ -191,14 +192,17 @@ __device__ __forceinline__ void group_finish(const lm__cuda_attn_params &p, int6
 /* The keys [k0, k1) of split `split` of token tok's row (the row's `used` splits) and
  * the K/V rows of kv head kvh (the slot's own rows for nb = 1, the pool for a paged
  * cache), or 0 when the block has nothing to do: a bad row (split 0 writes NaN to the
- * group's G * hd outputs) or a split past `used`. Called by all NT threads. */
-template <int NT, bool PAGED, typename OT>
+ * group's G * hd outputs, after wait(): a caller that has not waited for the kernel
+ * before it passes pdl_wait_fn) or a split past `used`. Reads only the step's inputs
+ * (positions, the table). Called by all NT threads. */
+template <int NT, bool PAGED, typename OT, typename Wait>
 __device__ __forceinline__ bool group_split(const lm__cuda_attn_params &p, const lm__cuda_kv &kv, int64_t tok, int kvh,
                                             int G, int hd, int split, OT *out, int64_t *k0, int64_t *k1, int *used,
-                                            const bf16 **K, const bf16 **V) {
+                                            const bf16 **K, const bf16 **V, Wait wait) {
     const int64_t len = (int64_t)p.tok_pos[tok] + 1, P = kv.block_tokens;
     const int64_t slot = PAGED ? 0 : p.row_table[(tok / p.T) * kv.nb];
     if (PAGED ? len < 1 || len > kv.nb * P : slot < 0 || slot >= kv.blocks || len < 1 || len > P) {
+        wait();
         for (int i = threadIdx.x; split == 0 && i < G * hd; i += NT) st(out + i, NAN);
         return false;
     }
@@ -231,7 +235,8 @@ __global__ void __launch_bounds__(TILE) attn_group_kernel(lm__cuda_attn_params p
     int64_t k0 = 0, k1 = 0;
     int used = 0;
     const bf16 *K = NULL, *V = NULL;
-    if (!group_split<TILE, PAGED>(p, kv, tok, kvh, G, hd, split, out, &k0, &k1, &used, &K, &V)) return;
+    if (!group_split<TILE, PAGED>(p, kv, tok, kvh, G, hd, split, out, &k0, &k1, &used, &K, &V, no_wait_fn()))
+        return;
     int32_t nblock = 0, noff = 0;
     if (PAGED && threadIdx.x < k1 - k0) key_entry(table, k0 + threadIdx.x, P, &nblock, &noff);
     const QT *q = (const QT *)p.q + (tok * Hq + h0) * hd;
@@ -377,15 +382,24 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t *hi, uin
  * to rounding. The warps' (m, l, O) meet in shared memory (reusing the staging space);
  * group_finish writes the output or the split's partials. Each K/V row is read once per
  * step for all the group's heads, and the block's loads are STAGES tiles deep per warp,
- * so a split of a long context is one or two round trips to the cache. */
+ * so a split of a long context is one or two round trips to the cache. With one token a
+ * row (decode) the first STAGES tiles of each warp, but for the one holding the newest
+ * key, are copied before the programmatic wait, while the front that stores that key
+ * and q still runs (`LOOM_CUDA_ATTN_EARLY_KEYS=0`: everything after the wait). */
 template <typename QT, typename OT, bool PAGED, int HD>
 __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_params p, lm__cuda_kv kv) {
     using S = mma_shape<HD>;
     constexpr int ST = S::STAGES, NT = MMA_NW * 32;
     extern __shared__ __align__(16) unsigned char smraw[];
     __shared__ int is_last, any_bad;
-    pdl_wait(); /* launched with programmatic launch: the inputs are the previous kernel's */
-    pdl_trigger();
+    /* launched with programmatic launch: q and the newest key are the previous kernel's.
+     * With p.early_keys and one token a row, the keys before the newest are read before
+     * the wait (below); otherwise nothing is read before it. */
+    const bool early = p.early_keys && p.T == 1;
+    if (!early) {
+        pdl_wait();
+        pdl_trigger();
+    }
     const int Hq = p.q_heads, Hkv = kv.kv_heads, G = Hq / Hkv;
     const int split = blockIdx.x, kvh = blockIdx.y, h0 = kvh * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -395,7 +409,7 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
     int64_t k0 = 0, k1 = 0;
     int used = 0;
     const bf16 *K = NULL, *V = NULL;
-    if (!group_split<NT, PAGED>(p, kv, tok, kvh, G, HD, split, out, &k0, &k1, &used, &K, &V)) return;
+    if (!group_split<NT, PAGED>(p, kv, tok, kvh, G, HD, split, out, &k0, &k1, &used, &K, &V, pdl_wait_fn())) return;
     if (threadIdx.x == 0) any_bad = 0;
 
     /* this warp's tiles t = warp + i * MMA_NW, i < nwt; tile t holds keys k0 + 16 t .. */
@@ -433,11 +447,36 @@ __global__ void __launch_bounds__(MMA_NW * 32, 1) attn_mma_kernel(lm__cuda_attn_
         int32_t eb[ST], eo[ST]; /* the first tiles' entries, loaded together */
 #pragma unroll
         for (int i = 0; i < ST; i++) entry(i, &eb[i], &eo[i]);
+        /* Early keys: tiles [0, u) are copied before the wait. With one token a row, the
+         * only key of the row that this step writes is the newest (len - 1, stored by
+         * the front), and no kernel of a step writes the positions or the table, so
+         * every tile without that key may be read while the front still runs. The tile
+         * holding it is this warp's last one (the split's last key), so the copies
+         * before the wait are a prefix of the warp's tiles and the commit groups keep
+         * their order. */
+        int u = ST;
+        if (early) {
+            const int64_t newest = p.tok_pos[tok];
 #pragma unroll
-        for (int i = 0; i < ST; i++) {
-            if (i < nwt) issue(i, eb[i], eo[i]);
-            cp_async_commit(); /* one group per tile slot, empty or not: the waits count them */
+            for (int i = ST - 1; i >= 0; i--)
+                if (i < nwt && k0 + (int64_t)(warp + i * MMA_NW) * MMA_KEYS + MMA_KEYS > newest) u = i;
         }
+#pragma unroll
+        for (int i = 0; i < ST; i++)
+            if (i < u) {
+                if (i < nwt) issue(i, eb[i], eo[i]);
+                cp_async_commit(); /* one group per tile slot, empty or not: the waits count them */
+            }
+        if (early) {
+            pdl_wait();
+            pdl_trigger();
+        }
+#pragma unroll
+        for (int i = 0; i < ST; i++)
+            if (i >= u) {
+                if (i < nwt) issue(i, eb[i], eo[i]);
+                cp_async_commit();
+            }
     }
     /* the queries (their loads in flight with the first tiles'): A fragments of rows g,
      * g + 8 (heads h0 + row), hi and lo */
@@ -626,6 +665,8 @@ static lm_status launch_mma(const lm__cuda_attn_params *p, const lm__cuda_kv *kv
     if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) occupancy");
     lm__cuda_attn_params q = *p;
     q.nsplit = mma_splits(p, kv, per_sm);
+    const char *ek = getenv("LOOM_CUDA_ATTN_EARLY_KEYS"); /* =0: nothing read before the wait (measurements) */
+    q.early_keys = !(ek && strcmp(ek, "0") == 0);
     dim3 grid((unsigned)q.nsplit, (unsigned)kv->kv_heads, (unsigned)p->ntok);
     e = lm__cuda_launch_pdl(kernel, grid, dim3(MMA_NW * 32), smem, s, q, *kv);
     if (e != cudaSuccess) return lm__cuda_check((int)e, "attention_rows (tensor cores) launch");

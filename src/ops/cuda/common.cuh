@@ -112,7 +112,14 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * of a step writes a weight: loads and optimizer steps finish before a step that reads
  * them begins (a captured step is a graph launched after them). The same invariant lets
  * a kernel trigger before its own wait (the bf16 RMSNorm): its successor may then run
- * beside kernels further back, and reads nothing but weights until its own wait. */
+ * beside kernels further back, and reads nothing but weights until its own wait.
+ * A second exception: the tensor-core decode attention (attention_rows.cu) reads the
+ * step's positions and block table and the cache's older keys before its wait, at one
+ * token a row. No kernel of a step writes the positions or the table (inputs copied
+ * before the step). The attention itself triggers only after its wait, so when one
+ * starts, the previous attention on the stream has passed its wait: every kernel before
+ * it has finished, and with them every store into this layer's cache but the newest
+ * key's, which this layer's own front writes and which is read after the wait. */
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 /* SMs of the current device (cached per device; 132, an H200's, if the query fails). */
@@ -207,6 +214,10 @@ static inline cudaError_t lm__cuda_blocks_per_sm(lm__cuda_kernel_facts *f, const
  * (gemv_body.cuh, attention_rows_body.cuh). */
 struct pdl_wait_fn {
     __device__ __forceinline__ void operator()() const { pdl_wait(); }
+};
+/* ... and nothing, for a caller that has waited already. */
+struct no_wait_fn {
+    __device__ __forceinline__ void operator()() const {}
 };
 
 /* Launches kernel with programmatic dependent launch allowed: it may start while the

@@ -189,6 +189,7 @@ typedef struct lm__cuda_attn_params {
     float *partial; /* lm__cuda_attention_rows_workspace() floats */
     int *counters;  /* [ntok * q_heads] zero ints, left zero again */
     int nsplit;     /* key splits per token (lm__cuda_attention_rows_splits); 1 needs no workspace */
+    int early_keys; /* set by the launcher (tensor-core kernel): older keys read before the wait */
 } lm__cuda_attn_params;
 /* Splits of the keys among blocks for rows of up to `capacity` positions (nb *
  * block_tokens): the grid depends on it, never on the current lengths. */
