@@ -148,7 +148,7 @@ static void check_qkv_rope(int64_t hd, int qk_norm, int with_bias, int q_bf16) {
     lm__cuda_qkv_params p = {lm_tensor_data(qkv.d), with_bias ? lm_tensor_data(bias.d) : NULL,
                              qk_norm ? lm_tensor_data(qn.d) : NULL, qk_norm ? lm_tensor_data(kn.d) : NULL, eps,
                              lm_tensor_data(inv.d), 0.8f, lm_tensor_data(pos.d), lm_tensor_data(slot.d), ntok, 1, Hq,
-                             q_bf16, lm_tensor_data(q.d)};
+                             q_bf16, lm_tensor_data(q.d), 0};
     lm__cuda_kv kv = {lm_tensor_data(kc.d), lm_tensor_data(vc.d), slots, max_t, 1, Hkv, (int)hd}; /* [B] slots: nb 1 */
     LT_CHECK_OK(lm__cuda_qkv_rope_store(&p, &kv, ct_stream(g_ctx)));
     const lm_tensor *b = with_bias ? bias.h : NULL;

@@ -107,19 +107,20 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * writes (pdl_wait returns once it has completed and its writes are visible). A
  * kernel calls pdl_trigger() to let such a successor start early. Both are no-ops for
  * kernels launched (or followed) without the attribute.
- * The one exception: a model's weights may be read before pdl_wait() (the GEMV's first
- * batches, the gate|up GEMM's weight boxes, the bf16 RMSNorm's weight), because no kernel
- * of a step writes a weight: loads and optimizer steps finish before a step that reads
- * them begins (a captured step is a graph launched after them). The same invariant lets
- * a kernel trigger before its own wait (the bf16 RMSNorm): its successor may then run
- * beside kernels further back, and reads nothing but weights until its own wait.
- * A second exception: the tensor-core decode attention (attention_rows.cu) reads the
- * step's positions and block table and the cache's older keys before its wait, at one
- * token a row. No kernel of a step writes the positions or the table (inputs copied
- * before the step). The attention itself triggers only after its wait, so when one
- * starts, the previous attention on the stream has passed its wait: every kernel before
- * it has finished, and with them every store into this layer's cache but the newest
- * key's, which this layer's own front writes and which is read after the wait. */
+ * Two exceptions. First, a model's weights may be read before pdl_wait() (the GEMV's
+ * first batches, the gate|up GEMM's weight boxes, the bf16 RMSNorm's weight), because
+ * no kernel of a step writes a weight: loads and optimizer steps finish before a step
+ * that reads them begins (a captured step is a graph launched after them). The same
+ * invariant lets a kernel trigger before its own wait (the bf16 RMSNorm): its successor
+ * may then run beside kernels further back, and reads nothing but weights until its own
+ * wait. Second, no kernel of a step writes its positions or block table (inputs copied
+ * before the step), so the GEMV's front epilogue reads its tokens' positions and table
+ * entries before its wait (gemv_body.cuh), and the tensor-core decode attention
+ * (attention_rows.cu) those and, at one token a row, the cache's older keys: the
+ * attention triggers only after its own wait, so when one starts the previous attention
+ * on the stream has passed its wait, every kernel before it has finished, and with them
+ * every store into this layer's cache but the newest key's, which this layer's own
+ * front writes and which is read after the wait. */
 __device__ __forceinline__ void pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 /* SMs of the current device (cached per device; 132, an H200's, if the query fails). */

@@ -168,6 +168,7 @@ typedef struct lm__cuda_qkv_params {
     int q_heads;
     int q_bf16; /* q element type: 1 bf16, 0 f32 */
     void *q;    /* [ntok, Hq, hd] */
+    int late_at; /* the GEMV's front epilogue: 1 reads positions and table after its wait (measurements) */
 } lm__cuda_qkv_params;
 lm_status lm__cuda_qkv_rope_store(const lm__cuda_qkv_params *p, const lm__cuda_kv *kv, cudaStream_t s);
 

@@ -145,16 +145,31 @@ __device__ __forceinline__ int64_t pair_row(const lm__cuda_gemv_params &p, int64
     return h * hd + (w >> 1) + (w & 1) * (hd >> 1);
 }
 
+/* front: where token m's k and v go (its cache block, -1 for a bad token, and the offset
+ * in it) and its position. Read before the programmatic wait, with the first weights:
+ * the positions and the block table are the step's inputs, which no kernel of a step
+ * writes (common.cuh, pdl_wait), so the two dependent loads leave the epilogue's path. */
+struct front_at {
+    int64_t block, off, pos;
+};
+__device__ __forceinline__ front_at front_at_of(const lm__cuda_gemv_params &p, int m) {
+    front_at a;
+    a.block = front_block(p.q_front, p.kv, m, &a.off);
+    a.pos = p.q_front.tok_pos[m];
+    return a;
+}
+
 /* front: token m's finished values (bias added) of virtual rows j and j + 1 (j even):
  * dims i and i + hd / 2 of a head; a q or k head's RoPE pair, rotated and stored to q or
  * the k cache, or two v values stored to the v cache; as qkv_rope_item does (a bad
- * token: NaN q, no store). */
-__device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
+ * token: NaN q, no store). at: token m's front_at_of. */
+__device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, const front_at &at, int m, int64_t j,
+                                            float va, float vb) {
     const lm__cuda_qkv_params &f = p.q_front;
     const lm__cuda_kv &kv = p.kv;
     const int64_t hd = kv.head_dim, half = hd / 2, Hq = f.q_heads, Hkv = kv.kv_heads, h = j / hd, w = j - h * hd;
     const int i = (int)(w >> 1);
-    int64_t off, block = front_block(f, kv, m, &off);
+    const int64_t off = at.off, block = at.block;
     if (h >= Hq + Hkv) { /* v */
         if (block < 0) return;
         bf16 *v = (bf16 *)kv.v + ((block * Hkv + (h - Hq - Hkv)) * kv.block_tokens + off) * hd + i;
@@ -164,7 +179,7 @@ __device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m
     if (block < 0) {
         va = vb = NAN;
     } else {
-        front_rotate(f, f.tok_pos[m], i, va, vb);
+        front_rotate(f, at.pos, i, va, vb);
     }
     if (h < Hq) {
         const int64_t o = (m * Hq + h) * hd + i;
@@ -176,11 +191,13 @@ __device__ __forceinline__ void front_store(const lm__cuda_gemv_params &p, int m
     }
 }
 
-/* A pair epilogue's store of token m's finished values of virtual rows j, j + 1. */
+/* A pair epilogue's store of token m's finished values of virtual rows j, j + 1 (at:
+ * token m's front_at_of, FRONT only). */
 template <int EPI>
-__device__ __forceinline__ void pair_store(const lm__cuda_gemv_params &p, int m, int64_t j, float va, float vb) {
+__device__ __forceinline__ void pair_store(const lm__cuda_gemv_params &p, const front_at &at, int m, int64_t j,
+                                           float va, float vb) {
     if (EPI == LM__CUDA_GEMV_EPI_SWIGLU) p.out[m * p.ldo + (j >> 1)] = in_value<LM__CUDA_GEMV_SWIGLU>(va, vb);
-    else front_store(p, m, j, va, vb);
+    else front_store(p, at, m, j, va, vb);
 }
 
 /* Issues the UNROLL x RPW weight loads of one batch (zeros past the row's end). */
@@ -278,7 +295,8 @@ __device__ __forceinline__ void gemv_inv_rows(const lm__cuda_gemv_params &p, flo
  * the output: LM__CUDA_GEMV_EPI_OUT, or a pair epilogue (FRONT, SWIGLU: a template
  * argument, so the plain products carry none of its code or registers).
  * wait() is called once, by every thread, after the first weight batch is in flight and
- * before any input is read: pdl_wait in its own launch. */
+ * before any input is read (but the front epilogue's positions and table entries, which
+ * no kernel of a step writes: front_at_of): pdl_wait in its own launch. */
 template <int F, int IN, int M, int KSPLIT, int SMX, int PF2 = 0, int EPI = LM__CUDA_GEMV_EPI_OUT, typename Wait>
 __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t g_lo, int64_t g_hi, int vb, int vg,
                                           Wait wait, float4 *xs) {
@@ -315,7 +333,13 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
             load_batch<RPW, UNROLL, KSPLIT>(w, (int64_t)slice * 32 + lane, nvec, raw2);
         }
     }
+    /* FRONT: every store a lane makes is for token lane % M (M divides 32) */
+    front_at fat = {-1, 0, 0};
+    if constexpr (EPI == LM__CUDA_GEMV_EPI_FRONT)
+        if (!p.q_front.late_at) fat = front_at_of(p, LM_MIN(lane % M, p.M - 1));
     wait();
+    if constexpr (EPI == LM__CUDA_GEMV_EPI_FRONT)
+        if (p.q_front.late_at) fat = front_at_of(p, LM_MIN(lane % M, p.M - 1));
     /* RMSNORM: 1 / rms of each input row; unstaged, computed by every warp (no block
      * barrier) and applied to the inputs; staged, from the staging pass's sums and
      * applied to the finished outputs (post_rms) */
@@ -431,7 +455,7 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
                             vb = acc[2 * q + 1][m] * scl[2 * q + 1] * post_rms[m] + add[2 * q + 1][m];
                         }
                 const int64_t j = n0 + 2 * (lane / M);
-                if (j < p.N && lane % M < p.M) pair_store<EPI>(p, lane % M, j, va, vb);
+                if (j < p.N && lane % M < p.M) pair_store<EPI>(p, fat, lane % M, j, va, vb);
             }
         } else if (KSPLIT == 1) {
             if (lane == 0 && grp < groups)
@@ -471,7 +495,8 @@ __device__ __forceinline__ void gemv_body(const lm__cuda_gemv_params &p, int64_t
                     for (int q = lane; q < GPB * (RPW / 2) * M; q += 32) { /* pair q / M % (RPW / 2), token q % M */
                         const int gi = q / ((RPW / 2) * M), pr = (q / M) % (RPW / 2), m = q % M;
                         const int64_t j = g0 * RPW + gi * RPW + 2 * pr;
-                        if (j < p.N && m < p.M) pair_store<EPI>(p, m, j, fin[gi][2 * pr][m], fin[gi][2 * pr + 1][m]);
+                        if (j < p.N && m < p.M) /* m = lane % M */
+                            pair_store<EPI>(p, fat, m, j, fin[gi][2 * pr][m], fin[gi][2 * pr + 1][m]);
                     }
                 }
             }

@@ -160,6 +160,8 @@ lm_status lm__cuda_linear_qkv_rope_args(const lm_tensor_view *x, const lm_tensor
                          "weight rows, contiguous f32/bf16 q, bf16 caches and no q/k norm", LM__CUDA_GEMV_MAX_ROWS);
     gp->epi = LM__CUDA_GEMV_EPI_FRONT;
     gp->q_front = front_of(p, slots, positions, q);
+    const char *early = getenv("LOOM_CUDA_GEMV_FRONT_EARLY"); /* =0: positions and table read after the wait */
+    gp->q_front.late_at = early && strcmp(early, "0") == 0;
     gp->kv = cache_of(k_cache, v_cache, slots);
     return lm__cuda_linear_gemv_check(gp);
 }
