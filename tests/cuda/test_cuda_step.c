@@ -637,8 +637,8 @@ static void test_attention_cache_paged(void) {
  * keys). B = 4 slot rows of a cache of 8,192 positions, Hq 14 / Hkv 2, D 64 (Qwen2.5's
  * groups; 16 splits, so the long rows give a warp 2-4 tiles, the last holding the
  * newest key); every position from a row's start on is NaN before the chain, so an
- * attention that read its newest key before the front stored it turns NaN. NSTEP steps
- * are queued with no wait between them, once with the early keys and once with
+ * attention that read its newest key before the front stored it turns NaN. CHAIN_STEPS
+ * steps are queued with no wait between them, once with the early keys and once with
  * LOOM_CUDA_ATTN_EARLY_KEYS=0: every step's output and the caches must be the same
  * bits and NaN-free, and the last step equals the CPU reference over the final caches
  * (the split-K gate: NMSE 1e-9, one f32 ulp of the scale). */

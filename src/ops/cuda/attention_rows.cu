@@ -31,8 +31,8 @@
  * current lengths, which live in device memory: this is what makes decode capturable.
  * All the kernels are launched with programmatic dependent launch: a block waits for the
  * kernel before it (the attention front) before it reads anything (the tensor-core
- * kernel at one token a row: anything but the older keys), and lets the output
- * projection after it start streaming its weights.
+ * kernel at one token a row: anything but the positions, the table and the older
+ * keys), and lets the output projection after it start streaming its weights.
  * Early-V form (head dims 8..256, powers of two; chosen when the grid fits the GPU in
  * one wave at its occupancy, e.g. one-sequence decode): each thread also issues the V
  * loads of its first VBATCH keys of a tile (16-byte chunks, keys vg mod kgv) before
