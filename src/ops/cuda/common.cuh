@@ -112,8 +112,8 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
  * no kernel of a step writes a weight: loads and optimizer steps finish before a step
  * that reads them begins (a captured step is a graph launched after them). The same
  * invariant lets a kernel trigger before its own wait (the bf16 RMSNorm): its successor
- * may then run beside kernels further back, and reads nothing but weights until its own
- * wait. Second, no kernel of a step writes its positions or block table (inputs copied
+ * may then run beside kernels further back, and reads nothing before its own wait but
+ * what these two exceptions allow. Second, no kernel of a step writes its positions or block table (inputs copied
  * before the step), so the GEMV's front epilogue reads its tokens' positions and table
  * entries before its wait (gemv_body.cuh), and the tensor-core decode attention
  * (attention_rows.cu) those and, at one token a row, the cache's older keys: the

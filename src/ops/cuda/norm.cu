@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(NF_THREADS) norm_bf16_vec_kernel(float *x, int
     const int64_t r = (int64_t)blockIdx.x * teams + team;
     const bool valid = r < rows;
     float4 v[NV], d[NV], wf[NV];
-    pdl_trigger(); /* the successor reads only weights before its own wait (common.cuh) */
+    pdl_trigger(); /* before its own wait the successor reads only what pdl_wait allows (common.cuh) */
 #pragma unroll
     for (int k = 0; k < NV; k++)
         if (valid && tt + k * tthreads < nvec) wf[k] = ((const float4 *)w)[tt + k * tthreads];
