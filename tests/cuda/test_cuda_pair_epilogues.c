@@ -25,8 +25,9 @@
  * paths within NMSE 1e-12 (the fused epilogue adds the bias in one rounding with the
  * scale, the two-kernel path in two); the fusion rule (lm_linear_qkv_rope_fused) and the
  * operator's argument errors; every split of K over the block's warps, forced
- * (LOOM_CUDA_GEMV_KSPLIT = 1, 2, 4, 8). Whole decode steps through the fused graph are checked
- * against the CPU by test_cuda_step and test_cuda_model.
+ * (LOOM_CUDA_GEMV_KSPLIT = 1, 2, 4, 8); the front's cache place read after the
+ * programmatic wait (LOOM_CUDA_GEMV_FRONT_EARLY=0). Whole decode steps through the fused
+ * graph are checked against the CPU by test_cuda_step and test_cuda_model.
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -287,6 +288,21 @@ static void test_forced_splits(void) {
     unsetenv("LOOM_CUDA_GEMV_KSPLIT");
 }
 
+/* The front epilogue with each storing lane's cache place (position, block, offset) read
+ * after the programmatic wait (LOOM_CUDA_GEMV_FRONT_EARLY=0, the measurement form; the
+ * cases above read it before): the same checks, one and two rows, slot and paged caches,
+ * each weight format. */
+static void test_front_place_late(void) {
+    setenv("LOOM_CUDA_GEMV_FRONT_EARLY", "0", 1);
+    uint64_t seed = 1700;
+    for (int f = F_BF16; f <= F_I4; f++)
+        for (int m = 1; m <= 2; m++) {
+            fcase c = {f, 32, m, 1, 256, 4, 2, 64, LM_LINEAR_IN_RMSNORM, 1, m == 2, m == 1};
+            run_case(&c, seed++);
+        }
+    unsetenv("LOOM_CUDA_GEMV_FRONT_EARLY");
+}
+
 static void test_errors(void) {
     lt_rng r = lt_rng_seed(5);
     int64_t xs[2] = {1, 64}, ws[2] = {256, 64}, cs[4] = {2, 1, 8, 32}, q4[4] = {1, 1, 6, 32}, one[2] = {1, 1}, h = 16;
@@ -339,6 +355,7 @@ int main(void) {
     LT_RUN(test_formats_rows_and_caches);
     LT_RUN(test_swiglu_epilogue);
     LT_RUN(test_forced_splits);
+    LT_RUN(test_front_place_late);
     LT_RUN(test_errors);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
