@@ -5,7 +5,7 @@ operand list is written out here. Run from the repository root after changing th
 below: python3 scripts/gen_wgmma.py"""
 import sys
 
-SS_WIDTHS = (64, 80, 128, 144, 152, 256)  # A and B from shared-memory descriptors, K-major, scale-d by a flag
+SS_WIDTHS = (16, 32, 64, 80, 128, 144, 152, 256)  # A and B from shared-memory descriptors, K-major, scale-d by a flag
 RS_T_WIDTHS = (64, 128)     # A from registers, B an MN-major descriptor (tnsp-b), always accumulating
 
 def wrap(items, per_line, lead, cont, tail_sep):

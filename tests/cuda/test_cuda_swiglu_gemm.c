@@ -27,6 +27,12 @@
  *    position's top-1 the same or within 1e-3 of the largest logit); and a batched decode
  *    (8 sequences: a 48-row prefill, then 5 steps of 8 rows, the later ones replaying the
  *    captured step) on against off, logits NMSE <= 1e-5.
+ * And the few-rows product (ops/cuda/gemm_rows.cu: f32 out = bf16 x W^T (+ bias), 1-64
+ * rows, K split over a cluster; graphs take it only by LOOM_CUDA_ROWS_GEMM_MAX_ROWS): against cuBLASLt's GEMM and the CPU's
+ * f32 product (NMSE <= 1e-10, max-abs <= 2^-14 of the largest |out|), the same bits on a
+ * second run and through the operator, poisoned pad columns kept; every token tile and its
+ * edges, N and K tails, splits forced (1, 3, 8, past K's steps); the refusals by name; and
+ * the same batched decode with it on against off (logits NMSE <= 1e-5).
  * Skipped (77) without a GPU or without CUDA in the build.
  * LM_TEST_LABELS: cuda
  */
@@ -67,6 +73,15 @@ static double *read_view(const lm_tensor_view *dv, const lm_tensor *dt) {
     double *v = lt_view_to_f64(&hv);
     lm_tensor_destroy(h);
     return v;
+}
+
+/* Every value of the poisoned device tensor o.d still NaN: a refused call wrote nothing. */
+static void check_untouched(const char *what, const ct_pair *o) {
+    double *v = read_view(lm_tensor_as_view(o->d), o->d);
+    int64_t n = lm_tensor_view_numel(lm_tensor_as_view(o->d)), kept = 0;
+    for (int64_t i = 0; i < n; i++) kept += isnan(v[i]) != 0;
+    LT_CHECK_MSG(kept == n, "%s: %lld outputs written", what, (long long)(n - kept));
+    free(v);
 }
 
 static void compare(const char *what, const double *got, const double *want, int64_t n, double nmse_gate,
@@ -183,11 +198,7 @@ static void test_one_row_block(void) {
         LT_CHECK_MSG(st == LM_INVALID_ARGUMENT && strstr(lm_last_error(), "LOOM_CUDA_SWIGLU_GEMM_W=48"),
                      "forced width 48: status %d, \"%s\"", (int)st, lm_last_error());
         lm_clear_error();
-        double *v = read_view(lm_tensor_as_view(o.d), o.d);
-        int64_t kept = 0;
-        for (int64_t i = 0; i < os[0] * os[1]; i++) kept += isnan(v[i]) != 0;
-        LT_CHECK_MSG(kept == os[0] * os[1], "forced width 48: %lld outputs written", (long long)(os[0] * os[1] - kept));
-        free(v);
+        check_untouched("forced width 48", &o);
         ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o);
     }
     unsetenv("LOOM_CUDA_SWIGLU_GEMM_W");
@@ -262,12 +273,13 @@ static void test_model_prefill(void) {
     }
 }
 
-/* Batched decode of a bf16 checkpoint with the fused GEMM on or off (LOOM_CUDA_SWIGLU_GEMM):
+/* Batched decode of a bf16 checkpoint with a kernel switched on (sw=on: LOOM_CUDA_SWIGLU_GEMM=1,
+ * LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64) or off (sw=0):
  * B = 8 sequences prefilled with 6 tokens each (48 rows), then 5 decode steps of 8 rows,
  * the steps from the second replaying the captured step; logits [6 * B, V] (free()). */
 enum { DEC_B = 8, DEC_P = 6, DEC_STEPS = 5 };
-static float *batched_decode(const char *dir, const int32_t *ids, int fused) {
-    setenv("LOOM_CUDA_SWIGLU_GEMM", fused ? "1" : "0", 1);
+static float *batched_decode(const char *dir, const int32_t *ids, const char *sw, const char *on) {
+    setenv(sw, on, 1);
     lm_model *m = NULL;
     LT_CHECK_OK(lm_model_load(dir, ct_gpu, &m));
     float *out = NULL;
@@ -285,26 +297,149 @@ static float *batched_decode(const char *dir, const int32_t *ids, int fused) {
         lm_kv_cache_destroy(c);
         lm_model_destroy(m);
     }
-    unsetenv("LOOM_CUDA_SWIGLU_GEMM");
+    unsetenv(sw);
     return out;
 }
 
-static void test_model_batched_decode(void) {
+static void model_batched_decode(const char *sw, const char *on_value, uint64_t seed) {
     for (int mi = 0; mi < 2; mi++) {
         char dir[512];
         int32_t ids[DEC_B * (DEC_P + DEC_STEPS)];
-        int64_t V = model_ids(mi, dir, sizeof dir, ids, DEC_B * (DEC_P + DEC_STEPS), 950 + mi);
+        int64_t V = model_ids(mi, dir, sizeof dir, ids, DEC_B * (DEC_P + DEC_STEPS), seed + mi);
         if (!V) continue;
-        float *on = batched_decode(dir, ids, 1), *off = batched_decode(dir, ids, 0);
+        float *on = batched_decode(dir, ids, sw, on_value), *off = batched_decode(dir, ids, sw, "0");
         if (on && off) {
             const int rows = (1 + DEC_STEPS) * DEC_B;
             ct_logits_cmp c = ct_logits_compare(on, off, rows, V);
-            LT_CHECK_MSG(c.finite && c.nmse <= 1e-5, "%s batched decode (8 rows): fused vs unfused NMSE %.3g, top-1 %d "
-                         "of %d", k_models[mi], c.nmse, c.top1, rows);
+            LT_CHECK_MSG(c.finite && c.nmse <= 1e-5, "%s batched decode (8 rows): %s on vs off NMSE %.3g, top-1 %d "
+                         "of %d", k_models[mi], sw, c.nmse, c.top1, rows);
         }
         free(on), free(off);
     }
 }
+
+static void test_model_batched_decode(void) { model_batched_decode("LOOM_CUDA_SWIGLU_GEMM", "1", 950); }
+
+/* ---- the few-rows product (gemm_rows.cu) ---- */
+/* out [M, N] f32 = x W^T (+ bias) for M rows of bf16 x (row stride K + 16), bf16 w [N, K]
+ * and an f32 bias, into an out of row stride N + 8 whose pad columns are poisoned; splits
+ * forces LOOM_CUDA_ROWS_GEMM_SPLITS (NULL: the launcher's). The kernel called directly
+ * (twice: the same bits), the operator with graphs' rule at 64 rows
+ * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64: it must take the kernel, the same bits), cuBLASLt's
+ * GEMM (the rule at 0 rows, its default) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
+ * 2^-14 of the largest |out| against the last two (f32 sums in another order). */
+static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char *splits, uint64_t seed) {
+    if (splits) setenv("LOOM_CUDA_ROWS_GEMM_SPLITS", splits, 1);
+    else unsetenv("LOOM_CUDA_ROWS_GEMM_SPLITS");
+    lt_rng r = lt_rng_seed(seed);
+    const int64_t ldx = K + 16, ldo = N + 8;
+    int64_t xs[2] = {M, ldx}, ws[2] = {N, K}, bs[1] = {N}, os[2] = {M, ldo}, ms[2] = {M, N};
+    ct_pair xw = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 2.0 / sqrt((double)K));
+    ct_pair b = ct_random(&r, LM_F32, 1, bs, 1.0), o1 = ct_poisoned(LM_F32, 2, os), o2 = ct_poisoned(LM_F32, 2, os);
+    ct_pair o3 = ct_poisoned(LM_F32, 2, os), lt = ct_poisoned(LM_F32, 2, ms);
+    lm_tensor_view xh = narrow(xw.h, K), xd = narrow(xw.d, K), d1 = narrow(o1.d, N), d2 = narrow(o2.d, N),
+                   d3 = narrow(o3.d, N);
+    const lm_tensor_view *bd = with_bias ? lm_tensor_as_view(b.d) : NULL, *bh = with_bias ? lm_tensor_as_view(b.h) : NULL;
+    lm_linear_params lp = {.input = LM_LINEAR_IN};
+    char what[160];
+    snprintf(what, sizeof what, "rows GEMM M %lld K %lld N %lld%s splits %s", (long long)M, (long long)K, (long long)N,
+             with_bias ? " +bias" : "", splits ? splits : "auto");
+    const void *wp = lm_tensor_as_view(w.d)->data;
+    const float *bp = bd ? (const float *)bd->data : NULL;
+    lm_status st = lm__cuda_linear_rows_wg(xd.data, ldx, wp, K, bp, M, N, K, (float *)d1.data, ldo, ct_stream(g_ctx));
+    if (!want_wgmma()) { /* refused by name, nothing queued */
+        LT_CHECK_MSG(st == LM_UNSUPPORTED && strstr(lm_last_error(), "sm_90"), "%s off sm_90a: status %d", what, (int)st);
+        lm_clear_error();
+    } else {
+        LT_CHECK_OK(st);
+        LT_CHECK_OK(lm__cuda_linear_rows_wg(xd.data, ldx, wp, K, bp, M, N, K, (float *)d3.data, ldo, ct_stream(g_ctx)));
+        setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 1); /* graphs' rule: up to 64 rows */
+        LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, &d2));
+        setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "0", 1); /* none: cuBLASLt */
+        LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(lt.d)));
+        unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+        lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, ms);
+        LT_CHECK_OK(lm_linear_out(g_ref, &xh, lm_tensor_as_view(w.h), bh, &lp, lm_tensor_as_view(want)));
+        double *got = read_view(lm_tensor_as_view(o1.d), o1.d), *again = read_view(lm_tensor_as_view(o3.d), o3.d);
+        double *op = read_view(lm_tensor_as_view(o2.d), o2.d), *blas = read_view(lm_tensor_as_view(lt.d), lt.d);
+        double *cpu = lt_view_to_f64(lm_tensor_as_view(want));
+        int64_t same = 0, same_op = 0, pads = 0;
+        double *g = malloc(sizeof(double) * (size_t)(M * N));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < ldo; j++) {
+                const double v = got[i * ldo + j];
+                if (j >= N) {
+                    pads += isnan(v) && isnan(again[i * ldo + j]) && isnan(op[i * ldo + j]);
+                    continue;
+                }
+                g[i * N + j] = v;
+                same += memcmp(&v, &again[i * ldo + j], sizeof v) == 0;
+                same_op += memcmp(&v, &op[i * ldo + j], sizeof v) == 0;
+            }
+        LT_CHECK_MSG(same == M * N && same_op == M * N && pads == M * (ldo - N),
+                     "%s: %lld of %lld outputs the same on a second run, %lld through the operator, %lld of %lld pads "
+                     "kept", what, (long long)same, (long long)(M * N), (long long)same_op, (long long)pads,
+                     (long long)(M * (ldo - N)));
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s vs cuBLASLt", what);
+        compare(w2, g, blas, M * N, 1e-10, 1.0 / 16384);
+        snprintf(w2, sizeof w2, "%s vs the CPU", what);
+        compare(w2, g, cpu, M * N, 1e-10, 1.0 / 16384);
+        free(got), free(again), free(op), free(blas), free(cpu), free(g);
+        lm_tensor_destroy(want);
+    }
+    ct_pair_free(&xw), ct_pair_free(&w), ct_pair_free(&b), ct_pair_free(&o1), ct_pair_free(&o2), ct_pair_free(&o3);
+    ct_pair_free(&lt);
+    unsetenv("LOOM_CUDA_ROWS_GEMM_SPLITS");
+}
+
+/* Rows 1-64 at each token tile (16, 32, 64) and its edges; Qwen2.5-0.5B's q|k|v (1,152 x
+ * 896), o (896 x 896) and down (896 x 4,864); N past a 64-output tile (100, 300); K with a
+ * tail past the 64-wide steps (72, 200) and of one partial step (8); the splits forced to
+ * 1 (down's 76 steps through the ring of 8 stages, wrapping 9 times), 3 (uneven shares and
+ * output slices) and 8, and past K's steps (clamped). Then the refusals: 65 rows, a
+ * misaligned x, K not a multiple of 8; each LM_UNSUPPORTED naming it, out untouched. */
+static void test_rows_gemm(void) {
+    LT_CHECK_MSG(lm__cuda_linear_rows_wg_ok() == want_wgmma(), "rows GEMM runs: %d, expected %d",
+                 lm__cuda_linear_rows_wg_ok(), want_wgmma());
+    static const int64_t shapes[][4] = {{1, 896, 1152, 1}, {3, 72, 100, 1}, {8, 896, 896, 0},  {16, 4864, 896, 0},
+                                        {17, 896, 1152, 1}, {32, 4864, 896, 0}, {32, 896, 1152, 1}, {33, 200, 300, 1},
+                                        {64, 896, 896, 0},  {64, 8, 64, 1},    {48, 4864, 896, 0}};
+    uint64_t seed = 1300;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        rows_case(shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], NULL, seed++);
+    static const char *const splits[3] = {"1", "3", "8"};
+    for (int k = 0; k < 3; k++) {
+        rows_case(32, 4864, 896, 0, splits[k], seed++);
+        rows_case(17, 896, 1152, 1, splits[k], seed++);
+    }
+    rows_case(5, 72, 100, 1, "8", seed++); /* 2 steps: clamped to 2 splits */
+    if (!want_wgmma()) return;
+    int64_t xs[2] = {65, 72}, ws[2] = {64, 72}, os[2] = {65, 64};
+    lt_rng r = lt_rng_seed(seed);
+    ct_pair x = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 0.1);
+    ct_pair o = ct_poisoned(LM_F32, 2, os);
+    const char *xp = (const char *)lm_tensor_as_view(x.d)->data;
+    const void *wp = lm_tensor_as_view(w.d)->data;
+    float *op = (float *)lm_tensor_as_view(o.d)->data;
+    struct {
+        const void *x;
+        int64_t M, K;
+        const char *why;
+    } bad[3] = {{xp, 65, 72, "65 rows"}, {xp + 2, 4, 64, "x misaligned"}, {xp, 4, 68, "K 68"}};
+    for (int i = 0; i < 3; i++) {
+        lm_status st = lm__cuda_linear_rows_wg(bad[i].x, 72, wp, 72, NULL, bad[i].M, 64, bad[i].K, op, 64,
+                                               ct_stream(g_ctx));
+        LT_CHECK_MSG(st == LM_UNSUPPORTED && strstr(lm_last_error(), "multiples of 8"), "%s: status %d, \"%s\"",
+                     bad[i].why, (int)st, lm_last_error());
+        lm_clear_error();
+    }
+    check_untouched("refused calls", &o);
+    ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o);
+}
+
+/* graphs' rule at 64 rows: the kernel takes the 48-row prefill and the 8-row steps */
+static void test_model_rows_gemm(void) { model_batched_decode("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 970); }
 
 int main(void) {
     g_ctx = ct_start();
@@ -314,6 +449,8 @@ int main(void) {
     LT_RUN(test_one_row_block);
     LT_RUN(test_model_prefill);
     LT_RUN(test_model_batched_decode);
+    LT_RUN(test_rows_gemm);
+    LT_RUN(test_model_rows_gemm);
     lm_ctx_destroy(g_ref);
     lm_ctx_destroy(g_ctx);
     return lt_finish();

@@ -367,6 +367,31 @@ lm_status lm__cuda_linear_qkv_rope_views(const lm_tensor_view *x, const lm_tenso
 lm_status lm__cuda_swiglu_gemm_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, int64_t M, int64_t I,
                                   int64_t K, void *out, int64_t ldo, cudaStream_t s);
 int lm__cuda_swiglu_gemm_wg_ok(void);
+/* out [M, N] (f32) = x W^T (+ bias) for bf16 x [M, K] of at most LM__CUDA_ROWS_WG_MAX_ROWS
+ * rows, bf16 w [N, K] and an optional f32 bias [N] (ops/cuda/gemm_rows.cu: batched
+ * decode's layer products on wgmma, K split over a cluster, under programmatic launch);
+ * LM_UNSUPPORTED (nothing queued) off an sm_90a build and device, or where
+ * lm__cuda_linear_rows_wg_fits is 0. lm__cuda_linear_rows_wg_ok: 1 when this build,
+ * device and driver run it. */
+#define LM__CUDA_ROWS_WG_MAX_ROWS 64
+/* lm__cuda_linear (lm_linear_out of bf16 x into f32) takes the kernel for up to
+ * lm__cuda_linear_rows_wg_rows() rows: R by LOOM_CUDA_ROWS_GEMM_MAX_ROWS=R (0-64), else
+ * LM__CUDA_ROWS_WG_ROWS, 0: graphs do not take it by default. Measured against cuBLASLt on
+ * an H100 it was slower at 32 and 64 rows and within or near the runs' spread at 4-16
+ * (bench/NOTES.md "Decode at the memory limit" v22); the switch is for those measurements. */
+#define LM__CUDA_ROWS_WG_ROWS 0
+int64_t lm__cuda_linear_rows_wg_rows(void);
+lm_status lm__cuda_linear_rows_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, const float *bias, int64_t M,
+                                  int64_t N, int64_t K, float *out, int64_t ldo, cudaStream_t s);
+int lm__cuda_linear_rows_wg_ok(void);
+/* 1 when the kernel reads these operands: 1..LM__CUDA_ROWS_WG_MAX_ROWS rows, K and the row
+ * strides multiples of 8 (the tensor maps' 16-byte strides), 16-byte aligned x and w. */
+static inline int lm__cuda_linear_rows_wg_fits(const void *x, int64_t ldx, const void *w, int64_t ldw, int64_t M,
+                                               int64_t N, int64_t K) {
+    return M >= 1 && M <= LM__CUDA_ROWS_WG_MAX_ROWS && N >= 1 && N <= INT32_MAX && K >= 8 && K <= INT32_MAX &&
+           K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldx >= K && ldw >= K && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w & 15) == 0;
+}
 /* lm_linear_swiglu_out as one decode GEMV with the SwiGLU epilogue (f32 x, up to the
  * GEMV's rows, f32 out), or for bf16 x, weights and out as lm__cuda_swiglu_gemm_wg;
  * LM_UNSUPPORTED (nothing queued) when the views do not suit either. */

@@ -37,14 +37,14 @@
  * can run it (and the driver gave cuTensorMapEncodeTiled).
  */
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/tma.cuh"
 #include "ops/cuda/wgmma.cuh"
 
-#include <cuda.h>
 #include <cudaTypedefs.h>
 
 namespace {
 
-constexpr int BK = 64;
+constexpr int BK = LM__TMA_BK;
 /* Shared memory a block may take: the opt-in limit of compute 9.0 devices (227 KiB); the
  * launcher checks that a block fits (lm__cuda_blocks_per_sm). */
 constexpr int SMEM_BUDGET = 227 * 1024, MAX_STAGES = 12;
@@ -69,35 +69,7 @@ template <int BMR, int W> struct swg {
     static_assert(DEFAULT_STAGES >= 2, "a ring of at least two stages");
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* the helpers of the sm_90a kernel body */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
-    asm volatile("{\n.reg .pred done;\n"
-                 "wait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n}\n" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-/* A 2-D box of the tensor map at (c0 = inner coordinate, c1 = row) into shared memory,
- * completing on mbarrier b. */
-__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *b) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                 "%3}], [%4];\n" ::"r"(smem_u32(dst)),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(b))
-                 : "memory");
-}
-
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* silu(x) with the fast exponential and division (a few instructions: the epilogue's
  * cost per output is paid by the MMA warps); where 1 + e^-x passes 2^126 (x below about
  * -87) __fdividef gives 0, silu's limit there. */
@@ -234,38 +206,6 @@ __global__ void __launch_bounds__(swg<BMR, W>::THREADS, swg<BMR, W>::MINB)
 #endif
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn;
-    static int tried;
-    if (!__atomic_load_n(&tried, __ATOMIC_ACQUIRE)) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            p = NULL;
-        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-        __atomic_store_n(&tried, 1, __ATOMIC_RELEASE);
-    }
-    return fn;
-}
-
-/* A bf16 [rows, cols] matrix with rows ld elements apart, read in boxes of box_rows x
- * 64 with the 128-byte swizzle; zeros past its edges. */
-lm_status bf16_map(CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
-    if (!fn) return lm__error(LM_UNSUPPORTED, "swiglu GEMM (cuda): the driver has no cuTensorMapEncodeTiled");
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
-    CUresult r = fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return lm__error(LM_INTERNAL, "swiglu GEMM (cuda): cuTensorMapEncodeTiled failed (%d) for a [%lld, %lld] matrix",
-                         (int)r, (long long)rows, (long long)cols);
-    return LM_OK;
-}
-
 /* The built tiles (rows x width). One row block (M <= 128: decode of many sequences, short
  * prefills) takes any width, the rows in one or two warpgroups; more rows take the wide
  * tiles, which reuse each weight tile over more rows per product. */
@@ -281,8 +221,8 @@ lm_status launch(int ci, const void *x, int64_t ldx, const void *w, int64_t ldw,
                  void *out, int64_t ldo, cudaStream_t s) {
     typedef swg<BMR, W> S;
     CUtensorMap tx, tw;
-    LM_TRY(bf16_map(&tx, x, M, K, ldx, BMR));
-    LM_TRY(bf16_map(&tw, w, 2 * I, K, ldw, W));
+    LM_TRY(lm__cuda_bf16_map(&tx, x, M, K, ldx, BMR, "swiglu GEMM (cuda)"));
+    LM_TRY(lm__cuda_bf16_map(&tw, w, 2 * I, K, ldw, W, "swiglu GEMM (cuda)"));
     const void *k = (const void *)swiglu_gemm_wg_kernel<BMR, W>;
     /* LOOM_CUDA_SWIGLU_GEMM_STAGES=N (measurements): N stages, up to the shared memory's fit */
     const char *se = getenv("LOOM_CUDA_SWIGLU_GEMM_STAGES");
@@ -333,7 +273,41 @@ int pick_config(int64_t M, int64_t I) {
 
 } // namespace
 
-int lm__cuda_swiglu_gemm_wg_ok(void) { return lm__cuda_sm90a() && encode_fn() != NULL; }
+/* ---- tensor maps (tma.cuh) ---- */
+static PFN_cuTensorMapEncodeTiled_v12000 encode_fn(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int tried;
+    if (!__atomic_load_n(&tried, __ATOMIC_ACQUIRE)) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            p = NULL;
+        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        __atomic_store_n(&tried, 1, __ATOMIC_RELEASE);
+    }
+    return fn;
+}
+
+lm_status lm__cuda_bf16_map(CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld, int box_rows,
+                            const char *who) {
+    PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+    if (!fn) return lm__error(LM_UNSUPPORTED, "%s: the driver has no cuTensorMapEncodeTiled", who);
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {LM__TMA_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
+    CUresult r = fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return lm__error(LM_INTERNAL, "%s: cuTensorMapEncodeTiled failed (%d) for a [%lld, %lld] matrix", who, (int)r,
+                         (long long)rows, (long long)cols);
+    return LM_OK;
+}
+
+int lm__cuda_tma_ok(void) { return encode_fn() != NULL; }
+
+int lm__cuda_swiglu_gemm_wg_ok(void) { return lm__cuda_sm90a() && lm__cuda_tma_ok(); }
 
 lm_status lm__cuda_swiglu_gemm_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, int64_t M, int64_t I,
                                   int64_t K, void *out, int64_t ldo, cudaStream_t s) {

@@ -217,6 +217,23 @@ lm_status lm__cuda_linear_gemv_args(const lm_tensor_view *x, const lm_tensor_vie
     return lm__cuda_linear_gemv_check(gp);
 }
 
+int64_t lm__cuda_linear_rows_wg_rows(void) {
+    const char *e = getenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+    long long v = e ? atoll(e) : -1;
+    return e && v >= 0 && v <= LM__CUDA_ROWS_WG_MAX_ROWS ? (int64_t)v : LM__CUDA_ROWS_WG_ROWS;
+}
+
+/* A product of bf16 x into f32 takes gemm_rows.cu's kernel up to
+ * lm__cuda_linear_rows_wg_rows() rows (none by default), on an sm_90a device, for weights of
+ * up to 2^25 elements (a layer's products; not a tied head: never measured against
+ * cuBLASLt's). */
+static int rows_wg_rule(const lm_tensor_view *x, const lm_tensor_view *w, int64_t M, int64_t N, int64_t K) {
+    return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) &&
+           M <= lm__cuda_linear_rows_wg_rows() &&
+           lm__cuda_linear_rows_wg_fits(x->data, x->stride[0], w->data, w->stride[0], M, N, K) &&
+           lm__cuda_linear_rows_wg_ok();
+}
+
 lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, const lm_tensor_view *w,
                           const lm_tensor_view *bias, const lm_linear_params *p, const lm_tensor_view *out,
                           cudaStream_t s) {
@@ -227,6 +244,10 @@ lm_status lm__cuda_linear(const lm__cuda_blas *blas, const lm_tensor_view *x, co
         LM_TRY(lm__cuda_linear_gemv_args(x, w, bias, p, out, &gp));
         return lm__cuda_linear_gemv(&gp, s);
     }
+    if (layout && rows_wg_rule(x, w, M, N, K))
+        return lm__cuda_linear_rows_wg(x->data, x->stride[0], w->data, w->stride[0],
+                                       bias ? (const float *)bias->data : NULL, M, N, K, (float *)out->data,
+                                       out->stride[0], s);
     if (layout)
         return lm__cuda_linear_lt(blas, x->data, x->stride[0], w->data, bias ? (const float *)bias->data : NULL,
                                   out->data, 0, out->stride[0], M, N, K, 0, s);
