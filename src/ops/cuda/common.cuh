@@ -223,15 +223,23 @@ struct no_wait_fn {
 
 /* Launches kernel with programmatic dependent launch allowed: it may start while the
  * kernel before it on the stream finishes, so it calls pdl_wait() before it reads or
- * writes anything that kernel (or one before it) touches. */
+ * writes anything that kernel (or one before it) touches. cluster > 1 groups that many
+ * consecutive blocks of grid.x into a thread-block cluster (grid.x a multiple of it). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t lm__cuda_launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                                      cudaStream_t s, unsigned cluster, Args... args) {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {grid, block, smem, s, attr, cluster > 1 ? 2u : 1u};
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 template <typename... KArgs, typename... Args>
 static inline cudaError_t lm__cuda_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                               cudaStream_t s, Args... args) {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {grid, block, smem, s, &attr, 1};
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    return lm__cuda_launch_pdl_cluster(kernel, grid, block, smem, s, 1u, args...);
 }
 
 /* Grid for a grid-stride loop over n items with `threads` per block. */

@@ -177,16 +177,9 @@ lm_status launch(int fi, const void *x, int64_t ldx, const void *w, int64_t ldw,
     if (e && atoi(e) > 0) splits = atoi(e);
     splits = LM_MAX(1, LM_MIN(splits, LM_MIN((int64_t)MAX_SPLITS, kt_n)));
     const int stages = (int)LM_MIN((int64_t)cap, (kt_n + splits - 1) / splits);
-    if (tiles * splits > INT32_MAX) return lm__error(LM_UNSUPPORTED, "%s: %lld outputs is too many", who, (long long)N);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = (unsigned)splits, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {dim3((unsigned)(tiles * splits)), dim3(THREADS), S::smem(stages), s, attr,
-                              splits > 1 ? 2u : 1u};
-    cudaError_t err = cudaLaunchKernelEx(&cfg, linear_rows_wg_kernel<NB>, tx, tw, bias, out, ldo, (int)M, (int)N,
-                                         (int)K, (int)splits, stages);
+    cudaError_t err = lm__cuda_launch_pdl_cluster(linear_rows_wg_kernel<NB>, dim3((unsigned)(tiles * splits)),
+                                                  dim3(THREADS), S::smem(stages), s, (unsigned)splits, tx, tw, bias,
+                                                  out, ldo, (int)M, (int)N, (int)K, (int)splits, stages);
     if (err != cudaSuccess) return lm__cuda_check((int)err, who);
     return lm__cuda_launched(who);
 }

@@ -429,13 +429,9 @@ static lm_status rmsnorm_backward_vec(const lm_tensor_view *x, const lm_tensor_v
         break;
     }
     if (st == LM_OK && dweight) {
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {dim3((unsigned)((D + SEG_COLS - 1) / SEG_COLS)), dim3(SEG_COLS * SEG_SEGS),
-                                  0, s, &attr, 1};
-        cudaError_t e = cudaLaunchKernelEx(&cfg, dweight_blocks_sum_kernel, (const float *)partial, (int)blocks, (int)D,
-                                           dweight->data, (int)dweight->dtype, (int64_t)dweight->stride[0]);
+        cudaError_t e = lm__cuda_launch_pdl(dweight_blocks_sum_kernel, dim3((unsigned)((D + SEG_COLS - 1) / SEG_COLS)),
+                                            dim3(SEG_COLS * SEG_SEGS), 0, s, (const float *)partial, (int)blocks,
+                                            (int)D, dweight->data, (int)dweight->dtype, (int64_t)dweight->stride[0]);
         st = e != cudaSuccess ? lm__cuda_check((int)e, "rmsnorm_backward dweight sum launch")
                               : lm__cuda_launched("rmsnorm_backward dweight sum kernel");
     }
