@@ -217,19 +217,21 @@ lm_status lm__cuda_linear_gemv_args(const lm_tensor_view *x, const lm_tensor_vie
     return lm__cuda_linear_gemv_check(gp);
 }
 
-int64_t lm__cuda_linear_rows_wg_rows(void) {
+/* The most rows that take gemm_rows.cu's kernel: R under LOOM_CUDA_ROWS_GEMM_MAX_ROWS=R
+ * (0-64), else LM__CUDA_ROWS_WG_ROWS (none). */
+static int64_t rows_wg_bound(void) {
     const char *e = getenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
     long long v = e ? atoll(e) : -1;
     return e && v >= 0 && v <= LM__CUDA_ROWS_WG_MAX_ROWS ? (int64_t)v : LM__CUDA_ROWS_WG_ROWS;
 }
 
-/* A product of bf16 x into f32 takes gemm_rows.cu's kernel up to
- * lm__cuda_linear_rows_wg_rows() rows (none by default), on an sm_90a device, for weights of
- * up to 2^25 elements (a layer's products; not a tied head: never measured against
- * cuBLASLt's). */
+/* A product of bf16 x into f32 takes gemm_rows.cu's kernel within rows_wg_bound, on an
+ * sm_90a device, for weights of up to 2^25 elements (a layer's products; not a tied head:
+ * never measured against cuBLASLt's). The row count is tested first: the variable is read
+ * only for calls the kernel could take. */
 static int rows_wg_rule(const lm_tensor_view *x, const lm_tensor_view *w, int64_t M, int64_t N, int64_t K) {
-    return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) &&
-           M <= lm__cuda_linear_rows_wg_rows() &&
+    if (M > LM__CUDA_ROWS_WG_MAX_ROWS) return 0;
+    return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) && M <= rows_wg_bound() &&
            lm__cuda_linear_rows_wg_fits(x->data, x->stride[0], w->data, w->stride[0], M, N, K) &&
            lm__cuda_linear_rows_wg_ok();
 }
