@@ -1,8 +1,9 @@
 #!/bin/sh
 # scripts/bench_gpu.sh — the GPU benchmark in one run: builds loom with CUDA (Release), writes
 # Qwen2.5-0.5B- and Llama-3.2-1B-shaped random bf16 checkpoints with transformers, measures
-# transformers and loom (prefill B1 T512, decode B1 and B32 x 256 new tokens, peak memory),
-# checks that their logits agree and prints the table (scripts/bench_gpu.py says how).
+# transformers and loom (prefill B1 T512, decode B1 and B32 x 256 new tokens, peak memory;
+# the Qwen shape also prefill T4096 and decode B1 at contexts 4,096 and 16,384), checks that
+# their logits agree and prints the table (scripts/bench_gpu.py says how).
 # Usage, from the repository root on the GPU machine (CUDA, torch and transformers installed):
 #   . scripts/gpu_host_env.sh; sh scripts/bench_gpu.sh [OUTDIR]
 # LOOM_BIN=path/to/loom skips the build. Outputs: OUTDIR/bench_table.md, bench_results.json,
