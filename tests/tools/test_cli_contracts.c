@@ -105,6 +105,43 @@ static void test_bench_decode_json(void) {
     lt_cmd_free(&r);
 }
 
+/* `loom bench prefill` reports the prompt's FLOPs and the rate its best run reached. The
+ * FLOPs of the two test models, by hand (2 a multiply-add; hidden 64, 4 heads of 16, 2 kv
+ * heads, MLP 128, 2 layers, vocabulary 256): a token's layer products are 2 (64 x 8 x 16 +
+ * 64 x 64 + 3 x 64 x 128) = 73,728; a scored (query, key) pair costs 4 x 4 x 16 = 256 a
+ * layer; the head over the last position 2 x 64 x 256 = 32,768 a row.
+ * llama_gqa2_f32, 2 rows of 8: (2 x (73,728 x 8 + 256 x 36) + 32,768) x 2 = 2,461,696.
+ * mistral_window_f32 (window 7 in every layer), 12 tokens: query i scores min(i + 1, 7)
+ * keys, 28 + 5 x 7 = 63 pairs: 2 x (73,728 x 12 + 256 x 63) + 32,768 = 1,834,496. */
+static void test_bench_prefill_flops(void) {
+    const struct {
+        const char *args;
+        double flops;
+    } cases[] = {{"llama_gqa2_f32 --prompt 8 --batch 2", 2461696.0}, {"mistral_window_f32 --prompt 12", 1834496.0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, LOOM " bench prefill --repeat 2 --threads 1 --model " MODELS "%s", cases[i].args);
+        lt_cmd_result r = lt_run_cmd(cmd);
+        LT_CHECK_MSG(r.status == 0, "%s exited %d: %s", cmd, r.status, r.err ? r.err : "");
+        json_error_t e;
+        json_t *o = r.out ? json_loads(r.out, 0, &e) : NULL;
+        LT_CHECK_MSG(o != NULL, "bench prefill output is not one JSON object: %s", r.out ? r.out : "(none)");
+        if (o) {
+            double flops = json_number_value(json_object_get(o, "prefill_flops"));
+            double tflops = json_number_value(json_object_get(o, "achieved_tflop_s"));
+            double best = json_number_value(json_object_get(o, "best_s"));
+            LT_CHECK_MSG(flops == cases[i].flops, "%s: prefill_flops %.0f, by hand %.0f", cmd, flops, cases[i].flops);
+            /* best_s is printed to the microsecond (a relative error up to 0.5e-6 / best_s),
+             * the rate to 6 decimals */
+            LT_CHECK_MSG(best > 0 && tflops > 0 &&
+                             fabs(tflops - flops / best / 1e12) <= 1e-6 + 1.01 * tflops * 0.5e-6 / best,
+                         "%s: achieved %.6f TFLOP/s, flops / best_s gives %.6f", cmd, tflops, flops / best / 1e12);
+        }
+        json_decref(o);
+        lt_cmd_free(&r);
+    }
+}
+
 static void test_generate_print_ids_equals_transformers_greedy(void) {
     lt_fixture fx;
     if (!lt_fixture_load("tests/data/models/qwen3_headdim/refs.lmfx", &fx)) return;
@@ -555,6 +592,7 @@ static void test_bad_invocations_exit_nonzero_with_a_reason(void) {
 int main(void) {
     LT_RUN(test_logits_lines_match_the_library);
     LT_RUN(test_bench_decode_json);
+    LT_RUN(test_bench_prefill_flops);
     LT_RUN(test_generate_print_ids_equals_transformers_greedy);
     LT_RUN(test_tokenize_round_trip_on_a_real_tokenizer);
     LT_RUN(test_train_on_the_cpu);

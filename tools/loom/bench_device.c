@@ -13,7 +13,8 @@
  * is copy bandwidth / bytes one step must read (weights + the KV cache at the mean
  * context length), times B tokens per step; achieved_gb_s is those bytes times the
  * steps per second the best run reached, and kernels_per_step the kernel launches in
- * the captured step of the latest decode (a graph's kernel nodes).
+ * the captured step of the latest decode (a graph's kernel nodes). A prefill reports
+ * its FLOPs (cli_prefill_flops) and the rate its best run reached (achieved_tflop_s).
  */
 #include "bench_device.h"
 #include "common.h"
@@ -103,6 +104,8 @@ static void print_result(const bench_device_opts *o, run_state *s, int decode, d
         double mean_ctx = (double)o->prompt + (double)o->tokens / 2;
         double bytes = (double)lm_model_weight_bytes(s->m) + o->batch * mean_ctx * kv_token;
         cli_print_roofline(bytes, "copy_gb_s", copy_bandwidth(dev, 5), toks / best, o->batch);
+    } else {
+        cli_print_flops(cli_prefill_flops(c, o->prompt, o->batch), best);
     }
     printf("}\n");
 }

@@ -6,7 +6,9 @@
  *                                   measured read bandwidth) and the weight bandwidth
  *                                   the steps achieved; kernels_per_step counts the
  *                                   kernel launches of the captured step (0 uncaptured)
- *   bench prefill --model DIR       tokens/s of a T-token prompt forward pass
+ *   bench prefill --model DIR       tokens/s of a T-token prompt forward pass, and its
+ *                                   FLOPs (cli_prefill_flops) over the best time as
+ *                                   achieved_tflop_s
  *   bench tokenize --tokenizer FILE encode throughput (MB/s) over a text corpus
  *   bench serve   --url URL         load test of an OpenAI-compatible server (cmd_bench_serve.c)
  * Timings use the monotonic clock; each result reports the best of --repeat runs and
@@ -128,6 +130,7 @@ static int bench_model(const bench_opts *o, lm_ctx *ctx, int decode) {
            (long long)P, (long long)toks, best, med, toks / best, toks / med);
     cli_print_steps(cache); /* the step arena beside what any plan would need */
     if (decode) cli_print_roofline((double)lm_model_weight_bytes(m), "read_gb_s", measure_bandwidth(ctx), toks / best, B);
+    else cli_print_flops(cli_prefill_flops(c, P, B), best);
     printf("}\n");
     rc = 0;
 done:

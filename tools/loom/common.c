@@ -37,6 +37,27 @@ void cli_print_roofline(double bytes, const char *bw_key, double bw_gb_s, double
            bytes, bw_key, bw_gb_s, bytes * (tok_per_s / batch) / 1e9, roof, tok_per_s / roof);
 }
 
+double cli_prefill_flops(const lm_model_config *c, int64_t T, int B) {
+    double h = (double)c->hidden_size, hd = (double)c->head_dim, heads = (double)c->num_attention_heads;
+    double kv = (double)c->num_key_value_heads, t = (double)T;
+    double per_token = 2.0 * (h * (heads + 2.0 * kv) * hd + heads * hd * h + 3.0 * h * (double)c->intermediate_size);
+    double full = t * (t + 1.0) / 2.0, pairs = full; /* query i scores keys 0..i */
+    if (c->sliding_window > 0 && T > c->sliding_window) { /* query i scores min(i + 1, W) keys */
+        double w = (double)c->sliding_window;
+        pairs = w * (w + 1.0) / 2.0 + (t - w) * w;
+    }
+    double sum = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        int windowed = c->sliding_window > 0 && l >= c->sliding_window_first_layer;
+        sum += per_token * t + 4.0 * heads * hd * (windowed ? pairs : full);
+    }
+    return (sum + 2.0 * h * (double)c->vocab_size) * B;
+}
+
+void cli_print_flops(double flops, double seconds) {
+    printf(",\"prefill_flops\":%.0f,\"achieved_tflop_s\":%.6f", flops, flops / seconds / 1e12);
+}
+
 int cli_fail(const char *cmd, const char *what, lm_status st) {
     const char *detail = lm_last_error();
     fprintf(stderr, "loom %s: %s: %s%s%s\n", cmd, what, lm_status_str(st), detail[0] ? ": " : "", detail);

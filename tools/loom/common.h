@@ -79,6 +79,14 @@ void cli_best_median(double *times, int n, double *best, double *median);
  * the fraction of it that tok_per_s is. */
 void cli_print_steps(const lm_kv_cache *cache);
 void cli_print_roofline(double bytes, const char *bw_key, double bw_gb_s, double tok_per_s, int batch);
+/* The multiply-add work of a prefill of T tokens in each of B rows from an empty cache,
+ * as 2 FLOPs a multiply-add: every layer's products (q|k|v, o, gate|up, down), the
+ * attention's two products over the (query, key) pairs each head scores (T (T + 1) / 2,
+ * fewer in sliding-window layers) and the head over each row's last position; norms,
+ * RoPE and the softmax are not counted. */
+double cli_prefill_flops(const lm_model_config *c, int64_t T, int B);
+/* Prints ",\"prefill_flops\":F,\"achieved_tflop_s\":F / seconds / 1e12". */
+void cli_print_flops(double flops, double seconds);
 /* The model used when --model is not given: $LOOM_DEFAULT_MODEL when set and not
  * empty, else the default model of the source tree (models/default). Prints which one
  * to stderr; prints why and returns NULL when it has no config.json. */
