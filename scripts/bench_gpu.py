@@ -16,9 +16,9 @@ run, with the GPU otherwise idle:
   loom (`loom bench prefill|decode --device cuda`, JSON): the same shapes (128 new tokens
     after the long prompts); peak memory from loom's caching allocator (bytes in use /
     reserved), weights included
-  the FLOP bound of a prefill: its FLOPs (the layers' products, causal attention's two
-    products, the head over the last position) / the bf16 GEMM rate torch's matmul reaches
-    on this GPU (8,192 x 8,192 x 8,192, best of 10)
+  the FLOP bound of a prefill: its FLOPs (loom's `prefill_flops`: the layers' products,
+    causal attention's two products, the head over the last position) / the bf16 GEMM rate
+    torch's matmul reaches on this GPU (8,192 x 8,192 x 8,192, best of 10)
   logits agreement on 32 random ids: loom on CUDA against transformers (bf16) and against loom
     on the CPU (f32 compute on the same bf16 weights): top-1 agreement over positions and the
     max |difference| over the 10 largest logits of each position (plus the logsumexp)
@@ -130,18 +130,6 @@ def gemm_tflops():
     return 2 * n**3 / best / 1e12
 
 
-def prefill_flops(cfg, T):
-    """FLOPs of a B=1 prefill of T tokens: every layer's products (q|k|v, o, gate|up, down),
-    causal attention's two products (T (T + 1) / 2 scored pairs a head), and the head over
-    the last position."""
-    h, inter, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or h // heads
-    per_token = 2 * (h * (heads + 2 * kv) * hd + heads * hd * h + 3 * h * inter)
-    attn = 2 * 2 * heads * hd * T * (T + 1) / 2
-    return layers * (per_token * T + attn) + 2 * h * cfg["vocab_size"]
-
-
 def run_json(cmd):
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
@@ -225,7 +213,6 @@ def bench_shape(args, name, bandwidth):
             r[f"loom_decode1_ctx{c}"] = run_json(base + ["decode", "--device", "cuda", "--model", path, "--prompt",
                                                          str(c), "--tokens", str(LONG_NEW[1]), "--batch", "1",
                                                          "--repeat", "3"])[0]
-        r["prefill_long_flops"] = prefill_flops(SHAPES[name][1], LONG_PREFILL_T)
     r["copy_gb_s"] = bandwidth
     return r
 
@@ -247,7 +234,7 @@ def table(results, versions):
                      f"{'<= %.1f' % tg['prefill_ms'] if 'prefill_ms' in tg else ''} |")
         if "loom_prefill_long" in r:
             hp, lp = r["hf_prefill_long"]["best_ms"], r["loom_prefill_long"]["best_s"] * 1e3
-            bound = r["prefill_long_flops"] / (versions["gemm_tflops"] * 1e12) * 1e3
+            bound = r["loom_prefill_long"]["prefill_flops"] / (versions["gemm_tflops"] * 1e12) * 1e3
             tgt = tg.get("prefill4096_x_flop_bound")
             lines.append(f"| {r['model']} | prefill B1 T{LONG_PREFILL_T}, ms (best); x the FLOP bound "
                          f"({bound:.2f} ms) | {hp:.2f}; {hp / bound:.1f}x | {lp:.3f}; {lp / bound:.2f}x | "

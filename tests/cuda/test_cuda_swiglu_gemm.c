@@ -28,8 +28,9 @@
  *    (8 sequences: a 48-row prefill, then 5 steps of 8 rows, the later ones replaying the
  *    captured step) on against off, logits NMSE <= 1e-5.
  * And the few-rows product (ops/cuda/gemm_rows.cu: f32 out = bf16 x W^T (+ bias), 1-64
- * rows, K split over a cluster; graphs take it only by LOOM_CUDA_ROWS_GEMM_MAX_ROWS): against cuBLASLt's GEMM and the CPU's
- * f32 product (NMSE <= 1e-10, max-abs <= 2^-14 of the largest |out|), the same bits on a
+ * rows, K split over a cluster; graphs take it only by LOOM_CUDA_ROWS_GEMM_MAX_ROWS):
+ * against cuBLASLt's GEMM and the CPU's f32 product (NMSE <= 1e-10, max-abs <= 2^-14 of
+ * the largest |out|), the same bits on a
  * second run and through the operator, poisoned pad columns kept; every token tile and its
  * edges, N and K tails, splits forced (1, 3, 8, past K's steps); the refusals by name; and
  * the same batched decode with it on against off (logits NMSE <= 1e-5).
