@@ -326,7 +326,8 @@ static void test_model_batched_decode(void) { model_batched_decode("LOOM_CUDA_SW
  * and an f32 bias, into an out of row stride N + 8 whose pad columns are poisoned; splits
  * forces LOOM_CUDA_ROWS_GEMM_SPLITS (NULL: the launcher's). The kernel called directly
  * (twice: the same bits), the operator with graphs' rule at 64 rows
- * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64: it must take the kernel, the same bits), cuBLASLt's
+ * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64 with K within _MIN_K and _MAX_K: it must take the kernel,
+ * the same bits; with K past _MAX_K: cuBLASLt's bits), cuBLASLt's
  * GEMM (the rule at 0 rows, its default) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
  * 2^-14 of the largest |out| against the last two (f32 sums in another order). */
 static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char *splits, uint64_t seed) {
@@ -337,7 +338,7 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
     int64_t xs[2] = {M, ldx}, ws[2] = {N, K}, bs[1] = {N}, os[2] = {M, ldo}, ms[2] = {M, N};
     ct_pair xw = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 2.0 / sqrt((double)K));
     ct_pair b = ct_random(&r, LM_F32, 1, bs, 1.0), o1 = ct_poisoned(LM_F32, 2, os), o2 = ct_poisoned(LM_F32, 2, os);
-    ct_pair o3 = ct_poisoned(LM_F32, 2, os), lt = ct_poisoned(LM_F32, 2, ms);
+    ct_pair o3 = ct_poisoned(LM_F32, 2, os), lt = ct_poisoned(LM_F32, 2, ms), kb = ct_poisoned(LM_F32, 2, ms);
     lm_tensor_view xh = narrow(xw.h, K), xd = narrow(xw.d, K), d1 = narrow(o1.d, N), d2 = narrow(o2.d, N),
                    d3 = narrow(o3.d, N);
     const lm_tensor_view *bd = with_bias ? lm_tensor_as_view(b.d) : NULL, *bh = with_bias ? lm_tensor_as_view(b.h) : NULL;
@@ -354,8 +355,15 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
     } else {
         LT_CHECK_OK(st);
         LT_CHECK_OK(lm__cuda_linear_rows_wg(xd.data, ldx, wp, K, bp, M, N, K, (float *)d3.data, ldo, ct_stream(g_ctx)));
-        setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 1); /* graphs' rule: up to 64 rows */
+        char kv[32];
+        snprintf(kv, sizeof kv, "%lld", (long long)K);
+        setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 1); /* graphs' rule: up to 64 rows, K within [K, K] */
+        setenv("LOOM_CUDA_ROWS_GEMM_MIN_K", kv, 1), setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", kv, 1);
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, &d2));
+        snprintf(kv, sizeof kv, "%lld", (long long)K - 1); /* K past the bound: cuBLASLt */
+        setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", kv, 1);
+        LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(kb.d)));
+        unsetenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "0", 1); /* none: cuBLASLt */
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(lt.d)));
         unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
@@ -363,8 +371,11 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         LT_CHECK_OK(lm_linear_out(g_ref, &xh, lm_tensor_as_view(w.h), bh, &lp, lm_tensor_as_view(want)));
         double *got = read_view(lm_tensor_as_view(o1.d), o1.d), *again = read_view(lm_tensor_as_view(o3.d), o3.d);
         double *op = read_view(lm_tensor_as_view(o2.d), o2.d), *blas = read_view(lm_tensor_as_view(lt.d), lt.d);
-        double *cpu = lt_view_to_f64(lm_tensor_as_view(want));
-        int64_t same = 0, same_op = 0, pads = 0;
+        double *cpu = lt_view_to_f64(lm_tensor_as_view(want)), *kbl = read_view(lm_tensor_as_view(kb.d), kb.d);
+        int64_t same = 0, same_op = 0, pads = 0, same_kb = 0;
+        for (int64_t i = 0; i < M * N; i++) same_kb += memcmp(&kbl[i], &blas[i], sizeof kbl[i]) == 0;
+        LT_CHECK_MSG(same_kb == M * N, "%s: %lld of %lld outputs with K past LOOM_CUDA_ROWS_GEMM_MAX_K the bits of "
+                     "cuBLASLt's", what, (long long)same_kb, (long long)(M * N));
         double *g = malloc(sizeof(double) * (size_t)(M * N));
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < ldo; j++) {
@@ -386,11 +397,11 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         compare(w2, g, blas, M * N, 1e-10, 1.0 / 16384);
         snprintf(w2, sizeof w2, "%s vs the CPU", what);
         compare(w2, g, cpu, M * N, 1e-10, 1.0 / 16384);
-        free(got), free(again), free(op), free(blas), free(cpu), free(g);
+        free(got), free(again), free(op), free(blas), free(cpu), free(g), free(kbl);
         lm_tensor_destroy(want);
     }
     ct_pair_free(&xw), ct_pair_free(&w), ct_pair_free(&b), ct_pair_free(&o1), ct_pair_free(&o2), ct_pair_free(&o3);
-    ct_pair_free(&lt);
+    ct_pair_free(&lt), ct_pair_free(&kb);
     unsetenv("LOOM_CUDA_ROWS_GEMM_SPLITS");
 }
 

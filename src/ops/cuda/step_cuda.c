@@ -225,13 +225,21 @@ static int64_t rows_wg_bound(void) {
     return e && v >= 0 && v <= LM__CUDA_ROWS_WG_MAX_ROWS ? (int64_t)v : LM__CUDA_ROWS_WG_ROWS;
 }
 
-/* A product of bf16 x into f32 takes gemm_rows.cu's kernel within rows_wg_bound, on an
- * sm_90a device, for weights of up to 2^25 elements (a layer's products; not a tied head:
- * never measured against cuBLASLt's). The row count is tested first: the variable is read
- * only for calls the kernel could take. */
+/* Whether K is within LOOM_CUDA_ROWS_GEMM_MIN_K and _MAX_K (measurements: the kernel for
+ * the short or the long products of a step only); either unset: no bound that side. */
+static int rows_wg_k_admitted(int64_t K) {
+    const char *lo = getenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), *hi = getenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
+    return (!lo || K >= atoll(lo)) && (!hi || K <= atoll(hi));
+}
+
+/* A product of bf16 x into f32 takes gemm_rows.cu's kernel within rows_wg_bound (and
+ * rows_wg_k_admitted), on an sm_90a device, for weights of up to 2^25 elements (a layer's
+ * products; not a tied head: never measured against cuBLASLt's). The row count is tested
+ * first: the variables are read only for calls the kernel could take. */
 static int rows_wg_rule(const lm_tensor_view *x, const lm_tensor_view *w, int64_t M, int64_t N, int64_t K) {
     if (M > LM__CUDA_ROWS_WG_MAX_ROWS) return 0;
     return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) && M <= rows_wg_bound() &&
+           rows_wg_k_admitted(K) &&
            lm__cuda_linear_rows_wg_fits(x->data, x->stride[0], w->data, w->stride[0], M, N, K) &&
            lm__cuda_linear_rows_wg_ok();
 }
