@@ -28,7 +28,7 @@
  *    (8 sequences: a 48-row prefill, then 5 steps of 8 rows, the later ones replaying the
  *    captured step) on against off, logits NMSE <= 1e-5.
  * And the few-rows product (ops/cuda/gemm_rows.cu: f32 out = bf16 x W^T (+ bias), 1-64
- * rows, K split over a cluster; graphs take it only by LOOM_CUDA_ROWS_GEMM_MAX_ROWS):
+ * rows, K split over a cluster; graphs take it up to 16 rows of K <= 1,024 by default):
  * against cuBLASLt's GEMM and the CPU's f32 product (NMSE <= 1e-10, max-abs <= 2^-14 of
  * the largest |out|), the same bits on a
  * second run and through the operator, poisoned pad columns kept; every token tile and its
@@ -450,8 +450,13 @@ static void test_rows_gemm(void) {
     ct_pair_free(&x), ct_pair_free(&w), ct_pair_free(&o);
 }
 
-/* graphs' rule at 64 rows: the kernel takes the 48-row prefill and the 8-row steps */
-static void test_model_rows_gemm(void) { model_batched_decode("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 970); }
+/* Graphs' rule at 64 rows and no K bound: the kernel takes every product of the 48-row
+ * prefill and the 8-row steps; against none (cuBLASLt). */
+static void test_model_rows_gemm(void) {
+    setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", "1000000000", 1);
+    model_batched_decode("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 970);
+    unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
+}
 
 int main(void) {
     g_ctx = ct_start();

@@ -374,15 +374,6 @@ int lm__cuda_swiglu_gemm_wg_ok(void);
  * lm__cuda_linear_rows_wg_fits is 0. lm__cuda_linear_rows_wg_ok: 1 when this build,
  * device and driver run it. */
 #define LM__CUDA_ROWS_WG_MAX_ROWS 64
-/* lm__cuda_linear (lm_linear_out of bf16 x into f32) takes the kernel for up to
- * LM__CUDA_ROWS_WG_ROWS rows, 0: graphs do not take it by default;
- * LOOM_CUDA_ROWS_GEMM_MAX_ROWS=R (0-64; measurements and tests) takes it up to R rows.
- * Measured against cuBLASLt on an H100 (bench/NOTES.md "Decode at the memory limit" v22,
- * v23), taking every product: the Qwen2.5-0.5B-shape step (K = 896, down 4,864) 1.04-1.09x
- * at 4 rows, 0.98-1.04x at 8, 1.00-1.06x at 16, 0.94-0.96x at 32 and 0.78-0.81x at 64; the
- * Llama-3.2-1B shape (K = 2,048, down 8,192) 0.89-0.99x at 4-16 rows and 0.85x at 32. No
- * bound wins on both shapes; which products give the Qwen shape's gain is not measured. */
-#define LM__CUDA_ROWS_WG_ROWS 0
 lm_status lm__cuda_linear_rows_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, const float *bias, int64_t M,
                                   int64_t N, int64_t K, float *out, int64_t ldo, cudaStream_t s);
 int lm__cuda_linear_rows_wg_ok(void);

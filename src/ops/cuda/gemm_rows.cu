@@ -25,12 +25,14 @@
  * for before the programmatic wait, x's after it, so a step's product streams its
  * weights while the kernel before it finishes (the norm before q|k|v, the attention
  * before o, the gate|up product before down).
- * Graphs do not take it by default (step_cuda.c's rows_wg_bound: 0 rows unless
- * LOOM_CUDA_ROWS_GEMM_MAX_ROWS says). On an H100, taking every product, it measured faster
- * than cuBLASLt at 4-16 rows of the Qwen2.5-0.5B shape (K = 896, down 4,864) and slower at
- * 32-64, where the products of K = 896 have under two steps a block and pay the cluster's
- * barriers and reduction; and slower at every row count of the Llama-3.2-1B shape (K =
- * 2,048, down 8,192) (bench/NOTES.md "Decode at the memory limit" v22, v23).
+ * Graphs take it for products of up to 16 rows and K <= 1,024 (step_cuda.c's rows_wg_rule;
+ * the LOOM_CUDA_ROWS_GEMM_MAX_ROWS, _MIN_K and _MAX_K switches move the bounds). On an
+ * H100, taking every product, it measured faster than cuBLASLt at 4-16 rows of the
+ * Qwen2.5-0.5B shape (K = 896, down 4,864) and slower at 32-64, where the products of
+ * K = 896 have under two steps a block and pay the cluster's barriers and reduction; and
+ * slower at every row count of the Llama-3.2-1B shape (K = 2,048, down 8,192); the
+ * products of K <= 1,024 alone gained 1.00-1.11x at 4-16 rows (bench/NOTES.md "Decode at
+ * the memory limit" v22-v24).
  * Built for sm_90a only; lm__cuda_linear_rows_wg_ok says whether this device and build run
  * it. Summation order: each split's k16 products in order, then the splits in rank order
  * (differs from cuBLASLt's; the tests compare both with the CPU's f32 product).

@@ -217,29 +217,38 @@ lm_status lm__cuda_linear_gemv_args(const lm_tensor_view *x, const lm_tensor_vie
     return lm__cuda_linear_gemv_check(gp);
 }
 
-/* The most rows that take gemm_rows.cu's kernel: R under LOOM_CUDA_ROWS_GEMM_MAX_ROWS=R
- * (0-64), else LM__CUDA_ROWS_WG_ROWS (none). */
-static int64_t rows_wg_bound(void) {
-    const char *e = getenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+/* lm__cuda_linear (lm_linear_out of bf16 x into f32) takes gemm_rows.cu's kernel for up to
+ * ROWS_WG_ROWS rows and K up to ROWS_WG_MAX_K: the short products of a batched decode step.
+ * Measured against cuBLASLt on an H100 (bench/NOTES.md "Decode at the memory limit"
+ * v22-v24): taking every product, the Qwen2.5-0.5B-shape step (K = 896, down 4,864) gained
+ * 1.04-1.09x at 4 rows, 0.98-1.04x at 8, 1.00-1.06x at 16, and lost at 32 (0.94-0.96x) and
+ * 64 (0.78-0.81x); the Llama-3.2-1B shape (K = 2,048, down 8,192) lost 0.89-0.99x at 4-16
+ * rows, and down alone lost there (0.91-0.97x). The products of K <= 1,024 alone, up to 16
+ * rows: 1.06-1.11x at 4 rows, 1.00-1.03x at 8, 1.00-1.11x at 16 on the Qwen shape (every
+ * round above every round of cuBLASLt), and the Llama shape untouched. Two shapes measured:
+ * the bound on K is where they part, not a law. */
+#define ROWS_WG_ROWS 16
+#define ROWS_WG_MAX_K 1024
+
+/* The bound a measurement switch sets (an integer from lo to hi), else def. */
+static int64_t rows_wg_env(const char *name, int64_t lo, int64_t hi, int64_t def) {
+    const char *e = getenv(name);
     long long v = e ? atoll(e) : -1;
-    return e && v >= 0 && v <= LM__CUDA_ROWS_WG_MAX_ROWS ? (int64_t)v : LM__CUDA_ROWS_WG_ROWS;
+    return e && v >= lo && v <= hi ? (int64_t)v : def;
 }
 
-/* Whether K is within LOOM_CUDA_ROWS_GEMM_MIN_K and _MAX_K (measurements: the kernel for
- * the short or the long products of a step only); either unset: no bound that side. */
-static int rows_wg_k_admitted(int64_t K) {
-    const char *lo = getenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), *hi = getenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
-    return (!lo || K >= atoll(lo)) && (!hi || K <= atoll(hi));
-}
-
-/* A product of bf16 x into f32 takes gemm_rows.cu's kernel within rows_wg_bound (and
- * rows_wg_k_admitted), on an sm_90a device, for weights of up to 2^25 elements (a layer's
- * products; not a tied head: never measured against cuBLASLt's). The row count is tested
- * first: the variables are read only for calls the kernel could take. */
+/* A product of bf16 x into f32 takes gemm_rows.cu's kernel for up to ROWS_WG_ROWS rows
+ * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=R: up to R, 0-64) with K from LOOM_CUDA_ROWS_GEMM_MIN_K
+ * (default 0) to LOOM_CUDA_ROWS_GEMM_MAX_K (default ROWS_WG_MAX_K), on an sm_90a device,
+ * for weights of up to 2^25 elements (a layer's products; not a tied head: never measured
+ * against cuBLASLt's). The variables are measurement and test switches; the row count is
+ * tested first, so prefill's calls read none of them. */
 static int rows_wg_rule(const lm_tensor_view *x, const lm_tensor_view *w, int64_t M, int64_t N, int64_t K) {
     if (M > LM__CUDA_ROWS_WG_MAX_ROWS) return 0;
-    return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) && M <= rows_wg_bound() &&
-           rows_wg_k_admitted(K) &&
+    return x->dtype == LM_BF16 && w->dtype == LM_BF16 && N * K <= ((int64_t)1 << 25) &&
+           M <= rows_wg_env("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", 0, LM__CUDA_ROWS_WG_MAX_ROWS, ROWS_WG_ROWS) &&
+           K >= rows_wg_env("LOOM_CUDA_ROWS_GEMM_MIN_K", 0, INT64_MAX, 0) &&
+           K <= rows_wg_env("LOOM_CUDA_ROWS_GEMM_MAX_K", 0, INT64_MAX, ROWS_WG_MAX_K) &&
            lm__cuda_linear_rows_wg_fits(x->data, x->stride[0], w->data, w->stride[0], M, N, K) &&
            lm__cuda_linear_rows_wg_ok();
 }
