@@ -328,7 +328,7 @@ static void test_model_batched_decode(void) { model_batched_decode("LOOM_CUDA_SW
  * (twice: the same bits), the operator with graphs' rule at 64 rows
  * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64 with K within _MIN_K and _MAX_K: it must take the kernel,
  * the same bits; with K past _MAX_K: cuBLASLt's bits), cuBLASLt's
- * GEMM (the rule at 0 rows, its default) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
+ * GEMM (the rule at 0 rows) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
  * 2^-14 of the largest |out| against the last two (f32 sums in another order). */
 static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char *splits, uint64_t seed) {
     if (splits) setenv("LOOM_CUDA_ROWS_GEMM_SPLITS", splits, 1);
