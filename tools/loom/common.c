@@ -41,15 +41,12 @@ double cli_prefill_flops(const lm_model_config *c, int64_t T, int B) {
     double h = (double)c->hidden_size, hd = (double)c->head_dim, heads = (double)c->num_attention_heads;
     double kv = (double)c->num_key_value_heads, t = (double)T;
     double per_token = 2.0 * (h * (heads + 2.0 * kv) * hd + heads * hd * h + 3.0 * h * (double)c->intermediate_size);
-    double full = t * (t + 1.0) / 2.0, pairs = full; /* query i scores keys 0..i */
-    if (c->sliding_window > 0 && T > c->sliding_window) { /* query i scores min(i + 1, W) keys */
-        double w = (double)c->sliding_window;
-        pairs = w * (w + 1.0) / 2.0 + (t - w) * w;
-    }
     double sum = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
-        int windowed = c->sliding_window > 0 && l >= c->sliding_window_first_layer;
-        sum += per_token * t + 4.0 * heads * hd * (windowed ? pairs : full);
+        int64_t win = lm_model_config_layer_window(c, l);
+        double w = (double)win; /* query i scores keys 0..i, or min(i + 1, W) in a window of W */
+        double pairs = win > 0 && T > win ? w * (w + 1.0) / 2.0 + (t - w) * w : t * (t + 1.0) / 2.0;
+        sum += per_token * t + 4.0 * heads * hd * pairs;
     }
     return (sum + 2.0 * h * (double)c->vocab_size) * B;
 }
