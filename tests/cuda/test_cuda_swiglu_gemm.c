@@ -327,7 +327,9 @@ static void test_model_batched_decode(void) { model_batched_decode("LOOM_CUDA_SW
  * forces LOOM_CUDA_ROWS_GEMM_SPLITS (NULL: the launcher's). The kernel called directly
  * (twice: the same bits), the operator with graphs' rule at 64 rows
  * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64 with K within _MIN_K and _MAX_K: it must take the kernel,
- * the same bits; with K past _MAX_K: cuBLASLt's bits), cuBLASLt's
+ * the same bits; with K past _MAX_K or under _MIN_K: cuBLASLt's bits), the operator with no
+ * switch set (the default rule: the kernel's bits up to 16 rows and K <= 1,024, else
+ * cuBLASLt's), cuBLASLt's
  * GEMM (the rule at 0 rows) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
  * 2^-14 of the largest |out| against the last two (f32 sums in another order). */
 static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char *splits, uint64_t seed) {
@@ -339,6 +341,7 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
     ct_pair xw = ct_random(&r, LM_BF16, 2, xs, 1.0), w = ct_random(&r, LM_BF16, 2, ws, 2.0 / sqrt((double)K));
     ct_pair b = ct_random(&r, LM_F32, 1, bs, 1.0), o1 = ct_poisoned(LM_F32, 2, os), o2 = ct_poisoned(LM_F32, 2, os);
     ct_pair o3 = ct_poisoned(LM_F32, 2, os), lt = ct_poisoned(LM_F32, 2, ms), kb = ct_poisoned(LM_F32, 2, ms);
+    ct_pair kn = ct_poisoned(LM_F32, 2, ms), df = ct_poisoned(LM_F32, 2, ms);
     lm_tensor_view xh = narrow(xw.h, K), xd = narrow(xw.d, K), d1 = narrow(o1.d, N), d2 = narrow(o2.d, N),
                    d3 = narrow(o3.d, N);
     const lm_tensor_view *bd = with_bias ? lm_tensor_as_view(b.d) : NULL, *bh = with_bias ? lm_tensor_as_view(b.h) : NULL;
@@ -363,7 +366,11 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         snprintf(kv, sizeof kv, "%lld", (long long)K - 1); /* K past the bound: cuBLASLt */
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", kv, 1);
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(kb.d)));
-        unsetenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
+        snprintf(kv, sizeof kv, "%lld", (long long)K + 1); /* K under the lower bound: cuBLASLt */
+        setenv("LOOM_CUDA_ROWS_GEMM_MIN_K", kv, 1), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
+        LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(kn.d)));
+        unsetenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+        LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(df.d))); /* no switch */
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "0", 1); /* none: cuBLASLt */
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(lt.d)));
         unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
@@ -372,10 +379,23 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         double *got = read_view(lm_tensor_as_view(o1.d), o1.d), *again = read_view(lm_tensor_as_view(o3.d), o3.d);
         double *op = read_view(lm_tensor_as_view(o2.d), o2.d), *blas = read_view(lm_tensor_as_view(lt.d), lt.d);
         double *cpu = lt_view_to_f64(lm_tensor_as_view(want)), *kbl = read_view(lm_tensor_as_view(kb.d), kb.d);
-        int64_t same = 0, same_op = 0, pads = 0, same_kb = 0;
-        for (int64_t i = 0; i < M * N; i++) same_kb += memcmp(&kbl[i], &blas[i], sizeof kbl[i]) == 0;
-        LT_CHECK_MSG(same_kb == M * N, "%s: %lld of %lld outputs with K past LOOM_CUDA_ROWS_GEMM_MAX_K the bits of "
-                     "cuBLASLt's", what, (long long)same_kb, (long long)(M * N));
+        double *knl = read_view(lm_tensor_as_view(kn.d), kn.d), *dfl = read_view(lm_tensor_as_view(df.d), df.d);
+        int64_t same = 0, same_op = 0, pads = 0, same_kb = 0, same_kn = 0, same_df = 0;
+        for (int64_t i = 0; i < M * N; i++) {
+            same_kb += memcmp(&kbl[i], &blas[i], sizeof kbl[i]) == 0;
+            same_kn += memcmp(&knl[i], &blas[i], sizeof knl[i]) == 0;
+        }
+        LT_CHECK_MSG(same_kb == M * N && same_kn == M * N,
+                     "%s: %lld of %lld outputs with K past LOOM_CUDA_ROWS_GEMM_MAX_K and %lld with K under _MIN_K the "
+                     "bits of cuBLASLt's", what, (long long)same_kb, (long long)(M * N), (long long)same_kn);
+        /* the default rule (step_cuda.c's ROWS_WG_ROWS, ROWS_WG_MAX_K): the kernel for up to 16 rows and
+         * K <= 1,024, cuBLASLt past either */
+        const int by_default = M <= 16 && K <= 1024;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                same_df += memcmp(&dfl[i * N + j], by_default ? &got[i * ldo + j] : &blas[i * N + j], sizeof(double)) == 0;
+        LT_CHECK_MSG(same_df == M * N, "%s: %lld of %lld outputs with no switch set the bits of %s", what,
+                     (long long)same_df, (long long)(M * N), by_default ? "the kernel (default rule)" : "cuBLASLt's");
         double *g = malloc(sizeof(double) * (size_t)(M * N));
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < ldo; j++) {
@@ -397,11 +417,11 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         compare(w2, g, blas, M * N, 1e-10, 1.0 / 16384);
         snprintf(w2, sizeof w2, "%s vs the CPU", what);
         compare(w2, g, cpu, M * N, 1e-10, 1.0 / 16384);
-        free(got), free(again), free(op), free(blas), free(cpu), free(g), free(kbl);
+        free(got), free(again), free(op), free(blas), free(cpu), free(g), free(kbl), free(knl), free(dfl);
         lm_tensor_destroy(want);
     }
     ct_pair_free(&xw), ct_pair_free(&w), ct_pair_free(&b), ct_pair_free(&o1), ct_pair_free(&o2), ct_pair_free(&o3);
-    ct_pair_free(&lt), ct_pair_free(&kb);
+    ct_pair_free(&lt), ct_pair_free(&kb), ct_pair_free(&kn), ct_pair_free(&df);
     unsetenv("LOOM_CUDA_ROWS_GEMM_SPLITS");
 }
 
