@@ -426,7 +426,8 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
 }
 
 /* Rows 1-64 at each token tile (16, 32, 64) and its edges; Qwen2.5-0.5B's q|k|v (1,152 x
- * 896), o (896 x 896) and down (896 x 4,864); N past a 64-output tile (100, 300); K with a
+ * 896), o (896 x 896) and down (896 x 4,864); the default rule's edges (16 and 17 rows at
+ * K = 896, K = 1,024 and 1,032 at 8 rows); N past a 64-output tile (100, 300); K with a
  * tail past the 64-wide steps (72, 200) and of one partial step (8); the splits forced to
  * 1 (down's 76 steps through the ring of 8 stages, wrapping 9 times), 3 (uneven shares and
  * output slices) and 8, and past K's steps (clamped). Then the refusals: 65 rows, a
@@ -436,7 +437,8 @@ static void test_rows_gemm(void) {
                  lm__cuda_linear_rows_wg_ok(), want_wgmma());
     static const int64_t shapes[][4] = {{1, 896, 1152, 1}, {3, 72, 100, 1}, {8, 896, 896, 0},  {16, 4864, 896, 0},
                                         {17, 896, 1152, 1}, {32, 4864, 896, 0}, {32, 896, 1152, 1}, {33, 200, 300, 1},
-                                        {64, 896, 896, 0},  {64, 8, 64, 1},    {48, 4864, 896, 0}};
+                                        {64, 896, 896, 0},  {64, 8, 64, 1},    {48, 4864, 896, 0},
+                                        {16, 896, 1152, 1}, {8, 1024, 256, 0}, {8, 1032, 256, 0}};
     uint64_t seed = 1300;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         rows_case(shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], NULL, seed++);
