@@ -329,9 +329,11 @@ static void test_model_batched_decode(void) { model_batched_decode("LOOM_CUDA_SW
  * (LOOM_CUDA_ROWS_GEMM_MAX_ROWS=64 with K within _MIN_K and _MAX_K: it must take the kernel,
  * the same bits; with K past _MAX_K or under _MIN_K: cuBLASLt's bits), the operator with no
  * switch set (the default rule: the kernel's bits up to 16 rows and K <= 1,024, else
- * cuBLASLt's), cuBLASLt's
- * GEMM (the rule at 0 rows) and the CPU's f32 product; NMSE <= 1e-10 and max-abs <=
- * 2^-14 of the largest |out| against the last two (f32 sums in another order). */
+ * cuBLASLt's), cuBLASLt's GEMM (the rule at 0 rows) and the CPU's f32 product; NMSE <=
+ * 1e-10 and max-abs <= 2^-14 of the largest |out| against the last two (f32 sums in
+ * another order). Each operator call must also have launched the kernel exactly when its
+ * rule admits the call (lm__cuda_linear_rows_wg_launches): where the kernel and cuBLASLt
+ * agree in every bit (short K), the bits alone could not tell the paths apart. */
 static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char *splits, uint64_t seed) {
     if (splits) setenv("LOOM_CUDA_ROWS_GEMM_SPLITS", splits, 1);
     else unsetenv("LOOM_CUDA_ROWS_GEMM_SPLITS");
@@ -360,20 +362,38 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         LT_CHECK_OK(lm__cuda_linear_rows_wg(xd.data, ldx, wp, K, bp, M, N, K, (float *)d3.data, ldo, ct_stream(g_ctx)));
         char kv[32];
         snprintf(kv, sizeof kv, "%lld", (long long)K);
+        /* each operator call below: whether it launched the kernel (its launch count), then
+         * the bits, which also show the path where the kernel and cuBLASLt differ in them */
+        const int by_default = M <= 16 && K <= 1024; /* step_cuda.c's ROWS_WG_ROWS, ROWS_WG_MAX_K */
+        long long took[5], n0;
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "64", 1); /* graphs' rule: up to 64 rows, K within [K, K] */
         setenv("LOOM_CUDA_ROWS_GEMM_MIN_K", kv, 1), setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", kv, 1);
+        n0 = lm__cuda_linear_rows_wg_launches();
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, &d2));
+        took[0] = lm__cuda_linear_rows_wg_launches() - n0;
         snprintf(kv, sizeof kv, "%lld", (long long)K - 1); /* K past the bound: cuBLASLt */
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_K", kv, 1);
+        n0 = lm__cuda_linear_rows_wg_launches();
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(kb.d)));
+        took[1] = lm__cuda_linear_rows_wg_launches() - n0;
         snprintf(kv, sizeof kv, "%lld", (long long)K + 1); /* K under the lower bound: cuBLASLt */
         setenv("LOOM_CUDA_ROWS_GEMM_MIN_K", kv, 1), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_K");
+        n0 = lm__cuda_linear_rows_wg_launches();
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(kn.d)));
+        took[2] = lm__cuda_linear_rows_wg_launches() - n0;
         unsetenv("LOOM_CUDA_ROWS_GEMM_MIN_K"), unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+        n0 = lm__cuda_linear_rows_wg_launches();
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(df.d))); /* no switch */
+        took[3] = lm__cuda_linear_rows_wg_launches() - n0;
         setenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS", "0", 1); /* none: cuBLASLt */
+        n0 = lm__cuda_linear_rows_wg_launches();
         LT_CHECK_OK(lm_linear_out(g_ctx, &xd, lm_tensor_as_view(w.d), bd, &lp, lm_tensor_as_view(lt.d)));
+        took[4] = lm__cuda_linear_rows_wg_launches() - n0;
         unsetenv("LOOM_CUDA_ROWS_GEMM_MAX_ROWS");
+        LT_CHECK_MSG(took[0] == 1 && took[1] == 0 && took[2] == 0 && took[3] == by_default && took[4] == 0,
+                     "%s: kernel launches %lld with K within the switches (want 1), %lld past _MAX_K, %lld under "
+                     "_MIN_K, %lld with no switch (want %d), %lld at 0 rows (want 0 for each of those)", what, took[0],
+                     took[1], took[2], took[3], by_default, took[4]);
         lm_tensor *want = lt_poisoned_tensor(LM_F32, 2, ms);
         LT_CHECK_OK(lm_linear_out(g_ref, &xh, lm_tensor_as_view(w.h), bh, &lp, lm_tensor_as_view(want)));
         double *got = read_view(lm_tensor_as_view(o1.d), o1.d), *again = read_view(lm_tensor_as_view(o3.d), o3.d);
@@ -388,9 +408,7 @@ static void rows_case(int64_t M, int64_t K, int64_t N, int with_bias, const char
         LT_CHECK_MSG(same_kb == M * N && same_kn == M * N,
                      "%s: %lld of %lld outputs with K past LOOM_CUDA_ROWS_GEMM_MAX_K and %lld with K under _MIN_K the "
                      "bits of cuBLASLt's", what, (long long)same_kb, (long long)(M * N), (long long)same_kn);
-        /* the default rule (step_cuda.c's ROWS_WG_ROWS, ROWS_WG_MAX_K): the kernel for up to 16 rows and
-         * K <= 1,024, cuBLASLt past either */
-        const int by_default = M <= 16 && K <= 1024;
+        /* the default rule: the kernel for up to 16 rows and K <= 1,024, cuBLASLt past either */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 same_df += memcmp(&dfl[i * N + j], by_default ? &got[i * ldo + j] : &blas[i * N + j], sizeof(double)) == 0;

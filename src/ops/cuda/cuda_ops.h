@@ -377,6 +377,9 @@ int lm__cuda_swiglu_gemm_wg_ok(void);
 lm_status lm__cuda_linear_rows_wg(const void *x, int64_t ldx, const void *w, int64_t ldw, const float *bias, int64_t M,
                                   int64_t N, int64_t K, float *out, int64_t ldo, cudaStream_t s);
 int lm__cuda_linear_rows_wg_ok(void);
+/* How many times this process has launched that kernel (for tests: which path a product
+ * took, where its bits cannot tell). */
+long long lm__cuda_linear_rows_wg_launches(void);
 /* 1 when the kernel reads these operands: 1..LM__CUDA_ROWS_WG_MAX_ROWS rows, K and the row
  * strides multiples of 8 (the tensor maps' 16-byte strides), 16-byte aligned x and w. */
 static inline int lm__cuda_linear_rows_wg_fits(const void *x, int64_t ldx, const void *w, int64_t ldw, int64_t M,

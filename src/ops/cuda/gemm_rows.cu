@@ -157,6 +157,8 @@ __global__ void __launch_bounds__(THREADS) linear_rows_wg_kernel(const __grid_co
 
 lm__cuda_kernel_facts facts[3];
 
+long long g_launches; /* the kernel's launches so far (lm__cuda_linear_rows_wg_launches) */
+
 template <int NB>
 lm_status launch(int fi, const void *x, int64_t ldx, const void *w, int64_t ldw, const float *bias, int64_t M,
                  int64_t N, int64_t K, float *out, int64_t ldo, cudaStream_t s) {
@@ -185,10 +187,14 @@ lm_status launch(int fi, const void *x, int64_t ldx, const void *w, int64_t ldw,
                                                   dim3(THREADS), S::smem(stages), s, (unsigned)splits, tx, tw, bias,
                                                   out, ldo, (int)M, (int)N, (int)K, (int)splits, stages);
     if (err != cudaSuccess) return lm__cuda_check((int)err, who);
-    return lm__cuda_launched(who);
+    LM_TRY(lm__cuda_launched(who));
+    __atomic_fetch_add(&g_launches, 1, __ATOMIC_RELAXED);
+    return LM_OK;
 }
 
 } // namespace
+
+long long lm__cuda_linear_rows_wg_launches(void) { return __atomic_load_n(&g_launches, __ATOMIC_RELAXED); }
 
 int lm__cuda_linear_rows_wg_ok(void) { return lm__cuda_sm90a() && lm__cuda_tma_ok(); }
 
